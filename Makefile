@@ -1,0 +1,43 @@
+# zonemedic developer commands. `make test` is what CI runs (through .ci/run).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install lint typecheck contracts test test-all bench clean lock
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+# Regenerate the constraints file from a fresh resolve (run after changing dependencies).
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q -e '.[dev]'
+	.venv-lock/bin/python -m pip freeze --exclude-editable | grep -v '^zonemedic' > constraints.txt
+	rm -rf .venv-lock
+
+lint: install
+	$(BIN)/ruff check agent tests bench migrations
+
+typecheck: install
+	$(BIN)/mypy
+
+contracts: install
+	$(BIN)/lint-imports
+
+test: lint typecheck contracts
+	$(BIN)/pytest -q -m "not slow" -p no:cacheprovider
+
+test-all: install
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: install
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,53 @@
+"""The `zonemedic` command line: parses arguments and dispatches to one module per sub-command.
+
+Each command module exposes `register(subparsers) -> None`, which adds its parser and sets
+`handler=run` (a `run(args) -> int`). Command modules keep heavy imports (SQLAlchemy, the twin,
+the Kubernetes client) inside `run`, so that `zonemedic diagnose` does not pay for them. An
+`InputError` becomes one line on stderr and exit status 2; no traceback reaches a user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from agent import __version__
+from agent.errors import InputError, ZonemedicError
+
+# name -> module implementing it. Adding a command is one row.
+COMMANDS: dict[str, str] = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zonemedic",
+        description="Find GPU training jobs split across zones and blocked or slowed by policy.",
+    )
+    parser.add_argument("--version", action="version", version=f"zonemedic {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module_name in COMMANDS.values():
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.handler(args)
+    except InputError as exc:
+        print(f"zonemedic: error: {exc}", file=sys.stderr)
+        return 2
+    except ZonemedicError as exc:
+        print(f"zonemedic: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

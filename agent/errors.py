@@ -1,0 +1,31 @@
+"""The error types zonemedic owns. Adapters wrap library errors into these at their edge.
+
+`InputError` (and its subclasses) means the user gave something wrong: the CLI prints its message on
+one line and exits 2. Anything else reaching the top level is a bug or an outage.
+"""
+
+from __future__ import annotations
+
+
+class ZonemedicError(Exception):
+    """Base of every error zonemedic raises on purpose."""
+
+
+class InputError(ZonemedicError):
+    """Bad input from a user: a file, a flag, a config key. Exit status 2; nothing was changed."""
+
+
+class ConfigError(InputError):
+    """A configuration file or environment override is invalid; the message names the key."""
+
+
+class SnapshotError(InputError):
+    """A cluster snapshot file is malformed; the message names the file and the item index."""
+
+
+class PolicyError(InputError):
+    """A network policy cannot be understood (bad selector, unknown operator, wrong type)."""
+
+
+class UnavailableError(ZonemedicError):
+    """A dependency (database, Kubernetes API, Prometheus, Slack) cannot be reached right now."""

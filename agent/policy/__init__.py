@@ -1,0 +1,1 @@
+"""Pure network-policy evaluation with Cilium semantics (CNP, CCNP) and Kubernetes NetworkPolicy."""

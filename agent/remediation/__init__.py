@@ -1,0 +1,1 @@
+"""Remediation: `plan` builds patches (pure), `execute` is the only cluster writer, `verify` judges."""

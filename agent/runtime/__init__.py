@@ -1,0 +1,1 @@
+"""Composition root: builds clients from settings, leader election, scheduler wiring, HTTP app."""

@@ -1,0 +1,1 @@
+"""The incident store: SQLAlchemy models, lifecycle transitions and history queries."""
