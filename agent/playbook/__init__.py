@@ -1,0 +1,1 @@
+"""Playbooks: what to do when a finding, alert or schedule fires (model, schema, matching)."""
