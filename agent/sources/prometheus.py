@@ -1,0 +1,270 @@
+"""Prometheus source: per-job GPU utilization now, its baseline, and drops, for all jobs at once.
+
+Called by the runtime (sweeps and the detector's metric refresh). Exactly two queries per fetch
+whatever the number of jobs: a range query of per-job utilization over the drop window, and an
+instant query of the baseline (the same expression averaged over the window one `baseline_offset`
+ago). The per-job expression is DESIGN.md section 8's join of `DCGM_FI_DEV_GPU_UTIL` with
+`kube_pod_info`, with `exported_namespace`/`exported_pod` (scrapes without honorLabels) folded
+back into `namespace`/`pod` by `label_replace`.
+
+Prometheus being down, slow or answering garbage is never an exception to the caller: `fetch`
+returns a `MetricsReport` with `available=False` and the reason ("metrics unavailable: ..."). Drop
+detection itself is the pure `agent.sources.drop`. What it does not do: decide what a drop means.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import requests
+from urllib3.util.retry import Retry
+
+from agent.settings import PrometheusSettings
+from agent.sources.drop import DropVerdict, detect_drop
+from agent.sources.jobkey import JobKey
+
+log = logging.getLogger(__name__)
+
+UTILIZATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
+UNAVAILABLE = "metrics unavailable"
+
+
+def promql_duration(value: timedelta) -> str:
+    """A PromQL duration literal (`600s`, `1500ms`)."""
+    ms = round(value.total_seconds() * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def _unexport(selector: str) -> str:
+    """Fold `exported_pod`/`exported_namespace` into `pod`/`namespace` where they are set."""
+    inner = f'label_replace({selector}, "pod", "$1", "exported_pod", "(.+)")'
+    return f'label_replace({inner}, "namespace", "$1", "exported_namespace", "(.+)")'
+
+
+def job_utilization_expr(kinds: Iterable[str] = JOB_KINDS) -> str:
+    """Average GPU utilization (0-100) per (namespace, created_by_kind, created_by_name)."""
+    kind_re = "|".join(kinds)
+    gpus = _unexport(f'{UTILIZATION_METRIC}{{pod!=""}}')
+    pods = _unexport(f'kube_pod_info{{created_by_kind=~"{kind_re}"}}')
+    return (
+        "avg by (namespace, created_by_kind, created_by_name) ("
+        f"{gpus} * on (namespace, pod) group_left (created_by_kind, created_by_name) "
+        f"max by (namespace, pod, created_by_kind, created_by_name) ({pods}))"
+    )
+
+
+def baseline_expr(expr: str, *, window: timedelta, step: timedelta, offset: timedelta) -> str:
+    return (
+        f"avg_over_time(({expr})[{promql_duration(window)}:{promql_duration(step)}] "
+        f"offset {promql_duration(offset)})"
+    )
+
+
+def query_step(window: timedelta) -> timedelta:
+    """Resolution of the range query: about 20 points over the window, at least 1 s."""
+    return max(timedelta(seconds=1), timedelta(seconds=int(window.total_seconds() / 20)))
+
+
+@dataclass(frozen=True)
+class JobMetrics:
+    now: float | None
+    baseline: float | None
+    drop: DropVerdict
+    samples: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class MetricsReport:
+    available: bool
+    at: datetime
+    jobs: dict[JobKey, JobMetrics] = field(default_factory=dict)
+    error: str | None = None
+    queries: int = 0
+
+    def for_job(self, key: JobKey) -> JobMetrics | None:
+        return self.jobs.get(key)
+
+    @property
+    def status(self) -> str:
+        return "ok" if self.available else (self.error or UNAVAILABLE)
+
+
+class QueryFailedError(Exception):
+    """Internal: one query failed (wrapped into a MetricsReport before reaching callers)."""
+
+
+def _job_key(metric: dict[str, Any]) -> JobKey | None:
+    kind, ns, name = (
+        metric.get("created_by_kind"),
+        metric.get("namespace"),
+        metric.get("created_by_name"),
+    )
+    if not (isinstance(kind, str) and isinstance(ns, str) and isinstance(name, str)):
+        return None
+    if not (kind and ns and name):
+        return None
+    return JobKey(kind, ns, name)
+
+
+def _number(raw: Any) -> float | None:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+class PrometheusSource:
+    """Thin adapter over prometheus-api-client with timeout, bounded retry, headers, token, TLS."""
+
+    def __init__(
+        self,
+        settings: PrometheusSettings,
+        *,
+        on_query: Callable[[bool], None] | None = None,
+    ) -> None:
+        if not settings.url:
+            raise ValueError("PrometheusSource needs prometheus.url")
+        self.settings = settings
+        self._on_query = on_query
+        self.step = query_step(settings.drop_duration)
+        self.expr = job_utilization_expr()
+        self.baseline = baseline_expr(
+            self.expr,
+            window=settings.drop_duration,
+            step=self.step,
+            offset=settings.baseline_offset,
+        )
+
+    def _client(self) -> Any:
+        from prometheus_api_client import PrometheusConnect
+
+        s = self.settings
+        headers = dict(s.headers)
+        if s.bearer_token_file:
+            try:
+                token = Path(s.bearer_token_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise QueryFailedError(
+                    f"cannot read prometheus.bearer_token_file {s.bearer_token_file}: {exc.strerror}"
+                ) from exc
+            headers["Authorization"] = f"Bearer {token}"
+        session = requests.Session()
+        session.verify = s.ca_file if (s.verify_tls and s.ca_file) else s.verify_tls
+        retry = Retry(
+            total=s.retries,
+            connect=s.retries,
+            read=s.retries,
+            status=s.retries,
+            backoff_factor=0.2,
+            status_forcelist=(429, 502, 503, 504),
+            respect_retry_after_header=True,
+            raise_on_status=False,
+        )
+        return PrometheusConnect(
+            url=s.url.rstrip("/"),
+            headers=headers,
+            disable_ssl=not s.verify_tls,
+            retry=retry,
+            session=session,
+            timeout=s.timeout.total_seconds(),
+        )
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        from prometheus_api_client import PrometheusApiClientException
+
+        try:
+            result = fn()
+        except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            if self._on_query:
+                self._on_query(False)
+            raise QueryFailedError(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+        if self._on_query:
+            self._on_query(True)
+        if not isinstance(result, list):
+            raise QueryFailedError(f"unexpected answer: {str(result)[:200]}")
+        return result
+
+    def fetch(self, now: datetime) -> MetricsReport:
+        """Utilization, baseline and drop verdict of every job Prometheus knows, at `now`."""
+        s = self.settings
+        queries = 0
+        try:
+            client = self._client()
+            try:
+                start = now - s.drop_duration
+                step_s = promql_duration(self.step)
+                queries += 1
+                series = self._call(
+                    lambda: client.custom_query_range(
+                        self.expr, start_time=start, end_time=now, step=step_s
+                    )
+                )
+                queries += 1
+                base = self._call(
+                    lambda: client.custom_query(self.baseline, params={"time": now.timestamp()})
+                )
+            finally:
+                client.close()
+        except QueryFailedError as exc:
+            log.warning("prometheus query failed", extra={"error": str(exc), "url": s.url})
+            return MetricsReport(
+                available=False, at=now, error=f"{UNAVAILABLE}: {exc}", queries=queries
+            )
+        return self._report(series, base, now=now, queries=queries)
+
+    def _report(
+        self, series: list[Any], base: list[Any], *, now: datetime, queries: int
+    ) -> MetricsReport:
+        baselines: dict[JobKey, float] = {}
+        for item in base:
+            if not isinstance(item, dict):
+                continue
+            key = _job_key(item.get("metric") or {})
+            value = item.get("value")
+            number = _number(value[1]) if isinstance(value, list) and len(value) == 2 else None
+            if key is not None and number is not None:
+                baselines[key] = number
+        jobs: dict[JobKey, JobMetrics] = {}
+        for item in series:
+            if not isinstance(item, dict):
+                continue
+            key = _job_key(item.get("metric") or {})
+            if key is None:
+                continue
+            samples: list[tuple[float, float]] = []
+            for point in item.get("values") or []:
+                if isinstance(point, list) and len(point) == 2:
+                    t, v = _number(point[0]), _number(point[1])
+                    if t is not None and v is not None:
+                        samples.append((t, v))
+            samples.sort()
+            baseline = baselines.get(key)
+            verdict = detect_drop(
+                samples,
+                baseline,
+                now=now.timestamp(),
+                threshold=self.settings.drop_threshold,
+                duration=self.settings.drop_duration,
+                step=self.step,
+            )
+            jobs[key] = JobMetrics(
+                now=samples[-1][1] if samples else None,
+                baseline=baseline,
+                drop=verdict,
+                samples=tuple(samples),
+            )
+        for key, baseline in baselines.items():
+            if key not in jobs:
+                jobs[key] = JobMetrics(
+                    now=None, baseline=baseline, drop=DropVerdict(False, "no current samples")
+                )
+        return MetricsReport(available=True, at=now, jobs=jobs, queries=queries)
+
