@@ -132,6 +132,7 @@ class PrometheusSource:
     ) -> None:
         if not settings.url:
             raise ValueError("PrometheusSource needs prometheus.url")
+        self.url = settings.url.rstrip("/")
         self.settings = settings
         self._on_query = on_query
         self.step = query_step(settings.drop_duration)
@@ -169,7 +170,7 @@ class PrometheusSource:
             raise_on_status=False,
         )
         return PrometheusConnect(
-            url=s.url.rstrip("/"),
+            url=self.url,
             headers=headers,
             disable_ssl=not s.verify_tls,
             retry=retry,
@@ -178,7 +179,7 @@ class PrometheusSource:
         )
 
     def _call(self, fn: Callable[[], Any]) -> Any:
-        from prometheus_api_client import PrometheusApiClientException
+        from prometheus_api_client.exceptions import PrometheusApiClientException
 
         try:
             result = fn()
