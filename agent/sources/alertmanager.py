@@ -1,0 +1,203 @@
+"""Alertmanager webhook (v4 payload): lenient parsing, dedupe, and mapping alert labels to jobs.
+
+Called by the HTTP app's `POST /alertmanager` handler, which turns `PayloadError` into a 4xx with
+the reason and hands `Alert`s to the detector. Pure: bytes in, plain data out; the `Deduper` holds a
+bounded in-memory set and reads no clock.
+
+Lenient means: only `alerts` (a list of mappings each with a `labels` mapping) is required; unknown
+fields are ignored; a missing per-alert `status` falls back to the group's, then to `firing`; a
+missing `fingerprint` is derived from the sorted labels (stable, no generated text); non-string
+label values are turned into strings. Alerts name their job through labels: `namespace` (or
+`exported_namespace`, `destination_namespace`), then a job name (`training_job`, `job_name`,
+`label_training_kubeflow_org_job_name`, `created_by_name` with `created_by_kind`), else a pod
+(`pod`, `exported_pod`, `destination_pod`) that the caller resolves through its pod index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from agent.errors import InputError
+from agent.sources.jobkey import JobKey
+
+MAX_BODY = 4 * 1024 * 1024
+
+
+class PayloadError(InputError):
+    """The webhook body cannot be used; the message is the reason given back to Alertmanager."""
+
+
+class AlertStatus(StrEnum):
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True)
+class Alert:
+    status: AlertStatus
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    starts_at: str = ""
+    ends_at: str = ""
+    fingerprint: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.labels.get("alertname", "")
+
+    @property
+    def dedupe_key(self) -> tuple[str, str, str]:
+        return (self.fingerprint, self.status.value, self.starts_at)
+
+
+@dataclass(frozen=True)
+class Webhook:
+    receiver: str
+    status: AlertStatus
+    alerts: tuple[Alert, ...]
+    group_key: str = ""
+
+
+def _strings(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PayloadError(f"{where}: expected an object of strings")
+    return {str(k): v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in value.items()}
+
+
+def _status(value: Any, default: AlertStatus) -> AlertStatus:
+    if isinstance(value, str) and value.lower() in AlertStatus.__members__.values():
+        return AlertStatus(value.lower())
+    return default
+
+
+def fingerprint_of(labels: Mapping[str, str]) -> str:
+    text = "\x00".join(f"{k}\x01{v}" for k, v in sorted(labels.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def parse_webhook(body: bytes) -> Webhook:
+    """Parse an Alertmanager webhook body (version 4, leniently)."""
+    if len(body) > MAX_BODY:
+        raise PayloadError(f"body too large ({len(body)} bytes, limit {MAX_BODY})")
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise PayloadError(f"body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PayloadError("body must be a JSON object")
+    raw_alerts = data.get("alerts")
+    if not isinstance(raw_alerts, list):
+        raise PayloadError("alerts: expected a list")
+    group_status = _status(data.get("status"), AlertStatus.FIRING)
+    alerts = []
+    for i, raw in enumerate(raw_alerts):
+        if not isinstance(raw, dict):
+            raise PayloadError(f"alerts[{i}]: expected an object")
+        if "labels" not in raw:
+            raise PayloadError(f"alerts[{i}].labels: missing")
+        labels = _strings(raw.get("labels"), f"alerts[{i}].labels")
+        fingerprint = raw.get("fingerprint")
+        alerts.append(
+            Alert(
+                status=_status(raw.get("status"), group_status),
+                labels=labels,
+                annotations=_strings(raw.get("annotations"), f"alerts[{i}].annotations"),
+                starts_at=str(raw.get("startsAt") or ""),
+                ends_at=str(raw.get("endsAt") or ""),
+                fingerprint=fingerprint
+                if isinstance(fingerprint, str) and fingerprint
+                else fingerprint_of(labels),
+            )
+        )
+    return Webhook(
+        receiver=str(data.get("receiver") or ""),
+        status=group_status,
+        alerts=tuple(alerts),
+        group_key=str(data.get("groupKey") or ""),
+    )
+
+
+class Deduper:
+    """Remembers the last `capacity` (fingerprint, status, startsAt) keys; thread-compatible only
+    under the caller's lock."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self.capacity = capacity
+        self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+
+    def first_time(self, alert: Alert) -> bool:
+        """True the first time a key is seen (Alertmanager re-sends every group_interval)."""
+        key = alert.dedupe_key
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return False
+        self._seen[key] = None
+        if len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+        return True
+
+
+_NAMESPACE_LABELS = ("namespace", "exported_namespace", "destination_namespace")
+_JOB_LABELS = ("training_job", "job_name", "label_training_kubeflow_org_job_name", "created_by_name")
+_POD_LABELS = ("pod", "exported_pod", "destination_pod")
+_KIND_LABELS = ("job_kind", "created_by_kind")
+
+
+@dataclass(frozen=True)
+class AlertTarget:
+    """What an alert's labels say about the job it concerns (kind may be unknown)."""
+
+    namespace: str
+    job_name: str | None = None
+    kind: str | None = None
+    pod: str | None = None
+
+
+def _first(labels: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return None
+
+
+def target_of(alert: Alert) -> AlertTarget | None:
+    """The namespace and job name or pod an alert names; None when it names no namespace."""
+    namespace = _first(alert.labels, _NAMESPACE_LABELS)
+    if namespace is None:
+        return None
+    return AlertTarget(
+        namespace=namespace,
+        job_name=_first(alert.labels, _JOB_LABELS),
+        kind=_first(alert.labels, _KIND_LABELS),
+        pod=_first(alert.labels, _POD_LABELS),
+    )
+
+
+def resolve_jobs(
+    target: AlertTarget,
+    *,
+    jobs_named: Callable[[str, str], list[JobKey]],
+    job_of_pod: Callable[[str, str], JobKey | None],
+) -> list[JobKey]:
+    """Job keys an alert target maps to, using the cache's lookups (by name, or pod -> job)."""
+    if target.job_name:
+        found = jobs_named(target.namespace, target.job_name)
+        if target.kind:
+            found = [k for k in found if k.kind == target.kind]
+        if found:
+            return sorted(found)
+    if target.pod:
+        key = job_of_pod(target.namespace, target.pod)
+        if key is not None:
+            return [key]
+    return []

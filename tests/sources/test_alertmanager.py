@@ -1,0 +1,145 @@
+"""Alertmanager webhook parsing (lenient v4), dedupe and label -> job mapping (table-driven)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from agent.sources.alertmanager import (
+    Alert,
+    AlertStatus,
+    AlertTarget,
+    Deduper,
+    PayloadError,
+    fingerprint_of,
+    parse_webhook,
+    resolve_jobs,
+    target_of,
+)
+from agent.sources.jobkey import JobKey
+
+V4 = {
+    "version": "4",
+    "groupKey": '{}:{alertname="TrainingJobGPUUtilizationDrop"}',
+    "truncatedAlerts": 0,
+    "status": "firing",
+    "receiver": "zonemedic",
+    "groupLabels": {"alertname": "TrainingJobGPUUtilizationDrop"},
+    "commonLabels": {},
+    "commonAnnotations": {},
+    "externalURL": "http://alertmanager:9093",
+    "alerts": [
+        {
+            "status": "firing",
+            "labels": {"alertname": "TrainingJobGPUUtilizationDrop", "namespace": "ml", "created_by_name": "resnet"},
+            "annotations": {"summary": "dropped"},
+            "startsAt": "2026-11-29T10:00:00Z",
+            "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://prometheus/graph",
+            "fingerprint": "abc123",
+        },
+        {
+            "status": "resolved",
+            "labels": {"alertname": "CiliumPolicyDrops", "destination_namespace": "nlp", "destination_pod": "bert-worker-0"},
+            "startsAt": "2026-11-29T09:00:00Z",
+            "fingerprint": "def456",
+        },
+    ],
+}
+
+
+def test_parses_a_full_v4_payload() -> None:
+    hook = parse_webhook(orjson.dumps(V4))
+    assert hook.receiver == "zonemedic"
+    assert [a.status for a in hook.alerts] == [AlertStatus.FIRING, AlertStatus.RESOLVED]
+    first = hook.alerts[0]
+    assert first.name == "TrainingJobGPUUtilizationDrop"
+    assert first.dedupe_key == ("abc123", "firing", "2026-11-29T10:00:00Z")
+    assert first.annotations == {"summary": "dropped"}
+
+
+@pytest.mark.parametrize(
+    ("body", "check"),
+    [
+        ({"alerts": [{"labels": {"a": "b"}}]}, lambda a: a.status is AlertStatus.FIRING),
+        ({"status": "resolved", "alerts": [{"labels": {"a": "b"}}]}, lambda a: a.status is AlertStatus.RESOLVED),
+        ({"alerts": [{"labels": {"a": "b"}, "status": "weird"}]}, lambda a: a.status is AlertStatus.FIRING),
+        ({"alerts": [{"labels": {"a": "b"}}]}, lambda a: a.fingerprint == fingerprint_of({"a": "b"})),
+        ({"alerts": [{"labels": {"n": 3, "x": None}}]}, lambda a: a.labels == {"n": "3", "x": "null"}),
+        ({"alerts": [{"labels": {}, "extra": [1, 2]}], "unknown": True}, lambda a: a.labels == {}),
+    ],
+)
+def test_lenient(body: dict[str, object], check: object) -> None:
+    (alert,) = parse_webhook(orjson.dumps(body)).alerts
+    assert check(alert)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b"{}", "alerts: expected a list"),
+        (b'{"alerts": {"a": 1}}', "alerts: expected a list"),
+        (b'{"alerts": [3]}', r"alerts\[0\]: expected an object"),
+        (b'{"alerts": [{"status": "firing"}]}', r"alerts\[0\]\.labels: missing"),
+        (b'{"alerts": [{"labels": ["a"]}]}', r"alerts\[0\]\.labels: expected an object"),
+    ],
+)
+def test_bad_bodies_give_a_reason(body: bytes, reason: str) -> None:
+    with pytest.raises(PayloadError, match=reason):
+        parse_webhook(body)
+
+
+def test_fingerprint_is_order_independent() -> None:
+    assert fingerprint_of({"a": "1", "b": "2"}) == fingerprint_of({"b": "2", "a": "1"})
+    assert fingerprint_of({"a": "1"}) != fingerprint_of({"a": "2"})
+
+
+def test_dedupe_by_fingerprint_status_and_start() -> None:
+    dedupe = Deduper(capacity=2)
+    firing = Alert(AlertStatus.FIRING, {"a": "1"}, starts_at="t1", fingerprint="f")
+    assert dedupe.first_time(firing)
+    assert not dedupe.first_time(firing)  # Alertmanager re-sent the group
+    assert dedupe.first_time(Alert(AlertStatus.RESOLVED, {"a": "1"}, starts_at="t1", fingerprint="f"))
+    assert dedupe.first_time(Alert(AlertStatus.FIRING, {"a": "1"}, starts_at="t2", fingerprint="f"))
+    assert dedupe.first_time(firing)  # evicted (capacity 2): seen again as new
+
+
+@pytest.mark.parametrize(
+    ("labels", "target"),
+    [
+        ({"namespace": "ml", "created_by_name": "resnet", "created_by_kind": "PyTorchJob"}, AlertTarget("ml", "resnet", "PyTorchJob")),
+        ({"exported_namespace": "ml", "exported_pod": "resnet-worker-0"}, AlertTarget("ml", pod="resnet-worker-0")),
+        ({"destination_namespace": "nlp", "destination_pod": "bert-0"}, AlertTarget("nlp", pod="bert-0")),
+        ({"namespace": "ml", "label_training_kubeflow_org_job_name": "r"}, AlertTarget("ml", "r")),
+        ({"alertname": "X"}, None),
+    ],
+)
+def test_target_of(labels: dict[str, str], target: AlertTarget | None) -> None:
+    assert target_of(Alert(AlertStatus.FIRING, labels)) == target
+
+
+JOBS = {
+    ("ml", "resnet"): [JobKey("PyTorchJob", "ml", "resnet"), JobKey("TFJob", "ml", "resnet")],
+}
+PODS = {("ml", "resnet-worker-0"): JobKey("PyTorchJob", "ml", "resnet")}
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (AlertTarget("ml", "resnet"), [JobKey("PyTorchJob", "ml", "resnet"), JobKey("TFJob", "ml", "resnet")]),
+        (AlertTarget("ml", "resnet", "TFJob"), [JobKey("TFJob", "ml", "resnet")]),
+        (AlertTarget("ml", pod="resnet-worker-0"), [JobKey("PyTorchJob", "ml", "resnet")]),
+        (AlertTarget("ml", "gone", pod="resnet-worker-0"), [JobKey("PyTorchJob", "ml", "resnet")]),
+        (AlertTarget("ml", pod="nobody"), []),
+    ],
+)
+def test_resolve_jobs(target: AlertTarget, expected: list[JobKey]) -> None:
+    found = resolve_jobs(
+        target,
+        jobs_named=lambda ns, name: JOBS.get((ns, name), []),
+        job_of_pod=lambda ns, pod: PODS.get((ns, pod)),
+    )
+    assert found == expected
