@@ -1,0 +1,344 @@
+"""Leader election on a `coordination.k8s.io/v1` Lease (the Python client ships no Lease lock).
+
+Called by the composition root: `LeaderElector.run_in_thread()` starts the loop; `is_leader()` gates
+sweeps and remediations; `stop()` releases the lease on shutdown. The decision is pure
+(`decide(record, ...)`: create, acquire, renew or wait, from the lease as last seen and how long ago
+it last changed by our own monotonic clock, as client-go does, so clock skew between replicas cannot
+make two leaders). The I/O is thin: read, create, replace with the record's resourceVersion (a 409
+Conflict means another replica won the race, so optimistic concurrency makes it safe).
+
+Timing: the leader renews every `retry_period`; if it cannot renew for `renew_deadline` it stops
+leading (calls `on_stopped_leading`) and `is_leader()` turns false at the deadline even when the
+loop is stuck in a slow call. A follower takes over once the lease has not changed for
+`lease_duration` (or at once when the holder released it). What it does not do: run leader work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+log = logging.getLogger(__name__)
+
+
+class LeaseAction(StrEnum):
+    CREATE = "create"
+    ACQUIRE = "acquire"
+    RENEW = "renew"
+    WAIT = "wait"
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    holder: str
+    lease_duration_s: int
+    acquire_time: datetime | None
+    renew_time: datetime | None
+    transitions: int
+    resource_version: str
+
+
+def decide(
+    record: LeaseRecord | None,
+    *,
+    identity: str,
+    unchanged_for: float,
+) -> LeaseAction:
+    """What to do next, given the lease as last read and for how long (seconds, by our monotonic
+    clock) it has not changed."""
+    if record is None:
+        return LeaseAction.CREATE
+    if record.holder == identity:
+        return LeaseAction.RENEW
+    if not record.holder:
+        return LeaseAction.ACQUIRE  # released
+    if unchanged_for >= record.lease_duration_s:
+        return LeaseAction.ACQUIRE  # expired
+    return LeaseAction.WAIT
+
+
+def leading(last_renewed: float | None, *, now: float, renew_deadline: float) -> bool:
+    """Leader work may run only while the last successful renewal is younger than the deadline."""
+    return last_renewed is not None and now - last_renewed < renew_deadline
+
+
+def micro_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def record_from(obj: dict[str, Any]) -> LeaseRecord:
+    spec = obj.get("spec") or {}
+    return LeaseRecord(
+        holder=str(spec.get("holderIdentity") or ""),
+        lease_duration_s=int(spec.get("leaseDurationSeconds") or 0),
+        acquire_time=_parse_time(spec.get("acquireTime")),
+        renew_time=_parse_time(spec.get("renewTime")),
+        transitions=int(spec.get("leaseTransitions") or 0),
+        resource_version=str((obj.get("metadata") or {}).get("resourceVersion") or ""),
+    )
+
+
+def lease_body(record: LeaseRecord, *, name: str, namespace: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if record.resource_version:
+        metadata["resourceVersion"] = record.resource_version
+    spec: dict[str, Any] = {
+        "holderIdentity": record.holder,
+        "leaseDurationSeconds": record.lease_duration_s,
+        "leaseTransitions": record.transitions,
+    }
+    if record.acquire_time:
+        spec["acquireTime"] = micro_time(record.acquire_time)
+    if record.renew_time:
+        spec["renewTime"] = micro_time(record.renew_time)
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": spec,
+    }
+
+
+class LeaseConflictError(Exception):
+    """Another replica changed or created the lease first (HTTP 409)."""
+
+
+class LeaseUnavailableError(Exception):
+    """The API server could not be asked (network, 5xx, 403...)."""
+
+
+class LeaseClient:
+    """The thin I/O: read, create, replace one Lease through the official client, raw JSON."""
+
+    def __init__(self, api_client: Any, *, namespace: str, name: str) -> None:
+        from kubernetes.client import CoordinationV1Api
+
+        self.api = CoordinationV1Api(api_client)
+        self.namespace = namespace
+        self.name = name
+
+    def _call(self, fn: Callable[..., Any], *args: Any, timeout: float, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+            return orjson.loads(resp.data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 409:
+                raise LeaseConflictError(str(exc.reason)) from exc
+            raise LeaseUnavailableError(f"HTTP {exc.status} {exc.reason}") from exc
+        except (HTTPError, OSError, orjson.JSONDecodeError) as exc:
+            raise LeaseUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+
+    def get(self, *, timeout: float) -> LeaseRecord | None:
+        obj = self._call(self.api.read_namespaced_lease, self.name, self.namespace, timeout=timeout)
+        return None if obj is None else record_from(obj)
+
+    def create(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord:
+        body = lease_body(replace(record, resource_version=""), name=self.name, namespace=self.namespace)
+        obj = self._call(self.api.create_namespaced_lease, self.namespace, body, timeout=timeout)
+        if obj is None:
+            raise LeaseUnavailableError(f"namespace {self.namespace} not found")
+        return record_from(obj)
+
+    def replace(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord:
+        body = lease_body(record, name=self.name, namespace=self.namespace)
+        obj = self._call(
+            self.api.replace_namespaced_lease, self.name, self.namespace, body, timeout=timeout
+        )
+        if obj is None:
+            raise LeaseConflictError("lease was deleted")
+        return record_from(obj)
+
+
+@dataclass
+class _Seen:
+    record: LeaseRecord | None
+    since: float
+
+
+class LeaderElector:
+    """Runs the acquire/renew loop for `identity`; callbacks run on the elector's thread."""
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        *,
+        identity: str,
+        lease_duration: float,
+        renew_deadline: float,
+        retry_period: float,
+        on_started_leading: Callable[[], None] = lambda: None,
+        on_stopped_leading: Callable[[], None] = lambda: None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
+        self.client = client
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.on_started_leading = on_started_leading
+        self.on_stopped_leading = on_stopped_leading
+        self.monotonic = monotonic
+        self.wall = wall
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_renewed: float | None = None
+        self._leading = False
+        self._record: LeaseRecord | None = None
+        self._seen = _Seen(None, monotonic())
+        self.transitions_seen = 0
+
+    def is_leader(self) -> bool:
+        return self._leading and leading(
+            self._last_renewed, now=self.monotonic(), renew_deadline=self.renew_deadline
+        )
+
+    def _timeout(self) -> float:
+        if self._leading and self._last_renewed is not None:
+            left = self._last_renewed + self.renew_deadline - self.monotonic()
+            return max(0.1, min(self.retry_period, left))
+        return max(0.1, self.retry_period)
+
+    def _observe(self, record: LeaseRecord | None) -> float:
+        """Remember the record; return for how long it has not changed (seconds)."""
+        now = self.monotonic()
+        previous = self._seen.record
+        if previous is None or record is None or previous.resource_version != record.resource_version:
+            self._seen = _Seen(record, now)
+        return now - self._seen.since
+
+    def try_acquire_or_renew(self) -> bool:
+        """One step: True when we hold the lease afterwards."""
+        timeout = self._timeout()
+        started = self.monotonic()
+        try:
+            record = self.client.get(timeout=timeout)
+            unchanged_for = self._observe(record)
+            action = decide(record, identity=self.identity, unchanged_for=unchanged_for)
+            now = self.wall()
+            duration_s = max(1, round(self.lease_duration))
+            if action is LeaseAction.WAIT:
+                return False
+            if action is LeaseAction.CREATE:
+                self._record = self.client.create(
+                    LeaseRecord(self.identity, duration_s, now, now, 0, ""), timeout=timeout
+                )
+            elif action is LeaseAction.ACQUIRE:
+                assert record is not None
+                self._record = self.client.replace(
+                    replace(
+                        record,
+                        holder=self.identity,
+                        lease_duration_s=duration_s,
+                        acquire_time=now,
+                        renew_time=now,
+                        transitions=record.transitions + 1,
+                    ),
+                    timeout=timeout,
+                )
+            else:
+                assert record is not None
+                self._record = self.client.replace(
+                    replace(record, renew_time=now, lease_duration_s=duration_s), timeout=timeout
+                )
+        except LeaseConflictError as exc:
+            log.info("lease conflict", extra={"identity": self.identity, "error": str(exc)})
+            return False
+        except LeaseUnavailableError as exc:
+            log.warning("lease unavailable", extra={"identity": self.identity, "error": str(exc)})
+            return False
+        self._observe(self._record)
+        self._last_renewed = started
+        return True
+
+    def _set_leading(self, value: bool) -> None:
+        if value == self._leading:
+            return
+        self._leading = value
+        if value:
+            self.transitions_seen += 1
+            log.info("started leading", extra={"identity": self.identity})
+            self.on_started_leading()
+        else:
+            log.warning("stopped leading", extra={"identity": self.identity})
+            self.on_stopped_leading()
+
+    def step(self) -> None:
+        ok = self.try_acquire_or_renew()
+        if ok:
+            self._set_leading(True)
+        elif self._leading and not leading(
+            self._last_renewed, now=self.monotonic(), renew_deadline=self.renew_deadline
+        ):
+            self._set_leading(False)
+        elif self._leading and self._record is not None:
+            # someone else holds it now: stop at once rather than at the deadline
+            seen = self._seen.record
+            if seen is not None and seen.holder and seen.holder != self.identity:
+                self._set_leading(False)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # top-level loop: log and keep electing
+                log.exception("leader election step failed", extra={"identity": self.identity})
+            self._stop.wait(self.retry_period)
+        self._set_leading(False)
+        self.release()
+
+    def run_in_thread(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def release(self) -> None:
+        """Give the lease up (holder cleared) so a follower can take over at once."""
+        record = self._record
+        if record is None or record.holder != self.identity:
+            return
+        try:
+            self._record = self.client.replace(
+                replace(record, holder="", lease_duration_s=1, renew_time=self.wall()),
+                timeout=max(0.5, self.retry_period),
+            )
+            log.info("released the lease", extra={"identity": self.identity})
+        except (LeaseConflictError, LeaseUnavailableError) as exc:
+            log.warning("could not release the lease", extra={"error": str(exc)})
+        self._last_renewed = None
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class AlwaysLeader:
+    """Leader election disabled (a single replica): always the leader."""
+
+    def is_leader(self) -> bool:
+        return True
