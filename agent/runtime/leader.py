@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-import orjson
+from agent.sources.kubeapi import KubeApi, KubeApiError
 
 log = logging.getLogger(__name__)
 
@@ -125,47 +125,41 @@ class LeaseUnavailableError(Exception):
 
 
 class LeaseClient:
-    """The thin I/O: read, create, replace one Lease through the official client, raw JSON."""
+    """The thin I/O: read, create, replace one Lease, as raw JSON through `KubeApi`."""
 
-    def __init__(self, api_client: Any, *, namespace: str, name: str) -> None:
-        from kubernetes.client import CoordinationV1Api
-
-        self.api = CoordinationV1Api(api_client)
+    def __init__(self, api: KubeApi, *, namespace: str, name: str) -> None:
+        self.api = api
         self.namespace = namespace
         self.name = name
+        self.base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
-    def _call(self, fn: Callable[..., Any], *args: Any, timeout: float, **kwargs: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
+    def _call(self, method: str, path: str, body: Any, *, timeout: float) -> dict[str, Any] | None:
         try:
-            resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
-            return orjson.loads(resp.data)
-        except ApiException as exc:
+            obj = self.api.json(method, path, body=body, timeout=timeout)
+        except KubeApiError as exc:
             if exc.status == 404:
                 return None
             if exc.status == 409:
-                raise LeaseConflictError(str(exc.reason)) from exc
-            raise LeaseUnavailableError(f"HTTP {exc.status} {exc.reason}") from exc
-        except (HTTPError, OSError, orjson.JSONDecodeError) as exc:
-            raise LeaseUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+                raise LeaseConflictError(exc.reason) from exc
+            raise LeaseUnavailableError(str(exc)) from exc
+        if not isinstance(obj, dict):
+            raise LeaseUnavailableError(f"unexpected answer from {path}")
+        return obj
 
     def get(self, *, timeout: float) -> LeaseRecord | None:
-        obj = self._call(self.api.read_namespaced_lease, self.name, self.namespace, timeout=timeout)
+        obj = self._call("GET", f"{self.base}/{self.name}", None, timeout=timeout)
         return None if obj is None else record_from(obj)
 
     def create(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord:
         body = lease_body(replace(record, resource_version=""), name=self.name, namespace=self.namespace)
-        obj = self._call(self.api.create_namespaced_lease, self.namespace, body, timeout=timeout)
+        obj = self._call("POST", self.base, body, timeout=timeout)
         if obj is None:
             raise LeaseUnavailableError(f"namespace {self.namespace} not found")
         return record_from(obj)
 
     def replace(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord:
         body = lease_body(record, name=self.name, namespace=self.namespace)
-        obj = self._call(
-            self.api.replace_namespaced_lease, self.name, self.namespace, body, timeout=timeout
-        )
+        obj = self._call("PUT", f"{self.base}/{self.name}", body, timeout=timeout)
         if obj is None:
             raise LeaseConflictError("lease was deleted")
         return record_from(obj)
