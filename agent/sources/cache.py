@@ -1,0 +1,339 @@
+"""The in-memory cluster cache: slim objects by resource, indexes, and which jobs a change affects.
+
+Fed by `agent.sources.kube` (relists via `replace`, watch events via `apply`); read by the detector
+(pods of a job, policies of a namespace, the whole snapshot for a sweep) and the Alertmanager mapping
+(`jobs_named`, `job_of_pod`). Every change that alters what the diagnosis sees is reported to
+`on_change` as a `Change` naming the affected jobs (or namespaces, or everything):
+
+- a pod added/removed/rebound/relabelled -> its job (old and new, if relabelled);
+  a pod of no job -> its namespace (generic groups are found there);
+- a NetworkPolicy/CNP in namespace N -> namespace N (policies select endpoints of their own
+  namespace, and a job's pods share one namespace); a CCNP or a namespace's labels -> everything;
+- a node's labels, taints, GPUs or cordon -> the jobs with pods on it;
+- a Kubeflow job object -> that job. Owner objects (batch Jobs, ReplicaSets) change nothing.
+
+Objects are equal when their slim forms are equal, so status churn never reaches the detector.
+Thread-safe (one lock); callbacks run outside the lock on the caller's thread. No I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.settings import NamespaceFilter
+from agent.sources.jobkey import JobKey
+from agent.sources.resources import Resource, Role
+
+Obj = dict[str, Any]
+ObjKey = tuple[str, str]  # (namespace or "", name)
+
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+OPERATOR_LABEL = "training.kubeflow.org/operator-name"
+KUBEFLOW_KINDS = frozenset(
+    {"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"}
+)
+_OPERATORS = {
+    "pytorchjob-controller": "PyTorchJob",
+    "tfjob-controller": "TFJob",
+    "mpijob-controller": "MPIJob",
+    "mpi-operator": "MPIJob",
+    "xgboostjob-controller": "XGBoostJob",
+    "paddlejob-controller": "PaddleJob",
+    "jaxjob-controller": "JAXJob",
+}
+
+
+class EventType:
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a cache update affects; `everything` means re-diagnose all jobs."""
+
+    jobs: frozenset[JobKey] = frozenset()
+    namespaces: frozenset[str] = frozenset()
+    everything: bool = False
+    reasons: tuple[str, ...] = field(default=(), compare=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.namespaces or self.everything)
+
+    def merge(self, other: Change) -> Change:
+        return Change(
+            jobs=self.jobs | other.jobs,
+            namespaces=self.namespaces | other.namespaces,
+            everything=self.everything or other.everything,
+            reasons=self.reasons + other.reasons,
+        )
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def obj_key(obj: Obj) -> ObjKey:
+    meta = _meta(obj)
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _controller(obj: Obj) -> dict[str, Any] | None:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
+def _node_of(pod: Obj) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+class ClusterCache:
+    def __init__(
+        self,
+        *,
+        namespaces: NamespaceFilter | None = None,
+        on_change: Callable[[Change], None] | None = None,
+    ) -> None:
+        self.namespace_filter = namespaces or NamespaceFilter()
+        self.on_change = on_change
+        self._lock = threading.RLock()
+        self._objects: dict[str, dict[ObjKey, Obj]] = defaultdict(dict)
+        self._resources: dict[str, Resource] = {}
+        self._job_of_pod: dict[ObjKey, JobKey] = {}
+        self._pods_of_job: dict[JobKey, set[ObjKey]] = defaultdict(set)
+        self._pods_on_node: dict[str, set[ObjKey]] = defaultdict(set)
+        self._policies_in: dict[str, set[tuple[str, ObjKey]]] = defaultdict(set)
+        self._synced: set[str] = set()
+        self._expected: set[str] = set()
+
+    # -- filters and readiness -------------------------------------------------------------
+
+    def admits_namespace(self, namespace: str) -> bool:
+        f = self.namespace_filter
+        if not namespace:
+            return True
+        if f.include and namespace not in f.include:
+            return False
+        return namespace not in f.exclude
+
+    def expect(self, resources: Iterable[Resource]) -> None:
+        with self._lock:
+            for r in resources:
+                self._expected.add(r.name)
+                self._resources[r.name] = r
+
+    @property
+    def synced(self) -> bool:
+        with self._lock:
+            return bool(self._expected) and self._expected <= self._synced
+
+    def synced_resources(self) -> set[str]:
+        with self._lock:
+            return set(self._synced)
+
+    # -- job identity ----------------------------------------------------------------------
+
+    def _job_key_of_pod(self, pod: Obj) -> JobKey | None:
+        meta = _meta(pod)
+        namespace = str(meta.get("namespace") or "")
+        labels = meta.get("labels") or {}
+        controller = _controller(pod)
+        if controller and controller.get("kind") in KUBEFLOW_KINDS:
+            return JobKey(str(controller["kind"]), namespace, str(controller.get("name") or ""))
+        name = labels.get(JOB_NAME_LABEL)
+        if not name:
+            return None
+        for r_name, r in self._resources.items():
+            if r.role is Role.JOB and (namespace, name) in self._objects.get(r_name, {}):
+                return JobKey(r.kind, namespace, name)
+        kind = _OPERATORS.get(labels.get(OPERATOR_LABEL, ""))
+        if kind is None and controller and controller.get("kind") == "Job":
+            owner = self._objects.get("jobs.v1.batch", {}).get((namespace, str(controller.get("name"))))
+            owner_ctrl = _controller(owner) if owner else None
+            kind = str(owner_ctrl["kind"]) if owner_ctrl else "MPIJob"
+        return JobKey(kind or "Unknown", namespace, name)
+
+    # -- updates -----------------------------------------------------------------------------
+
+    def apply(self, resource: Resource, event: str, obj: Obj) -> Change:
+        """Apply one watch event (object already slimmed); report and return what it affects."""
+        with self._lock:
+            change = self._apply(resource, event, obj)
+        if change and self.on_change is not None:
+            self.on_change(change)
+        return change
+
+    def replace(self, resource: Resource, items: list[Obj]) -> Change:
+        """Apply a full (re)list: deletions of what vanished, upserts of what is new or changed."""
+        with self._lock:
+            self._resources[resource.name] = resource
+            current = self._objects[resource.name]
+            fresh = {obj_key(o): o for o in items}
+            change = Change()
+            for key in list(current):
+                if key not in fresh:
+                    change = change.merge(self._apply(resource, EventType.DELETED, current[key]))
+            for obj in fresh.values():
+                change = change.merge(self._apply(resource, EventType.MODIFIED, obj))
+            self._synced.add(resource.name)
+        if change and self.on_change is not None:
+            self.on_change(change)
+        return change
+
+    def _apply(self, resource: Resource, event: str, obj: Obj) -> Change:
+        self._resources[resource.name] = resource
+        key = obj_key(obj)
+        if resource.namespaced and not self.admits_namespace(key[0]):
+            return Change()
+        store = self._objects[resource.name]
+        old = store.get(key)
+        if event == EventType.DELETED:
+            if old is None:
+                return Change()
+            del store[key]
+            new = None
+        else:
+            if old == obj:
+                return Change()
+            store[key] = obj
+            new = obj
+        reason = f"{resource.kind} {key[0]}/{key[1]} {event.lower()}"
+        return self._index(resource, key, old, new, reason)
+
+    def _index(
+        self, resource: Resource, key: ObjKey, old: Obj | None, new: Obj | None, reason: str
+    ) -> Change:
+        role = resource.role
+        if role is Role.POD:
+            return self._index_pod(key, old, new, reason)
+        if role is Role.POLICY:
+            if old is not None:
+                self._policies_in[key[0]].discard((resource.name, key))
+            if new is not None:
+                self._policies_in[key[0]].add((resource.name, key))
+            if not resource.namespaced:
+                return Change(everything=True, reasons=(reason,))
+            return Change(namespaces=frozenset({key[0]}), reasons=(reason,))
+        if role is Role.NODE:
+            pods = self._pods_on_node.get(key[1], set())
+            return self._pods_change(pods, reason)
+        if role is Role.NAMESPACE:
+            if old is None or new is None:
+                return Change()  # an empty new namespace, or one whose pods are gone already
+            return Change(everything=True, reasons=(reason,))
+        if role is Role.JOB:
+            return Change(jobs=frozenset({JobKey(resource.kind, key[0], key[1])}), reasons=(reason,))
+        return Change()
+
+    def _pods_change(self, pods: Iterable[ObjKey], reason: str) -> Change:
+        jobs: set[JobKey] = set()
+        namespaces: set[str] = set()
+        for pod in pods:
+            job = self._job_of_pod.get(pod)
+            if job is not None:
+                jobs.add(job)
+            else:
+                namespaces.add(pod[0])
+        if not jobs and not namespaces:
+            return Change()
+        return Change(jobs=frozenset(jobs), namespaces=frozenset(namespaces), reasons=(reason,))
+
+    def _index_pod(self, key: ObjKey, old: Obj | None, new: Obj | None, reason: str) -> Change:
+        old_job = self._job_of_pod.pop(key, None)
+        if old_job is not None:
+            members = self._pods_of_job.get(old_job)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._pods_of_job[old_job]
+        old_node = _node_of(old) if old else None
+        if old_node:
+            self._pods_on_node[old_node].discard(key)
+            if not self._pods_on_node[old_node]:
+                del self._pods_on_node[old_node]
+        new_job = None
+        if new is not None:
+            new_job = self._job_key_of_pod(new)
+            if new_job is not None:
+                self._job_of_pod[key] = new_job
+                self._pods_of_job[new_job].add(key)
+            node = _node_of(new)
+            if node:
+                self._pods_on_node[node].add(key)
+        jobs = frozenset(j for j in (old_job, new_job) if j is not None)
+        if jobs:
+            return Change(jobs=jobs, reasons=(reason,))
+        return Change(namespaces=frozenset({key[0]}), reasons=(reason,))
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, resource_name: str, namespace: str, name: str) -> Obj | None:
+        with self._lock:
+            return self._objects.get(resource_name, {}).get((namespace, name))
+
+    def items(self, resource_name: str) -> list[Obj]:
+        with self._lock:
+            return list(self._objects.get(resource_name, {}).values())
+
+    def count(self, resource_name: str) -> int:
+        with self._lock:
+            return len(self._objects.get(resource_name, {}))
+
+    def keys(self, resource_name: str) -> set[ObjKey]:
+        with self._lock:
+            return set(self._objects.get(resource_name, {}))
+
+    def job_keys(self) -> set[JobKey]:
+        with self._lock:
+            keys = set(self._pods_of_job)
+            for r_name, r in self._resources.items():
+                if r.role is Role.JOB:
+                    keys.update(JobKey(r.kind, ns, n) for ns, n in self._objects.get(r_name, {}))
+            return keys
+
+    def jobs_named(self, namespace: str, name: str) -> list[JobKey]:
+        with self._lock:
+            return sorted(k for k in self.job_keys() if k.namespace == namespace and k.name == name)
+
+    def job_of_pod(self, namespace: str, pod: str) -> JobKey | None:
+        with self._lock:
+            return self._job_of_pod.get((namespace, pod))
+
+    def pods_of_job(self, job: JobKey) -> list[Obj]:
+        with self._lock:
+            store = self._objects.get("pods", {})
+            return [store[k] for k in sorted(self._pods_of_job.get(job, ())) if k in store]
+
+    def policies_in(self, namespace: str) -> list[Obj]:
+        """Policies of a namespace plus the cluster-wide ones."""
+        with self._lock:
+            out = []
+            for ns in (namespace, ""):
+                for r_name, key in sorted(self._policies_in.get(ns, ())):
+                    obj = self._objects.get(r_name, {}).get(key)
+                    if obj is not None:
+                        out.append(obj)
+            return out
+
+    def snapshot(self, namespaces: set[str] | None = None) -> list[Obj]:
+        """Every cached object (namespaced ones limited to `namespaces` when given), for the core."""
+        with self._lock:
+            out: list[Obj] = []
+            for r_name, store in self._objects.items():
+                resource = self._resources.get(r_name)
+                if resource is None:
+                    continue
+                if namespaces is None or not resource.namespaced:
+                    out.extend(store.values())
+                else:
+                    out.extend(o for k, o in store.items() if k[0] in namespaces)
+            return out

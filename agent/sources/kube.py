@@ -1,0 +1,297 @@
+"""Kubernetes source: discovery, then one list+watch loop per served resource into the cache.
+
+Called by the composition root (`KubeSource.start()`, `wait_synced()`, `stop()`) and by
+`zonemedic sweep --once` (start, wait for sync, read the cache, stop). Each `Informer` lists with
+`limit`/`continue` paging, then watches from the list's resourceVersion with `allowWatchBookmarks`
+and a server-side `timeoutSeconds`; a stream that ends or breaks resumes from the last
+resourceVersion seen (bookmarks included); a 410 Gone (as an HTTP answer or an `ERROR` event)
+relists; 5xx, 429 (Retry-After honoured) and network errors back off exponentially with full
+jitter. Bodies are parsed with orjson from unread responses (`_preload_content=False`) and slimmed
+before they reach the cache. What it does not do: diagnose, or write to the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from agent.sources.backoff import Backoff
+from agent.sources.cache import ClusterCache, EventType
+from agent.sources.kubeapi import KubeApi, KubeApiError, iter_lines
+from agent.sources.resources import RESOURCES, Resource, group_versions, select_served
+from agent.sources.slim import slimmer
+
+log = logging.getLogger(__name__)
+
+LIST_PAGE = 5000
+
+
+class GoneError(Exception):
+    """The resourceVersion we asked for is too old (HTTP 410 / ERROR event with code 410)."""
+
+
+class RestartReason:
+    GONE = "gone"
+    ERROR = "error"
+    STREAM = "stream"
+
+
+def discover(api: KubeApi, *, timeout: float = 10.0) -> dict[tuple[str, str], set[str]]:
+    """Plurals served by each group/version we care about; an unserved one is simply absent."""
+    served: dict[tuple[str, str], set[str]] = {}
+    for group, version in group_versions():
+        try:
+            doc = api.json("GET", f"/apis/{group}/{version}", timeout=timeout)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                continue
+            raise
+        names = {
+            str(r.get("name"))
+            for r in (doc.get("resources") or [])
+            if isinstance(r, dict) and "/" not in str(r.get("name"))
+        }
+        served[(group, version)] = names
+    return served
+
+
+class Informer:
+    """List+watch of one resource into the cache, on its own thread."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        resource: Resource,
+        cache: ClusterCache,
+        *,
+        on_restart: Callable[[str, str], None] = lambda resource, reason: None,
+        watch_timeout: int = 300,
+        request_timeout: float = 30.0,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.cache = cache
+        self.on_restart = on_restart
+        self.watch_timeout = watch_timeout
+        self.request_timeout = request_timeout
+        self.slim = slimmer(resource)
+        self.backoff = Backoff(rand=rand)
+        self.rand = rand
+        self.resource_version: str | None = None
+        self.lists = 0
+        self.watches = 0
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._thread: threading.Thread | None = None
+
+    # -- list ----------------------------------------------------------------------------------
+
+    def list(self) -> str:
+        """Full list (paged) into the cache; returns the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            query = [("limit", str(LIST_PAGE))]
+            if token:
+                query.append(("continue", token))
+            try:
+                doc = self.api.json(
+                    "GET", self.resource.list_path(), query=query, timeout=self.request_timeout * 4
+                )
+            except KubeApiError as exc:
+                if exc.status == 410 and token:
+                    items, token = [], None  # continue token expired: start the list again
+                    continue
+                raise
+            for obj in doc.get("items") or []:
+                if isinstance(obj, dict):
+                    items.append(self.slim(obj))
+            meta = doc.get("metadata") or {}
+            token = meta.get("continue") or None
+            if not token:
+                break
+        self.cache.replace(self.resource, items)
+        self.lists += 1
+        return str(meta.get("resourceVersion") or "")
+
+    # -- watch ---------------------------------------------------------------------------------
+
+    def watch(self, resource_version: str) -> str:
+        """Watch from `resource_version` until the stream ends; return the last version seen."""
+        timeout = self.watch_timeout + int(self.watch_timeout * self.rand() * 0.2)
+        query = [
+            ("watch", "1"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout)),
+        ]
+        try:
+            response = self.api.open(
+                "GET",
+                self.resource.list_path(),
+                query=query,
+                timeout=(self.request_timeout, timeout + 30),
+            )
+        except KubeApiError as exc:
+            if exc.status == 410:
+                raise GoneError(exc.reason) from exc
+            raise
+        self._response = response
+        self.watches += 1
+        version = resource_version
+        try:
+            if self._stop.is_set():
+                return version
+            for line in iter_lines(response):
+                event = orjson.loads(line)
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code") or 0)
+                    if code == 410:
+                        raise GoneError(str(obj.get("message") or "gone"))
+                    raise KubeApiError(code, str(obj.get("message") or "watch error"))
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind in (EventType.ADDED, EventType.MODIFIED, EventType.DELETED):
+                    self.cache.apply(self.resource, kind, self.slim(obj))
+                if rv:
+                    version = str(rv)
+                self.resource_version = version
+                self.backoff.reset()
+        finally:
+            self._response = None
+            response.release_conn()
+        return version
+
+    # -- loop ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        from urllib3.exceptions import HTTPError
+
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self.list()
+                    self.resource_version = version
+                    self.backoff.reset()
+                version = self.watch(version)
+            except GoneError:
+                self.on_restart(self.resource.name, RestartReason.GONE)
+                log.info("watch expired, relisting", extra={"resource": self.resource.name})
+                version = None
+                if self.backoff.attempts:
+                    self._stop.wait(self.backoff.next())
+                else:
+                    self.backoff.attempts = 1  # relist at once the first time only
+            except KubeApiError as exc:
+                self.on_restart(self.resource.name, RestartReason.ERROR)
+                delay = self.backoff.next(exc.retry_after)
+                log.warning(
+                    "list/watch failed",
+                    extra={"resource": self.resource.name, "error": str(exc), "retry_in": delay},
+                )
+                self._stop.wait(delay)
+            except (HTTPError, OSError, ValueError) as exc:
+                if self._stop.is_set():
+                    break
+                self.on_restart(self.resource.name, RestartReason.STREAM)
+                delay = self.backoff.next()
+                log.info(
+                    "watch stream broken, resuming",
+                    extra={"resource": self.resource.name, "error": str(exc)[:200]},
+                )
+                self._stop.wait(delay)
+            except Exception:  # top-level loop: log and keep watching
+                log.exception("informer crashed, relisting", extra={"resource": self.resource.name})
+                version = None
+                self._stop.wait(self.backoff.next())
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self.run, name=f"watch-{self.resource.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                response.shutdown()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class KubeSource:
+    """Discovery + informers for every served resource, feeding one `ClusterCache`."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        cache: ClusterCache,
+        *,
+        on_restart: Callable[[str, str], None] = lambda resource, reason: None,
+        watch_timeout: int = 300,
+        resources: tuple[Resource, ...] = RESOURCES,
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        self.on_restart = on_restart
+        self.watch_timeout = watch_timeout
+        self.all_resources = resources
+        self.informers: list[Informer] = []
+
+    def start(self, *, discovery_timeout: float = 30.0) -> list[Resource]:
+        """Discover (retrying until `discovery_timeout`), then start one informer per resource."""
+        deadline = time.monotonic() + discovery_timeout
+        backoff = Backoff()
+        while True:
+            try:
+                served = discover(self.api)
+                break
+            except KubeApiError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                delay = backoff.next(exc.retry_after)
+                log.warning("discovery failed", extra={"error": str(exc), "retry_in": delay})
+                time.sleep(delay)
+        chosen = select_served(served, self.all_resources)
+        self.cache.expect(chosen)
+        for resource in chosen:
+            informer = Informer(
+                self.api,
+                resource,
+                self.cache,
+                on_restart=self.on_restart,
+                watch_timeout=self.watch_timeout,
+            )
+            self.informers.append(informer)
+            informer.start()
+        log.info("watching", extra={"resources": [r.name for r in chosen]})
+        return chosen
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.cache.synced:
+                return True
+            time.sleep(0.02)
+        return self.cache.synced
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for informer in self.informers:
+            informer.stop()
+        deadline = time.monotonic() + timeout
+        for informer in self.informers:
+            informer.join(max(0.0, deadline - time.monotonic()))

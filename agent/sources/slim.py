@@ -1,0 +1,170 @@
+"""Slimming: keep only the fields the diagnosis needs from a watched object, in manifest shape.
+
+Called by `agent.sources.kube` on every listed or watched object (parsed by orjson). The result is
+still a manifest-shaped dict (`apiVersion`, `kind`, `metadata`, `spec`, `status`) so the core's
+snapshot loader reads the cache exactly as it reads `kubectl get -o json`. Dropping volatile fields
+(resourceVersion, managedFields, conditions' timestamps, container statuses) also means an update
+that changes nothing the diagnosis sees compares equal, and triggers no re-diagnosis. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agent.sources.resources import Resource, Role
+
+GPU_MARKER = "gpu"
+
+Obj = dict[str, Any]
+
+
+def _meta(obj: Obj, *, owners: bool = True) -> Obj:
+    meta = obj.get("metadata") or {}
+    out: Obj = {"name": meta.get("name", "")}
+    if meta.get("namespace"):
+        out["namespace"] = meta["namespace"]
+    if meta.get("uid"):
+        out["uid"] = meta["uid"]
+    if meta.get("labels"):
+        out["labels"] = meta["labels"]
+    if meta.get("deletionTimestamp"):
+        out["deletionTimestamp"] = meta["deletionTimestamp"]
+    if owners and meta.get("ownerReferences"):
+        out["ownerReferences"] = [
+            {k: ref[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in ref}
+            for ref in meta["ownerReferences"]
+            if isinstance(ref, dict)
+        ]
+    return out
+
+
+def _gpu_resources(resources: Any) -> Obj:
+    out: Obj = {}
+    if not isinstance(resources, dict):
+        return out
+    for section in ("requests", "limits"):
+        values = resources.get(section)
+        if isinstance(values, dict):
+            kept = {k: v for k, v in values.items() if GPU_MARKER in k}
+            if kept:
+                out[section] = kept
+    return out
+
+
+def _container(c: Any) -> Obj:
+    if not isinstance(c, dict):
+        return {}
+    out: Obj = {"name": c.get("name", "")}
+    if c.get("ports"):
+        out["ports"] = [
+            {k: p[k] for k in ("name", "containerPort", "protocol") if k in p}
+            for p in c["ports"]
+            if isinstance(p, dict)
+        ]
+    res = _gpu_resources(c.get("resources"))
+    if res:
+        out["resources"] = res
+    return out
+
+
+def slim_pod(obj: Obj) -> Obj:
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    out_spec: Obj = {"containers": [_container(c) for c in spec.get("containers") or []]}
+    for key in ("nodeName", "serviceAccountName", "nodeSelector", "tolerations", "affinity"):
+        if spec.get(key):
+            out_spec[key] = spec[key]
+    out: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _meta(obj),
+        "spec": out_spec,
+        "status": {"phase": status.get("phase") or "Pending"},
+    }
+    return out
+
+
+def slim_node(obj: Obj) -> Obj:
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    out_spec: Obj = {}
+    if spec.get("taints"):
+        out_spec["taints"] = spec["taints"]
+    if spec.get("unschedulable"):
+        out_spec["unschedulable"] = True
+    allocatable = status.get("allocatable") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": _meta(obj, owners=False),
+        "spec": out_spec,
+        "status": {"allocatable": {k: v for k, v in allocatable.items() if GPU_MARKER in k}},
+    }
+
+
+def slim_namespace(obj: Obj) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(obj, owners=False)}
+
+
+def slim_policy(obj: Obj, resource: Resource) -> Obj:
+    out: Obj = {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": _meta(obj, owners=False),
+    }
+    for key in ("spec", "specs"):
+        if key in obj:
+            out[key] = obj[key]
+    return out
+
+
+def slim_job(obj: Obj, resource: Resource) -> Obj:
+    spec = obj.get("spec") or {}
+    out_spec: Obj = {}
+    if isinstance(spec.get("runPolicy"), dict):
+        out_spec["runPolicy"] = spec["runPolicy"]
+    for key, value in spec.items():
+        if key.endswith("ReplicaSpecs") and isinstance(value, dict):
+            replicas: Obj = {}
+            for rtype, rspec in value.items():
+                if not isinstance(rspec, dict):
+                    continue
+                template = rspec.get("template") or {}
+                tmeta = template.get("metadata") or {}
+                replicas[rtype] = {
+                    "replicas": rspec.get("replicas", 1),
+                    "template": {"metadata": {"labels": tmeta.get("labels") or {}}},
+                }
+            out_spec[key] = replicas
+    conditions = [
+        {"type": c.get("type"), "status": c.get("status")}
+        for c in (obj.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    ]
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": _meta(obj),
+        "spec": out_spec,
+        "status": {"conditions": conditions},
+    }
+
+
+def slim_owner(obj: Obj, resource: Resource) -> Obj:
+    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": _meta(obj)}
+
+
+def slimmer(resource: Resource) -> Callable[[Obj], Obj]:
+    """The slimming function for objects of `resource`."""
+    if resource.role is Role.POD:
+        return slim_pod
+    if resource.role is Role.NODE:
+        return slim_node
+    if resource.role is Role.NAMESPACE:
+        return slim_namespace
+    if resource.role is Role.POLICY:
+        return lambda obj: slim_policy(obj, resource)
+    if resource.role is Role.JOB:
+        return lambda obj: slim_job(obj, resource)
+    return lambda obj: slim_owner(obj, resource)

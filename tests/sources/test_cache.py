@@ -1,0 +1,146 @@
+"""The cluster cache: indexes, namespace filters, and which jobs each change affects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent.settings import NamespaceFilter
+from agent.sources.cache import Change, ClusterCache
+from agent.sources.jobkey import JobKey
+from agent.sources.resources import RESOURCES
+
+R = {r.name: r for r in RESOURCES}
+PODS, NODES, NAMESPACES = R["pods"], R["nodes"], R["namespaces"]
+CNP = R["ciliumnetworkpolicies.v2.cilium.io"]
+CCNP = R["ciliumclusterwidenetworkpolicies.v2.cilium.io"]
+PYTORCH = R["pytorchjobs.v1.kubeflow.org"]
+BATCH = R["jobs.v1.batch"]
+
+RESNET = JobKey("PyTorchJob", "ml", "resnet")
+
+
+def pod(name: str, *, ns: str = "ml", job: str | None = "resnet", node: str | None = "n1", labels: dict[str, str] | None = None, owner: str = "PyTorchJob") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": dict(labels or {})}
+    if job:
+        meta["labels"]["training.kubeflow.org/job-name"] = job
+        meta["ownerReferences"] = [{"kind": owner, "name": job, "controller": True}]
+    spec: dict[str, Any] = {"containers": []}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Running"}}
+
+
+def node(name: str, zone: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}, "spec": {}, "status": {"allocatable": {}}}
+
+
+def policy(name: str, ns: str | None = "ml", rule: str = "a") -> dict[str, Any]:
+    meta = {"name": name} | ({"namespace": ns} if ns else {})
+    return {"kind": "CiliumNetworkPolicy", "metadata": meta, "spec": {"rule": rule}}
+
+
+@pytest.fixture
+def cache() -> tuple[ClusterCache, list[Change]]:
+    seen: list[Change] = []
+    c = ClusterCache(on_change=seen.append)
+    c.replace(NODES, [node("n1", "a"), node("n2", "b")])
+    c.replace(NAMESPACES, [{"metadata": {"name": "ml", "labels": {"t": "1"}}}])
+    c.replace(PODS, [pod("resnet-master-0"), pod("resnet-worker-0", node="n2"), pod("web-1", job=None)])
+    c.replace(CNP, [policy("p1")])
+    seen.clear()
+    return c, seen
+
+
+def test_indexes(cache: tuple[ClusterCache, list[Change]]) -> None:
+    c, _ = cache
+    assert c.job_of_pod("ml", "resnet-worker-0") == RESNET
+    assert [p["metadata"]["name"] for p in c.pods_of_job(RESNET)] == ["resnet-master-0", "resnet-worker-0"]
+    assert c.jobs_named("ml", "resnet") == [RESNET]
+    assert [p["metadata"]["name"] for p in c.policies_in("ml")] == ["p1"]
+    assert RESNET in c.job_keys()
+
+
+@pytest.mark.parametrize(
+    ("resource", "event", "obj", "expected"),
+    [
+        # a pod bound / rebound / relabelled -> its job(s)
+        ("pods", "ADDED", pod("resnet-worker-1", node="n1"), Change(jobs=frozenset({RESNET}))),
+        ("pods", "MODIFIED", pod("resnet-worker-0", node="n1"), Change(jobs=frozenset({RESNET}))),
+        ("pods", "MODIFIED", pod("resnet-worker-0", node="n2"), Change()),  # nothing the diagnosis sees
+        ("pods", "MODIFIED", pod("resnet-worker-0", node="n2", job="other"), Change(jobs=frozenset({RESNET, JobKey("PyTorchJob", "ml", "other")}))),
+        ("pods", "DELETED", pod("resnet-worker-0"), Change(jobs=frozenset({RESNET}))),
+        ("pods", "DELETED", pod("ghost"), Change()),
+        # a pod of no job -> its namespace (generic groups)
+        ("pods", "MODIFIED", pod("web-1", job=None, labels={"app": "x"}), Change(namespaces=frozenset({"ml"}))),
+        # policies: namespace; cluster-wide: everything
+        ("ciliumnetworkpolicies.v2.cilium.io", "MODIFIED", policy("p1", rule="b"), Change(namespaces=frozenset({"ml"}))),
+        ("ciliumnetworkpolicies.v2.cilium.io", "MODIFIED", policy("p1"), Change()),
+        ("ciliumclusterwidenetworkpolicies.v2.cilium.io", "ADDED", policy("c1", None), Change(everything=True)),
+        # node labels -> jobs with pods there (and namespaces of group pods there)
+        ("nodes", "MODIFIED", node("n2", "c"), Change(jobs=frozenset({RESNET}))),
+        ("nodes", "MODIFIED", node("n1", "c"), Change(jobs=frozenset({RESNET}), namespaces=frozenset({"ml"}))),
+        ("nodes", "ADDED", node("n3", "c"), Change()),
+        # namespace labels -> everything (policies select namespaces by label)
+        ("namespaces", "MODIFIED", {"metadata": {"name": "ml", "labels": {"t": "2"}}}, Change(everything=True)),
+        # the job object itself
+        ("pytorchjobs.v1.kubeflow.org", "ADDED", {"metadata": {"name": "resnet", "namespace": "ml"}}, Change(jobs=frozenset({RESNET}))),
+        # owners: nothing
+        ("jobs.v1.batch", "ADDED", {"metadata": {"name": "x-launcher", "namespace": "ml"}}, Change()),
+    ],
+)
+def test_change_affects(
+    cache: tuple[ClusterCache, list[Change]], resource: str, event: str, obj: dict[str, Any], expected: Change
+) -> None:
+    c, seen = cache
+    change = c.apply(R[resource], event, obj)
+    assert change == expected
+    assert seen == ([expected] if expected else [])
+
+
+def test_relist_reports_only_differences(cache: tuple[ClusterCache, list[Change]]) -> None:
+    c, seen = cache
+    c.replace(PODS, [pod("resnet-master-0"), pod("web-1", job=None)])  # worker vanished while we were away
+    assert seen == [Change(jobs=frozenset({RESNET}))]
+    assert c.job_of_pod("ml", "resnet-worker-0") is None
+    assert c.keys("pods") == {("ml", "resnet-master-0"), ("ml", "web-1")}
+
+
+def test_namespace_filter() -> None:
+    c = ClusterCache(namespaces=NamespaceFilter(include=["ml", "nlp"], exclude=["nlp"]))
+    c.replace(PODS, [pod("a-0", ns="ml"), pod("b-0", ns="nlp"), pod("c-0", ns="web")])
+    c.replace(NODES, [node("n1", "a")])
+    assert c.keys("pods") == {("ml", "a-0")}
+    assert c.count("nodes") == 1
+
+
+def test_mpi_launcher_kind_through_the_operator_label_or_batch_owner() -> None:
+    c = ClusterCache()
+    launcher = pod("m-launcher-abc", job="m", owner="Job")
+    launcher["metadata"]["ownerReferences"][0]["name"] = "m-launcher"
+    c.replace(BATCH, [{"metadata": {"name": "m-launcher", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}}])
+    c.apply(PODS, "ADDED", launcher)
+    assert c.job_of_pod("ml", "m-launcher-abc") == JobKey("MPIJob", "ml", "m")
+    labelled = pod("t-launcher", job="t", owner="Job")
+    labelled["metadata"]["labels"]["training.kubeflow.org/operator-name"] = "mpi-operator"
+    c.apply(PODS, "ADDED", labelled)
+    assert c.job_of_pod("ml", "t-launcher") == JobKey("MPIJob", "ml", "t")
+
+
+def test_synced_only_when_every_expected_resource_listed() -> None:
+    c = ClusterCache()
+    c.expect([PODS, NODES])
+    assert not c.synced
+    c.replace(PODS, [])
+    assert not c.synced
+    c.replace(NODES, [])
+    assert c.synced
+
+
+def test_snapshot_limits_namespaced_objects(cache: tuple[ClusterCache, list[Change]]) -> None:
+    c, _ = cache
+    c.apply(PODS, "ADDED", pod("x-0", ns="other", job="x"))
+    names = {o["metadata"]["name"] for o in c.snapshot({"other"})}
+    assert "x-0" in names and "n1" in names and "resnet-master-0" not in names
+    assert len(c.snapshot()) == len(c.snapshot({"ml", "other"}))

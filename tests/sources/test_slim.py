@@ -1,0 +1,117 @@
+"""Slimming keeps what the diagnosis needs, drops churn, and stays manifest-shaped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.sources.resources import RESOURCES, Resource
+from agent.sources.slim import slim_pod, slimmer
+
+BY_KIND = {(r.kind, r.version): r for r in RESOURCES}
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "resnet-worker-0",
+        "namespace": "ml",
+        "uid": "u1",
+        "resourceVersion": "123",
+        "labels": {"training.kubeflow.org/job-name": "resnet"},
+        "annotations": {"big": "x" * 1000},
+        "managedFields": [{"manager": "kubelet"}],
+        "ownerReferences": [
+            {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "resnet", "uid": "j1", "controller": True, "blockOwnerDeletion": True}
+        ],
+    },
+    "spec": {
+        "nodeName": "gpu-a-1",
+        "serviceAccountName": "trainer",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "volumes": [{"name": "data"}],
+        "containers": [
+            {
+                "name": "pytorch",
+                "image": "pytorch:2",
+                "env": [{"name": "A", "value": "b"}],
+                "ports": [{"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}],
+                "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}},
+            }
+        ],
+    },
+    "status": {"phase": "Running", "podIP": "10.0.0.1", "containerStatuses": [{"ready": True}]},
+}
+
+
+def test_pod_keeps_diagnosis_fields_only() -> None:
+    slim = slim_pod(POD)
+    assert slim == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "resnet-worker-0",
+            "namespace": "ml",
+            "uid": "u1",
+            "labels": {"training.kubeflow.org/job-name": "resnet"},
+            "ownerReferences": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "resnet", "uid": "j1", "controller": True}
+            ],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "ports": [{"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}],
+                    "resources": {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}},
+                }
+            ],
+            "nodeName": "gpu-a-1",
+            "serviceAccountName": "trainer",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_status_churn_compares_equal() -> None:
+    churned = {**POD, "metadata": {**POD["metadata"], "resourceVersion": "999"}, "status": {**POD["status"], "podIP": "10.9.9.9"}}
+    assert slim_pod(churned) == slim_pod(POD)
+
+
+def test_node_policy_job_and_owner() -> None:
+    node = slimmer(BY_KIND[("Node", "v1")])(
+        {
+            "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "a"}, "resourceVersion": "5"},
+            "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}], "unschedulable": True, "podCIDR": "x"},
+            "status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready"}]},
+        }
+    )
+    assert node["spec"] == {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}], "unschedulable": True}
+    assert node["status"] == {"allocatable": {"nvidia.com/gpu": "8"}}
+    cnp = slimmer(BY_KIND[("CiliumNetworkPolicy", "v2")])(
+        {"metadata": {"name": "p", "namespace": "ml", "annotations": {"a": "b"}}, "spec": {"endpointSelector": {}}, "status": {"x": 1}}
+    )
+    assert cnp == {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNetworkPolicy",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"endpointSelector": {}},
+    }
+    job_resource: Resource = BY_KIND[("PyTorchJob", "v1")]
+    job = slimmer(job_resource)(
+        {
+            "metadata": {"name": "resnet", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+            "spec": {
+                "runPolicy": {"suspend": False},
+                "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}}}},
+            },
+            "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": "t"}]},
+        }
+    )
+    assert job["spec"] == {
+        "runPolicy": {"suspend": False},
+        "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"metadata": {"labels": {"a": "b"}}}}},
+    }
+    assert job["status"] == {"conditions": [{"type": "Running", "status": "True"}]}
+    owner = slimmer(BY_KIND[("Job", "v1")])({"metadata": {"name": "j", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}, "spec": {"x": 1}})
+    assert owner == {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}}
