@@ -145,6 +145,10 @@ class Deduper:
             self._seen.popitem(last=False)
         return True
 
+    def forget(self, alert: Alert) -> None:
+        """Drop a key again (its processing failed and Alertmanager will re-send it)."""
+        self._seen.pop(alert.dedupe_key, None)
+
 
 _NAMESPACE_LABELS = ("namespace", "exported_namespace", "destination_namespace")
 _JOB_LABELS = ("training_job", "job_name", "label_training_kubeflow_org_job_name", "created_by_name")

@@ -1,0 +1,88 @@
+"""The agent's own Prometheus metrics, on a private `prometheus_client` registry served at /metrics.
+
+Built once by the composition root and passed to whoever records: the watch loops (restarts), the
+Prometheus source (query errors), the detector (detection latency, incidents), sweeps (duration),
+leader election (leader status), the Alertmanager endpoint. A private registry keeps tests and
+several agents in one process independent. No I/O here; the HTTP app renders `exposition()`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class AgentMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.incidents = Gauge(
+            "zonemedic_incidents",
+            "Incidents by verdict and status (refreshed by sweeps and the detector).",
+            ["verdict", "status"],
+            registry=r,
+        )
+        self.findings = Counter(
+            "zonemedic_findings_total", "Diagnoses made, by verdict.", ["verdict"], registry=r
+        )
+        self.detection_latency = Histogram(
+            "zonemedic_detection_latency_seconds",
+            "From the cluster change that triggered a diagnosis to the finding being stored.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0),
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "zonemedic_watch_restarts_total",
+            "List/watch restarts by resource and reason (gone, error, stream).",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.prometheus_queries = Counter(
+            "zonemedic_prometheus_queries_total",
+            "Queries sent to Prometheus, by outcome (ok, error).",
+            ["outcome"],
+            registry=r,
+        )
+        self.prometheus_query_errors = Counter(
+            "zonemedic_prometheus_query_errors_total",
+            "Prometheus queries that failed (after bounded retries).",
+            registry=r,
+        )
+        self.sweep_duration = Histogram(
+            "zonemedic_sweep_duration_seconds",
+            "Duration of scheduled health sweeps.",
+            buckets=(0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+            registry=r,
+        )
+        self.sweeps = Counter(
+            "zonemedic_sweeps_total", "Sweeps run, by outcome.", ["outcome"], registry=r
+        )
+        self.leader = Gauge(
+            "zonemedic_leader", "1 while this replica holds the leader lease.", registry=r
+        )
+        self.alerts = Counter(
+            "zonemedic_alertmanager_alerts_total",
+            "Alerts received on the webhook, by outcome (new, duplicate, unmapped).",
+            ["outcome"],
+            registry=r,
+        )
+        self.cache_objects = Gauge(
+            "zonemedic_cache_objects", "Objects in the watch cache, by resource.", ["resource"],
+            registry=r,
+        )
+
+    def record_restart(self, resource: str, reason: str) -> None:
+        self.watch_restarts.labels(resource=resource, reason=reason).inc()
+
+    def record_prometheus_query(self, ok: bool) -> None:
+        self.prometheus_queries.labels(outcome="ok" if ok else "error").inc()
+        if not ok:
+            self.prometheus_query_errors.inc()
+
+    def set_leader(self, leading: bool) -> None:
+        self.leader.set(1 if leading else 0)
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))
