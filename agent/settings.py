@@ -132,6 +132,17 @@ class LeaderElectionSettings:
 
 
 @dataclass(frozen=True)
+class DetectionSettings:
+    """The running agent's detection and sweep timing (`zonemedic run`)."""
+
+    debounce: timedelta = timedelta(milliseconds=500)
+    max_delay: timedelta = timedelta(seconds=5)
+    metrics_interval: timedelta = timedelta(minutes=1)
+    sweep_misfire_grace: timedelta = timedelta(minutes=5)
+    resync_interval: timedelta = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
 class SlackSettings:
     enabled: bool = False
     api_url: str | None = None
@@ -147,6 +158,7 @@ class Settings:
 
     cluster_name: str = "default"
     data_dir: str = "/var/lib/zonemedic"
+    log_level: str = "info"
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
@@ -154,6 +166,7 @@ class Settings:
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     playbooks_dir: str = "playbooks"
     diagnosis: DiagnosisSettings = field(default_factory=DiagnosisSettings)
+    detection: DetectionSettings = field(default_factory=DetectionSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
 
 

@@ -1,0 +1,113 @@
+"""Event-driven detection: debounce cache changes, then re-diagnose only the affected jobs.
+
+Called by the composition root: the cache's `on_change` and the Alertmanager receiver `submit`
+`Change`s; one worker thread waits until the changes have been quiet for `debounce` (default
+500 ms) or pending for `max_delay`, merges them, and calls `handle(change, first_seen)`, where
+`first_seen` is the monotonic time of the earliest change in the batch (for the detection latency
+metric). So a 64-pod job bound pod by pod produces one diagnosis. `Debouncer` is the pure part
+(no clock: `now` is passed in). `stop()` lets the running step finish. What it does not do:
+diagnose or store (the `handle` callback glues the core and the store).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from agent.sources.cache import Change
+
+log = logging.getLogger(__name__)
+
+
+class Debouncer:
+    def __init__(self, *, delay: float, max_delay: float) -> None:
+        self.delay = delay
+        self.max_delay = max(delay, max_delay)
+        self.pending: Change | None = None
+        self.first_at = 0.0
+        self.last_at = 0.0
+
+    def add(self, change: Change, now: float) -> None:
+        if not change:
+            return
+        if self.pending is None:
+            self.pending = change
+            self.first_at = now
+        else:
+            self.pending = self.pending.merge(change)
+        self.last_at = now
+
+    def due_at(self) -> float | None:
+        if self.pending is None:
+            return None
+        return min(self.last_at + self.delay, self.first_at + self.max_delay)
+
+    def take(self, now: float) -> tuple[Change, float] | None:
+        due = self.due_at()
+        if due is None or now < due:
+            return None
+        assert self.pending is not None
+        batch = (self.pending, self.first_at)
+        self.pending = None
+        return batch
+
+
+class Detector:
+    def __init__(
+        self,
+        *,
+        debounce: float,
+        max_delay: float,
+        handle: Callable[[Change, float], None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.handle = handle
+        self.monotonic = monotonic
+        self._debouncer = Debouncer(delay=debounce, max_delay=max_delay)
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.batches = 0
+
+    def submit(self, change: Change) -> bool:
+        """Queue a change; False once the detector is stopping (the caller may retry elsewhere)."""
+        with self._cond:
+            if self._stopping:
+                return False
+            self._debouncer.add(change, self.monotonic())
+            self._cond.notify()
+        return True
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    now = self.monotonic()
+                    batch = self._debouncer.take(now)
+                    if batch is not None:
+                        break
+                    due = self._debouncer.due_at()
+                    self._cond.wait(None if due is None else max(0.0, due - now))
+            change, first_seen = batch
+            self.batches += 1
+            try:
+                self.handle(change, first_seen)
+            except Exception:  # top-level loop: log it, keep detecting
+                log.exception("detection step failed", extra={"reasons": list(change.reasons[:5])})
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="detector", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Stop after the running step (pending, not yet due changes are dropped: the next
+        start-up's full diagnosis covers them)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
