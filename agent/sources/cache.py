@@ -101,7 +101,7 @@ class ClusterCache:
         self,
         *,
         namespaces: NamespaceFilter | None = None,
-        on_change: Callable[[Change], None] | None = None,
+        on_change: Callable[[Change], object] | None = None,
     ) -> None:
         self.namespace_filter = namespaces or NamespaceFilter()
         self.on_change = on_change

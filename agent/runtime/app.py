@@ -1,0 +1,280 @@
+"""The composition root of `zonemedic run`: builds every part from settings and runs them.
+
+Called by `agent.commands.run` (and by end-to-end tests, in-process). It is the only place that
+knows how the parts fit: the Kubernetes source feeds the cache; cache changes and alerts go to the
+detector; the detector's batches, the scheduler's sweeps and the metric refresh go to the
+`Pipeline` (the glue to the core and the store); leader election gates the scheduler; the HTTP app
+serves health, metrics, the webhook and the incidents API.
+
+Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
+initial sync, detector (with one full diagnosis), leader election, scheduler. Stop order (SIGTERM):
+stop watches, let the detector and a running sweep finish their step, release the lease, stop HTTP.
+What it does not do: decide anything itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from starlette.routing import BaseRoute
+
+from agent.errors import ConfigError, UnavailableError
+from agent.playbook.loader import load_playbooks
+from agent.playbook.model import Playbook
+from agent.runtime.alerts import AlertReceiver
+from agent.runtime.detector import Detector
+from agent.runtime.http import IncidentQueries, build_app
+from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
+from agent.runtime.metrics import AgentMetrics
+from agent.runtime.scheduler import SweepScheduler
+from agent.runtime.server import HttpServer
+from agent.settings import Settings
+from agent.sources.alertmanager import Alert
+from agent.sources.cache import Change, ClusterCache
+from agent.sources.jobkey import JobKey
+from agent.sources.kube import KubeSource
+from agent.sources.kubeapi import KubeApi, build_api_client
+from agent.sources.prometheus import PrometheusSource
+
+log = logging.getLogger(__name__)
+
+
+class Pipeline(Protocol):
+    """The glue from detection to the core and the store (see `agent.runtime.pipeline`)."""
+
+    def handle_change(self, change: Change, first_seen: float) -> None: ...
+
+    def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None: ...
+
+    def sweep(self, playbook: Playbook | None) -> dict[str, Any]: ...
+
+    def refresh_metrics(self) -> None: ...
+
+    def readiness(self) -> dict[str, bool]: ...
+
+    def incidents(self) -> IncidentQueries | None: ...
+
+
+PipelineFactory = Callable[["Parts"], Pipeline]
+
+
+@dataclass
+class Parts:
+    """What a pipeline may use: built by `Agent`, shared read-only after start."""
+
+    settings: Settings
+    playbooks: list[Playbook]
+    metrics: AgentMetrics
+    cache: ClusterCache
+    api: KubeApi
+    prometheus: PrometheusSource | None
+    is_leader: Callable[[], bool]
+    extra_routes: list[BaseRoute] = field(default_factory=list)
+
+
+def leader_identity() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pipeline_factory: PipelineFactory,
+        api_client: Any = None,
+        identity: str | None = None,
+        sync_timeout: float = 120.0,
+    ) -> None:
+        self.settings = settings
+        self.identity = identity or leader_identity()
+        self.sync_timeout = sync_timeout
+        self.playbooks = load_playbooks(Path(settings.playbooks_dir))
+        self.metrics = AgentMetrics()
+        self.api = KubeApi(api_client if api_client is not None else build_api_client(settings.kubernetes))
+        self.detector = Detector(
+            debounce=settings.detection.debounce.total_seconds(),
+            max_delay=settings.detection.max_delay.total_seconds(),
+            handle=self._handle_change,
+        )
+        self.cache = ClusterCache(
+            namespaces=settings.kubernetes.namespaces, on_change=self.detector.submit
+        )
+        self.source = KubeSource(self.api, self.cache, on_restart=self.metrics.record_restart)
+        self.prometheus = (
+            PrometheusSource(settings.prometheus, on_query=self.metrics.record_prometheus_query)
+            if settings.prometheus.url
+            else None
+        )
+        le = settings.leader_election
+        self.elector: LeaderElector | AlwaysLeader
+        if le.enabled:
+            self.elector = LeaderElector(
+                LeaseClient(self.api, namespace=le.namespace, name=le.name),
+                identity=self.identity,
+                lease_duration=le.lease_duration.total_seconds(),
+                renew_deadline=le.renew_deadline.total_seconds(),
+                retry_period=le.retry_period.total_seconds(),
+                on_started_leading=self._started_leading,
+                on_stopped_leading=self._stopped_leading,
+            )
+        else:
+            self.elector = AlwaysLeader()
+        self.parts = Parts(
+            settings=settings,
+            playbooks=self.playbooks,
+            metrics=self.metrics,
+            cache=self.cache,
+            api=self.api,
+            prometheus=self.prometheus,
+            is_leader=self.elector.is_leader,
+        )
+        self.pipeline = pipeline_factory(self.parts)
+        self.scheduler = SweepScheduler(
+            self.playbooks,
+            run_sweep=lambda playbook, expr: self._sweep(playbook),
+            is_leader=self.elector.is_leader,
+            misfire_grace=settings.detection.sweep_misfire_grace,
+            extra_jobs=self._extra_jobs(),
+        )
+        self.alerts = AlertReceiver(
+            jobs_named=self.cache.jobs_named,
+            job_of_pod=self.cache.job_of_pod,
+            ready=lambda: self.cache.synced,
+            on_alert=self._on_alert,
+            on_outcome=lambda outcome: self.metrics.alerts.labels(outcome=outcome).inc(),
+        )
+        self.server = HttpServer(
+            build_app(
+                metrics=self.metrics,
+                readiness=self.readiness,
+                alerts=self.alerts,
+                incidents=self.pipeline.incidents(),
+                api_token=self._api_token(),
+                extra_routes=self.parts.extra_routes,
+            ),
+            host=settings.http.host,
+            port=settings.http.port,
+        )
+        self._stopped = threading.Event()
+        self._detector_started = False
+
+    # -- wiring helpers -----------------------------------------------------------------------
+
+    def _api_token(self) -> str | None:
+        path = self.settings.http.api_token_file
+        if not path:
+            return None
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"http.api_token_file: cannot read {path}: {exc.strerror}") from exc
+        if not token:
+            raise ConfigError(f"http.api_token_file: {path} is empty")
+        return token
+
+    def _extra_jobs(self) -> Sequence[tuple[str, Any, Callable[[], None]]]:
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        jobs: list[tuple[str, Any, Callable[[], None]]] = []
+        if self.prometheus is not None:
+            seconds = max(1.0, self.settings.detection.metrics_interval.total_seconds())
+            jobs.append(("metrics-refresh", IntervalTrigger(seconds=seconds), self.pipeline.refresh_metrics))
+        return jobs
+
+    def _handle_change(self, change: Change, first_seen: float) -> None:
+        self.pipeline.handle_change(change, first_seen)
+
+    def _on_alert(self, alert: Alert, jobs: list[JobKey]) -> bool:
+        if self._stopped.is_set():
+            return False
+        self.pipeline.handle_alert(alert, jobs)
+        return True
+
+    def _sweep(self, playbook: Playbook | None) -> None:
+        started = time.monotonic()
+        try:
+            self.pipeline.sweep(playbook)
+            self.metrics.sweeps.labels(outcome="ok").inc()
+        except UnavailableError:
+            self.metrics.sweeps.labels(outcome="error").inc()
+            raise
+        finally:
+            self.metrics.sweep_duration.observe(time.monotonic() - started)
+
+    def _started_leading(self) -> None:
+        self.metrics.set_leader(True)
+        self.scheduler.resume()
+
+    def _stopped_leading(self) -> None:
+        self.metrics.set_leader(False)
+        self.scheduler.pause()
+
+    def readiness(self) -> dict[str, bool]:
+        checks = {"caches_synced": self.cache.synced}
+        checks.update(self.pipeline.readiness())
+        return checks
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.server.start()
+        log.info("http listening", extra={"url": self.server.url, "identity": self.identity})
+        self.source.start()
+        if not self.source.wait_synced(self.sync_timeout):
+            log.warning("caches not synced yet; continuing, /readyz says not ready")
+        self.detector.start()
+        self._detector_started = True
+        self.detector.submit(Change(everything=True, reasons=("start-up",)))
+        if isinstance(self.elector, LeaderElector):
+            self.elector.run_in_thread()
+        else:
+            self.metrics.set_leader(True)
+        self.scheduler.start()
+        if isinstance(self.elector, AlwaysLeader):
+            self.scheduler.resume()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def stop(self) -> None:
+        """Graceful: stop watches, finish the current step, release the lease, stop HTTP."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        log.info("stopping", extra={"identity": self.identity})
+        self.source.stop()
+        self.detector.stop()
+        self.scheduler.shutdown(wait=True)
+        if isinstance(self.elector, LeaderElector):
+            self.elector.stop(timeout=10)
+        self.server.stop()
+        log.info("stopped", extra={"identity": self.identity})
+
+    def run_until_signalled(self) -> None:
+        """Start, then block until SIGTERM/SIGINT (main thread only), then stop gracefully."""
+        done = threading.Event()
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            log.info("signal received", extra={"signal": signal.Signals(signum).name})
+            done.set()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            done.wait()
+        finally:
+            self.stop()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
