@@ -74,6 +74,23 @@ class Change:
         )
 
 
+def merge_all(changes: Iterable[Change], *, max_reasons: int = 20) -> Change:
+    """One Change for many (linear, unlike repeated `merge`)."""
+    jobs: set[JobKey] = set()
+    namespaces: set[str] = set()
+    everything = False
+    reasons: list[str] = []
+    for c in changes:
+        if not c:
+            continue
+        jobs |= c.jobs
+        namespaces |= c.namespaces
+        everything = everything or c.everything
+        if len(reasons) < max_reasons:
+            reasons.extend(c.reasons)
+    return Change(frozenset(jobs), frozenset(namespaces), everything, tuple(reasons[:max_reasons]))
+
+
 def _meta(obj: Obj) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
@@ -178,12 +195,13 @@ class ClusterCache:
             self._resources[resource.name] = resource
             current = self._objects[resource.name]
             fresh = {obj_key(o): o for o in items}
-            change = Change()
-            for key in list(current):
-                if key not in fresh:
-                    change = change.merge(self._apply(resource, EventType.DELETED, current[key]))
-            for obj in fresh.values():
-                change = change.merge(self._apply(resource, EventType.MODIFIED, obj))
+            parts = [
+                self._apply(resource, EventType.DELETED, current[key])
+                for key in list(current)
+                if key not in fresh
+            ]
+            parts += [self._apply(resource, EventType.MODIFIED, obj) for obj in fresh.values()]
+            change = merge_all(parts)
             self._synced.add(resource.name)
         if change and self.on_change is not None:
             self.on_change(change)

@@ -26,7 +26,7 @@ from agent.sources.backoff import Backoff
 from agent.sources.cache import ClusterCache, EventType
 from agent.sources.kubeapi import KubeApi, KubeApiError, iter_lines
 from agent.sources.resources import RESOURCES, Resource, group_versions, select_served
-from agent.sources.slim import slimmer
+from agent.sources.slim import Sharer, slimmer
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class Informer:
         watch_timeout: int = 300,
         request_timeout: float = 30.0,
         rand: Callable[[], float] = random.random,
+        share: Callable[[Any], Any] | None = None,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -82,7 +83,7 @@ class Informer:
         self.on_restart = on_restart
         self.watch_timeout = watch_timeout
         self.request_timeout = request_timeout
-        self.slim = slimmer(resource)
+        self.slim = slimmer(resource, share or Sharer())
         self.backoff = Backoff(rand=rand)
         self.rand = rand
         self.resource_version: str | None = None

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from agent.sources.resources import Resource, Role
 
 GPU_MARKER = "gpu"
@@ -19,7 +21,33 @@ GPU_MARKER = "gpu"
 Obj = dict[str, Any]
 
 
-def _meta(obj: Obj, *, owners: bool = True) -> Obj:
+class Sharer:
+    """Structural sharing of equal sub-objects (labels, containers, tolerations, owner refs,
+    status) across cached objects: thousands of pods of one job hold one copy. Shared values must
+    never be mutated (the cache and the core only read them). Bounded: cleared when full."""
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self.capacity = capacity
+        self._table: dict[bytes, Any] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if not value:
+            return value
+        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        found = self._table.get(key)
+        if found is not None:
+            return found
+        if len(self._table) >= self.capacity:
+            self._table.clear()
+        self._table[key] = value
+        return value
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _meta(obj: Obj, *, owners: bool = True, share: Callable[[Any], Any] = _same) -> Obj:
     meta = obj.get("metadata") or {}
     out: Obj = {"name": meta.get("name", "")}
     if meta.get("namespace"):
@@ -31,11 +59,13 @@ def _meta(obj: Obj, *, owners: bool = True) -> Obj:
     if meta.get("deletionTimestamp"):
         out["deletionTimestamp"] = meta["deletionTimestamp"]
     if owners and meta.get("ownerReferences"):
-        out["ownerReferences"] = [
-            {k: ref[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in ref}
-            for ref in meta["ownerReferences"]
-            if isinstance(ref, dict)
-        ]
+        out["ownerReferences"] = share(
+            [
+                {k: ref[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in ref}
+                for ref in meta["ownerReferences"]
+                if isinstance(ref, dict)
+            ]
+        )
     return out
 
 
@@ -68,19 +98,19 @@ def _container(c: Any) -> Obj:
     return out
 
 
-def slim_pod(obj: Obj) -> Obj:
+def slim_pod(obj: Obj, share: Callable[[Any], Any] = _same) -> Obj:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    out_spec: Obj = {"containers": [_container(c) for c in spec.get("containers") or []]}
+    out_spec: Obj = {"containers": share([_container(c) for c in spec.get("containers") or []])}
     for key in ("nodeName", "serviceAccountName", "nodeSelector", "tolerations", "affinity"):
         if spec.get(key):
-            out_spec[key] = spec[key]
+            out_spec[key] = spec[key] if key == "nodeName" else share(spec[key])
     out: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _meta(obj),
+        "metadata": _meta(obj, share=share),
         "spec": out_spec,
-        "status": {"phase": status.get("phase") or "Pending"},
+        "status": share({"phase": status.get("phase") or "Pending"}),
     }
     return out
 
@@ -155,10 +185,10 @@ def slim_owner(obj: Obj, resource: Resource) -> Obj:
     return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": _meta(obj)}
 
 
-def slimmer(resource: Resource) -> Callable[[Obj], Obj]:
-    """The slimming function for objects of `resource`."""
+def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable[[Obj], Obj]:
+    """The slimming function for objects of `resource` (pods share equal parts via `share`)."""
     if resource.role is Role.POD:
-        return slim_pod
+        return lambda obj: slim_pod(obj, share)
     if resource.role is Role.NODE:
         return slim_node
     if resource.role is Role.NAMESPACE:

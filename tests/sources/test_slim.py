@@ -115,3 +115,18 @@ def test_node_policy_job_and_owner() -> None:
     assert job["status"] == {"conditions": [{"type": "Running", "status": "True"}]}
     owner = slimmer(BY_KIND[("Job", "v1")])({"metadata": {"name": "j", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}, "spec": {"x": 1}})
     assert owner == {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}}
+
+
+def test_equal_parts_are_shared_across_pods_and_the_table_is_bounded() -> None:
+    from agent.sources.slim import Sharer
+
+    share = Sharer(capacity=3)
+    second = {**POD, "metadata": {**POD["metadata"], "name": "resnet-worker-1"}}
+    a, b = slim_pod(POD, share), slim_pod(second, share)
+    assert a["spec"]["containers"] is b["spec"]["containers"]
+    assert a["spec"]["tolerations"] is b["spec"]["tolerations"]
+    assert a["status"] is b["status"]
+    assert a["metadata"]["name"] != b["metadata"]["name"]
+    assert a == slim_pod(POD)  # sharing never changes content
+    share({"x": 1})
+    assert len(share._table) <= 3

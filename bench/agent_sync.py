@@ -1,0 +1,162 @@
+"""Benchmark: initial sync of N pods (default 150,000) through the agent's slim cache, side by side
+with the same list parsed into the official client's model classes.
+
+The twin's API server holds N pods (PyTorchJob workers with ports, GPU requests, tolerations,
+owner references) on 5,000 nodes and serves them over real HTTP. Each measurement runs in its own
+subprocess so that resident memory is comparable: the agent's `Informer.list()` (paged, orjson,
+slimmed into `ClusterCache`), then `CoreV1Api.list_pod_for_all_namespaces()` (model classes). It
+prints wall time, RSS growth and peak RSS for each, and the ratios. Usage:
+`python bench/agent_sync.py [PODS]`.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def rss_mb() -> tuple[float, float]:
+    """(current RSS, peak RSS) in MB from /proc/self/status."""
+    values = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def measure(mode: str, kubeconfig: str) -> dict[str, float]:
+    from agent.settings import KubernetesSettings
+    from agent.sources.kubeapi import KubeApi, build_api_client
+
+    api_client = build_api_client(KubernetesSettings(kubeconfig=kubeconfig))
+    gc.collect()
+    before, _ = rss_mb()
+    started = time.perf_counter()
+    if mode == "slim":
+        from agent.sources.cache import ClusterCache
+        from agent.sources.kube import Informer
+        from agent.sources.resources import RESOURCES
+
+        pods = next(r for r in RESOURCES if r.name == "pods")
+        cache = ClusterCache()
+        Informer(KubeApi(api_client), pods, cache).list()
+        count = cache.count("pods")
+        keep: object = cache
+    else:
+        from kubernetes import client
+
+        result = client.CoreV1Api(api_client).list_pod_for_all_namespaces(_request_timeout=600)
+        count = len(result.items)
+        keep = result
+    seconds = time.perf_counter() - started
+    gc.collect()
+    after, peak = rss_mb()
+    del keep
+    return {"pods": count, "seconds": seconds, "rss_growth_mb": after - before, "peak_rss_mb": peak}
+
+
+def pod(i: int, nodes: int) -> dict[str, object]:
+    job = f"job-{i // 64}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{job}-worker-{i % 64}",
+            "namespace": f"ns-{i % 50}",
+            "labels": {
+                "training.kubeflow.org/job-name": job,
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": str(i % 64),
+                "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            },
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}" * 40},
+            "ownerReferences": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": job,
+                 "uid": f"uid-{job}", "controller": True, "blockOwnerDeletion": True}
+            ],
+        },
+        "spec": {
+            "nodeName": f"node-{i % nodes}",
+            "serviceAccountName": "default",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "registry.example.com/train:1.0",
+                    "env": [{"name": "MASTER_ADDR", "value": f"{job}-master-0"}, {"name": "WORLD_SIZE", "value": "64"}],
+                    "ports": [{"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}],
+                    "resources": {"requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "1"},
+                                  "limits": {"nvidia.com/gpu": "1"}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+        "status": {"phase": "Running", "podIP": f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"},
+    }
+
+
+def main() -> int:
+    if len(sys.argv) >= 3 and sys.argv[1] in ("slim", "models"):
+        print(json.dumps(measure(sys.argv[1], sys.argv[2])))
+        return 0
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 150_000
+    from agent.twin.apiserver import serve
+    from agent.twin.kubeconfig import write as write_kubeconfig
+    from agent.twin.resources import lookup
+    from agent.twin.store import Store
+
+    nodes = 5000
+    store = Store(history_limit=1000)
+    started = time.perf_counter()
+    for n in range(nodes):
+        store.create(lookup("nodes"), {"metadata": {"name": f"node-{n}", "labels": {"topology.kubernetes.io/zone": f"zone-{n % 3}"}}})
+    for ns in range(50):
+        store.create(lookup("namespaces"), {"metadata": {"name": f"ns-{ns}"}})
+    pods = lookup("pods")
+    for i in range(count):
+        store.create(pods, pod(i, nodes))
+    print(f"seeded {count} pods on {nodes} nodes in {time.perf_counter() - started:.1f}s")
+    server = serve(store)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_kubeconfig(Path(tmp) / "kubeconfig", server.url)
+        try:
+            for mode in ("slim", "models"):
+                proc = subprocess.run(
+                    [sys.executable, __file__, mode, str(path)],
+                    capture_output=True, text=True, timeout=3600, check=False,
+                )
+                if proc.returncode != 0:
+                    print(f"{mode}: failed: {proc.stderr[-2000:]}")
+                    return 1
+                results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        finally:
+            server.stop()
+            store.close()
+    for mode, label in (("slim", "agent slim cache (orjson)"), ("models", "client model classes")):
+        r = results[mode]
+        print(
+            f"{label:<28} pods={r['pods']:>7}  sync={r['seconds']:7.2f}s  "
+            f"rss growth={r['rss_growth_mb']:8.1f} MB  peak rss={r['peak_rss_mb']:8.1f} MB"
+        )
+    slim, models = results["slim"], results["models"]
+    print(
+        f"ratio (models / slim): time x{models['seconds'] / slim['seconds']:.1f}, "
+        f"retained memory x{models['rss_growth_mb'] / max(1.0, slim['rss_growth_mb']):.1f}, "
+        f"peak x{models['peak_rss_mb'] / slim['peak_rss_mb']:.1f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
