@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from agent.sources.cache import Change
+from agent.sources.cache import Change, merge_all
 
 log = logging.getLogger(__name__)
 
@@ -25,22 +25,20 @@ class Debouncer:
     def __init__(self, *, delay: float, max_delay: float) -> None:
         self.delay = delay
         self.max_delay = max(delay, max_delay)
-        self.pending: Change | None = None
+        self._pending: list[Change] = []
         self.first_at = 0.0
         self.last_at = 0.0
 
     def add(self, change: Change, now: float) -> None:
         if not change:
             return
-        if self.pending is None:
-            self.pending = change
+        if not self._pending:
             self.first_at = now
-        else:
-            self.pending = self.pending.merge(change)
+        self._pending.append(change)
         self.last_at = now
 
     def due_at(self) -> float | None:
-        if self.pending is None:
+        if not self._pending:
             return None
         return min(self.last_at + self.delay, self.first_at + self.max_delay)
 
@@ -48,9 +46,8 @@ class Debouncer:
         due = self.due_at()
         if due is None or now < due:
             return None
-        assert self.pending is not None
-        batch = (self.pending, self.first_at)
-        self.pending = None
+        batch = (merge_all(self._pending), self.first_at)
+        self._pending = []
         return batch
 
 
