@@ -108,6 +108,23 @@ def _controller(obj: Obj) -> dict[str, Any] | None:
     return None
 
 
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _only_live_phase_changed(old: Obj, new: Obj) -> bool:
+    """True when two versions of a pod differ only in a live phase (Pending/Running/Unknown):
+    the diagnosis only distinguishes live from finished pods."""
+    if _phase(old) in FINISHED_PHASES or _phase(new) in FINISHED_PHASES:
+        return False
+    return {k: v for k, v in old.items() if k != "status"} == {
+        k: v for k, v in new.items() if k != "status"
+    }
+
+
 def _node_of(pod: Obj) -> str | None:
     node = (pod.get("spec") or {}).get("nodeName")
     return node if isinstance(node, str) and node else None
@@ -224,6 +241,8 @@ class ClusterCache:
                 return Change()
             store[key] = obj
             new = obj
+            if resource.role is Role.POD and old is not None and _only_live_phase_changed(old, new):
+                return Change()  # Pending -> Running: nothing the diagnosis looks at
         reason = f"{resource.kind} {key[0]}/{key[1]} {event.lower()}"
         return self._index(resource, key, old, new, reason)
 

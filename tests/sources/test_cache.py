@@ -69,6 +69,8 @@ def test_indexes(cache: tuple[ClusterCache, list[Change]]) -> None:
         ("pods", "ADDED", pod("resnet-worker-1", node="n1"), Change(jobs=frozenset({RESNET}))),
         ("pods", "MODIFIED", pod("resnet-worker-0", node="n1"), Change(jobs=frozenset({RESNET}))),
         ("pods", "MODIFIED", pod("resnet-worker-0", node="n2"), Change()),  # nothing the diagnosis sees
+        ("pods", "MODIFIED", {**pod("resnet-worker-0", node="n2"), "status": {"phase": "Pending"}}, Change()),  # live -> live
+        ("pods", "MODIFIED", {**pod("resnet-worker-0", node="n2"), "status": {"phase": "Succeeded"}}, Change(jobs=frozenset({RESNET}))),
         ("pods", "MODIFIED", pod("resnet-worker-0", node="n2", job="other"), Change(jobs=frozenset({RESNET, JobKey("PyTorchJob", "ml", "other")}))),
         ("pods", "DELETED", pod("resnet-worker-0"), Change(jobs=frozenset({RESNET}))),
         ("pods", "DELETED", pod("ghost"), Change()),
