@@ -55,6 +55,7 @@ never the diagnosis, so wording changes never open duplicates.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -309,8 +310,9 @@ def retry_delay(attempts: int, *, base: timedelta, cap: timedelta) -> timedelta:
     """Exponential backoff after `attempts` failures: base, 2 base, 4 base, ... at most `cap`."""
     if attempts <= 0:
         return timedelta(0)
-    factor = 2 ** min(attempts - 1, 30)
-    return min(base * factor, cap)
+    factor: int = 2 ** min(attempts - 1, 30)
+    delay: timedelta = base * factor
+    return delay if delay < cap else cap
 
 
 def gpu_hours_recovered(
@@ -333,6 +335,24 @@ def gpu_hours_recovered(
         return 0.0
     gain = max(0.0, utilization_after - utilization_before) / 100.0
     return gpus * gain * (until - resolved_at).total_seconds() / 3600.0
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON data from these dataclasses (for `--output json` and the HTTP API): datetimes
+    as ISO 8601 UTC, durations as seconds, enums as their values, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,14 +4,16 @@ Who uses it: every module of `agent.store` wraps library errors here; callers (c
 the HTTP API) only ever see these types, all `ZonemedicError`s. What it does not do: retry (that is
 `agent.store.resilience`) or print anything.
 
-- `StoreUnavailable` (an `UnavailableError`): the database cannot be reached or went away; the
+- `StoreUnavailableError` (an `UnavailableError`): the database cannot be reached or went away; the
   operation did not happen (or its outcome is unknown and was retried until the budget ran out).
-- `IncidentNotFound` (an `InputError`: exit 2): the id names no incident.
-- `CorruptRecord`: a stored row cannot be read (corrupt JSON, unknown status); names the incident.
-- `SchemaOutOfDate`: the database is not at this code's migration head.
+- `IncidentNotFoundError` (an `InputError`: exit 2): the id names no incident.
+- `CorruptRecordError`: a stored row cannot be read (corrupt JSON, unknown status); names the incident.
+- `SchemaOutOfDateError`: the database is not at this code's migration head.
 """
 
 from __future__ import annotations
+
+import sqlite3
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
@@ -24,30 +26,39 @@ class StoreError(ZonemedicError):
     """Base of the store's own errors."""
 
 
-class StoreUnavailable(UnavailableError):
+class StoreUnavailableError(UnavailableError):
     """The database cannot be reached (at start, or it went away and retries ran out)."""
 
 
-class IncidentNotFound(InputError):
+class IncidentNotFoundError(InputError):
     def __init__(self, incident_id: int) -> None:
         super().__init__(f"incident {incident_id} not found")
         self.incident_id = incident_id
 
 
-class MessageNotFound(StoreError):
+class InvalidRecordError(InputError):
+    """A value the schema cannot hold (e.g. a name longer than its column); names the field."""
+
+
+class MessageNotFoundError(StoreError):
     def __init__(self, message_id: int) -> None:
         super().__init__(f"outbox message {message_id} not found")
 
 
-class CorruptRecord(StoreError):
+class CorruptRecordError(StoreError):
     def __init__(self, incident_id: int, problem: str) -> None:
         super().__init__(f"incident {incident_id} cannot be read: {problem}")
         self.incident_id = incident_id
         self.problem = problem
 
 
-class SchemaOutOfDate(StoreError):
+class SchemaOutOfDateError(StoreError):
     """The database schema is not at the revision this code expects."""
+
+
+# SQLite reports a missing table and a busy database alike as OperationalError: only these are
+# worth waiting for.
+_SQLITE_TRANSIENT = ("locked", "busy", "unable to open", "disk i/o")
 
 
 def is_transient(error: BaseException) -> bool:
@@ -55,6 +66,8 @@ def is_transient(error: BaseException) -> bool:
     if isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated:
         return True
     if isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):
+        if isinstance(error.orig, sqlite3.Error):
+            return any(word in str(error.orig).lower() for word in _SQLITE_TRANSIENT)
         return True
     return isinstance(error, sa_exc.DisconnectionError | sa_exc.TimeoutError)
 

@@ -35,7 +35,7 @@ from sqlalchemy import Connection, Engine, text
 import agent
 from agent.settings import DatabaseSettings, Settings
 from agent.store.engine import database_url
-from agent.store.errors import SchemaOutOfDate, StoreError
+from agent.store.errors import SchemaOutOfDateError, StoreError
 from agent.store.repository import IncidentStore, open_store
 from agent.store.resilience import Readiness
 from agent.store.schema import metadata
@@ -107,14 +107,23 @@ def upgrade_on_start(
         settings.database, url=database_url(settings, url), readiness=readiness, sleep=sleep
     )
     store.wait_until_reachable(settings.database.start_timeout)
-    if settings.database.migrate_on_start:
-        upgrade(store.engine, settings.database)
-        return store
-    current, head = current_revision(store.engine), head_revision(settings.database)
-    if current != head:
+    try:
+        if settings.database.migrate_on_start:
+            upgrade(store.engine, settings.database)
+        else:
+            check_schema(store.engine, settings.database, hint="database.migrate_on_start: true")
+    except BaseException:
         store.close()
-        raise SchemaOutOfDate(
-            f"database schema is at revision {current or 'none'}, this agent needs {head}: "
-            "run `zonemedic db upgrade` (or set database.migrate_on_start: true)"
-        )
+        raise
     return store
+
+
+def check_schema(engine: Engine, settings: DatabaseSettings, *, hint: str | None = None) -> None:
+    """Raise `SchemaOutOfDateError` unless the database is at this code's migration head."""
+    current, head = current_revision(engine), head_revision(settings)
+    if current != head:
+        extra = f" (or set {hint})" if hint else ""
+        raise SchemaOutOfDateError(
+            f"database schema is at revision {current or 'none'}, this zonemedic needs {head}: "
+            f"run `zonemedic db upgrade`{extra}"
+        )

@@ -18,7 +18,7 @@ Concurrency: a transition is `UPDATE incidents SET status=new ... WHERE id=:id A
 in the same transaction as its timeline event (and decision row); exactly one concurrent caller sees
 one updated row. Losers read the current status, who set it and the winning decision. Every call
 retries transient database failures within `database.write_retry` (see `agent.store.resilience`) and
-raises `StoreUnavailable` when they persist: nothing is dropped silently.
+raises `StoreUnavailableError` when they persist: nothing is dropped silently.
 
 What it does not do: decide when to transition (the agent), render anything, or read a clock.
 """
@@ -35,7 +35,6 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Connection,
     Engine,
-    Row,
     and_,
     bindparam,
     func,
@@ -84,9 +83,10 @@ from agent.settings import DatabaseSettings
 from agent.store import retention
 from agent.store.engine import make_engine, read_engine
 from agent.store.errors import (
-    CorruptRecord,
-    IncidentNotFound,
-    MessageNotFound,
+    CorruptRecordError,
+    IncidentNotFoundError,
+    InvalidRecordError,
+    MessageNotFoundError,
     safe_url,
 )
 from agent.store.resilience import Readiness, Retrier, RetryPolicy
@@ -135,28 +135,28 @@ class OutboxPolicy:
     lease: timedelta = timedelta(seconds=60)
 
 
-class _Unreadable(Exception):
-    """A stored value the code cannot interpret (internal; becomes RecordProblem/CorruptRecord)."""
+class _UnreadableError(Exception):
+    """A stored value the code cannot interpret (internal; becomes RecordProblem/CorruptRecordError)."""
 
 
 def _enum(enum_type: Any, value: Any, column: str) -> Any:
     try:
         return enum_type(value)
     except ValueError:
-        raise _Unreadable(f"unknown {column} value {value!r}") from None
+        raise _UnreadableError(f"unknown {column} value {value!r}") from None
 
 
 def _document(value: Any, column: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if isinstance(value, CorruptValue):
-        raise _Unreadable(f"column {column} holds invalid JSON ({value.error}): {value.raw[:60]!r}")
+        raise _UnreadableError(f"column {column} holds invalid JSON ({value.error}): {value.raw[:60]!r}")
     if not isinstance(value, dict):
-        raise _Unreadable(f"column {column} holds JSON {type(value).__name__}, not an object")
+        raise _UnreadableError(f"column {column} holds JSON {type(value).__name__}, not an object")
     return value
 
 
-def _summary(row: Row[Any]) -> IncidentSummary:
+def _summary(row: Any) -> IncidentSummary:
     return IncidentSummary(
         id=row.id,
         cluster=row.cluster,
@@ -181,7 +181,7 @@ def _summary(row: Row[Any]) -> IncidentSummary:
     )
 
 
-def _decision(row: Row[Any]) -> Decision:
+def _decision(row: Any) -> Decision:
     return Decision(
         id=row.id,
         incident_id=row.incident_id,
@@ -195,7 +195,7 @@ def _decision(row: Row[Any]) -> Decision:
     )
 
 
-def _message(row: Row[Any]) -> OutboxMessage:
+def _message(row: Any) -> OutboxMessage:
     return OutboxMessage(
         id=row.id,
         incident_id=row.incident_id,
@@ -274,7 +274,7 @@ class IncidentStore:
             return conn.execute(text(sql)).scalar()
 
     def wait_until_reachable(self, timeout: timedelta) -> None:
-        """Block until the database answers, retrying with backoff; `StoreUnavailable` after
+        """Block until the database answers, retrying with backoff; `StoreUnavailableError` after
         `timeout` (the start-up path: the health endpoint reports not ready meanwhile)."""
         self._retrier.call(lambda _n: self._read_one("SELECT 1"), what="connect", budget=timeout)
 
@@ -287,6 +287,7 @@ class IncidentStore:
     def record_finding(self, record: FindingRecord) -> FindingOutcome:
         """Open an incident for the finding, or add a re-detection to the open one (dedupe by
         fingerprint: cluster, job, verdict class). Returns the incident and whether it is new."""
+        _check_lengths(record)
         fp = record.fingerprint
 
         def body(conn: Connection, _attempt: int) -> FindingOutcome:
@@ -490,7 +491,7 @@ class IncidentStore:
         token: str,
         now: datetime,
         extra: Mapping[str, Any] | None = None,
-    ) -> Row[Any] | None:
+    ) -> Any:
         values: dict[str, Any] = {
             "status": new.value,
             "status_by": actor,
@@ -526,11 +527,11 @@ class IncidentStore:
             )
         ).first()
         if row is None:
-            raise IncidentNotFound(incident_id)
+            raise IncidentNotFoundError(incident_id)
         try:
             status = _enum(IncidentStatus, row.status, "status")
-        except _Unreadable as exc:
-            raise CorruptRecord(incident_id, str(exc)) from None
+        except _UnreadableError as exc:
+            raise CorruptRecordError(incident_id, str(exc)) from None
         decision = self._latest_decision(conn, incident_id)
         # A retry after a COMMIT whose answer was lost: the row carries our own token.
         applied = attempt > 1 and row.status_token == token and status is new
@@ -551,8 +552,8 @@ class IncidentStore:
             return None
         try:
             return _decision(row)
-        except _Unreadable as exc:
-            raise CorruptRecord(incident_id, str(exc)) from None
+        except _UnreadableError as exc:
+            raise CorruptRecordError(incident_id, str(exc)) from None
 
     @staticmethod
     def _event(
@@ -574,7 +575,7 @@ class IncidentStore:
 
     def _require(self, conn: Connection, incident_id: int) -> None:
         if conn.execute(select(IncidentRow.id).where(IncidentRow.id == incident_id)).first() is None:
-            raise IncidentNotFound(incident_id)
+            raise IncidentNotFoundError(incident_id)
 
     def add_event(
         self,
@@ -672,14 +673,14 @@ class IncidentStore:
             except IntegrityError:
                 if dedupe_key is None:
                     if incident_id is not None:
-                        raise IncidentNotFound(incident_id) from None
+                        raise IncidentNotFoundError(incident_id) from None
                     raise
                 again = conn.execute(
                     select(OutboxRow.id).where(OutboxRow.dedupe_key == dedupe_key)
                 ).scalar()
                 if again is None:
                     if incident_id is not None:
-                        raise IncidentNotFound(incident_id) from None
+                        raise IncidentNotFoundError(incident_id) from None
                     raise
                 return int(again)
             return message_id
@@ -714,7 +715,7 @@ class IncidentStore:
                 if result.rowcount == 1:
                     try:
                         claimed.append(_message(row))
-                    except _Unreadable as exc:
+                    except _UnreadableError as exc:
                         # Unreadable: make it dead so it stops coming back, and say why.
                         conn.execute(
                             update(OutboxRow).where(OutboxRow.id == row.id)
@@ -739,7 +740,7 @@ class IncidentStore:
                 .returning(OutboxRow.incident_id, OutboxRow.kind, OutboxRow.channel)
             ).first()
             if row is None:
-                raise MessageNotFound(message_id)
+                raise MessageNotFoundError(message_id)
             if row.incident_id is not None and row.kind == MessageKind.POST.value:
                 self._event(conn, row.incident_id, EventKind.POSTED, now=now, actor="outbox",
                             detail={"channel": row.channel, "ref": external_ref,
@@ -757,7 +758,7 @@ class IncidentStore:
                 select(OutboxRow.attempts).where(OutboxRow.id == message_id)
             ).scalar()
             if attempts is None:
-                raise MessageNotFound(message_id)
+                raise MessageNotFoundError(message_id)
             attempts += 1
             status = MessageStatus.DEAD if attempts >= policy.max_attempts else (
                 MessageStatus.PENDING
@@ -774,8 +775,8 @@ class IncidentStore:
 
         try:
             return self._write(f"mark message {message_id} failed", body)
-        except _Unreadable as exc:
-            raise CorruptRecord(0, f"outbox message {message_id}: {exc}") from None
+        except _UnreadableError as exc:
+            raise CorruptRecordError(0, f"outbox message {message_id}: {exc}") from None
 
     # ----------------------------------------------------------------------------------------
     # history
@@ -814,7 +815,7 @@ class IncidentStore:
             for row in conn.execute(statement):
                 try:
                     incidents.append(_summary(row))
-                except _Unreadable as exc:
+                except _UnreadableError as exc:
                     problems.append(RecordProblem(row.id, str(exc)))
             return IncidentListing(incidents, problems)
 
@@ -823,11 +824,11 @@ class IncidentStore:
     def _summary_by_id(self, conn: Connection, incident_id: int) -> IncidentSummary:
         row = conn.execute(select(*_SUMMARY_COLUMNS).where(IncidentRow.id == incident_id)).first()
         if row is None:
-            raise IncidentNotFound(incident_id)
+            raise IncidentNotFoundError(incident_id)
         try:
             return _summary(row)
-        except _Unreadable as exc:
-            raise CorruptRecord(incident_id, str(exc)) from None
+        except _UnreadableError as exc:
+            raise CorruptRecordError(incident_id, str(exc)) from None
 
     def get_incident(self, incident_id: int) -> IncidentDetail:
         """One incident with its timeline, decisions, actions and messages."""
@@ -873,8 +874,8 @@ class IncidentStore:
                         .order_by(OutboxRow.id)
                     )
                 ]
-            except _Unreadable as exc:
-                raise CorruptRecord(incident_id, str(exc)) from None
+            except _UnreadableError as exc:
+                raise CorruptRecordError(incident_id, str(exc)) from None
             return IncidentDetail(
                 incident=summary, diagnosis=diagnosis, onset_at=row.onset_at,
                 decided_at=row.decided_at, snoozed_until=row.snoozed_until, events=events,
@@ -942,7 +943,7 @@ class IncidentStore:
             for row in conn.execute(statement):
                 try:
                     summary = _summary(row)
-                except _Unreadable:
+                except _UnreadableError:
                     continue
                 out.append((summary, resume_action(summary.status)))
             return out
@@ -964,6 +965,29 @@ class IncidentStore:
             totals = retention.add(totals, done)
             if done.incidents < batch:
                 return totals
+
+
+_LIMITED_FIELDS = {
+    "cluster": IncidentRow.cluster,
+    "kind": IncidentRow.job_kind,
+    "namespace": IncidentRow.job_namespace,
+    "name": IncidentRow.job_name,
+    "uid": IncidentRow.job_uid,
+    "target_zone": IncidentRow.target_zone,
+}
+
+
+def _check_lengths(record: FindingRecord) -> None:
+    """Refuse values longer than their column on every backend (SQLite would store them,
+    PostgreSQL would fail with a driver error)."""
+    for field_name, column in _LIMITED_FIELDS.items():
+        value = getattr(record, field_name)
+        limit = getattr(column.type, "length", None)
+        if value is not None and limit is not None and len(value) > limit:
+            raise InvalidRecordError(
+                f"finding {record.namespace}/{record.name}: {field_name} is {len(value)} "
+                f"characters, at most {limit} fit"
+            )
 
 
 def _evidence(record: FindingRecord) -> dict[str, Any]:

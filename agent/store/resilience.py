@@ -6,7 +6,7 @@ uses it to wait for a database that is unreachable at start. The runtime's `/rea
 
 Behaviour: a transient error (connection refused, reset, server gone, pool timeout) marks the store
 not ready and is retried with exponential backoff (base 0.1 s, doubling, at most 5 s) until the
-budget (`database.write_retry`, or `start_timeout` at start) is spent; then `StoreUnavailable` is
+budget (`database.write_retry`, or `start_timeout` at start) is spent; then `StoreUnavailableError` is
 raised naming the database and the last reason, so no write is ever dropped silently: it either
 happened or the caller gets an error. A success marks the store ready. Non-transient errors (a bug,
 a constraint) are not retried and do not change readiness.
@@ -29,7 +29,7 @@ from typing import TypeVar
 from sqlalchemy import exc as sa_exc
 
 from agent.model.incident import retry_delay
-from agent.store.errors import StoreUnavailable, describe, is_transient
+from agent.store.errors import StoreUnavailableError, describe, is_transient
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -110,7 +110,7 @@ class Retrier:
                 delay = retry_delay(attempt, base=self.policy.base, cap=self.policy.cap)
                 elapsed = self._monotonic() - started
                 if elapsed + delay.total_seconds() > limit:
-                    raise StoreUnavailable(
+                    raise StoreUnavailableError(
                         f"database {self.target} unavailable: {what} failed after {attempt} "
                         f"attempt(s) over {elapsed:.1f}s: {reason}"
                     ) from None

@@ -54,7 +54,7 @@ class IncidentRow(Base):
     job_kind: Mapped[str] = mapped_column(String(63))
     job_namespace: Mapped[str] = mapped_column(String(253))
     job_name: Mapped[str] = mapped_column(String(253))
-    job_uid: Mapped[str | None] = mapped_column(String(64))
+    job_uid: Mapped[str | None] = mapped_column(String(128))
     verdict: Mapped[str] = mapped_column(String(32))
     fingerprint: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(32))

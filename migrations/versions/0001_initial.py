@@ -52,7 +52,7 @@ def upgrade() -> None:
     sa.Column('job_kind', sa.String(length=63), nullable=False),
     sa.Column('job_namespace', sa.String(length=253), nullable=False),
     sa.Column('job_name', sa.String(length=253), nullable=False),
-    sa.Column('job_uid', sa.String(length=64), nullable=True),
+    sa.Column('job_uid', sa.String(length=128), nullable=True),
     sa.Column('verdict', sa.String(length=32), nullable=False),
     sa.Column('fingerprint', sa.String(length=64), nullable=False),
     sa.Column('status', sa.String(length=32), nullable=False),

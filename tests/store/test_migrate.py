@@ -5,7 +5,6 @@ schema; the scripts are found beside the package or where `database.migrations_d
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from sqlalchemy import text
 
 from agent.settings import DatabaseSettings, Settings
 from agent.store.engine import make_engine
-from agent.store.errors import SchemaOutOfDate, StoreError
+from agent.store.errors import SchemaOutOfDateError, StoreError
 from agent.store.migrate import (
     current_revision,
     head_revision,
@@ -24,18 +23,8 @@ from agent.store.migrate import (
     upgrade_on_start,
 )
 from agent.store.repository import IncidentStore
-from tests.support.postgres import throwaway_database
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    with throwaway_database("zonemedic_migrate") as url:
-        yield url
 
 
 def test_migrated_schema_equals_models(store: IncidentStore) -> None:
@@ -64,7 +53,7 @@ def test_upgrade_from_empty_and_again(empty_url: str) -> None:
 
 def test_upgrade_on_start_migrates_or_refuses(empty_url: str) -> None:
     stale = Settings(database=DatabaseSettings(url=empty_url, migrate_on_start=False))
-    with pytest.raises(SchemaOutOfDate, match="revision none, this agent needs 0001.*db upgrade"):
+    with pytest.raises(SchemaOutOfDateError, match="revision none, this zonemedic needs 0001.*db upgrade"):
         upgrade_on_start(stale)
     store = upgrade_on_start(replace(stale, database=replace(stale.database,
                                                               migrate_on_start=True)))

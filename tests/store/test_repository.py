@@ -23,7 +23,7 @@ from agent.model.incident import (
     Verdict,
     gpu_hours_recovered,
 )
-from agent.store.errors import CorruptRecord, IncidentNotFound
+from agent.store.errors import CorruptRecordError, IncidentNotFoundError, InvalidRecordError
 from agent.store.repository import IncidentStore, OutboxPolicy
 from tests.store.helpers import T0, finding, minutes
 
@@ -80,6 +80,12 @@ def test_closed_incident_is_not_reopened(store: IncidentStore) -> None:
 def test_not_an_incident_verdict_is_refused(store: IncidentStore) -> None:
     with pytest.raises(LifecycleError, match="healthy"):
         store.record_finding(finding(verdict=Verdict.HEALTHY))
+    assert store.list_incidents().incidents == []
+
+
+def test_overlong_values_are_refused_on_every_backend(store: IncidentStore) -> None:
+    with pytest.raises(InvalidRecordError, match="uid is 200 characters, at most 128 fit"):
+        store.record_finding(finding(uid="u" * 200))
     assert store.list_incidents().incidents == []
 
 
@@ -140,11 +146,11 @@ def test_invalid_transition_is_refused_without_touching_the_database(store: Inci
 
 
 def test_unknown_incident(store: IncidentStore) -> None:
-    with pytest.raises(IncidentNotFound, match="incident 999 not found"):
+    with pytest.raises(IncidentNotFoundError, match="incident 999 not found"):
         store.transition(999, S.OPEN, S.AWAITING_APPROVAL, actor="a", now=T0)
-    with pytest.raises(IncidentNotFound):
+    with pytest.raises(IncidentNotFoundError):
         store.get_incident(999)
-    with pytest.raises(IncidentNotFound):
+    with pytest.raises(IncidentNotFoundError):
         store.add_event(999, EventKind.NOTE, now=T0)
 
 
@@ -287,7 +293,7 @@ def test_purge_keeps_open_incidents_and_decisions(store: IncidentStore) -> None:
     assert (result.incidents, result.events, result.actions, result.messages) == (1, 4, 1, 1)
     remaining = {i.id for i in store.list_incidents().incidents}
     assert remaining == {still_open, recent}
-    with pytest.raises(IncidentNotFound):
+    with pytest.raises(IncidentNotFoundError):
         store.get_incident(old)
     with store.engine.connect() as conn:
         audit = conn.execute(text("SELECT incident_id, actor_id, job_name FROM decisions")).all()
@@ -309,7 +315,7 @@ def test_corrupt_json_names_the_incident_and_spares_the_listing(store: IncidentS
     _corrupt_json(store, bad)
     listing = store.list_incidents()
     assert {i.id for i in listing.incidents} == {good, bad}
-    with pytest.raises(CorruptRecord, match=f"incident {bad} cannot be read: column diagnosis"):
+    with pytest.raises(CorruptRecordError, match=f"incident {bad} cannot be read: column diagnosis"):
         store.get_incident(bad)
     assert store.get_incident(good).incident.id == good
 
@@ -324,9 +330,9 @@ def test_unknown_status_is_reported_not_fatal(store: IncidentStore) -> None:
     assert [str(p) for p in listing.problems] == [
         f"incident {bad}: unknown status value 'exploded'"
     ]
-    with pytest.raises(CorruptRecord, match=f"incident {bad}.*'exploded'"):
+    with pytest.raises(CorruptRecordError, match=f"incident {bad}.*'exploded'"):
         store.get_incident(bad)
-    with pytest.raises(CorruptRecord, match=f"incident {bad}"):
+    with pytest.raises(CorruptRecordError, match=f"incident {bad}"):
         store.transition(bad, S.OPEN, S.AWAITING_APPROVAL, actor="a", now=T0)
     assert store.stats(since=T0 - timedelta(days=1), now=T0 + minutes(1)).total == 2
     assert [s.id for s, _ in store.incidents_to_resume()] == [good]

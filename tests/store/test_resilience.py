@@ -15,11 +15,11 @@ from sqlalchemy.engine import make_url
 
 from agent.model.incident import FindingOutcome, IncidentQuery
 from agent.settings import DatabaseSettings, Settings
-from agent.store.errors import StoreUnavailable
+from agent.store.errors import StoreUnavailableError
 from agent.store.migrate import upgrade_on_start
 from agent.store.repository import IncidentStore, open_store
 from agent.store.resilience import Readiness
-from tests.store.fixtures import TEST_DB_SETTINGS, _fresh_postgres
+from tests.store.fixtures import TEST_DB_SETTINGS
 from tests.store.helpers import finding
 from tests.store.tcp_proxy import TcpProxy
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def pg_url(pg_database: str) -> str:
-    return _fresh_postgres(pg_database)
+    return pg_database
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_unreachable_at_start_is_a_clear_error_after_backoff(proxy: TcpProxy, pg
     sleep = RecordingSleep()
     settings = _settings(_via(proxy, pg_url), start_timeout=timedelta(seconds=1.5))
     started = time.monotonic()
-    with pytest.raises(StoreUnavailable) as caught:
+    with pytest.raises(StoreUnavailableError) as caught:
         upgrade_on_start(settings, readiness=readiness, sleep=sleep)
     elapsed = time.monotonic() - started
     message = str(caught.value)
@@ -140,7 +140,7 @@ def test_database_gone_for_good_raises_instead_of_dropping(proxy: TcpProxy, pg_u
     try:
         store.record_finding(finding("before"))
         proxy.cut()
-        with pytest.raises(StoreUnavailable, match="record finding failed after"):
+        with pytest.raises(StoreUnavailableError, match="record finding failed after"):
             store.record_finding(finding("lost"))
         assert not store.ping()
         proxy.restore()
