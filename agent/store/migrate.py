@@ -19,6 +19,7 @@ What it does not do: write migrations (developers run Alembic's autogenerate aga
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -65,7 +66,14 @@ def alembic_config(settings: DatabaseSettings, connection: Connection | None = N
 
 
 def head_revision(settings: DatabaseSettings) -> str | None:
-    return ScriptDirectory.from_config(alembic_config(settings)).get_current_head()
+    return _head_of(migrations_dir(settings))
+
+
+@functools.lru_cache(maxsize=8)
+def _head_of(directory: Path) -> str | None:
+    config = Config()
+    config.set_main_option("script_location", str(directory))
+    return ScriptDirectory.from_config(config).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:

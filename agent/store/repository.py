@@ -886,43 +886,50 @@ class IncidentStore:
 
     def stats(self, *, since: datetime, now: datetime) -> IncidentStats:
         """Counts by verdict and outcome, mean times to detect/decide/resolve and GPU-hours
-        recovered, over incidents opened in [since, now]. Two aggregate queries."""
+        recovered, over incidents opened in [since, now]: one aggregate query grouped by verdict
+        and status (sums and counts per group, combined here), served by the opened_at index.
+
+        Time to detect: onset -> opened; to decide: opened -> first decision; to resolve: opened
+        -> closed, for resolved incidents. GPU-hours: `gpu_hours_recovered` of the model, in SQL.
+        """
         seconds = _seconds_between_sql(self.engine.dialect.name)
-        resolved = IncidentStatus.RESOLVED.value
         aggregate = text(
-            "SELECT "
-            f"AVG(CASE WHEN onset_at IS NOT NULL THEN {seconds('onset_at', 'opened_at')} END) AS ttd, "
-            f"AVG(CASE WHEN decided_at IS NOT NULL THEN {seconds('opened_at', 'decided_at')} END) AS ttdec, "
-            f"AVG(CASE WHEN status = :resolved THEN {seconds('opened_at', 'closed_at')} END) AS ttr, "
-            "SUM(CASE WHEN status = :resolved AND gpus IS NOT NULL AND utilization_before IS NOT NULL "
-            "AND utilization_after IS NOT NULL AND closed_at < :until "
-            "AND utilization_after > utilization_before "
+            "SELECT verdict, status, COUNT(*) AS n, "
+            f"SUM({seconds('onset_at', 'opened_at')}) AS ttd_sum, COUNT(onset_at) AS ttd_n, "
+            f"SUM({seconds('opened_at', 'decided_at')}) AS dec_sum, COUNT(decided_at) AS dec_n, "
+            f"SUM(CASE WHEN status = :resolved THEN {seconds('opened_at', 'closed_at')} END) "
+            "AS ttr_sum, "
+            "SUM(CASE WHEN status = :resolved AND closed_at IS NOT NULL THEN 1 ELSE 0 END) "
+            "AS ttr_n, "
+            "SUM(CASE WHEN status = :resolved AND gpus IS NOT NULL "
+            "AND utilization_before IS NOT NULL AND utilization_after IS NOT NULL "
+            "AND closed_at < :until AND utilization_after > utilization_before "
             "THEN gpus * (utilization_after - utilization_before) / 100.0 * "
             f"{seconds('closed_at', ':until')} / 3600.0 ELSE 0 END) AS gpu_hours "
-            "FROM incidents WHERE opened_at >= :since AND opened_at <= :until"
-        ).bindparams(_dt("since", since), _dt("until", now), resolved=resolved)
-        counts = (
-            select(IncidentRow.verdict, IncidentRow.status, func.count())
-            .where(IncidentRow.opened_at >= since, IncidentRow.opened_at <= now)
-            .group_by(IncidentRow.verdict, IncidentRow.status)
-        )
+            "FROM incidents WHERE opened_at >= :since AND opened_at <= :until "
+            "GROUP BY verdict, status"
+        ).bindparams(_dt("since", since), _dt("until", now), resolved=IncidentStatus.RESOLVED.value)
 
         def body(conn: Connection) -> IncidentStats:
             by_verdict: dict[str, int] = {}
             by_outcome: dict[str, int] = {}
-            total = 0
-            for verdict, status, count in conn.execute(counts):
-                by_verdict[verdict] = by_verdict.get(verdict, 0) + count
-                by_outcome[status] = by_outcome.get(status, 0) + count
-                total += count
-            agg = conn.execute(aggregate).one()
+            sums = {"ttd": [0.0, 0], "dec": [0.0, 0], "ttr": [0.0, 0]}
+            total, gpu_hours = 0, 0.0
+            for row in conn.execute(aggregate):
+                by_verdict[row.verdict] = by_verdict.get(row.verdict, 0) + row.n
+                by_outcome[row.status] = by_outcome.get(row.status, 0) + row.n
+                total += row.n
+                gpu_hours += float(row.gpu_hours or 0.0)
+                for key in sums:
+                    sums[key][0] += float(getattr(row, f"{key}_sum") or 0.0)
+                    sums[key][1] += int(getattr(row, f"{key}_n") or 0)
+            means = {k: _td(v[0] / v[1]) if v[1] else None for k, v in sums.items()}
             return IncidentStats(
                 since=since, until=now, total=total,
                 by_verdict=dict(sorted(by_verdict.items())),
                 by_outcome=dict(sorted(by_outcome.items())),
-                mean_time_to_detect=_td(agg.ttd), mean_time_to_decide=_td(agg.ttdec),
-                mean_time_to_resolve=_td(agg.ttr),
-                gpu_hours_recovered=float(agg.gpu_hours or 0.0),
+                mean_time_to_detect=means["ttd"], mean_time_to_decide=means["dec"],
+                mean_time_to_resolve=means["ttr"], gpu_hours_recovered=gpu_hours,
             )
 
         return self._read("compute incident stats", body)
