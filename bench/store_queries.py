@@ -27,8 +27,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.cli import main as cli_main  # noqa: E402
-from agent.model.incident import (  # noqa: E402
+from agent.cli import main as cli_main
+from agent.model.incident import (
     TERMINAL,
     EventKind,
     IncidentQuery,
@@ -36,11 +36,11 @@ from agent.model.incident import (  # noqa: E402
     Verdict,
     fingerprint,
 )
-from agent.settings import DatabaseSettings  # noqa: E402
-from agent.store.engine import make_engine  # noqa: E402
-from agent.store.migrate import upgrade  # noqa: E402
-from agent.store.repository import open_store  # noqa: E402
-from tests.support.postgres import available, create_database, drop_database, url_for  # noqa: E402
+from agent.settings import DatabaseSettings
+from agent.store.engine import make_engine
+from agent.store.migrate import upgrade
+from agent.store.repository import open_store
+from tests.support.postgres import available, create_database, drop_database, url_for
 
 NAMESPACES = [f"team-{i:02d}" for i in range(50)]
 JOBS_PER_NAMESPACE = 200  # 10,000 distinct jobs
