@@ -60,7 +60,7 @@ INCIDENT_COLUMNS = (
 EVENT_COLUMNS = ("incident_id", "at", "kind", "actor", "detail")
 
 
-def generate(n_incidents: int, events_per: int, now: datetime, seed: int = 7) -> tuple[
+def generate(n_incidents: int, events_per: int, *, now: datetime, seed: int = 7) -> tuple[
     list[tuple[object, ...]], Callable[[], Iterator[tuple[object, ...]]]
 ]:
     """Incidents opened over the last 365 days (about 8% in the last 30), ~10% still open."""
@@ -113,7 +113,7 @@ def _sqlite_time(value: object) -> object:
     return value
 
 
-def load_sqlite(url: str, incidents: list[tuple[object, ...]],
+def load_sqlite(url: str, *, incidents: list[tuple[object, ...]],
                 events: Callable[[], Iterator[tuple[object, ...]]]) -> None:
     engine = make_engine(url)
     upgrade(engine, DatabaseSettings())
@@ -138,7 +138,7 @@ def load_sqlite(url: str, incidents: list[tuple[object, ...]],
     engine.dispose()
 
 
-def load_postgres(url: str, incidents: list[tuple[object, ...]],
+def load_postgres(url: str, *, incidents: list[tuple[object, ...]],
                   events: Callable[[], Iterator[tuple[object, ...]]]) -> None:
     engine = make_engine(url)
     upgrade(engine, DatabaseSettings())
@@ -180,11 +180,11 @@ def run_cli(argv: list[str]) -> None:
         raise SystemExit(f"command failed: zonemedic {' '.join(argv)}")
 
 
-def bench_backend(label: str, url: str, incidents: list[tuple[object, ...]],
+def bench_backend(label: str, url: str, *, incidents: list[tuple[object, ...]],
                   events: Callable[[], Iterator[tuple[object, ...]]], n_events: int) -> bool:
     loader = load_sqlite if label == "sqlite" else load_postgres
     start = time.perf_counter()
-    loader(url, incidents, events)
+    loader(url, incidents=incidents, events=events)
     load_s = time.perf_counter() - start
     print(f"[{label}] loaded {len(incidents):,} incidents + {n_events:,} events in {load_s:.1f} s")
     store = open_store(DatabaseSettings(), url=url)
@@ -220,13 +220,13 @@ def main() -> int:
     args = parser.parse_args()
     now = datetime.now(UTC)
     start = time.perf_counter()
-    incidents, events = generate(args.incidents, args.events_per_incident, now)
+    incidents, events = generate(args.incidents, args.events_per_incident, now=now)
     n_events = args.incidents * args.events_per_incident
     print(f"generated {len(incidents):,} incidents in {time.perf_counter() - start:.1f} s")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        results.append(bench_backend("sqlite", f"sqlite:///{tmp}/bench.db", incidents, events,
-                                     n_events))
+        results.append(bench_backend("sqlite", f"sqlite:///{tmp}/bench.db", incidents=incidents,
+                                     events=events, n_events=n_events))
     if args.skip_postgres:
         pass
     elif not available():
@@ -234,7 +234,8 @@ def main() -> int:
     else:
         name = create_database("zonemedic_bench")
         try:
-            results.append(bench_backend("postgres", url_for(name), incidents, events, n_events))
+            results.append(bench_backend("postgres", url_for(name), incidents=incidents,
+                                         events=events, n_events=n_events))
         finally:
             drop_database(name)
     print("all targets met" if all(results) else "some targets MISSED (see above)")

@@ -100,7 +100,7 @@ def _limit(value: str) -> int:
     return limit
 
 
-def _choice(enum: Any, value: str | None, flag: str) -> Any:
+def _choice(enum: Any, value: str | None, *, flag: str) -> Any:
     if value is None:
         return None
     try:
@@ -131,8 +131,8 @@ def build_query(args: argparse.Namespace, now: datetime) -> IncidentQuery:
     return IncidentQuery(
         namespace=namespace,
         name=name,
-        status=_choice(IncidentStatus, args.status, "--status"),
-        verdict=_choice(Verdict, args.verdict, "--verdict"),
+        status=_choice(IncidentStatus, args.status, flag="--status"),
+        verdict=_choice(Verdict, args.verdict, flag="--verdict"),
         since=_since(args.since, now) if args.since is not None else None,
         limit=_limit(args.limit),
     )

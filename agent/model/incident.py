@@ -17,7 +17,7 @@ Lifecycle
       |            |    |   snoozed    |            +-> failed    +-> rolled_back / failed
       |            |    +-> rejected / expired      +-> rolled_back
       +-> approved (auto approval policy)
-    any open state -> superseded (the job changed, or healed by itself before remediation)
+    open / awaiting_approval / snoozed / approved -> superseded (the job changed before remediation)
     open / awaiting_approval / snoozed / verifying -> resolved (a re-diagnosis finds it healthy)
 
 The terminal states (`resolved`, `rejected`, `expired`, `failed`, `rolled_back`, `superseded`) close

@@ -87,6 +87,7 @@ from agent.store.errors import (
     IncidentNotFoundError,
     InvalidRecordError,
     MessageNotFoundError,
+    StoreError,
     safe_url,
 )
 from agent.store.resilience import Readiness, Retrier, RetryPolicy
@@ -139,7 +140,7 @@ class _UnreadableError(Exception):
     """A stored value the code cannot interpret (internal; becomes RecordProblem/CorruptRecordError)."""
 
 
-def _enum(enum_type: Any, value: Any, column: str) -> Any:
+def _enum(enum_type: Any, value: Any, *, column: str) -> Any:
     try:
         return enum_type(value)
     except ValueError:
@@ -164,9 +165,9 @@ def _summary(row: Any) -> IncidentSummary:
         namespace=row.job_namespace,
         name=row.job_name,
         uid=row.job_uid,
-        verdict=_enum(Verdict, row.verdict, "verdict"),
-        status=_enum(IncidentStatus, row.status, "status"),
-        severity=_enum(Severity, row.severity, "severity"),
+        verdict=_enum(Verdict, row.verdict, column="verdict"),
+        status=_enum(IncidentStatus, row.status, column="status"),
+        severity=_enum(Severity, row.severity, column="severity"),
         fingerprint=row.fingerprint,
         target_zone=row.target_zone,
         opened_at=row.opened_at,
@@ -185,10 +186,10 @@ def _decision(row: Any) -> Decision:
     return Decision(
         id=row.id,
         incident_id=row.incident_id,
-        outcome=_enum(DecisionOutcome, row.outcome, "decision outcome"),
+        outcome=_enum(DecisionOutcome, row.outcome, column="decision outcome"),
         actor_id=row.actor_id,
         actor_name=row.actor_name,
-        source=_enum(DecisionSource, row.source, "decision source"),
+        source=_enum(DecisionSource, row.source, column="decision source"),
         decided_at=row.decided_at,
         comment=row.comment,
         job=f"{row.job_namespace}/{row.job_name}",
@@ -199,11 +200,11 @@ def _message(row: Any) -> OutboxMessage:
     return OutboxMessage(
         id=row.id,
         incident_id=row.incident_id,
-        kind=_enum(MessageKind, row.kind, "message kind"),
+        kind=_enum(MessageKind, row.kind, column="message kind"),
         channel=row.channel,
         payload=_document(row.payload, "payload"),
         dedupe_key=row.dedupe_key,
-        status=_enum(MessageStatus, row.status, "message status"),
+        status=_enum(MessageStatus, row.status, column="message status"),
         attempts=row.attempts,
         next_attempt_at=row.next_attempt_at,
         created_at=row.created_at,
@@ -295,14 +296,14 @@ class IncidentStore:
             if existing is None:
                 try:
                     with conn.begin_nested():
-                        incident_id = self._insert_incident(conn, record, fp)
+                        incident_id = self._insert_incident(conn, record, fp=fp)
                 except IntegrityError:
                     existing = self._open_by_fingerprint(conn, fp)
                     if existing is None:  # pragma: no cover - the winner closed it already
                         raise
                 else:
                     return FindingOutcome(incident=self._summary_by_id(conn, incident_id), new=True)
-            self._redetect(conn, existing, record)
+            self._redetect(conn, existing, record=record)
             return FindingOutcome(incident=self._summary_by_id(conn, existing), new=False)
 
         return self._write("record finding", body)
@@ -316,7 +317,7 @@ class IncidentStore:
         ).scalar()
 
     @staticmethod
-    def _insert_incident(conn: Connection, record: FindingRecord, fp: str) -> int:
+    def _insert_incident(conn: Connection, record: FindingRecord, *, fp: str) -> int:
         now = record.detected_at
         incident_id: int = conn.execute(
             insert(IncidentRow)
@@ -355,7 +356,7 @@ class IncidentStore:
         return incident_id
 
     @staticmethod
-    def _redetect(conn: Connection, incident_id: int, record: FindingRecord) -> None:
+    def _redetect(conn: Connection, incident_id: int, *, record: FindingRecord) -> None:
         status = conn.execute(
             select(IncidentRow.status).where(IncidentRow.id == incident_id)
         ).scalar_one()
@@ -404,12 +405,12 @@ class IncidentStore:
 
         def body(conn: Connection, attempt: int) -> TransitionResult:
             won = self._conditional_update(
-                conn, incident_id, expected, new, actor=actor, token=token, now=now
+                conn, incident_id, expected=expected, new=new, actor=actor, token=token, now=now
             )
             if won is None:
-                return self._lost(conn, incident_id, new, token=token, attempt=attempt,
+                return self._lost(conn, incident_id, new=new, token=token, attempt=attempt,
                                   expected=expected)
-            self._event(conn, incident_id, event_for_status(new), now=now, actor=actor,
+            self._event(conn, incident_id, kind=event_for_status(new), now=now, actor=actor,
                         detail=dict(detail or {}))
             return TransitionResult(incident_id, True, new, actor, previous=expected)
 
@@ -439,11 +440,12 @@ class IncidentStore:
             if outcome is DecisionOutcome.SNOOZE:
                 extra["snoozed_until"] = snoozed_until
             won = self._conditional_update(
-                conn, incident_id, expected, new, actor=actor.label, token=token, now=now,
+                conn, incident_id, expected=expected, new=new, actor=actor.label, token=token,
+                now=now,
                 extra=extra,
             )
             if won is None:
-                return self._lost(conn, incident_id, new, token=token, attempt=attempt,
+                return self._lost(conn, incident_id, new=new, token=token, attempt=attempt,
                                   expected=expected)
             decision_id = conn.execute(
                 insert(DecisionRow)
@@ -468,7 +470,7 @@ class IncidentStore:
                 detail["comment"] = comment
             if snoozed_until is not None:
                 detail["snoozed_until"] = snoozed_until.isoformat()
-            self._event(conn, incident_id, event_for_status(new), now=now, actor=actor.label,
+            self._event(conn, incident_id, kind=event_for_status(new), now=now, actor=actor.label,
                         detail=detail)
             decision = Decision(
                 id=decision_id, incident_id=incident_id, outcome=outcome, actor_id=actor.id,
@@ -484,9 +486,9 @@ class IncidentStore:
     def _conditional_update(
         conn: Connection,
         incident_id: int,
+        *,
         expected: IncidentStatus,
         new: IncidentStatus,
-        *,
         actor: str,
         token: str,
         now: datetime,
@@ -515,8 +517,8 @@ class IncidentStore:
         self,
         conn: Connection,
         incident_id: int,
-        new: IncidentStatus,
         *,
+        new: IncidentStatus,
         token: str,
         attempt: int,
         expected: IncidentStatus,
@@ -529,7 +531,7 @@ class IncidentStore:
         if row is None:
             raise IncidentNotFoundError(incident_id)
         try:
-            status = _enum(IncidentStatus, row.status, "status")
+            status = _enum(IncidentStatus, row.status, column="status")
         except _UnreadableError as exc:
             raise CorruptRecordError(incident_id, str(exc)) from None
         decision = self._latest_decision(conn, incident_id)
@@ -559,8 +561,8 @@ class IncidentStore:
     def _event(
         conn: Connection,
         incident_id: int,
-        kind: EventKind,
         *,
+        kind: EventKind,
         now: datetime,
         actor: str | None,
         detail: Mapping[str, Any],
@@ -590,7 +592,7 @@ class IncidentStore:
 
         def body(conn: Connection, _attempt: int) -> int:
             self._require(conn, incident_id)
-            event_id = self._event(conn, incident_id, kind, now=now, actor=actor,
+            event_id = self._event(conn, incident_id, kind=kind, now=now, actor=actor,
                                    detail=dict(detail or {}))
             conn.execute(
                 update(IncidentRow).where(IncidentRow.id == incident_id).values(updated_at=now)
@@ -633,7 +635,7 @@ class IncidentStore:
                                       "succeeded": succeeded}
             if message:
                 detail["message"] = message
-            self._event(conn, incident_id, event_kind, now=now, actor=actor, detail=detail)
+            self._event(conn, incident_id, kind=event_kind, now=now, actor=actor, detail=detail)
             return action_id
 
         return self._write(f"record action on incident {incident_id}", body)
@@ -742,7 +744,7 @@ class IncidentStore:
             if row is None:
                 raise MessageNotFoundError(message_id)
             if row.incident_id is not None and row.kind == MessageKind.POST.value:
-                self._event(conn, row.incident_id, EventKind.POSTED, now=now, actor="outbox",
+                self._event(conn, row.incident_id, kind=EventKind.POSTED, now=now, actor="outbox",
                             detail={"channel": row.channel, "ref": external_ref,
                                     "message_id": message_id})
 
@@ -776,7 +778,7 @@ class IncidentStore:
         try:
             return self._write(f"mark message {message_id} failed", body)
         except _UnreadableError as exc:
-            raise CorruptRecordError(0, f"outbox message {message_id}: {exc}") from None
+            raise StoreError(f"outbox message {message_id} cannot be read: {exc}") from None
 
     # ----------------------------------------------------------------------------------------
     # history
@@ -843,7 +845,7 @@ class IncidentStore:
                 diagnosis = _document(row.diagnosis, "diagnosis")
                 events = [
                     TimelineEvent(id=e.id, incident_id=incident_id, at=e.at,
-                                  kind=_enum(EventKind, e.kind, "event kind"), actor=e.actor,
+                                  kind=_enum(EventKind, e.kind, column="event kind"), actor=e.actor,
                                   detail=_document(e.detail, f"detail of event {e.id}"))
                     for e in conn.execute(
                         select(IncidentEventRow)
@@ -859,7 +861,7 @@ class IncidentStore:
                 ]
                 actions = [
                     RemediationAction(id=a.id, incident_id=incident_id, at=a.at,
-                                      kind=_enum(ActionKind, a.kind, "action kind"),
+                                      kind=_enum(ActionKind, a.kind, column="action kind"),
                                       actor=a.actor, succeeded=a.succeeded,
                                       payload=_document(a.payload, f"payload of action {a.id}"),
                                       message=a.message)
@@ -920,9 +922,9 @@ class IncidentStore:
                 by_outcome[row.status] = by_outcome.get(row.status, 0) + row.n
                 total += row.n
                 gpu_hours += float(row.gpu_hours or 0.0)
-                for key in sums:
-                    sums[key][0] += float(getattr(row, f"{key}_sum") or 0.0)
-                    sums[key][1] += int(getattr(row, f"{key}_n") or 0)
+                for key, acc in sums.items():
+                    acc[0] += float(getattr(row, f"{key}_sum") or 0.0)
+                    acc[1] += int(getattr(row, f"{key}_n") or 0)
             means = {k: _td(v[0] / v[1]) if v[1] else None for k, v in sums.items()}
             return IncidentStats(
                 since=since, until=now, total=total,

@@ -133,3 +133,13 @@ def test_console_script_finds_migrations_from_anywhere(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "is at revision 0001" in result.stdout and target.is_file()
+
+
+def test_building_the_parser_does_not_import_sqlalchemy() -> None:
+    code = (
+        "import sys, agent.cli; agent.cli.build_parser(); "
+        "print(sorted(m for m in ('sqlalchemy', 'alembic', 'psycopg') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
