@@ -14,6 +14,8 @@ the HTTP API) only ever see these types, all `ZonemedicError`s. What it does not
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
@@ -70,6 +72,21 @@ def is_transient(error: BaseException) -> bool:
             return any(word in str(error.orig).lower() for word in _SQLITE_TRANSIENT)
         return True
     return isinstance(error, sa_exc.DisconnectionError | sa_exc.TimeoutError)
+
+
+@contextmanager
+def translated(target: str, what: str) -> Iterator[None]:
+    """Turn SQLAlchemy/driver errors raised inside into the store's own errors, naming the
+    database (password hidden) and the operation: transient ones into `StoreUnavailableError`,
+    the rest into `StoreError`."""
+    try:
+        yield
+    except sa_exc.SQLAlchemyError as exc:
+        if is_transient(exc):
+            raise StoreUnavailableError(
+                f"database {target} unavailable: {what} failed: {describe(exc)}"
+            ) from exc
+        raise StoreError(f"database {target}: {what} failed: {describe(exc)}") from exc
 
 
 def safe_url(url: str) -> str:

@@ -36,7 +36,7 @@ from sqlalchemy import Connection, Engine, text
 import agent
 from agent.settings import DatabaseSettings, Settings
 from agent.store.engine import database_url
-from agent.store.errors import SchemaOutOfDateError, StoreError
+from agent.store.errors import SchemaOutOfDateError, StoreError, safe_url, translated
 from agent.store.repository import IncidentStore, open_store
 from agent.store.resilience import Readiness
 from agent.store.schema import metadata
@@ -77,13 +77,13 @@ def _head_of(directory: Path) -> str | None:
 
 
 def current_revision(engine: Engine) -> str | None:
-    with engine.connect() as conn:
+    with translated(safe_url(str(engine.url)), "read the schema revision"), engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(engine: Engine, settings: DatabaseSettings, revision: str = "head") -> str | None:
     """Upgrade the schema to `revision` in one transaction; returns the revision reached."""
-    with engine.begin() as conn:
+    with translated(safe_url(str(engine.url)), f"upgrade to {revision}"), engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
         try:

@@ -88,6 +88,7 @@ from agent.store.errors import (
     InvalidRecordError,
     MessageNotFoundError,
     StoreError,
+    StoreUnavailableError,
     safe_url,
 )
 from agent.store.resilience import Readiness, Retrier, RetryPolicy
@@ -265,7 +266,7 @@ class IncidentStore:
             self._retrier.call(
                 lambda _n: self._read_one("SELECT 1"), what="ping", budget=timedelta(0)
             )
-        except Exception as exc:  # noqa: BLE001 - any failure means "not ready"; reason kept
+        except (StoreError, StoreUnavailableError) as exc:
             self.readiness.mark_unready(str(exc))
             return False
         return True

@@ -9,7 +9,8 @@ not ready and is retried with exponential backoff (base 0.1 s, doubling, at most
 budget (`database.write_retry`, or `start_timeout` at start) is spent; then `StoreUnavailableError` is
 raised naming the database and the last reason, so no write is ever dropped silently: it either
 happened or the caller gets an error. A success marks the store ready. Non-transient errors (a bug,
-a constraint) are not retried and do not change readiness.
+a constraint, a permission) are not retried, do not change readiness, and become a `StoreError`
+naming the database and the operation.
 
 What it does not do: make an operation idempotent. Operations retried after an unknown outcome
 (the connection died during COMMIT) must tolerate being run twice; the repository's are designed so
@@ -29,7 +30,7 @@ from typing import TypeVar
 from sqlalchemy import exc as sa_exc
 
 from agent.model.incident import retry_delay
-from agent.store.errors import StoreUnavailableError, describe, is_transient
+from agent.store.errors import StoreError, StoreUnavailableError, describe, is_transient
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,7 +105,10 @@ class Retrier:
                 result = operation(attempt)
             except sa_exc.SQLAlchemyError as exc:
                 if not is_transient(exc):
-                    raise
+                    # A bug, a constraint or a permission: not worth retrying; named, no traceback.
+                    raise StoreError(
+                        f"database {self.target}: {what} failed: {describe(exc)}"
+                    ) from exc
                 reason = describe(exc)
                 self.readiness.mark_unready(reason)
                 delay = retry_delay(attempt, base=self.policy.base, cap=self.policy.cap)

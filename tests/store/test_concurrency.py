@@ -100,3 +100,27 @@ def test_two_processes_one_winner(store: IncidentStore, db_url: str, tmp_path: P
     assert {r["status"] for r in results} == {"approved"}
     detail = store.get_incident(incident_id)
     assert [d.actor_id for d in detail.decisions] == winners
+
+
+def test_concurrent_detections_open_one_incident(store: IncidentStore) -> None:
+    barrier = threading.Barrier(8)
+    outcomes = []
+    errors: list[BaseException] = []
+
+    def detect() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(store.record_finding(finding()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=detect) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert sum(o.new for o in outcomes) == 1
+    assert len({o.incident.id for o in outcomes}) == 1
+    [incident] = store.list_incidents().incidents
+    assert incident.detections == 8

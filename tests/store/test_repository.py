@@ -23,8 +23,14 @@ from agent.model.incident import (
     Verdict,
     gpu_hours_recovered,
 )
-from agent.store.errors import CorruptRecordError, IncidentNotFoundError, InvalidRecordError
+from agent.store.errors import (
+    CorruptRecordError,
+    IncidentNotFoundError,
+    InvalidRecordError,
+    StoreError,
+)
 from agent.store.repository import IncidentStore, OutboxPolicy
+from agent.store.schema import metadata
 from tests.store.helpers import T0, finding, minutes
 
 S = IncidentStatus
@@ -371,3 +377,16 @@ def test_utc_now_edge_is_not_needed(store: IncidentStore) -> None:
     # Times are always passed in: an explicit far-future time is stored as given.
     future = datetime(2099, 1, 1, tzinfo=UTC)
     assert store.record_finding(finding(at=future)).incident.opened_at == future
+
+
+def test_non_transient_database_errors_are_named(store: IncidentStore) -> None:
+    outbox = metadata.tables["outbox_messages"]
+    with store.engine.begin() as conn:
+        outbox.drop(conn)
+    try:
+        with pytest.raises(StoreError, match="enqueue message failed") as caught:
+            store.enqueue_message(MessageKind.POST, payload={}, now=T0)
+        assert "\n" not in str(caught.value)
+    finally:
+        with store.engine.begin() as conn:  # the PostgreSQL database is shared by the run
+            outbox.create(conn)
