@@ -2,11 +2,12 @@
 
 Who calls it: `zonemedic db upgrade|current|check` and the runtime at start (`upgrade_on_start`).
 No `alembic.ini` is needed: the configuration is built here, and the migration scripts are found
-(1) at `database.migrations_dir` when set (an installed, non-editable deployment points it at the
-copied scripts; the container image does), else (2) at `migrations/` beside the `agent` package,
-which is the repository root for an editable install (`make install`) and for a source checkout.
-The scripts stay where the product owner fixed them (top level) instead of being duplicated as
-package data; a missing directory is a clear `StoreError` naming both places looked at.
+(1) at `database.migrations_dir` when set; else (2) at `migrations/` beside the `agent` package,
+which is the repository root for an editable install (`make install`) and a source checkout; else
+(3) at `<sys.prefix>/share/zonemedic/migrations`, where a wheel install puts them when pyproject
+ships `migrations/` as data-files (a non-editable install, e.g. the container image). The scripts
+stay where the product owner fixed them (top level) instead of being duplicated inside the
+package; a missing directory is a clear `StoreError` naming every place looked at.
 
 `upgrade_on_start(settings)` waits for the database (retrying with backoff up to
 `database.start_timeout`; the store's readiness flag says "not ready" meanwhile), then upgrades to
@@ -20,6 +21,7 @@ What it does not do: write migrations (developers run Alembic's autogenerate aga
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,15 +46,25 @@ from agent.store.schema import metadata
 _PG_LOCK_KEY = 0x7A6F6E65  # "zone": the advisory lock serialising migrations across replicas
 
 
+def candidate_dirs(settings: DatabaseSettings) -> list[Path]:
+    """Where the Alembic scripts may be, in order (see the module docstring)."""
+    if settings.migrations_dir:
+        return [Path(settings.migrations_dir)]
+    return [
+        Path(agent.__file__).resolve().parent.parent / "migrations",
+        Path(sys.prefix) / "share" / "zonemedic" / "migrations",
+    ]
+
+
 def migrations_dir(settings: DatabaseSettings) -> Path:
-    """Where the Alembic scripts are (see the module docstring)."""
-    beside_package = Path(agent.__file__).resolve().parent.parent / "migrations"
-    candidates = [Path(settings.migrations_dir)] if settings.migrations_dir else [beside_package]
+    """The first candidate directory holding `env.py`; a clear error naming them all otherwise."""
+    candidates = candidate_dirs(settings)
     for candidate in candidates:
         if (candidate / "env.py").is_file():
             return candidate
+    looked = " or ".join(str(c) for c in candidates)
     raise StoreError(
-        f"migration scripts not found at {candidates[0]} "
+        f"migration scripts not found at {looked} "
         "(set database.migrations_dir to the directory holding env.py and versions/)"
     )
 

@@ -4,6 +4,8 @@ schema; the scripts are found beside the package or where `database.migrations_d
 
 from __future__ import annotations
 
+import shutil
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -11,10 +13,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+import agent
 from agent.settings import DatabaseSettings, Settings
 from agent.store.engine import make_engine
 from agent.store.errors import SchemaOutOfDateError, StoreError
 from agent.store.migrate import (
+    candidate_dirs,
     current_revision,
     head_revision,
     migrations_dir,
@@ -95,3 +99,22 @@ def test_migrations_dir_is_found_beside_the_package_or_configured(tmp_path: Path
     )
     with pytest.raises(StoreError, match=f"migration scripts not found at {tmp_path}"):
         migrations_dir(DatabaseSettings(migrations_dir=str(tmp_path)))
+
+
+def test_installed_wheel_location_is_a_fallback(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # A non-editable install has no migrations/ beside the package; a wheel shipping the scripts
+    # as data-files puts them under <prefix>/share/zonemedic/migrations.
+    fake_package = tmp_path / "site-packages" / "agent" / "__init__.py"
+    fake_package.parent.mkdir(parents=True)
+    fake_package.touch()
+    shared = tmp_path / "prefix" / "share" / "zonemedic" / "migrations"
+    shutil.copytree(REPO / "migrations", shared)
+    monkeypatch.setattr(agent, "__file__", str(fake_package))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "prefix"))
+    assert candidate_dirs(DatabaseSettings())[0] == tmp_path / "site-packages" / "migrations"
+    assert migrations_dir(DatabaseSettings()) == shared
+    assert head_revision(DatabaseSettings()) == "0001"
+    shutil.rmtree(shared)
+    with pytest.raises(StoreError, match="site-packages/migrations or .*share/zonemedic/migrations"):
+        migrations_dir(DatabaseSettings())
