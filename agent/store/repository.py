@@ -62,6 +62,7 @@ from agent.model.incident import (
     IncidentStats,
     IncidentStatus,
     IncidentSummary,
+    LifecycleError,
     MessageKind,
     MessageStatus,
     OutboxMessage,
@@ -432,6 +433,8 @@ class IncidentStore:
         row, atomically. Exactly one concurrent decider wins; losers get the winner's decision."""
         new = DECISION_STATUS[outcome]
         check_transition(expected, new)
+        if (outcome is DecisionOutcome.SNOOZE) != (snoozed_until is not None):
+            raise LifecycleError("a snooze decision needs snoozed_until, and only a snooze has one")
         token = str(uuid.uuid4())
 
         def body(conn: Connection, attempt: int) -> TransitionResult:

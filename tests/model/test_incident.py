@@ -12,7 +12,9 @@ from agent.model.incident import (
     TERMINAL,
     TRANSITIONS,
     FindingRecord,
+    IncidentStats,
     IncidentStatus,
+    RecordProblem,
     LifecycleError,
     ResumeAction,
     Severity,
@@ -26,6 +28,7 @@ from agent.model.incident import (
     gpu_hours_recovered,
     resume_action,
     retry_delay,
+    to_jsonable,
     verdict_class,
 )
 
@@ -223,3 +226,21 @@ def test_record_from_a_diagnosis_finding() -> None:
 def test_bad_findings(finding: dict[str, object], message: str) -> None:
     with pytest.raises(LifecycleError, match=message):
         FindingRecord.from_finding(finding, cluster="c", detected_at=NOW)
+
+
+def test_to_jsonable() -> None:
+    stats = IncidentStats(
+        since=NOW, until=NOW + timedelta(days=1), total=2, by_verdict={"zone_split_blocked": 2},
+        by_outcome={"open": 2}, mean_time_to_detect=timedelta(seconds=90),
+        mean_time_to_decide=None, mean_time_to_resolve=None, gpu_hours_recovered=1.5,
+    )
+    assert to_jsonable(stats) == {
+        "since": "2026-11-01T00:00:00+00:00", "until": "2026-11-02T00:00:00+00:00", "total": 2,
+        "by_verdict": {"zone_split_blocked": 2}, "by_outcome": {"open": 2},
+        "mean_time_to_detect": 90.0, "mean_time_to_decide": None, "mean_time_to_resolve": None,
+        "gpu_hours_recovered": 1.5,
+    }
+    problem = RecordProblem(7, "unknown status value 'x'")
+    assert to_jsonable([problem, (S.OPEN, Verdict.ALERT)]) == [
+        {"incident_id": 7, "problem": "unknown status value 'x'"}, ["open", "alert"]]
+    assert str(problem) == "incident 7: unknown status value 'x'"

@@ -390,3 +390,14 @@ def test_non_transient_database_errors_are_named(store: IncidentStore) -> None:
     finally:
         with store.engine.begin() as conn:  # the PostgreSQL database is shared by the run
             outbox.create(conn)
+
+
+def test_snooze_needs_an_end(store: IncidentStore) -> None:
+    incident_id = store.record_finding(finding()).incident.id
+    _to_awaiting(store, incident_id)
+    with pytest.raises(LifecycleError, match="snoozed_until"):
+        store.record_decision(incident_id, DecisionOutcome.SNOOZE, actor=ALICE, now=T0)
+    with pytest.raises(LifecycleError, match="snoozed_until"):
+        store.record_decision(incident_id, DecisionOutcome.APPROVE, actor=ALICE, now=T0,
+                              snoozed_until=T0)
+    assert store.get_incident(incident_id).incident.status is S.AWAITING_APPROVAL
