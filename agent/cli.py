@@ -17,7 +17,10 @@ from agent import __version__
 from agent.errors import InputError, ZonemedicError
 
 # name -> module implementing it. Adding a command is one row.
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "incidents": "agent.commands.incidents",
+    "db": "agent.commands.db",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
