@@ -151,6 +151,8 @@ def build_app(
             return _error(400, str(exc))
         try:
             rows = await run_in_threadpool(incidents.list_incidents, filters)
+        except InputError as exc:
+            return _error(400, str(exc))
         except UnavailableError as exc:
             return _error(503, str(exc))
         return JSONResponse({"incidents": rows})

@@ -1,0 +1,60 @@
+"""The incidents API's reads (`GET /api/incidents`, `/api/incidents/{id}`) over the store.
+
+Built by the composition root and handed to `agent.runtime.http.build_app` as its
+`IncidentQueries`. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
+since, limit) to the store's `IncidentQuery` and returns plain JSON data (the store's
+`to_jsonable`). A bad filter value is an `InputError` (400); a database that is away is the
+store's `StoreUnavailableError` (503). What it does not do: write anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from agent.errors import InputError
+from agent.model.incident import IncidentQuery, IncidentStatus, Verdict, to_jsonable
+from agent.runtime.http import IncidentFilter
+from agent.store.errors import IncidentNotFoundError
+from agent.store.repository import IncidentStore
+
+
+def _enum(enum: Any, value: str | None, name: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return enum(value)
+    except ValueError:
+        known = ", ".join(e.value for e in enum)
+        raise InputError(f"{name}: unknown value {value!r} (known: {known})") from None
+
+
+class StoreIncidents:
+    def __init__(
+        self, store: IncidentStore, *, cluster: str | None, now: Callable[[], datetime]
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.now = now
+
+    def list_incidents(self, filters: IncidentFilter) -> list[dict[str, Any]]:
+        query = IncidentQuery(
+            cluster=self.cluster,
+            namespace=filters.job_namespace or filters.namespace,
+            name=filters.job_name,
+            status=_enum(IncidentStatus, filters.status, "status"),
+            verdict=_enum(Verdict, filters.verdict, "verdict"),
+            since=self.now() - filters.since if filters.since else None,
+            limit=filters.limit,
+        )
+        listing = self.store.list_incidents(query)
+        return [to_jsonable(i) for i in listing.incidents]
+
+    def get_incident(self, incident_id: int) -> dict[str, Any] | None:
+        try:
+            detail = self.store.get_incident(incident_id)
+        except IncidentNotFoundError:
+            return None
+        out: dict[str, Any] = to_jsonable(detail)
+        return out

@@ -1,0 +1,87 @@
+"""The incidents API over the real store (SQLite, migrated by Alembic), through the HTTP app."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agent.model.incident import FindingRecord
+from agent.runtime.http import build_app
+from agent.runtime.incidents import StoreIncidents
+from agent.runtime.metrics import AgentMetrics
+from agent.runtime.server import HttpServer
+from agent.settings import Settings
+from agent.store.migrate import upgrade_on_start
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def finding(name: str, verdict: str, ns: str = "ml") -> dict[str, object]:
+    return {
+        "job": {"kind": "PyTorchJob", "namespace": ns, "name": name},
+        "verdict": verdict,
+        "zones": {"a": 3, "b": 1},
+        "target_zone": "a" if verdict.startswith("zone_split") else None,
+    }
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[httpx.Client]:
+    settings = Settings(data_dir=str(tmp_path))
+    settings = replace(settings, database=replace(settings.database, url=f"sqlite:///{tmp_path / 'zm.db'}"))
+    store = upgrade_on_start(settings)
+    for i, (name, verdict, ns) in enumerate(
+        [("resnet", "zone_split_blocked", "ml"), ("bert", "policy_blocked", "nlp"), ("old", "zone_split_degraded", "ml")]
+    ):
+        store.record_finding(
+            FindingRecord.from_finding(
+                finding(name, verdict, ns), cluster="prod", detected_at=NOW - timedelta(days=10 * i)
+            )
+        )
+    app = build_app(
+        metrics=AgentMetrics(),
+        readiness=lambda: {"database": store.ping()},
+        incidents=StoreIncidents(store, cluster="prod", now=lambda: NOW),
+    )
+    server = HttpServer(app, host="127.0.0.1", port=0).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as c:
+            yield c
+    finally:
+        server.stop()
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("params", "names"),
+    [
+        ({}, ["resnet", "bert", "old"]),
+        ({"job": "ml/resnet"}, ["resnet"]),
+        ({"namespace": "ml"}, ["resnet", "old"]),
+        ({"verdict": "policy_blocked"}, ["bert"]),
+        ({"status": "open"}, ["resnet", "bert", "old"]),
+        ({"since": "7d"}, ["resnet"]),
+        ({"limit": "2"}, ["resnet", "bert"]),
+    ],
+)
+def test_list_filters(client: httpx.Client, params: dict[str, str], names: list[str]) -> None:
+    response = client.get("/api/incidents", params=params)
+    assert response.status_code == 200, response.text
+    assert [i["name"] for i in response.json()["incidents"]] == names
+
+
+def test_show_and_errors(client: httpx.Client) -> None:
+    first = client.get("/api/incidents", params={"job": "ml/resnet"}).json()["incidents"][0]
+    detail = client.get(f"/api/incidents/{first['id']}").json()
+    assert detail["incident"]["verdict"] == "zone_split_blocked"
+    assert detail["diagnosis"]["zones"] == {"a": 3, "b": 1}
+    assert [e["kind"] for e in detail["events"]] == ["detected"]
+    assert client.get("/api/incidents/999").status_code == 404
+    bad = client.get("/api/incidents", params={"status": "sleeping"})
+    assert bad.status_code == 400 and "status: unknown value 'sleeping'" in bad.json()["error"]
+    assert client.get("/readyz").json()["checks"] == {"database": True}
