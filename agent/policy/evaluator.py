@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from agent.model.network import DenyReason, Endpoint, FlowVerdict, Hop, PortRange, Protocol
 from agent.model.selector import LabelSelector, SelectorOperator
-from agent.policy.identity import NAMESPACE_KEY, identity_labels
+from agent.policy.identity import NAMESPACE_KEY, identity_labels, is_pod_label_key
 from agent.policy.rule import Policy, Rule, Subject
 
 _CONCRETE_PROTOCOLS = (Protocol.TCP, Protocol.UDP, Protocol.SCTP)
@@ -113,6 +113,10 @@ class PolicySet:
     def policies(self) -> tuple[Policy, ...]:
         """The policies of this set, in the order given."""
         return self._policies
+
+    def pod_label_keys(self) -> frozenset[str]:
+        """The pod label keys some selector of this set reads (identity-only keys left out)."""
+        return frozenset(k for k in self._keys if is_pod_label_key(k))
 
     def equivalence_key(self, endpoint: Endpoint) -> int:
         """A small int equal for endpoints that get the same verdicts everywhere in this set.

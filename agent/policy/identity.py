@@ -57,6 +57,13 @@ def is_identity_label(key: str) -> bool:
     return not key.startswith(_EXCLUDED_PREFIXES)
 
 
+def is_pod_label_key(key: str) -> bool:
+    """True when an identity key comes from a pod label (not namespace, account, cluster, source)."""
+    if key.startswith(UNMATCHABLE_PREFIX) or key in (NAMESPACE_KEY, SERVICE_ACCOUNT_KEY, CLUSTER_KEY):
+        return False
+    return not key.startswith(NAMESPACE_LABELS_PREFIX) and is_identity_label(key)
+
+
 def selector_key(raw: str) -> str:
     """Map a Cilium selector key (`k8s:app`, `any:app`, `app`, `reserved:host`) to an identity key.
 
