@@ -123,11 +123,23 @@ class Endpoint:
     namespace_labels: Mapping[str, str] = field(default=_EMPTY)
     service_account: str = "default"
     named_ports: Mapping[str, int] = field(default=_EMPTY)
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", _freeze(self.labels))
-        object.__setattr__(self, "namespace_labels", _freeze(self.namespace_labels))
-        object.__setattr__(self, "named_ports", _freeze(self.named_ports))
+        labels = _freeze(self.labels)
+        namespace_labels = _freeze(self.namespace_labels)
+        named_ports = _freeze(self.named_ports)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "namespace_labels", namespace_labels)
+        object.__setattr__(self, "named_ports", named_ports)
+        object.__setattr__(
+            self,
+            "_hash",
+            hash((self.namespace, labels, namespace_labels, self.service_account, named_ports)),
+        )
+
+    def __hash__(self) -> int:  # computed once: endpoints are cache keys on the hot path
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
