@@ -59,7 +59,11 @@ def is_identity_label(key: str) -> bool:
 
 def is_pod_label_key(key: str) -> bool:
     """True when an identity key comes from a pod label (not namespace, account, cluster, source)."""
-    if key.startswith(UNMATCHABLE_PREFIX) or key in (NAMESPACE_KEY, SERVICE_ACCOUNT_KEY, CLUSTER_KEY):
+    if key.startswith(UNMATCHABLE_PREFIX) or key in (
+        NAMESPACE_KEY,
+        SERVICE_ACCOUNT_KEY,
+        CLUSTER_KEY,
+    ):
         return False
     return not key.startswith(NAMESPACE_LABELS_PREFIX) and is_identity_label(key)
 

@@ -50,6 +50,59 @@ _OTHER_ENTITIES = frozenset(
 _INGRESS_NON_POD_PEERS = ("fromCIDR", "fromCIDRSet", "fromNodes", "fromGroups")
 _EGRESS_NON_POD_PEERS = ("toCIDR", "toCIDRSet", "toNodes", "toGroups", "toFQDNs", "toServices")
 
+# Fields each object may hold (cilium.io/v2 and networking.k8s.io/v1 schemas). An unknown field is
+# an error: a misspelt peer field would otherwise silently turn a rule into "any peer".
+_CILIUM_SPEC_FIELDS = frozenset(
+    {
+        "endpointSelector",
+        "nodeSelector",
+        "ingress",
+        "ingressDeny",
+        "egress",
+        "egressDeny",
+        "enableDefaultDeny",
+        "labels",
+        "description",
+        "log",
+    }
+)
+_CILIUM_INGRESS_FIELDS = frozenset(
+    {
+        "fromEndpoints",
+        "fromRequires",
+        "fromCIDR",
+        "fromCIDRSet",
+        "fromEntities",
+        "fromGroups",
+        "fromNodes",
+        "toPorts",
+        "icmps",
+        "authentication",
+    }
+)
+_CILIUM_EGRESS_FIELDS = frozenset(
+    {
+        "toEndpoints",
+        "toRequires",
+        "toCIDR",
+        "toCIDRSet",
+        "toEntities",
+        "toServices",
+        "toFQDNs",
+        "toGroups",
+        "toNodes",
+        "toPorts",
+        "icmps",
+        "authentication",
+    }
+)
+_CILIUM_PORT_RULE_FIELDS = frozenset(
+    {"ports", "rules", "listener", "serverNames", "originatingTLS", "terminatingTLS"}
+)
+_PORT_FIELDS = frozenset({"port", "endPort", "protocol"})
+_K8S_SPEC_FIELDS = frozenset({"podSelector", "ingress", "egress", "policyTypes"})
+_K8S_PEER_FIELDS = frozenset({"podSelector", "namespaceSelector", "ipBlock"})
+
 _L4_PROTOCOLS = frozenset({"TCP", "UDP", "SCTP", "ANY"})
 _OTHER_PROTOCOLS = frozenset({"ICMP", "ICMPV6", "VRRP", "IGMP"})
 
@@ -64,6 +117,11 @@ class _Ctx:
 
     def error(self, path: str, message: str) -> PolicyError:
         return PolicyError(f"{self.policy_id}: {path}: {message}")
+
+    def check_fields(self, raw: Mapping[str, Any], known: frozenset[str], *, path: str) -> None:
+        unknown = sorted(str(k) for k in raw if k not in known)
+        if unknown:
+            raise self.error(f"{path}.{unknown[0]}", "unknown field")
 
 
 def parse_policy(obj: Mapping[str, Any]) -> Policy:
@@ -181,6 +239,7 @@ def _bool_or_none(value: Any, *, path: str, ctx: _Ctx) -> bool | None:
 def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx) -> Subject:
     if not isinstance(raw, Mapping):
         raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
+    ctx.check_fields(raw, _CILIUM_SPEC_FIELDS, path=path)
     endpoint_sel = raw.get("endpointSelector")
     node_sel = raw.get("nodeSelector")
     subject: LabelSelector | None
@@ -236,7 +295,6 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
                 item,
                 namespace,
                 ingress=ingress,
-                deny=field.endswith("Deny"),
                 path=f"{path}.{field}[{i}]",
                 ctx=ctx,
             )
@@ -256,10 +314,11 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
 
 
 def _parse_cilium_peer_rule(
-    raw: Any, namespace: str | None, *, ingress: bool, deny: bool, path: str, ctx: _Ctx
+    raw: Any, namespace: str | None, *, ingress: bool, path: str, ctx: _Ctx
 ) -> Rule:
     if not isinstance(raw, Mapping):
         raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
+    ctx.check_fields(raw, _CILIUM_INGRESS_FIELDS if ingress else _CILIUM_EGRESS_FIELDS, path=path)
     endpoints_field = "fromEndpoints" if ingress else "toEndpoints"
     entities_field = "fromEntities" if ingress else "toEntities"
     non_pod = _INGRESS_NON_POD_PEERS if ingress else _EGRESS_NON_POD_PEERS
@@ -305,9 +364,13 @@ def _parse_cilium_peer_rule(
             raise ctx.error(f"{path}.{field}", f"expected a list, got {type(value).__name__}")
         explicitly_empty |= not value
 
-    ports = _parse_cilium_to_ports(raw.get("toPorts"), deny=deny, path=f"{path}.toPorts", ctx=ctx)
+    ports = _parse_cilium_to_ports(raw.get("toPorts"), path=f"{path}.toPorts", ctx=ctx)
     icmps = raw.get("icmps")
-    has_l4 = bool(ports) or bool(icmps)
+    if icmps is not None and not isinstance(icmps, list):
+        raise ctx.error(f"{path}.icmps", f"expected a list, got {type(icmps).__name__}")
+    if ports is None and icmps:
+        ports = ()  # ICMP only: no TCP/UDP/SCTP port
+    has_l4 = ports is not None
     if explicitly_empty:
         return Rule(peers=(), any_peer=False, ports=ports)
     if not present:
@@ -316,9 +379,7 @@ def _parse_cilium_peer_rule(
     return Rule(peers=tuple(peers), any_peer=False, ports=ports)
 
 
-def _parse_cilium_to_ports(
-    raw: Any, *, deny: bool, path: str, ctx: _Ctx
-) -> tuple[PortMatch, ...] | None:
+def _parse_cilium_to_ports(raw: Any, *, path: str, ctx: _Ctx) -> tuple[PortMatch, ...] | None:
     if raw is None:
         return None
     if not isinstance(raw, list):
@@ -330,6 +391,7 @@ def _parse_cilium_to_ports(
         where = f"{path}[{i}]"
         if not isinstance(port_rule, Mapping):
             raise ctx.error(where, f"expected an object, got {type(port_rule).__name__}")
+        ctx.check_fields(port_rule, _CILIUM_PORT_RULE_FIELDS, path=where)
         ports = port_rule.get("ports")
         if ports is None:
             out.append(PortMatch())
@@ -347,6 +409,7 @@ def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
     """One port entry: `{port, endPort, protocol}` (Cilium: protocol default ANY; k8s: TCP)."""
     if not isinstance(raw, Mapping):
         raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
+    ctx.check_fields(raw, _PORT_FIELDS, path=path)
     proto_raw = raw.get("protocol")
     if proto_raw is None or proto_raw == "":
         protocol = Protocol.ANY.value if cilium else Protocol.TCP.value
@@ -431,6 +494,7 @@ def _and(a: LabelSelector, b: LabelSelector) -> LabelSelector:
 def _parse_k8s_spec(raw: Any, namespace: str, *, ctx: _Ctx) -> Subject:
     if not isinstance(raw, Mapping):
         raise ctx.error("spec", "missing or not an object")
+    ctx.check_fields(raw, _K8S_SPEC_FIELDS, path="spec")
     if "podSelector" not in raw:
         raise ctx.error("spec.podSelector", "missing (use {} to select every pod)")
     pod_selector = _k8s_selector(raw.get("podSelector"), path="spec.podSelector", ctx=ctx)
@@ -478,6 +542,7 @@ def _parse_k8s_rule(raw: Any, namespace: str, *, peer_field: str, path: str, ctx
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
+    ctx.check_fields(raw, frozenset({peer_field, "ports"}), path=path)
     ports_raw = raw.get("ports")
     ports: tuple[PortMatch, ...] | None = None
     if ports_raw is not None:
@@ -498,6 +563,7 @@ def _parse_k8s_rule(raw: Any, namespace: str, *, peer_field: str, path: str, ctx
         where = f"{path}.{peer_field}[{i}]"
         if not isinstance(peer, Mapping):
             raise ctx.error(where, f"expected an object, got {type(peer).__name__}")
+        ctx.check_fields(peer, _K8S_PEER_FIELDS, path=where)
         has_pod = peer.get("podSelector") is not None
         has_ns = peer.get("namespaceSelector") is not None
         has_ip = peer.get("ipBlock") is not None

@@ -416,6 +416,16 @@ CASES = [
         [cnp("m", {"endpointSelector": SEL_MASTER, "ingress": [{**FROM_WORKERS, "toPorts": [{"ports": [{"port": "0", "protocol": "TCP"}]}]}]})],
         WORKER, MASTER, HIGH, ALLOW,
     ),
+    Case(
+        "icmps-only rule with no peer allows no TCP port",
+        [cnp("m", {"endpointSelector": SEL_MASTER, "ingress": [{"icmps": [{"fields": [{"type": 8}]}]}]})],
+        WORKER, MASTER, P23456, deny(IN, DD, CNP_M),
+    ),
+    Case(
+        "L7 rules on a port still allow the connection (L4 view)",
+        [cnp("m", {"endpointSelector": SEL_MASTER, "ingress": [{**FROM_WORKERS, "toPorts": [{"ports": [{"port": "23456", "protocol": "TCP"}], "rules": {"http": [{"method": "GET"}]}}]}]})],
+        WORKER, MASTER, P23456, ALLOW,
+    ),
     # -- specs ------------------------------------------------------------------------------------
     Case(
         "specs: every spec applies, attributed to the policy",

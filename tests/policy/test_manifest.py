@@ -62,6 +62,41 @@ def test_ccnp_peer_without_namespace_requires_only_a_namespace() -> None:
     )
 
 
+def test_documented_fields_are_accepted() -> None:
+    policy = parse_policy(
+        cnp(
+            "full",
+            {
+                "description": "every field the schema allows",
+                "labels": [{"key": "team", "value": "ml"}],
+                "endpointSelector": {},
+                "ingress": [
+                    {
+                        "fromEndpoints": [{}],
+                        "fromRequires": [{}],
+                        "authentication": {"mode": "required"},
+                        "toPorts": [
+                            {
+                                "ports": [{"port": "80", "protocol": "TCP"}],
+                                "rules": {"http": [{"method": "GET"}]},
+                                "serverNames": ["x"],
+                            }
+                        ],
+                    },
+                    {"fromNodes": [{}]},
+                    {"fromGroups": [{"aws": {"securityGroupsIds": ["sg-1"]}}]},
+                    {"icmps": [{"fields": [{"type": 8}]}]},
+                ],
+                "egress": [
+                    {"toFQDNs": [{"matchName": "example.com"}]},
+                    {"toServices": [{"k8sService": {"serviceName": "s", "namespace": "ml"}}]},
+                ],
+            },
+        )
+    )
+    assert len(policy.subjects[0].ingress) == 4
+
+
 def test_policy_error_is_an_input_error() -> None:
     assert issubclass(PolicyError, InputError)
 
@@ -236,6 +271,46 @@ ERRORS: list[tuple[str, Any, str]] = [
         "wrong apiVersion",
         {**cnp("bad", {"endpointSelector": {}}), "apiVersion": "networking.k8s.io/v1"},
         f"{CNP_ID}: apiVersion: unexpected 'networking.k8s.io/v1'",
+    ),
+    (
+        "misspelt peer field",
+        cnp("bad", {"endpointSelector": {}, "ingress": [{"fromEndpoint": [{}], "toPorts": []}]}),
+        f"{CNP_ID}: spec.ingress[0].fromEndpoint: unknown field",
+    ),
+    (
+        "egress field in an ingress rule",
+        cnp("bad", {"endpointSelector": {}, "ingressDeny": [{"toEndpoints": [{}]}]}),
+        f"{CNP_ID}: spec.ingressDeny[0].toEndpoints: unknown field",
+    ),
+    (
+        "unknown spec field",
+        cnp("bad", {"endpointSelector": {}, "ingres": []}),
+        f"{CNP_ID}: spec.ingres: unknown field",
+    ),
+    (
+        "unknown port field",
+        cnp("bad", {"endpointSelector": {}, "egress": [{"toPorts": [{"ports": [{"port": "80", "end": 90}]}]}]}),
+        f"{CNP_ID}: spec.egress[0].toPorts[0].ports[0].end: unknown field",
+    ),
+    (
+        "unknown port rule field",
+        cnp("bad", {"endpointSelector": {}, "egress": [{"toPorts": [{"port": "80"}]}]}),
+        f"{CNP_ID}: spec.egress[0].toPorts[0].port: unknown field",
+    ),
+    (
+        "NP unknown peer field",
+        knp("bad", {"podSelector": {}, "ingress": [{"from": [{"podSelectors": {}}]}]}),
+        "NetworkPolicy/ml/bad: spec.ingress[0].from[0].podSelectors: unknown field",
+    ),
+    (
+        "NP to in an ingress rule",
+        knp("bad", {"podSelector": {}, "ingress": [{"to": []}]}),
+        "NetworkPolicy/ml/bad: spec.ingress[0].to: unknown field",
+    ),
+    (
+        "NP unknown spec field",
+        knp("bad", {"podSelector": {}, "policyType": ["Ingress"]}),
+        "NetworkPolicy/ml/bad: spec.policyType: unknown field",
     ),
     ("unsupported kind", {"kind": "Pod", "metadata": {"name": "x"}}, "policy: unsupported kind 'Pod'"),
     ("not an object", ["x"], "policy: expected an object"),
