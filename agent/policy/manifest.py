@@ -308,8 +308,9 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
         ingress_deny=sections["ingressDeny"],
         egress=sections["egress"],
         egress_deny=sections["egressDeny"],
-        enforce_ingress=has_ingress and dd_ingress is not False,
-        enforce_egress=has_egress and dd_egress is not False,
+        # enableDefaultDeny unset: default deny in each direction that has rules (CRD doc).
+        enforce_ingress=has_ingress if dd_ingress is None else dd_ingress,
+        enforce_egress=has_egress if dd_egress is None else dd_egress,
     )
 
 

@@ -101,6 +101,11 @@ CASES = [
         ep({"role": "ps"}), MASTER, P23456, deny(IN, DD, "CiliumNetworkPolicy/ml/a", "CiliumClusterwideNetworkPolicy/c"),
     ),
     Case(
+        "enableDefaultDeny egress true enforces egress without egress rules",
+        [cnp("m", {"endpointSelector": SEL_MASTER, "enableDefaultDeny": {"egress": True}, "ingress": [FROM_WORKERS]})],
+        MASTER, WORKER, P23456, deny(EG, DD, CNP_M),
+    ),
+    Case(
         "enableDefaultDeny egress false does not relax ingress",
         [cnp("m", {"endpointSelector": SEL_MASTER, "enableDefaultDeny": {"egress": False}, "ingress": [FROM_WORKERS]})],
         ep({"role": "ps"}), MASTER, P23456, deny(IN, DD, CNP_M),
