@@ -103,6 +103,8 @@ _PORT_FIELDS = frozenset({"port", "endPort", "protocol"})
 _K8S_SPEC_FIELDS = frozenset({"podSelector", "ingress", "egress", "policyTypes"})
 _K8S_PEER_FIELDS = frozenset({"podSelector", "namespaceSelector", "ipBlock"})
 
+_K8S_NAMESPACE_KEY = "k8s:" + NAMESPACE_KEY
+
 _L4_PROTOCOLS = frozenset({"TCP", "UDP", "SCTP", "ANY"})
 _OTHER_PROTOCOLS = frozenset({"ICMP", "ICMPV6", "VRRP", "IGMP"})
 
@@ -246,18 +248,18 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
     if endpoint_sel is not None and node_sel is not None:
         raise ctx.error(path, "endpointSelector and nodeSelector are mutually exclusive")
     if endpoint_sel is not None:
+        if namespace is not None and isinstance(endpoint_sel, Mapping):
+            # Cilium replaces a `k8s:` namespace match in a CNP's endpointSelector with the
+            # policy's own namespace (other spellings of the key stay and are ANDed).
+            labels = endpoint_sel.get("matchLabels")
+            if isinstance(labels, Mapping) and _K8S_NAMESPACE_KEY in labels:
+                endpoint_sel = {
+                    **endpoint_sel,
+                    "matchLabels": {k: v for k, v in labels.items() if k != _K8S_NAMESPACE_KEY},
+                }
         subject = _cilium_selector(endpoint_sel, path=f"{path}.endpointSelector", ctx=ctx)
         if namespace is not None:
-            # Cilium overrides any namespace match in a CNP's endpointSelector with its own.
-            subject = LabelSelector(
-                match_labels=tuple(
-                    sorted(
-                        {(k, v) for k, v in subject.match_labels if k != NAMESPACE_KEY}
-                        | {(NAMESPACE_KEY, namespace)}
-                    )
-                ),
-                match_expressions=subject.match_expressions,
-            )
+            subject = _with_namespace(subject, namespace)
     elif node_sel is not None:
         _cilium_selector(node_sel, path=f"{path}.nodeSelector", ctx=ctx)
         subject = None  # a host policy: selects nodes, never pods

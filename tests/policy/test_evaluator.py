@@ -234,6 +234,16 @@ CASES = [
         MASTER, OTHER_NS, P23456, ALLOW,
     ),
     Case(
+        "CNP endpointSelector k8s: namespace match is replaced: own namespace selected",
+        [cnp("m", {"endpointSelector": {"matchLabels": {"k8s:io.kubernetes.pod.namespace": "web"}}, "ingress": [{}]})],
+        MASTER, WORKER, P23456, deny(IN, DD, CNP_M),
+    ),
+    Case(
+        "CNP endpointSelector with an unprefixed foreign namespace selects nothing",
+        [cnp("m", {"endpointSelector": {"matchLabels": {"io.kubernetes.pod.namespace": "web"}}, "ingress": [{}]})],
+        MASTER, WORKER, P23456, ALLOW,
+    ),
+    Case(
         "CCNP endpointSelector selects across namespaces",
         [ccnp("m", {"endpointSelector": {"matchLabels": {"role": "worker"}}, "ingress": [{}]})],
         MASTER, OTHER_NS, P23456, deny(IN, DD, "CiliumClusterwideNetworkPolicy/m"),
