@@ -155,7 +155,9 @@ class PolicySet:
         full = identity_labels(endpoint)
         labels = tuple(sorted((k, v) for k, v in full.items() if k in keys))
         names = self._port_names
-        named = tuple(sorted((n, p) for n, p in endpoint.named_ports.items() if n in names))
+        named = tuple(
+            sorted((n.lower(), p) for n, p in endpoint.named_ports.items() if n.lower() in names)
+        )
         projection = (labels, named)
         ident = self._projection_ids.get(projection)
         if ident is None:

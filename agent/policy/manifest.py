@@ -10,6 +10,7 @@ not evaluate anything (`agent.policy.evaluator` does).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,6 +105,8 @@ _K8S_SPEC_FIELDS = frozenset({"podSelector", "ingress", "egress", "policyTypes"}
 _K8S_PEER_FIELDS = frozenset({"podSelector", "namespaceSelector", "ipBlock"})
 
 _K8S_NAMESPACE_KEY = "k8s:" + NAMESPACE_KEY
+# IANA service name, as Kubernetes container port names: at most 15 of [a-z0-9-], a letter.
+_PORT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,13}[A-Za-z0-9])?")
 
 _L4_PROTOCOLS = frozenset({"TCP", "UDP", "SCTP", "ANY"})
 _OTHER_PROTOCOLS = frozenset({"ICMP", "ICMPV6", "VRRP", "IGMP"})
@@ -428,6 +431,8 @@ def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
     number: int | None = None
     name: str | None = None
     if port_raw is None or port_raw == "":
+        if cilium:  # as upstream PortProtocol validation
+            raise ctx.error(f"{path}.port", 'missing (use "0" for every port)')
         number = None
     elif isinstance(port_raw, bool):
         raise ctx.error(f"{path}.port", f"expected a port number or name, got {port_raw!r}")
@@ -436,8 +441,11 @@ def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
     elif isinstance(port_raw, str):
         if port_raw.isdigit():
             number = int(port_raw)
+        elif _PORT_NAME.fullmatch(port_raw) and any(c.isalpha() for c in port_raw):
+            # Cilium lower-cases port names on both sides (policy and container ports).
+            name = port_raw.lower()
         else:
-            name = port_raw
+            raise ctx.error(f"{path}.port", f"invalid port name {port_raw!r}")
     else:
         raise ctx.error(f"{path}.port", f"expected a port number or name, got {port_raw!r}")
     if number is not None and not 0 <= number <= 65535:

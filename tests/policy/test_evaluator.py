@@ -382,6 +382,16 @@ CASES = [
         WORKER, MASTER, P23456, ALLOW,
     ),
     Case(
+        "Cilium named ports compare case-insensitively",
+        [cnp("m", {"endpointSelector": SEL_MASTER, "ingress": [{**FROM_WORKERS, "toPorts": [{"ports": [{"port": "PyTorchJob-Port"}]}]}]})],
+        WORKER, MASTER, P23456, ALLOW,
+    ),
+    Case(
+        "container port names compare case-insensitively too",
+        [knp("m", {"podSelector": SEL_MASTER, "ingress": [{"ports": [{"port": "metrics"}]}]})],
+        WORKER, ep({"role": "master"}, ports={"Metrics": 23456}), P23456, ALLOW,
+    ),
+    Case(
         "named port the destination lacks matches nothing",
         [cnp("m", {"endpointSelector": SEL_MASTER, "ingress": [{**FROM_WORKERS, "toPorts": [{"ports": [{"port": "pytorchjob-port"}]}]}]})],
         WORKER, ep({"role": "master"}), P23456, deny(IN, DD, CNP_M),

@@ -193,6 +193,21 @@ ERRORS: list[tuple[str, Any, str]] = [
         f"{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].port: port 70000 out of range",
     ),
     (
+        "Cilium port entry without a port",
+        cnp("bad", {"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [{"protocol": "TCP"}]}]}]}),
+        f'{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].port: missing (use "0" for every port)',
+    ),
+    (
+        "port range written as a string",
+        cnp("bad", {"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [{"port": "80-90"}]}]}]}),
+        f"{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].port: invalid port name '80-90'",
+    ),
+    (
+        "port name too long",
+        knp("bad", {"podSelector": {}, "ingress": [{"ports": [{"port": "a-very-long-port-name"}]}]}),
+        "NetworkPolicy/ml/bad: spec.ingress[0].ports[0].port: invalid port name 'a-very-long-port-name'",
+    ),
+    (
         "endPort below port",
         cnp("bad", {"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [{"port": "2000", "endPort": 1000}]}]}]}),
         f"{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].endPort: 1000 must be between port 2000 and 65535",

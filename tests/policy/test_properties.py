@@ -64,11 +64,8 @@ PLAIN_SELECTOR = _selector(PLAIN_KEYS)
 
 CILIUM_PORT = st.one_of(
     st.fixed_dictionaries(
-        {},
-        optional={
-            "port": st.sampled_from(["80", "0", "http", "23456", 1024]),
-            "protocol": st.sampled_from(["TCP", "UDP", "ANY", ""]),
-        },
+        {"port": st.sampled_from(["80", "0", "http", "23456", 1024])},
+        optional={"protocol": st.sampled_from(["TCP", "UDP", "ANY", ""])},
     ),
     st.builds(
         lambda lo, width, proto: {"port": str(lo), "endPort": min(lo + width, 65535), "protocol": proto},
