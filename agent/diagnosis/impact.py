@@ -61,4 +61,5 @@ def estimate_impact(
         pods_outside_target=pods_outside,
         cross_zone_bytes_per_step=crossing,
         cross_zone_cost_per_step_usd=cost,
+        reference_zone=ref,
     )

@@ -60,9 +60,16 @@ def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: in
             out.append(f"    ... and {hidden} more denied pod pair(s)")
         for reason in f.reasons:
             out.append(f"    note: {reason}")
-        if f.impact is not None and f.impact.gpus_outside_target:
-            out.append(
-                f"    impact: {f.impact.gpus_outside_target} of {f.impact.gpus_total} GPU(s)"
-                " outside the target zone"
+        impact = f.impact
+        if impact is not None and (impact.gpus_outside_target or impact.pods_outside_target):
+            text = (
+                f"    impact: {impact.gpus_outside_target} of {impact.gpus_total} GPU(s) and"
+                f" {impact.pods_outside_target} pod(s) outside {impact.reference_zone}"
             )
+            if impact.cross_zone_bytes_per_step is not None:
+                text += (
+                    f"; ~{impact.cross_zone_bytes_per_step / 1e9:.3g} GB cross-zone per step"
+                    f" (${impact.cross_zone_cost_per_step_usd:.4g}/step)"
+                )
+            out.append(text)
     return "\n".join(out) + "\n"

@@ -54,6 +54,7 @@ class DeniedFlow:
 class Impact:
     """Damage estimate of a split job (see `agent.diagnosis.impact` for the formulas).
 
+    `reference_zone` is the target zone, or (no target) the zone holding most of the job's GPUs.
     Cost figures are None until a bytes-per-step figure is known (config or, later, metrics).
     """
 
@@ -63,6 +64,7 @@ class Impact:
     pods_outside_target: int
     cross_zone_bytes_per_step: int | None = None
     cross_zone_cost_per_step_usd: float | None = None
+    reference_zone: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -70,6 +72,7 @@ class Impact:
             "gpus_outside_target": self.gpus_outside_target,
             "gpu_share_outside_target": round(self.gpu_share_outside_target, 4),
             "pods_outside_target": self.pods_outside_target,
+            "reference_zone": self.reference_zone,
         }
         if self.cross_zone_bytes_per_step is not None:
             out["cross_zone_bytes_per_step"] = self.cross_zone_bytes_per_step
