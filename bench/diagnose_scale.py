@@ -3,7 +3,8 @@
 Generates a JSON snapshot (`kind: List`) of N nodes in 3 zones, pods, Kubeflow training jobs and
 network policies (base: 5,000 nodes, 150,000 pods, 2,000 jobs, 1,000 policies), then, in a fresh
 subprocess per size (so peak RSS is per size), measures the load (read + parse) time, the diagnosis
-time of all jobs (policy set + topology + verdicts) and peak RSS (`resource.getrusage`). Prints the
+time of all jobs (policy set + topology + verdicts; best of 3 fresh runs, first run shown too)
+and peak RSS (`resource.getrusage`). Prints the
 figures and the diagnosis-time ratio of the doubled cluster. Targets (2-core machine): diagnosis
 <= 2 s, load <= 20 s, peak RSS <= 1.5 GB, doubling <= 2.3x. Exit 0 always (a benchmark, not a test);
 targets missed are flagged in the output.
@@ -27,6 +28,7 @@ from typing import Any
 import orjson
 
 ZONES = ("zone-a", "zone-b", "zone-c")
+REPEAT = 3  # diagnosis runs per size; the best is reported (the machine is shared), and the first
 KINDS = (
     ("PyTorchJob", "pytorchjob-controller", "master", "pytorchjob-port", 23456, 0.55),
     ("TFJob", "tfjob-controller", "chief", "tfjob-port", 2222, 0.15),
@@ -280,18 +282,21 @@ def generate(
 
 def measure(path: Path) -> dict[str, float]:
     """Load and diagnose one snapshot file in this process; figures in seconds and MB."""
+    from agent.commands.diagnose import load_snapshot
     from agent.diagnosis.diagnose import diagnose_cluster
     from agent.policy import PolicySet
     from agent.settings import DiagnosisSettings
-    from agent.snapshot.collection import parse_snapshot
 
     started = time.perf_counter()
-    snapshot = parse_snapshot([(str(path), path.read_bytes())])
+    snapshot = load_snapshot([path])  # what `zonemedic diagnose` runs: read, parse, gc freeze
     loaded = time.perf_counter()
-    result = diagnose_cluster(
-        snapshot.state, PolicySet(snapshot.policies), settings=DiagnosisSettings()
-    )
-    done = time.perf_counter()
+    runs = []
+    for _ in range(REPEAT):  # each run builds its policy set and caches from scratch
+        t0 = time.perf_counter()
+        result = diagnose_cluster(
+            snapshot.state, PolicySet(snapshot.policies), settings=DiagnosisSettings()
+        )
+        runs.append(time.perf_counter() - t0)
     verdicts: dict[str, int] = {}
     for f in result.findings:
         verdicts[f.verdict] = verdicts.get(f.verdict, 0) + 1
@@ -301,7 +306,8 @@ def measure(path: Path) -> dict[str, float]:
         "policies": len(snapshot.policies),
         "jobs": len(result.findings),
         "load_s": loaded - started,
-        "diagnose_s": done - loaded,
+        "diagnose_first_s": runs[0],
+        "diagnose_s": min(runs),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "verdicts": verdicts,  # type: ignore[dict-item]
     }
@@ -345,7 +351,8 @@ def main() -> int:
             f"{r['policies']} policies ({path.stat().st_size / 1e6:.0f} MB JSON, generated in {gen:.1f} s)"
         )
         print(
-            f"    load {r['load_s']:.2f} s   diagnosis {r['diagnose_s']:.2f} s   "
+            f"    load {r['load_s']:.2f} s   diagnosis {r['diagnose_s']:.2f} s (best of {REPEAT};"
+            f" first {r['diagnose_first_s']:.2f} s)   "
             f"peak RSS {r['peak_rss_mb']:.0f} MB   verdicts {r['verdicts']}"
         )
         if not args.keep:

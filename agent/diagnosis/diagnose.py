@@ -80,6 +80,7 @@ class _Diagnoser:
         )
         self.capacity = CapacityIndex(state.nodes, state.pods)
         self.zones = state.zones()
+        self.node_zone = {name: node.zone for name, node in state.nodes.items()}
 
     def _zone(self, pod: Pod) -> str | None:
         return pod_zone(pod, self.state.nodes)
@@ -88,11 +89,12 @@ class _Diagnoser:
         pods_by_zone: dict[str, int] = {}
         gpus_by_zone: dict[str, int] = {}
         pending = False
+        node_zone = self.node_zone
         for pod in job.pods:
             if pod.node_name is None:
                 pending = True
                 continue
-            zone = self._zone(pod) or UNKNOWN_ZONE
+            zone = node_zone.get(pod.node_name) or UNKNOWN_ZONE
             pods_by_zone[zone] = pods_by_zone.get(zone, 0) + 1
             gpus_by_zone[zone] = gpus_by_zone.get(zone, 0) + pod.gpu_request
         coord = job.coordinator

@@ -135,9 +135,12 @@ class Reachability:
 
     def _group(self, pods: tuple[Pod, ...]) -> dict[int, list[Pod]]:
         out: dict[int, list[Pod]] = {}
+        known = self._class_of_pod
         class_of = self.class_of
         for pod in pods:
-            cid = class_of(pod)
+            cid = known.get(id(pod))
+            if cid is None:
+                cid = class_of(pod)
             members = out.get(cid)
             if members is None:
                 out[cid] = [pod]

@@ -31,7 +31,8 @@ class Job:
     `replica_types` maps pod name -> lower-case replica type (`master`, `worker`, `ps`, `chief`,
     `evaluator`, `launcher`; `coordinator`/`worker` for generic groups). `group_ports` are the
     configured ports of a generic group (empty: use the coordinator's container ports).
-    `controllers` maps pod name -> its controller owner, for restartability checks.
+    `controllers` maps pod name -> its controller owner, for restartability checks (generic
+    groups only: a Kubeflow job is restarted through its job object).
     """
 
     ref: JobRef

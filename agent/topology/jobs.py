@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from agent.model.cluster import (
+    FINISHED_PHASES,
     KUBEFLOW_KINDS,
     ClusterState,
     JobKind,
@@ -70,11 +71,6 @@ def _identify(
     return None
 
 
-def _sort_key(pod: Pod, types: Mapping[str, str]) -> tuple[str, int, str]:
-    index = replica_index(pod)
-    return (types[pod.name], -1 if index is None else index, pod.name)
-
-
 def kubeflow_jobs(state: ClusterState) -> list[Job]:
     """Every Kubeflow job with at least one live pod, sorted by (namespace, kind, name)."""
     names: dict[tuple[str, str], list[JobKind]] = {}
@@ -82,7 +78,7 @@ def kubeflow_jobs(state: ClusterState) -> list[Job]:
         names.setdefault((ns, name), []).append(kind)
     members: dict[tuple[JobKind, str, str], list[Pod]] = {}
     for pod in state.pods:
-        if not pod.live:
+        if pod.phase in FINISHED_PHASES or (not pod.owners and JOB_NAME_LABEL not in pod.labels):
             continue
         found = _identify(pod, state, names)
         if found is None:
@@ -92,7 +88,11 @@ def kubeflow_jobs(state: ClusterState) -> list[Job]:
     jobs = []
     for (kind, ns, name), pods in sorted(members.items()):
         types = {p.name: replica_type(p, name) for p in pods}
-        pods.sort(key=lambda p: _sort_key(p, types))
+        order = {}
+        for p in pods:
+            index = replica_index(p)
+            order[p.name] = (types[p.name], -1 if index is None else index, p.name)
+        pods.sort(key=lambda p: order[p.name])
         jobs.append(
             Job(
                 ref=JobRef(kind, ns, name),
@@ -100,7 +100,6 @@ def kubeflow_jobs(state: ClusterState) -> list[Job]:
                 replica_types=types,
                 coordinator=find_coordinator(kind, pods, types),
                 obj=state.job_objects.get((kind, ns, name)),
-                controllers={p.name: p.controller for p in pods},
             )
         )
     return jobs
