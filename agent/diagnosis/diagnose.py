@@ -71,7 +71,9 @@ class _Diagnoser:
     ) -> None:
         self.state = state
         self.settings = settings
-        self.mirror_keys = mirror_label_keys(settings.pod_zone_label, state.pods, state.nodes)
+        self.mirror_keys = mirror_label_keys(
+            settings.pod_zone_label, pods=state.pods, nodes=state.nodes
+        )
         self.reach = Reachability(
             policies,
             state.namespaces,

@@ -44,7 +44,7 @@ def _type(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _map(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+def _map(obj: Mapping[str, Any], key: str, *, where: str) -> Mapping[str, Any]:
     value = obj.get(key)
     if value is None:
         return _EMPTY
@@ -53,7 +53,7 @@ def _map(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
+def _list(obj: Mapping[str, Any], key: str, *, where: str) -> list[Any]:
     value = obj.get(key)
     if value is None:
         return []
@@ -62,14 +62,14 @@ def _list(obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
     return value
 
 
-def _opt_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+def _opt_str(obj: Mapping[str, Any], key: str, *, where: str) -> str | None:
     value = obj.get(key)
     if value is None or isinstance(value, str):
         return value
     raise ManifestError(f"{where}{key}", f"expected a string, got {_type(value)}")
 
 
-def _req_str(obj: Mapping[str, Any], key: str, where: str) -> str:
+def _req_str(obj: Mapping[str, Any], key: str, *, where: str) -> str:
     value = obj.get(key)
     if isinstance(value, str) and value:
         return value
@@ -78,7 +78,7 @@ def _req_str(obj: Mapping[str, Any], key: str, where: str) -> str:
     raise ManifestError(f"{where}{key}", f"expected a string, got {_type(value)}")
 
 
-def _bool(obj: Mapping[str, Any], key: str, where: str) -> bool:
+def _bool(obj: Mapping[str, Any], key: str, *, where: str) -> bool:
     value = obj.get(key)
     if value is None:
         return False
@@ -112,14 +112,14 @@ def _count(value: object, where: str) -> int:
 
 def metadata(item: Mapping[str, Any], *, namespaced: bool) -> tuple[Mapping[str, Any], str, str]:
     """(metadata, namespace, name); namespace is '' for cluster-scoped objects."""
-    meta = _map(item, "metadata", "")
-    name = _req_str(meta, "name", "metadata.")
-    namespace = (_opt_str(meta, "namespace", "metadata.") or "default") if namespaced else ""
+    meta = _map(item, "metadata", where="")
+    name = _req_str(meta, "name", where="metadata.")
+    namespace = (_opt_str(meta, "namespace", where="metadata.") or "default") if namespaced else ""
     return meta, namespace, name
 
 
 def _owners(meta: Mapping[str, Any]) -> tuple[OwnerRef, ...]:
-    refs = _list(meta, "ownerReferences", "metadata.")
+    refs = _list(meta, "ownerReferences", where="metadata.")
     if not refs:
         return ()
     out = []
@@ -129,10 +129,10 @@ def _owners(meta: Mapping[str, Any]) -> tuple[OwnerRef, ...]:
             raise ManifestError(where[:-1], f"expected a mapping, got {_type(ref)}")
         out.append(
             OwnerRef(
-                kind=_req_str(ref, "kind", where),
-                name=_req_str(ref, "name", where),
-                api_version=_opt_str(ref, "apiVersion", where) or "",
-                controller=_bool(ref, "controller", where),
+                kind=_req_str(ref, "kind", where=where),
+                name=_req_str(ref, "name", where=where),
+                api_version=_opt_str(ref, "apiVersion", where=where) or "",
+                controller=_bool(ref, "controller", where=where),
             )
         )
     return tuple(out)
@@ -140,27 +140,27 @@ def _owners(meta: Mapping[str, Any]) -> tuple[OwnerRef, ...]:
 
 def parse_node(item: Mapping[str, Any]) -> Node:
     meta, _, name = metadata(item, namespaced=False)
-    spec = _map(item, "spec", "")
-    status = _map(item, "status", "")
-    allocatable = _map(status, "allocatable", "status.")
+    spec = _map(item, "spec", where="")
+    status = _map(item, "status", where="")
+    allocatable = _map(status, "allocatable", where="status.")
     gpus = allocatable.get(GPU_RESOURCE)
     taints = []
-    for i, t in enumerate(_list(spec, "taints", "spec.")):
+    for i, t in enumerate(_list(spec, "taints", where="spec.")):
         where = f"spec.taints[{i}]."
         if not isinstance(t, dict):
             raise ManifestError(where[:-1], f"expected a mapping, got {_type(t)}")
         taints.append(
             Taint(
-                key=_req_str(t, "key", where),
-                effect=_opt_str(t, "effect", where) or "",
-                value=_opt_str(t, "value", where) or "",
+                key=_req_str(t, "key", where=where),
+                effect=_opt_str(t, "effect", where=where) or "",
+                value=_opt_str(t, "value", where=where) or "",
             )
         )
     return Node(
         name=name,
         labels=_labels(meta),
         gpu_allocatable=0 if gpus is None else _count(gpus, f"status.allocatable.{GPU_RESOURCE}"),
-        unschedulable=_bool(spec, "unschedulable", "spec."),
+        unschedulable=_bool(spec, "unschedulable", where="spec."),
         taints=tuple(taints),
     )
 
@@ -171,14 +171,14 @@ def parse_namespace(item: Mapping[str, Any]) -> Namespace:
 
 
 def _container_gpus(container: Mapping[str, Any], where: str) -> int:
-    resources = _map(container, "resources", where)
+    resources = _map(container, "resources", where=where)
     if not resources:
         return 0
-    requests = _map(resources, "requests", f"{where}resources.")
+    requests = _map(resources, "requests", where=f"{where}resources.")
     value = requests.get(GPU_RESOURCE)
     if value is not None:
         return _count(value, f"{where}resources.requests.{GPU_RESOURCE}")
-    limits = _map(resources, "limits", f"{where}resources.")
+    limits = _map(resources, "limits", where=f"{where}resources.")
     value = limits.get(GPU_RESOURCE)  # extended resources: requests default to limits
     if value is not None:
         return _count(value, f"{where}resources.limits.{GPU_RESOURCE}")
@@ -187,7 +187,7 @@ def _container_gpus(container: Mapping[str, Any], where: str) -> int:
 
 def _container_ports(container: Mapping[str, Any], where: str) -> list[ContainerPort]:
     out = []
-    for j, port in enumerate(_list(container, "ports", where)):
+    for j, port in enumerate(_list(container, "ports", where=where)):
         pwhere = f"{where}ports[{j}]."
         if not isinstance(port, dict):
             raise ManifestError(pwhere[:-1], f"expected a mapping, got {_type(port)}")
@@ -199,7 +199,9 @@ def _container_ports(container: Mapping[str, Any], where: str) -> list[Container
             raise ManifestError(f"{pwhere}protocol", f"expected TCP, UDP or SCTP, got {protocol!r}")
         out.append(
             ContainerPort(
-                port=number, name=_opt_str(port, "name", pwhere), protocol=_PROTOCOLS[protocol]
+                port=number,
+                name=_opt_str(port, "name", where=pwhere),
+                protocol=_PROTOCOLS[protocol],
             )
         )
     return out
@@ -212,11 +214,11 @@ def parse_pod(
 ) -> Pod:
     """A Pod. Equal port tuples are shared through `shared` (pods of a job declare the same)."""
     meta, namespace, name = metadata(item, namespaced=True)
-    spec = _map(item, "spec", "")
-    status = _map(item, "status", "")
+    spec = _map(item, "spec", where="")
+    status = _map(item, "status", where="")
     gpus = 0
     ports: list[ContainerPort] = []
-    for i, container in enumerate(_list(spec, "containers", "spec.")):
+    for i, container in enumerate(_list(spec, "containers", where="spec.")):
         where = f"spec.containers[{i}]."
         if not isinstance(container, dict):
             raise ManifestError(where[:-1], f"expected a mapping, got {_type(container)}")
@@ -224,7 +226,7 @@ def parse_pod(
         if "ports" in container:
             ports.extend(_container_ports(container, where))
     init_gpus = 0
-    for i, container in enumerate(_list(spec, "initContainers", "spec.")):
+    for i, container in enumerate(_list(spec, "initContainers", where="spec.")):
         where = f"spec.initContainers[{i}]."
         if not isinstance(container, dict):
             raise ManifestError(where[:-1], f"expected a mapping, got {_type(container)}")
@@ -233,10 +235,10 @@ def parse_pod(
     phase = _PHASES.get(phase_text) if isinstance(phase_text, str) else None
     if phase is None:
         raise ManifestError("status.phase", f"unknown pod phase {phase_text!r}")
-    node_name = _opt_str(spec, "nodeName", "spec.") or None
+    node_name = _opt_str(spec, "nodeName", where="spec.") or None
     service_account = (
-        _opt_str(spec, "serviceAccountName", "spec.")
-        or _opt_str(spec, "serviceAccount", "spec.")
+        _opt_str(spec, "serviceAccountName", where="spec.")
+        or _opt_str(spec, "serviceAccount", where="spec.")
         or "default"
     )
     port_tuple = tuple(ports)
@@ -265,15 +267,15 @@ _FINISHED = {"Succeeded", "Failed"}
 
 def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObject:
     meta, namespace, name = metadata(item, namespaced=True)
-    spec = _map(item, "spec", "")
-    run_policy = _map(spec, "runPolicy", "spec.")
-    status = _map(item, "status", "")
+    spec = _map(item, "spec", where="")
+    run_policy = _map(spec, "runPolicy", where="spec.")
+    status = _map(item, "status", where="")
     finished = False
-    for i, cond in enumerate(_list(status, "conditions", "status.")):
+    for i, cond in enumerate(_list(status, "conditions", where="status.")):
         where = f"status.conditions[{i}]."
         if not isinstance(cond, dict):
             raise ManifestError(where[:-1], f"expected a mapping, got {_type(cond)}")
-        if _opt_str(cond, "type", where) in _FINISHED and cond.get("status") == "True":
+        if _opt_str(cond, "type", where=where) in _FINISHED and cond.get("status") == "True":
             finished = True
     return TrainingJobObject(
         kind=kind,
@@ -281,7 +283,7 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
         name=name,
         api_version=str(item.get("apiVersion", "")),
         labels=_labels(meta),
-        suspend=_bool(run_policy, "suspend", "spec.runPolicy."),
-        managed_by=_opt_str(run_policy, "managedBy", "spec.runPolicy."),
+        suspend=_bool(run_policy, "suspend", where="spec.runPolicy."),
+        managed_by=_opt_str(run_policy, "managedBy", where="spec.runPolicy."),
         finished=finished,
     )

@@ -50,7 +50,7 @@ def _kind_from_owners(pod: Pod, state: ClusterState) -> tuple[JobKind, str] | No
 
 
 def _identify(
-    pod: Pod, state: ClusterState, names: Mapping[tuple[str, str], list[JobKind]]
+    pod: Pod, state: ClusterState, *, names: Mapping[tuple[str, str], list[JobKind]]
 ) -> tuple[JobKind, str] | None:
     by_owner = _kind_from_owners(pod, state)
     if by_owner is not None:
@@ -80,7 +80,7 @@ def kubeflow_jobs(state: ClusterState) -> list[Job]:
     for pod in state.pods:
         if pod.phase in FINISHED_PHASES or (not pod.owners and JOB_NAME_LABEL not in pod.labels):
             continue
-        found = _identify(pod, state, names)
+        found = _identify(pod, state, names=names)
         if found is None:
             continue
         kind, job_name = found
@@ -98,7 +98,7 @@ def kubeflow_jobs(state: ClusterState) -> list[Job]:
                 ref=JobRef(kind, ns, name),
                 pods=tuple(pods),
                 replica_types=types,
-                coordinator=find_coordinator(kind, pods, types),
+                coordinator=find_coordinator(kind, pods, types=types),
                 obj=state.job_objects.get((kind, ns, name)),
             )
         )

@@ -64,7 +64,7 @@ _PREFERENCE: Mapping[JobKind, tuple[str, ...]] = {
 }
 
 
-def find_coordinator(kind: JobKind, pods: Sequence[Pod], types: Mapping[str, str]) -> Pod | None:
+def find_coordinator(kind: JobKind, pods: Sequence[Pod], *, types: Mapping[str, str]) -> Pod | None:
     """The coordinator among `pods` (sorted by name), or None when it has no pod yet."""
     for pod in pods:
         if pod.labels.get(JOB_ROLE_LABEL) == "master":

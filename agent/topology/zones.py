@@ -51,7 +51,7 @@ def detect_mirror_label_keys(pods: Iterable[Pod], nodes: Mapping[str, Node]) -> 
 
 
 def mirror_label_keys(
-    setting: str, pods: Iterable[Pod], nodes: Mapping[str, Node]
+    setting: str, *, pods: Iterable[Pod], nodes: Mapping[str, Node]
 ) -> tuple[str, ...]:
     """Resolve the `pod_zone_label` setting (a key, "" for none, or "auto") to label keys."""
     if setting == AUTO:

@@ -67,7 +67,7 @@ def test_mirror_label_keys(
     setting: str, pods: list[dict[str, Any]], expected: tuple[str, ...]
 ) -> None:
     state = load(NODES + pods).state
-    assert mirror_label_keys(setting, state.pods, state.nodes) == expected
+    assert mirror_label_keys(setting, pods=state.pods, nodes=state.nodes) == expected
 
 
 @pytest.mark.parametrize(
