@@ -92,7 +92,8 @@ class Finding:
     """The diagnosis of one job.
 
     `denied_flows` lists at most `DENIED_FLOWS_CAP` pod pairs (see `agent.diagnosis.diagnose`);
-    `denied_flows_total` counts them all.
+    `denied_flows_total` counts them all. `gpus` holds the job's GPU requests per zone (split
+    findings; for remediation planning, not part of the JSON output).
     """
 
     job: JobRef
