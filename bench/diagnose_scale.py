@@ -280,23 +280,23 @@ def generate(
     return items
 
 
-def measure(path: Path) -> dict[str, float]:
+def measure(path: Path) -> dict[str, Any]:
     """Load and diagnose one snapshot file in this process; figures in seconds and MB."""
     from agent.commands.diagnose import load_snapshot
     from agent.diagnosis.diagnose import diagnose_cluster
     from agent.policy import PolicySet
     from agent.settings import DiagnosisSettings
 
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     snapshot = load_snapshot([path])  # what `zonemedic diagnose` runs: read, parse, gc freeze
-    loaded = time.perf_counter()
+    load = (time.perf_counter() - wall, time.process_time() - cpu)
     runs = []
     for _ in range(REPEAT):  # each run builds its policy set and caches from scratch
-        t0 = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         result = diagnose_cluster(
             snapshot.state, PolicySet(snapshot.policies), settings=DiagnosisSettings()
         )
-        runs.append(time.perf_counter() - t0)
+        runs.append((time.perf_counter() - wall, time.process_time() - cpu))
     verdicts: dict[str, int] = {}
     for f in result.findings:
         verdicts[f.verdict] = verdicts.get(f.verdict, 0) + 1
@@ -305,11 +305,13 @@ def measure(path: Path) -> dict[str, float]:
         "nodes": len(snapshot.state.nodes),
         "policies": len(snapshot.policies),
         "jobs": len(result.findings),
-        "load_s": loaded - started,
-        "diagnose_first_s": runs[0],
-        "diagnose_s": min(runs),
+        "load_s": load[0],
+        "load_cpu_s": load[1],
+        "diagnose_first_s": runs[0][0],
+        "diagnose_s": min(r[0] for r in runs),
+        "diagnose_cpu_s": min(r[1] for r in runs),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "verdicts": verdicts,  # type: ignore[dict-item]
+        "verdicts": verdicts,
     }
 
 
@@ -351,24 +353,29 @@ def main() -> int:
             f"{r['policies']} policies ({path.stat().st_size / 1e6:.0f} MB JSON, generated in {gen:.1f} s)"
         )
         print(
-            f"    load {r['load_s']:.2f} s   diagnosis {r['diagnose_s']:.2f} s (best of {REPEAT};"
-            f" first {r['diagnose_first_s']:.2f} s)   "
-            f"peak RSS {r['peak_rss_mb']:.0f} MB   verdicts {r['verdicts']}"
+            f"    load {r['load_s']:.2f} s (CPU {r['load_cpu_s']:.2f} s)   diagnosis"
+            f" {r['diagnose_s']:.2f} s (CPU {r['diagnose_cpu_s']:.2f} s; best of {REPEAT},"
+            f" first run {r['diagnose_first_s']:.2f} s)   peak RSS {r['peak_rss_mb']:.0f} MB"
         )
+        print(f"    verdicts {r['verdicts']}")
         if not args.keep:
             path.unlink()
     ratio = results[1]["diagnose_s"] / results[0]["diagnose_s"]
-    print(f"doubling the cluster: diagnosis x{ratio:.2f}")
+    ratio_cpu = results[1]["diagnose_cpu_s"] / results[0]["diagnose_cpu_s"]
+    print(f"doubling the cluster: diagnosis x{ratio:.2f} (CPU time x{ratio_cpu:.2f})")
     if args.scale == 1.0:
         first = results[0]
+        # wall clock, and CPU time (what an idle machine's wall clock would be: single-threaded)
         checks = [
-            ("diagnosis <= 2 s", first["diagnose_s"] <= 2.0),
-            ("load <= 20 s", first["load_s"] <= 20.0),
-            ("peak RSS <= 1.5 GB", first["peak_rss_mb"] <= 1536),
-            ("doubling <= 2.3x", ratio <= 2.3),
+            ("diagnosis <= 2 s", first["diagnose_s"] <= 2.0, first["diagnose_cpu_s"] <= 2.0),
+            ("load <= 20 s", first["load_s"] <= 20.0, first["load_cpu_s"] <= 20.0),
+            ("peak RSS <= 1.5 GB", first["peak_rss_mb"] <= 1536, first["peak_rss_mb"] <= 1536),
+            ("doubling <= 2.3x", ratio <= 2.3, ratio_cpu <= 2.3),
         ]
-        for label, ok in checks:
-            print(f"    {'ok  ' if ok else 'MISS'} {label}")
+        for label, ok_wall, ok_cpu in checks:
+            print(
+                f"    {'ok  ' if ok_wall else 'MISS'} wall   {'ok  ' if ok_cpu else 'MISS'} CPU   {label}"
+            )
     if not args.keep:
         workdir.rmdir()
     return 0
