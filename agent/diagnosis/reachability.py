@@ -63,7 +63,6 @@ class Reachability:
         self._mirror = tuple(mirror_keys)
         # the relevant label keys in a fixed order, mirror keys apart
         self._selected = tuple(sorted(k for k in label_keys if k not in set(mirror_keys)))
-        self._class_of_pod: dict[int, int] = {}
         self._class_ids: dict[RawClass, int] = {}
         self._classes: list[RawClass] = []
         self._moved_ids: dict[tuple[int, str], int] = {}
@@ -80,21 +79,21 @@ class Reachability:
 
     def class_of(self, pod: Pod) -> int:
         """The pod's identity class (a small int), as placed now."""
-        cid = self._class_of_pod.get(id(pod))
+        get = pod.labels.get
+        ports = pod.ports
+        named = self._named.get(id(ports))
+        if named is None:
+            named = self._named[id(ports)] = tuple((p.name, p.port) for p in ports if p.name)
+        raw = (
+            pod.namespace,
+            pod.service_account,
+            tuple(map(get, self._selected)),
+            tuple(map(get, self._mirror)),
+            named,
+        )
+        cid = self._class_ids.get(raw)
         if cid is None:
-            get = pod.labels.get
-            ports = pod.ports
-            named = self._named.get(id(ports))
-            if named is None:
-                named = self._named[id(ports)] = tuple((p.name, p.port) for p in ports if p.name)
-            raw = (
-                pod.namespace,
-                pod.service_account,
-                tuple(map(get, self._selected)),
-                tuple(map(get, self._mirror)),
-                named,
-            )
-            cid = self._class_of_pod[id(pod)] = self._intern(raw)
+            cid = self._intern(raw)
         return cid
 
     def moved(self, cid: int, zone: str) -> int:
@@ -133,14 +132,13 @@ class Reachability:
             self._verdicts[cache_key] = result
         return result
 
-    def _group(self, pods: tuple[Pod, ...]) -> dict[int, list[Pod]]:
+    def _group(self, pods: tuple[Pod, ...], known: dict[int, int]) -> dict[int, list[Pod]]:
         out: dict[int, list[Pod]] = {}
-        known = self._class_of_pod
         class_of = self.class_of
         for pod in pods:
             cid = known.get(id(pod))
             if cid is None:
-                cid = class_of(pod)
+                cid = known[id(pod)] = class_of(pod)
             members = out.get(cid)
             if members is None:
                 out[cid] = [pod]
@@ -151,14 +149,15 @@ class Reachability:
     def prepare(self, rules: Sequence[FlowRule]) -> list[ClassPairs]:
         """The class pairs of `rules` that stand for at least one pod pair (as placed now)."""
         grouped: dict[int, dict[int, list[Pod]]] = {}
+        known: dict[int, int] = {}  # id(pod) -> class, for this call only (pods recur in rules)
         out: list[ClassPairs] = []
         for rule in rules:
             src_classes = grouped.get(id(rule.sources))
             if src_classes is None:
-                src_classes = grouped[id(rule.sources)] = self._group(rule.sources)
+                src_classes = grouped[id(rule.sources)] = self._group(rule.sources, known)
             dst_classes = grouped.get(id(rule.destinations))
             if dst_classes is None:
-                dst_classes = grouped[id(rule.destinations)] = self._group(rule.destinations)
+                dst_classes = grouped[id(rule.destinations)] = self._group(rule.destinations, known)
             for skey, spods in src_classes.items():
                 for dkey, dpods in dst_classes.items():
                     count = len(spods) * len(dpods)

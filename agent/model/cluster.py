@@ -2,7 +2,7 @@
 
 Built by `agent.snapshot` (from manifests) and later by the watch cache; read by `agent.topology` and
 `agent.diagnosis`. Plain immutable data only: no parsing of manifests, no evaluation, no I/O.
-Label mappings are shared with the parsed documents (never copied per pod) and must not be mutated.
+Label mappings are never copied by the core and must not be mutated.
 """
 
 from __future__ import annotations
