@@ -307,3 +307,22 @@ def test_the_readme_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert findings["bert"]["verdict"] == "healthy"
     assert main(args) == 0
     assert "~0.25 GB cross-zone per step ($0.005/step)" in capsys.readouterr().out
+
+
+def test_load_snapshot_restores_the_garbage_collector(tmp_path: Path) -> None:
+    import gc
+
+    from agent.commands.diagnose import load_snapshot
+    from agent.errors import SnapshotError
+
+    good = _write(tmp_path, "c.json", as_list(_cluster()))
+    bad = _write(tmp_path, "bad.yaml", "kind: List\nitems: [3]\n")
+    assert gc.isenabled()
+    try:
+        assert len(load_snapshot([good]).state.pods) == 4
+        assert gc.isenabled()
+        with pytest.raises(SnapshotError, match="item 0"):
+            load_snapshot([bad])
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
