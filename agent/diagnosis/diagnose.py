@@ -155,9 +155,10 @@ class _Diagnoser:
             reasons.append(f"no zone has {need} free GPUs for the job (free: {room})")
         blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces)
         reasons.extend(blocking)
-        target = None
-        if candidates and not blocking:
-            target = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
+        best = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
+        target = best if not blocking else None
+        if best is not None and blocking:
+            reasons.append(f"{best} can hold the whole job: co-locate it there by other means")
         impact = estimate_impact(
             gpus_by_zone=gpus_by_zone,
             pods_by_zone=pods_by_zone,

@@ -283,3 +283,11 @@ def test_no_zone_with_capacity() -> None:
     (f,) = run(pytorch("j", "b1", "a1", "a2", "a2", "a2", gpus=5))
     assert (f.verdict, f.remediable, f.target_zone) == ("zone_split_degraded", False, None)
     assert any("free GPUs" in r for r in f.reasons)
+
+
+def test_not_remediable_still_names_the_zone_that_would_hold_the_job() -> None:
+    kueue = training_job("PyTorchJob", "j", labels={"kueue.x-k8s.io/queue-name": "gpu"})
+    (f,) = run([*pytorch("j", "b1", "a1", "a2"), *ZONE_POLICIES, kueue])
+    assert (f.verdict, f.remediable, f.target_zone) == ("zone_split_blocked", False, None)
+    assert f.reasons[0].startswith("Kueue-managed (queue gpu)")
+    assert f.reasons[-1] == "zone-a can hold the whole job: co-locate it there by other means"
