@@ -10,7 +10,7 @@ from agent.diagnosis.diagnose import DENIED_FLOWS_CAP, diagnose_cluster
 from agent.model.finding import Finding
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
-from tests.kube_objects import cnp, job_pod, load, node, training_job, zone_only
+from tests.snapshot.kube_objects import cnp, job_pod, load, node, training_job, zone_only
 
 NODES = [
     node("a1", "zone-a"),

@@ -9,7 +9,7 @@ import pytest
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
 from agent.settings import GroupSpec
 from agent.topology.jobs import find_jobs
-from tests.kube_objects import job_pod, load, node, pod, training_job
+from tests.snapshot.kube_objects import job_pod, load, node, pod, training_job
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from agent.diagnosis.reachability import Reachability
 from agent.model.flow import FlowRule
 from agent.model.network import PortRange
 from agent.policy import PolicySet
-from tests.kube_objects import job_pod, load, node, zone_only
+from tests.snapshot.kube_objects import job_pod, load, node, zone_only
 
 
 def _setup(workers: int) -> tuple[Reachability, list]:  # type: ignore[type-arg]

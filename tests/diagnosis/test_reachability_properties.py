@@ -17,7 +17,7 @@ from agent.model.cluster import Pod
 from agent.model.flow import FlowRule
 from agent.model.network import Endpoint, PortRange
 from agent.policy import PolicySet
-from tests.kube_objects import cnp, load, namespace, netpol, node, pod
+from tests.snapshot.kube_objects import cnp, load, namespace, netpol, node, pod
 
 KEYS = ("app", "tier", "zone", "replica-index")
 VALUES = ("a", "b", "zone-a", "zone-b")

@@ -6,7 +6,7 @@ from agent.diagnosis.diagnose import diagnose_cluster
 from agent.diagnosis.report import render_table
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
-from tests.kube_objects import job_pod, load, node, zone_only
+from tests.snapshot.kube_objects import job_pod, load, node, zone_only
 
 
 def _findings():  # type: ignore[no-untyped-def]

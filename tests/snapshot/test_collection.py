@@ -7,7 +7,7 @@ import pytest
 from agent.errors import PolicyError, SnapshotError
 from agent.model.cluster import JobKind
 from agent.snapshot.collection import parse_snapshot
-from tests.kube_objects import as_list, namespace, node, pod, training_job, zone_only
+from tests.snapshot.kube_objects import as_list, namespace, node, pod, training_job, zone_only
 
 
 def test_dispatches_every_supported_kind() -> None:

@@ -14,7 +14,7 @@ from agent.snapshot.manifests import (
     parse_pod,
     parse_training_job,
 )
-from tests.kube_objects import node, pod, training_job
+from tests.snapshot.kube_objects import node, pod, training_job
 
 
 def _with(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:

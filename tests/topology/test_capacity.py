@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.topology.capacity import CapacityIndex
-from tests.kube_objects import load, node, pod
+from tests.snapshot.kube_objects import load, node, pod
 
 
 def test_free_gpus_per_zone() -> None:

@@ -11,7 +11,7 @@ from agent.model.flow import FlowRule
 from agent.settings import GroupSpec
 from agent.topology.flows import job_port, required_flows
 from agent.topology.jobs import find_jobs
-from tests.kube_objects import job_pod, load, node, pod
+from tests.snapshot.kube_objects import job_pod, load, node, pod
 
 N = [node("a1", "zone-a")]
 R = "1024-65535"

@@ -9,7 +9,16 @@ import pytest
 from agent.model.cluster import JobKind
 from agent.settings import GroupSpec
 from agent.topology.jobs import find_jobs
-from tests.kube_objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, load, node, pod, training_job
+from tests.snapshot.kube_objects import (
+    JOB_NAME,
+    JOB_ROLE,
+    OPERATOR,
+    job_pod,
+    load,
+    node,
+    pod,
+    training_job,
+)
 
 N = [node("a1", "zone-a"), node("b1", "zone-b")]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.topology.jobs import find_jobs
-from tests.kube_objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, load, node, pod
+from tests.snapshot.kube_objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, load, node, pod
 
 N = [node("a1", "zone-a")]
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agent.topology.zones import mirror_label_keys, pod_zone
-from tests.kube_objects import load, node, pod
+from tests.snapshot.kube_objects import load, node, pod
 
 NODES = [node("a1", "zone-a"), node("b1", "zone-b"), node("c1", "zone-c"), node("x", None)]
 
