@@ -20,6 +20,7 @@ from agent.errors import InputError, ZonemedicError
 COMMANDS: dict[str, str] = {
     "incidents": "agent.commands.incidents",
     "db": "agent.commands.db",
+    "diagnose": "agent.commands.diagnose",
 }
 
 
