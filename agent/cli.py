@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "playbooks": "agent.commands.playbooks",
     "incidents": "agent.commands.incidents",
     "db": "agent.commands.db",
+    "diagnose": "agent.commands.diagnose",
 }
 
 
