@@ -19,6 +19,8 @@ from agent.errors import InputError, ZonemedicError
 # name -> module implementing it. Adding a command is one row.
 COMMANDS: dict[str, str] = {
     "playbooks": "agent.commands.playbooks",
+    "run": "agent.commands.run",
+    "sweep": "agent.commands.sweep",
     "incidents": "agent.commands.incidents",
     "db": "agent.commands.db",
     "diagnose": "agent.commands.diagnose",

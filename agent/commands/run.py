@@ -1,0 +1,42 @@
+"""`zonemedic run [--config FILE]`: the in-cluster agent (watch, detect, sweep, serve).
+
+Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides; an unknown key or a wrong
+type stops start-up naming the key), configures JSON logs, reaches and migrates the database
+(`database.migrate_on_start`), validates the playbooks (a bad one stops start-up with file, line and
+field), builds the agent (`agent.runtime.app.Agent`) and runs it until SIGTERM/SIGINT, then shuts
+down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from agent.settings import load_settings
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "run", help="run the agent: watch the cluster, detect, sweep, serve HTTP"
+    )
+    parser.add_argument("--config", metavar="FILE", type=Path, help="configuration file (YAML)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.runtime.app import Agent
+    from agent.runtime.logging import configure_logging
+    from agent.runtime.pipeline import AgentPipeline
+    from agent.store.migrate import upgrade_on_start
+
+    settings = load_settings(args.config, os.environ)
+    configure_logging(settings.log_level)
+    store = upgrade_on_start(settings)
+    try:
+        agent = Agent(settings, pipeline_factory=lambda parts: AgentPipeline(parts, store))
+        agent.run_until_signalled()
+    finally:
+        store.close()
+    return 0

@@ -1,0 +1,109 @@
+"""`zonemedic sweep --once [--config FILE] [--output table|json]`: one health sweep, then exit.
+
+For CronJobs and for people: lists the cluster once (into the same slim cache the agent uses),
+diagnoses every job, refreshes utilization (at most two Prometheus queries), reconciles open
+incidents in the database (records new ones, resolves healed, supersedes gone), purges old ones and
+prints a summary. No leader election (it is one process, run on purpose) and no HTTP server. Exit
+status 0 whatever the verdicts; 2 on bad config; 1 when the cluster or database cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agent.errors import InputError, UnavailableError
+from agent.settings import load_settings
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "sweep", help="run one health sweep over every job and exit"
+    )
+    parser.add_argument("--once", action="store_true", help="run one sweep and exit (required)")
+    parser.add_argument("--config", metavar="FILE", type=Path, help="configuration file (YAML)")
+    parser.add_argument("--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--sync-timeout", type=float, default=120.0, metavar="SECONDS",
+        help="how long to wait for the initial list of the cluster (default 120)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def _table(summary: dict[str, Any]) -> str:
+    lines = [
+        f"sweep of {summary['cluster']} at {summary['at']}: {summary['jobs']} job(s); "
+        f"metrics: {summary['metrics']}",
+        "verdicts: " + (", ".join(f"{k} {v}" for k, v in summary["by_verdict"].items()) or "none"),
+        f"incidents: {summary['incidents_opened']} opened, {summary['incidents_closed']} closed, "
+        f"{summary['purged']} purged",
+    ]
+    for finding in summary["findings"]:
+        job = finding["job"]
+        zones = ", ".join(f"{z}:{n}" for z, n in finding["zones"].items())
+        target = f" -> {finding['target_zone']}" if finding.get("target_zone") else ""
+        lines.append(
+            f"  {job['kind']:<11} {job['namespace']}/{job['name']:<30} {finding['verdict']:<20}"
+            f" {zones}{target}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.once:
+        raise InputError("sweep: only --once is supported (the agent schedules its own sweeps)")
+    from agent.runtime.app import Parts
+    from agent.runtime.leader import AlwaysLeader
+    from agent.runtime.logging import configure_logging
+    from agent.runtime.metrics import AgentMetrics
+    from agent.runtime.pipeline import AgentPipeline
+    from agent.sources.cache import ClusterCache
+    from agent.sources.kube import KubeSource
+    from agent.sources.kubeapi import KubeApi, build_api_client
+    from agent.sources.prometheus import PrometheusSource
+    from agent.store.migrate import upgrade_on_start
+
+    settings = load_settings(args.config, os.environ)
+    configure_logging("warning" if args.output == "json" else settings.log_level)
+    metrics = AgentMetrics()
+    api = KubeApi(build_api_client(settings.kubernetes))
+    cache = ClusterCache(namespaces=settings.kubernetes.namespaces)
+    source = KubeSource(api, cache, on_restart=metrics.record_restart)
+    source.start(discovery_timeout=args.sync_timeout)
+    try:
+        if not source.wait_synced(args.sync_timeout):
+            missing = sorted({i.resource.name for i in source.informers} - cache.synced_resources())
+            raise UnavailableError(f"the cluster was not listed within {args.sync_timeout:g}s: {missing}")
+    finally:
+        source.stop()
+    store = upgrade_on_start(settings)
+    try:
+        prometheus = (
+            PrometheusSource(settings.prometheus, on_query=metrics.record_prometheus_query)
+            if settings.prometheus.url
+            else None
+        )
+        from agent.playbook.loader import load_playbooks
+
+        parts = Parts(
+            settings=settings,
+            playbooks=load_playbooks(Path(settings.playbooks_dir)),
+            metrics=metrics,
+            cache=cache,
+            api=api,
+            prometheus=prometheus,
+            is_leader=AlwaysLeader().is_leader,
+        )
+        summary = AgentPipeline(parts, store).sweep(None)
+    finally:
+        store.close()
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+    else:
+        print(_table(summary))
+    return 0

@@ -1,0 +1,490 @@
+"""The glue from detection to the core and the store: diagnose, record, resolve, sweep, evidence.
+
+Called by the composition root (`Agent`) through its `Pipeline` protocol: `handle_change` for the
+detector's debounced batches, `handle_alert` for Alertmanager alerts, `sweep` for scheduled and
+one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader only).
+
+- Diagnosis reads only the watch cache (no API request): the cache's slim, manifest-shaped objects
+  go through the core's snapshot parser and `diagnose_cluster`; a batch keeps the findings of the
+  jobs it affects (by job, namespace, or everything).
+- A finding of a problem verdict goes to the store (`record_finding`: one open incident per job and
+  verdict class; a re-detection adds a timeline event) with the latest utilization evidence, or
+  `"metrics unavailable"`; a new incident fires the matching playbooks' actions into the store's
+  outbox (the chat layer delivers them). A job found healthy resolves its open incidents; a job
+  whose verdict changed class supersedes the other class's incident; a job that is gone (no live
+  pods) supersedes its incidents.
+- Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
+  for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents.
+
+One diagnosis at a time (a lock shared by the detector and sweeps). What it does not do: decide
+approvals or touch the cluster (remediation does).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from agent.diagnosis.diagnose import diagnose_cluster
+from agent.model.finding import Finding, Verdict
+from agent.model.incident import (
+    EventKind,
+    FindingRecord,
+    IncidentQuery,
+    IncidentStatus,
+    IncidentSummary,
+    LifecycleError,
+    MessageKind,
+    VerdictClass,
+    check_transition,
+    to_jsonable,
+    verdict_class,
+)
+from agent.model.incident import Verdict as IncidentVerdict
+from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
+from agent.playbook.model import ActionKind, Playbook, TriggerKind
+from agent.policy import PolicySet
+from agent.runtime.app import Parts
+from agent.runtime.http import IncidentQueries
+from agent.runtime.incidents import StoreIncidents
+from agent.snapshot.collection import parse_snapshot
+from agent.sources.alertmanager import Alert, AlertStatus
+from agent.sources.cache import Change
+from agent.sources.jobkey import JobKey
+from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
+from agent.store.repository import IncidentStore
+
+log = logging.getLogger(__name__)
+
+ACTOR = "zonemedic"
+TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
+_RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
+
+
+def job_key(finding: Finding) -> JobKey:
+    return JobKey(str(finding.job.kind), finding.job.namespace, finding.job.name)
+
+
+def in_scope(key: JobKey, change: Change) -> bool:
+    return change.everything or key in change.jobs or key.namespace in change.namespaces
+
+
+def metrics_evidence(report: MetricsReport | None, key: JobKey) -> dict[str, Any]:
+    """What a finding says about utilization: numbers, or why there are none."""
+    if report is None:
+        return {"status": f"{UNAVAILABLE}: not fetched yet"}
+    if not report.available:
+        return {"status": report.error or UNAVAILABLE}
+    found = report.for_job(key)
+    if found is None:
+        return {"status": "no samples for this job yet", "at": report.at.isoformat()}
+    return {
+        "status": "ok",
+        "at": report.at.isoformat(),
+        "utilization_now": found.now,
+        "utilization_baseline": found.baseline,
+        "dropped": found.drop.dropped,
+        "drop_reason": found.drop.reason,
+    }
+
+
+class AgentPipeline:
+    def __init__(
+        self,
+        parts: Parts,
+        store: IncidentStore | None,
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.parts = parts
+        self.settings = parts.settings
+        self.cluster = parts.settings.cluster_name
+        self.store = store
+        self.now = now
+        self.monotonic = monotonic
+        self._lock = threading.RLock()
+        self.report: MetricsReport | None = None
+        self._evidence_recorded: set[JobKey] = set()
+        self.diagnoses = 0
+
+    # -- the protocol --------------------------------------------------------------------------
+
+    def readiness(self) -> dict[str, bool]:
+        return {"database": self.store.ping() if self.store is not None else True}
+
+    def incidents(self) -> IncidentQueries | None:
+        if self.store is None:
+            return None
+        return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
+
+    def handle_change(self, change: Change, first_seen: float) -> None:
+        with self._lock:
+            findings = self.diagnose()
+            scoped = [f for f in findings if in_scope(job_key(f), change)]
+            present = {job_key(f) for f in findings}
+            for finding in scoped:
+                self.record(finding, first_seen=first_seen)
+            for key in sorted(change.jobs - present):
+                self.close_job(key, reason="the job has no live pods")
+
+    def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
+        now = self.now()
+        for key in jobs:
+            if alert.status is AlertStatus.RESOLVED:
+                self.resolve(key, {VerdictClass.ALERT}, reason=f"alert {alert.name} resolved")
+                continue
+            diagnosis = {
+                "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name},
+                "verdict": IncidentVerdict.ALERT.value,
+                "alert": {
+                    "name": alert.name,
+                    "labels": dict(alert.labels),
+                    "annotations": dict(alert.annotations),
+                    "starts_at": alert.starts_at,
+                    "fingerprint": alert.fingerprint,
+                },
+                "metrics": self._evidence(key),
+            }
+            outcome = self._record_document(diagnosis, detected_at=now, key=key)
+            if outcome is not None and outcome.new:
+                self._fire(
+                    Event(TriggerKind.ALERT, self._subject(key, "alert"), alert.labels),
+                    outcome.incident,
+                    diagnosis,
+                )
+        # an alert is a hint to look again at once
+        if jobs:
+            self.handle_change(Change(jobs=frozenset(jobs), reasons=("alert",)), self.monotonic())
+
+    def refresh_metrics(self) -> None:
+        """Fetch utilization for all jobs (two queries); drops open incidents; evidence is added
+        to open topology incidents that had none."""
+        source = self.parts.prometheus
+        if source is None:
+            return
+        report = source.fetch(self.now())
+        with self._lock:
+            self.report = report
+            if not report.available:
+                return
+            for key, metrics in sorted(report.jobs.items()):
+                self._drop(key, metrics, report)
+            for key in sorted(set(report.jobs) - self._evidence_recorded):
+                self._attach_evidence(key)
+
+    def sweep(self, playbook: Playbook | None) -> dict[str, Any]:
+        """Diagnose every job from the cache, refresh metrics, reconcile, purge, digest."""
+        started = self.now()
+        self.refresh_metrics()
+        with self._lock:
+            findings = self.diagnose()
+            opened = 0
+            for finding in findings:
+                outcome = self.record(finding, first_seen=None)
+                opened += 1 if (outcome is not None and outcome.new) else 0
+            present = {job_key(f) for f in findings}
+            closed = self._reconcile(present)
+            purged = 0
+            if self.store is not None:
+                result = self.store.purge(before=started - self.settings.database.retention)
+                purged = int(getattr(result, "incidents", 0) or 0)
+            summary: dict[str, Any] = {
+                "cluster": self.cluster,
+                "at": started.isoformat(),
+                "jobs": len(findings),
+                "by_verdict": _count(str(f.verdict) for f in findings),
+                "incidents_opened": opened,
+                "incidents_closed": closed,
+                "purged": purged,
+                "metrics": self.report.status if self.report is not None else "not configured",
+                "findings": [f.to_dict() for f in findings],
+            }
+            if playbook is not None:
+                self._digest(playbook, summary)
+            log.info(
+                "sweep done",
+                extra={k: v for k, v in summary.items() if k != "findings"},
+            )
+            return summary
+
+    # -- diagnosis -----------------------------------------------------------------------------
+
+    def diagnose(self) -> tuple[Finding, ...]:
+        items = self.parts.cache.snapshot()
+        document = orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        snapshot = parse_snapshot([("watch-cache.json", document)])
+        result = diagnose_cluster(
+            snapshot.state, PolicySet(snapshot.policies), settings=self.settings.diagnosis
+        )
+        self.diagnoses += 1
+        return result.findings
+
+    def _evidence(self, key: JobKey) -> dict[str, Any]:
+        if self.parts.prometheus is None:
+            return {"status": "metrics not configured (prometheus.url is null)"}
+        return metrics_evidence(self.report, key)
+
+    def _uid(self, key: JobKey) -> str | None:
+        for resource in ("v1", "v2beta1"):
+            plural = f"{key.kind.lower()}s.{resource}.kubeflow.org"
+            obj = self.parts.cache.get(plural, key.namespace, key.name)
+            if obj is not None:
+                uid = (obj.get("metadata") or {}).get("uid")
+                return str(uid) if uid else None
+        return None
+
+    def _labels(self, key: JobKey) -> Mapping[str, str]:
+        for resource in ("v1", "v2beta1"):
+            obj = self.parts.cache.get(f"{key.kind.lower()}s.{resource}.kubeflow.org", key.namespace, key.name)
+            if obj is not None:
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                return {str(k): str(v) for k, v in labels.items()}
+        return {}
+
+    def _subject(self, key: JobKey, verdict: str, gpus: int = 0) -> Subject:
+        return Subject(
+            namespace=key.namespace,
+            kind=key.kind,
+            labels=self._labels(key),
+            gpus=gpus,
+            verdict=verdict,
+        )
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def record(self, finding: Finding, *, first_seen: float | None) -> Any:
+        key = job_key(finding)
+        self.parts.metrics.findings.labels(verdict=str(finding.verdict)).inc()
+        if finding.verdict is Verdict.PENDING:
+            return None
+        if finding.verdict is Verdict.HEALTHY:
+            self.resolve(key, set(TOPOLOGY_CLASSES), reason="re-diagnosis found the job healthy")
+            return None
+        if self.store is None:
+            return None
+        document = finding.to_dict()
+        document["job"]["uid"] = self._uid(key)
+        document["metrics"] = self._evidence(key)
+        gpus = sum(finding.gpus.values()) if finding.gpus else None
+        outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus)
+        if outcome is None:
+            return None
+        if outcome.new and first_seen is not None:
+            self.parts.metrics.detection_latency.observe(self.monotonic() - first_seen)
+        if document["metrics"].get("status") == "ok":
+            self._evidence_recorded.add(key)
+        current = verdict_class(IncidentVerdict(str(finding.verdict)))
+        self.resolve(
+            key,
+            set(TOPOLOGY_CLASSES) - {current},
+            reason=f"the job's verdict is now {finding.verdict}",
+            to=IncidentStatus.SUPERSEDED,
+        )
+        if outcome.new:
+            trigger = trigger_for_verdict(str(finding.verdict))
+            if trigger is not None:
+                self._fire(
+                    Event(trigger, self._subject(key, str(finding.verdict), gpus or 0)),
+                    outcome.incident,
+                    document,
+                )
+        return outcome
+
+    def _record_document(
+        self,
+        document: dict[str, Any],
+        *,
+        detected_at: datetime,
+        key: JobKey,
+        gpus: int | None = None,
+    ) -> Any:
+        if self.store is None:
+            return None
+        metrics = document.get("metrics") or {}
+        record = FindingRecord.from_finding(
+            document,
+            cluster=self.cluster,
+            detected_at=detected_at,
+            utilization_now=metrics.get("utilization_now"),
+            utilization_baseline=metrics.get("utilization_baseline"),
+            gpus=gpus,
+        )
+        outcome = self.store.record_finding(record)
+        log.info(
+            "finding recorded",
+            extra={
+                "job": str(key),
+                "verdict": document.get("verdict"),
+                "incident": outcome.incident.id,
+                "new": outcome.new,
+            },
+        )
+        return outcome
+
+    def _open_incidents(self, key: JobKey) -> list[IncidentSummary]:
+        if self.store is None:
+            return []
+        listing = self.store.list_incidents(
+            IncidentQuery(
+                cluster=self.cluster,
+                namespace=key.namespace,
+                name=key.name,
+                open_only=True,
+                limit=50,
+            )
+        )
+        return [i for i in listing.incidents if i.kind == key.kind]
+
+    def resolve(
+        self,
+        key: JobKey,
+        classes: set[VerdictClass],
+        *,
+        reason: str,
+        to: IncidentStatus = IncidentStatus.RESOLVED,
+    ) -> int:
+        """Close the job's open incidents of these classes that have not started remediation."""
+        closed = 0
+        for incident in self._open_incidents(key):
+            try:
+                if verdict_class(incident.verdict) not in classes:
+                    continue
+                check_transition(incident.status, to)
+            except LifecycleError:
+                continue
+            if incident.status not in _RESOLVABLE:
+                continue
+            result = self.store.transition(  # type: ignore[union-attr]
+                incident.id, incident.status, to, actor=ACTOR, now=self.now(),
+                detail={"reason": reason},
+            )
+            closed += 1 if result.applied else 0
+        return closed
+
+    def close_job(self, key: JobKey, *, reason: str) -> int:
+        return self.resolve(
+            key,
+            {*TOPOLOGY_CLASSES, VerdictClass.GPU_UTILIZATION_DROP},
+            reason=reason,
+            to=IncidentStatus.SUPERSEDED,
+        )
+
+    def _reconcile(self, present: set[JobKey]) -> int:
+        """Open incidents of jobs no longer found: superseded (the job is gone or finished)."""
+        if self.store is None:
+            return 0
+        listing = self.store.list_incidents(
+            IncidentQuery(cluster=self.cluster, open_only=True, limit=10_000)
+        )
+        closed = 0
+        gone = {
+            JobKey(i.kind, i.namespace, i.name)
+            for i in listing.incidents
+            if JobKey(i.kind, i.namespace, i.name) not in present
+        }
+        for key in sorted(gone):
+            closed += self.close_job(key, reason="the job has no live pods")
+        return closed
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def _drop(self, key: JobKey, metrics: JobMetrics, report: MetricsReport) -> None:
+        if not metrics.drop.dropped:
+            self.resolve(key, {VerdictClass.GPU_UTILIZATION_DROP}, reason="utilization recovered")
+            return
+        document = {
+            "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name, "uid": self._uid(key)},
+            "verdict": IncidentVerdict.GPU_UTILIZATION_DROP.value,
+            "metrics": metrics_evidence(report, key),
+        }
+        outcome = self._record_document(document, detected_at=report.at, key=key)
+        if outcome is not None and outcome.new:
+            self._fire(
+                Event(TriggerKind.GPU_UTILIZATION_DROP, self._subject(key, "gpu_utilization_drop")),
+                outcome.incident,
+                document,
+            )
+
+    def _attach_evidence(self, key: JobKey) -> None:
+        if self.store is None or self.report is None:
+            return
+        for incident in self._open_incidents(key):
+            try:
+                topology = verdict_class(incident.verdict) in TOPOLOGY_CLASSES
+            except LifecycleError:
+                continue
+            if topology:
+                self.store.add_event(
+                    incident.id,
+                    EventKind.REDETECTED,
+                    now=self.now(),
+                    actor=ACTOR,
+                    detail={"metrics": metrics_evidence(self.report, key)},
+                )
+                self._evidence_recorded.add(key)
+
+    # -- playbooks -----------------------------------------------------------------------------
+
+    def _fire(self, event: Event, incident: IncidentSummary, document: Mapping[str, Any]) -> None:
+        if self.store is None:
+            return
+        for firing in fired(self.parts.playbooks, event):
+            for action in firing.actions:
+                if action.kind is ActionKind.DIGEST:
+                    continue
+                payload: dict[str, Any] = {
+                    "action": action.kind.value,
+                    "playbook": firing.playbook.name,
+                    "incident_id": incident.id,
+                    "finding": dict(document),
+                }
+                if action.approval is not None:
+                    payload["approval"] = {
+                        "approvers": list(action.approval.approvers),
+                        "expiry_seconds": action.approval.expiry.total_seconds(),
+                        "auto": action.approval.is_auto(incident.namespace),
+                    }
+                self.store.enqueue_message(
+                    MessageKind.POST,
+                    payload=payload,
+                    now=self.now(),
+                    incident_id=incident.id,
+                    channel=action.channel or self.settings.slack.channel,
+                    dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
+                )
+
+    def _digest(self, playbook: Playbook, summary: dict[str, Any]) -> None:
+        if self.store is None:
+            return
+        for action in playbook.actions:
+            if action.kind is not ActionKind.DIGEST:
+                continue
+            open_now = self.store.list_incidents(
+                IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
+            ).incidents
+            payload = {
+                "playbook": playbook.name,
+                "summary": {k: v for k, v in summary.items() if k != "findings"},
+                "open_incidents": [to_jsonable(i) for i in open_now],
+            }
+            self.store.enqueue_message(
+                MessageKind.DIGEST,
+                payload=payload,
+                now=self.now(),
+                channel=action.channel or self.settings.slack.channel,
+                dedupe_key=f"digest:{playbook.name}:{summary['at'][:16]}",
+            )
+
+
+def _count(values: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))

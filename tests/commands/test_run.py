@@ -1,0 +1,200 @@
+"""`zonemedic run` as real processes against the twin: start-up errors, graceful SIGTERM, and two
+replicas on one PostgreSQL (one leader; kill it, the other takes over; no duplicated incident)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import yaml
+
+twin_cluster = pytest.importorskip("agent.twin.cluster", reason="the twin is not merged yet")
+kubeconfig = pytest.importorskip("agent.twin.kubeconfig")
+fixtures = pytest.importorskip("tests.twin.twin_fixtures")
+postgres = pytest.importorskip("tests.support.postgres")
+
+REPO = Path(__file__).resolve().parents[2]
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/zonemedic-leader"
+
+
+def write_config(tmp_path: Path, kube: Path, database: str, **extra: Any) -> Path:
+    config: dict[str, Any] = {
+        "cluster_name": "twin",
+        "data_dir": str(tmp_path),
+        "log_level": "info",
+        "kubernetes": {"kubeconfig": str(kube)},
+        "database": {"url": database},
+        "http": {"host": "127.0.0.1", "port": 0},
+        "leader_election": {
+            "namespace": "default",
+            "lease_duration": "3s",
+            "renew_deadline": "2s",
+            "retry_period": "500ms",
+        },
+        "playbooks_dir": str(REPO / "playbooks"),
+    }
+    config.update(extra)
+    path = tmp_path / f"config-{len(list(tmp_path.glob('config-*')))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class AgentProcess:
+    """`zonemedic run --config` with its JSON log lines collected from stderr."""
+
+    def __init__(self, config: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ZONEMEDIC_")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.cli", "run", "--config", str(config)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.url = ""
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.raw.append(line)
+            with contextlib.suppress(orjson.JSONDecodeError):
+                self.lines.append(orjson.loads(line))
+
+    def wait_url(self, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if line.get("message") == "http listening":
+                    self.url = str(line["url"])
+                    return self.url
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"agent did not start: {b''.join(self.raw[-20:]).decode()}")
+
+    def get(self, path: str, **params: str) -> httpx.Response:
+        return httpx.get(self.url + path, params=params, timeout=5)
+
+    def leader(self) -> bool:
+        try:
+            return "zonemedic_leader 1.0" in self.get("/metrics").text
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self._reader.join(5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+@pytest.fixture
+def twin(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
+    cluster = twin_cluster.TwinCluster(fixtures.fast("seed-blocked")).start()
+    try:
+        api = cluster.serve_api()
+        yield cluster, kubeconfig.write(tmp_path / "kubeconfig", api.url)
+    finally:
+        cluster.stop()
+
+
+def _wait(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _incidents(agent: AgentProcess) -> list[dict[str, Any]]:
+    return list(agent.get("/api/incidents", job="ml/llm-finetune").json()["incidents"])
+
+
+def test_graceful_sigterm_releases_the_lease(twin: tuple[Any, Path], tmp_path: Path) -> None:
+    cluster, kube = twin
+    config = write_config(tmp_path, kube, f"sqlite:///{tmp_path / 'zm.db'}")
+    agent = AgentProcess(config)
+    try:
+        agent.wait_url()
+        _wait(lambda: agent.get("/readyz").status_code == 200, 30, "readiness")
+        _wait(lambda: [i for i in _incidents(agent) if i["verdict"] == "zone_split_blocked"], 30, "the incident")
+        assert agent.leader()
+        lease = cluster.store.get(twin_cluster.lookup("leases"), "zonemedic-leader", namespace="default")
+        assert lease["spec"]["holderIdentity"]
+        agent.proc.send_signal(signal.SIGTERM)
+        assert agent.proc.wait(20) == 0
+        lease = cluster.store.get(twin_cluster.lookup("leases"), "zonemedic-leader", namespace="default")
+        assert lease["spec"]["holderIdentity"] == ""
+        messages = [line.get("message") for line in agent.lines]
+        assert "stopping" in messages and "stopped" in messages
+        assert all("level" in line and "time" in line for line in agent.lines)
+    finally:
+        agent.stop()
+
+
+@pytest.mark.postgres
+def test_two_replicas_one_leader_takeover_and_no_duplicate(twin: tuple[Any, Path], tmp_path: Path) -> None:
+    _cluster, kube = twin
+    with postgres.throwaway_database("zonemedic_agent") as url:
+        a = AgentProcess(write_config(tmp_path, kube, url))
+        b = AgentProcess(write_config(tmp_path, kube, url))
+        try:
+            a.wait_url()
+            b.wait_url()
+            _wait(lambda: a.leader() or b.leader(), 30, "a leader")
+            time.sleep(1.0)
+            assert [a.leader(), b.leader()].count(True) == 1
+            leader, follower = (a, b) if a.leader() else (b, a)
+            _wait(lambda: _incidents(follower), 30, "the incident (read by the follower)")
+            leader.proc.kill()  # a crash: no release
+            killed = time.monotonic()
+            leader.proc.wait(10)
+            _wait(follower.leader, 10, "the takeover")
+            took = time.monotonic() - killed
+            assert took <= 3.0 + 2 * 0.5 + 1.0, took  # lease duration + retry periods + scrape slack
+            incidents = _incidents(follower)
+            open_split = [i for i in incidents if i["verdict"] == "zone_split_blocked" and i["closed_at"] is None]
+            assert len(open_split) == 1, incidents
+            assert open_split[0]["detections"] >= 1
+        finally:
+            a.stop()
+            b.stop()
+
+
+def test_bad_playbook_stops_start_up_naming_file_and_line(twin: tuple[Any, Path], tmp_path: Path) -> None:
+    _, kube = twin
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "bad.yaml").write_text("name: b\ntriggers:\n  - type: zone_splitt\nactions: [{type: notify}]\n")
+    config = write_config(tmp_path, kube, f"sqlite:///{tmp_path / 'zm.db'}", playbooks_dir=str(books))
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(config)], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert f"{books / 'bad.yaml'}:3: triggers[0].type" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_config_key_stops_start_up(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("leader_election: {lease_duraton: 15s}\n")
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(config)], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert "leader_election.lease_duraton: unknown key" in proc.stderr

@@ -1,0 +1,203 @@
+"""End to end on the twin: the agent in-process, the twin over real HTTP, real Prometheus, SQLite.
+
+`seed-blocked` and `seed-degraded`: the split is recorded as an incident soon after the last pod's
+binding (asserted loosely here; `bench/agent_detection.py` reports it precisely), utilization
+evidence appears once Prometheus has samples, and /readyz, /metrics and the incidents API answer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agent.runtime.app import Agent
+from agent.runtime.pipeline import AgentPipeline
+from agent.settings import Settings, load_settings
+from agent.store.migrate import upgrade_on_start
+from tests.support.prometheus import requires_prometheus, running_prometheus
+
+twin_cluster = pytest.importorskip("agent.twin.cluster", reason="the twin is not merged yet")
+kubeconfig = pytest.importorskip("agent.twin.kubeconfig")
+fixtures = pytest.importorskip("tests.twin.twin_fixtures")
+lookup = pytest.importorskip("agent.twin.resources").lookup
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = "llm-finetune"
+
+
+def agent_settings(tmp_path: Path, kubeconfig_path: Path, prometheus_url: str | None) -> Settings:
+    settings = load_settings(None, {})
+    return replace(
+        settings,
+        cluster_name="twin",
+        data_dir=str(tmp_path),
+        playbooks_dir=str(REPO / "playbooks"),
+        kubernetes=replace(settings.kubernetes, kubeconfig=str(kubeconfig_path)),
+        database=replace(settings.database, url=f"sqlite:///{tmp_path / 'zonemedic.db'}"),
+        http=replace(settings.http, host="127.0.0.1", port=0),
+        leader_election=replace(
+            settings.leader_election,
+            namespace="default",
+            lease_duration=timedelta(seconds=3),
+            renew_deadline=timedelta(seconds=2),
+            retry_period=timedelta(milliseconds=500),
+        ),
+        prometheus=replace(
+            settings.prometheus,
+            url=prometheus_url,
+            timeout=timedelta(seconds=3),
+            retries=0,
+            drop_duration=timedelta(seconds=20),
+            baseline_offset=timedelta(minutes=5),
+        ),
+        detection=replace(settings.detection, metrics_interval=timedelta(seconds=1)),
+    )
+
+
+class Running:
+    def __init__(self, cluster: Any, agent: Agent, store: Any, binds: dict[str, float]) -> None:
+        self.cluster = cluster
+        self.agent = agent
+        self.store = store
+        self.binds = binds
+        self.http = httpx.Client(base_url=agent.url, timeout=10)
+
+    def incidents(self) -> list[dict[str, Any]]:
+        return list(self.http.get("/api/incidents", params={"job": f"ml/{JOB}"}).json()["incidents"])
+
+    def wait(self, check: Any, timeout: float = 30.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = check()
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError(f"timed out; last incidents: {self.incidents()}")
+
+
+def run_agent(tmp_path: Path, scenario: str) -> Iterator[Running]:
+    binds: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def on_pod(event: Any) -> None:
+        obj = event.object
+        if (obj.get("spec") or {}).get("nodeName") and obj["metadata"]["namespace"] == "ml":
+            with lock:
+                binds.setdefault(obj["metadata"]["name"], time.time())
+
+    cluster = twin_cluster.TwinCluster(fixtures.fast(scenario))
+    unsubscribe = cluster.store.subscribe(lookup("pods"), on_pod)
+    cluster.start()
+    try:
+        api = cluster.serve_api()
+        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
+        target = cluster.metrics.url.removeprefix("http://")
+        with running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s") as prom:
+            settings = agent_settings(tmp_path, path, prom.url)
+            store = upgrade_on_start(settings)
+            agent = Agent(settings, pipeline_factory=lambda parts: AgentPipeline(parts, store))
+            agent.start()
+            running = Running(cluster, agent, store, binds)
+            try:
+                yield running
+            finally:
+                running.http.close()
+                agent.stop()
+                store.close()
+    finally:
+        unsubscribe()
+        cluster.stop()
+
+
+@pytest.fixture
+def blocked(tmp_path: Path) -> Iterator[Running]:
+    yield from run_agent(tmp_path, "seed-blocked")
+
+
+@pytest.fixture
+def degraded(tmp_path: Path) -> Iterator[Running]:
+    yield from run_agent(tmp_path, "seed-degraded")
+
+
+def _opened(run: Running, verdict: str) -> dict[str, Any] | None:
+    for incident in run.incidents():
+        if incident["verdict"] == verdict:
+            return incident
+    return None
+
+
+def _has_metrics_evidence(run: Running, incident_id: int) -> bool:
+    detail = run.http.get(f"/api/incidents/{incident_id}").json()
+    for event in detail["events"]:
+        metrics = (event.get("detail") or {}).get("metrics") or {}
+        if metrics.get("status") == "ok" and metrics.get("utilization_now") is not None:
+            return True
+    return (detail["diagnosis"].get("metrics") or {}).get("status") == "ok"
+
+
+@requires_prometheus
+def test_seed_blocked_is_an_incident_soon_after_binding_with_metrics_evidence(blocked: Running) -> None:
+    from datetime import datetime
+
+    incident = blocked.wait(lambda: _opened(blocked, "zone_split_blocked"))
+    assert incident["target_zone"] == "us-east-1a"
+    last_bind = max(blocked.binds.values())
+    opened = datetime.fromisoformat(incident["opened_at"]).timestamp()
+    assert opened - last_bind < 3.0, f"detection took {opened - last_bind:.3f}s"
+    # exactly one open incident for the job, however many pod events there were
+    assert [i["verdict"] for i in blocked.incidents()] == ["zone_split_blocked"]
+    blocked.wait(lambda: _has_metrics_evidence(blocked, incident["id"]), timeout=40)
+    ready = blocked.http.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    text = blocked.http.get("/metrics").text
+    assert "zonemedic_leader 1.0" in text
+    assert 'zonemedic_findings_total{verdict="zone_split_blocked"}' in text
+    assert "zonemedic_detection_latency_seconds_count" in text
+
+
+@requires_prometheus
+def test_seed_degraded_is_recorded_as_degraded(degraded: Running) -> None:
+    incident = degraded.wait(lambda: _opened(degraded, "zone_split_degraded"))
+    detail = degraded.http.get(f"/api/incidents/{incident['id']}").json()
+    assert detail["diagnosis"]["verdict"] == "zone_split_degraded"
+    assert detail["diagnosis"]["zones"] == {"us-east-1a": 4, "us-east-1b": 1}
+    degraded.wait(lambda: _has_metrics_evidence(degraded, incident["id"]), timeout=40)
+
+
+@requires_prometheus
+def test_sweep_budget_no_list_request_and_at_most_3_prometheus_queries(degraded: Running) -> None:
+    import copy
+
+    job = next(o for o in degraded.cluster.scenario.objects if o.get("kind") == "PyTorchJob")
+    for i in range(5):  # more jobs: the budget must not grow with them
+        extra = copy.deepcopy(job)
+        extra["metadata"]["name"] = f"extra-{i}"
+        degraded.cluster.apply(extra)
+    degraded.wait(lambda: len(degraded.agent.cache.job_keys()) >= 6 and degraded.agent.cache.synced)
+    time.sleep(1.5)  # let the detector settle
+    api = degraded.cluster.api
+    registry = degraded.agent.metrics.registry
+
+    def queries() -> float:
+        return sum(
+            registry.get_sample_value("zonemedic_prometheus_queries_total", {"outcome": o}) or 0.0
+            for o in ("ok", "error")
+        )
+
+    before = queries()
+    api.accounting.reset()
+    summary = degraded.agent.pipeline.sweep(None)
+    counts = api.accounting.snapshot()
+    after = queries()
+    assert summary["jobs"] >= 6
+    assert not [k for k in counts if k.startswith("list ")], counts
+    assert after - before <= 3
+    assert summary["metrics"] == "ok"

@@ -1,0 +1,207 @@
+"""The detection pipeline on the real core and the real store (SQLite), fed through the cache.
+
+A PyTorchJob split across zones with a zone-boundary policy is recorded once (however many
+batches), fires the zone-split playbook into the outbox, resolves when the job is co-located,
+is superseded when the job is gone; alerts and utilization drops open their own incidents; a
+sweep reconciles and enqueues the digest.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.model.incident import IncidentQuery, MessageKind, Verdict
+from agent.playbook.loader import load_playbooks
+from agent.runtime.app import Parts
+from agent.runtime.leader import AlwaysLeader
+from agent.runtime.metrics import AgentMetrics
+from agent.runtime.pipeline import AgentPipeline
+from agent.settings import PrometheusSettings, Settings
+from agent.sources.alertmanager import Alert, AlertStatus
+from agent.sources.cache import Change, ClusterCache
+from agent.sources.drop import DropVerdict
+from agent.sources.jobkey import JobKey
+from agent.sources.kubeapi import KubeApi
+from agent.sources.prometheus import JobMetrics, MetricsReport, PrometheusSource
+from agent.sources.resources import RESOURCES
+from agent.sources.slim import slimmer
+from agent.store.migrate import upgrade_on_start
+
+REPO = Path(__file__).resolve().parents[2]
+R = {r.name: r for r in RESOURCES}
+JOB = JobKey("PyTorchJob", "train", "gpt-small")
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def node(name: str, zone: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
+            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+def pod(name: str, rtype: str, node_name: str, zone: str) -> dict[str, Any]:
+    labels = {
+        "training.kubeflow.org/job-name": "gpt-small",
+        "training.kubeflow.org/operator-name": "pytorchjob-controller",
+        "training.kubeflow.org/replica-type": rtype,
+        "training.kubeflow.org/replica-index": name[-1],
+        "zone": zone,
+    }
+    if rtype == "master":
+        labels["training.kubeflow.org/job-role"] = "master"
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "train", "labels": labels,
+                     "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "gpt-small", "controller": True}]},
+        "spec": {"nodeName": node_name, "containers": [{"name": "pytorch",
+                 "ports": [{"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}],
+                 "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+POLICY = {
+    "apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+    "metadata": {"name": "zone-b-only", "namespace": "train"},
+    "spec": {"endpointSelector": {"matchLabels": {"zone": "zone-b"}},
+             "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": "zone-b"}}]}]},
+}
+JOB_OBJECT = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+              "metadata": {"name": "gpt-small", "namespace": "train", "uid": "job-uid-1", "labels": {"team": "llm"}},
+              "spec": {"pytorchReplicaSpecs": {}}, "status": {"conditions": []}}
+
+
+def split_pods() -> list[dict[str, Any]]:
+    return [pod("gpt-small-master-0", "master", "gpu-b1", "zone-b")] + [
+        pod(f"gpt-small-worker-{i}", "worker", "gpu-a1", "zone-a") for i in range(3)
+    ]
+
+
+class World:
+    def __init__(self, tmp_path: Path, *, prometheus: bool = False) -> None:
+        settings = Settings(cluster_name="prod", data_dir=str(tmp_path), playbooks_dir=str(REPO / "playbooks"))
+        settings = replace(
+            settings,
+            database=replace(settings.database, url=f"sqlite:///{tmp_path / 'zm.db'}"),
+            diagnosis=replace(settings.diagnosis, pod_zone_label="zone"),
+            prometheus=PrometheusSettings(url="http://127.0.0.1:9") if prometheus else settings.prometheus,
+        )
+        self.store = upgrade_on_start(settings)
+        self.cache = ClusterCache()
+        self.now = NOW
+        parts = Parts(
+            settings=settings,
+            playbooks=load_playbooks(REPO / "playbooks"),
+            metrics=AgentMetrics(),
+            cache=self.cache,
+            api=KubeApi(None),
+            prometheus=PrometheusSource(settings.prometheus) if prometheus else None,
+            is_leader=AlwaysLeader().is_leader,
+        )
+        self.pipeline = AgentPipeline(parts, self.store, now=lambda: self.now)
+        self.load("nodes", [node("gpu-a1", "zone-a"), node("gpu-b1", "zone-b")])
+        self.load("namespaces", [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "train"}}])
+        self.load("ciliumnetworkpolicies.v2.cilium.io", [POLICY])
+        self.load("pytorchjobs.v1.kubeflow.org", [JOB_OBJECT])
+        self.load("pods", split_pods())
+
+    def load(self, resource: str, items: list[dict[str, Any]]) -> Change:
+        r = R[resource]
+        return self.cache.replace(r, [slimmer(r)(copy.deepcopy(o)) for o in items])
+
+    def incidents(self, **query: Any) -> list[Any]:
+        return self.store.list_incidents(IncidentQuery(cluster="prod", **query)).incidents
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    try:
+        yield w
+    finally:
+        w.store.close()
+
+
+def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(world: World) -> None:
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    world.pipeline.handle_change(Change(namespaces=frozenset({"train"})), 0.0)  # a second batch
+    (incident,) = world.incidents()
+    assert (incident.verdict.value, incident.status.value, incident.uid) == ("zone_split_blocked", "open", "job-uid-1")
+    assert incident.target_zone == "zone-a"
+    detail = world.store.get_incident(incident.id)
+    assert detail.diagnosis["metrics"]["status"].startswith("metrics not configured")
+    posts = {m.payload["action"]: m for m in detail.messages if m.kind is MessageKind.POST}
+    assert set(posts) == {"notify", "propose_colocation"}
+    assert posts["notify"].channel == "#ml-infra"
+    assert posts["propose_colocation"].payload["approval"] == {"approvers": [], "expiry_seconds": 14400.0, "auto": False}
+    assert [e.kind.value for e in detail.events] == ["detected", "redetected"]
+    # co-locate the master in zone-a: the job is healthy, its incident resolved
+    moved = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
+    change = world.load("pods", moved)
+    world.pipeline.handle_change(change, 0.0)
+    (after,) = world.incidents()
+    assert after.status.value == "resolved"
+    assert world.incidents(open_only=True) == []
+
+
+def test_gone_job_supersedes_and_verdict_class_change_supersedes(world: World) -> None:
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    change = world.load("pods", [])
+    world.pipeline.handle_change(change, 0.0)
+    (gone,) = world.incidents()
+    assert gone.status.value == "superseded"
+    # back, split again: a new incident (the old one is closed)
+    world.pipeline.handle_change(world.load("pods", split_pods()), 0.0)
+    assert [i.status.value for i in world.incidents()] == ["open", "superseded"]
+
+
+def test_alerts_open_and_close_their_own_incident(world: World) -> None:
+    firing = Alert(AlertStatus.FIRING, {"alertname": "TrainingJobGPUUtilizationDrop", "namespace": "train"}, starts_at="t1", fingerprint="f1")
+    world.pipeline.handle_alert(firing, [JOB])
+    verdicts = sorted((i.verdict.value, i.status.value) for i in world.incidents())
+    assert verdicts == [("alert", "open"), ("zone_split_blocked", "open")]
+    world.pipeline.handle_alert(replace(firing, status=AlertStatus.RESOLVED), [JOB])
+    assert sorted((i.verdict.value, i.status.value) for i in world.incidents()) == [("alert", "resolved"), ("zone_split_blocked", "open")]
+
+
+def test_sweep_reconciles_purges_and_enqueues_the_digest(world: World) -> None:
+    digest = next(p for p in world.pipeline.parts.playbooks if p.name == "daily-digest")
+    summary = world.pipeline.sweep(digest)
+    assert summary["jobs"] == 1 and summary["by_verdict"] == {"zone_split_blocked": 1}
+    assert summary["incidents_opened"] == 1 and summary["metrics"] == "not configured"
+    assert world.pipeline.sweep(None)["incidents_opened"] == 0
+    messages = world.store.due_messages(now=NOW + timedelta(minutes=1), limit=20)
+    digests = [m for m in messages if m.kind is MessageKind.DIGEST]
+    assert len(digests) == 1
+    assert digests[0].payload["summary"]["jobs"] == 1
+    assert digests[0].payload["open_incidents"][0]["name"] == "gpt-small"
+
+
+def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
+    world = World(tmp_path, prometheus=True)
+    try:
+        # Prometheus down: the topology diagnosis goes on, the finding says why metrics are missing
+        world.pipeline.refresh_metrics()
+        world.pipeline.handle_change(Change(everything=True), 0.0)
+        (incident,) = world.incidents()
+        assert world.store.get_incident(incident.id).diagnosis["metrics"]["status"].startswith("metrics unavailable")
+        # metrics arrive: evidence is attached, and a drop opens its own incident
+        world.pipeline.report = MetricsReport(
+            available=True, at=NOW,
+            jobs={JOB: JobMetrics(now=30.0, baseline=90.0, drop=DropVerdict(True, "below 70% of baseline", 0.33))},
+        )
+        world.pipeline._drop(JOB, world.pipeline.report.jobs[JOB], world.pipeline.report)
+        world.pipeline._attach_evidence(JOB)
+        detail = world.store.get_incident(incident.id)
+        evidence = [e.detail["metrics"] for e in detail.events if "metrics" in e.detail]
+        assert evidence and evidence[-1]["utilization_now"] == 30.0 and evidence[-1]["utilization_baseline"] == 90.0
+        drops = world.incidents(verdict=Verdict.GPU_UTILIZATION_DROP)
+        assert len(drops) == 1 and drops[0].utilization_before == 30.0
+    finally:
+        world.store.close()
