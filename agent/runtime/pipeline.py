@@ -5,8 +5,9 @@ detector's debounced batches, `handle_alert` for Alertmanager alerts, `sweep` fo
 one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader only).
 
 - Diagnosis reads only the watch cache (no API request): the cache's slim, manifest-shaped objects
-  go through the core's snapshot parser and `diagnose_cluster`; a batch keeps the findings of the
-  jobs it affects (by job, namespace, or everything).
+  go through the core's manifest parsers (incrementally: `agent.runtime.mirror`) and
+  `diagnose_cluster`; a batch keeps the findings of the jobs it affects (by job, namespace, or
+  everything).
 - A finding of a problem verdict goes to the store (`record_finding`: one open incident per job and
   verdict class; a re-detection adds a timeline event) with the latest utilization evidence, or
   `"metrics unavailable"`; a new incident fires the matching playbooks' actions into the store's
@@ -29,8 +30,6 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
 from agent.diagnosis.diagnose import diagnose_cluster
 from agent.model.finding import Finding, Verdict
 from agent.model.incident import (
@@ -49,11 +48,10 @@ from agent.model.incident import (
 from agent.model.incident import Verdict as IncidentVerdict
 from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
 from agent.playbook.model import ActionKind, Playbook, TriggerKind
-from agent.policy import PolicySet
 from agent.runtime.app import Parts
 from agent.runtime.http import IncidentQueries
 from agent.runtime.incidents import StoreIncidents
-from agent.snapshot.collection import parse_snapshot
+from agent.runtime.mirror import ModelMirror
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
@@ -112,6 +110,7 @@ class AgentPipeline:
         self._lock = threading.RLock()
         self.report: MetricsReport | None = None
         self._evidence_recorded: set[JobKey] = set()
+        self.mirror = ModelMirror(parts.cache)
         self.diagnoses = 0
 
     # -- the protocol --------------------------------------------------------------------------
@@ -217,12 +216,8 @@ class AgentPipeline:
     # -- diagnosis -----------------------------------------------------------------------------
 
     def diagnose(self) -> tuple[Finding, ...]:
-        items = self.parts.cache.snapshot()
-        document = orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items})
-        snapshot = parse_snapshot([("watch-cache.json", document)])
-        result = diagnose_cluster(
-            snapshot.state, PolicySet(snapshot.policies), settings=self.settings.diagnosis
-        )
+        state, policies = self.mirror.state()
+        result = diagnose_cluster(state, policies, settings=self.settings.diagnosis)
         self.diagnoses += 1
         return result.findings
 

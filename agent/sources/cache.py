@@ -321,6 +321,16 @@ class ClusterCache:
         with self._lock:
             return list(self._objects.get(resource_name, {}).values())
 
+    def items_by_key(self, resource_name: str) -> list[tuple[ObjKey, Obj]]:
+        with self._lock:
+            return list(self._objects.get(resource_name, {}).items())
+
+    def resources(self) -> list[Resource]:
+        """The resources the cache holds objects of (or expects), in a stable order."""
+        with self._lock:
+            names = sorted(set(self._objects) | self._expected)
+            return [self._resources[n] for n in names if n in self._resources]
+
     def count(self, resource_name: str) -> int:
         with self._lock:
             return len(self._objects.get(resource_name, {}))

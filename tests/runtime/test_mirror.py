@@ -1,0 +1,78 @@
+"""The incremental model mirror: only changed objects are re-parsed; policies rebuilt on change;
+an object the core cannot parse is skipped, not fatal."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from agent.runtime.mirror import ModelMirror
+from agent.sources.cache import ClusterCache
+from agent.sources.resources import RESOURCES
+from agent.sources.slim import slimmer
+
+R = {r.name: r for r in RESOURCES}
+CNP = R["ciliumnetworkpolicies.v2.cilium.io"]
+
+
+def pod(i: int, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return slimmer(R["pods"])({
+        "metadata": {"name": f"p-{i}", "namespace": "ml", "labels": labels or {"a": "b"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running"},
+    })
+
+
+def policy(rule: str) -> dict[str, Any]:
+    return slimmer(CNP)({"metadata": {"name": "p", "namespace": "ml"},
+                         "spec": {"endpointSelector": {"matchLabels": {"a": rule}}, "ingress": [{}]}})
+
+
+@pytest.fixture
+def mirror() -> tuple[ClusterCache, ModelMirror]:
+    cache = ClusterCache()
+    cache.replace(R["nodes"], [slimmer(R["nodes"])({"metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "a"}}})])
+    cache.replace(R["pods"], [pod(i) for i in range(50)])
+    cache.replace(CNP, [policy("b")])
+    return cache, ModelMirror(cache)
+
+
+def test_only_changed_objects_are_parsed_again(mirror: tuple[ClusterCache, ModelMirror]) -> None:
+    cache, m = mirror
+    state, policies = m.state()
+    assert len(state.pods) == 50 and set(state.nodes) == {"n1"}
+    assert m.parsed_last == 52
+    _, again = m.state()
+    assert m.parsed_last == 0 and again is policies
+    cache.apply(R["pods"], "MODIFIED", pod(7, labels={"a": "c"}))
+    state, same = m.state()
+    assert m.parsed_last == 1 and same is policies
+    assert next(p for p in state.pods if p.name == "p-7").labels == {"a": "c"}
+    cache.apply(R["pods"], "DELETED", pod(8))
+    state, _ = m.state()
+    assert len(state.pods) == 49 and m.parsed_last == 0
+
+
+def test_policy_changes_rebuild_the_policy_set(mirror: tuple[ClusterCache, ModelMirror]) -> None:
+    cache, m = mirror
+    _, first = m.state()
+    cache.apply(CNP, "MODIFIED", policy("z"))
+    _, second = m.state()
+    assert second is not first
+    cache.apply(CNP, "DELETED", policy("z"))
+    _, third = m.state()
+    assert third is not second
+
+
+def test_unparsable_object_is_skipped_with_one_warning(mirror: tuple[ClusterCache, ModelMirror], caplog: pytest.LogCaptureFixture) -> None:
+    cache, m = mirror
+    bad = pod(99)
+    bad["spec"] = {"containers": [{"name": "c", "ports": [{"containerPort": "http"}]}], "nodeName": "n1"}
+    cache.apply(R["pods"], "ADDED", bad)
+    with caplog.at_level(logging.WARNING):
+        state, _ = m.state()
+        m.state()
+    assert len(state.pods) == 50
+    assert [r.message for r in caplog.records].count("object skipped: the core cannot parse it") == 1
