@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agent.playbook.loader import load_playbooks
 from agent.settings import load_settings
 
 
@@ -32,10 +33,15 @@ def run(args: argparse.Namespace) -> int:
     from agent.store.migrate import upgrade_on_start
 
     settings = load_settings(args.config, os.environ)
+    playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook stops start-up first
     configure_logging(settings.log_level)
     store = upgrade_on_start(settings)
     try:
-        agent = Agent(settings, pipeline_factory=lambda parts: AgentPipeline(parts, store))
+        agent = Agent(
+            settings,
+            pipeline_factory=lambda parts: AgentPipeline(parts, store),
+            playbooks=playbooks,
+        )
         agent.run_until_signalled()
     finally:
         store.close()

@@ -2,8 +2,9 @@
 
 For CronJobs and for people: lists the cluster once (into the same slim cache the agent uses),
 diagnoses every job, refreshes utilization (at most two Prometheus queries), reconciles open
-incidents in the database (records new ones, resolves healed, supersedes gone), purges old ones and
-prints a summary. No leader election (it is one process, run on purpose) and no HTTP server. Exit
+incidents in the database (records new ones, resolves healed, supersedes gone), purges old ones,
+prints a summary; it queues the digest of the playbooks that have a digest action (`--no-digest`
+to skip). No leader election (it is one process, run on purpose) and no HTTP server. Exit
 status 0 whatever the verdicts; 2 on bad config; 1 when the cluster or database cannot be reached.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 
 from agent.errors import InputError, UnavailableError
+from agent.playbook.loader import load_playbooks
 from agent.settings import load_settings
 
 
@@ -28,6 +30,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--once", action="store_true", help="run one sweep and exit (required)")
     parser.add_argument("--config", metavar="FILE", type=Path, help="configuration file (YAML)")
     parser.add_argument("--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "--no-digest", action="store_true",
+        help="do not queue the digest of the playbooks that have a digest action",
+    )
     parser.add_argument(
         "--sync-timeout", type=float, default=120.0, metavar="SECONDS",
         help="how long to wait for the initial list of the cluster (default 120)",
@@ -69,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from agent.store.migrate import upgrade_on_start
 
     settings = load_settings(args.config, os.environ)
+    playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook: exit 2 first
     configure_logging("warning" if args.output == "json" else settings.log_level)
     metrics = AgentMetrics()
     api = KubeApi(build_api_client(settings.kubernetes))
@@ -88,18 +95,21 @@ def run(args: argparse.Namespace) -> int:
             if settings.prometheus.url
             else None
         )
-        from agent.playbook.loader import load_playbooks
-
         parts = Parts(
             settings=settings,
-            playbooks=load_playbooks(Path(settings.playbooks_dir)),
+            playbooks=playbooks,
             metrics=metrics,
             cache=cache,
             api=api,
             prometheus=prometheus,
             is_leader=AlwaysLeader().is_leader,
         )
-        summary = AgentPipeline(parts, store).sweep(None)
+        pipeline = AgentPipeline(parts, store)
+        summary = pipeline.sweep(None)
+        if not args.no_digest:
+            summary["digests"] = sum(
+                pipeline.post_digest(p, summary) for p in parts.playbooks if p.enabled
+            )
     finally:
         store.close()
     if args.output == "json":

@@ -95,11 +95,14 @@ class Agent:
         api_client: Any = None,
         identity: str | None = None,
         sync_timeout: float = 120.0,
+        playbooks: list[Playbook] | None = None,
     ) -> None:
         self.settings = settings
         self.identity = identity or leader_identity()
         self.sync_timeout = sync_timeout
-        self.playbooks = load_playbooks(Path(settings.playbooks_dir))
+        self.playbooks = (
+            playbooks if playbooks is not None else load_playbooks(Path(settings.playbooks_dir))
+        )
         self.metrics = AgentMetrics()
         self.api = KubeApi(api_client if api_client is not None else build_api_client(settings.kubernetes))
         self.detector = Detector(

@@ -206,7 +206,7 @@ class AgentPipeline:
                 "findings": [f.to_dict() for f in findings],
             }
             if playbook is not None:
-                self._digest(playbook, summary)
+                self.post_digest(playbook, summary)
             log.info(
                 "sweep done",
                 extra={k: v for k, v in summary.items() if k != "findings"},
@@ -455,9 +455,11 @@ class AgentPipeline:
                     dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
                 )
 
-    def _digest(self, playbook: Playbook, summary: dict[str, Any]) -> None:
+    def post_digest(self, playbook: Playbook, summary: dict[str, Any]) -> int:
+        """Queue the playbook's digest actions (deduped per playbook and minute); how many."""
         if self.store is None:
-            return
+            return 0
+        queued = 0
         for action in playbook.actions:
             if action.kind is not ActionKind.DIGEST:
                 continue
@@ -476,6 +478,8 @@ class AgentPipeline:
                 channel=action.channel or self.settings.slack.channel,
                 dedupe_key=f"digest:{playbook.name}:{summary['at'][:16]}",
             )
+            queued += 1
+        return queued
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:

@@ -58,8 +58,10 @@ def test_sweep_once_json_records_the_incident_once(config: Path) -> None:
     assert finding["target_zone"] == "us-east-1a"
     assert summary["incidents_opened"] == 1
     assert summary["metrics"] == "not configured"
-    again = orjson.loads(sweep(config, "--output", "json").stdout)
+    assert summary["digests"] == 1  # daily-digest.yaml
+    again = orjson.loads(sweep(config, "--output", "json", "--no-digest").stdout)
     assert again["incidents_opened"] == 0  # re-detection, not a new incident
+    assert "digests" not in again
     table = sweep(config)
     assert table.returncode == 0
     assert "llm-finetune" in table.stdout and "zone_split_blocked" in table.stdout
