@@ -142,7 +142,7 @@ class DetectionSettings:
     """The running agent's detection and sweep timing (`zonemedic run`)."""
 
     debounce: timedelta = timedelta(milliseconds=500)
-    max_delay: timedelta = timedelta(seconds=5)
+    max_delay: timedelta = timedelta(seconds=2)
     metrics_interval: timedelta = timedelta(minutes=1)
     sweep_misfire_grace: timedelta = timedelta(minutes=5)
     resync_interval: timedelta = timedelta(minutes=30)

@@ -19,6 +19,8 @@ import orjson
 from agent.errors import ConfigError, UnavailableError
 from agent.settings import KubernetesSettings
 
+POOL_SIZE = 32
+
 
 class KubeApiError(UnavailableError):
     """A request failed: `status` 0 for network errors; `retry_after` from a 429/503 answer."""
@@ -46,17 +48,27 @@ def build_api_client(settings: KubernetesSettings) -> Any:
     client: Any = kubernetes.client
     config: Any = kubernetes.config
 
+    def configuration() -> Any:
+        c = client.Configuration()
+        c.connection_pool_maxsize = POOL_SIZE  # one long-lived watch per resource, plus requests
+        return c
+
     try:
         if settings.kubeconfig or settings.context:
             return config.new_client_from_config(
-                config_file=settings.kubeconfig, context=settings.context, persist_config=False
+                config_file=settings.kubeconfig,
+                context=settings.context,
+                persist_config=False,
+                client_configuration=configuration(),
             )
         try:
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration)
+            in_cluster = configuration()
+            config.load_incluster_config(client_configuration=in_cluster)
+            return client.ApiClient(in_cluster)
         except ConfigException:
-            return config.new_client_from_config(persist_config=False)
+            return config.new_client_from_config(
+                persist_config=False, client_configuration=configuration()
+            )
     except (ConfigException, OSError, ValueError) as exc:
         raise ConfigError(f"kubernetes: cannot load a cluster configuration: {exc}") from exc
 

@@ -17,6 +17,7 @@ import orjson
 from agent.sources.resources import Resource, Role
 
 GPU_MARKER = "gpu"
+JOB_CONDITIONS = frozenset({"Succeeded", "Failed", "Suspended"})
 
 Obj = dict[str, Any]
 
@@ -167,10 +168,12 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
                     "template": {"metadata": {"labels": tmeta.get("labels") or {}}},
                 }
             out_spec[key] = replicas
+    # only the conditions the diagnosis reads (finished, suspended): Running <-> Restarting churn
+    # of a crash-looping job must not look like a change
     conditions = [
         {"type": c.get("type"), "status": c.get("status")}
         for c in (obj.get("status") or {}).get("conditions") or []
-        if isinstance(c, dict)
+        if isinstance(c, dict) and c.get("type") in JOB_CONDITIONS
     ]
     return {
         "apiVersion": resource.api_version,

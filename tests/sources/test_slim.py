@@ -105,14 +105,15 @@ def test_node_policy_job_and_owner() -> None:
                 "runPolicy": {"suspend": False},
                 "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}}}},
             },
-            "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": "t"}]},
+            "status": {"conditions": [{"type": "Running", "status": "True", "lastTransitionTime": "t"},
+                                      {"type": "Succeeded", "status": "False", "reason": "x"}]},
         }
     )
     assert job["spec"] == {
         "runPolicy": {"suspend": False},
         "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"metadata": {"labels": {"a": "b"}}}}},
     }
-    assert job["status"] == {"conditions": [{"type": "Running", "status": "True"}]}
+    assert job["status"] == {"conditions": [{"type": "Succeeded", "status": "False"}]}
     owner = slimmer(BY_KIND[("Job", "v1")])({"metadata": {"name": "j", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}, "spec": {"x": 1}})
     assert owner == {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}}
 
