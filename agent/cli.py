@@ -17,7 +17,9 @@ from agent import __version__
 from agent.errors import InputError, ZonemedicError
 
 # name -> module implementing it. Adding a command is one row.
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "twin": "agent.twin.command",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -133,8 +133,12 @@ def invalid(rt: ResourceType, name: str, field: str, message: str) -> ApiError:
     details["kind"] = rt.kind
     details["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": field}]
     return ApiError(
-        422, "Invalid", f'{rt.kind} "{name}" is invalid: {field}: {message}'
-        if name else f"{qualified} is invalid: {field}: {message}", details=details
+        422,
+        "Invalid",
+        f'{rt.kind} "{name}" is invalid: {field}: {message}'
+        if name
+        else f"{qualified} is invalid: {field}: {message}",
+        details=details,
     )
 
 
@@ -384,7 +388,7 @@ class Store:
             rv = self._rv
             keys.sort()
             if start is not None:
-                keys = keys[bisect.bisect_right(keys, start):]
+                keys = keys[bisect.bisect_right(keys, start) :]
             objs = [bucket[k] for k in keys]
         if match is not None:
             objs = [o for o in objs if match(o)]
@@ -471,8 +475,9 @@ class Store:
             if not name:
                 prefix = meta.get("generateName") or ""
                 if not prefix:
-                    raise invalid(rt, "", "metadata.name",
-                                  "Required value: name or generateName is required")
+                    raise invalid(
+                        rt, "", "metadata.name", "Required value: name or generateName is required"
+                    )
                 for _ in range(100):
                     name = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
                     if (ns, name) not in bucket:
@@ -482,15 +487,24 @@ class Store:
                 self._check_namespace_open(ns)
             if (ns, name) in bucket:
                 qualified = f"{rt.plural}.{rt.group}" if rt.group else rt.plural
-                raise ApiError(409, "AlreadyExists", f'{qualified} "{name}" already exists',
-                               details=_details(rt, name))
+                raise ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'{qualified} "{name}" already exists',
+                    details=_details(rt, name),
+                )
             meta["name"] = name
             if rt.namespaced:
                 meta["namespace"] = ns
             else:
                 meta.pop("namespace", None)
-            for drop in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
-                         "selfLink", "resourceVersion"):
+            for drop in (
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "managedFields",
+                "selfLink",
+                "resourceVersion",
+            ):
                 meta.pop(drop, None)
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = _timestamp(self._clock())
@@ -513,7 +527,8 @@ class Store:
         if kind not in (None, "", rt.kind) or api_version not in (None, "", rt.api_version):
             raise bad_request(
                 f"the API version in the data ({api_version}) does not match the expected API "
-                f"version ({rt.api_version})" if kind in (None, "", rt.kind)
+                f"version ({rt.api_version})"
+                if kind in (None, "", rt.kind)
                 else f"the object kind {kind!r} does not match the resource {rt.plural!r} "
                 f"(expected {rt.kind!r})"
             )
@@ -534,7 +549,9 @@ class Store:
     def _check_name(self, rt: ResourceType, name: str) -> None:
         if len(name) > 253 or not _NAME_RE.match(name):
             raise invalid(
-                rt, name, "metadata.name",
+                rt,
+                name,
+                "metadata.name",
                 f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower '
                 "case alphanumeric characters, '-' or '.', and must start and end with an "
                 "alphanumeric character",
@@ -543,11 +560,16 @@ class Store:
     def _check_namespace_open(self, ns: str) -> None:
         nsobj = self._objects.get(lookup("namespaces").key, {}).get(("", ns))
         if nsobj is None:
-            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found',
-                           details={"name": ns, "kind": "namespaces"})
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{ns}" not found',
+                details={"name": ns, "kind": "namespaces"},
+            )
         if nsobj["metadata"].get("deletionTimestamp"):
             raise ApiError(
-                403, "Forbidden",
+                403,
+                "Forbidden",
                 f"unable to create new content in namespace {ns} because it is being terminated",
                 details={"name": ns, "kind": "namespaces"},
             )
@@ -590,8 +612,12 @@ class Store:
             current = self._must(rt, name, ns)
             given = meta.get("resourceVersion") or ""
             if not given and not rt.builtin and subresource is None:
-                raise invalid(rt, name, "metadata.resourceVersion",
-                              "Invalid value: 0x0: must be specified for an update")
+                raise invalid(
+                    rt,
+                    name,
+                    "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update",
+                )
             self._preconditions(rt, current, given, meta.get("uid"))
             return self._replace(rt, current, body, subresource=subresource, dry_run=dry_run)
 
@@ -600,12 +626,19 @@ class Store:
     ) -> None:
         cmeta = current["metadata"]
         if uid and uid != cmeta["uid"]:
-            raise conflict(rt, cmeta["name"],
-                           f"Precondition failed: UID in precondition: {uid}, UID in object "
-                           f"meta: {cmeta['uid']}")
+            raise conflict(
+                rt,
+                cmeta["name"],
+                f"Precondition failed: UID in precondition: {uid}, UID in object "
+                f"meta: {cmeta['uid']}",
+            )
         if rv and rv != cmeta["resourceVersion"]:
-            raise conflict(rt, cmeta["name"], "the object has been modified; please apply your "
-                           "changes to the latest version and try again")
+            raise conflict(
+                rt,
+                cmeta["name"],
+                "the object has been modified; please apply your "
+                "changes to the latest version and try again",
+            )
 
     def patch(
         self,
@@ -621,7 +654,8 @@ class Store:
         patch_type = PatchType(patch_type)
         if patch_type is PatchType.STRATEGIC and not rt.builtin:
             raise ApiError(
-                415, "UnsupportedMediaType",
+                415,
+                "UnsupportedMediaType",
                 "the body of the request was in an unknown format - accepted media types "
                 "include: application/json-patch+json, application/merge-patch+json, "
                 "application/apply-patch+yaml",
@@ -641,8 +675,12 @@ class Store:
             if pmeta.get("name") != name or (
                 rt.namespaced and pmeta.get("namespace") != current["metadata"]["namespace"]
             ):
-                raise invalid(rt, name, "metadata.name",
-                              "Invalid value: the name and namespace of an object cannot change")
+                raise invalid(
+                    rt,
+                    name,
+                    "metadata.name",
+                    "Invalid value: the name and namespace of an object cannot change",
+                )
             self._check_kind(rt, patched)
             self._preconditions(rt, current, pmeta.get("resourceVersion"), pmeta.get("uid"))
             return self._replace(rt, current, patched, subresource=subresource, dry_run=dry_run)
@@ -669,16 +707,26 @@ class Store:
             else:
                 new["status"] = status
         elif subresource is not None:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource "
-                           f"({rt.plural}/{subresource})")
+            raise ApiError(
+                404,
+                "NotFound",
+                f"the server could not find the requested resource ({rt.plural}/{subresource})",
+            )
         elif "status" in rt.subresources:
             if "status" in current:
                 new["status"] = current["status"]
             else:
                 new.pop("status", None)
         meta = new["metadata"]
-        for keep in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
-                     "deletionGracePeriodSeconds", "generation"):
+        for keep in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
             if keep in cmeta:
                 meta[keep] = cmeta[keep]
             else:
@@ -689,9 +737,12 @@ class Store:
         if cmeta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or ()) - set(cmeta.get("finalizers") or ())
             if added:
-                raise invalid(rt, cmeta["name"], "metadata.finalizers",
-                              "Forbidden: no new finalizers can be added if the object is being "
-                              "deleted")
+                raise invalid(
+                    rt,
+                    cmeta["name"],
+                    "metadata.finalizers",
+                    "Forbidden: no new finalizers can be added if the object is being deleted",
+                )
         if not meta.get("finalizers"):
             meta.pop("finalizers", None)
         if new == current:
@@ -725,21 +776,27 @@ class Store:
             bound = (current.get("spec") or {}).get("nodeName")
             if bound:
                 raise ApiError(
-                    409, "Conflict",
+                    409,
+                    "Conflict",
                     f'Operation cannot be fulfilled on pods/binding "{pod_name}": pod '
-                    f"{pod_name} is already assigned to node \"{bound}\"",
+                    f'{pod_name} is already assigned to node "{bound}"',
                     details={"name": pod_name, "kind": "pods/binding"},
                 )
             if current["metadata"].get("deletionTimestamp"):
-                raise conflict(pods, pod_name, "pod is being deleted, cannot be assigned to a "
-                               "host")
+                raise conflict(pods, pod_name, "pod is being deleted, cannot be assigned to a host")
             new = _clone(current)
             new.setdefault("spec", {})["nodeName"] = node_name
             status = new.setdefault("status", {})
-            conditions = [c for c in status.get("conditions") or [] if c.get("type")
-                          != "PodScheduled"]
-            conditions.append({"type": "PodScheduled", "status": "True",
-                               "lastTransitionTime": _timestamp(self._clock())})
+            conditions = [
+                c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
+            ]
+            conditions.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastTransitionTime": _timestamp(self._clock()),
+                }
+            )
             status["conditions"] = conditions
             self._rv += 1
             new["metadata"]["resourceVersion"] = str(self._rv)
@@ -764,8 +821,9 @@ class Store:
         with self._lock:
             current = self._must(rt, name, namespace)
             if preconditions:
-                self._preconditions(rt, current, preconditions.get("resourceVersion"),
-                                    preconditions.get("uid"))
+                self._preconditions(
+                    rt, current, preconditions.get("resourceVersion"), preconditions.get("uid")
+                )
             if dry_run:
                 return _copy(current)
             result = self._delete(rt, current, propagation, grace_period_seconds)
@@ -783,17 +841,27 @@ class Store:
         dry_run: bool = False,
     ) -> builtins.list[Obj]:
         with self._lock:
-            objs, _, _ = self.list_refs(rt, namespace=namespace, label_selector=label_selector,
-                                        field_selector=field_selector)
+            objs, _, _ = self.list_refs(
+                rt,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+            )
             out = []
             for obj in objs:
                 meta = obj["metadata"]
-                current = self._objects.get(rt.key, {}).get((meta.get("namespace", ""),
-                                                             meta["name"]))
+                current = self._objects.get(rt.key, {}).get(
+                    (meta.get("namespace", ""), meta["name"])
+                )
                 if current is None:
                     continue
-                out.append(_clone(current if dry_run else
-                                  self._delete(rt, current, propagation, grace_period_seconds)))
+                out.append(
+                    _clone(
+                        current
+                        if dry_run
+                        else self._delete(rt, current, propagation, grace_period_seconds)
+                    )
+                )
             return out
 
     def _delete(
@@ -827,9 +895,11 @@ class Store:
                         return current
                 else:
                     new = dict(current)
-                    new["metadata"] = {**cmeta,
-                                       "deletionTimestamp": _timestamp(self._clock() + grace),
-                                       "deletionGracePeriodSeconds": grace}
+                    new["metadata"] = {
+                        **cmeta,
+                        "deletionTimestamp": _timestamp(self._clock() + grace),
+                        "deletionGracePeriodSeconds": grace,
+                    }
                     self._rv += 1
                     new["metadata"]["resourceVersion"] = str(self._rv)
                     self._objects[rt.key][(cmeta.get("namespace", ""), cmeta["name"])] = new
@@ -952,8 +1022,11 @@ class Store:
             dep = self._objects[dep_rt.key].get((dep_ns, dep_name))
             if dep is None:
                 continue
-            live = [r for r in dep["metadata"].get("ownerReferences") or ()
-                    if r.get("uid") != uid and r.get("uid") in self._by_uid]
+            live = [
+                r
+                for r in dep["metadata"].get("ownerReferences") or ()
+                if r.get("uid") != uid and r.get("uid") in self._by_uid
+            ]
             if live:
                 continue
             self._delete(dep_rt, dep, Propagation.BACKGROUND, None)
