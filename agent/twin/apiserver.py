@@ -264,11 +264,11 @@ class ApiServer:
         `fieldValidation` parameter, which is what kubectl reads to choose server-side field
         validation for `create -f`/`apply` (so it never needs the full schemas)."""
         if not rest:
-            paths = {}
+            roots: dict[str, Any] = {}
             for group, version in self._by_gv:
                 prefix = f"apis/{group}/{version}" if group else "api/v1"
-                paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash=twin"}
-            return {"paths": paths}
+                roots[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash=twin"}
+            return {"paths": roots}
         if rest[:2] == ["api", "v1"] and len(rest) == 2:
             kinds = self._by_gv.get(("", "v1"))
         elif rest[:1] == ["apis"] and len(rest) == 3:
@@ -278,7 +278,7 @@ class ApiServer:
         if kinds is None:
             return None
         param = {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}
-        paths = {}
+        paths: dict[str, Any] = {}
         for rt in kinds.values():
             item = "/namespaces/{namespace}" if rt.namespaced else ""
             path = f"{rt.base_path()}".replace(f"/{rt.plural}", f"{item}/{rt.plural}") + "/{name}"
