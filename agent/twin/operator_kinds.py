@@ -219,7 +219,9 @@ def pod_name(job: str, rtype: str, index: int) -> str:
     return f"{job}-{rtype.lower()}-{index}"
 
 
-def _labels(kind: TrainingKind, job: str, rtype: str, index: int, role: str | None) -> dict[str, str]:
+def _labels(
+    kind: TrainingKind, job: str, rtype: str, index: int, role: str | None
+) -> dict[str, str]:
     if kind is MPI_V2:
         labels = {
             LABEL_OPERATOR: kind.operator_name,

@@ -72,7 +72,9 @@ def allreduce_seconds(ranks: int, gradient_bytes: float, link: Link) -> float:
     if ranks <= 1:
         return 0.0
     steps = 2 * (ranks - 1)
-    return steps * link.rtt_seconds + steps / ranks * gradient_bytes / link.bandwidth_bytes_per_second
+    return (
+        steps * link.rtt_seconds + steps / ranks * gradient_bytes / link.bandwidth_bytes_per_second
+    )
 
 
 def bytes_sent_per_step(ranks: int, gradient_bytes: float) -> float:
