@@ -22,7 +22,7 @@ lock:
 	rm -rf .venv-lock
 
 lint: install
-	$(BIN)/ruff check agent tests bench migrations
+	$(BIN)/ruff check agent tests $(wildcard bench migrations)
 
 typecheck: install
 	$(BIN)/mypy
