@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 
 from agent.twin import protobuf, tables
+from agent.twin import tls as twin_tls
 from agent.twin.auth import (
     ADMIN,
     Attributes,
@@ -113,6 +115,7 @@ class ApiServer:
         authenticator: Authenticator | None = None,
         bookmark_interval: float = 1.0,
         clock: Any = time.time,
+        tls: bool = False,
     ) -> None:
         self.store = store
         self.authenticator = authenticator or Authenticator()
@@ -126,6 +129,13 @@ class ApiServer:
         self._stopping = False
         self._httpd = _Server((host, port), _Handler)
         self._httpd.api = self
+        self.ca_pem: bytes | None = None
+        if tls:
+            cert = twin_tls.certificate()
+            self.ca_pem = cert.cert_pem
+            self._httpd.socket = cert.server_context().wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread: threading.Thread | None = None
         self._by_gv: dict[tuple[str, str], dict[str, ResourceType]] = {}
         for rt in RESOURCES:
@@ -139,7 +149,8 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ca_pem else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> ApiServer:
         self._thread = threading.Thread(
@@ -342,8 +353,18 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("twin apiserver: " + format, *args)
 
     def setup(self) -> None:
+        self.request.settimeout(30)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()  # here, in this connection's thread, not the acceptor
+        self.request.settimeout(None)
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError, TimeoutError):
+            self.close_connection = True
 
     def do_GET(self) -> None:
         self._dispatch("GET")
