@@ -26,6 +26,7 @@ REGION_LABEL = "topology.kubernetes.io/region"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_GPU_MODEL = "NVIDIA A100-SXM4-80GB"
+GPU_MODEL_ANNOTATION = "twin.zonemedic.io/gpu-model"
 GENERATED_PREFIX = "generated"
 
 
@@ -173,7 +174,11 @@ def make_node(
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": all_labels},
+        "metadata": {
+            "name": name,
+            "labels": all_labels,
+            "annotations": {GPU_MODEL_ANNOTATION: gpu_model} if gpus else {},
+        },
         "spec": {"taints": list(taints or []), "providerID": f"twin://{zone}/{name}"},
         "status": {
             "capacity": dict(capacity),
