@@ -77,10 +77,12 @@ def run_apiserver(args: argparse.Namespace) -> int:
     for token, user, groups in identities:
         authenticator.add(token, UserInfo(user, (*groups, AUTHENTICATED)))
     try:
-        server = ApiServer(store, port=args.port, authenticator=authenticator)
+        # kubectl sends bearer tokens only over TLS, so a twin with tokens serves HTTPS.
+        server = ApiServer(store, port=args.port, authenticator=authenticator,
+                           tls=bool(authenticator.tokens))
     except OSError as exc:
         raise InputError(f"--port {args.port}: cannot listen on 127.0.0.1: {exc.strerror}") from exc
-    path = kubeconfig.write(args.kubeconfig, server.url, token=args.token)
+    path = kubeconfig.write(args.kubeconfig, server.url, token=args.token, ca_pem=server.ca_pem)
     print(f"twin apiserver serving at {server.url}", flush=True)
     print(f"kubeconfig written to {path} (RBAC objects loaded: {loaded})", flush=True)
     server.start()
