@@ -261,7 +261,7 @@ class MetricsServer:
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,
-            kwargs={"poll_interval": 1.0},
+            kwargs={"poll_interval": 0.25},
             name="twin-metrics",
             daemon=True,
         )

@@ -45,7 +45,9 @@ def test_bytes_per_step() -> None:
         (["a", "a"], 0.80, 0.95),
     ],
 )
-def test_default_calibration_matches_the_incident(zones: list[str], low: float, high: float) -> None:
+def test_default_calibration_matches_the_incident(
+    zones: list[str], low: float, high: float
+) -> None:
     timing = step_timing(TrainingParams(), ranks=len(zones), link=ZONES.slowest(zones))
     assert low <= timing.utilization <= high
 
