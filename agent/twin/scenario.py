@@ -9,6 +9,7 @@ it returns plain Kubernetes objects and model settings and creates nothing.
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -191,8 +192,18 @@ def make_node(
                 {"type": "InternalIP", "address": address},
                 {"type": "Hostname", "address": name},
             ],
-            "nodeInfo": {"kubeletVersion": "v1.32.0", "architecture": "amd64",
-                         "operatingSystem": "linux", "containerRuntimeVersion": "twin://1.0"},
+            "nodeInfo": {
+                "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.machine").hex,
+                "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.system")),
+                "bootID": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.boot")),
+                "kernelVersion": "6.1.0-twin",
+                "osImage": "Twin Linux 1.0",
+                "containerRuntimeVersion": "containerd://1.7.0",
+                "kubeletVersion": "v1.32.0",
+                "kubeProxyVersion": "v1.32.0",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
         },
     }  # fmt: skip
 
