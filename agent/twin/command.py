@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.errors import InputError
+from agent.twin.command_up import register_up
 
 
 def _parse_identity(text: str) -> tuple[str, str, tuple[str, ...]]:
@@ -99,6 +100,7 @@ def run_apiserver(args: argparse.Namespace) -> int:
 # name -> adds that sub-command's parser. Adding `twin up` is one function and one row.
 TWIN_SUBCOMMANDS: dict[str, Callable[[Any], None]] = {
     "apiserver": _register_apiserver,
+    "up": register_up,
 }
 
 
