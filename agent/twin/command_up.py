@@ -74,13 +74,13 @@ def run_up(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    previous_int = signal.signal(signal.SIGINT, on_term)  # also when started with SIGINT ignored
     try:
         while not stop.wait(3600):
             pass
-    except KeyboardInterrupt:
-        pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         print("twin stopping", file=sys.stderr, flush=True)
         cluster.stop()
     return 0

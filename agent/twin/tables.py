@@ -64,6 +64,11 @@ def _pod_cells(pod: Obj) -> list[Any]:
     ready = sum(1 for c in statuses if c.get("ready"))
     restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
     phase = status.get("reason") or status.get("phase") or "Pending"
+    for cs in statuses:  # kubectl shows a container's waiting/terminated reason (CrashLoopBackOff)
+        state = cs.get("state") or {}
+        reason = (state.get("waiting") or {}).get("reason") or (state.get("terminated") or {}).get("reason")
+        if reason:
+            phase = reason
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         phase = "Terminating"
     return [
@@ -105,13 +110,30 @@ def _cells(rt: ResourceType, obj: Obj) -> list[Any]:
     return out
 
 
-def _column(name: str, kind: str, description: str = "") -> dict[str, Any]:
+def _wide_cells(rt: ResourceType, obj: Obj) -> list[Any]:
+    """Columns kubectl shows only with -o wide (priority 1), after AGE, as for a real cluster."""
+    if rt.key == ("", "v1", "pods"):
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        return [
+            status.get("podIP") or "<none>",
+            spec.get("nodeName") or "<none>",
+            status.get("nominatedNodeName") or "<none>",
+            "<none>",
+        ]
+    return []
+
+
+_WIDE_COLUMNS = {("", "v1", "pods"): ["IP", "Node", "Nominated Node", "Readiness Gates"]}
+
+
+def _column(name: str, kind: str, description: str = "", *, priority: int = 0) -> dict[str, Any]:
     return {
         "name": name,
         "type": kind,
         "format": "name" if name == "Name" else "",
         "description": description,
-        "priority": 0,
+        "priority": priority,
     }
 
 
@@ -127,10 +149,12 @@ def table(
     columns = [_column("Name", "string", "Name must be unique within a namespace.")]
     columns += [_column(name, kind) for name, kind in _columns(rt)]
     columns.append(_column("Age", "string", "CreationTimestamp"))
+    columns += [_column(name, "string", priority=1) for name in _WIDE_COLUMNS.get(rt.key, [])]
     rows = []
     for obj in objects:
         name = (obj.get("metadata") or {}).get("name", "")
-        rows.append({"cells": [name, *_cells(rt, obj), _age(obj, now)], "object": obj})
+        cells = [name, *_cells(rt, obj), _age(obj, now), *_wide_cells(rt, obj)]
+        rows.append({"cells": cells, "object": obj})
     metadata: dict[str, Any] = {"resourceVersion": resource_version}
     if continue_token:
         metadata["continue"] = continue_token
