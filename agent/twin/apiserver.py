@@ -269,7 +269,6 @@ class ApiServer:
             }
         return None
 
-
     def openapi_v3(self, rest: list[str]) -> Any:
         """A minimal OpenAPI v3: per group-version, the PATCH operations with their kind and the
         `fieldValidation` parameter, which is what kubectl reads to choose server-side field
@@ -300,7 +299,9 @@ class ApiServer:
                     "responses": {"200": {"description": "OK"}},
                     "x-kubernetes-action": "patch",
                     "x-kubernetes-group-version-kind": {
-                        "group": rt.group, "version": rt.version, "kind": rt.kind
+                        "group": rt.group,
+                        "version": rt.version,
+                        "kind": rt.kind,
                     },
                 }
             }
@@ -687,17 +688,12 @@ class _Handler(BaseHTTPRequestHandler):
         metadata: dict[str, Any] = {"resourceVersion": rv}
         if token:
             metadata["continue"] = token
-        self._send(
-            200,
-            orjson.dumps(
-                {
-                    "kind": rt.list_kind,
-                    "apiVersion": rt.api_version,
-                    "metadata": metadata,
-                    "items": objs,
-                }
-            ),
+        head = orjson.dumps(
+            {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": metadata}
         )
+        # Splice the per-object JSON the store encoded at write time: no re-encoding per list.
+        items = b",".join(api.store.encode(objs))
+        self._send(200, b"".join((head[:-1], b',"items":[', items, b"]}")))
 
     # ------------------------------------------------------------------ watch
 
@@ -745,15 +741,17 @@ class _Handler(BaseHTTPRequestHandler):
                         break
                 event = stream.next(wait)
                 if event is not None:
-                    obj: Any = event.object
                     if as_table:
                         obj = tables.table(
                             rt,
-                            [obj],
+                            [event.object],
                             now=api.clock(),
-                            resource_version=obj["metadata"]["resourceVersion"],
+                            resource_version=event.object["metadata"]["resourceVersion"],
                         )
-                    self._chunk(orjson.dumps({"type": event.type, "object": obj}) + b"\n")
+                        self._chunk(orjson.dumps({"type": event.type, "object": obj}) + b"\n")
+                    else:
+                        raw = event.raw if event.raw is not None else orjson.dumps(event.object)
+                        self._chunk(b'{"type":"%s","object":%s}\n' % (event.type.encode(), raw))
                     continue
                 if stream.closed:
                     break

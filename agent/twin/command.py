@@ -37,12 +37,21 @@ def _register_apiserver(twin: Any) -> None:
     )
     parser.add_argument("--kubeconfig", required=True, help="where to write the kubeconfig")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: free)")
-    parser.add_argument("--rbac", action="append", default=[], metavar="FILE",
-                        help="YAML with Role/ClusterRole/bindings to load (repeatable)")
+    parser.add_argument(
+        "--rbac",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="YAML with Role/ClusterRole/bindings to load (repeatable)",
+    )
     parser.add_argument("--token", help="admin bearer token (system:masters); enables auth")
-    parser.add_argument("--identity", action="append", default=[],
-                        metavar="TOKEN=USER[:GROUPS]",
-                        help="another bearer token and its identity for RBAC (repeatable)")
+    parser.add_argument(
+        "--identity",
+        action="append",
+        default=[],
+        metavar="TOKEN=USER[:GROUPS]",
+        help="another bearer token and its identity for RBAC (repeatable)",
+    )
     parser.set_defaults(handler=run_apiserver)
 
 
@@ -79,8 +88,9 @@ def run_apiserver(args: argparse.Namespace) -> int:
         authenticator.add(token, UserInfo(user, (*groups, AUTHENTICATED)))
     try:
         # kubectl sends bearer tokens only over TLS, so a twin with tokens serves HTTPS.
-        server = ApiServer(store, port=args.port, authenticator=authenticator,
-                           tls=bool(authenticator.tokens))
+        server = ApiServer(
+            store, port=args.port, authenticator=authenticator, tls=bool(authenticator.tokens)
+        )
     except OSError as exc:
         raise InputError(f"--port {args.port}: cannot listen on 127.0.0.1: {exc.strerror}") from exc
     path = kubeconfig.write(args.kubeconfig, server.url, token=args.token, ca_pem=server.ca_pem)

@@ -236,9 +236,7 @@ def _merge_list(field: str, current: list[Any], patch: list[Any]) -> list[Any]:
 def _strip(value: Any) -> Any:
     """Remove patch directives from a value being inserted whole."""
     if isinstance(value, dict):
-        return {
-            k: _strip(v) for k, v in value.items() if not k.startswith("$") and v is not None
-        }
+        return {k: _strip(v) for k, v in value.items() if not k.startswith("$") and v is not None}
     if isinstance(value, list):
         return [_strip(v) for v in value]
     return value

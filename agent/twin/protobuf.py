@@ -48,7 +48,7 @@ def fields(data: bytes) -> dict[int, list[bytes | int]]:
             length, pos = _varint(data, pos)
             if pos + length > len(data):
                 raise ProtobufError("truncated length-delimited field")
-            out.setdefault(number, []).append(data[pos:pos + length])
+            out.setdefault(number, []).append(data[pos : pos + length])
             pos += length
         elif wire == 1:
             pos += 8
@@ -77,7 +77,7 @@ def unwrap(body: bytes) -> tuple[str, str, bytes]:
     """(apiVersion, kind, raw message) from a `k8s\\x00` runtime.Unknown envelope."""
     if not body.startswith(MAGIC):
         raise ProtobufError("missing the k8s protobuf magic prefix")
-    unknown = fields(body[len(MAGIC):])
+    unknown = fields(body[len(MAGIC) :])
     type_meta = _message(unknown, 1)
     raw = unknown.get(2, [b""])[-1]
     if not isinstance(raw, bytes):

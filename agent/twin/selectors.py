@@ -28,7 +28,9 @@ class Operator(StrEnum):
     DOES_NOT_EXIST = "!"
 
 
-_KEY = re.compile(r"^([a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$")
+_KEY = re.compile(
+    r"^([a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$"
+)
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -141,7 +143,7 @@ def parse_fields(text: str | None, allowed: tuple[str, ...]) -> tuple[FieldRequi
             raise SelectorError(f"invalid selector: {text!r}; can't understand {part!r}")
         path, op, value = m.group(1), m.group(2), m.group(3)
         if path not in ("metadata.name", "metadata.namespace", *allowed):
-            raise SelectorError(f'field label not supported: {path}')
+            raise SelectorError(f"field label not supported: {path}")
         out.append(FieldRequirement(path, op != "!=", value))
     return tuple(out)
 

@@ -156,6 +156,7 @@ class WatchEvent:
 
     type: str
     object: Obj
+    raw: bytes | None = None  # the object as JSON, when the store already encoded it
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ class _Event:
     type: EventType
     obj: Obj  # stored (immutable) object
     old: Obj | None
+    raw: bytes  # obj encoded as JSON, once for every watcher
 
 
 _STOP = object()
@@ -227,19 +229,19 @@ class WatchStream:
 
     def _translate(self, event: _Event) -> WatchEvent | None:
         if self._match is None:
-            return WatchEvent(event.type.value, event.obj)
+            return WatchEvent(event.type.value, event.obj, event.raw)
         now = self._match(event.obj)
         if event.type is EventType.DELETED:
-            return WatchEvent(event.type.value, event.obj) if now else None
+            return WatchEvent(event.type.value, event.obj, event.raw) if now else None
         before = event.old is not None and self._match(event.old)
         if event.type is EventType.ADDED or event.old is None:
-            return WatchEvent(event.type.value, event.obj) if now else None
+            return WatchEvent(event.type.value, event.obj, event.raw) if now else None
         if now and before:
-            return WatchEvent(EventType.MODIFIED.value, event.obj)
+            return WatchEvent(EventType.MODIFIED.value, event.obj, event.raw)
         if now:
-            return WatchEvent(EventType.ADDED.value, event.obj)
+            return WatchEvent(EventType.ADDED.value, event.obj, event.raw)
         if before:
-            return WatchEvent(EventType.DELETED.value, event.obj)
+            return WatchEvent(EventType.DELETED.value, event.obj, event.raw)
         return None
 
     def bookmark_rv(self) -> int:
@@ -312,6 +314,8 @@ class Store:
         self._admission: dict[Key, list[Hook]] = {}
         self._type_rv: dict[Key, int] = {}
         self._graceful: set[str] = set()  # uids waiting for their grace timer
+        # uid -> (stored object, its JSON): lists and watches send bytes encoded once per write.
+        self._encoded: dict[str, tuple[Obj, bytes]] = {}
         self._timers: list[tuple[float, int, str]] = []
         self._timer_seq = 0
         self._timer_cond = threading.Condition(self._lock)
@@ -398,6 +402,15 @@ class Store:
             last = objs[-1]["metadata"]
             token = self._encode_continue(rv, (last.get("namespace", ""), last["name"]))
         return objs, str(rv), token
+
+    def encode(self, objs: builtins.list[Obj]) -> builtins.list[bytes]:
+        """JSON for stored objects (from list_refs/get_ref), reusing the encoding made at write."""
+        encoded = self._encoded
+        out = []
+        for obj in objs:
+            hit = encoded.get(obj["metadata"]["uid"])
+            out.append(hit[1] if hit is not None and hit[0] is obj else orjson.dumps(obj))
+        return out
 
     @staticmethod
     def _encode_continue(rv: int, start: tuple[str, str]) -> str:
@@ -1126,7 +1139,13 @@ class Store:
     # ------------------------------------------------------------------ watch
 
     def _emit(self, kind: EventType, rt: ResourceType, obj: Obj, old: Obj | None) -> None:
-        event = _Event(self._rv, rt.key, obj["metadata"].get("namespace", ""), kind, obj, old)
+        raw = orjson.dumps(obj)
+        uid = obj["metadata"]["uid"]
+        if kind is EventType.DELETED:
+            self._encoded.pop(uid, None)
+        else:
+            self._encoded[uid] = (obj, raw)
+        event = _Event(self._rv, rt.key, obj["metadata"].get("namespace", ""), kind, obj, old, raw)
         self._type_rv[rt.key] = self._rv
         if len(self._history) >= self._history_limit:
             dropped = self._history.popleft()
@@ -1144,7 +1163,8 @@ class Store:
             for key in sorted(bucket):
                 if sub.namespace is None or key[0] == sub.namespace:
                     obj = bucket[key]
-                    sub.queue.put(_Event(self._rv, rt.key, key[0], EventType.ADDED, obj, None))
+                    raw = self.encode([obj])[0]
+                    sub.queue.put(_Event(self._rv, rt.key, key[0], EventType.ADDED, obj, None, raw))
         elif wanted is not None:
             for event in self._events_after(wanted):
                 if sub.wants(event):

@@ -66,7 +66,9 @@ def _pod_cells(pod: Obj) -> list[Any]:
     phase = status.get("reason") or status.get("phase") or "Pending"
     for cs in statuses:  # kubectl shows a container's waiting/terminated reason (CrashLoopBackOff)
         state = cs.get("state") or {}
-        reason = (state.get("waiting") or {}).get("reason") or (state.get("terminated") or {}).get("reason")
+        reason = (state.get("waiting") or {}).get("reason") or (state.get("terminated") or {}).get(
+            "reason"
+        )
         if reason:
             phase = reason
     if (pod.get("metadata") or {}).get("deletionTimestamp"):

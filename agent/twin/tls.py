@@ -59,13 +59,30 @@ def _make() -> Certificate:
         key = Path(tmp) / "tls.key"
         done = subprocess.run(
             [
-                openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out", str(cert),
-                "-days", "3650", "-subj", "/CN=zonemedic-twin",
-                "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                "-addext", "basicConstraints=critical,CA:TRUE",
-                "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
-                "-addext", "extendedKeyUsage=serverAuth",
+                openssl,
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+                "-days",
+                "3650",
+                "-subj",
+                "/CN=zonemedic-twin",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,digitalSignature,keyCertSign",
+                "-addext",
+                "extendedKeyUsage=serverAuth",
             ],
             capture_output=True,
             text=True,
@@ -73,6 +90,7 @@ def _make() -> Certificate:
             timeout=30,
         )
         if done.returncode != 0:
-            raise UnavailableError(f"openssl could not make the twin's certificate: "
-                                   f"{done.stderr.strip()}")
+            raise UnavailableError(
+                f"openssl could not make the twin's certificate: {done.stderr.strip()}"
+            )
         return Certificate(cert.read_bytes(), key.read_bytes())
