@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
+import yaml
 
 from agent.twin import protobuf, tables
 from agent.twin import tls as twin_tls
@@ -342,12 +343,14 @@ def _int(query: dict[str, list[str]], name: str) -> int | None:
         raise bad_request(f"{name}: invalid value {raw!r}: must be an integer") from exc
 
 
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _PATCH_TYPES = {t.value: t for t in PatchType}
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    _body: bytes | None = None
     # Quiet: a request log line per call would cost more than the call.
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -411,15 +414,31 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Retry-After"] = str(err.retry_after)
         self._send(err.code, orjson.dumps(err.status()), headers=headers)
 
+    def _raw_body(self) -> bytes:
+        """The request body, read once: every request's body is drained, even one refused
+        before it is looked at, or the next request on this keep-alive connection breaks."""
+        if self._body is None:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = 0
+            self._body = self.rfile.read(length) if length > 0 else b""
+        return self._body
+
     def _read_body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self._raw_body()
         if not raw:
             return None
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise bad_request(f"the request body is not valid JSON: {exc}") from exc
+
+    def _read_yaml(self) -> Any:
+        try:
+            return yaml.load(self._raw_body() or b"{}", Loader=_YamlLoader)
+        except yaml.YAMLError as exc:
+            raise bad_request(f"the request body is not valid YAML: {exc}") from exc
 
     def _read_review(self) -> dict[str, Any]:
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -428,9 +447,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise bad_request("the request body must be a JSON object")
             return body
-        length = int(self.headers.get("Content-Length") or 0)
         try:
-            return protobuf.self_subject_access_review(self.rfile.read(length))
+            return protobuf.self_subject_access_review(self._raw_body())
         except protobuf.ProtobufError as exc:
             raise bad_request(f"the protobuf request body is not valid: {exc}") from exc
 
@@ -438,6 +456,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         api = self.server.api
+        self._body = None
+        try:
+            self._raw_body()
+        except (OSError, ValueError):
+            self.close_connection = True
+            return
         split = urlsplit(self.path)
         parts = [unquote(p) for p in split.path.split("/") if p]
         query = parse_qs(split.query, keep_blank_values=True)
@@ -582,15 +606,23 @@ class _Handler(BaseHTTPRequestHandler):
         elif verb == "patch":
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
             patch_type = _PATCH_TYPES.get(ctype)
-            if patch_type is None or patch_type is PatchType.APPLY:
+            if patch_type is None:
                 raise ApiError(
                     415,
                     "UnsupportedMediaType",
                     f"the body of the request was in an unknown format - accepted media types "
-                    f"include: application/json-patch+json, application/merge-patch+json"
+                    f"include: application/json-patch+json, application/merge-patch+json, "
+                    f"application/apply-patch+yaml"
                     f"{', application/strategic-merge-patch+json' if rt.builtin else ''}",
                 )
-            body = self._read_body()
+            if patch_type is PatchType.APPLY:
+                if not _one(query, "fieldManager"):
+                    raise ApiError(
+                        422, "Invalid", "PATCH requests for apply must specify a fieldManager"
+                    )
+                body = self._read_yaml()
+            else:
+                body = self._read_body()
             self._object(
                 200,
                 rt,

@@ -1,7 +1,8 @@
-"""The three patch formats the API server accepts: JSON merge, JSON patch, strategic merge.
+"""The patch formats the API server accepts: JSON merge, JSON patch, strategic merge, apply.
 
 Called by the store with the current object (never mutated) and a decoded patch body; returns a
-new object. Errors raise PatchError with the HTTP code the real server answers (400 for a
+new object. Server-side apply is approximated as a merge patch (no field managers, no
+conflicts). Errors raise PatchError with the HTTP code the real server answers (400 for a
 malformed patch, 422 for one that does not apply). Strategic merge knows the merge keys of the
 built-in kinds the twin serves (containers, ports, env, volumes, ...); lists without a merge key
 are replaced, as in Kubernetes (tolerations, for one, have no merge key there).
@@ -275,4 +276,14 @@ def apply(target: dict[str, Any], body: Any, patch_type: PatchType) -> Any:
         return json_patch(target, body)
     if patch_type is PatchType.STRATEGIC:
         return strategic_merge(target, body)
+    if patch_type is PatchType.APPLY:
+        # An approximation of server-side apply: no field ownership; merges like merge patch.
+        if not isinstance(body, dict):
+            raise PatchError("an apply patch must be a YAML or JSON object", code=400)
+        applied = dict(body)
+        if isinstance(applied.get("metadata"), dict):
+            applied["metadata"] = {
+                k: v for k, v in applied["metadata"].items() if k != "managedFields"
+            }
+        return merge_patch(target, applied)
     raise PatchError(f"patch type {patch_type} is not supported by the twin", code=415)

@@ -674,6 +674,21 @@ class Store:
                 "application/apply-patch+yaml",
             )
         with self._lock:
+            if patch_type is PatchType.APPLY:
+                found = self._objects.get(rt.key, {}).get(
+                    ((namespace or "default") if rt.namespaced else "", name)
+                )
+                if found is None:
+                    # Server-side apply creates what does not exist yet.
+                    if not isinstance(body, dict):
+                        raise bad_request("an apply patch must be a YAML or JSON object")
+                    meta = dict(body.get("metadata") or {})
+                    if meta.get("name", name) != name:
+                        raise bad_request("the name in the apply patch does not match the URL")
+                    meta["name"] = name
+                    return self.create(
+                        rt, {**body, "metadata": meta}, namespace=namespace, dry_run=dry_run
+                    )
             current = self._must(rt, name, namespace)
             try:
                 patched = patching.apply(current, body, patch_type)
@@ -831,6 +846,13 @@ class Store:
     ) -> Obj:
         """Delete one object; returns its last state (with deletionTimestamp when pending)."""
         propagation = Propagation(propagation)
+        if rt.key == ("", "v1", "namespaces") and name in _INITIAL_NAMESPACES[:3]:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                details={"name": name, "kind": "namespaces"},
+            )
         with self._lock:
             current = self._must(rt, name, namespace)
             if preconditions:

@@ -79,3 +79,21 @@ def test_table_for_kubectl(twin: Twin) -> None:
 def test_unknown_twin_endpoint(twin: Twin, tmp_path: Path) -> None:
     status, body = get(twin, "/twin/nothing")
     assert status == 404 and body["reason"] == "NotFound"
+
+
+def test_refused_request_bodies_are_drained_on_keep_alive(twin: Twin) -> None:
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(twin.server.url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    body = b'{"metadata": {"labels": {"a": "b"}}}'
+    conn.request("PATCH", "/api/v1/namespaces/default", body=body,
+                 headers={"Content-Type": "text/plain"})
+    first = conn.getresponse()
+    assert first.status == 415 and orjson.loads(first.read())["reason"] == "UnsupportedMediaType"
+    conn.request("GET", "/api/v1/namespaces/default")  # same connection
+    second = conn.getresponse()
+    assert second.status == 200
+    assert orjson.loads(second.read())["metadata"]["name"] == "default"
+    conn.close()

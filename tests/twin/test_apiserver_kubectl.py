@@ -265,3 +265,26 @@ def test_bad_token_is_unauthorized(twin: Twin, tmp_path: Path) -> None:
                            ca_pem=twin.server.ca_pem)
     done = twin.kubectl("get", "pods", kubeconfig=bad, check=False)
     assert done.returncode == 1 and "Unauthorized" in done.stderr
+
+
+def test_apply_client_side_and_server_side(twin: Twin, tmp_path: Path) -> None:
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: ml}\n"
+                        "data: {a: '1'}\n")
+    assert "configmap/cfg created" in twin.kubectl("apply", "-f", str(manifest)).stdout
+    manifest.write_text(manifest.read_text().replace("'1'", "'2'"))
+    assert "configmap/cfg configured" in twin.kubectl("apply", "-f", str(manifest)).stdout
+    assert "serverside-applied" in twin.kubectl("apply", "--server-side", "-f",
+                                                str(manifest)).stdout
+    job = tmp_path / "job.yaml"
+    job.write_text("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\n"
+                   "metadata: {name: ssa, namespace: ml}\nspec: {runPolicy: {suspend: true}}\n")
+    assert "serverside-applied" in twin.kubectl("apply", "--server-side", "-f", str(job)).stdout
+    assert twin.store.get(PYTORCH, "ssa", namespace="ml")["spec"]["runPolicy"]["suspend"]
+
+
+def test_system_namespaces_cannot_be_deleted(twin: Twin) -> None:
+    done = twin.kubectl("delete", "namespace", "kube-system", check=False)
+    assert done.returncode == 1
+    assert 'namespaces "kube-system" is forbidden: this namespace may not be deleted' in \
+        done.stderr

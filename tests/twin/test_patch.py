@@ -115,7 +115,7 @@ def test_strategic_merge_needs_the_merge_key() -> None:
     [
         (PatchType.MERGE, [1], 400),
         (PatchType.STRATEGIC, [1], 400),
-        (PatchType.APPLY, {}, 415),
+        (PatchType.APPLY, [1], 400),
     ],
 )
 def test_apply_refuses_wrong_bodies(patch_type: PatchType, body: Any, code: int) -> None:
