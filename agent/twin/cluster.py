@@ -21,6 +21,7 @@ from agent.twin.clock import TwinClock
 from agent.twin.dataplane import Dataplane, PolicyCompiler
 from agent.twin.dataplane_policy import compile_policies
 from agent.twin.exporter import MetricsServer, TwinCollector
+from agent.twin.gc import DanglingCollector
 from agent.twin.kubelet import Kubelet
 from agent.twin.operator_batchjob import JobController, template_admission
 from agent.twin.operator_deployment import DeploymentController
@@ -61,6 +62,7 @@ class TwinCluster:
         self.training_operator = TrainingOperator(self.store, clock=self.clock)
         self.job_controller = JobController(self.store, clock=self.clock)
         self.deployment_controller = DeploymentController(self.store, clock=self.clock)
+        self.garbage_collector = DanglingCollector(self.store, clock=self.clock)
         self.dataplane = Dataplane(self.store, zones=model.zones, compiler=compiler)
         self.runtime = TrainingRuntime(
             self.store,
@@ -87,6 +89,7 @@ class TwinCluster:
             self.training_operator,
             self.job_controller,
             self.deployment_controller,
+            self.garbage_collector,
             self.runtime,
         ]
         self._started = False
