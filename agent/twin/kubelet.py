@@ -312,6 +312,15 @@ class Kubelet:
                 return state.finish_due - now
         return None
 
+    def complete(self, namespace: str, name: str) -> None:
+        """The pod's containers exit 0 (the training runtime calls this when a job is done)."""
+        try:
+            pod = self._store.get(PODS, name, namespace=namespace)
+        except ApiError:
+            return
+        if (pod.get("status") or {}).get("phase") == "Running":
+            self._finish(pod)
+
     def _finish(self, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         done = timestamp()

@@ -127,6 +127,13 @@ class TrainingOperator:
         if not conditions:
             conditions = set_condition(conditions, "Created", status=True, reason=f"{kind.kind}Created",
                                        message=f"{kind.kind} {name} is created.")  # fmt: skip
+        if not is_true(conditions, "Succeeded") and self._succeeded(kind, job, pods):
+            message = f"{kind.kind} {name} is successfully completed."
+            conditions = set_condition(conditions, "Succeeded", status=True, reason=f"{kind.kind}Succeeded",
+                                       message=message)  # fmt: skip
+            conditions = set_condition(conditions, "Running", status=False, reason=f"{kind.kind}Succeeded",
+                                       message=message)  # fmt: skip
+            self._events.record(job, reason=f"{kind.kind}Succeeded", message=message)
         finished = is_true(conditions, "Succeeded") or is_true(conditions, "Failed")
         if is_suspended(job):
             self._suspend(kind, job, pods, uid)
@@ -174,6 +181,25 @@ class TrainingOperator:
             conditions = self._running_conditions(kind, job, pods, conditions)
         self._write_status(rt, job, conditions, pods, suspended=False)
         return None
+
+    def _succeeded(self, kind: TrainingKind, job: Mapping[str, Any], pods: list[Any]) -> bool:
+        """The coordinator succeeded (training-operator's default success policy); for mpi-operator
+        the launcher Job completed."""
+        if kind is MPI_V2:
+            name = f"{job['metadata']['name']}-launcher"
+            try:
+                launcher = self._store.get(BATCH_JOBS, name, namespace=job["metadata"]["namespace"])
+            except ApiError:
+                return False
+            return is_true((launcher.get("status") or {}).get("conditions") or [], "Complete")
+        coordinators = [
+            p
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get("training.kubeflow.org/job-role") == "master"
+        ]
+        return bool(coordinators) and all(
+            (p.get("status") or {}).get("phase") == "Succeeded" for p in coordinators
+        )
 
     def _suspend(
         self, kind: TrainingKind, job: Mapping[str, Any], pods: list[Any], uid: str
@@ -311,6 +337,8 @@ class TrainingOperator:
         }
         if not suspended and "startTime" not in status:
             new_status["startTime"] = timestamp()
+        if is_true(conditions, "Succeeded") and "completionTime" not in status:
+            new_status["completionTime"] = timestamp()
         if suspended:
             new_status.pop("startTime", None)
         if new_status == status:

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 PODS = lookup("pods")
 BATCH_JOBS = lookup("jobs", group="batch")
 COMPUTE_ANNOTATION = "twin.zonemedic.io/compute-seconds"
+STEPS_ANNOTATION = "twin.zonemedic.io/steps"  # the job succeeds after this many training steps
 GRADIENT_ANNOTATION = "twin.zonemedic.io/gradient-bytes"
 PodKey = tuple[str, str]
 
@@ -80,6 +81,19 @@ class _Traffic:
     total: float = 0.0
     rate: float = 0.0
     since: float = 0.0
+
+
+@dataclass
+class _Progress:
+    steps: float = 0.0
+    rate: float = 0.0  # steps per model second
+    since: float = 0.0
+    target: float | None = None
+    done: bool = False
+    job_uid: str = ""
+
+    def at(self, now: float) -> float:
+        return self.steps + self.rate * (now - self.since)
 
 
 @dataclass
@@ -161,6 +175,7 @@ class TrainingRuntime:
         self._traffic: dict[PodKey, _Traffic] = {}
         self._attempts: dict[PodKey, _Attempts] = {}
         self._drops: dict[DropKey, int] = {}
+        self._progress: dict[PodKey, _Progress] = {}
         self._unsubscribe: list[Any] = []
 
     def start(self) -> None:
@@ -196,6 +211,13 @@ class TrainingRuntime:
         with self._lock:
             return {k: t.total + t.rate * (now - t.since) for k, t in self._traffic.items()}
 
+    def steps(self, namespace: str, job: str) -> float:
+        """Training steps the job has completed (model time)."""
+        now = self._clock.now()
+        with self._lock:
+            progress = self._progress.get((namespace, job))
+            return progress.at(now) if progress is not None else 0.0
+
     def drops(self) -> dict[DropKey, int]:
         with self._lock:
             return dict(self._drops)
@@ -225,6 +247,8 @@ class TrainingRuntime:
         if what == "job":
             self._reconcile_job(namespace, name)
             return None
+        if what == "finish":
+            return self._finish(namespace, name)
         return self._attempt(namespace, name)
 
     # --- one job --------------------------------------------------------------------------------
@@ -286,6 +310,17 @@ class TrainingRuntime:
         found = self._job_object(pods)
         state = JobState()
         params = self._params
+        target: float | None = None
+        if found is not None:
+            raw_target = ((found[1].get("metadata") or {}).get("annotations") or {}).get(
+                STEPS_ANNOTATION
+            )
+            try:
+                target = float(raw_target) if raw_target is not None else None
+            except ValueError:
+                log.warning(
+                    "job %s/%s: bad %s %r", namespace, job_name, STEPS_ANNOTATION, raw_target
+                )
         if found is not None and pods:
             kind, job = found
             params = self._params_for(job)
@@ -315,6 +350,8 @@ class TrainingRuntime:
             else:
                 state = JobState(JobPhase.WAITING, None, names, ())
         self._account(namespace, job_name, pods, state, params)
+        job_uid = str(((found[1] if found else {}).get("metadata") or {}).get("uid", ""))
+        self._track_progress(namespace, job_name, state, target, job_uid)
         self._schedule_attempts(namespace, pods, state)
 
     def _account(
@@ -343,6 +380,52 @@ class TrainingRuntime:
                     traffic.total += traffic.rate * (now - traffic.since)
                     traffic.since = now
                     traffic.rate = new_rate
+
+    def _track_progress(
+        self, namespace: str, job_name: str, state: JobState, target: float | None, job_uid: str
+    ) -> None:
+        now = self._clock.now()
+        rate = 0.0
+        if state.phase is JobPhase.TRAINING and state.timing is not None and state.timing.step > 0:
+            rate = 1.0 / state.timing.step
+        with self._lock:
+            progress = self._progress.get((namespace, job_name))
+            if progress is None or (job_uid and progress.job_uid not in ("", job_uid)):
+                progress = _Progress(since=now, job_uid=job_uid)  # a new job of that name
+                self._progress[(namespace, job_name)] = progress
+            progress.job_uid = progress.job_uid or job_uid
+            if rate != progress.rate:
+                progress.steps = progress.at(now)
+                progress.since = now
+                progress.rate = rate
+            progress.target = target
+            due = None
+            if target is not None and rate > 0 and not progress.done:
+                due = max(0.0, (target - progress.at(now)) / rate)
+        if due is not None:
+            self._queue.add_after(("finish", namespace, job_name), due)
+
+    def _finish(self, namespace: str, job_name: str) -> float | None:
+        """The job reached its step target: every pod's containers exit 0."""
+        now = self._clock.now()
+        with self._lock:
+            progress = self._progress.get((namespace, job_name))
+            if progress is None or progress.done or progress.target is None:
+                return None
+            if progress.at(now) < progress.target:
+                return (
+                    (progress.target - progress.at(now)) / progress.rate
+                    if progress.rate > 0
+                    else None
+                )
+            progress.steps = progress.target
+            progress.rate = 0.0
+            progress.since = now
+            progress.done = True
+        selector = f"{LABEL_JOB_NAME}={job_name}"
+        for pod in self._store.list(PODS, namespace=namespace, label_selector=selector)[0]:
+            self._kubelet.complete(namespace, _name(pod))
+        return None
 
     def _schedule_attempts(
         self, namespace: str, pods: Sequence[Mapping[str, Any]], state: JobState

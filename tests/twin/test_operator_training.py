@@ -158,3 +158,19 @@ def test_mpijob_v2beta1_launcher_job_workers_suspend_and_resume() -> None:
         )
         assert launcher_pod["spec"]["nodeSelector"] == {ZONE: "us-east-1a"}
         assert zone_of(cluster, launcher_pod) == "us-east-1a"
+
+
+def test_a_job_succeeds_after_its_steps_and_is_never_restarted() -> None:
+    with running(fast("seed-degraded"), speed=20) as cluster:
+        cluster.store.patch(PYTORCHJOBS, JOB, {"metadata": {"annotations": {"twin.zonemedic.io/steps": "3"}}},
+                            namespace="ml", patch_type=PatchType.MERGE)  # fmt: skip
+        wait(cluster, lambda: condition(job(cluster), "Succeeded") == "True")
+        assert condition(job(cluster), "Running") == "False"
+        assert cluster.runtime.steps("ml", JOB) == 3
+        assert {p["status"]["phase"] for p in pods(cluster)} == {"Succeeded"}
+        assert "completionTime" in job(cluster)["status"]
+        # a finished job is not resumed: deleting a pod creates nothing
+        cluster.store.delete(PODS, f"{JOB}-worker-0", namespace="ml")
+        wait(cluster, lambda: len(pods(cluster)) == 4)
+        wait(cluster, cluster.idle)
+        assert len(pods(cluster)) == 4
