@@ -109,9 +109,10 @@ class Scheduler:
             with self._lock:
                 self._unschedulable.discard(key)
             return None
-        nodes, _ = self._store.list(NODES)
-        pods, _ = self._store.list(PODS)
-        namespaces, _ = self._store.list(NAMESPACES)
+        # Stored objects are never mutated by the store, so the cycle reads them without copies.
+        nodes = self._store.list_refs(NODES)[0]
+        pods = self._store.list_refs(PODS)[0]
+        namespaces = self._store.list_refs(NAMESPACES)[0]
         decision = schedule(pod, Snapshot.build(nodes, pods, namespaces), self._rng)
         if decision.node is None:
             with self._lock:

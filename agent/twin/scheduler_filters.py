@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.twin.scheduler_resources import PODS, node_allocatable, pod_requests
+from agent.twin.scheduler_resources import PODS, pod_requests
 from agent.twin.scheduler_snapshot import Snapshot, name_of, namespace_of
 from agent.twin.scheduler_terms import (
     label_selector_matches,
@@ -252,7 +252,7 @@ def filter_node_affinity(pod: Obj, node: Obj) -> list[str]:
 
 
 def filter_resources(state: FilterState, node: Obj, snapshot: Snapshot) -> list[str]:
-    allocatable = node_allocatable(node)
+    allocatable = snapshot.allocatable(node)
     used = snapshot.requested(name_of(node))
     reasons: list[str] = []
     if used.get(PODS, 0) + 1 > allocatable.get(PODS, 110):

@@ -8,6 +8,7 @@ requests and allocatable, exactly as kube-scheduler does.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
@@ -58,6 +59,7 @@ def parse_quantity(value: object) -> Decimal:
         raise QuantityError(f"invalid quantity {value!r}") from exc
 
 
+@functools.lru_cache(maxsize=8192)
 def to_units(name: str, value: object) -> int:
     """Integer units: milli-cpu for cpu, whole units otherwise (rounded up, like upstream)."""
     amount = parse_quantity(value)

@@ -19,7 +19,7 @@ from agent.twin.scheduler_filters import (
     spread_constraints_of,
     spread_counts,
 )
-from agent.twin.scheduler_resources import CPU, MEMORY, node_allocatable
+from agent.twin.scheduler_resources import CPU, MEMORY
 from agent.twin.scheduler_snapshot import Snapshot, name_of
 from agent.twin.scheduler_terms import node_labels, node_selector_term_matches, untolerated_taint
 
@@ -37,7 +37,7 @@ WEIGHTS = {
 
 
 def _fractions(state: FilterState, node: Obj, snapshot: Snapshot) -> list[float]:
-    allocatable = node_allocatable(node)
+    allocatable = snapshot.allocatable(node)
     used = snapshot.requested(name_of(node))
     out = []
     for res in (CPU, MEMORY):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.twin.scheduler_resources import pod_requests
+from agent.twin.scheduler_resources import node_allocatable, pod_requests
 
 Obj = Mapping[str, Any]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -33,6 +33,7 @@ class Snapshot:
     pods_by_node: dict[str, list[Obj]] = field(default_factory=dict)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     _requested: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    _allocatable: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -61,6 +62,13 @@ class Snapshot:
         for node in self.nodes:
             for pod in self.pods_on(name_of(node)):
                 yield node, pod
+
+    def allocatable(self, node: Obj) -> dict[str, int]:
+        name = name_of(node)
+        cached = self._allocatable.get(name)
+        if cached is None:
+            cached = self._allocatable[name] = node_allocatable(node)
+        return cached
 
     def requested(self, node_name: str) -> dict[str, int]:
         cached = self._requested.get(node_name)
