@@ -76,8 +76,8 @@ class TwinCollector(Collector):
         self._jitter = jitter_amplitude
 
     def collect(self) -> Iterable[Metric]:
-        nodes, _ = self._store.list(NODES)
-        pods, _ = self._store.list(PODS)
+        nodes = self._store.list_refs(NODES)[0]  # stored objects are immutable: no copies
+        pods = self._store.list_refs(PODS)[0]
         yield from self._dcgm(nodes)
         yield from self._kube_state(nodes, pods)
         yield from self._network(pods)
