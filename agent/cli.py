@@ -19,6 +19,8 @@ from agent.errors import InputError, ZonemedicError
 # name -> module implementing it. Adding a command is one row.
 COMMANDS: dict[str, str] = {
     "twin": "agent.twin.command",
+    "incidents": "agent.commands.incidents",
+    "db": "agent.commands.db",
 }
 
 

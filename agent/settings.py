@@ -112,6 +112,12 @@ class DatabaseSettings:
     url: str = "sqlite:///var/lib/zonemedic/zonemedic.db"
     migrate_on_start: bool = True
     retention: timedelta = timedelta(days=180)
+    connect_timeout: timedelta = timedelta(seconds=5)  # one connection attempt
+    start_timeout: timedelta = timedelta(seconds=60)  # keep retrying an unreachable DB at start
+    write_retry: timedelta = timedelta(seconds=30)  # keep retrying a write while the DB is away
+    busy_timeout: timedelta = timedelta(seconds=30)  # SQLite: wait this long for the write lock
+    pool_size: int = 5  # PostgreSQL connection pool
+    migrations_dir: str | None = None  # Alembic scripts; default: migrations/ beside the package
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,291 @@
+"""`zonemedic incidents list|show|stats`: the incident history for people (table) and scripts (JSON).
+
+Who calls it: `agent.cli`. It validates flags itself (a bad `--since`, `--job`, `--status`,
+`--verdict`, `--limit` or `--output` is one line on stderr and exit 2, nothing read), opens the store
+the database flags select (`agent.commands.db`), calls the repository and prints. Rows the store
+cannot read are listed as warnings on stderr naming the incident; the listing goes on. Tables fit in
+100 columns. `now` is read here, at the edge, once per command.
+
+What it does not do: change anything (decisions go through Slack, the API or the agent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agent.commands.db import add_database_arguments, open_cli_store
+from agent.errors import InputError
+from agent.model.incident import (
+    IncidentDetail,
+    IncidentListing,
+    IncidentQuery,
+    IncidentStats,
+    IncidentStatus,
+    Verdict,
+    to_jsonable,
+)
+from agent.settings import parse_duration
+
+WIDTH = 100
+MAX_LIMIT = 10_000
+OUTPUTS = ("table", "json")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "incidents", help="incident history: list, show, stats",
+        description="Query the incident history.",
+    )
+    actions = parser.add_subparsers(dest="incidents_action", metavar="ACTION")
+    actions.required = True
+
+    listing = actions.add_parser("list", help="list incidents, newest first")
+    listing.add_argument("--job", metavar="NS/NAME", help="one job")
+    listing.add_argument("--namespace", metavar="NS", help="one namespace")
+    listing.add_argument("--status", metavar="S",
+                         help=f"one status: {', '.join(s.value for s in IncidentStatus)}")
+    listing.add_argument("--verdict", metavar="V",
+                         help=f"one verdict: {', '.join(v.value for v in Verdict)}")
+    listing.add_argument("--since", metavar="AGE", help="opened within this age, e.g. 7d, 12h")
+    listing.add_argument("--limit", metavar="N", default="50", help="at most N (default 50)")
+
+    show = actions.add_parser("show", help="one incident: timeline, decisions, actions")
+    show.add_argument("id", metavar="ID", help="the incident id")
+
+    stats = actions.add_parser("stats", help="counts and mean times over a period")
+    stats.add_argument("--since", metavar="AGE", default="30d", help="period (default 30d)")
+
+    for sub in (listing, show, stats):
+        sub.add_argument("--output", metavar="FORMAT", default="table", help="table or json")
+        add_database_arguments(sub)
+        sub.set_defaults(handler=run)
+
+
+# --------------------------------------------------------------------------------------------
+# flag validation (before anything is opened)
+
+
+def _output(value: str) -> str:
+    if value not in OUTPUTS:
+        raise InputError(f"--output: expected table or json, got {value!r}")
+    return value
+
+
+def _since(value: str, now: datetime) -> datetime:
+    age = parse_duration(value, key="--since")
+    if age <= timedelta(0):
+        raise InputError(f"--since: must be a positive age like 7d, got {value!r}")
+    return now - age
+
+
+def _job(value: str) -> tuple[str, str]:
+    namespace, slash, name = value.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise InputError(f"--job: expected NAMESPACE/NAME, got {value!r}")
+    return namespace, name
+
+
+def _limit(value: str) -> int:
+    try:
+        limit = int(value)
+    except ValueError:
+        raise InputError(f"--limit: expected a whole number, got {value!r}") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InputError(f"--limit: expected 1 to {MAX_LIMIT}, got {limit}")
+    return limit
+
+
+def _choice(enum: Any, value: str | None, *, flag: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return enum(value)
+    except ValueError:
+        known = ", ".join(e.value for e in enum)
+        raise InputError(f"{flag}: unknown value {value!r} (one of: {known})") from None
+
+
+def _incident_id(value: str) -> int:
+    try:
+        incident_id = int(value)
+    except ValueError:
+        raise InputError(f"ID: expected an incident number, got {value!r}") from None
+    if incident_id < 1:
+        raise InputError(f"ID: expected a positive incident number, got {value!r}")
+    return incident_id
+
+
+def build_query(args: argparse.Namespace, now: datetime) -> IncidentQuery:
+    namespace: str | None = args.namespace
+    name: str | None = None
+    if args.job is not None:
+        job_namespace, name = _job(args.job)
+        if namespace is not None and namespace != job_namespace:
+            raise InputError(f"--namespace {namespace!r} contradicts --job {args.job!r}")
+        namespace = job_namespace
+    return IncidentQuery(
+        namespace=namespace,
+        name=name,
+        status=_choice(IncidentStatus, args.status, flag="--status"),
+        verdict=_choice(Verdict, args.verdict, flag="--verdict"),
+        since=_since(args.since, now) if args.since is not None else None,
+        limit=_limit(args.limit),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# run
+
+
+def run(args: argparse.Namespace) -> int:
+    now = datetime.now(UTC)
+    output = _output(args.output)
+    action: str = args.incidents_action
+    if action == "list":
+        query = build_query(args, now)
+        _, store = open_cli_store(args)
+        try:
+            listing = store.list_incidents(query)
+        finally:
+            store.close()
+        _warn(str(p) for p in listing.problems)
+        print(_json({"incidents": listing.incidents, "problems": [str(p) for p in listing.problems]})
+              if output == "json" else render_list(listing))
+        return 0
+    if action == "show":
+        incident_id = _incident_id(args.id)
+        _, store = open_cli_store(args)
+        try:
+            detail = store.get_incident(incident_id)
+        finally:
+            store.close()
+        print(_json(detail) if output == "json" else render_detail(detail))
+        return 0
+    since = _since(args.since, now)
+    _, store = open_cli_store(args)
+    try:
+        stats = store.stats(since=since, now=now)
+    finally:
+        store.close()
+    print(_json(stats) if output == "json" else render_stats(stats, args.since))
+    return 0
+
+
+def _warn(lines: Iterable[str]) -> None:
+    for line in lines:
+        print(f"zonemedic: warning: {line}", file=sys.stderr)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(to_jsonable(value), indent=2, sort_keys=False)
+
+
+# --------------------------------------------------------------------------------------------
+# rendering (pure string building; every line at most WIDTH columns)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _time(value: datetime | None, *, seconds: bool = False) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def _duration(value: timedelta | None) -> str:
+    if value is None:
+        return "-"
+    total = round(value.total_seconds())
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{days}d" if days else "", f"{hours}h" if hours else "",
+             f"{minutes}m" if minutes else "", f"{seconds}s" if seconds or total == 0 else ""]
+    return " ".join(p for p in parts if p)
+
+
+_LIST_COLUMNS = (("ID", 7), ("OPENED (UTC)", 17), ("STATUS", 18), ("VERDICT", 21))
+
+
+def render_list(listing: IncidentListing) -> str:
+    if not listing.incidents:
+        return "no incidents"
+    job_width = WIDTH - sum(w + 1 for _, w in _LIST_COLUMNS)
+    header = " ".join(f"{title:<{w}}" for title, w in _LIST_COLUMNS) + " JOB"
+    lines = [header]
+    for i in listing.incidents:
+        cells = (str(i.id), _time(i.opened_at), i.status.value, i.verdict.value)
+        row = " ".join(f"{_fit(c, w):<{w}}" for c, (_, w) in zip(cells, _LIST_COLUMNS, strict=True))
+        lines.append(f"{row} {_fit(f'{i.namespace}/{i.name}', job_width)}")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def _detail_text(detail: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in detail.items() if v is not None)
+
+
+def render_detail(d: IncidentDetail) -> str:
+    i = d.incident
+    lines = [
+        f"Incident {i.id}: {i.verdict.value} [{i.status.value}]",
+        f"Job:         {i.kind} {i.namespace}/{i.name}  uid {i.uid or '-'}  cluster {i.cluster}",
+        f"Opened:      {_time(i.opened_at, seconds=True)}  updated {_time(i.updated_at, seconds=True)}"
+        f"  closed {_time(i.closed_at, seconds=True)}",
+        f"Severity:    {i.severity.value}  target zone {i.target_zone or '-'}  detections "
+        f"{i.detections}  status by {i.status_by or '-'}",
+        f"GPU:         {i.gpus if i.gpus is not None else '-'} GPUs  utilization before "
+        f"{_pct(i.utilization_before)}, after {_pct(i.utilization_after)}"
+        + (f"  est. cost ${i.estimated_cost:.2f}" if i.estimated_cost is not None else ""),
+    ]
+    if d.snoozed_until is not None:
+        lines.append(f"Snoozed:     until {_time(d.snoozed_until, seconds=True)}")
+    lines.append("")
+    lines.append("Timeline:")
+    for e in d.events:
+        lines.append(f"  {_time(e.at, seconds=True)}  {e.kind.value:<20} {(e.actor or '-'):<14} "
+                     f"{_detail_text(e.detail)}")
+    lines.append("Decisions:" if d.decisions else "Decisions:   none")
+    for dec in d.decisions:
+        who = f"{dec.actor_name} ({dec.actor_id})" if dec.actor_name else dec.actor_id
+        comment = f'  "{dec.comment}"' if dec.comment else ""
+        lines.append(f"  {_time(dec.decided_at, seconds=True)}  {dec.outcome.value:<8} {who} "
+                     f"via {dec.source.value}{comment}")
+    lines.append("Actions:" if d.actions else "Actions:     none")
+    for a in d.actions:
+        ok = {True: "ok", False: "FAILED", None: "-"}[a.succeeded]
+        lines.append(f"  {_time(a.at, seconds=True)}  {a.kind.value:<9} {ok:<7} {a.message or ''}")
+    if d.messages:
+        lines.append("Messages:")
+        for m in d.messages:
+            lines.append(f"  #{m.id} {m.kind.value} {m.status.value} attempts {m.attempts}"
+                         f"  {m.channel or ''}  {m.last_error or ''}")
+    return "\n".join(_fit(line.rstrip(), WIDTH) for line in lines)
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def render_stats(s: IncidentStats, period: str) -> str:
+    lines = [
+        f"Incidents opened since {_time(s.since)} UTC ({period}): {s.total}",
+        f"By verdict:             {_counts(s.by_verdict) or '-'}",
+        f"By outcome:             {_counts(s.by_outcome) or '-'}",
+        f"Mean time to detect:    {_duration(s.mean_time_to_detect)}",
+        f"Mean time to decide:    {_duration(s.mean_time_to_decide)}",
+        f"Mean time to resolve:   {_duration(s.mean_time_to_resolve)}",
+        f"GPU-hours recovered:    {s.gpu_hours_recovered:.1f} (estimate: GPUs x utilization gain"
+        " x hours since the fix)",
+    ]
+    return "\n".join(_fit(line, WIDTH) for line in lines)

@@ -1,0 +1,128 @@
+"""Retries with backoff for database work, and the readiness flag the health endpoint reads.
+
+Who uses it: `agent.store.repository` wraps every operation in `Retrier.call`; `agent.store.migrate`
+uses it to wait for a database that is unreachable at start. The runtime's `/readyz` calls
+`Readiness.is_ready` (or the store's `ready()`), which never touches the database itself.
+
+Behaviour: a transient error (connection refused, reset, server gone, pool timeout) marks the store
+not ready and is retried with exponential backoff (base 0.1 s, doubling, at most 5 s) until the
+budget (`database.write_retry`, or `start_timeout` at start) is spent; then `StoreUnavailableError` is
+raised naming the database and the last reason, so no write is ever dropped silently: it either
+happened or the caller gets an error. A success marks the store ready. Non-transient errors (a bug,
+a constraint, a permission) are not retried, do not change readiness, and become a `StoreError`
+naming the database and the operation.
+
+What it does not do: make an operation idempotent. Operations retried after an unknown outcome
+(the connection died during COMMIT) must tolerate being run twice; the repository's are designed so
+(conditional transitions recognise their own earlier win, record_finding dedupes by fingerprint).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+from sqlalchemy import exc as sa_exc
+
+from agent.model.incident import retry_delay
+from agent.store.errors import StoreError, StoreUnavailableError, describe, is_transient
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Readiness:
+    """A thread-safe flag: was the last database contact a success?"""
+
+    def __init__(self, ready: bool = False) -> None:
+        self._ready = ready
+        self._reason = "not connected yet" if not ready else ""
+        self._lock = threading.Lock()
+
+    def is_ready(self) -> bool:
+        with self._lock:
+            return self._ready
+
+    @property
+    def reason(self) -> str:
+        """Why the store is not ready ('' when it is)."""
+        with self._lock:
+            return self._reason
+
+    def mark_ready(self) -> None:
+        with self._lock:
+            self._ready, self._reason = True, ""
+
+    def mark_unready(self, reason: str) -> None:
+        with self._lock:
+            self._ready, self._reason = False, reason
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    budget: timedelta = timedelta(seconds=30)
+    base: timedelta = timedelta(milliseconds=100)
+    cap: timedelta = timedelta(seconds=5)
+
+
+class Retrier:
+    """Runs a database operation, retrying transient failures within the policy's budget."""
+
+    def __init__(
+        self,
+        *,
+        target: str,
+        policy: RetryPolicy,
+        readiness: Readiness,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target = target
+        self.policy = policy
+        self.readiness = readiness
+        self._sleep = sleep
+        self._monotonic = monotonic
+
+    def call(
+        self,
+        operation: Callable[[int], T],
+        *,
+        what: str,
+        budget: timedelta | None = None,
+    ) -> T:
+        """Run `operation(attempt)` (attempt counts from 1) until it succeeds or the budget ends."""
+        limit = (budget if budget is not None else self.policy.budget).total_seconds()
+        started = self._monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = operation(attempt)
+            except sa_exc.SQLAlchemyError as exc:
+                if not is_transient(exc):
+                    # A bug, a constraint or a permission: not worth retrying; named, no traceback.
+                    raise StoreError(
+                        f"database {self.target}: {what} failed: {describe(exc)}"
+                    ) from exc
+                reason = describe(exc)
+                self.readiness.mark_unready(reason)
+                delay = retry_delay(attempt, base=self.policy.base, cap=self.policy.cap)
+                elapsed = self._monotonic() - started
+                if elapsed + delay.total_seconds() > limit:
+                    raise StoreUnavailableError(
+                        f"database {self.target} unavailable: {what} failed after {attempt} "
+                        f"attempt(s) over {elapsed:.1f}s: {reason}"
+                    ) from None
+                log.warning(
+                    "database %s unavailable (%s), retrying %s in %.1fs (attempt %d)",
+                    self.target, reason, what, delay.total_seconds(), attempt,
+                )
+                self._sleep(delay.total_seconds())
+                continue
+            self.readiness.mark_ready()
+            return result

@@ -1,0 +1,249 @@
+"""`zonemedic incidents list|show|stats` through the real command line, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from agent.cli import main
+from agent.model.incident import (
+    ActionKind,
+    Actor,
+    DecisionOutcome,
+    DecisionSource,
+    IncidentStatus,
+    Verdict,
+)
+from agent.store.repository import IncidentStore
+from tests.store.fixtures import db_url, pg_database, sqlite_template, store
+from tests.store.helpers import finding
+
+__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
+
+S = IncidentStatus
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def history(store: IncidentStore) -> dict[str, int]:
+    """Four incidents: a resolved one with a decision and actions, a rejected one, an open policy
+    block in another namespace, and one opened 40 days ago."""
+    ids: dict[str, int] = {}
+    resolved = store.record_finding(
+        finding("resnet", at=NOW - timedelta(days=2), onset_at=NOW - timedelta(days=2, minutes=1),
+                utilization_now=40.0, gpus=8)
+    ).incident.id
+    store.transition(resolved, S.OPEN, S.AWAITING_APPROVAL, actor="agent",
+                     now=NOW - timedelta(days=2))
+    store.record_decision(resolved, DecisionOutcome.APPROVE,
+                          actor=Actor("U1", "alice", DecisionSource.SLACK),
+                          now=NOW - timedelta(days=2) + timedelta(minutes=5), comment="ship it")
+    store.transition(resolved, S.APPROVED, S.REMEDIATING, actor="agent",
+                     now=NOW - timedelta(days=2) + timedelta(minutes=6))
+    store.record_action(resolved, ActionKind.APPLY, now=NOW - timedelta(days=2, minutes=-7),
+                        actor="agent", succeeded=True, message="suspended and resumed in zone-a")
+    store.transition(resolved, S.REMEDIATING, S.VERIFYING, actor="agent",
+                     now=NOW - timedelta(days=2) + timedelta(minutes=8))
+    store.record_action(resolved, ActionKind.VERIFY, now=NOW - timedelta(days=1), actor="agent",
+                        succeeded=True, utilization_after=85.0)
+    store.transition(resolved, S.VERIFYING, S.RESOLVED, actor="agent", now=NOW - timedelta(days=1))
+    ids["resolved"] = resolved
+    rejected = store.record_finding(finding("bert", at=NOW - timedelta(hours=5))).incident.id
+    store.transition(rejected, S.OPEN, S.AWAITING_APPROVAL, actor="agent", now=NOW)
+    store.record_decision(rejected, DecisionOutcome.REJECT,
+                          actor=Actor("U2", "bob", DecisionSource.SLACK), now=NOW)
+    ids["rejected"] = rejected
+    ids["blocked"] = store.record_finding(
+        finding("a-training-job-with-a-very-long-name-that-will-not-fit-in-the-table",
+                namespace="vision-research-team", verdict=Verdict.POLICY_BLOCKED, uid="u-long",
+                at=NOW - timedelta(hours=1))
+    ).incident.id
+    ids["old"] = store.record_finding(finding("old", at=NOW - timedelta(days=40))).incident.id
+    return ids
+
+
+def _ids(out: str) -> list[int]:
+    return [int(line.split()[0]) for line in out.splitlines()[1:]]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], ["blocked", "rejected", "resolved", "old"]),
+        (["--job", "ml/resnet"], ["resolved"]),
+        (["--namespace", "ml"], ["rejected", "resolved", "old"]),
+        (["--status", "rejected"], ["rejected"]),
+        (["--verdict", "policy_blocked"], ["blocked"]),
+        (["--since", "7d"], ["blocked", "rejected", "resolved"]),
+        (["--since", "3h", "--namespace", "vision-research-team"], ["blocked"]),
+        (["--limit", "2"], ["blocked", "rejected"]),
+    ],
+)
+def test_list_filters(capsys: pytest.CaptureFixture[str], db_url: str,
+                      history: dict[str, int], flags: list[str], expected: list[str]) -> None:
+    code, out, err = cli(capsys, "incidents", "list", "--database", db_url, *flags)
+    assert (code, err) == (0, "")
+    assert _ids(out) == [history[name] for name in expected]
+
+
+def test_list_table_fits_100_columns(capsys: pytest.CaptureFixture[str], db_url: str,
+                                     history: dict[str, int]) -> None:
+    code, out, _ = cli(capsys, "incidents", "list", "--database", db_url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["ID", "OPENED", "(UTC)", "STATUS", "VERDICT", "JOB"]
+    assert all(len(line) <= 100 for line in lines)
+    blocked = next(line for line in lines if line.startswith(f"{history['blocked']} "))
+    assert "policy_blocked" in blocked and "vision-research-team/a-training-" in blocked
+    assert blocked.endswith("…")
+
+
+def test_list_json(capsys: pytest.CaptureFixture[str], db_url: str,
+                   history: dict[str, int]) -> None:
+    code, out, _ = cli(capsys, "incidents", "list", "--database", db_url, "--output", "json",
+                       "--job", "ml/resnet")
+    assert code == 0
+    data = json.loads(out)
+    assert data["problems"] == []
+    [incident] = data["incidents"]
+    assert incident["id"] == history["resolved"]
+    assert incident["status"] == "resolved" and incident["verdict"] == "zone_split_blocked"
+    assert incident["utilization_before"] == 40.0 and incident["utilization_after"] == 85.0
+    assert datetime.fromisoformat(incident["opened_at"]) == NOW - timedelta(days=2)
+
+
+def test_list_survives_an_unreadable_row(capsys: pytest.CaptureFixture[str], db_url: str,
+                                         store: IncidentStore, history: dict[str, int]) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE incidents SET status = 'warped' WHERE id = :id"),
+                     {"id": history["rejected"]})
+    code, out, err = cli(capsys, "incidents", "list", "--database", db_url)
+    assert code == 0
+    assert err == f"zonemedic: warning: incident {history['rejected']}: unknown status value 'warped'\n"
+    assert _ids(out) == [history["blocked"], history["resolved"], history["old"]]
+
+
+def test_show(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int]) -> None:
+    code, out, err = cli(capsys, "incidents", "show", str(history["resolved"]), "--database", db_url)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"Incident {history['resolved']}: zone_split_blocked [resolved]")
+    assert all(len(line) <= 100 for line in out.splitlines())
+    timeline = out[out.index("Timeline:"):out.index("Decisions:")]
+    kinds = [line.split()[2] for line in timeline.splitlines()[1:]]
+    assert kinds == ["detected", "awaiting_approval", "approved", "remediation_started",
+                     "remediation_step", "verifying", "verified", "resolved"]
+    assert 'approve  alice (U1) via slack  "ship it"' in out
+    assert "apply     ok      suspended and resumed in zone-a" in out
+    assert "utilization before 40%, after 85%" in out
+
+
+def test_show_json(capsys: pytest.CaptureFixture[str], db_url: str,
+                   history: dict[str, int]) -> None:
+    code, out, _ = cli(capsys, "incidents", "show", str(history["rejected"]), "--database", db_url,
+                       "--output", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["incident"]["status"] == "rejected"
+    assert [d["actor_id"] for d in data["decisions"]] == ["U2"]
+    assert data["diagnosis"]["job"]["name"] == "bert"
+
+
+def test_show_corrupt_incident_is_named(capsys: pytest.CaptureFixture[str], db_url: str,
+                                        store: IncidentStore, history: dict[str, int]) -> None:
+    bad = "'[1, 2'" if store.engine.dialect.name == "sqlite" else "'[1, 2]'::jsonb"
+    with store.engine.begin() as conn:
+        conn.execute(text(f"UPDATE incidents SET diagnosis = {bad} WHERE id = :id"),
+                     {"id": history["old"]})
+    code, out, err = cli(capsys, "incidents", "show", str(history["old"]), "--database", db_url)
+    assert code == 1 and out == ""
+    assert err.startswith(f"zonemedic: incident {history['old']} cannot be read: column diagnosis")
+    assert err.count("\n") == 1
+
+
+def test_stats(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int]) -> None:
+    code, out, _ = cli(capsys, "incidents", "stats", "--database", db_url, "--output", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["total"] == 3
+    assert data["by_verdict"] == {"policy_blocked": 1, "zone_split_blocked": 2}
+    assert data["by_outcome"] == {"open": 1, "rejected": 1, "resolved": 1}
+    assert data["mean_time_to_detect"] == pytest.approx(60, abs=1)
+    assert data["mean_time_to_resolve"] == pytest.approx(86400, abs=1)
+    # 8 GPUs x 45 points x ~24 h since the fix
+    assert data["gpu_hours_recovered"] == pytest.approx(8 * 0.45 * 24, rel=0.01)
+    code, out, _ = cli(capsys, "incidents", "stats", "--database", db_url, "--since", "60d")
+    assert code == 0
+    assert "(60d): 4" in out.splitlines()[0]
+    assert "Mean time to resolve:   1d" in out
+    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["list", "--since", "soon"], "--since: expected a duration"),
+        (["list", "--since", "0d"], "--since: must be a positive age"),
+        (["list", "--job", "noslash"], "--job: expected NAMESPACE/NAME, got 'noslash'"),
+        (["list", "--job", "a/b/c"], "--job: expected NAMESPACE/NAME"),
+        (["list", "--job", "ml/x", "--namespace", "other"], "contradicts --job"),
+        (["list", "--status", "sleepy"], "--status: unknown value 'sleepy'"),
+        (["list", "--verdict", "bad"], "--verdict: unknown value 'bad'"),
+        (["list", "--limit", "many"], "--limit: expected a whole number"),
+        (["list", "--limit", "0"], "--limit: expected 1 to 10000"),
+        (["list", "--output", "xml"], "--output: expected table or json"),
+        (["show", "abc"], "ID: expected an incident number"),
+        (["show", "12345"], "incident 12345 not found"),
+        (["stats", "--since", "forever"], "--since: expected a duration"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], db_url: str,
+                                        argv: list[str], message: str) -> None:
+    code, out, err = cli(capsys, "incidents", *argv, "--database", db_url)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("zonemedic: error: ")
+    assert message in err
+
+
+def test_config_file_selects_the_database(capsys: pytest.CaptureFixture[str], db_url: str,
+                                          history: dict[str, int], tmp_path: Path) -> None:
+    config = tmp_path / "zonemedic.yaml"
+    config.write_text(f"cluster_name: prod\ndatabase:\n  url: {db_url}\n")
+    code, out, _ = cli(capsys, "incidents", "list", "--config", str(config), "--status", "rejected")
+    assert code == 0 and _ids(out) == [history["rejected"]]
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("database:\n  uri: x\n", "database.uri: unknown key"),
+        ("database:\n  url: 3\n", "database.url: expected a string, got 3"),
+        ("database:\n  retention: often\n", "database.retention: expected a duration"),
+    ],
+)
+def test_bad_config_names_the_key(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                  yaml_text: str, message: str) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml_text)
+    code, out, err = cli(capsys, "incidents", "list", "--config", str(config))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert message in err
+
+
+def test_database_flag_overrides_environment(capsys: pytest.CaptureFixture[str], db_url: str,
+                                             history: dict[str, int],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZONEMEDIC_DATABASE__URL", "sqlite:////nonexistent/dir/x.db")
+    code, _, err = cli(capsys, "incidents", "list")
+    assert code == 1 and "/nonexistent/dir/x.db does not exist" in err
+    code, out, _ = cli(capsys, "incidents", "list", "--database", db_url, "--limit", "1")
+    assert code == 0 and _ids(out) == [history["blocked"]]

@@ -1,0 +1,52 @@
+"""A separate process deciding one incident from several threads (the concurrency test's 2nd replica).
+
+Usage: python -m tests.store.decider URL INCIDENT_ID ACTOR_PREFIX THREADS GO_FILE
+Prints "ready", waits for GO_FILE to exist, lets THREADS threads approve at once, then prints one
+JSON line per thread: {"actor", "applied", "status", "status_by", "winner"}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agent.model.incident import Actor, DecisionOutcome, DecisionSource
+from agent.settings import DatabaseSettings
+from agent.store.repository import open_store
+
+
+def main() -> None:
+    url, incident_id, prefix, threads, go_file = sys.argv[1:6]
+    store = open_store(DatabaseSettings(pool_size=int(threads)), url=url)
+    store.ping()
+    print("ready", flush=True)
+    while not Path(go_file).exists():
+        time.sleep(0.005)
+    results: list[dict[str, object]] = []
+    lock = threading.Lock()
+
+    def decide(i: int) -> None:
+        actor = Actor(f"{prefix}-{i}", f"{prefix} user {i}", DecisionSource.SLACK)
+        r = store.record_decision(int(incident_id), DecisionOutcome.APPROVE, actor=actor,
+                                  now=datetime.now(UTC))
+        with lock:
+            results.append({"actor": actor.id, "applied": r.applied, "status": r.status.value,
+                            "status_by": r.status_by,
+                            "winner": r.decision.actor_id if r.decision else None})
+
+    workers = [threading.Thread(target=decide, args=(i,)) for i in range(int(threads))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for r in results:
+        print(json.dumps(r), flush=True)
+    store.close()
+
+
+if __name__ == "__main__":
+    main()

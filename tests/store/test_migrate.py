@@ -1,0 +1,120 @@
+"""Migrations: the migrated schema equals the models (no autogenerate drift) on both backends;
+upgrade is idempotent and safe from two starters at once; start-up migrates or refuses a stale
+schema; the scripts are found beside the package or where `database.migrations_dir` says."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+import agent
+from agent.settings import DatabaseSettings, Settings
+from agent.store.engine import make_engine
+from agent.store.errors import SchemaOutOfDateError, StoreError
+from agent.store.migrate import (
+    candidate_dirs,
+    current_revision,
+    head_revision,
+    migrations_dir,
+    schema_diff,
+    upgrade,
+    upgrade_on_start,
+)
+from agent.store.repository import IncidentStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_migrated_schema_equals_models(store: IncidentStore) -> None:
+    assert current_revision(store.engine) == head_revision(DatabaseSettings())
+    assert schema_diff(store.engine) == []
+
+
+def test_drift_is_detected(store: IncidentStore) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_incidents_job"))
+    diff = schema_diff(store.engine)
+    assert [d[0] for d in diff] == ["add_index"]
+    assert diff[0][1].name == "ix_incidents_job"
+
+
+def test_upgrade_from_empty_and_again(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        assert current_revision(engine) is None
+        assert upgrade(engine, DatabaseSettings()) == "0001"
+        assert upgrade(engine, DatabaseSettings()) == "0001"
+        assert schema_diff(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_on_start_migrates_or_refuses(empty_url: str) -> None:
+    stale = Settings(database=DatabaseSettings(url=empty_url, migrate_on_start=False))
+    with pytest.raises(SchemaOutOfDateError, match="revision none, this zonemedic needs 0001.*db upgrade"):
+        upgrade_on_start(stale)
+    store = upgrade_on_start(replace(stale, database=replace(stale.database,
+                                                              migrate_on_start=True)))
+    try:
+        assert store.ready()
+        assert current_revision(store.engine) == "0001"
+    finally:
+        store.close()
+    checked = upgrade_on_start(stale)  # at head: the check passes
+    checked.close()
+
+
+def test_two_starters_migrate_once(empty_url: str) -> None:
+    settings = Settings(database=DatabaseSettings(url=empty_url))
+    errors: list[BaseException] = []
+    stores: list[IncidentStore] = []
+
+    def start() -> None:
+        try:
+            stores.append(upgrade_on_start(settings))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == [] and len(stores) == 2
+    assert schema_diff(stores[0].engine) == []
+    for s in stores:
+        s.close()
+
+
+def test_migrations_dir_is_found_beside_the_package_or_configured(tmp_path: Path) -> None:
+    assert migrations_dir(DatabaseSettings()) == REPO / "migrations"
+    assert migrations_dir(DatabaseSettings(migrations_dir=str(REPO / "migrations"))) == (
+        REPO / "migrations"
+    )
+    with pytest.raises(StoreError, match=f"migration scripts not found at {tmp_path}"):
+        migrations_dir(DatabaseSettings(migrations_dir=str(tmp_path)))
+
+
+def test_installed_wheel_location_is_a_fallback(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # A non-editable install has no migrations/ beside the package; a wheel shipping the scripts
+    # as data-files puts them under <prefix>/share/zonemedic/migrations.
+    fake_package = tmp_path / "site-packages" / "agent" / "__init__.py"
+    fake_package.parent.mkdir(parents=True)
+    fake_package.touch()
+    shared = tmp_path / "prefix" / "share" / "zonemedic" / "migrations"
+    shutil.copytree(REPO / "migrations", shared)
+    monkeypatch.setattr(agent, "__file__", str(fake_package))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "prefix"))
+    assert candidate_dirs(DatabaseSettings())[0] == tmp_path / "site-packages" / "migrations"
+    assert migrations_dir(DatabaseSettings()) == shared
+    assert head_revision(DatabaseSettings()) == "0001"
+    shutil.rmtree(shared)
+    with pytest.raises(StoreError, match="site-packages/migrations or .*share/zonemedic/migrations"):
+        migrations_dir(DatabaseSettings())
