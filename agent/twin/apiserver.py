@@ -587,7 +587,11 @@ class _Handler(BaseHTTPRequestHandler):
                     },
                 )
                 return
-            self._object(201, rt, store.create(rt, body, namespace=namespace, dry_run=dry_run))
+            self._object(
+                201,
+                rt,
+                store.create(rt, body, namespace=namespace, dry_run=dry_run, keep_status=False),
+            )
         elif verb == "update":
             body = self._read_body()
             if not isinstance(body, dict):

@@ -476,10 +476,16 @@ class Store:
         *,
         namespace: str | None = None,
         dry_run: bool = False,
+        keep_status: bool = True,
     ) -> Obj:
+        """Create an object. In-process callers may seed a status (keep_status, the default);
+        the HTTP layer passes keep_status=False and, like the real server, a given status is
+        then dropped for kinds with a status subresource (nodes excepted)."""
         body = _body(obj)
         self._check_kind(rt, body)
         meta = body["metadata"]
+        if not keep_status and "status" in rt.subresources and rt.key != ("", "v1", "nodes"):
+            body.pop("status", None)
         with self._lock:
             ns = self._namespace_for(rt, meta, namespace)
             name = meta.get("name") or ""
@@ -687,7 +693,11 @@ class Store:
                         raise bad_request("the name in the apply patch does not match the URL")
                     meta["name"] = name
                     return self.create(
-                        rt, {**body, "metadata": meta}, namespace=namespace, dry_run=dry_run
+                        rt,
+                        {**body, "metadata": meta},
+                        namespace=namespace,
+                        dry_run=dry_run,
+                        keep_status=False,
                     )
             current = self._must(rt, name, namespace)
             try:

@@ -88,15 +88,24 @@ def _node_cells(node: Obj) -> list[Any]:
         state += ",SchedulingDisabled"
     labels = (node.get("metadata") or {}).get("labels") or {}
     roles = sorted(k.rsplit("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/"))
-    version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
-    return [state, ",".join(roles) or "<none>", version]
+    return [state, ",".join(roles) or "<none>"]
+
+
+def _after_age_cells(rt: ResourceType, obj: Obj) -> list[Any]:
+    """Default columns a real cluster prints after AGE (nodes: VERSION)."""
+    if rt.key == ("", "v1", "nodes"):
+        return [((obj.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")]
+    return []
+
+
+_AFTER_AGE_COLUMNS = {("", "v1", "nodes"): ["Version"]}
 
 
 def _columns(rt: ResourceType) -> list[tuple[str, str]]:
     if rt.key == ("", "v1", "pods"):
         return [("Ready", "string"), ("Status", "string"), ("Restarts", "integer")]
     if rt.key == ("", "v1", "nodes"):
-        return [("Status", "string"), ("Roles", "string"), ("Version", "string")]
+        return [("Status", "string"), ("Roles", "string")]
     return [(header.title(), "string") for header, _ in rt.printer_columns]
 
 
@@ -151,11 +160,18 @@ def table(
     columns = [_column("Name", "string", "Name must be unique within a namespace.")]
     columns += [_column(name, kind) for name, kind in _columns(rt)]
     columns.append(_column("Age", "string", "CreationTimestamp"))
+    columns += [_column(name, "string") for name in _AFTER_AGE_COLUMNS.get(rt.key, [])]
     columns += [_column(name, "string", priority=1) for name in _WIDE_COLUMNS.get(rt.key, [])]
     rows = []
     for obj in objects:
         name = (obj.get("metadata") or {}).get("name", "")
-        cells = [name, *_cells(rt, obj), _age(obj, now), *_wide_cells(rt, obj)]
+        cells = [
+            name,
+            *_cells(rt, obj),
+            _age(obj, now),
+            *_after_age_cells(rt, obj),
+            *_wide_cells(rt, obj),
+        ]
         rows.append({"cells": cells, "object": obj})
     metadata: dict[str, Any] = {"resourceVersion": resource_version}
     if continue_token:

@@ -342,3 +342,22 @@ def test_token_auth_over_tls_with_rbac(tmp_path: Path) -> None:
         assert review.status.allowed is False
         admin.close()
         bob.close()
+
+
+def test_http_create_drops_status_except_for_nodes(api: client.ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(api)
+    body = pod("s")
+    body["status"] = {"phase": "Running", "podIP": "10.0.0.9"}
+    created = core.create_namespaced_pod(ns, body)
+    assert created.status.phase == "Pending" and created.status.pod_ip is None
+    node = core.create_node({"metadata": {"name": f"node-{ns}"[:60]}, "status": {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "nodeInfo": {"kubeletVersion": "v1.32.0", "architecture": "amd64",
+                     "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+                     "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+                     "osImage": "", "systemUUID": ""}}})
+    assert node.status.conditions[0].type == "Ready"
+    custom = client.CustomObjectsApi(api)
+    job = pytorchjob("st")
+    job["status"] = {"conditions": [{"type": "Succeeded"}]}
+    assert "status" not in custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)

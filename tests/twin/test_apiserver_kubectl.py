@@ -288,3 +288,14 @@ def test_system_namespaces_cannot_be_deleted(twin: Twin) -> None:
     assert done.returncode == 1
     assert 'namespaces "kube-system" is forbidden: this namespace may not be deleted' in \
         done.stderr
+
+
+def test_get_nodes_columns_like_a_real_cluster(twin: Twin) -> None:
+    twin.store.create(lookup("nodes"), {"metadata": {"name": "gpu-1", "labels": {
+        "node-role.kubernetes.io/worker": ""}}, "status": {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "nodeInfo": {"kubeletVersion": "v1.32.0"}}})
+    lines = twin.kubectl("get", "nodes").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    row = lines[1].split()
+    assert row[:3] == ["gpu-1", "Ready", "worker"] and row[4] == "v1.32.0"
