@@ -3,7 +3,8 @@
 `register(subparsers)` adds `twin` with one sub-command per entry of TWIN_SUBCOMMANDS (name ->
 function that adds its parser and sets `handler`); adding a sub-command (e.g. `twin up`) is one
 function plus one row. `twin apiserver --kubeconfig PATH [--port P] [--rbac FILE] [--token T]
-[--identity TOKEN=USER[:GROUP,...]]` serves the emulated API until interrupted. Heavy imports stay
+[--identity TOKEN=USER[,GROUP...]] [--service-account TOKEN=NAMESPACE/NAME]` serves the emulated
+API until interrupted. Heavy imports stay
 inside the handlers so other commands do not pay for them.
 """
 
@@ -19,14 +20,22 @@ from agent.twin.command_up import register_up
 
 
 def _parse_identity(text: str) -> tuple[str, str, tuple[str, ...]]:
+    """TOKEN=USER[,GROUP...] (user names may contain ':', as system:serviceaccount:ns:name)."""
     token, sep, who = text.partition("=")
     if not sep or not token or not who:
-        raise InputError(f"--identity {text!r}: expected TOKEN=USER[:GROUP,GROUP...]")
-    user, _, group_text = who.partition(":")
+        raise InputError(f"--identity {text!r}: expected TOKEN=USER[,GROUP...]")
+    user, *groups = who.split(",")
     if not user:
         raise InputError(f"--identity {text!r}: the user name is empty")
-    groups = tuple(g for g in group_text.split(",") if g)
-    return token, user, groups
+    return token, user, tuple(g for g in groups if g)
+
+
+def _parse_service_account(text: str) -> tuple[str, str, str]:
+    token, sep, who = text.partition("=")
+    namespace, slash, name = who.partition("/")
+    if not sep or not token or not slash or not namespace or not name:
+        raise InputError(f"--service-account {text!r}: expected TOKEN=NAMESPACE/NAME")
+    return token, namespace, name
 
 
 def _register_apiserver(twin: Any) -> None:
@@ -49,8 +58,15 @@ def _register_apiserver(twin: Any) -> None:
         "--identity",
         action="append",
         default=[],
-        metavar="TOKEN=USER[:GROUPS]",
+        metavar="TOKEN=USER[,GROUP...]",
         help="another bearer token and its identity for RBAC (repeatable)",
+    )
+    parser.add_argument(
+        "--service-account",
+        action="append",
+        default=[],
+        metavar="TOKEN=NAMESPACE/NAME",
+        help="a bearer token for a service account, as bound in RBAC subjects (repeatable)",
     )
     parser.set_defaults(handler=run_apiserver)
 
@@ -74,6 +90,7 @@ def run_apiserver(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port {args.port}: must be between 0 and 65535")
     identities = [_parse_identity(text) for text in args.identity]
+    accounts = [_parse_service_account(text) for text in args.service_account]
     documents = [doc for path in args.rbac for doc in read_rbac_file(path)]
     store = Store()
     try:
@@ -86,6 +103,8 @@ def run_apiserver(args: argparse.Namespace) -> int:
         authenticator.add(args.token, ADMIN)
     for token, user, groups in identities:
         authenticator.add(token, UserInfo(user, (*groups, AUTHENTICATED)))
+    for token, namespace, name in accounts:
+        authenticator.add(token, UserInfo.service_account(namespace, name))
     try:
         # kubectl sends bearer tokens only over TLS, so a twin with tokens serves HTTPS.
         server = ApiServer(

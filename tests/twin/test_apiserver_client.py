@@ -361,3 +361,19 @@ def test_http_create_drops_status_except_for_nodes(api: client.ApiClient, ns: st
     job = pytorchjob("st")
     job["status"] = {"conditions": [{"type": "Succeeded"}]}
     assert "status" not in custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)
+
+
+def test_client_retries_429_after_retry_after_but_not_500(twin: Twin, api: client.ApiClient,
+                                                          ns: str) -> None:
+    # urllib3's default Retry, which the v37 client keeps, honours Retry-After on 429.
+    core = client.CoreV1Api(api)
+    twin.server.accounting.reset()
+    twin.server.faults.fail(1, code=429, retry_after=1, verb="list", resource="pods")
+    started = time.monotonic()
+    core.list_namespaced_pod(ns)
+    assert time.monotonic() - started >= 0.9
+    assert twin.server.accounting.snapshot()["list pods"] == 2
+    twin.server.faults.fail(1, code=500, verb="list", resource="pods")
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_pod(ns)
+    assert err.value.status == 500

@@ -23,7 +23,7 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: reader, namespace: ml}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
-subjects: [{kind: User, name: alice}]
+subjects: [{kind: User, name: alice}, {kind: ServiceAccount, name: agent}]
 """
 
 
@@ -40,7 +40,8 @@ def test_apiserver_command_serves_with_tokens_and_rbac(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "admin.kubeconfig"
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent.cli", "twin", "apiserver", "--kubeconfig", str(kubeconfig),
-         "--token", "adm", "--identity", "alice-t=alice:team", "--rbac", str(rbac)],
+         "--token", "adm", "--identity", "alice-t=alice,team", "--service-account",
+         "sa-t=ml/agent", "--rbac", str(rbac)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -57,6 +58,12 @@ def test_apiserver_command_serves_with_tokens_and_rbac(tmp_path: Path) -> None:
                         "ml").stdout.strip() == "yes"
         denied = _kubectl(alice, tmp_path, "get", "pods", "-n", "default")
         assert denied.returncode == 1 and "Forbidden" in denied.stderr
+        agent = tmp_path / "agent.kubeconfig"
+        agent.write_text(kubeconfig.read_text().replace("token: adm", "token: sa-t"))
+        assert _kubectl(agent, tmp_path, "auth", "can-i", "get", "pods", "-n",
+                        "ml").stdout.strip() == "yes"
+        whoami = _kubectl(agent, tmp_path, "auth", "can-i", "get", "pods", "-n", "default")
+        assert whoami.stdout.strip() == "no"
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -74,7 +81,8 @@ def test_apiserver_command_serves_with_tokens_and_rbac(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--identity", "no-equals-sign"], "expected TOKEN=USER"),
-        (["--identity", "t=:group"], "user name is empty"),
+        (["--identity", "t=,group"], "user name is empty"),
+        (["--service-account", "t=just-a-name"], "expected TOKEN=NAMESPACE/NAME"),
         (["--rbac", "/nonexistent/rbac.yaml"], "cannot read RBAC file"),
         (["--port", "70000"], "must be between 0 and 65535"),
     ],
