@@ -19,6 +19,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -115,7 +116,7 @@ class ApiServer:
         port: int = 0,
         authenticator: Authenticator | None = None,
         bookmark_interval: float = 1.0,
-        clock: Any = time.time,
+        clock: Callable[[], float] = time.time,
         tls: bool = False,
     ) -> None:
         self.store = store

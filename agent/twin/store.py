@@ -536,7 +536,7 @@ class Store:
             meta["resourceVersion"] = str(self._rv)
             bucket[(ns, name)] = body
             self._index(rt, body)
-            self._emit(EventType.ADDED, rt, body, None)
+            self._emit(EventType.ADDED, rt, body, old=None)
             out: Obj = _clone(body)
         return out
 
@@ -637,11 +637,11 @@ class Store:
                     "metadata.resourceVersion",
                     "Invalid value: 0x0: must be specified for an update",
                 )
-            self._preconditions(rt, current, given, meta.get("uid"))
+            self._preconditions(rt, current, rv=given, uid=meta.get("uid"))
             return self._replace(rt, current, body, subresource=subresource, dry_run=dry_run)
 
     def _preconditions(
-        self, rt: ResourceType, current: Obj, rv: str | None, uid: str | None
+        self, rt: ResourceType, current: Obj, *, rv: str | None, uid: str | None
     ) -> None:
         cmeta = current["metadata"]
         if uid and uid != cmeta["uid"]:
@@ -720,7 +720,7 @@ class Store:
                     "Invalid value: the name and namespace of an object cannot change",
                 )
             self._check_kind(rt, patched)
-            self._preconditions(rt, current, pmeta.get("resourceVersion"), pmeta.get("uid"))
+            self._preconditions(rt, current, rv=pmeta.get("resourceVersion"), uid=pmeta.get("uid"))
             return self._replace(rt, current, patched, subresource=subresource, dry_run=dry_run)
 
     def _replace(
@@ -803,7 +803,7 @@ class Store:
         ):
             self._remove(rt, new, already_bumped=True)
             return _copy(new)
-        self._emit(EventType.MODIFIED, rt, new, current)
+        self._emit(EventType.MODIFIED, rt, new, old=current)
         return _copy(new)
 
     def bind(self, namespace: str, pod_name: str, node_name: str) -> None:
@@ -839,7 +839,7 @@ class Store:
             self._rv += 1
             new["metadata"]["resourceVersion"] = str(self._rv)
             self._objects[pods.key][(namespace, pod_name)] = new
-            self._emit(EventType.MODIFIED, pods, new, current)
+            self._emit(EventType.MODIFIED, pods, new, old=current)
 
     # ------------------------------------------------------------------ delete and GC
 
@@ -867,11 +867,14 @@ class Store:
             current = self._must(rt, name, namespace)
             if preconditions:
                 self._preconditions(
-                    rt, current, preconditions.get("resourceVersion"), preconditions.get("uid")
+                    rt,
+                    current,
+                    rv=preconditions.get("resourceVersion"),
+                    uid=preconditions.get("uid"),
                 )
             if dry_run:
                 return _copy(current)
-            result = self._delete(rt, current, propagation, grace_period_seconds)
+            result = self._delete(rt, current, propagation=propagation, grace=grace_period_seconds)
             return _copy(result)
 
     def delete_collection(
@@ -904,7 +907,9 @@ class Store:
                     _clone(
                         current
                         if dry_run
-                        else self._delete(rt, current, propagation, grace_period_seconds)
+                        else self._delete(
+                            rt, current, propagation=propagation, grace=grace_period_seconds
+                        )
                     )
                 )
             return out
@@ -913,6 +918,7 @@ class Store:
         self,
         rt: ResourceType,
         current: Obj,
+        *,
         propagation: Propagation,
         grace: int | None,
     ) -> Obj:
@@ -948,7 +954,7 @@ class Store:
                     self._rv += 1
                     new["metadata"]["resourceVersion"] = str(self._rv)
                     self._objects[rt.key][(cmeta.get("namespace", ""), cmeta["name"])] = new
-                    self._emit(EventType.MODIFIED, rt, new, current)
+                    self._emit(EventType.MODIFIED, rt, new, old=current)
                     self._schedule(uid, self._clock() + grace)
                     return new
             return current
@@ -978,7 +984,7 @@ class Store:
             self._objects[rt.key][(cmeta.get("namespace", ""), cmeta["name"])] = new
             self._unindex(current)
             self._index(rt, new)
-            self._emit(EventType.MODIFIED, rt, new, current)
+            self._emit(EventType.MODIFIED, rt, new, old=current)
             if waits_for_dependents:
                 for dep_uid in sorted(self._dependents.get(uid, ())):
                     self._delete_uid(dep_uid, Propagation.FOREGROUND)
@@ -997,7 +1003,7 @@ class Store:
         rt, ns, name = where
         obj = self._objects.get(rt.key, {}).get((ns, name))
         if obj is not None:
-            self._delete(rt, obj, propagation, None)
+            self._delete(rt, obj, propagation=propagation, grace=None)
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         for dep_uid in sorted(self._dependents.get(owner_uid, ())):
@@ -1019,7 +1025,7 @@ class Store:
             self._objects[rt.key][(ns, name)] = new
             self._unindex(dep)
             self._index(rt, new)
-            self._emit(EventType.MODIFIED, rt, new, dep)
+            self._emit(EventType.MODIFIED, rt, new, old=dep)
 
     def _empty_namespace(self, ns: str) -> None:
         for key, bucket in list(self._objects.items()):
@@ -1029,7 +1035,7 @@ class Store:
             for key2 in sorted(k for k in bucket if k[0] == ns):
                 obj = bucket.get(key2)
                 if obj is not None:
-                    self._delete(rt, obj, Propagation.BACKGROUND, None)
+                    self._delete(rt, obj, propagation=Propagation.BACKGROUND, grace=None)
         self._maybe_finish_namespace(ns)
 
     def _maybe_finish_namespace(self, ns: str) -> None:
@@ -1057,7 +1063,7 @@ class Store:
             self._rv += 1
             final = dict(obj)
             final["metadata"] = {**meta, "resourceVersion": str(self._rv)}
-        self._emit(EventType.DELETED, rt, final, None)
+        self._emit(EventType.DELETED, rt, final, old=None)
         # Background garbage collection of dependents whose owners are now all gone.
         for dep_uid in sorted(self._dependents.pop(uid, set())):
             where = self._by_uid.get(dep_uid)
@@ -1074,7 +1080,7 @@ class Store:
             ]
             if live:
                 continue
-            self._delete(dep_rt, dep, Propagation.BACKGROUND, None)
+            self._delete(dep_rt, dep, propagation=Propagation.BACKGROUND, grace=None)
         # Owners in foreground deletion finish once their last dependent is gone.
         for ref in meta.get("ownerReferences") or ():
             owner_uid = ref.get("uid")
@@ -1094,7 +1100,7 @@ class Store:
                 new["metadata"]["resourceVersion"] = str(self._rv)
                 self._objects[o_rt.key][(o_ns, o_name)] = new
                 if rest or owner_uid in self._graceful:
-                    self._emit(EventType.MODIFIED, o_rt, new, owner)
+                    self._emit(EventType.MODIFIED, o_rt, new, old=owner)
                 else:
                     self._remove(o_rt, new, already_bumped=True)
         if rt.namespaced and ns:
@@ -1170,7 +1176,7 @@ class Store:
 
     # ------------------------------------------------------------------ watch
 
-    def _emit(self, kind: EventType, rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    def _emit(self, kind: EventType, rt: ResourceType, obj: Obj, *, old: Obj | None) -> None:
         raw = orjson.dumps(obj)
         uid = obj["metadata"]["uid"]
         if kind is EventType.DELETED:
