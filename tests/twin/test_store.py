@@ -399,3 +399,21 @@ def test_returned_objects_are_copies(store: Store) -> None:
     listed["spec"]["nodeName"] = "elsewhere"
     fresh = store.get(PODS, "a", namespace="default")
     assert fresh["metadata"]["labels"] == {} and fresh["spec"]["nodeName"] == "n1"
+
+
+def test_selector_watch_turns_label_changes_into_added_and_deleted(store: Store) -> None:
+    stream = store.open_watch(PODS, namespace="default", since=store.resource_version,
+                              label_selector="app=web")
+    store.create(PODS, pod("a", node=None, labels={"app": "web"}))
+    store.create(PODS, pod("b", node=None, labels={"app": "db"}))
+    for labels in ({"app": "db"}, {"app": "web"}, {"app": "web", "x": "1"}):
+        store.patch(PODS, "a", {"metadata": {"labels": labels}}, namespace="default",
+                    patch_type=PatchType.MERGE)
+    store.delete(PODS, "a", namespace="default")
+    seen = []
+    while (event := stream.next(0.2)) is not None:
+        seen.append((event.type, event.object["metadata"]["name"]))
+    stream.close()
+    assert seen == [("ADDED", "a"), ("DELETED", "a"), ("ADDED", "a"), ("MODIFIED", "a"),
+                    ("DELETED", "a")]
+    assert stream.bookmark_rv() == int(store.resource_version)
