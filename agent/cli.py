@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "twin": "agent.twin.command",
     "incidents": "agent.commands.incidents",
     "db": "agent.commands.db",
+    "diagnose": "agent.commands.diagnose",
 }
 
 

@@ -1,0 +1,196 @@
+"""Diagnose every training job of a cluster: verdict, denied flows, remediation and impact.
+
+Verdicts (per job with at least one live pod):
+- `pending`: some live pod has no node yet.
+- one zone: `healthy` if every required flow is allowed, else `policy_blocked`.
+- several zones: `zone_split_degraded` if every flow is allowed; else `zone_split_blocked` if moving
+  every pod to some single zone (mirroring labels set to it) allows every flow; else
+  `policy_blocked`.
+Only `zone_split_*` findings can be remediable (see `agent.diagnosis.placement`).
+
+`denied_flows` lists denied pod pairs, at most `DENIED_FLOWS_CAP` (50) of them in rule order;
+`denied_flows_total` counts every denied pod pair, so a 1,000-pod job stays a small finding.
+Pods on nodes without a zone label (or unknown nodes) are counted under `unknown` and do not make
+a job split. Called by the `diagnose` command (and later the sweep). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agent.diagnosis.impact import estimate_impact
+from agent.diagnosis.placement import blocking_reasons, choose_target_zone
+from agent.diagnosis.reachability import DeniedPairs, Reachability
+from agent.model.cluster import ClusterState, Pod
+from agent.model.finding import Coordinator, DeniedFlow, Finding, Verdict
+from agent.model.job import Job
+from agent.policy import PolicySet
+from agent.settings import DiagnosisSettings
+from agent.topology.capacity import CapacityIndex
+from agent.topology.flows import required_flows
+from agent.topology.jobs import find_jobs
+from agent.topology.zones import mirror_label_keys, pod_zone
+
+DENIED_FLOWS_CAP = 50
+UNKNOWN_ZONE = "unknown"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The findings of one run plus the zone-mirroring label keys it used."""
+
+    findings: tuple[Finding, ...]
+    mirror_keys: tuple[str, ...]
+
+
+def _denied_flows(groups: Sequence[DeniedPairs], cap: int) -> tuple[list[DeniedFlow], int]:
+    flows: list[DeniedFlow] = []
+    total = 0
+    for g in groups:
+        total += g.count
+        if len(flows) >= cap:
+            continue
+        v = g.verdict
+        assert v.hop is not None and v.reason is not None, "a denied verdict names hop and reason"
+        for src in g.sources:
+            if len(flows) >= cap:
+                break
+            for dst in g.destinations:
+                if dst is src:
+                    continue
+                flows.append(DeniedFlow(src.name, dst.name, g.ports, v.hop, v.reason, v.policies))
+                if len(flows) >= cap:
+                    break
+    return flows, total
+
+
+class _Diagnoser:
+    def __init__(
+        self, state: ClusterState, policies: PolicySet, *, settings: DiagnosisSettings
+    ) -> None:
+        self.state = state
+        self.settings = settings
+        self.mirror_keys = mirror_label_keys(
+            settings.pod_zone_label, pods=state.pods, nodes=state.nodes
+        )
+        self.reach = Reachability(
+            policies,
+            state.namespaces,
+            label_keys=policies.pod_label_keys(),
+            mirror_keys=self.mirror_keys,
+        )
+        self.capacity = CapacityIndex(state.nodes, state.pods)
+        self.zones = state.zones()
+        self.node_zone = {name: node.zone for name, node in state.nodes.items()}
+
+    def _zone(self, pod: Pod) -> str | None:
+        return pod_zone(pod, self.state.nodes)
+
+    def diagnose(self, job: Job) -> Finding:
+        pods_by_zone: dict[str, int] = {}
+        gpus_by_zone: dict[str, int] = {}
+        pending = False
+        node_zone = self.node_zone
+        for pod in job.pods:
+            if pod.node_name is None:
+                pending = True
+                continue
+            zone = node_zone.get(pod.node_name) or UNKNOWN_ZONE
+            pods_by_zone[zone] = pods_by_zone.get(zone, 0) + 1
+            gpus_by_zone[zone] = gpus_by_zone.get(zone, 0) + pod.gpu_request
+        coord = job.coordinator
+        coordinator = Coordinator(coord.name, self._zone(coord)) if coord is not None else None
+        zones_map = dict(sorted(pods_by_zone.items()))
+        if pending:
+            unscheduled = sum(1 for p in job.pods if p.node_name is None)
+            return Finding(
+                job=job.ref,
+                verdict=Verdict.PENDING,
+                zones=zones_map,
+                coordinator=coordinator,
+                reasons=(f"{unscheduled} pod(s) not scheduled yet",),
+            )
+        rules = required_flows(job)
+        pairs = self.reach.prepare(rules)
+        denied = self.reach.denied(pairs)
+        flows, total = _denied_flows(denied, DENIED_FLOWS_CAP)
+        known_zones = [z for z in pods_by_zone if z != UNKNOWN_ZONE]
+        reasons: list[str] = []
+        if UNKNOWN_ZONE in pods_by_zone:
+            reasons.append(f"{pods_by_zone[UNKNOWN_ZONE]} pod(s) on nodes with no zone label")
+        if len(known_zones) <= 1:
+            verdict = Verdict.POLICY_BLOCKED if denied else Verdict.HEALTHY
+            if denied:
+                reasons.append("the job is in one zone: the denied flows need a policy change")
+            return Finding(
+                job=job.ref,
+                verdict=verdict,
+                zones=zones_map,
+                coordinator=coordinator,
+                denied_flows=tuple(flows),
+                denied_flows_total=total,
+                reasons=tuple(reasons),
+            )
+        fixing = [z for z in self.zones if not self.reach.denied(pairs, zone=z, first_only=True)]
+        if denied and not fixing:
+            reasons.append("no single zone makes every required flow allowed: fix the policies")
+            return Finding(
+                job=job.ref,
+                verdict=Verdict.POLICY_BLOCKED,
+                zones=zones_map,
+                coordinator=coordinator,
+                denied_flows=tuple(flows),
+                denied_flows_total=total,
+                reasons=tuple(reasons),
+            )
+        verdict = Verdict.ZONE_SPLIT_BLOCKED if denied else Verdict.ZONE_SPLIT_DEGRADED
+        need = job.gpu_request
+        free = self.capacity.free_gpus(job.pods)
+        candidates = [z for z in fixing if free.get(z, 0) >= need]
+        if not fixing:
+            reasons.append("co-locating in any single zone would deny some required flow")
+        elif not candidates:
+            room = ", ".join(f"{z}: {free.get(z, 0)}" for z in fixing)
+            reasons.append(f"no zone has {need} free GPUs for the job (free: {room})")
+        blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces)
+        reasons.extend(blocking)
+        best = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
+        target = best if not blocking else None
+        if best is not None and blocking:
+            reasons.append(f"{best} can hold the whole job: co-locate it there by other means")
+        impact = estimate_impact(
+            gpus_by_zone=gpus_by_zone,
+            pods_by_zone=pods_by_zone,
+            target_zone=target,
+            bytes_per_step=self.settings.bytes_per_step,
+            price_per_gb=self.settings.price_per_gb,
+        )
+        return Finding(
+            job=job.ref,
+            verdict=verdict,
+            zones=zones_map,
+            coordinator=coordinator,
+            denied_flows=tuple(flows),
+            denied_flows_total=total,
+            remediable=target is not None,
+            target_zone=target,
+            reasons=tuple(reasons),
+            impact=impact,
+            gpus=dict(sorted(gpus_by_zone.items())),
+        )
+
+
+def diagnose_cluster(
+    state: ClusterState,
+    policies: PolicySet,
+    *,
+    settings: DiagnosisSettings,
+) -> Diagnosis:
+    """One finding per job with live pods (Kubeflow jobs, then configured groups)."""
+    diagnoser = _Diagnoser(state, policies, settings=settings)
+    jobs = find_jobs(state, settings.groups)
+    return Diagnosis(
+        findings=tuple(diagnoser.diagnose(job) for job in jobs),
+        mirror_keys=diagnoser.mirror_keys,
+    )

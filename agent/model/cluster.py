@@ -1,0 +1,179 @@
+"""Cluster objects as the core sees them: nodes, namespaces, pods, owner objects and Kubeflow jobs.
+
+Built by `agent.snapshot` (from manifests) and later by the watch cache; read by `agent.topology` and
+`agent.diagnosis`. Plain immutable data only: no parsing of manifests, no evaluation, no I/O.
+Label mappings are never copied by the core and must not be mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from agent.model.network import Protocol
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+_NO_LABELS: Mapping[str, str] = {}
+
+
+class PodPhase(StrEnum):
+    """The pod lifecycle phase (`status.phase`)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+FINISHED_PHASES = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPort:
+    """One declared container port; `name` is None when the port is unnamed."""
+
+    port: int
+    name: str | None = None
+    protocol: Protocol = Protocol.TCP
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """An ownerReference of an object (`controller` marks the managing owner)."""
+
+    kind: str
+    name: str
+    api_version: str = ""
+    controller: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node: labels (zone among them), allocatable GPUs, cordon state and taints."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_allocatable: int = 0
+    unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+
+    @property
+    def zone(self) -> str | None:
+        return self.labels.get(ZONE_LABEL)
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A pod: identity (namespace, labels, service account), placement, phase, GPUs and ports."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
+    node_name: str | None = None
+    phase: PodPhase = PodPhase.PENDING
+    gpu_request: int = 0
+    ports: tuple[ContainerPort, ...] = ()
+    service_account: str = "default"
+    owners: tuple[OwnerRef, ...] = ()
+
+    @property
+    def live(self) -> bool:
+        """True unless the pod has finished (Succeeded or Failed)."""
+        return self.phase not in FINISHED_PHASES
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        for owner in self.owners:
+            if owner.controller:
+                return owner
+        return None
+
+    def named_ports(self) -> dict[str, int]:
+        """Container port name -> number, for the named ports of this pod."""
+        return {p.name: p.port for p in self.ports if p.name}
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedObject:
+    """A workload object that only matters for ownership chains (batch Job, ReplicaSet, Deployment)."""
+
+    kind: str
+    namespace: str
+    name: str
+    owners: tuple[OwnerRef, ...] = ()
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        for owner in self.owners:
+            if owner.controller:
+                return owner
+        return None
+
+
+class JobKind(StrEnum):
+    """Kinds of training job a finding can be about (`Group` is a configured generic group)."""
+
+    PYTORCH = "PyTorchJob"
+    TF = "TFJob"
+    MPI = "MPIJob"
+    XGBOOST = "XGBoostJob"
+    PADDLE = "PaddleJob"
+    JAX = "JAXJob"
+    GROUP = "Group"
+
+
+KUBEFLOW_KINDS = frozenset(k for k in JobKind if k is not JobKind.GROUP)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingJobObject:
+    """The job object of a Kubeflow job, as far as diagnosis needs it.
+
+    `managed_by` is `spec.runPolicy.managedBy` (None when unset); `finished` is true once a
+    Succeeded or Failed condition is True.
+    """
+
+    kind: JobKind
+    namespace: str
+    name: str
+    api_version: str = "kubeflow.org/v1"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    suspend: bool = False
+    managed_by: str | None = None
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Everything topology needs to know about a cluster at one moment (no policies).
+
+    `job_objects` is keyed by (kind, namespace, name); `owned_objects` by (kind, namespace, name)
+    with kinds like `Job` (batch), `ReplicaSet`, `Deployment`.
+    """
+
+    nodes: Mapping[str, Node] = field(default_factory=dict)
+    namespaces: Mapping[str, Namespace] = field(default_factory=dict)
+    pods: tuple[Pod, ...] = ()
+    job_objects: Mapping[tuple[JobKind, str, str], TrainingJobObject] = field(default_factory=dict)
+    owned_objects: Mapping[tuple[str, str, str], OwnedObject] = field(default_factory=dict)
+
+    def zones(self) -> list[str]:
+        """Every zone named by a node label, sorted."""
+        return sorted({z for n in self.nodes.values() if (z := n.zone) is not None})

@@ -1,0 +1,131 @@
+"""A finding: the diagnosis of one job (verdict, zones, denied flows, remediation, impact).
+
+Built by `agent.diagnosis.diagnose`; rendered by the `diagnose` command (JSON, table) and later by
+chatops and the store. `to_dict` gives the JSON shape of `zonemedic diagnose --output json`.
+Plain data only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from agent.model.job import JobRef
+from agent.model.network import DenyReason, Hop, PortRange
+
+
+class Verdict(StrEnum):
+    PENDING = "pending"
+    HEALTHY = "healthy"
+    POLICY_BLOCKED = "policy_blocked"
+    ZONE_SPLIT_DEGRADED = "zone_split_degraded"
+    ZONE_SPLIT_BLOCKED = "zone_split_blocked"
+
+
+SPLIT_VERDICTS = frozenset({Verdict.ZONE_SPLIT_DEGRADED, Verdict.ZONE_SPLIT_BLOCKED})
+
+
+@dataclass(frozen=True, slots=True)
+class DeniedFlow:
+    """One denied pod-to-pod connection: which hop dropped it, why, and the policies responsible."""
+
+    from_pod: str
+    to_pod: str
+    ports: PortRange
+    hop: Hop
+    reason: DenyReason
+    policies: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "from_pod": self.from_pod,
+            "to_pod": self.to_pod,
+            "port": self.ports.first if self.ports.first == self.ports.last else str(self.ports),
+            "protocol": str(self.ports.protocol),
+            "hop": str(self.hop),
+            "reason": str(self.reason),
+            "policies": list(self.policies),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Impact:
+    """Damage estimate of a split job (see `agent.diagnosis.impact` for the formulas).
+
+    `reference_zone` is the target zone, or (no target) the zone holding most of the job's GPUs.
+    Cost figures are None until a bytes-per-step figure is known (config or, later, metrics).
+    """
+
+    gpus_total: int
+    gpus_outside_target: int
+    gpu_share_outside_target: float
+    pods_outside_target: int
+    cross_zone_bytes_per_step: int | None = None
+    cross_zone_cost_per_step_usd: float | None = None
+    reference_zone: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "gpus_total": self.gpus_total,
+            "gpus_outside_target": self.gpus_outside_target,
+            "gpu_share_outside_target": round(self.gpu_share_outside_target, 4),
+            "pods_outside_target": self.pods_outside_target,
+            "reference_zone": self.reference_zone,
+        }
+        if self.cross_zone_bytes_per_step is not None:
+            out["cross_zone_bytes_per_step"] = self.cross_zone_bytes_per_step
+        if self.cross_zone_cost_per_step_usd is not None:
+            out["cross_zone_cost_per_step_usd"] = self.cross_zone_cost_per_step_usd
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator:
+    pod: str
+    zone: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """The diagnosis of one job.
+
+    `denied_flows` lists at most `DENIED_FLOWS_CAP` pod pairs (see `agent.diagnosis.diagnose`);
+    `denied_flows_total` counts them all. `gpus` holds the job's GPU requests per zone (split
+    findings; for remediation planning, not part of the JSON output).
+    """
+
+    job: JobRef
+    verdict: Verdict
+    zones: Mapping[str, int]
+    coordinator: Coordinator | None
+    denied_flows: tuple[DeniedFlow, ...] = ()
+    denied_flows_total: int = 0
+    remediable: bool = False
+    target_zone: str | None = None
+    reasons: tuple[str, ...] = ()
+    impact: Impact | None = None
+    gpus: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": {
+                "kind": str(self.job.kind),
+                "namespace": self.job.namespace,
+                "name": self.job.name,
+            },
+            "verdict": str(self.verdict),
+            "zones": dict(self.zones),
+            "coordinator": (
+                {"pod": self.coordinator.pod, "zone": self.coordinator.zone}
+                if self.coordinator is not None
+                else None
+            ),
+            "denied_flows": [f.to_dict() for f in self.denied_flows],
+            "denied_flows_total": self.denied_flows_total,
+            "remediable": self.remediable,
+            "target_zone": self.target_zone,
+            "reasons": list(self.reasons),
+            "impact": self.impact.to_dict() if self.impact is not None else None,
+        }

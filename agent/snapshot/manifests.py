@@ -1,0 +1,290 @@
+"""Parse single Kubernetes manifests (plain dicts) into model objects: Node, Namespace, Pod, ...
+
+Called by `agent.snapshot.collection` once per item. Checks types of every field it reads and
+raises `ManifestError(field, problem)`; the caller adds the file and item index. A pod's labels
+are copied once (shallow) so the rest of its document can be freed and the pods' data stays close
+together in memory; nothing else is copied. It does not parse network policies (that is
+`agent.policy.parse_policy`) and reads no files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent.model.cluster import (
+    GPU_RESOURCE,
+    ContainerPort,
+    JobKind,
+    Namespace,
+    Node,
+    OwnedObject,
+    OwnerRef,
+    Pod,
+    PodPhase,
+    Taint,
+    TrainingJobObject,
+)
+from agent.model.network import Protocol
+
+_EMPTY: dict[str, Any] = {}
+_PHASES = {p.value: p for p in PodPhase}
+_PROTOCOLS = {p.value: p for p in Protocol if p is not Protocol.ANY}
+
+
+class ManifestError(Exception):
+    """A field of a manifest is missing or has the wrong type (`field` is a dotted path)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def _type(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _map(obj: Mapping[str, Any], key: str, *, where: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, dict):
+        raise ManifestError(f"{where}{key}", f"expected a mapping, got {_type(value)}")
+    return value
+
+
+def _list(obj: Mapping[str, Any], key: str, *, where: str) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ManifestError(f"{where}{key}", f"expected a list, got {_type(value)}")
+    return value
+
+
+def _opt_str(obj: Mapping[str, Any], key: str, *, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ManifestError(f"{where}{key}", f"expected a string, got {_type(value)}")
+
+
+def _req_str(obj: Mapping[str, Any], key: str, *, where: str) -> str:
+    value = obj.get(key)
+    if isinstance(value, str) and value:
+        return value
+    if value is None or value == "":
+        raise ManifestError(f"{where}{key}", "required")
+    raise ManifestError(f"{where}{key}", f"expected a string, got {_type(value)}")
+
+
+def _bool(obj: Mapping[str, Any], key: str, *, where: str) -> bool:
+    value = obj.get(key)
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    raise ManifestError(f"{where}{key}", f"expected true or false, got {_type(value)}")
+
+
+def _labels(meta: Mapping[str, Any], key: str = "labels") -> Mapping[str, str]:
+    value = meta.get(key)
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, dict):
+        raise ManifestError(f"metadata.{key}", f"expected a mapping, got {_type(value)}")
+    for k, v in value.items():
+        if not isinstance(v, str) or not isinstance(k, str):
+            raise ManifestError(f"metadata.{key}.{k}", f"expected a string value, got {_type(v)}")
+    return value
+
+
+def _count(value: object, where: str) -> int:
+    """An integer resource quantity such as nvidia.com/gpu ('2', 2)."""
+    if isinstance(value, bool):
+        raise ManifestError(where, f"expected a whole number, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise ManifestError(where, f"expected a whole number, got {value!r}")
+
+
+def metadata(item: Mapping[str, Any], *, namespaced: bool) -> tuple[Mapping[str, Any], str, str]:
+    """(metadata, namespace, name); namespace is '' for cluster-scoped objects."""
+    meta = _map(item, "metadata", where="")
+    name = _req_str(meta, "name", where="metadata.")
+    namespace = (_opt_str(meta, "namespace", where="metadata.") or "default") if namespaced else ""
+    return meta, namespace, name
+
+
+def _owners(meta: Mapping[str, Any]) -> tuple[OwnerRef, ...]:
+    refs = _list(meta, "ownerReferences", where="metadata.")
+    if not refs:
+        return ()
+    out = []
+    for i, ref in enumerate(refs):
+        where = f"metadata.ownerReferences[{i}]."
+        if not isinstance(ref, dict):
+            raise ManifestError(where[:-1], f"expected a mapping, got {_type(ref)}")
+        out.append(
+            OwnerRef(
+                kind=_req_str(ref, "kind", where=where),
+                name=_req_str(ref, "name", where=where),
+                api_version=_opt_str(ref, "apiVersion", where=where) or "",
+                controller=_bool(ref, "controller", where=where),
+            )
+        )
+    return tuple(out)
+
+
+def parse_node(item: Mapping[str, Any]) -> Node:
+    meta, _, name = metadata(item, namespaced=False)
+    spec = _map(item, "spec", where="")
+    status = _map(item, "status", where="")
+    allocatable = _map(status, "allocatable", where="status.")
+    gpus = allocatable.get(GPU_RESOURCE)
+    taints = []
+    for i, t in enumerate(_list(spec, "taints", where="spec.")):
+        where = f"spec.taints[{i}]."
+        if not isinstance(t, dict):
+            raise ManifestError(where[:-1], f"expected a mapping, got {_type(t)}")
+        taints.append(
+            Taint(
+                key=_req_str(t, "key", where=where),
+                effect=_opt_str(t, "effect", where=where) or "",
+                value=_opt_str(t, "value", where=where) or "",
+            )
+        )
+    return Node(
+        name=name,
+        labels=_labels(meta),
+        gpu_allocatable=0 if gpus is None else _count(gpus, f"status.allocatable.{GPU_RESOURCE}"),
+        unschedulable=_bool(spec, "unschedulable", where="spec."),
+        taints=tuple(taints),
+    )
+
+
+def parse_namespace(item: Mapping[str, Any]) -> Namespace:
+    meta, _, name = metadata(item, namespaced=False)
+    return Namespace(name=name, labels=_labels(meta))
+
+
+def _container_gpus(container: Mapping[str, Any], where: str) -> int:
+    resources = _map(container, "resources", where=where)
+    if not resources:
+        return 0
+    requests = _map(resources, "requests", where=f"{where}resources.")
+    value = requests.get(GPU_RESOURCE)
+    if value is not None:
+        return _count(value, f"{where}resources.requests.{GPU_RESOURCE}")
+    limits = _map(resources, "limits", where=f"{where}resources.")
+    value = limits.get(GPU_RESOURCE)  # extended resources: requests default to limits
+    if value is not None:
+        return _count(value, f"{where}resources.limits.{GPU_RESOURCE}")
+    return 0
+
+
+def _container_ports(container: Mapping[str, Any], where: str) -> list[ContainerPort]:
+    out = []
+    for j, port in enumerate(_list(container, "ports", where=where)):
+        pwhere = f"{where}ports[{j}]."
+        if not isinstance(port, dict):
+            raise ManifestError(pwhere[:-1], f"expected a mapping, got {_type(port)}")
+        number = port.get("containerPort")
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 < number < 65536:
+            raise ManifestError(f"{pwhere}containerPort", f"expected a port number, got {number!r}")
+        protocol = port.get("protocol", "TCP")
+        if protocol not in _PROTOCOLS:
+            raise ManifestError(f"{pwhere}protocol", f"expected TCP, UDP or SCTP, got {protocol!r}")
+        out.append(
+            ContainerPort(
+                port=number,
+                name=_opt_str(port, "name", where=pwhere),
+                protocol=_PROTOCOLS[protocol],
+            )
+        )
+    return out
+
+
+def parse_pod(
+    item: Mapping[str, Any],
+    *,
+    shared: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] | None = None,
+) -> Pod:
+    """A Pod. Equal port tuples are shared through `shared` (pods of a job declare the same)."""
+    meta, namespace, name = metadata(item, namespaced=True)
+    spec = _map(item, "spec", where="")
+    status = _map(item, "status", where="")
+    gpus = 0
+    ports: list[ContainerPort] = []
+    for i, container in enumerate(_list(spec, "containers", where="spec.")):
+        where = f"spec.containers[{i}]."
+        if not isinstance(container, dict):
+            raise ManifestError(where[:-1], f"expected a mapping, got {_type(container)}")
+        gpus += _container_gpus(container, where)
+        if "ports" in container:
+            ports.extend(_container_ports(container, where))
+    init_gpus = 0
+    for i, container in enumerate(_list(spec, "initContainers", where="spec.")):
+        where = f"spec.initContainers[{i}]."
+        if not isinstance(container, dict):
+            raise ManifestError(where[:-1], f"expected a mapping, got {_type(container)}")
+        init_gpus = max(init_gpus, _container_gpus(container, where))
+    phase_text = status.get("phase", "Pending")
+    phase = _PHASES.get(phase_text) if isinstance(phase_text, str) else None
+    if phase is None:
+        raise ManifestError("status.phase", f"unknown pod phase {phase_text!r}")
+    node_name = _opt_str(spec, "nodeName", where="spec.") or None
+    service_account = (
+        _opt_str(spec, "serviceAccountName", where="spec.")
+        or _opt_str(spec, "serviceAccount", where="spec.")
+        or "default"
+    )
+    port_tuple = tuple(ports)
+    if shared is not None and port_tuple:
+        port_tuple = shared.setdefault(port_tuple, port_tuple)
+    return Pod(
+        namespace=namespace,
+        name=name,
+        labels=dict(_labels(meta)),  # a fresh dict beside the Pod: better locality
+        node_name=node_name,
+        phase=phase,
+        gpu_request=max(gpus, init_gpus),
+        ports=port_tuple,
+        service_account=service_account,
+        owners=_owners(meta),
+    )
+
+
+def parse_owned_object(item: Mapping[str, Any], kind: str) -> OwnedObject:
+    meta, namespace, name = metadata(item, namespaced=True)
+    return OwnedObject(kind=kind, namespace=namespace, name=name, owners=_owners(meta))
+
+
+_FINISHED = {"Succeeded", "Failed"}
+
+
+def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObject:
+    meta, namespace, name = metadata(item, namespaced=True)
+    spec = _map(item, "spec", where="")
+    run_policy = _map(spec, "runPolicy", where="spec.")
+    status = _map(item, "status", where="")
+    finished = False
+    for i, cond in enumerate(_list(status, "conditions", where="status.")):
+        where = f"status.conditions[{i}]."
+        if not isinstance(cond, dict):
+            raise ManifestError(where[:-1], f"expected a mapping, got {_type(cond)}")
+        if _opt_str(cond, "type", where=where) in _FINISHED and cond.get("status") == "True":
+            finished = True
+    return TrainingJobObject(
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        api_version=str(item.get("apiVersion", "")),
+        labels=_labels(meta),
+        suspend=_bool(run_policy, "suspend", where="spec.runPolicy."),
+        managed_by=_opt_str(run_policy, "managedBy", where="spec.runPolicy."),
+        finished=finished,
+    )

@@ -1,0 +1,83 @@
+"""The connections each kind of training job needs (issue 2, DESIGN.md section 5).
+
+- PyTorchJob, XGBoostJob, PaddleJob, JAXJob: every non-coordinator pod -> coordinator on the
+  coordinator's named port; collective traffic between every ordered pair on TCP 1024-65535.
+- TFJob: every ordered pair of pods (evaluators excluded) on `tfjob-port`.
+- MPIJob (v1 and v2beta1): launcher -> each worker on TCP 22 (`ssh`); workers -> launcher and
+  worker <-> worker on TCP 1024-65535.
+- Group: every worker -> coordinator on the configured ports (default: the coordinator's
+  container ports).
+
+Named ports resolve from the coordinator's container ports, else the table default (PaddleJob and
+JAXJob: the coordinator's first container port, else the default). A job without a coordinator pod
+needs no coordinator flows. Called by `agent.diagnosis`. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agent.model.cluster import JobKind, Pod
+from agent.model.flow import FlowRule
+from agent.model.job import Job
+from agent.model.network import PortRange, Protocol
+
+COLLECTIVE_PORTS = PortRange(1024, 65535, Protocol.TCP)
+
+# kind -> (port name, default number)
+NAMED_PORTS: Mapping[JobKind, tuple[str, int]] = {
+    JobKind.PYTORCH: ("pytorchjob-port", 23456),
+    JobKind.TF: ("tfjob-port", 2222),
+    JobKind.MPI: ("ssh", 22),
+    JobKind.XGBOOST: ("xgboostjob-port", 9999),
+    JobKind.PADDLE: ("master", 36543),
+    JobKind.JAX: ("jaxjob-port", 6666),
+}
+_FIRST_PORT_FALLBACK = frozenset({JobKind.PADDLE, JobKind.JAX})
+
+
+def job_port(kind: JobKind, coordinator: Pod | None) -> PortRange:
+    """The coordinator's port for `kind`: by name, else (Paddle, JAX) its first port, else default."""
+    name, default = NAMED_PORTS[kind]
+    if coordinator is not None:
+        for port in coordinator.ports:
+            if port.name == name:
+                return PortRange.single(port.port, port.protocol)
+        if kind in _FIRST_PORT_FALLBACK and coordinator.ports:
+            first = coordinator.ports[0]
+            return PortRange.single(first.port, first.protocol)
+    return PortRange.single(default)
+
+
+def required_flows(job: Job) -> tuple[FlowRule, ...]:
+    """The flow rules `job` needs to train."""
+    kind = job.ref.kind
+    pods = job.pods
+    coord = job.coordinator
+    others = tuple(p for p in pods if p is not coord)
+    rules: list[FlowRule] = []
+    if kind is JobKind.GROUP:
+        if coord is None:
+            return ()
+        workers = tuple(p for p in pods if job.replica_types.get(p.name) == "worker")
+        ports = (
+            [PortRange.single(p) for p in job.group_ports]
+            if job.group_ports
+            else [PortRange.single(p.port, p.protocol) for p in coord.ports]
+        )
+        return tuple(FlowRule(workers, (coord,), r, "worker -> coordinator") for r in ports)
+    if kind is JobKind.TF:
+        members = tuple(p for p in pods if job.replica_types.get(p.name) != "evaluator")
+        return (FlowRule(members, members, job_port(kind, coord), "all pairs on tfjob-port"),)
+    if kind is JobKind.MPI:
+        if coord is None:
+            return (FlowRule(pods, pods, COLLECTIVE_PORTS, "worker <-> worker"),)
+        return (
+            FlowRule((coord,), others, job_port(kind, coord), "launcher -> worker (ssh)"),
+            FlowRule(others, (coord,), COLLECTIVE_PORTS, "worker -> launcher"),
+            FlowRule(others, others, COLLECTIVE_PORTS, "worker <-> worker"),
+        )
+    if coord is not None:
+        rules.append(FlowRule(others, (coord,), job_port(kind, coord), "-> coordinator"))
+    rules.append(FlowRule(pods, pods, COLLECTIVE_PORTS, "collective, all pairs"))
+    return tuple(rules)

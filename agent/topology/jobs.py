@@ -1,0 +1,159 @@
+"""Group pods into training jobs: Kubeflow jobs found from their pods, and configured groups.
+
+Kubeflow pods are recognised by the `training.kubeflow.org/job-name` label or a controller owner
+reference to a Kubeflow kind; the kind comes from that owner, from the owner chain of an mpi-operator
+v2beta1 launcher (pod -> batch Job `<job>-launcher` -> MPIJob), from the operator-name label, or from
+a job object of that name. The job object, when present, adds run policy, labels and status.
+Finished pods are dropped; a job with no live pod yields no `Job`. Generic groups come from
+`GroupSpec`s: one group per namespace holding matching pods. Called by `agent.diagnosis`. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from agent.model.cluster import (
+    FINISHED_PHASES,
+    KUBEFLOW_KINDS,
+    ClusterState,
+    JobKind,
+    OwnerRef,
+    Pod,
+)
+from agent.model.job import Job, JobRef
+from agent.settings import GroupSpec
+from agent.topology.roles import (
+    JOB_NAME_LABEL,
+    OPERATOR_KINDS,
+    OPERATOR_NAME_LABEL,
+    find_coordinator,
+    replica_index,
+    replica_type,
+)
+
+_KINDS = {k.value: k for k in KUBEFLOW_KINDS}
+
+
+def _kind_from_owners(pod: Pod, state: ClusterState) -> tuple[JobKind, str] | None:
+    owner = pod.controller
+    if owner is None:
+        return None
+    kind = _KINDS.get(owner.kind)
+    if kind is not None and owner.api_version.startswith("kubeflow.org/"):
+        return kind, owner.name
+    if owner.kind == "Job":  # mpi-operator v2beta1 launcher: pod -> batch Job -> MPIJob
+        batch = state.owned_objects.get(("Job", pod.namespace, owner.name))
+        parent = batch.controller if batch is not None else None
+        if parent is not None and parent.kind == "MPIJob":
+            return JobKind.MPI, parent.name
+    return None
+
+
+def _identify(
+    pod: Pod, state: ClusterState, *, names: Mapping[tuple[str, str], list[JobKind]]
+) -> tuple[JobKind, str] | None:
+    by_owner = _kind_from_owners(pod, state)
+    if by_owner is not None:
+        return by_owner
+    job_name = pod.labels.get(JOB_NAME_LABEL)
+    if not job_name:
+        return None
+    kind = OPERATOR_KINDS.get(pod.labels.get(OPERATOR_NAME_LABEL, ""))
+    if kind is not None:
+        return kind, job_name
+    kinds = names.get((pod.namespace, job_name), [])
+    if len(kinds) == 1:
+        return kinds[0], job_name
+    owner = pod.controller
+    if owner is not None and owner.kind == "Job" and owner.name == f"{job_name}-launcher":
+        # a launcher whose batch Job is not in the snapshot: mpi-operator names it <job>-launcher
+        return JobKind.MPI, job_name
+    return None
+
+
+def kubeflow_jobs(state: ClusterState) -> list[Job]:
+    """Every Kubeflow job with at least one live pod, sorted by (namespace, kind, name)."""
+    names: dict[tuple[str, str], list[JobKind]] = {}
+    for kind, ns, name in state.job_objects:
+        names.setdefault((ns, name), []).append(kind)
+    members: dict[tuple[JobKind, str, str], list[Pod]] = {}
+    for pod in state.pods:
+        if pod.phase in FINISHED_PHASES or (not pod.owners and JOB_NAME_LABEL not in pod.labels):
+            continue
+        found = _identify(pod, state, names=names)
+        if found is None:
+            continue
+        kind, job_name = found
+        members.setdefault((kind, pod.namespace, job_name), []).append(pod)
+    jobs = []
+    for (kind, ns, name), pods in sorted(members.items()):
+        types = {p.name: replica_type(p, name) for p in pods}
+        order = {}
+        for p in pods:
+            index = replica_index(p)
+            order[p.name] = (types[p.name], -1 if index is None else index, p.name)
+        pods.sort(key=lambda p: order[p.name])
+        jobs.append(
+            Job(
+                ref=JobRef(kind, ns, name),
+                pods=tuple(pods),
+                replica_types=types,
+                coordinator=find_coordinator(kind, pods, types=types),
+                obj=state.job_objects.get((kind, ns, name)),
+            )
+        )
+    return jobs
+
+
+def _matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def group_jobs(pods: Iterable[Pod], specs: Sequence[GroupSpec]) -> list[Job]:
+    """One `Job` of kind Group per spec and namespace holding live pods matching its selector.
+
+    Pods matching `coordinator` are coordinators (the first by name is the coordinator), pods
+    matching `workers` are workers; other matching pods are ignored.
+    """
+    if not specs:
+        return []
+    live = [p for p in pods if p.live]
+    jobs = []
+    for spec in specs:
+        by_ns: dict[str, list[Pod]] = {}
+        for pod in live:
+            if spec.namespace is not None and pod.namespace != spec.namespace:
+                continue
+            if _matches(pod.labels, spec.selector):
+                by_ns.setdefault(pod.namespace, []).append(pod)
+        for ns, candidates in sorted(by_ns.items()):
+            types: dict[str, str] = {}
+            for pod in sorted(candidates, key=lambda p: p.name):
+                if _matches(pod.labels, spec.coordinator):
+                    types[pod.name] = "coordinator"
+                elif _matches(pod.labels, spec.workers):
+                    types[pod.name] = "worker"
+            if not types:
+                continue
+            members = sorted(
+                (p for p in candidates if p.name in types),
+                key=lambda p: (types[p.name] != "coordinator", p.name),
+            )
+            coordinator = members[0] if types[members[0].name] == "coordinator" else None
+            controllers: dict[str, OwnerRef | None] = {p.name: p.controller for p in members}
+            jobs.append(
+                Job(
+                    ref=JobRef(JobKind.GROUP, ns, spec.name),
+                    pods=tuple(members),
+                    replica_types=types,
+                    coordinator=coordinator,
+                    group_ports=tuple(spec.ports),
+                    controllers=controllers,
+                )
+            )
+    return jobs
+
+
+def find_jobs(state: ClusterState, groups: Sequence[GroupSpec] = ()) -> list[Job]:
+    """Kubeflow jobs and configured groups with at least one live pod."""
+    return kubeflow_jobs(state) + group_jobs(state.pods, groups)

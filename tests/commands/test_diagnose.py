@@ -1,0 +1,328 @@
+"""`zonemedic diagnose` end to end: JSON and table output, warnings, colour, and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.cli import main
+from tests.snapshot.kube_objects import as_list, cnp, job_pod, node, pod, zone_only
+
+ZONES = {"a1": "zone-a", "b1": "zone-b"}
+
+
+def _cluster() -> list[dict[str, Any]]:
+    items = [node("a1", "zone-a"), node("b1", "zone-b"), zone_only("zone-a"), zone_only("zone-b")]
+    items.append(
+        job_pod(
+            "PyTorchJob",
+            "split",
+            "master",
+            0,
+            node_name="b1",
+            extra={"zone": "zone-b"},
+            ports=[("pytorchjob-port", 23456)],
+            coordinator=True,
+        )
+    )
+    items += [
+        job_pod("PyTorchJob", "split", "worker", i, node_name="a1", extra={"zone": "zone-a"})
+        for i in range(2)
+    ]
+    items.append(job_pod("TFJob", "fine", "chief", 0, node_name="a1", extra={"zone": "zone-a"}))
+    items.append(
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "ml"}}
+    )
+    items.append(
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "t", "namespace": "ml"}}
+    )
+    return items
+
+
+def _write(tmp_path: Path, name: str, content: Any) -> Path:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif isinstance(content, str):
+        path.write_text(content)
+    else:
+        path.write_text(yaml.safe_dump(content))
+    return path
+
+
+def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = _write(tmp_path, "c.json", as_list(_cluster()))
+    assert main(["diagnose", "--snapshot", str(snap), "--output", "json"]) == 0
+    out, err = capsys.readouterr()
+    body = json.loads(out)
+    assert list(body) == ["findings"]
+    by_name = {f["job"]["name"]: f for f in body["findings"]}
+    assert by_name["fine"]["verdict"] == "healthy"
+    split = by_name["split"]
+    assert split["job"] == {"kind": "PyTorchJob", "namespace": "ml", "name": "split"}
+    assert (split["verdict"], split["remediable"], split["target_zone"]) == (
+        "zone_split_blocked",
+        True,
+        "zone-a",
+    )
+    assert split["zones"] == {"zone-a": 2, "zone-b": 1}
+    assert split["coordinator"] == {"pod": "split-master-0", "zone": "zone-b"}
+    assert split["impact"]["gpus_outside_target"] == 1
+    assert set(split["denied_flows"][0]) == {
+        "from_pod",
+        "to_pod",
+        "port",
+        "protocol",
+        "hop",
+        "reason",
+        "policies",
+    }
+    assert err == "zonemedic: warning: skipped 2 object(s) of unsupported kind v1 Service\n"
+
+
+def test_several_snapshots_and_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    items = _cluster()
+    first = _write(tmp_path, "nodes.yaml", "\n---\n".join(yaml.safe_dump(i) for i in items[:4]))
+    second = _write(tmp_path, "pods.json", as_list(items[4:]))
+    config = _write(tmp_path, "c.yaml", {"pod_zone_label": "", "protected_namespaces": ["ml"]})
+    assert (
+        main(
+            [
+                "diagnose",
+                "--snapshot",
+                str(first),
+                "--snapshot",
+                str(second),
+                "--config",
+                str(config),
+                "--output",
+                "json",
+            ]
+        )
+        == 0
+    )
+    split = next(
+        f for f in json.loads(capsys.readouterr().out)["findings"] if f["job"]["name"] == "split"
+    )
+    # no mirror label: moving pods cannot fix it; namespace protected anyway
+    assert (split["verdict"], split["remediable"], split["target_zone"]) == (
+        "policy_blocked",
+        False,
+        None,
+    )
+
+
+def test_table_output_without_tty_has_no_colour(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snap = _write(tmp_path, "c.json", as_list(_cluster()))
+    assert main(["diagnose", "--snapshot", str(snap)]) == 0
+    out = capsys.readouterr().out
+    assert "zone_split_blocked" in out and "denied split-worker-0 -> split-master-0" in out
+    assert "\x1b[" not in out
+
+
+def _zonemedic() -> list[str]:
+    script = Path(sys.executable).parent / "zonemedic"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "agent.cli"]
+
+
+@pytest.mark.parametrize(("no_color", "coloured"), [(False, True), (True, False)])
+def test_colour_on_a_tty_unless_no_color(tmp_path: Path, no_color: bool, coloured: bool) -> None:
+    import pty
+
+    snap = _write(tmp_path, "c.json", as_list(_cluster()))
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    if no_color:
+        env["NO_COLOR"] = "1"
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [*_zonemedic(), "diagnose", "--snapshot", str(snap)],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    text = b"".join(chunks).decode()
+    assert "zone_split_blocked" in text
+    assert ("\x1b[" in text) is coloured
+
+
+BAD_POD = pod("p", node_name="a1")
+BAD_POD["metadata"]["labels"] = {"app": 7}
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "config", "message"),
+    [
+        (None, None, r"missing\.yaml: cannot read snapshot"),
+        ("kind: List\nitems:\n- {kind: Pod\n", None, r"bad\.yaml: line \d+: invalid YAML"),
+        (
+            as_list([node("a1", "z"), BAD_POD]),
+            None,
+            r"bad\.yaml: item 1 \(Pod ml/p\): metadata\.labels\.app: expected a string value",
+        ),
+        (
+            as_list([{"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "ml"}}]),
+            None,
+            r"bad\.yaml: item 0 \(Pod\): metadata\.name: required",
+        ),
+        (
+            as_list(
+                [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "metadata": {"name": "n"},
+                        "status": {"allocatable": {"nvidia.com/gpu": "lots"}},
+                    }
+                ]
+            ),
+            None,
+            r"item 0 \(Node n\): status\.allocatable\.nvidia\.com/gpu: expected a whole number",
+        ),
+        (
+            as_list([pod("p") | {"spec": {"containers": [{"ports": [{"containerPort": "x"}]}]}}]),
+            None,
+            r"item 0 \(Pod ml/p\): spec\.containers\[0\]\.ports\[0\]\.containerPort",
+        ),
+        (
+            as_list(
+                [
+                    cnp(
+                        "weird",
+                        {
+                            "endpointSelector": {
+                                "matchExpressions": [
+                                    {"key": "a", "operator": "Near", "values": ["x"]}
+                                ]
+                            }
+                        },
+                    )
+                ]
+            ),
+            None,
+            r"bad\.yaml: item 0: .*weird.*",
+        ),
+        (
+            as_list([cnp("typed", {"endpointSelector": {"matchLabels": ["a"]}})]),
+            None,
+            r"bad\.yaml: item 0: .*typed.*",
+        ),
+        (as_list([]), "pod_zone_labels: zone\n", r"pod_zone_labels: unknown key"),
+        (
+            as_list([]),
+            "protected_namespaces: kube-system\n",
+            r"protected_namespaces: expected a list",
+        ),
+        (
+            as_list([]),
+            "groups:\n- selector: {app: x}\n  coordinator: {r: c}\n  workers: {r: w}\n",
+            r"groups\[0\]\.name: required key is missing",
+        ),
+        (
+            as_list([]),
+            "groups:\n- {name: g, selector: [app], coordinator: {}, workers: {}}\n",
+            r"groups\[0\]\.selector: expected a mapping",
+        ),
+        (as_list([]), "groups: [\n", r"c\.yaml:? line \d+:? invalid YAML"),
+        (as_list([]), "- a\n- b\n", r"expected a mapping at the top level"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    snapshot: Any,
+    config: str | None,
+    message: str,
+) -> None:
+    args = ["diagnose", "--snapshot"]
+    args.append(
+        str(_write(tmp_path, "bad.yaml", snapshot))
+        if snapshot is not None
+        else str(tmp_path / "missing.yaml")
+    )
+    if config is not None:
+        args += ["--config", str(_write(tmp_path, "c.yaml", config))]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("zonemedic: error: ")
+    assert "Traceback" not in err
+    assert re.search(message, err), err
+
+
+def test_bad_input_through_the_real_process(tmp_path: Path) -> None:
+    bad = _write(
+        tmp_path,
+        "bad.yaml",
+        "kind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: [x]}}\n",
+    )
+    proc = subprocess.run(
+        [*_zonemedic(), "diagnose", "--snapshot", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("zonemedic: error:")
+    assert "metadata.name: expected a string" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_the_readme_example(capsys: pytest.CaptureFixture[str]) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    args = [
+        "diagnose",
+        "--snapshot",
+        str(examples / "split-blocked.yaml"),
+        "--config",
+        str(examples / "split-blocked.config.yaml"),
+    ]
+    assert main([*args, "--output", "json"]) == 0
+    findings = {f["job"]["name"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert findings["resnet"]["verdict"] == "zone_split_blocked"
+    assert findings["resnet"]["target_zone"] == "zone-a"
+    assert findings["resnet"]["impact"]["cross_zone_bytes_per_step"] == 250_000_000
+    assert findings["bert"]["verdict"] == "healthy"
+    assert main(args) == 0
+    assert "~0.25 GB cross-zone per step ($0.005/step)" in capsys.readouterr().out
+
+
+def test_load_snapshot_restores_the_garbage_collector(tmp_path: Path) -> None:
+    import gc
+
+    from agent.commands.diagnose import load_snapshot
+    from agent.errors import SnapshotError
+
+    good = _write(tmp_path, "c.json", as_list(_cluster()))
+    bad = _write(tmp_path, "bad.yaml", "kind: List\nitems: [3]\n")
+    assert gc.isenabled()
+    try:
+        assert len(load_snapshot([good]).state.pods) == 4
+        assert gc.isenabled()
+        with pytest.raises(SnapshotError, match="item 0"):
+            load_snapshot([bad])
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()

@@ -1,0 +1,293 @@
+"""Verdicts, remediation and denied flows of whole clusters, through the real parser and evaluator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent.diagnosis.diagnose import DENIED_FLOWS_CAP, diagnose_cluster
+from agent.model.finding import Finding
+from agent.policy import PolicySet
+from agent.settings import DiagnosisSettings
+from tests.snapshot.kube_objects import cnp, job_pod, load, node, training_job, zone_only
+
+NODES = [
+    node("a1", "zone-a"),
+    node("a2", "zone-a"),
+    node("b1", "zone-b"),
+    node("c1", "zone-c", gpus=0),
+]
+ZONE_OF = {"a1": "zone-a", "a2": "zone-a", "b1": "zone-b", "c1": "zone-c"}
+ZONE_POLICIES = [zone_only("zone-a"), zone_only("zone-b"), zone_only("zone-c")]
+
+
+def pytorch(
+    name: str, master: str | None, *workers: str | None, ns: str = "ml", gpus: int = 1
+) -> list[dict[str, Any]]:
+    """A PyTorchJob's pods on the given nodes (None: unscheduled), labelled zone=<node zone>."""
+
+    def extra(n: str | None) -> dict[str, str]:
+        return {"zone": ZONE_OF[n]} if n else {}
+
+    pods = [
+        job_pod(
+            "PyTorchJob",
+            name,
+            "master",
+            0,
+            node_name=master,
+            ns=ns,
+            gpus=gpus,
+            coordinator=True,
+            ports=[("pytorchjob-port", 23456)],
+            extra=extra(master),
+        )
+    ]
+    pods += [
+        job_pod(
+            "PyTorchJob",
+            name,
+            "worker",
+            i,
+            node_name=n,
+            ns=ns,
+            gpus=gpus,
+            ports=[("pytorchjob-port", 23456)],
+            extra=extra(n),
+        )
+        for i, n in enumerate(workers)
+    ]
+    return pods
+
+
+def run(items: list[dict[str, Any]], **settings: Any) -> list[Finding]:
+    snap = load(NODES + items)
+    result = diagnose_cluster(
+        snap.state, PolicySet(snap.policies), settings=DiagnosisSettings(**settings)
+    )
+    return list(result.findings)
+
+
+LOCK_MASTER = cnp(
+    "lock-master",
+    {
+        "endpointSelector": {"matchLabels": {"training.kubeflow.org/replica-type": "master"}},
+        "ingress": [{"fromEndpoints": [{"matchLabels": {"app": "nobody"}}]}],
+    },
+)
+DENY_CROSS_ZONE = cnp(
+    "deny-cross-zone",
+    {
+        "endpointSelector": {"matchLabels": {"zone": "zone-b"}},
+        "ingressDeny": [
+            {
+                "fromEndpoints": [
+                    {
+                        "matchExpressions": [
+                            {"key": "zone", "operator": "NotIn", "values": ["zone-b"]}
+                        ]
+                    }
+                ]
+            }
+        ],
+    },
+    ns=None,
+)
+
+
+@pytest.mark.parametrize(
+    ("items", "settings", "verdict", "remediable", "target", "policies"),
+    [
+        (pytorch("j", "a1", "a1", "a2"), {}, "healthy", False, None, set()),
+        (pytorch("j", "a1", "a1", "a2") + ZONE_POLICIES, {}, "healthy", False, None, set()),
+        (
+            [*pytorch("j", "a1", "a1"), LOCK_MASTER],
+            {},
+            "policy_blocked",
+            False,
+            None,
+            {"CiliumNetworkPolicy/ml/lock-master"},
+        ),
+        (pytorch("j", "b1", "a1", "a2"), {}, "zone_split_degraded", True, "zone-a", set()),
+        (
+            pytorch("j", "b1", "a1", "a2") + ZONE_POLICIES,
+            {},
+            "zone_split_blocked",
+            True,
+            "zone-a",
+            {"CiliumNetworkPolicy/ml/zone-a-only", "CiliumNetworkPolicy/ml/zone-b-only"},
+        ),
+        # explicit mirror key works like auto-detection
+        (
+            pytorch("j", "b1", "a1", "a2") + ZONE_POLICIES,
+            {"pod_zone_label": "zone"},
+            "zone_split_blocked",
+            True,
+            "zone-a",
+            {"CiliumNetworkPolicy/ml/zone-a-only", "CiliumNetworkPolicy/ml/zone-b-only"},
+        ),
+        # mirroring disabled: moving pods does not move their zone label, so nothing fixes it
+        (
+            pytorch("j", "b1", "a1", "a2") + ZONE_POLICIES,
+            {"pod_zone_label": ""},
+            "policy_blocked",
+            False,
+            None,
+            {"CiliumNetworkPolicy/ml/zone-a-only", "CiliumNetworkPolicy/ml/zone-b-only"},
+        ),
+        # split and blocked wherever it goes
+        (
+            [*pytorch("j", "b1", "a1"), LOCK_MASTER],
+            {},
+            "policy_blocked",
+            False,
+            None,
+            {"CiliumNetworkPolicy/ml/lock-master"},
+        ),
+        # a CCNP deny rule against cross-zone ingress into zone-b
+        (
+            [*pytorch("j", "b1", "a1", "a2"), DENY_CROSS_ZONE],
+            {},
+            "zone_split_blocked",
+            True,
+            "zone-a",
+            {"CiliumClusterwideNetworkPolicy/deny-cross-zone"},
+        ),
+        # an unscheduled pod: pending, nothing else said
+        (pytorch("j", "b1", "a1", None) + ZONE_POLICIES, {}, "pending", False, None, set()),
+        # GPU capacity: 3 x 4 GPUs fit in zone-a (16 free) but not zone-b (8)
+        (pytorch("j", "b1", "b1", "a1", gpus=4), {}, "zone_split_degraded", True, "zone-a", set()),
+        # protected namespace
+        (pytorch("j", "b1", "a1", ns="kube-system"), {}, "zone_split_degraded", False, None, set()),
+        (
+            pytorch("j", "b1", "a1", ns="ops"),
+            {"protected_namespaces": ["ops"]},
+            "zone_split_degraded",
+            False,
+            None,
+            set(),
+        ),
+        # Kueue-managed: label or foreign managedBy
+        (
+            [
+                *pytorch("j", "b1", "a1"),
+                training_job("PyTorchJob", "j", labels={"kueue.x-k8s.io/queue-name": "gpu"}),
+            ],
+            {},
+            "zone_split_degraded",
+            False,
+            None,
+            set(),
+        ),
+        (
+            [
+                *pytorch("j", "b1", "a1"),
+                training_job(
+                    "PyTorchJob", "j", run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}
+                ),
+            ],
+            {},
+            "zone_split_degraded",
+            False,
+            None,
+            set(),
+        ),
+        (
+            [
+                *pytorch("j", "b1", "a1"),
+                training_job(
+                    "PyTorchJob", "j", run_policy={"managedBy": "kubeflow.org/training-operator"}
+                ),
+            ],
+            {},
+            "zone_split_degraded",
+            True,
+            "zone-a",
+            set(),
+        ),
+        # a finished job object with live pods cannot be resumed
+        (
+            [*pytorch("j", "b1", "a1"), training_job("PyTorchJob", "j", conditions=["Failed"])],
+            {},
+            "zone_split_degraded",
+            False,
+            None,
+            set(),
+        ),
+    ],
+)
+def test_verdicts(
+    items: list[dict[str, Any]],
+    settings: dict[str, Any],
+    verdict: str,
+    remediable: bool,
+    target: str | None,
+    policies: set[str],
+) -> None:
+    (finding,) = run(items, **settings)
+    assert (finding.verdict, finding.remediable, finding.target_zone) == (
+        verdict,
+        remediable,
+        target,
+    )
+    assert {p for f in finding.denied_flows for p in f.policies} == policies
+    if not remediable and verdict.startswith("zone_split"):
+        assert finding.reasons, "a split job that is not remediable says why"
+
+
+def test_blocked_finding_details() -> None:
+    (f,) = run(pytorch("j", "b1", "a1", "a2") + ZONE_POLICIES)
+    assert dict(f.zones) == {"zone-a": 2, "zone-b": 1}
+    assert f.coordinator is not None and (f.coordinator.pod, f.coordinator.zone) == (
+        "j-master-0",
+        "zone-b",
+    )
+    first = f.denied_flows[0].to_dict()
+    assert first == {
+        "from_pod": "j-worker-0",
+        "to_pod": "j-master-0",
+        "port": 23456,
+        "protocol": "TCP",
+        "hop": "ingress",
+        "reason": "default_deny",
+        "policies": ["CiliumNetworkPolicy/ml/zone-b-only"],
+    }
+    assert {d.to_dict()["port"] for d in f.denied_flows} == {23456, "1024-65535"}
+    # 2 workers -> master on the port, plus master <-> each worker on the range
+    assert f.denied_flows_total == 2 + 2 * 2
+    assert f.impact is not None and f.impact.gpus_outside_target == 1
+
+
+def test_deny_rule_reason() -> None:
+    (f,) = run([*pytorch("j", "b1", "a1"), DENY_CROSS_ZONE])
+    assert {(d.hop, d.reason) for d in f.denied_flows} == {("ingress", "deny_rule")}
+
+
+def test_denied_flows_are_capped_with_a_total() -> None:
+    workers = ["a1" if i % 2 else "a2" for i in range(60)]
+    (f,) = run(pytorch("big", "b1", *workers, gpus=0) + ZONE_POLICIES)
+    assert f.verdict == "zone_split_blocked"
+    assert len(f.denied_flows) == DENIED_FLOWS_CAP
+    assert f.denied_flows_total == 60 * 3  # worker->master (port and range), master->worker (range)
+
+
+def test_no_finding_for_finished_or_podless_jobs() -> None:
+    items = pytorch("live", "a1", "a1")
+    items += [job_pod("PyTorchJob", "done", "master", 0, node_name="a1", phase="Succeeded")]
+    items += [training_job("PyTorchJob", "ghost")]
+    assert [f.job.name for f in run(items)] == ["live"]
+
+
+def test_no_zone_with_capacity() -> None:
+    (f,) = run(pytorch("j", "b1", "a1", "a2", "a2", "a2", gpus=5))
+    assert (f.verdict, f.remediable, f.target_zone) == ("zone_split_degraded", False, None)
+    assert any("free GPUs" in r for r in f.reasons)
+
+
+def test_not_remediable_still_names_the_zone_that_would_hold_the_job() -> None:
+    kueue = training_job("PyTorchJob", "j", labels={"kueue.x-k8s.io/queue-name": "gpu"})
+    (f,) = run([*pytorch("j", "b1", "a1", "a2"), *ZONE_POLICIES, kueue])
+    assert (f.verdict, f.remediable, f.target_zone) == ("zone_split_blocked", False, None)
+    assert f.reasons[0].startswith("Kueue-managed (queue gpu)")
+    assert f.reasons[-1] == "zone-a can hold the whole job: co-locate it there by other means"

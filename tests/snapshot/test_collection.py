@@ -1,0 +1,133 @@
+"""Building a Snapshot from several files: dispatch on kind, warnings, precedence, error context."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.errors import PolicyError, SnapshotError
+from agent.model.cluster import JobKind
+from agent.snapshot.collection import parse_snapshot
+from tests.snapshot.kube_objects import as_list, namespace, node, pod, training_job, zone_only
+
+
+def test_dispatches_every_supported_kind() -> None:
+    items = [
+        node("n1", "zone-a"),
+        namespace("ml", team="x"),
+        pod("p", node_name="n1"),
+        zone_only("zone-a"),
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "np", "namespace": "ml"},
+            "spec": {"podSelector": {}},
+        },
+        {
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumClusterwideNetworkPolicy",
+            "metadata": {"name": "ccnp"},
+            "spec": {"endpointSelector": {}, "ingress": [{}]},
+        },
+        *(
+            training_job(k, f"j-{k.lower()}")
+            for k in ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
+        ),
+        training_job("MPIJob", "mpi2", api_version="kubeflow.org/v2beta1"),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "ml"},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": "rs", "namespace": "ml"},
+        },
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "b", "namespace": "ml"}},
+    ]
+    snap = parse_snapshot([("all.json", as_list(items))])
+    state = snap.state
+    assert list(state.nodes) == ["n1"]
+    assert state.namespaces["ml"].labels["team"] == "x"
+    assert [p.name for p in state.pods] == ["p"]
+    assert sorted(p.id for p in snap.policies) == [
+        "CiliumClusterwideNetworkPolicy/ccnp",
+        "CiliumNetworkPolicy/ml/zone-a-only",
+        "NetworkPolicy/ml/np",
+    ]
+    assert len(state.job_objects) == 7
+    assert state.job_objects[(JobKind.MPI, "ml", "mpi2")].api_version == "kubeflow.org/v2beta1"
+    assert set(state.owned_objects) == {
+        ("Deployment", "ml", "d"),
+        ("ReplicaSet", "ml", "rs"),
+        ("Job", "ml", "b"),
+    }
+    assert snap.warnings == ()
+
+
+def test_unknown_kinds_warn_once_per_kind() -> None:
+    items = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
+        {"apiVersion": "kubeflow.org/v2beta1", "kind": "PyTorchJob", "metadata": {"name": "x"}},
+    ]
+    snap = parse_snapshot([("x.json", as_list(items))])
+    assert snap.warnings == (
+        "skipped 1 object(s) of unsupported kind kubeflow.org/v2beta1 PyTorchJob",
+        "skipped 2 object(s) of unsupported kind v1 ConfigMap",
+        "skipped 1 object(s) of unsupported kind v1 Service",
+    )
+
+
+def test_later_files_win_and_files_combine() -> None:
+    first = as_list([node("n1", "zone-a"), pod("p", node_name="n1")])
+    second = as_list([pod("p", node_name="n2"), node("n2", "zone-b")])
+    snap = parse_snapshot([("a.json", first), ("b.json", second)])
+    assert [p.node_name for p in snap.state.pods] == ["n2"]
+    assert sorted(snap.state.nodes) == ["n1", "n2"]
+
+
+@pytest.mark.parametrize(
+    ("items", "error", "message"),
+    [
+        (
+            [node("n", "z"), {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "ml"}}],
+            SnapshotError,
+            r"^s\.json: item 1 \(Pod\): metadata\.name: required$",
+        ),
+        (
+            [
+                pod("p", labels={"a": "b"})
+                | {"metadata": {"name": "p", "namespace": "ml", "labels": {"a": 1}}}
+            ],
+            SnapshotError,
+            r"^s\.json: item 0 \(Pod ml/p\): metadata\.labels\.a: expected a string value, got int$",
+        ),
+        (
+            [{"kind": "Pod", "metadata": {"name": "p"}}],
+            SnapshotError,
+            r"^s\.json: item 0 \(Pod p\): apiVersion: missing",
+        ),
+        (
+            [
+                node("n", "z"),
+                {
+                    "apiVersion": "cilium.io/v2",
+                    "kind": "CiliumNetworkPolicy",
+                    "metadata": {"name": "bad", "namespace": "ml"},
+                    "spec": {
+                        "endpointSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}
+                    },
+                },
+            ],
+            PolicyError,
+            r"^s\.json: item 1: .*bad.*",
+        ),
+    ],
+)
+def test_errors_name_file_and_item(
+    items: list[dict[str, object]], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        parse_snapshot([("s.json", as_list(items))])

@@ -1,0 +1,184 @@
+"""Parsing single manifests into model objects: fields read, defaults, and typed errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent.model.cluster import ContainerPort, JobKind, PodPhase
+from agent.model.network import Protocol
+from agent.snapshot.manifests import (
+    ManifestError,
+    parse_node,
+    parse_pod,
+    parse_training_job,
+)
+from tests.snapshot.kube_objects import node, pod, training_job
+
+
+def _with(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """`obj` with the dotted `path` set to `value` (list indexes as digits)."""
+    target: Any = obj
+    parts = path.split(".")
+    for part in parts[:-1]:
+        target = target[int(part)] if part.isdigit() else target.setdefault(part, {})
+    last = parts[-1]
+    if last.isdigit():
+        target[int(last)] = value
+    else:
+        target[last] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("manifest", "field", "expected"),
+    [
+        (pod("p", gpus=2), "gpu_request", 2),
+        (
+            _with(
+                pod("p"),
+                "spec.containers.0.resources",
+                {"requests": {"nvidia.com/gpu": 3}, "limits": {"nvidia.com/gpu": "3"}},
+            ),
+            "gpu_request",
+            3,
+        ),
+        (
+            _with(
+                pod("p", gpus=1),
+                "spec.initContainers",
+                [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+            ),
+            "gpu_request",
+            4,
+        ),
+        (pod("p"), "gpu_request", 0),
+        (pod("p"), "phase", PodPhase.PENDING),
+        (pod("p", node_name="n1"), "phase", PodPhase.RUNNING),
+        (pod("p", phase="Succeeded", node_name="n"), "live", False),
+        (pod("p"), "service_account", "default"),
+        (pod("p", service_account="trainer"), "service_account", "trainer"),
+        (_with(pod("p"), "spec.serviceAccount", "legacy"), "service_account", "legacy"),
+        (_with(pod("p"), "metadata.namespace", None), "namespace", "default"),
+        (
+            pod("p", ports=[("rdzv", 29500), (None, 80)]),
+            "ports",
+            (ContainerPort(29500, "rdzv"), ContainerPort(80)),
+        ),
+        (
+            _with(pod("p", ports=[("dns", 53)]), "spec.containers.0.ports.0.protocol", "UDP"),
+            "ports",
+            (ContainerPort(53, "dns", Protocol.UDP),),
+        ),
+        (pod("p", owner=("batch/v1", "Job", "j")), "controller.name", "j"),
+        (pod("p", node_name=""), "node_name", None),
+    ],
+)
+def test_pod_fields(manifest: dict[str, Any], field: str, expected: Any) -> None:
+    value: Any = parse_pod(manifest)
+    for part in field.split("."):
+        value = getattr(value, part)
+    assert value == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("metadata.name", None, "metadata.name"),
+        ("metadata.name", 7, "metadata.name"),
+        ("metadata", [], "metadata"),
+        ("metadata.labels", ["a"], "metadata.labels"),
+        ("metadata.labels", {"app": 3}, "metadata.labels.app"),
+        ("metadata.ownerReferences", [{"name": "x"}], "metadata.ownerReferences[0].kind"),
+        ("spec.containers", {"name": "x"}, "spec.containers"),
+        ("spec.containers.0", "main", "spec.containers[0]"),
+        (
+            "spec.containers.0.ports",
+            [{"containerPort": "http"}],
+            "spec.containers[0].ports[0].containerPort",
+        ),
+        (
+            "spec.containers.0.ports",
+            [{"containerPort": 70000}],
+            "spec.containers[0].ports[0].containerPort",
+        ),
+        (
+            "spec.containers.0.ports",
+            [{"containerPort": 80, "protocol": "ICMP"}],
+            "spec.containers[0].ports[0].protocol",
+        ),
+        (
+            "spec.containers.0.resources",
+            {"limits": {"nvidia.com/gpu": "0.5"}},
+            "spec.containers[0].resources.limits.nvidia.com/gpu",
+        ),
+        ("spec.containers.0.resources", {"requests": []}, "spec.containers[0].resources.requests"),
+        ("spec.nodeName", 5, "spec.nodeName"),
+        ("status.phase", "Sleeping", "status.phase"),
+    ],
+)
+def test_pod_errors_name_the_field(path: str, value: Any, field: str) -> None:
+    with pytest.raises(ManifestError) as info:
+        parse_pod(_with(pod("p", ports=[("x", 1)]), path, value))
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("manifest", "gpus", "cordoned", "zone"),
+    [
+        (node("n", "zone-a", gpus=8), 8, False, "zone-a"),
+        (node("n", "zone-b", gpus=0), 0, False, "zone-b"),
+        (node("n", None, gpus=4, cordoned=True), 4, True, None),
+    ],
+)
+def test_node_fields(manifest: dict[str, Any], gpus: int, cordoned: bool, zone: str | None) -> None:
+    parsed = parse_node(manifest)
+    assert (parsed.gpu_allocatable, parsed.unschedulable, parsed.zone) == (gpus, cordoned, zone)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("status.allocatable.nvidia.com/gpu", "many", "status.allocatable.nvidia.com/gpu"),
+        ("spec.unschedulable", "yes", "spec.unschedulable"),
+        ("spec.taints", [{"effect": "NoSchedule"}], "spec.taints[0].key"),
+    ],
+)
+def test_node_errors(path: str, value: Any, field: str) -> None:
+    manifest = node("n", "zone-a")
+    if path.startswith("status.allocatable."):
+        manifest["status"]["allocatable"]["nvidia.com/gpu"] = value
+    else:
+        _with(manifest, path, value)
+    with pytest.raises(ManifestError) as info:
+        parse_node(manifest)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("manifest", "suspend", "managed_by", "finished"),
+    [
+        (training_job("PyTorchJob", "j"), False, None, False),
+        (training_job("PyTorchJob", "j", run_policy={"suspend": True}), True, None, False),
+        (
+            training_job("PyTorchJob", "j", run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}),
+            False,
+            "kueue.x-k8s.io/multikueue",
+            False,
+        ),
+        (training_job("PyTorchJob", "j", conditions=["Created", "Succeeded"]), False, None, True),
+        (training_job("PyTorchJob", "j", conditions=["Failed"]), False, None, True),
+        (training_job("PyTorchJob", "j", conditions=["Running"]), False, None, False),
+    ],
+)
+def test_training_job_fields(
+    manifest: dict[str, Any], suspend: bool, managed_by: str | None, finished: bool
+) -> None:
+    parsed = parse_training_job(manifest, JobKind.PYTORCH)
+    assert (parsed.suspend, parsed.managed_by, parsed.finished) == (suspend, managed_by, finished)
+
+
+def test_training_job_wrong_type() -> None:
+    with pytest.raises(ManifestError, match=r"spec\.runPolicy\.suspend: expected true or false"):
+        parse_training_job(training_job("TFJob", "j", run_policy={"suspend": "yes"}), JobKind.TF)
