@@ -365,8 +365,10 @@ def pytorch_job(
     gpus_per_worker: int = 1,
     master_tolerates_gpu: bool = False,
     labels: Mapping[str, str] | None = None,
+    zone: str | None = None,
 ) -> Obj:
-    """A PyTorchJob with a CPU-only master and GPU workers, like the incident's."""
+    """A PyTorchJob with a CPU-only master and GPU workers, like the incident's; with `zone`, every
+    replica is pinned there (the master tolerating the GPU taint): a co-located, healthy job."""
     gpu_toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     master_spec: Obj = {
         "containers": [
@@ -398,6 +400,10 @@ def pytorch_job(
         ],
         "tolerations": [gpu_toleration],
     }
+    if zone is not None:
+        master_spec["tolerations"] = [gpu_toleration]
+        for spec in (master_spec, worker_spec):
+            spec["nodeSelector"] = {ZONE_LABEL: zone}
     template_labels = {"app": name, **(labels or {})}
     return {
         "apiVersion": "kubeflow.org/v1",
@@ -419,7 +425,9 @@ def generate_scenario(
     *, nodes: int, zones: int, jobs: int, workers: int, policies: int, seed: int
 ) -> Scenario:
     """A large cluster: per zone a share of GPU nodes (tainted) and CPU nodes; jobs spread over
-    namespaces; `policies` CiliumNetworkPolicies per namespace allowing the job ports."""
+    namespaces, every other one co-located in one zone (healthy) and the rest left to the
+    scheduler (most end up split); `policies` CiliumNetworkPolicies per namespace allowing the
+    job port."""
     rng = random.Random(seed)
     zone_names = [f"zone-{chr(ord('a') + i)}" if i < 26 else f"zone-{i}" for i in range(zones)]
     gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -467,6 +475,7 @@ def generate_scenario(
                 workers=workers,
                 master_tolerates_gpu=rng.random() < 0.5,
                 labels={"team-policy": str(j % policies)} if policies else None,
+                zone=zone_names[j % zones] if j % 2 == 0 else None,  # every other job co-located
             )
         )
     return Scenario(
