@@ -2,54 +2,31 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from agent.twin.cluster import TwinCluster
 from agent.twin.resources import lookup
-from agent.twin.scenario import Scenario, load_scenario, parse_scenario
+from agent.twin.scenario import Scenario, load_scenario
 
 PODS = lookup("pods")
 SERVICES = lookup("services")
 PYTORCHJOBS = lookup("pytorchjobs")
 
-# Fast model timings so a test sees pods start and crash in a fraction of a second.
-FAST_MODEL = {
-    "pod_start_seconds": 0.05,
-    "crash_backoff_seconds": 0.2,
-    "crash_backoff_max_seconds": 0.4,
-    "training": {"connect_attempts": 2, "connect_retry_seconds": 0.05},
-}
 
-
-def fast(name: str, **model: Any) -> Scenario:
-    """A packaged scenario with fast timings."""
+def fast(name: str) -> Scenario:
+    """A packaged scenario with fast model timings: pods start and crash in a fraction of a second."""
     base = load_scenario(name)
-    data = {
-        "name": base.name,
-        "seed": base.seed,
-        "model": {**FAST_MODEL, **model},
-        "nodes": [],
-        "objects": copy.deepcopy(base.objects),
-    }
-    scenario = parse_scenario(data, name=base.name, where="test")
-    return Scenario(
-        name=scenario.name,
-        description=base.description,
-        seed=base.seed,
-        model=scenario.model if not base.model.pod_zone_label else _with_label(scenario, base),
-        nodes=base.nodes,
-        namespaces=base.namespaces,
-        objects=scenario.objects,
+    model = replace(
+        base.model,
+        pod_start_seconds=0.05,
+        crash_backoff_seconds=0.2,
+        crash_backoff_max_seconds=0.4,
+        training=replace(base.model.training, connect_attempts=2, connect_retry_seconds=0.05),
     )
-
-
-def _with_label(scenario: Scenario, base: Scenario) -> Any:
-    from dataclasses import replace
-
-    return replace(scenario.model, pod_zone_label=base.model.pod_zone_label)
+    return replace(base, model=model)
 
 
 @contextmanager
