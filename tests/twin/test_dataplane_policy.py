@@ -98,3 +98,23 @@ def test_seed_blocked_is_blocked_by_its_policies_and_co_location_unblocks_it() -
             lambda: cluster.runtime.job_state("ml", "llm-finetune").phase is JobPhase.TRAINING,
         )
         assert 0.80 <= cluster.runtime.pod_utilization("ml", "llm-finetune-worker-0") <= 0.90
+
+
+@pytest.mark.parametrize(
+    ("scenario", "low", "high", "zones"),
+    [
+        ("healthy", 0.80, 0.90, {"us-east-1a"}),
+        ("seed-degraded", 0.35, 0.45, {"us-east-1a", "us-east-1b"}),
+    ],
+)
+def test_scenarios_train_at_their_calibrated_utilization(
+    scenario: str, low: float, high: float, zones: set[str]
+) -> None:
+    with TwinCluster(fast(scenario)) as cluster:
+        wait(
+            cluster,
+            lambda: cluster.runtime.job_state("ml", "llm-finetune").phase is JobPhase.TRAINING,
+        )
+        assert {cluster.dataplane.zone_of(p) for p in pods(cluster)} == zones
+        for i in range(4):
+            assert low <= cluster.runtime.pod_utilization("ml", f"llm-finetune-worker-{i}") <= high
