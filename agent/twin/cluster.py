@@ -55,6 +55,7 @@ class TwinCluster:
             self.store,
             clock=self.clock,
             start_seconds=model.pod_start_seconds,
+            stop_seconds=model.pod_stop_seconds,
             pod_zone_label=model.pod_zone_label,
             crash_backoff_seconds=model.crash_backoff_seconds,
             crash_backoff_max_seconds=model.crash_backoff_max_seconds,

@@ -5,7 +5,7 @@ Started by `cluster.TwinCluster`. A pod bound to a node turns Running after the 
 delay (model seconds) with the container statuses, conditions, IPs and QoS class a real kubelet
 reports; if the scenario names a `pod_zone_label`, the pod first gets that label set to its node's
 zone (emulating the mutating webhook that zone-boundary policies rely on). A pod with a
-deletionTimestamp is removed (grace 0) shortly after, as a kubelet does once its containers have
+deletionTimestamp is removed (grace 0) after `pod_stop_seconds`, as a kubelet does once its containers have
 exited. `crash()` is how the training runtime makes a worker exit with Error: restartPolicy Never
 fails the pod; otherwise the container restarts after CrashLoopBackOff back-off (10 s doubling,
 capped). Pods annotated `twin.zonemedic.io/run-seconds` succeed after that long. It does not run
@@ -35,7 +35,6 @@ PODS = lookup("pods")
 NODES = lookup("nodes")
 ZONE_LABEL = "topology.kubernetes.io/zone"
 RUN_SECONDS_ANNOTATION = "twin.zonemedic.io/run-seconds"
-STOP_SECONDS = 0.5  # model seconds from deletionTimestamp to the containers having exited
 PodKey = tuple[str, str]
 
 
@@ -80,6 +79,7 @@ class Kubelet:
         *,
         clock: TwinClock,
         start_seconds: float = 2.0,
+        stop_seconds: float = 1.0,
         pod_zone_label: str | None = None,
         crash_backoff_seconds: float = 10.0,
         crash_backoff_max_seconds: float = 300.0,
@@ -87,6 +87,7 @@ class Kubelet:
         self._store = store
         self._clock = clock
         self._start_seconds = start_seconds
+        self._stop_seconds = stop_seconds
         self._zone_label = pod_zone_label
         self._backoff = crash_backoff_seconds
         self._backoff_max = crash_backoff_max_seconds
@@ -160,7 +161,7 @@ class Kubelet:
         phase = status.get("phase")
         if meta.get("deletionTimestamp"):
             if state.stop_due is None:
-                state.stop_due = now + STOP_SECONDS
+                state.stop_due = now + self._stop_seconds
             if now < state.stop_due:
                 return state.stop_due - now
             with self._lock:

@@ -40,6 +40,7 @@ class ModelSettings:
     """Timings and network/training parameters of the twin (model seconds; `--speed` scales)."""
 
     pod_start_seconds: float = 2.0
+    pod_stop_seconds: float = 1.0  # from deletionTimestamp until the containers have exited
     zones: ZoneModel = field(default_factory=ZoneModel)
     training: TrainingParams = field(default_factory=TrainingParams)
     pod_zone_label: str | None = None  # a label the twin stamps with the node's zone at start
@@ -95,7 +96,7 @@ def _link(data: object, default: Link, where: str) -> Link:
 
 
 _MODEL_KEYS = {
-    "pod_start_seconds", "intra_zone", "inter_zone", "training", "pod_zone_label",
+    "pod_start_seconds", "pod_stop_seconds", "intra_zone", "inter_zone", "training", "pod_zone_label",
     "utilization_jitter", "crash_backoff_seconds", "crash_backoff_max_seconds",
 }  # fmt: skip
 _TRAINING_KEYS = {"compute_seconds", "gradient_bytes", "connect_attempts", "connect_retry_seconds"}
@@ -129,6 +130,7 @@ def parse_model(data: object, where: str = "model") -> ModelSettings:
         raise _fail(f"{where}.pod_zone_label", f"expected a label key, got {label!r}")
     return ModelSettings(
         pod_start_seconds=_number(raw, "pod_start_seconds", base.pod_start_seconds, where),
+        pod_stop_seconds=_number(raw, "pod_stop_seconds", base.pod_stop_seconds, where),
         zones=ZoneModel(
             intra=_link(raw.get("intra_zone"), base.zones.intra, f"{where}.intra_zone"),
             inter=_link(raw.get("inter_zone"), base.zones.inter, f"{where}.inter_zone"),

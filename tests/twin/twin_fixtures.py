@@ -22,6 +22,7 @@ def fast(name: str) -> Scenario:
     model = replace(
         base.model,
         pod_start_seconds=0.05,
+        pod_stop_seconds=0.1,
         crash_backoff_seconds=0.2,
         crash_backoff_max_seconds=0.4,
         training=replace(base.model.training, connect_attempts=2, connect_retry_seconds=0.05),
