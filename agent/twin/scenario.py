@@ -2,8 +2,21 @@
 
 Called by `cluster.TwinCluster` (to seed the store) and by `zonemedic twin up --scenario NAME`.
 `load_scenario(name)` reads `agent/twin/scenarios/<name>.yaml` or a path, or generates a large
-cluster for `generated:nodes=100,zones=3,jobs=10,policies=4`. Pure apart from reading the file:
-it returns plain Kubernetes objects and model settings and creates nothing.
+cluster for `generated:nodes=100,zones=3,jobs=10,workers=4,policies=3,seed=1`. Pure apart from
+reading the file: it returns plain Kubernetes objects and model settings and creates nothing.
+
+A scenario file holds:
+- `name`, `description`, `seed` (the scheduler's tie-break seed);
+- `model`: `pod_start_seconds`, `pod_stop_seconds`, `intra_zone` / `inter_zone`
+  (`{rtt_ms, gbps}`), `training` (`compute_seconds`, `gradient_bytes`, `connect_attempts`,
+  `connect_retry_seconds`), `pod_zone_label` (a label the twin stamps with the node's zone when a
+  pod starts), `utilization_jitter`, `crash_backoff_seconds`, `crash_backoff_max_seconds`;
+- `nodes`: groups `{name: "gpu-a-{i}", count, zone, region, cpu, memory, gpus, gpu_model, taints,
+  labels}`;
+- `namespaces`: `{name, labels}`;
+- `objects`: any Kubernetes objects the twin serves (policies, training jobs, ...), created in order.
+Jobs may carry the annotations `twin.zonemedic.io/compute-seconds`, `.../gradient-bytes` and
+`.../steps` (succeed after that many training steps).
 """
 
 from __future__ import annotations
