@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "playbooks": "agent.commands.playbooks",
     "run": "agent.commands.run",
     "sweep": "agent.commands.sweep",
+    "twin": "agent.twin.command",
     "incidents": "agent.commands.incidents",
     "db": "agent.commands.db",
     "diagnose": "agent.commands.diagnose",

@@ -1,0 +1,162 @@
+"""The whole twin in one object: store, controllers, dataplane, training runtime, metrics, clock.
+
+Built by `zonemedic twin up`, the end-to-end tests, the benchmarks and the demo. `TwinCluster`
+wires the API server's `Store` to the scheduler, kubelet, training operator, batch Job and
+Deployment controllers, the dataplane, the training runtime and the metrics endpoint, then seeds
+the scenario's nodes, namespaces and objects through the store (so every controller sees them as
+watch events, like a real cluster's). `--speed` scales every model duration. It does not serve the
+Kubernetes HTTP API itself: `cluster.serve_api()` starts the API helper's `ApiServer` on the same
+store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from agent.twin.apiserver import ApiServer
+from agent.twin.clock import TwinClock
+from agent.twin.dataplane import Dataplane, PolicyCompiler
+from agent.twin.dataplane_policy import compile_policies
+from agent.twin.exporter import MetricsServer, TwinCollector
+from agent.twin.gc import DanglingCollector
+from agent.twin.kubelet import Kubelet
+from agent.twin.operator_batchjob import JobController, template_admission
+from agent.twin.operator_deployment import DeploymentController
+from agent.twin.operator_training import TrainingOperator
+from agent.twin.resources import UnknownResourceError, by_kind, lookup
+from agent.twin.scenario import Scenario, ScenarioError
+from agent.twin.scheduler import Scheduler
+from agent.twin.store import ApiError, Store
+from agent.twin.training_runtime import TrainingRuntime
+
+log = logging.getLogger(__name__)
+
+
+class TwinCluster:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        speed: float = 1.0,
+        store: Store | None = None,
+        metrics_port: int = 0,
+        compiler: PolicyCompiler = compile_policies,
+    ) -> None:
+        self.scenario = scenario
+        self.clock = TwinClock(speed)
+        self.store = store if store is not None else Store()
+        self.store.add_admission(lookup("jobs", group="batch"), template_admission)
+        model = scenario.model
+        self.scheduler = Scheduler(self.store, clock=self.clock, seed=scenario.seed)
+        self.kubelet = Kubelet(
+            self.store,
+            clock=self.clock,
+            start_seconds=model.pod_start_seconds,
+            stop_seconds=model.pod_stop_seconds,
+            pod_zone_label=model.pod_zone_label,
+            crash_backoff_seconds=model.crash_backoff_seconds,
+            crash_backoff_max_seconds=model.crash_backoff_max_seconds,
+        )
+        self.training_operator = TrainingOperator(self.store, clock=self.clock)
+        self.job_controller = JobController(self.store, clock=self.clock)
+        self.deployment_controller = DeploymentController(self.store, clock=self.clock)
+        self.garbage_collector = DanglingCollector(self.store, clock=self.clock)
+        self.dataplane = Dataplane(self.store, zones=model.zones, compiler=compiler)
+        self.runtime = TrainingRuntime(
+            self.store,
+            clock=self.clock,
+            dataplane=self.dataplane,
+            kubelet=self.kubelet,
+            params=model.training,
+        )
+        self.metrics = MetricsServer(
+            TwinCollector(
+                self.store,
+                kubelet=self.kubelet,
+                runtime=self.runtime,
+                clock=self.clock,
+                jitter_amplitude=model.utilization_jitter,
+            ),
+            port=metrics_port,
+        )
+        self.api: ApiServer | None = None
+        self._controllers: list[Any] = [
+            self.dataplane,
+            self.scheduler,
+            self.kubelet,
+            self.training_operator,
+            self.job_controller,
+            self.deployment_controller,
+            self.garbage_collector,
+            self.runtime,
+        ]
+        self._started = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> TwinCluster:
+        for controller in self._controllers:
+            controller.start()
+        self._started = True
+        self.seed()
+        self.metrics.start()
+        return self
+
+    def serve_api(self, *, port: int = 0) -> ApiServer:
+        self.api = ApiServer(self.store, port=port).start()
+        return self.api
+
+    def stop(self) -> None:
+        if self.api is not None:
+            self.api.stop()
+        self.metrics.stop()
+        for controller in reversed(self._controllers):
+            controller.stop()
+        self.store.close()
+
+    def __enter__(self) -> TwinCluster:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # --- seeding --------------------------------------------------------------------------------
+
+    def seed(self) -> None:
+        """Create the scenario's nodes, namespaces and objects (in that order)."""
+        for where, objs in (
+            ("nodes", self.scenario.nodes),
+            ("namespaces", self.scenario.namespaces),
+            ("objects", self.scenario.objects),
+        ):
+            for index, obj in enumerate(objs):
+                self.apply(obj, where=f"{self.scenario.name}: {where}[{index}]")
+
+    def apply(self, obj: Mapping[str, Any], *, where: str = "object") -> dict[str, Any]:
+        try:
+            rt = by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
+        except UnknownResourceError as exc:
+            raise ScenarioError(f"{where}: {exc}") from exc
+        try:
+            return self.store.create(rt, obj)
+        except ApiError as exc:
+            if exc.code == 409 and rt.plural == "namespaces":
+                return self.store.get(rt, str((obj.get("metadata") or {}).get("name")))
+            raise ScenarioError(f"{where}: {exc.message}") from exc
+
+    # --- for tests and benchmarks ---------------------------------------------------------------
+
+    def idle(self) -> bool:
+        return all(c.idle() for c in self._controllers if hasattr(c, "idle"))
+
+    def wait_until(self, predicate: Any, *, timeout: float = 30.0, interval: float = 0.05) -> bool:
+        """Poll `predicate()` until true (tests only; the twin itself never polls)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(interval)
+        return bool(predicate())

@@ -1,0 +1,108 @@
+"""Request accounting and fault injection for the twin's API server.
+
+`Accounting` counts API requests per verb and resource (what benchmarks read to measure an
+API-call budget). `Faults` holds injected faults: answer the next N requests with 500 or
+429 + Retry-After (optionally only for one verb/resource), add latency to every request. Closing
+watch streams and expiring history act on the server and the store; the server exposes all of it
+under /twin/. Thread-safe; no HTTP here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+
+class Accounting:
+    """Request counts keyed "verb resource" (e.g. "list pods", "patch pytorchjobs")."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def record(self, verb: str, resource: str) -> None:
+        with self._lock:
+            self._counts[f"{verb} {resource}"] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(sorted(self._counts.items()))
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How to answer one failed request."""
+
+    code: int
+    retry_after: int | None
+
+
+@dataclass
+class _FailRule:
+    remaining: int
+    code: int
+    retry_after: int | None
+    verb: str | None
+    resource: str | None
+
+
+class Faults:
+    """Injected faults; `take(verb, resource)` says whether to fail this request."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: list[_FailRule] = []
+        self.latency_seconds = 0.0
+
+    def fail(
+        self,
+        count: int,
+        *,
+        code: int = 500,
+        retry_after: int | None = None,
+        verb: str | None = None,
+        resource: str | None = None,
+    ) -> None:
+        """Answer the next `count` matching requests with `code` (500 or 429)."""
+        if code not in (429, 500, 503):
+            raise ValueError(f"fault code must be 429, 500 or 503, not {code}")
+        if count < 1:
+            raise ValueError(f"fault count must be at least 1, not {count}")
+        if code == 429 and retry_after is None:
+            retry_after = 1
+        with self._lock:
+            self._rules.append(_FailRule(count, code, retry_after, verb, resource))
+
+    def set_latency(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"latency must not be negative, not {seconds}")
+        self.latency_seconds = seconds
+
+    def take(self, verb: str, resource: str) -> Failure | None:
+        with self._lock:
+            for rule in self._rules:
+                if rule.verb not in (None, verb) or rule.resource not in (None, resource):
+                    continue
+                rule.remaining -= 1
+                if rule.remaining <= 0:
+                    self._rules.remove(rule)
+                return Failure(rule.code, rule.retry_after)
+        return None
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(r.remaining for r in self._rules)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+            self.latency_seconds = 0.0

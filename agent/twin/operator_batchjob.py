@@ -1,0 +1,230 @@
+"""The twin's batch/v1 Job controller, plus the API server's rule that a Job's template is immutable.
+
+Started by `cluster.TwinCluster`. Keeps `min(parallelism, completions - succeeded)` pods running for
+each Job, counts succeeded/failed pods, honours `spec.suspend` (deletes active pods, Suspended
+condition; resume creates them again) and `backoffLimit`, and writes Complete/Failed. The admission
+hook answers 422 to an update that changes `spec.template`, except the scheduling directives
+(nodeSelector, tolerations, affinity, labels, annotations) of a suspended Job that has not
+started, exactly as the real API server validates. It does not run pods (the kubelet does).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Hashable, Mapping
+from typing import Any, cast
+
+from agent.twin.clock import TwinClock
+from agent.twin.operator_conditions import is_true, set_condition
+from agent.twin.operator_events import EventRecorder, timestamp
+from agent.twin.operator_queue import WorkQueue
+from agent.twin.patch import PatchType
+from agent.twin.resources import lookup
+from agent.twin.store import ApiError, Store, WatchEvent
+
+log = logging.getLogger(__name__)
+
+PODS = lookup("pods")
+JOBS = lookup("jobs", group="batch")
+LABEL_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+MUTABLE_WHEN_SUSPENDED = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
+
+
+def _template_without_scheduling(template: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(template))
+    meta = out.setdefault("metadata", {}) or {}
+    meta.pop("labels", None)
+    meta.pop("annotations", None)
+    spec = out.setdefault("spec", {}) or {}
+    for key in MUTABLE_WHEN_SUSPENDED:
+        spec.pop(key, None)
+    return out
+
+
+def template_admission(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
+    """Refuse (422) a change to spec.template, as the API server does for batch/v1 Jobs."""
+    if old is None:
+        return
+    old_template = (old.get("spec") or {}).get("template") or {}
+    new_template = (new.get("spec") or {}).get("template") or {}
+    if old_template == new_template:
+        return
+    suspended = bool((old.get("spec") or {}).get("suspend")) and not (old.get("status") or {}).get(
+        "startTime"
+    )
+    if suspended and _template_without_scheduling(old_template) == _template_without_scheduling(
+        new_template
+    ):
+        return
+    name = (new.get("metadata") or {}).get("name", "")
+    message = "field is immutable"
+    raise ApiError(
+        422,
+        "Invalid",
+        f'Job.batch "{name}" is invalid: spec.template: Invalid value: '
+        f"core.PodTemplateSpec{{...}}: {message}",
+        details={
+            "name": name,
+            "group": "batch",
+            "kind": "Job",
+            "causes": [{"reason": "FieldValueInvalid", "message": f"Invalid value: {message}",
+                        "field": "spec.template"}],
+        },
+    )  # fmt: skip
+
+
+def _terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+class JobController:
+    def __init__(self, store: Store, *, clock: TwinClock) -> None:
+        self._store = store
+        self._events = EventRecorder(store, component="job-controller")
+        self._queue = WorkQueue("job-controller", self._reconcile, clock=clock)
+        self._unsubscribe: list[Any] = []
+
+    def start(self) -> None:
+        self._queue.start()
+        self._unsubscribe.append(self._store.subscribe(JOBS, self._on_job, since="0"))
+        self._unsubscribe.append(self._store.subscribe(PODS, self._on_pod))
+
+    def stop(self) -> None:
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._queue.stop()
+
+    def idle(self) -> bool:
+        return self._queue.idle()
+
+    def _on_job(self, event: WatchEvent) -> None:
+        meta = event.object.get("metadata") or {}
+        if event.type != "DELETED":
+            self._queue.add((str(meta.get("namespace")), str(meta.get("name"))))
+
+    def _on_pod(self, event: WatchEvent) -> None:
+        meta = event.object.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
+                self._queue.add((str(meta.get("namespace")), str(ref.get("name"))))
+
+    def _reconcile(self, raw: Hashable) -> float | None:
+        namespace, name = cast(tuple[str, str], raw)
+        try:
+            job = self._store.get(JOBS, name, namespace=namespace)
+        except ApiError:
+            return None
+        meta = job.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None
+        uid = str(meta.get("uid"))
+        spec = job.get("spec") or {}
+        status = dict(job.get("status") or {})
+        conditions = list(status.get("conditions") or [])
+        pods = self._store.list(
+            PODS, namespace=namespace, label_selector=f"{LABEL_CONTROLLER_UID}={uid}"
+        )[0]
+        active = [
+            p for p in pods if not _terminal(p) and not p["metadata"].get("deletionTimestamp")
+        ]
+        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        failed = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
+        finished = is_true(conditions, "Complete") or is_true(conditions, "Failed")
+        new_status: dict[str, Any] = dict(status)
+        if spec.get("suspend") and not finished:
+            for pod in active:
+                self._delete(pod)
+            active = []
+            conditions = set_condition(conditions, "Suspended", status=True, reason="JobSuspended",
+                                       message="Job suspended")  # fmt: skip
+            new_status.pop("startTime", None)
+        elif not finished:
+            if is_true(conditions, "Suspended"):
+                conditions = set_condition(conditions, "Suspended", status=False, reason="JobResumed",
+                                           message="Job resumed")  # fmt: skip
+            completions = spec.get("completions")
+            parallelism = int(spec.get("parallelism", 1))
+            target = int(completions) if completions is not None else 1
+            if succeeded >= target:
+                for pod in active:
+                    self._delete(pod)
+                active = []
+                conditions = set_condition(conditions, "SuccessCriteriaMet", status=True,
+                                           reason="CompletionsReached", message="Reached expected number of succeeded pods")  # fmt: skip
+                conditions = set_condition(conditions, "Complete", status=True, reason="CompletionsReached",
+                                           message="Reached expected number of succeeded pods")  # fmt: skip
+                new_status["completionTime"] = timestamp()
+            elif failed > int(spec.get("backoffLimit", 6)):
+                for pod in active:
+                    self._delete(pod)
+                active = []
+                conditions = set_condition(conditions, "Failed", status=True, reason="BackoffLimitExceeded",
+                                           message="Job has reached the specified backoff limit")  # fmt: skip
+            else:
+                want = min(parallelism, target - succeeded) - len(active)
+                for _ in range(max(0, want)):
+                    active.append(self._create_pod(job))
+                new_status.setdefault("startTime", timestamp())
+        new_status.update(
+            {
+                "active": len(active),
+                "succeeded": succeeded,
+                "failed": failed,
+                "ready": sum(
+                    1 for p in active if (p.get("status") or {}).get("phase") == "Running"
+                ),
+                "conditions": conditions,
+            }
+        )
+        if new_status != status:
+            body = {
+                "status": {
+                    **new_status,
+                    **(
+                        {"startTime": None}
+                        if "startTime" not in new_status and "startTime" in status
+                        else {}
+                    ),
+                }
+            }
+            try:
+                self._store.patch(JOBS, name, body, namespace=namespace, patch_type=PatchType.MERGE,
+                                  subresource="status")  # fmt: skip
+            except ApiError as exc:
+                log.debug("job status not written: %s", exc.message)
+        return None
+
+    def _delete(self, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        try:
+            self._store.delete(PODS, str(meta.get("name")), namespace=str(meta.get("namespace")))
+        except ApiError:
+            return
+
+    def _create_pod(self, job: Mapping[str, Any]) -> dict[str, Any]:
+        meta = job.get("metadata") or {}
+        template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+        tmeta = template.get("metadata") or {}
+        labels = dict(tmeta.get("labels") or {})
+        labels.update({LABEL_CONTROLLER_UID: str(meta.get("uid")), LABEL_JOB_NAME: str(meta.get("name")),
+                       "controller-uid": str(meta.get("uid")), "job-name": str(meta.get("name"))})  # fmt: skip
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{meta.get('name')}-",
+                "namespace": meta.get("namespace"),
+                "labels": labels,
+                "annotations": dict(tmeta.get("annotations") or {}),
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta.get("name"),
+                                     "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": True}],
+            },
+            "spec": template.get("spec") or {},
+        }  # fmt: skip
+        created = self._store.create(PODS, pod)
+        self._events.record(
+            job, reason="SuccessfulCreate", message=f"Created pod: {created['metadata']['name']}"
+        )
+        return created

@@ -1,0 +1,486 @@
+"""The twin's running training jobs: are they training, blocked or waiting, and what does it cost.
+
+Started by `cluster.TwinCluster`. For each Kubeflow job (pods labelled
+`training.kubeflow.org/job-name`) it works out the flows the job needs (workers to the
+coordinator, the all-reduce ring, an MPI launcher to its workers), asks the `Dataplane` whether
+each may pass, and sets the job's phase: TRAINING (all pods running, every flow allowed; step time
+and GPU utilization from `training`), BLOCKED (a flow is denied) or WAITING. A pod that dials a
+denied peer retries `connect_attempts` times, each a Hubble policy drop, then exits with Error via
+the kubelet (which restarts it with back-off, CrashLoopBackOff). It accounts transmitted bytes per
+pod over model time. The exporter reads utilization, bytes and drops from here. It reacts to
+events and its own timers only (no polling) and does not write objects itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from agent.twin.clock import TwinClock
+from agent.twin.dataplane import Dataplane, DropReason
+from agent.twin.kubelet import Kubelet
+from agent.twin.operator_kinds import (
+    KINDS,
+    LABEL_JOB_NAME,
+    LABEL_JOB_ROLE,
+    TrainingKind,
+    job_port,
+    replica_counts,
+)
+from agent.twin.operator_queue import WorkQueue
+from agent.twin.resources import lookup
+from agent.twin.store import ApiError, Store, WatchEvent
+from agent.twin.training import (
+    JobPhase,
+    StepTiming,
+    TrainingParams,
+    bytes_sent_per_step,
+    gpu_utilization,
+    step_timing,
+)
+
+log = logging.getLogger(__name__)
+
+PODS = lookup("pods")
+BATCH_JOBS = lookup("jobs", group="batch")
+COMPUTE_ANNOTATION = "twin.zonemedic.io/compute-seconds"
+STEPS_ANNOTATION = "twin.zonemedic.io/steps"  # the job succeeds after this many training steps
+GRADIENT_ANNOTATION = "twin.zonemedic.io/gradient-bytes"
+PodKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class DropKey:
+    reason: str
+    source_namespace: str
+    source_pod: str
+    destination_namespace: str
+    destination_pod: str
+
+
+@dataclass(frozen=True)
+class Flow:
+    dialer: str  # pod name
+    peer: str
+    port: int
+
+
+@dataclass
+class JobState:
+    phase: JobPhase = JobPhase.WAITING
+    timing: StepTiming | None = None
+    participants: tuple[str, ...] = ()
+    denied: tuple[tuple[Flow, DropReason], ...] = ()
+
+
+@dataclass
+class _Traffic:
+    total: float = 0.0
+    rate: float = 0.0
+    since: float = 0.0
+
+
+@dataclass
+class _Progress:
+    steps: float = 0.0
+    rate: float = 0.0  # steps per model second
+    since: float = 0.0
+    target: float | None = None
+    done: bool = False
+    job_uid: str = ""
+
+    def at(self, now: float) -> float:
+        return self.steps + self.rate * (now - self.since)
+
+
+@dataclass
+class _Attempts:
+    generation: tuple[str, int]
+    done: int = 0
+    flows: list[tuple[Flow, DropReason]] = field(default_factory=list)
+
+
+def _container_running(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    statuses = status.get("containerStatuses") or []
+    return bool(statuses) and all("running" in (cs.get("state") or {}) for cs in statuses)
+
+
+def _restarts(pod: Mapping[str, Any]) -> int:
+    return max(
+        (
+            int(cs.get("restartCount", 0))
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        ),
+        default=0,
+    )
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name", ""))
+
+
+def required_flows(pods: Sequence[Mapping[str, Any]], *, port: int) -> list[Flow]:
+    """Who dials whom: workers to the coordinator (an MPI launcher dials its workers instead), and
+    each rank to the next in the all-reduce ring."""
+    roles = {
+        _name(p): ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_ROLE, "")
+        for p in pods
+    }
+    names = sorted(roles)
+    coordinator = next((n for n in names if roles[n] in ("master", "launcher")), None)
+    flows: list[Flow] = []
+    if coordinator is not None:
+        for n in names:
+            if n == coordinator:
+                continue
+            if roles[coordinator] == "launcher":
+                flows.append(Flow(coordinator, n, port))
+            else:
+                flows.append(Flow(n, coordinator, port))
+    ring = [n for n in names if roles[n] != "launcher"]
+    ring.sort(key=lambda n: (n != coordinator, n))
+    if len(ring) > 1:
+        for i, n in enumerate(ring):
+            flow = Flow(n, ring[(i + 1) % len(ring)], port)
+            if flow not in flows and not (len(ring) == 2 and i == 1):
+                flows.append(flow)
+    return flows
+
+
+class TrainingRuntime:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: TwinClock,
+        dataplane: Dataplane,
+        kubelet: Kubelet,
+        params: TrainingParams,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._dataplane = dataplane
+        self._kubelet = kubelet
+        self._params = params
+        self._queue = WorkQueue("training-runtime", self._reconcile, clock=clock)
+        self._lock = threading.Lock()
+        self._jobs: dict[PodKey, JobState] = {}
+        self._pod_job: dict[PodKey, PodKey] = {}
+        self._traffic: dict[PodKey, _Traffic] = {}
+        self._attempts: dict[PodKey, _Attempts] = {}
+        self._drops: dict[DropKey, int] = {}
+        self._progress: dict[PodKey, _Progress] = {}
+        self._unsubscribe: list[Any] = []
+
+    def start(self) -> None:
+        self._queue.start()
+        self._dataplane.on_change(self._on_network_change)
+        self._unsubscribe.append(self._store.subscribe(PODS, self._on_pod, since="0"))
+
+    def stop(self) -> None:
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._queue.stop()
+
+    def idle(self) -> bool:
+        return self._queue.idle()
+
+    # --- what the exporter reads ----------------------------------------------------------------
+
+    def job_state(self, namespace: str, job: str) -> JobState:
+        with self._lock:
+            return self._jobs.get((namespace, job), JobState())
+
+    def pod_utilization(self, namespace: str, pod: str) -> float:
+        """0..1 for a GPU held by this pod."""
+        with self._lock:
+            job = self._pod_job.get((namespace, pod))
+            state = self._jobs.get(job) if job else None
+        if state is None or pod not in state.participants:
+            return 0.0
+        return gpu_utilization(state.phase, state.timing)
+
+    def transmit_bytes(self) -> dict[PodKey, float]:
+        now = self._clock.now()
+        with self._lock:
+            return {k: t.total + t.rate * (now - t.since) for k, t in self._traffic.items()}
+
+    def steps(self, namespace: str, job: str) -> float:
+        """Training steps the job has completed (model time)."""
+        now = self._clock.now()
+        with self._lock:
+            progress = self._progress.get((namespace, job))
+            return progress.at(now) if progress is not None else 0.0
+
+    def drops(self) -> dict[DropKey, int]:
+        with self._lock:
+            return dict(self._drops)
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def _on_pod(self, event: WatchEvent) -> None:
+        meta = event.object.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        if event.type == "DELETED":
+            with self._lock:
+                self._traffic.pop(key, None)
+                self._attempts.pop(key, None)
+                self._pod_job.pop(key, None)
+        if job:
+            self._queue.add(("job", key[0], str(job)))
+
+    def _on_network_change(self) -> None:
+        with self._lock:
+            jobs = list(self._jobs)
+        for namespace, job in jobs:
+            self._queue.add(("job", namespace, job))
+
+    def _reconcile(self, raw: Hashable) -> float | None:
+        what, namespace, name = cast(tuple[str, str, str], raw)
+        if what == "job":
+            self._reconcile_job(namespace, name)
+            return None
+        if what == "finish":
+            return self._finish(namespace, name)
+        return self._attempt(namespace, name)
+
+    # --- one job --------------------------------------------------------------------------------
+
+    def _job_object(
+        self, pods: Sequence[Mapping[str, Any]]
+    ) -> tuple[TrainingKind, Mapping[str, Any]] | None:
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            for owner in meta.get("ownerReferences") or []:
+                ref: Mapping[str, Any] = owner
+                api, kind_name = ref.get("apiVersion", ""), ref.get("kind")
+                if kind_name == "Job" and api == "batch/v1":
+                    try:
+                        launcher = self._store.get(
+                            BATCH_JOBS, str(ref.get("name")), namespace=str(meta.get("namespace"))
+                        )
+                    except ApiError:
+                        continue
+                    refs = (launcher.get("metadata") or {}).get("ownerReferences") or []
+                    ref = next((r for r in refs if r.get("controller")), {})
+                    api, kind_name = ref.get("apiVersion", ""), ref.get("kind")
+                kind = next(
+                    (k for k in KINDS.values() if k.api_version == api and k.kind == kind_name),
+                    None,
+                )
+                if kind is None:
+                    continue
+                try:
+                    rt = lookup(kind.plural, group="kubeflow.org", version=kind.version)
+                    return kind, self._store.get(
+                        rt, str(ref.get("name")), namespace=str(meta.get("namespace"))
+                    )
+                except ApiError:
+                    continue
+        return None
+
+    def _params_for(self, job: Mapping[str, Any]) -> TrainingParams:
+        annotations = (job.get("metadata") or {}).get("annotations") or {}
+        params = self._params
+        try:
+            compute = float(annotations.get(COMPUTE_ANNOTATION, params.compute_seconds))
+            gradient = float(annotations.get(GRADIENT_ANNOTATION, params.gradient_bytes))
+        except ValueError:
+            return params
+        return TrainingParams(
+            compute, gradient, params.connect_attempts, params.connect_retry_seconds
+        )
+
+    def _reconcile_job(self, namespace: str, job_name: str) -> None:
+        pods = [
+            p
+            for p in self._store.list(
+                PODS, namespace=namespace, label_selector=f"{LABEL_JOB_NAME}={job_name}"
+            )[0]
+            if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        found = self._job_object(pods)
+        state = JobState()
+        params = self._params
+        target: float | None = None
+        if found is not None:
+            raw_target = ((found[1].get("metadata") or {}).get("annotations") or {}).get(
+                STEPS_ANNOTATION
+            )
+            try:
+                target = float(raw_target) if raw_target is not None else None
+            except ValueError:
+                log.warning(
+                    "job %s/%s: bad %s %r", namespace, job_name, STEPS_ANNOTATION, raw_target
+                )
+        if found is not None and pods:
+            kind, job = found
+            params = self._params_for(job)
+            counts = replica_counts(kind, job)
+            expected = sum(counts.values())
+            port = job_port(kind, job)
+            running = [p for p in pods if _container_running(p)]
+            by_name = {_name(p): p for p in pods}
+            denied: list[tuple[Flow, DropReason]] = []
+            for flow in required_flows(pods, port=port):
+                src, dst = by_name[flow.dialer], by_name[flow.peer]
+                if not _container_running(src) or not (dst.get("status") or {}).get("podIP"):
+                    continue
+                result = self._dataplane.check(src, dst, port)
+                if not result.allowed:
+                    denied.append((flow, result.drop_reason or DropReason.POLICY_DENIED))
+            participants = [p for p in running if not _is_launcher(p)]
+            names = tuple(sorted(_name(p) for p in participants))
+            if denied:
+                state = JobState(JobPhase.BLOCKED, None, names, tuple(denied))
+            elif expected and len(running) >= expected:
+                zones = [self._dataplane.zone_of(p) for p in participants]
+                timing = step_timing(
+                    params, ranks=len(participants), link=self._dataplane.zones.slowest(zones)
+                )
+                state = JobState(JobPhase.TRAINING, timing, names, ())
+            else:
+                state = JobState(JobPhase.WAITING, None, names, ())
+        self._account(namespace, job_name, pods, state, params)
+        job_uid = str(((found[1] if found else {}).get("metadata") or {}).get("uid", ""))
+        self._track_progress(namespace, job_name, state, target, job_uid)
+        self._schedule_attempts(namespace, pods, state)
+
+    def _account(
+        self,
+        namespace: str,
+        job_name: str,
+        pods: Sequence[Mapping[str, Any]],
+        state: JobState,
+        params: TrainingParams,
+    ) -> None:
+        now = self._clock.now()
+        rate = 0.0
+        if state.phase is JobPhase.TRAINING and state.timing is not None and state.timing.step > 0:
+            rate = (
+                bytes_sent_per_step(len(state.participants), params.gradient_bytes)
+                / state.timing.step
+            )
+        with self._lock:
+            self._jobs[(namespace, job_name)] = state
+            for pod in pods:
+                key = (namespace, _name(pod))
+                self._pod_job[key] = (namespace, job_name)
+                traffic = self._traffic.setdefault(key, _Traffic(since=now))
+                new_rate = rate if key[1] in state.participants else 0.0
+                if new_rate != traffic.rate:
+                    traffic.total += traffic.rate * (now - traffic.since)
+                    traffic.since = now
+                    traffic.rate = new_rate
+
+    def _track_progress(
+        self, namespace: str, job_name: str, state: JobState, target: float | None, job_uid: str
+    ) -> None:
+        now = self._clock.now()
+        rate = 0.0
+        if state.phase is JobPhase.TRAINING and state.timing is not None and state.timing.step > 0:
+            rate = 1.0 / state.timing.step
+        with self._lock:
+            progress = self._progress.get((namespace, job_name))
+            if progress is None or (job_uid and progress.job_uid not in ("", job_uid)):
+                progress = _Progress(since=now, job_uid=job_uid)  # a new job of that name
+                self._progress[(namespace, job_name)] = progress
+            progress.job_uid = progress.job_uid or job_uid
+            if rate != progress.rate:
+                progress.steps = progress.at(now)
+                progress.since = now
+                progress.rate = rate
+            progress.target = target
+            due = None
+            if target is not None and rate > 0 and not progress.done:
+                due = max(0.0, (target - progress.at(now)) / rate)
+        if due is not None:
+            self._queue.add_after(("finish", namespace, job_name), due)
+
+    def _finish(self, namespace: str, job_name: str) -> float | None:
+        """The job reached its step target: every pod's containers exit 0."""
+        now = self._clock.now()
+        with self._lock:
+            progress = self._progress.get((namespace, job_name))
+            if progress is None or progress.done or progress.target is None:
+                return None
+            if progress.at(now) < progress.target:
+                return (
+                    (progress.target - progress.at(now)) / progress.rate
+                    if progress.rate > 0
+                    else None
+                )
+            progress.steps = progress.target
+            progress.rate = 0.0
+            progress.since = now
+            progress.done = True
+        selector = f"{LABEL_JOB_NAME}={job_name}"
+        for pod in self._store.list(PODS, namespace=namespace, label_selector=selector)[0]:
+            self._kubelet.complete(namespace, _name(pod))
+        return None
+
+    def _schedule_attempts(
+        self, namespace: str, pods: Sequence[Mapping[str, Any]], state: JobState
+    ) -> None:
+        by_dialer: dict[str, list[tuple[Flow, DropReason]]] = {}
+        for flow, reason in state.denied:
+            by_dialer.setdefault(flow.dialer, []).append((flow, reason))
+        for pod in pods:
+            name = _name(pod)
+            key = (namespace, name)
+            flows = by_dialer.get(name)
+            generation = (str((pod.get("metadata") or {}).get("uid")), _restarts(pod))
+            start = False
+            with self._lock:
+                current = self._attempts.get(key)
+                if not flows:
+                    if current is not None:
+                        current.flows = []
+                    continue
+                if current is None or current.generation != generation:
+                    self._attempts[key] = _Attempts(generation, 0, flows)
+                    start = True
+                else:
+                    current.flows = flows
+            if start:
+                self._queue.add(("attempt", namespace, name))
+
+    def _attempt(self, namespace: str, name: str) -> float | None:
+        key = (namespace, name)
+        try:
+            pod = self._store.get(PODS, name, namespace=namespace)
+        except ApiError:
+            return None
+        if not _container_running(pod):
+            return None
+        generation = (str((pod.get("metadata") or {}).get("uid")), _restarts(pod))
+        with self._lock:
+            attempts = self._attempts.get(key)
+            if attempts is None or attempts.generation != generation or not attempts.flows:
+                return None
+            for flow, reason in attempts.flows:
+                drop = DropKey(reason.value, namespace, flow.dialer, namespace, flow.peer)
+                self._drops[drop] = self._drops.get(drop, 0) + 1
+            attempts.done += 1
+            done = attempts.done
+            first = attempts.flows[0][0]
+        if done >= self._params.connect_attempts:
+            self._kubelet.crash(
+                namespace, name,
+                message=f"RuntimeError: connect() to {first.peer}:{first.port} timed out "
+                f"after {done} attempts (network policy drop)",
+            )  # fmt: skip
+            return None
+        return self._params.connect_retry_seconds
+
+
+def _is_launcher(pod: Mapping[str, Any]) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_ROLE) == "launcher"

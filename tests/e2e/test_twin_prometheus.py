@@ -1,0 +1,139 @@
+"""End to end: a real Prometheus scrapes the twin; the incident, the fix by hand, the hard block.
+
+The twin serves the Kubernetes API over HTTP (driven here by the official `kubernetes` client) and
+its metrics endpoint (scraped every second by `/usr/bin/prometheus`). The per-job utilization
+query is DESIGN.md section 8's, verbatim.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from agent.twin import kubeconfig
+from agent.twin.cluster import TwinCluster
+from tests.support.prometheus import requires_prometheus, running_prometheus
+from tests.twin.twin_fixtures import fast
+
+pytestmark = [pytest.mark.prometheus, requires_prometheus]
+
+KINDS = "PyTorchJob|TFJob|MPIJob|XGBoostJob|PaddleJob|JAXJob"
+PER_JOB_UTILIZATION = (
+    'avg by (namespace, created_by_name) (DCGM_FI_DEV_GPU_UTIL{pod!=""} * on (namespace, pod) '
+    "group_left (created_by_name) max by (namespace, pod, created_by_name) "
+    f'(kube_pod_info{{created_by_kind=~"{KINDS}"}}))'
+)
+ZONE = "topology.kubernetes.io/zone"
+JOB = "llm-finetune"
+
+
+def job_utilization(result: list[dict[str, Any]]) -> float | None:
+    for sample in result:
+        if sample["metric"].get("created_by_name") == JOB:
+            return float(sample["value"][1])
+    return None
+
+
+def between(low: float, high: float) -> Any:
+    def check(result: list[dict[str, Any]]) -> bool:
+        value = job_utilization(result)
+        return value is not None and low <= value <= high
+
+    return check
+
+
+class Twin:
+    def __init__(self, cluster: TwinCluster, api: client.ApiClient, prometheus: Any) -> None:
+        self.cluster = cluster
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.prometheus = prometheus
+
+    def pods(self) -> list[Any]:
+        return list(self.core.list_namespaced_pod("ml").items)
+
+    def zones(self) -> set[str]:
+        nodes = {n.metadata.name: n.metadata.labels[ZONE] for n in self.core.list_node().items}
+        return {nodes[p.spec.node_name] for p in self.pods()}
+
+
+def twin_with_prometheus(tmp_path: Path, scenario: str) -> Iterator[Twin]:
+    with TwinCluster(fast(scenario)) as cluster:
+        api = cluster.serve_api()
+        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
+        api_client = config.new_client_from_config(config_file=str(path))
+        target = cluster.metrics.url.removeprefix("http://")
+        with running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s") as prom:
+            try:
+                yield Twin(cluster, api_client, prom)
+            finally:
+                api_client.close()
+
+
+@pytest.fixture
+def degraded(tmp_path: Path) -> Iterator[Twin]:
+    yield from twin_with_prometheus(tmp_path, "seed-degraded")
+
+
+@pytest.fixture
+def blocked(tmp_path: Path) -> Iterator[Twin]:
+    yield from twin_with_prometheus(tmp_path, "seed-blocked")
+
+
+def test_split_job_reads_about_40_percent_and_the_fix_brings_it_to_about_85(degraded: Twin) -> None:
+    degraded.prometheus.wait_for(PER_JOB_UTILIZATION, between(35, 45), timeout=30)
+    assert degraded.zones() == {"us-east-1a", "us-east-1b"}
+
+    # The fix by hand, as an operator would do it with the Python client (merge patch).
+    job = degraded.custom.get_namespaced_custom_object("kubeflow.org", "v1", "ml", "pytorchjobs", JOB)
+    master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    tolerations = [*master.get("tolerations", []), {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    patch = {
+        "metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "pytorchReplicaSpecs": {"Master": {"template": {"spec": {
+                "nodeSelector": {ZONE: "us-east-1a"},
+                "tolerations": tolerations,
+                "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "topologyKey": ZONE,
+                    "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": JOB}},
+                }]}},
+            }}}},
+        },
+    }  # fmt: skip
+    degraded.custom.patch_namespaced_custom_object("kubeflow.org", "v1", "ml", "pytorchjobs", JOB, patch)
+    deadline = time.monotonic() + 20
+    while degraded.pods() and time.monotonic() < deadline:  # Terminating pods included
+        time.sleep(0.05)
+    assert not degraded.pods()
+    degraded.custom.patch_namespaced_custom_object(
+        "kubeflow.org", "v1", "ml", "pytorchjobs", JOB, {"spec": {"runPolicy": {"suspend": False}}}
+    )
+    degraded.prometheus.wait_for(PER_JOB_UTILIZATION, between(80, 90), timeout=30)
+    assert degraded.zones() == {"us-east-1a"}
+    assert len(degraded.pods()) == 5
+
+
+def test_blocked_job_reads_near_zero_and_shows_policy_drops(blocked: Twin) -> None:
+    blocked.prometheus.wait_for(
+        'sum(hubble_drop_total{reason=~"POLICY_DENIED|POLICY_DENY", destination_pod="llm-finetune-master-0"})',
+        lambda r: bool(r) and float(r[0]["value"][1]) > 0,
+        timeout=30,
+    )
+    result = blocked.prometheus.wait_for(
+        PER_JOB_UTILIZATION, lambda r: job_utilization(r) is not None, timeout=30
+    )
+    value = job_utilization(result)
+    assert value is not None and value < 5
+    # the workers crash-loop: restarts show in kube-state-metrics
+    blocked.prometheus.wait_for(
+        'sum(kube_pod_container_status_restarts_total{namespace="ml"})',
+        lambda r: bool(r) and float(r[0]["value"][1]) > 0,
+        timeout=30,
+    )

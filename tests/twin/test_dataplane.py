@@ -1,0 +1,126 @@
+"""The dataplane: endpoints from pods, zone links, recompiling on policy changes, and the training
+runtime's required flows and blocked-job behaviour with a stand-in compiler that denies cross-zone
+traffic (the real policy evaluator is exercised by the seed-blocked end-to-end test)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from agent.twin.cluster import TwinCluster
+from agent.twin.dataplane import DropReason, FlowCheck, FlowResult, PodEndpoint, endpoint_of
+from agent.twin.resources import lookup
+from agent.twin.training import JobPhase
+from agent.twin.training_runtime import Flow, required_flows
+from tests.twin.twin_fixtures import all_running, fast, pods, wait
+
+ZONE_LABEL = "netpol.example.com/zone"
+
+
+def _pod(name: str, role: str | None = None) -> dict[str, Any]:
+    labels = {"training.kubeflow.org/job-role": role} if role else {}
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+@pytest.mark.parametrize(
+    ("pods_", "expected"),
+    [
+        # PyTorch: workers dial the master; the ring runs master -> w0 -> w1 -> master
+        (
+            [_pod("m", "master"), _pod("w0"), _pod("w1")],
+            [Flow("w0", "m", 1), Flow("w1", "m", 1), Flow("m", "w0", 1), Flow("w0", "w1", 1)],
+        ),
+        # MPI: the launcher dials every worker; it is not in the ring
+        (
+            [_pod("l", "launcher"), _pod("w0"), _pod("w1")],
+            [Flow("l", "w0", 1), Flow("l", "w1", 1), Flow("w0", "w1", 1)],
+        ),
+        ([_pod("w0", "master")], []),
+    ],
+)
+def test_required_flows(pods_: list[dict[str, Any]], expected: list[Flow]) -> None:
+    assert required_flows(pods_, port=1) == expected
+
+
+def test_endpoint_of_pod() -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml", "labels": {"a": "b"}},
+        "spec": {
+            "serviceAccountName": "trainer",
+            "containers": [{"ports": [{"name": "http", "containerPort": 80}]}],
+        },
+    }
+    assert endpoint_of(pod) == PodEndpoint("ml", "p", {"a": "b"}, "trainer", {"http": 80})
+
+
+def deny_cross_zone(
+    policies: Sequence[Mapping[str, Any]], _ns: Mapping[str, Mapping[str, str]]
+) -> FlowCheck:
+    """Stand-in: with any policy stored, flows between pods of different zone labels are dropped."""
+
+    def check(src: PodEndpoint, dst: PodEndpoint, _port: int, _proto: str) -> FlowResult:
+        if policies and src.labels.get(ZONE_LABEL) != dst.labels.get(ZONE_LABEL):
+            return FlowResult(False, DropReason.POLICY_DENIED)
+        return FlowResult(True)
+
+    return check
+
+
+def test_blocked_job_drops_crash_loops_and_recovers_when_policies_go() -> None:
+    with TwinCluster(fast("seed-blocked"), compiler=deny_cross_zone) as cluster:
+        wait(
+            cluster,
+            lambda: cluster.runtime.job_state("ml", "llm-finetune").phase is JobPhase.BLOCKED,
+        )
+        wait(
+            cluster,
+            lambda: any(
+                k.destination_pod == "llm-finetune-master-0" for k in cluster.runtime.drops()
+            ),
+        )
+        drop = next(
+            k for k in cluster.runtime.drops() if k.destination_pod == "llm-finetune-master-0"
+        )
+        assert drop.reason == "POLICY_DENIED" and drop.source_pod.startswith("llm-finetune-worker-")
+        assert cluster.runtime.pod_utilization("ml", "llm-finetune-worker-0") < 0.05
+        # the workers exhaust their attempts and exit with Error, then back off
+        wait(cluster, lambda: any(
+            cs.get("restartCount", 0) > 0 for p in pods(cluster) for cs in p["status"].get("containerStatuses", [])))  # fmt: skip
+        wait(cluster, lambda: any(
+            c["type"] == "Restarting" and c["status"] == "True"
+            for c in cluster.store.get(lookup("pytorchjobs"), "llm-finetune", namespace="ml")["status"]["conditions"]))  # fmt: skip
+        # removing the policies lets the job train
+        for policy in ("zone-boundary-us-east-1a", "zone-boundary-us-east-1b"):
+            cluster.store.delete(lookup("cnp"), policy, namespace="ml")
+        wait(cluster, all_running(cluster, 5))
+        wait(
+            cluster,
+            lambda: cluster.runtime.job_state("ml", "llm-finetune").phase is JobPhase.TRAINING,
+            timeout=20,
+        )
+        assert 0.35 <= cluster.runtime.pod_utilization("ml", "llm-finetune-worker-0") <= 0.45
+
+
+def test_network_change_listener_fires_on_policy_writes() -> None:
+    with TwinCluster(fast("seed-blocked"), compiler=deny_cross_zone) as cluster:
+        for policy in ("zone-boundary-us-east-1a", "zone-boundary-us-east-1b"):
+            cluster.store.delete(lookup("cnp"), policy, namespace="ml")
+        wait(
+            cluster,
+            lambda: cluster.runtime.job_state("ml", "llm-finetune").phase is JobPhase.TRAINING,
+        )
+        calls: list[int] = []
+        cluster.dataplane.on_change(lambda: calls.append(1))
+        cluster.store.create(
+            lookup("cnp"),
+            {"metadata": {"name": "p", "namespace": "ml"}, "spec": {"endpointSelector": {}}},
+        )
+        wait(cluster, lambda: bool(calls))
+        # the stand-in compiler now sees a policy: the split job is blocked
+        wait(
+            cluster,
+            lambda: cluster.runtime.job_state("ml", "llm-finetune").phase is JobPhase.BLOCKED,
+        )
+        assert cluster.dataplane.zones.slowest(["a", "b"]) == cluster.dataplane.zones.inter

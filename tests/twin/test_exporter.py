@@ -1,0 +1,90 @@
+"""The metrics endpoint, scraped over HTTP and parsed with prometheus_client's text parser."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.twin.exporter import label_name
+from tests.twin.twin_fixtures import all_running, fast, running, wait
+
+
+def scrape(url: str) -> dict[str, list[Any]]:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, list[Any]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("topology.kubernetes.io/zone", "label_topology_kubernetes_io_zone"),
+        ("training.kubeflow.org/job-name", "label_training_kubeflow_org_job_name"),
+        ("app", "label_app"),
+    ],
+)
+def test_label_names_like_kube_state_metrics(key: str, expected: str) -> None:
+    assert label_name(key) == expected
+
+
+def test_exporter_serves_dcgm_kube_state_and_network_metrics() -> None:
+    with running(fast("seed-degraded")) as cluster:
+        wait(cluster, all_running(cluster, 5))
+        wait(cluster, lambda: cluster.runtime.job_state("ml", "llm-finetune").phase == "training")
+        first = scrape(cluster.metrics.url)
+
+        gpus = first["DCGM_FI_DEV_GPU_UTIL"]
+        assert len(gpus) == 16  # 2 GPU nodes x 8 GPUs, held or not
+        held = [s for s in gpus if s.labels["pod"]]
+        assert sorted(s.labels["pod"] for s in held) == [
+            f"llm-finetune-worker-{i}" for i in range(4)
+        ]
+        for s in held:
+            assert s.labels["namespace"] == "ml" and s.labels["container"] == "pytorch"
+            assert s.labels["modelName"] == "NVIDIA A100-SXM4-80GB"
+            assert s.labels["Hostname"].startswith("gpu-a-") and s.labels["UUID"].startswith("GPU-")
+            assert 35 <= s.value <= 45
+        assert all(s.value == 0 for s in gpus if not s.labels["pod"])
+        active = {s.labels["UUID"]: s.value for s in first["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]}
+        assert all(0 <= v <= 1 for v in active.values())
+
+        info = {s.labels["pod"]: s.labels for s in first["kube_pod_info"]}
+        assert info["llm-finetune-worker-0"]["created_by_kind"] == "PyTorchJob"
+        assert info["llm-finetune-worker-0"]["created_by_name"] == "llm-finetune"
+        assert info["llm-finetune-master-0"]["node"].startswith("cpu-b-")
+        zones = {
+            s.labels["node"]: s.labels["label_topology_kubernetes_io_zone"]
+            for s in first["kube_node_labels"]
+        }
+        assert zones["gpu-a-0"] == "us-east-1a" and zones["cpu-b-0"] == "us-east-1b"
+        labels = {s.labels["pod"]: s.labels for s in first["kube_pod_labels"]}
+        assert labels["llm-finetune-master-0"]["label_training_kubeflow_org_job_role"] == "master"
+        assert labels["llm-finetune-worker-3"]["label_training_kubeflow_org_replica_index"] == "3"
+        phases = {
+            (s.labels["pod"], s.labels["phase"]): s.value for s in first["kube_pod_status_phase"]
+        }
+        assert phases[("llm-finetune-worker-0", "Running")] == 1
+        assert phases[("llm-finetune-worker-0", "Pending")] == 0
+
+        time.sleep(0.3)
+        second = scrape(cluster.metrics.url)
+        before = {s.labels["pod"]: s.value for s in first["container_network_transmit_bytes_total"]}
+        after = {s.labels["pod"]: s.value for s in second["container_network_transmit_bytes_total"]}
+        assert set(after) == set(before) == set(info)
+        assert all(after[p] > before[p] for p in after)
+        assert "hubble_drop_total" not in second  # nothing is denied here
+
+
+def test_unknown_path_is_404() -> None:
+    with running(fast("seed-degraded")) as cluster, pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(cluster.metrics.url + "/nope", timeout=10)
+    assert err.value.code == 404
+    err.value.close()

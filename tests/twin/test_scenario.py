@@ -1,0 +1,100 @@
+"""Scenario files and the large-cluster generator: shapes, model parameters, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.twin.scenario import ScenarioError, load_scenario, parse_scenario, scenario_names
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def test_packaged_scenarios_are_listed_and_load() -> None:
+    assert {"seed-degraded", "seed-blocked", "healthy"} <= set(scenario_names())
+    for name in scenario_names():
+        scenario = load_scenario(name)
+        assert scenario.nodes and scenario.objects
+
+
+@pytest.mark.parametrize(
+    ("name", "policies", "zone_label"),
+    [
+        ("seed-degraded", 0, None),
+        ("seed-blocked", 2, "netpol.example.com/zone"),
+        ("healthy", 0, None),
+    ],
+)
+def test_seed_scenarios_shape(name: str, policies: int, zone_label: str | None) -> None:
+    scenario = load_scenario(name)
+    gpu = [n for n in scenario.nodes if "nvidia.com/gpu" in n["status"]["allocatable"]]
+    cpu = [n for n in scenario.nodes if n not in gpu]
+    assert {n["metadata"]["labels"][ZONE] for n in gpu} == {"us-east-1a"}
+    assert {n["metadata"]["labels"][ZONE] for n in cpu} == {"us-east-1b"}
+    assert all(t["key"] == "nvidia.com/gpu" for n in gpu for t in n["spec"]["taints"])
+    kinds = [o["kind"] for o in scenario.objects]
+    assert kinds.count("CiliumNetworkPolicy") == policies
+    assert kinds.count("PyTorchJob") == 1
+    assert scenario.model.pod_zone_label == zone_label
+
+
+def test_generator_parameters() -> None:
+    scenario = load_scenario("generated:nodes=12,zones=4,jobs=3,workers=2,policies=1,seed=5")
+    assert len(scenario.nodes) == 12
+    assert len({n["metadata"]["labels"][ZONE] for n in scenario.nodes}) == 4
+    jobs = [o for o in scenario.objects if o["kind"] == "PyTorchJob"]
+    assert len(jobs) == 3
+    assert all(j["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2 for j in jobs)
+    assert sum(o["kind"] == "CiliumNetworkPolicy" for o in scenario.objects) == 3  # one per team
+    again = load_scenario("generated:nodes=12,zones=4,jobs=3,workers=2,policies=1,seed=5")
+    assert again.objects == scenario.objects
+
+
+def test_model_parameters_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "model:\n  pod_start_seconds: 0.5\n  inter_zone: {rtt_ms: 4, gbps: 8}\n"
+        "  training: {compute_seconds: 2}\n"
+        "nodes:\n  - {name: 'n-{i}', count: 3, zone: z1, gpus: 2}\n"
+    )
+    scenario = load_scenario(str(path))
+    assert scenario.name == "mine"
+    assert [n["metadata"]["name"] for n in scenario.nodes] == ["n-0", "n-1", "n-2"]
+    assert scenario.model.pod_start_seconds == 0.5
+    assert scenario.model.zones.inter.rtt_seconds == pytest.approx(0.004)
+    assert scenario.model.zones.inter.bandwidth_bytes_per_second == pytest.approx(1e9)
+    assert scenario.model.training.compute_seconds == 2
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"model": {"speed": 2}}, "model.speed: unknown key"),
+        ({"model": {"pod_start_seconds": "soon"}}, "model.pod_start_seconds: expected a number"),
+        ({"model": {"inter_zone": {"gbps": 0}}}, "model.inter_zone.gbps: must be positive"),
+        ({"nodes": [{"name": "n"}]}, "nodes[0]: a node group needs a name"),
+        ({"nodes": [{"name": "n", "zone": "z", "count": 2}]}, "node names repeat"),
+        ({"nodes": [{"name": "n", "zone": "z", "gpu": 1}]}, "nodes[0].gpu: unknown key"),
+        ({"objects": [{"kind": "Pod"}]}, "objects[0]: needs apiVersion, kind and metadata.name"),
+        ({"zones": ["a"]}, "zones: unknown key"),
+    ],
+)
+def test_bad_scenarios_name_the_problem(data: dict, message: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(data, name="bad", where="bad.yaml")
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("nope", "unknown scenario 'nope'"),
+        ("generated:nodes=0", "nodes is out of range"),
+        ("generated:racks=3", "bad parameter 'racks=3'"),
+    ],
+)
+def test_bad_names(name: str, message: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(name)
+    assert message in str(err.value)
