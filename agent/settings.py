@@ -145,7 +145,6 @@ class DetectionSettings:
     max_delay: timedelta = timedelta(seconds=2)
     metrics_interval: timedelta = timedelta(minutes=1)
     sweep_misfire_grace: timedelta = timedelta(minutes=5)
-    resync_interval: timedelta = timedelta(minutes=30)
 
 
 @dataclass(frozen=True)
