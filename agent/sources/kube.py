@@ -13,6 +13,7 @@ before they reach the cache. What it does not do: diagnose, or write to the clus
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import random
 import threading
@@ -96,7 +97,20 @@ class Informer:
     # -- list ----------------------------------------------------------------------------------
 
     def list(self) -> str:
-        """Full list (paged) into the cache; returns the list's resourceVersion."""
+        """Full list (paged) into the cache; returns the list's resourceVersion.
+
+        The cyclic garbage collector is paused meanwhile: parsing a large list creates millions
+        of objects that only reference counting frees, and collections triggered by them
+        (scanning the growing cache each time) would otherwise cost more than the parse."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._list()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _list(self) -> str:
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
