@@ -202,6 +202,8 @@ class Agent:
         if self._stopped.is_set():
             return False
         self.pipeline.handle_alert(alert, jobs)
+        if jobs:  # an alert is a hint to look at these jobs again, now
+            self.detector.submit(Change(jobs=frozenset(jobs), reasons=(f"alert {alert.name}",)))
         return True
 
     def _sweep(self, playbook: Playbook | None) -> None:

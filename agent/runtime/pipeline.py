@@ -61,6 +61,7 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
+GPU_RESOURCE = "nvidia.com/gpu"
 TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 
@@ -132,6 +133,7 @@ class AgentPipeline:
                 self.record(finding, first_seen=first_seen)
             for key in sorted(change.jobs - present):
                 self.close_job(key, reason="the job has no live pods")
+            self.refresh_gauge()
 
     def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
         now = self.now()
@@ -158,9 +160,7 @@ class AgentPipeline:
                     outcome.incident,
                     diagnosis,
                 )
-        # an alert is a hint to look again at once
-        if jobs:
-            self.handle_change(Change(jobs=frozenset(jobs), reasons=("alert",)), self.monotonic())
+        self.refresh_gauge()
 
     def refresh_metrics(self) -> None:
         """Fetch utilization for all jobs (two queries); drops open incidents; evidence is added
@@ -207,11 +207,28 @@ class AgentPipeline:
             }
             if playbook is not None:
                 self.post_digest(playbook, summary)
+            self.refresh_gauge()
             log.info(
                 "sweep done",
                 extra={k: v for k, v in summary.items() if k != "findings"},
             )
             return summary
+
+    def refresh_gauge(self) -> None:
+        """`zonemedic_incidents{verdict,status}`: the open incidents of this cluster."""
+        if self.store is None:
+            return
+        listing = self.store.list_incidents(
+            IncidentQuery(cluster=self.cluster, open_only=True, limit=100_000)
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for incident in listing.incidents:
+            key = (incident.verdict.value, incident.status.value)
+            counts[key] = counts.get(key, 0) + 1
+        gauge = self.parts.metrics.incidents
+        gauge.clear()
+        for (verdict, status), count in counts.items():
+            gauge.labels(verdict=verdict, status=status).set(count)
 
     # -- diagnosis -----------------------------------------------------------------------------
 
@@ -243,12 +260,29 @@ class AgentPipeline:
                 return {str(k): str(v) for k, v in labels.items()}
         return {}
 
-    def _subject(self, key: JobKey, verdict: str, gpus: int = 0) -> Subject:
+    def _gpus(self, key: JobKey) -> int:
+        """GPUs the job's live pods request (from the cache), for playbook conditions."""
+        total = 0
+        for pod in self.parts.cache.pods_of_job(key):
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            for container in (pod.get("spec") or {}).get("containers") or []:
+                resources = container.get("resources") or {}
+                wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
+                    resources.get("limits") or {}
+                ).get(GPU_RESOURCE)
+                try:
+                    total += int(wanted or 0)
+                except (TypeError, ValueError):
+                    continue
+        return total
+
+    def _subject(self, key: JobKey, verdict: str, gpus: int | None = None) -> Subject:
         return Subject(
             namespace=key.namespace,
             kind=key.kind,
             labels=self._labels(key),
-            gpus=gpus,
+            gpus=self._gpus(key) if gpus is None else gpus,
             verdict=verdict,
         )
 
@@ -286,7 +320,7 @@ class AgentPipeline:
             trigger = trigger_for_verdict(str(finding.verdict))
             if trigger is not None:
                 self._fire(
-                    Event(trigger, self._subject(key, str(finding.verdict), gpus or 0)),
+                    Event(trigger, self._subject(key, str(finding.verdict), gpus)),
                     outcome.incident,
                     document,
                 )

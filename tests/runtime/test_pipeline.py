@@ -133,6 +133,8 @@ def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(wor
     world.pipeline.handle_change(Change(namespaces=frozenset({"train"})), 0.0)  # a second batch
     (incident,) = world.incidents()
     assert (incident.verdict.value, incident.status.value, incident.uid) == ("zone_split_blocked", "open", "job-uid-1")
+    gauge = world.pipeline.parts.metrics.registry.get_sample_value
+    assert gauge("zonemedic_incidents", {"verdict": "zone_split_blocked", "status": "open"}) == 1.0
     assert incident.target_zone == "zone-a"
     detail = world.store.get_incident(incident.id)
     assert detail.diagnosis["metrics"]["status"].startswith("metrics not configured")
@@ -148,6 +150,8 @@ def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(wor
     (after,) = world.incidents()
     assert after.status.value == "resolved"
     assert world.incidents(open_only=True) == []
+    registry = world.pipeline.parts.metrics.registry
+    assert registry.get_sample_value("zonemedic_incidents", {"verdict": "zone_split_blocked", "status": "open"}) is None
 
 
 def test_gone_job_supersedes_and_verdict_class_change_supersedes(world: World) -> None:
@@ -162,12 +166,16 @@ def test_gone_job_supersedes_and_verdict_class_change_supersedes(world: World) -
 
 
 def test_alerts_open_and_close_their_own_incident(world: World) -> None:
-    firing = Alert(AlertStatus.FIRING, {"alertname": "TrainingJobGPUUtilizationDrop", "namespace": "train"}, starts_at="t1", fingerprint="f1")
+    firing = Alert(AlertStatus.FIRING, {"alertname": "TrainingJobGPUUtilizationDrop", "severity": "warning", "namespace": "train"}, starts_at="t1", fingerprint="f1")
     world.pipeline.handle_alert(firing, [JOB])
-    verdicts = sorted((i.verdict.value, i.status.value) for i in world.incidents())
-    assert verdicts == [("alert", "open"), ("zone_split_blocked", "open")]
+    assert [(i.verdict.value, i.status.value) for i in world.incidents()] == [("alert", "open")]
+    detail = world.store.get_incident(world.incidents()[0].id)
+    assert detail.diagnosis["alert"]["name"] == "TrainingJobGPUUtilizationDrop"
+    assert {m.payload["playbook"] for m in detail.messages} == {"gpu-utilization-drop"}
+    world.pipeline.handle_alert(firing, [JOB])  # the same alert again: a re-detection
+    assert len(world.incidents()) == 1
     world.pipeline.handle_alert(replace(firing, status=AlertStatus.RESOLVED), [JOB])
-    assert sorted((i.verdict.value, i.status.value) for i in world.incidents()) == [("alert", "resolved"), ("zone_split_blocked", "open")]
+    assert [(i.verdict.value, i.status.value) for i in world.incidents()] == [("alert", "resolved")]
 
 
 def test_sweep_reconciles_purges_and_enqueues_the_digest(world: World) -> None:
