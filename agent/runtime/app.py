@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,7 +37,12 @@ from agent.runtime.detector import Detector
 from agent.runtime.http import IncidentQueries, build_app
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.scheduler import SweepScheduler
+from agent.runtime.scheduler import (
+    LEDGER_ANNOTATION,
+    SweepScheduler,
+    decode_ledger,
+    encode_ledger,
+)
 from agent.runtime.server import HttpServer
 from agent.settings import Settings
 from agent.sources.alertmanager import Alert
@@ -149,6 +155,7 @@ class Agent:
             is_leader=self.elector.is_leader,
             misfire_grace=settings.detection.sweep_misfire_grace,
             extra_jobs=self._extra_jobs(),
+            on_ran=self._record_sweep,
         )
         self.alerts = AlertReceiver(
             jobs_named=self.cache.jobs_named,
@@ -217,8 +224,16 @@ class Agent:
         finally:
             self.metrics.sweep_duration.observe(time.monotonic() - started)
 
+    def _record_sweep(self, ledger: dict[str, datetime]) -> None:
+        if isinstance(self.elector, LeaderElector):
+            self.elector.set_annotation(LEDGER_ANNOTATION, encode_ledger(ledger))
+
     def _started_leading(self) -> None:
         self.metrics.set_leader(True)
+        if isinstance(self.elector, LeaderElector):
+            self.scheduler.load_ledger(
+                decode_ledger(self.elector.annotations().get(LEDGER_ANNOTATION))
+            )
         self.scheduler.resume()
 
     def _stopped_leading(self) -> None:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -44,6 +44,7 @@ class LeaseRecord:
     renew_time: datetime | None
     transitions: int
     resource_version: str
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 def decide(
@@ -92,11 +93,17 @@ def record_from(obj: dict[str, Any]) -> LeaseRecord:
         renew_time=_parse_time(spec.get("renewTime")),
         transitions=int(spec.get("leaseTransitions") or 0),
         resource_version=str((obj.get("metadata") or {}).get("resourceVersion") or ""),
+        annotations={
+            str(k): str(v)
+            for k, v in ((obj.get("metadata") or {}).get("annotations") or {}).items()
+        },
     )
 
 
 def lease_body(record: LeaseRecord, *, name: str, namespace: str) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if record.annotations:
+        metadata["annotations"] = dict(record.annotations)
     if record.resource_version:
         metadata["resourceVersion"] = record.resource_version
     spec: dict[str, Any] = {
@@ -205,6 +212,33 @@ class LeaderElector:
         self._record: LeaseRecord | None = None
         self._seen = _Seen(None, monotonic())
         self.transitions_seen = 0
+        self._pending: dict[str, str] = {}
+        self._pending_lock = threading.Lock()
+
+    def set_annotation(self, key: str, value: str) -> None:
+        """Have the next renewal write `key: value` on the Lease (shared state for the next
+        leader, e.g. which scheduled sweeps already ran)."""
+        with self._pending_lock:
+            self._pending[key] = value
+
+    def annotations(self) -> dict[str, str]:
+        """The Lease's annotations as last written or acquired (pending ones included)."""
+        record = self._record
+        with self._pending_lock:
+            return {**(record.annotations if record else {}), **self._pending}
+
+    def _with_pending(self, record: LeaseRecord) -> tuple[LeaseRecord, dict[str, str]]:
+        with self._pending_lock:
+            pending = dict(self._pending)
+        if not pending:
+            return record, pending
+        return replace(record, annotations={**record.annotations, **pending}), pending
+
+    def _written(self, pending: dict[str, str]) -> None:
+        with self._pending_lock:
+            for key, value in pending.items():
+                if self._pending.get(key) == value:
+                    del self._pending[key]
 
     def is_leader(self) -> bool:
         return self._leading and leading(
@@ -256,9 +290,11 @@ class LeaderElector:
                 )
             else:
                 assert record is not None
-                self._record = self.client.replace(
-                    replace(record, renew_time=now, lease_duration_s=duration_s), timeout=timeout
+                renewed, pending = self._with_pending(
+                    replace(record, renew_time=now, lease_duration_s=duration_s)
                 )
+                self._record = self.client.replace(renewed, timeout=timeout)
+                self._written(pending)
         except LeaseConflictError as exc:
             log.info("lease conflict", extra={"identity": self.identity, "error": str(exc)})
             return False
@@ -316,10 +352,11 @@ class LeaderElector:
         if record is None or record.holder != self.identity:
             return
         try:
-            self._record = self.client.replace(
-                replace(record, holder="", lease_duration_s=1, renew_time=self.wall()),
-                timeout=max(0.5, self.retry_period),
+            released, pending = self._with_pending(
+                replace(record, holder="", lease_duration_s=1, renew_time=self.wall())
             )
+            self._record = self.client.replace(released, timeout=max(0.5, self.retry_period))
+            self._written(pending)
             log.info("released the lease", extra={"identity": self.identity})
         except (LeaseConflictError, LeaseUnavailableError) as exc:
             log.warning("could not release the lease", extra={"error": str(exc)})

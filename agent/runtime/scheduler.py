@@ -5,13 +5,20 @@ Called by the composition root. One `BackgroundScheduler` per process on an in-m
 one), a real `misfire_grace_time`, and `max_instances=1`. It starts paused; the leader elector
 resumes it on gaining the lease and pauses it on losing it, and every run re-checks
 `is_leader()` first, so a replica that lost the lease mid-way never starts a sweep. Cron fields come
-from `agent.playbook.cron` (crontab weekday numbering, not APScheduler's). What it does not do:
-sweep (the callback does).
+from `agent.playbook.cron` (crontab weekday numbering, not APScheduler's).
+
+No sweep runs twice across a hand-over: each run records its schedule time in a ledger that the
+leader writes on its Lease (`LEDGER_ANNOTATION`, through the elector's next renewal); a new leader
+loads it before resuming, so a run its paused scheduler still holds as due (within the misfire
+grace) is skipped when the previous leader already did it, and run when it did not (a crash).
+What it does not do: sweep (the callback does).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,6 +30,34 @@ from agent.playbook.cron import parse_cron
 from agent.playbook.model import Playbook
 
 log = logging.getLogger(__name__)
+
+LEDGER_ANNOTATION = "zonemedic.io/sweeps-done"
+
+
+def last_fire_time(trigger: CronTrigger, now: datetime, *, window: timedelta) -> datetime | None:
+    """The latest fire time of `trigger` in `(now - window, now]` (None when there is none)."""
+    fire = trigger.get_next_fire_time(None, now - window)
+    last = None
+    while fire is not None and fire <= now:
+        last = fire
+        fire = trigger.get_next_fire_time(fire, fire + timedelta(seconds=1))
+    return last
+
+
+def encode_ledger(ledger: dict[str, datetime]) -> str:
+    return json.dumps({k: v.isoformat() for k, v in sorted(ledger.items())})
+
+
+def decode_ledger(text: str | None) -> dict[str, datetime]:
+    """The ledger from a Lease annotation; anything unreadable is ignored (worst case: a sweep
+    runs again after a hand-over)."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+        return {str(k): datetime.fromisoformat(str(v)) for k, v in raw.items()}
+    except (ValueError, AttributeError, TypeError):
+        return {}
 
 
 def cron_trigger(expr: str) -> CronTrigger:
@@ -46,10 +81,17 @@ class SweepScheduler:
         is_leader: Callable[[], bool],
         misfire_grace: timedelta = timedelta(minutes=5),
         extra_jobs: Iterable[tuple[str, Any, Callable[[], None]]] = (),
+        on_ran: Callable[[dict[str, datetime]], None] = lambda ledger: None,
     ) -> None:
         self.is_leader = is_leader
         self.run_sweep = run_sweep
+        self.on_ran = on_ran
+        self.misfire_grace = misfire_grace
         self.skipped = 0
+        self.already_done = 0
+        self.ledger: dict[str, datetime] = {}
+        self.triggers: dict[str, CronTrigger] = {}
+        self._ledger_lock = threading.Lock()
         self.scheduler = BackgroundScheduler(
             timezone=UTC,
             job_defaults={
@@ -62,26 +104,50 @@ class SweepScheduler:
             if not playbook.enabled:
                 continue
             for expr in playbook.schedules():
+                job_id = f"sweep:{playbook.name}:{expr}"
+                self.triggers[job_id] = cron_trigger(expr)
                 self.scheduler.add_job(
                     self._guarded,
-                    trigger=cron_trigger(expr),
+                    trigger=self.triggers[job_id],
                     args=(playbook, expr),
-                    id=f"sweep:{playbook.name}:{expr}",
+                    id=job_id,
                     name=f"{playbook.name} ({expr} UTC)",
                     replace_existing=True,
                 )
         for job_id, trigger, fn in extra_jobs:
             self.scheduler.add_job(self._guarded_call, trigger=trigger, args=(fn,), id=job_id)
 
-    def _guarded(self, playbook: Playbook, expr: str) -> None:
+    def load_ledger(self, ledger: dict[str, datetime]) -> None:
+        """On gaining leadership: which scheduled runs a previous leader already did."""
+        with self._ledger_lock:
+            for job_id, due in ledger.items():
+                if job_id not in self.ledger or self.ledger[job_id] < due:
+                    self.ledger[job_id] = due
+
+    def _guarded(self, playbook: Playbook, expr: str, now: datetime | None = None) -> None:
         if not self.is_leader():
             self.skipped += 1
             log.info("not the leader: sweep skipped", extra={"playbook": playbook.name})
             return
+        job_id = f"sweep:{playbook.name}:{expr}"
+        now = now or datetime.now(UTC)
+        due = last_fire_time(self.triggers[job_id], now, window=self.misfire_grace) or now
+        with self._ledger_lock:
+            done = self.ledger.get(job_id)
+            if done is not None and done >= due:
+                self.already_done += 1
+                log.info(
+                    "sweep already run for this schedule time",
+                    extra={"playbook": playbook.name, "due": due.isoformat()},
+                )
+                return
+            self.ledger[job_id] = due
+            snapshot = dict(self.ledger)
         try:
             self.run_sweep(playbook, expr)
         except Exception:  # top-level of a scheduled job: log, the next run will retry
             log.exception("sweep failed", extra={"playbook": playbook.name})
+        self.on_ran(snapshot)
 
     def _guarded_call(self, fn: Callable[[], None]) -> None:
         if not self.is_leader():

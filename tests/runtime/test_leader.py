@@ -169,3 +169,19 @@ def test_create_race_has_one_winner() -> None:
 def test_bad_timings_are_rejected() -> None:
     with pytest.raises(ValueError, match="lease_duration > renew_deadline"):
         LeaderElector(MemoryLeases(), identity="x", lease_duration=5, renew_deadline=10, retry_period=2)  # type: ignore[arg-type]
+
+
+def test_annotations_ride_on_renewals_survive_takeover_and_release() -> None:
+    store, clock, events = MemoryLeases(), Clock(), []
+    a, b = elector(store, clock, "a", events), elector(store, clock, "b", events)
+    a.step()
+    a.set_annotation("zonemedic.io/sweeps-done", '{"x": 1}')
+    assert a.annotations()["zonemedic.io/sweeps-done"] == '{"x": 1}'  # pending, visible locally
+    clock.t += 2
+    a.step()  # the renewal writes it
+    assert store.record is not None and store.record.annotations == {"zonemedic.io/sweeps-done": '{"x": 1}'}
+    a.set_annotation("zonemedic.io/sweeps-done", '{"x": 2}')
+    a.release()  # the release writes pending ones too
+    assert store.record.annotations == {"zonemedic.io/sweeps-done": '{"x": 2}'}
+    b.step()
+    assert b.is_leader() and b.annotations() == {"zonemedic.io/sweeps-done": '{"x": 2}'}

@@ -65,3 +65,37 @@ def test_failing_sweep_is_logged_not_raised() -> None:
     sched = SweepScheduler([_playbook("0 8 * * *")], run_sweep=boom, is_leader=lambda: True)
     sched._guarded(_playbook("0 8 * * *"), "0 8 * * *")  # does not raise
     assert sched.skipped == 0
+
+
+@pytest.mark.parametrize(
+    ("expr", "now", "window", "expected"),
+    [
+        ("0 8 * * *", datetime(2026, 11, 28, 8, 3, tzinfo=UTC), timedelta(minutes=5), datetime(2026, 11, 28, 8, 0, tzinfo=UTC)),
+        ("0 8 * * *", datetime(2026, 11, 28, 8, 6, tzinfo=UTC), timedelta(minutes=5), None),  # beyond the grace
+        ("*/15 * * * *", datetime(2026, 11, 28, 12, 31, tzinfo=UTC), timedelta(hours=1), datetime(2026, 11, 28, 12, 30, tzinfo=UTC)),
+    ],
+)
+def test_last_fire_time(expr: str, now: datetime, window: timedelta, expected: datetime | None) -> None:
+    from agent.runtime.scheduler import last_fire_time
+
+    assert last_fire_time(cron_trigger(expr), now, window=window) == expected
+
+
+def test_ledger_skips_a_run_a_previous_leader_did_and_runs_one_it_missed() -> None:
+    from agent.runtime.scheduler import decode_ledger, encode_ledger
+
+    ran: list[str] = []
+    persisted: list[dict[str, datetime]] = []
+    playbook = _playbook("0 8 * * *")
+    sched = SweepScheduler([playbook], run_sweep=lambda p, e: ran.append(e), is_leader=lambda: True, on_ran=persisted.append)
+    job_id = "sweep:digest:0 8 * * *"
+    at = datetime(2026, 11, 28, 8, 2, tzinfo=UTC)
+    sched.load_ledger(decode_ledger(encode_ledger({job_id: datetime(2026, 11, 28, 8, 0, tzinfo=UTC)})))
+    sched._guarded(playbook, "0 8 * * *", now=at)
+    assert ran == [] and sched.already_done == 1
+    sched.ledger.clear()
+    sched.load_ledger({job_id: datetime(2026, 11, 27, 8, 0, tzinfo=UTC)})  # yesterday's only: crashed before today's
+    sched._guarded(playbook, "0 8 * * *", now=at)
+    assert ran == ["0 8 * * *"]
+    assert persisted[-1] == {job_id: datetime(2026, 11, 28, 8, 0, tzinfo=UTC)}
+    assert decode_ledger("not json") == {} and decode_ledger(None) == {}
