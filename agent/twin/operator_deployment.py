@@ -17,8 +17,8 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
+from agent.twin.controller import Controller, Subscription
 from agent.twin.operator_events import EventRecorder
-from agent.twin.operator_queue import WorkQueue
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from agent.twin.scheduler_terms import label_selector_matches
@@ -69,30 +69,17 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     )
 
 
-class DeploymentController:
+class DeploymentController(Controller):
     def __init__(self, store: Store, *, clock: TwinClock) -> None:
-        self._store = store
+        super().__init__(store, name="deployment-controller", clock=clock)
         self._events = EventRecorder(store, component="deployment-controller")
-        self._queue = WorkQueue("deployment-controller", self._reconcile, clock=clock)
-        self._unsubscribe: list[Any] = []
 
-    def start(self) -> None:
-        self._queue.start()
-        self._unsubscribe.append(
-            self._store.subscribe(DEPLOYMENTS, self._on_object("Deployment"), since="0")
-        )
-        self._unsubscribe.append(
-            self._store.subscribe(REPLICASETS, self._on_object("ReplicaSet"), since="0")
-        )
-        self._unsubscribe.append(self._store.subscribe(PODS, self._on_pod))
-
-    def stop(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._queue.stop()
-
-    def idle(self) -> bool:
-        return self._queue.idle()
+    def _subscriptions(self) -> list[Subscription]:
+        return [
+            Subscription(DEPLOYMENTS, self._on_object("Deployment"), since="0"),
+            Subscription(REPLICASETS, self._on_object("ReplicaSet"), since="0"),
+            Subscription(PODS, self._on_pod),
+        ]
 
     def _on_object(self, kind: str) -> Any:
         def handle(event: WatchEvent) -> None:
