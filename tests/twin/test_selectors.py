@@ -60,11 +60,8 @@ def test_bad_label_selectors(selector: str) -> None:
     ],
 )
 def test_field_selectors(selector: str, expect: bool) -> None:
-    obj = {
-        "metadata": {"name": "p1", "namespace": "ml"},
-        "spec": {"nodeName": "n1"},
-        "status": {"phase": "Running"},
-    }
+    obj = {"metadata": {"name": "p1", "namespace": "ml"}, "spec": {"nodeName": "n1"},
+           "status": {"phase": "Running"}}
     match = matcher(None, selector, ("spec.nodeName", "status.phase"))
     assert match is not None and match(obj) is expect
 
