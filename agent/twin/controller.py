@@ -5,18 +5,28 @@ collector and the training runtime. A subclass says what it watches (`_subscript
 handler, and whether to replay current objects first) and what one key means (`_reconcile`, run
 on the queue's worker thread); the handlers put keys on `self._queue`. `start` starts the queue and
 then subscribes in the declared order; `stop` unsubscribes and then stops the queue; `idle` is the
-queue's. It does not decide what a key is, and it holds no lock of its own.
+queue's. `_get_live` is the first step of most reconciles (the object, unless it is gone or being
+deleted), and `owned_by` the ownerReferences test the operators share. It does not decide what a
+key is, and it holds no lock of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from agent.twin.clock import TwinClock
 from agent.twin.operator_queue import WorkQueue
 from agent.twin.resources import ResourceType
-from agent.twin.store import Store, WatchEvent
+from agent.twin.store import ApiError, Obj, Store, WatchEvent
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """True when one of `obj`'s ownerReferences names the owner with this uid."""
+    return any(
+        r.get("uid") == uid for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,14 @@ class Controller:
     def _reconcile(self, key: Hashable) -> float | None:
         """Handle one key; return model seconds to run it again, or None."""
         raise NotImplementedError
+
+    def _get_live(self, rt: ResourceType, name: str, *, namespace: str) -> Obj | None:
+        """The object to reconcile, or None when it is gone or being deleted (nothing to do)."""
+        try:
+            obj = self._store.get(rt, name, namespace=namespace)
+        except ApiError:
+            return None
+        return None if (obj.get("metadata") or {}).get("deletionTimestamp") else obj
 
     def start(self) -> None:
         self._queue.start()

@@ -100,13 +100,10 @@ class JobController(Controller):
 
     def _reconcile(self, raw: Hashable) -> float | None:
         namespace, name = cast(tuple[str, str], raw)
-        try:
-            job = self._store.get(JOBS, name, namespace=namespace)
-        except ApiError:
+        job = self._get_live(JOBS, name, namespace=namespace)
+        if job is None:
             return None
         meta = job.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return None
         uid = str(meta.get("uid"))
         spec = job.get("spec") or {}
         status = dict(job.get("status") or {})

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
-from agent.twin.controller import Controller, Subscription
+from agent.twin.controller import Controller, Subscription, owned_by
 from agent.twin.operator_events import EventRecorder
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
@@ -42,12 +42,6 @@ def template_hash(template: Mapping[str, Any]) -> str:
         number, rest = divmod(number, len(alphabet))
         out += alphabet[rest]
     return out
-
-
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(
-        r.get("uid") == uid for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-    )
 
 
 def _owner(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,13 +102,10 @@ class DeploymentController(Controller):
         return None
 
     def _deployment(self, namespace: str, name: str) -> None:
-        try:
-            dep = self._store.get(DEPLOYMENTS, name, namespace=namespace)
-        except ApiError:
+        dep = self._get_live(DEPLOYMENTS, name, namespace=namespace)
+        if dep is None:
             return
         meta = dep.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return
         spec = dep.get("spec") or {}
         replicas = int(spec.get("replicas", 1))
         template = spec.get("template") or {}
@@ -123,7 +114,7 @@ class DeploymentController(Controller):
         owned = [
             rs
             for rs in self._store.list(REPLICASETS, namespace=namespace)[0]
-            if _owned_by(rs, str(meta.get("uid")))
+            if owned_by(rs, str(meta.get("uid")))
         ]
         revisions = [
             int((rs["metadata"].get("annotations") or {}).get(REVISION, "0")) for rs in owned
@@ -197,18 +188,15 @@ class DeploymentController(Controller):
             log.debug("scale of %s not written: %s", meta.get("name"), exc.message)
 
     def _replicaset(self, namespace: str, name: str) -> None:
-        try:
-            rs = self._store.get(REPLICASETS, name, namespace=namespace)
-        except ApiError:
+        rs = self._get_live(REPLICASETS, name, namespace=namespace)
+        if rs is None:
             return
         meta = rs.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return
         spec = rs.get("spec") or {}
         uid = str(meta.get("uid"))
         pods = [
             p for p in self._store.list(PODS, namespace=namespace)[0]
-            if _owned_by(p, uid) and label_selector_matches(spec.get("selector") or {}, p["metadata"].get("labels") or {})
+            if owned_by(p, uid) and label_selector_matches(spec.get("selector") or {}, p["metadata"].get("labels") or {})
         ]  # fmt: skip
         live = [p for p in pods if _live(p)]
         want = int(spec.get("replicas", 1))

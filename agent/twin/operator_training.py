@@ -21,7 +21,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
-from agent.twin.controller import Controller, Subscription
+from agent.twin.controller import Controller, Subscription, owned_by
 from agent.twin.operator_conditions import is_true, set_condition
 from agent.twin.operator_events import EventRecorder, timestamp
 from agent.twin.operator_kinds import (
@@ -50,12 +50,6 @@ JobKey = tuple[str, str, str, str]  # version, plural, namespace, name
 
 def _resource(kind: TrainingKind) -> ResourceType:
     return lookup(kind.plural, group="kubeflow.org", version=kind.version)
-
-
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(
-        r.get("uid") == uid for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-    )
 
 
 class TrainingOperator(Controller):
@@ -93,13 +87,10 @@ class TrainingOperator(Controller):
         version, plural, namespace, name = cast(JobKey, raw)
         kind = KINDS[(version, plural)]
         rt = _resource(kind)
-        try:
-            job = self._store.get(rt, name, namespace=namespace)
-        except ApiError:
+        job = self._get_live(rt, name, namespace=namespace)
+        if job is None:
             return None
         meta = job.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return None
         uid = str(meta.get("uid"))
         conditions = list((job.get("status") or {}).get("conditions") or [])
         pods = [
@@ -107,7 +98,7 @@ class TrainingOperator(Controller):
             for p in self._store.list(
                 PODS, namespace=namespace, label_selector=f"{LABEL_JOB_NAME}={name}"
             )[0]
-            if _owned_by(p, uid)
+            if owned_by(p, uid)
         ]
         if not conditions:
             conditions = set_condition(conditions, "Created", status=True, reason=f"{kind.kind}Created",
@@ -197,7 +188,7 @@ class TrainingOperator(Controller):
                 except ApiError:
                     continue
         for svc in self._store.list(SERVICES, namespace=namespace)[0]:
-            if _owned_by(svc, uid):
+            if owned_by(svc, uid):
                 try:
                     self._store.delete(SERVICES, svc["metadata"]["name"], namespace=namespace)
                 except ApiError:

@@ -7,8 +7,10 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import pytest
+
 from agent.twin.clock import TwinClock
-from agent.twin.controller import Controller, Subscription
+from agent.twin.controller import Controller, Subscription, owned_by
 from agent.twin.resources import lookup
 from agent.twin.store import Store, WatchEvent
 
@@ -90,3 +92,32 @@ def test_stop_unsubscribes() -> None:
     time.sleep(0.2)
     assert recorder.recorded() == set()
     assert recorder.idle()
+
+
+def test_get_live_skips_gone_and_terminating_objects() -> None:
+    store = Store()
+    recorder = Recorder(store)
+    store.create(CONFIGMAPS, configmap("here"))
+    terminating = configmap("leaving")
+    terminating["metadata"]["finalizers"] = ["example.com/hold"]
+    store.create(CONFIGMAPS, terminating)
+    store.delete(CONFIGMAPS, "leaving", namespace="default")
+    assert store.get(CONFIGMAPS, "leaving", namespace="default")["metadata"]["deletionTimestamp"]
+    found = recorder._get_live(CONFIGMAPS, "here", namespace="default")
+    assert found is not None and found["metadata"]["name"] == "here"
+    assert recorder._get_live(CONFIGMAPS, "leaving", namespace="default") is None
+    assert recorder._get_live(CONFIGMAPS, "never", namespace="default") is None
+
+
+@pytest.mark.parametrize(
+    ("refs", "expected"),
+    [
+        ([{"uid": "u1"}], True),
+        ([{"uid": "u2"}, {"uid": "u1"}], True),
+        ([{"uid": "u2"}], False),
+        ([], False),
+        (None, False),
+    ],
+)
+def test_owned_by(refs: list[dict[str, str]] | None, expected: bool) -> None:
+    assert owned_by({"metadata": {"ownerReferences": refs}}, "u1") is expected
