@@ -336,12 +336,11 @@ class Kubelet(Controller):
 
     def crash(self, namespace: str, name: str, *, message: str, exit_code: int = 1) -> None:
         """The pod's containers exit with Error: restart with back-off, or fail (Never)."""
-        try:
-            pod = self._store.get(PODS, name, namespace=namespace)
-        except ApiError:
+        pod = self._get_live(PODS, name, namespace=namespace)
+        if pod is None:
             return
         status = pod.get("status") or {}
-        if status.get("phase") != "Running" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if status.get("phase") != "Running":
             return
         key = (namespace, name)
         now = self._clock.now()
