@@ -27,11 +27,7 @@ def configmap(name: str) -> dict[str, Any]:
 
 
 def service(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
-    }
+    return {**configmap(name), "kind": "Service"}
 
 
 class Recorder(Controller):
