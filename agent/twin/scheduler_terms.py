@@ -5,8 +5,8 @@ plain Kubernetes JSON (dicts) as the twin's store holds them. metav1.LabelSelect
 affinity, spread, namespace and workload selectors) are parsed by the core's
 `agent.model.selector.parse_label_selector` and matched by its `LabelSelector`; parsed selectors are
 cached, since the scheduler resolves the same selectors for every pod in every cycle. Node selector
-terms (Gt, Lt, matchFields) have their own matcher here. Pure: no I/O, no clock. It does not decide
-placement; it only answers "does this match".
+terms (Gt, Lt, matchFields) have their own matcher here. Pure: no I/O, no clock; the parse cache
+is its only state. It does not decide placement; it only answers "does this match".
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ SELECTOR_CACHE_SIZE = 4096  # distinct selectors kept parsed; the cache is empti
 _parsed: dict[Hashable, LabelSelector | None] = {}
 
 
-def _requirement_matches(expr: Obj, labels: Labels) -> bool:
+def _node_requirement_matches(expr: Obj, labels: Labels) -> bool:
+    """One NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt); unknown: False."""
     key = str(expr.get("key", ""))
     op = str(expr.get("operator", ""))
     values = [str(v) for v in expr.get("values") or []]
@@ -79,8 +80,10 @@ def parse_selector(selector: Obj | None) -> LabelSelector | None:
         hash(key)
     except (AttributeError, TypeError):
         return _parse(selector)
-    if key in _parsed:
+    try:
         return _parsed[key]
+    except KeyError:
+        pass
     parsed = _parse(selector)
     if len(_parsed) >= SELECTOR_CACHE_SIZE:
         _parsed.clear()
@@ -118,12 +121,12 @@ def node_selector_term_matches(term: Obj, node_labels: Labels, node_name: str) -
     fields = term.get("matchFields") or []
     if not exprs and not fields:
         return False
-    if not all(_requirement_matches(e, node_labels) for e in exprs):
+    if not all(_node_requirement_matches(e, node_labels) for e in exprs):
         return False
     for f in fields:
         if f.get("key") != "metadata.name":
             return False
-        if not _requirement_matches(f, {"metadata.name": node_name}):
+        if not _node_requirement_matches(f, {"metadata.name": node_name}):
             return False
     return True
 
