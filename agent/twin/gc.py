@@ -14,7 +14,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
-from agent.twin.operator_queue import WorkQueue
+from agent.twin.controller import Controller, Subscription
 from agent.twin.resources import ResourceType, UnknownResourceError, by_kind, lookup
 from agent.twin.store import ApiError, Store, WatchEvent
 
@@ -28,25 +28,13 @@ DEPENDENT_TYPES = (
 )
 
 
-class DanglingCollector:
+class DanglingCollector(Controller):
     def __init__(self, store: Store, *, clock: TwinClock) -> None:
-        self._store = store
-        self._queue = WorkQueue("garbage-collector", self._reconcile, clock=clock)
+        super().__init__(store, name="garbage-collector", clock=clock)
         self._types = {rt.plural: rt for rt in DEPENDENT_TYPES}
-        self._unsubscribe: list[Any] = []
 
-    def start(self) -> None:
-        self._queue.start()
-        for rt in DEPENDENT_TYPES:
-            self._unsubscribe.append(self._store.subscribe(rt, self._on_added(rt)))
-
-    def stop(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._queue.stop()
-
-    def idle(self) -> bool:
-        return self._queue.idle()
+    def _subscriptions(self) -> list[Subscription]:
+        return [Subscription(rt, self._on_added(rt)) for rt in DEPENDENT_TYPES]
 
     def _on_added(self, rt: ResourceType) -> Any:
         def handle(event: WatchEvent) -> None:

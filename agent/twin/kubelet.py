@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
+from agent.twin.controller import Controller, Subscription
 from agent.twin.operator_events import EventRecorder, timestamp
-from agent.twin.operator_queue import WorkQueue
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from agent.twin.scheduler_resources import GPU, pod_requests
@@ -72,7 +72,7 @@ def qos_class(pod: Mapping[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-class Kubelet:
+class Kubelet(Controller):
     def __init__(
         self,
         store: Store,
@@ -84,7 +84,7 @@ class Kubelet:
         crash_backoff_seconds: float = 10.0,
         crash_backoff_max_seconds: float = 300.0,
     ) -> None:
-        self._store = store
+        super().__init__(store, name="kubelet", clock=clock)
         self._clock = clock
         self._start_seconds = start_seconds
         self._stop_seconds = stop_seconds
@@ -92,25 +92,14 @@ class Kubelet:
         self._backoff = crash_backoff_seconds
         self._backoff_max = crash_backoff_max_seconds
         self._events = EventRecorder(store, component="kubelet")
-        self._queue = WorkQueue("kubelet", self._reconcile, clock=clock)
         self._lock = threading.Lock()
         self._pods: dict[PodKey, _PodState] = {}
         self._gpus: dict[str, dict[int, GpuHolder]] = {}  # node -> gpu index -> holder
         self._node_index: dict[str, int] = {}
         self._ip_seq: dict[str, int] = {}
-        self._unsubscribe: list[Any] = []
 
-    def start(self) -> None:
-        self._queue.start()
-        self._unsubscribe.append(self._store.subscribe(PODS, self._on_pod, since="0"))
-
-    def stop(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._queue.stop()
-
-    def idle(self) -> bool:
-        return self._queue.idle()
+    def _subscriptions(self) -> list[Subscription]:
+        return [Subscription(PODS, self._on_pod, since="0")]
 
     def gpu_holders(self) -> dict[str, dict[int, GpuHolder]]:
         """node -> GPU index -> the pod holding it (for the DCGM exporter)."""
@@ -347,12 +336,11 @@ class Kubelet:
 
     def crash(self, namespace: str, name: str, *, message: str, exit_code: int = 1) -> None:
         """The pod's containers exit with Error: restart with back-off, or fail (Never)."""
-        try:
-            pod = self._store.get(PODS, name, namespace=namespace)
-        except ApiError:
+        pod = self._get_live(PODS, name, namespace=namespace)
+        if pod is None:
             return
         status = pod.get("status") or {}
-        if status.get("phase") != "Running" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if status.get("phase") != "Running":
             return
         key = (namespace, name)
         now = self._clock.now()

@@ -16,9 +16,9 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
+from agent.twin.controller import Controller, Subscription
 from agent.twin.operator_conditions import is_true, set_condition
 from agent.twin.operator_events import EventRecorder, timestamp
-from agent.twin.operator_queue import WorkQueue
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from agent.twin.store import ApiError, Store, WatchEvent
@@ -79,25 +79,13 @@ def _terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-class JobController:
+class JobController(Controller):
     def __init__(self, store: Store, *, clock: TwinClock) -> None:
-        self._store = store
+        super().__init__(store, name="job-controller", clock=clock)
         self._events = EventRecorder(store, component="job-controller")
-        self._queue = WorkQueue("job-controller", self._reconcile, clock=clock)
-        self._unsubscribe: list[Any] = []
 
-    def start(self) -> None:
-        self._queue.start()
-        self._unsubscribe.append(self._store.subscribe(JOBS, self._on_job, since="0"))
-        self._unsubscribe.append(self._store.subscribe(PODS, self._on_pod))
-
-    def stop(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._queue.stop()
-
-    def idle(self) -> bool:
-        return self._queue.idle()
+    def _subscriptions(self) -> list[Subscription]:
+        return [Subscription(JOBS, self._on_job, since="0"), Subscription(PODS, self._on_pod)]
 
     def _on_job(self, event: WatchEvent) -> None:
         meta = event.object.get("metadata") or {}
@@ -112,13 +100,10 @@ class JobController:
 
     def _reconcile(self, raw: Hashable) -> float | None:
         namespace, name = cast(tuple[str, str], raw)
-        try:
-            job = self._store.get(JOBS, name, namespace=namespace)
-        except ApiError:
+        job = self._get_live(JOBS, name, namespace=namespace)
+        if job is None:
             return None
         meta = job.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return None
         uid = str(meta.get("uid"))
         spec = job.get("spec") or {}
         status = dict(job.get("status") or {})

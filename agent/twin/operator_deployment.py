@@ -17,8 +17,8 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
+from agent.twin.controller import Controller, Subscription, owned_by
 from agent.twin.operator_events import EventRecorder
-from agent.twin.operator_queue import WorkQueue
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from agent.twin.scheduler_terms import label_selector_matches
@@ -44,12 +44,6 @@ def template_hash(template: Mapping[str, Any]) -> str:
     return out
 
 
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(
-        r.get("uid") == uid for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-    )
-
-
 def _owner(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     return {"apiVersion": "apps/v1", "kind": kind, "name": meta.get("name"), "uid": meta.get("uid"),
@@ -69,30 +63,17 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     )
 
 
-class DeploymentController:
+class DeploymentController(Controller):
     def __init__(self, store: Store, *, clock: TwinClock) -> None:
-        self._store = store
+        super().__init__(store, name="deployment-controller", clock=clock)
         self._events = EventRecorder(store, component="deployment-controller")
-        self._queue = WorkQueue("deployment-controller", self._reconcile, clock=clock)
-        self._unsubscribe: list[Any] = []
 
-    def start(self) -> None:
-        self._queue.start()
-        self._unsubscribe.append(
-            self._store.subscribe(DEPLOYMENTS, self._on_object("Deployment"), since="0")
-        )
-        self._unsubscribe.append(
-            self._store.subscribe(REPLICASETS, self._on_object("ReplicaSet"), since="0")
-        )
-        self._unsubscribe.append(self._store.subscribe(PODS, self._on_pod))
-
-    def stop(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._queue.stop()
-
-    def idle(self) -> bool:
-        return self._queue.idle()
+    def _subscriptions(self) -> list[Subscription]:
+        return [
+            Subscription(DEPLOYMENTS, self._on_object("Deployment"), since="0"),
+            Subscription(REPLICASETS, self._on_object("ReplicaSet"), since="0"),
+            Subscription(PODS, self._on_pod),
+        ]
 
     def _on_object(self, kind: str) -> Any:
         def handle(event: WatchEvent) -> None:
@@ -121,13 +102,10 @@ class DeploymentController:
         return None
 
     def _deployment(self, namespace: str, name: str) -> None:
-        try:
-            dep = self._store.get(DEPLOYMENTS, name, namespace=namespace)
-        except ApiError:
+        dep = self._get_live(DEPLOYMENTS, name, namespace=namespace)
+        if dep is None:
             return
         meta = dep.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return
         spec = dep.get("spec") or {}
         replicas = int(spec.get("replicas", 1))
         template = spec.get("template") or {}
@@ -136,7 +114,7 @@ class DeploymentController:
         owned = [
             rs
             for rs in self._store.list(REPLICASETS, namespace=namespace)[0]
-            if _owned_by(rs, str(meta.get("uid")))
+            if owned_by(rs, str(meta.get("uid")))
         ]
         revisions = [
             int((rs["metadata"].get("annotations") or {}).get(REVISION, "0")) for rs in owned
@@ -210,18 +188,15 @@ class DeploymentController:
             log.debug("scale of %s not written: %s", meta.get("name"), exc.message)
 
     def _replicaset(self, namespace: str, name: str) -> None:
-        try:
-            rs = self._store.get(REPLICASETS, name, namespace=namespace)
-        except ApiError:
+        rs = self._get_live(REPLICASETS, name, namespace=namespace)
+        if rs is None:
             return
         meta = rs.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return
         spec = rs.get("spec") or {}
         uid = str(meta.get("uid"))
         pods = [
             p for p in self._store.list(PODS, namespace=namespace)[0]
-            if _owned_by(p, uid) and label_selector_matches(spec.get("selector") or {}, p["metadata"].get("labels") or {})
+            if owned_by(p, uid) and label_selector_matches(spec.get("selector") or {}, p["metadata"].get("labels") or {})
         ]  # fmt: skip
         live = [p for p in pods if _live(p)]
         want = int(spec.get("replicas", 1))

@@ -21,6 +21,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
+from agent.twin.controller import Controller, Subscription, owned_by
 from agent.twin.operator_conditions import is_true, set_condition
 from agent.twin.operator_events import EventRecorder, timestamp
 from agent.twin.operator_kinds import (
@@ -35,7 +36,6 @@ from agent.twin.operator_kinds import (
     launcher_scheduling,
     replica_specs,
 )
-from agent.twin.operator_queue import WorkQueue
 from agent.twin.patch import PatchType
 from agent.twin.resources import ResourceType, lookup
 from agent.twin.store import ApiError, Store, WatchEvent
@@ -52,36 +52,15 @@ def _resource(kind: TrainingKind) -> ResourceType:
     return lookup(kind.plural, group="kubeflow.org", version=kind.version)
 
 
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(
-        r.get("uid") == uid for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-    )
-
-
-class TrainingOperator:
+class TrainingOperator(Controller):
     def __init__(self, store: Store, *, clock: TwinClock) -> None:
-        self._store = store
+        super().__init__(store, name="training-operator", clock=clock)
         self._events = EventRecorder(store, component="training-operator")
-        self._queue = WorkQueue("training-operator", self._reconcile, clock=clock)
-        self._unsubscribe: list[Any] = []
         self._kinds_by_api = {(k.api_version, k.kind): k for k in KINDS.values()}
 
-    def start(self) -> None:
-        self._queue.start()
-        for kind in KINDS.values():
-            self._unsubscribe.append(
-                self._store.subscribe(_resource(kind), self._on_job(kind), since="0")
-            )
-        for rt in (PODS, SERVICES, BATCH_JOBS):
-            self._unsubscribe.append(self._store.subscribe(rt, self._on_owned))
-
-    def stop(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._queue.stop()
-
-    def idle(self) -> bool:
-        return self._queue.idle()
+    def _subscriptions(self) -> list[Subscription]:
+        jobs = [Subscription(_resource(k), self._on_job(k), since="0") for k in KINDS.values()]
+        return jobs + [Subscription(rt, self._on_owned) for rt in (PODS, SERVICES, BATCH_JOBS)]
 
     def _on_job(self, kind: TrainingKind) -> Any:
         def handle(event: WatchEvent) -> None:
@@ -108,13 +87,10 @@ class TrainingOperator:
         version, plural, namespace, name = cast(JobKey, raw)
         kind = KINDS[(version, plural)]
         rt = _resource(kind)
-        try:
-            job = self._store.get(rt, name, namespace=namespace)
-        except ApiError:
+        job = self._get_live(rt, name, namespace=namespace)
+        if job is None:
             return None
         meta = job.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return None
         uid = str(meta.get("uid"))
         conditions = list((job.get("status") or {}).get("conditions") or [])
         pods = [
@@ -122,7 +98,7 @@ class TrainingOperator:
             for p in self._store.list(
                 PODS, namespace=namespace, label_selector=f"{LABEL_JOB_NAME}={name}"
             )[0]
-            if _owned_by(p, uid)
+            if owned_by(p, uid)
         ]
         if not conditions:
             conditions = set_condition(conditions, "Created", status=True, reason=f"{kind.kind}Created",
@@ -212,7 +188,7 @@ class TrainingOperator:
                 except ApiError:
                     continue
         for svc in self._store.list(SERVICES, namespace=namespace)[0]:
-            if _owned_by(svc, uid):
+            if owned_by(svc, uid):
                 try:
                     self._store.delete(SERVICES, svc["metadata"]["name"], namespace=namespace)
                 except ApiError:

@@ -18,8 +18,8 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
+from agent.twin.controller import Controller, Subscription
 from agent.twin.operator_events import EventRecorder, timestamp
-from agent.twin.operator_queue import WorkQueue
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from agent.twin.scheduler_cycle import schedule
@@ -47,28 +47,19 @@ def needs_scheduling(pod: Mapping[str, Any]) -> bool:
     )
 
 
-class Scheduler:
+class Scheduler(Controller):
     def __init__(self, store: Store, *, clock: TwinClock, seed: int = 1) -> None:
-        self._store = store
+        super().__init__(store, name="scheduler", clock=clock)
         self._rng = random.Random(seed)
         self._events = EventRecorder(store, component=SCHEDULER_NAME)
-        self._queue = WorkQueue("scheduler", self._reconcile, clock=clock)
         self._lock = threading.Lock()
         self._unschedulable: set[tuple[str, str]] = set()
-        self._unsubscribe: list[Any] = []
 
-    def start(self) -> None:
-        self._queue.start()
-        self._unsubscribe.append(self._store.subscribe(PODS, self._on_pod, since="0"))
-        self._unsubscribe.append(self._store.subscribe(NODES, self._on_cluster_change))
-
-    def stop(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._queue.stop()
-
-    def idle(self) -> bool:
-        return self._queue.idle()
+    def _subscriptions(self) -> list[Subscription]:
+        return [
+            Subscription(PODS, self._on_pod, since="0"),
+            Subscription(NODES, self._on_cluster_change),
+        ]
 
     # --- events ---------------------------------------------------------------------------
 

@@ -13,13 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.model.selector import LabelSelector
 from agent.twin.scheduler_resources import PODS, pod_requests
 from agent.twin.scheduler_snapshot import Snapshot, name_of, namespace_of
 from agent.twin.scheduler_terms import (
-    label_selector_matches,
     node_labels,
     node_matches_required_affinity,
+    parse_selector,
     pod_labels,
+    selector_matches,
     untolerated_taint,
     with_match_label_keys,
 )
@@ -52,14 +54,14 @@ def taint_reason(taint: Obj) -> str:
 class AffinityTerm:
     """A PodAffinityTerm resolved against its owner pod: selector with matchLabelKeys merged in."""
 
-    selector: Obj | None
+    selector: LabelSelector | None  # None: no selector, matches no pod
     namespaces: frozenset[str] | None  # None: every namespace
     topology_key: str
 
     def matches(self, pod: Obj) -> bool:
         if self.namespaces is not None and namespace_of(pod) not in self.namespaces:
             return False
-        return label_selector_matches(self.selector, pod_labels(pod))
+        return selector_matches(self.selector, pod_labels(pod))
 
 
 def resolve_term(
@@ -84,15 +86,14 @@ def resolve_term(
         namespaces = None  # {} selects every namespace
     else:
         if ns_selector is not None:
+            parsed_ns = parse_selector(ns_selector)
             listed |= {
-                ns
-                for ns, lbls in namespace_labels.items()
-                if label_selector_matches(ns_selector, lbls)
+                ns for ns, lbls in namespace_labels.items() if selector_matches(parsed_ns, lbls)
             }
         if not listed and ns_selector is None:
             listed = {namespace_of(owner)}
         namespaces = frozenset(listed)
-    return AffinityTerm(selector, namespaces, str(term.get("topologyKey", "")))
+    return AffinityTerm(parse_selector(selector), namespaces, str(term.get("topologyKey", "")))
 
 
 def pod_affinity_terms(pod: Obj, kind: str, mode: str) -> list[Obj]:
@@ -116,7 +117,7 @@ def required_terms(
 class SpreadConstraint:
     topology_key: str
     max_skew: int
-    selector: Obj | None
+    selector: LabelSelector | None
     self_match: int
     counts: dict[str, int] = field(default_factory=dict)
     min_match: int = 0
@@ -152,13 +153,15 @@ def spread_counts(
     keys = [str(c.get("topologyKey", "")) for c in constraints]
     out: list[SpreadConstraint] = []
     for c in constraints:
-        selector = with_match_label_keys(c.get("labelSelector"), c.get("matchLabelKeys"), labels)
+        selector = parse_selector(
+            with_match_label_keys(c.get("labelSelector"), c.get("matchLabelKeys"), labels)
+        )
         out.append(
             SpreadConstraint(
                 topology_key=str(c.get("topologyKey", "")),
                 max_skew=int(c.get("maxSkew", 1)),
                 selector=selector,
-                self_match=1 if label_selector_matches(selector, labels) else 0,
+                self_match=1 if selector_matches(selector, labels) else 0,
             )
         )
     ns = namespace_of(pod)
@@ -181,7 +184,7 @@ def spread_counts(
                 for p in snapshot.pods_on(name_of(node))
                 if namespace_of(p) == ns
                 and not (p.get("metadata") or {}).get("deletionTimestamp")
-                and label_selector_matches(sc.selector, pod_labels(p))
+                and selector_matches(sc.selector, pod_labels(p))
             )
             sc.counts[domain] = sc.counts.get(domain, 0) + count
     for raw, sc in zip(constraints, out, strict=True):

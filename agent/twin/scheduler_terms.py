@@ -1,20 +1,30 @@
 """Matching rules the twin's scheduler shares: label selectors, node selector terms, tolerations.
 
 Called by the scheduler's filters and scores (`scheduler_filters`, `scheduler_scores`). Works on
-plain Kubernetes JSON (dicts) as the twin's store holds them. Pure: no I/O, no clock. It does not
-decide placement; it only answers "does this match".
+plain Kubernetes JSON (dicts) as the twin's store holds them. metav1.LabelSelector objects (pod
+affinity, spread, namespace and workload selectors) are parsed by the core's
+`agent.model.selector.parse_label_selector` and matched by its `LabelSelector`; parsed selectors are
+cached, since the scheduler resolves the same selectors for every pod in every cycle. Node selector
+terms (Gt, Lt, matchFields) have their own matcher here. Pure: no I/O, no clock; the parse cache
+is its only state. It does not decide placement; it only answers "does this match".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
+
+from agent.errors import PolicyError
+from agent.model.selector import LabelSelector, parse_label_selector
 
 Labels = Mapping[str, str]
 Obj = Mapping[str, Any]
+SELECTOR_CACHE_SIZE = 4096  # distinct selectors kept parsed; the cache is emptied when full
+_parsed: dict[Hashable, LabelSelector | None] = {}
 
 
-def _requirement_matches(expr: Obj, labels: Labels) -> bool:
+def _node_requirement_matches(expr: Obj, labels: Labels) -> bool:
+    """One NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt); unknown: False."""
     key = str(expr.get("key", ""))
     op = str(expr.get("operator", ""))
     values = [str(v) for v in expr.get("values") or []]
@@ -38,14 +48,57 @@ def _requirement_matches(expr: Obj, labels: Labels) -> bool:
     return False
 
 
+def _cache_key(selector: Obj) -> Hashable:
+    """Everything `parse_label_selector` reads, as a hashable value (TypeError when it cannot be)."""
+    labels = selector.get("matchLabels")
+    exprs = selector.get("matchExpressions")
+    return (
+        tuple(selector),
+        type(labels),
+        tuple(labels.items()) if isinstance(labels, Mapping) else labels,
+        type(exprs),
+        tuple(
+            (e.get("key"), e.get("operator"), type(e.get("values")), tuple(e.get("values") or ()))
+            for e in exprs or ()
+        ),
+    )
+
+
+def _parse(selector: Obj) -> LabelSelector | None:
+    try:
+        return parse_label_selector(selector, where="labelSelector")
+    except PolicyError:
+        return None  # the API server would have refused it; an invalid selector matches nothing
+
+
+def parse_selector(selector: Obj | None) -> LabelSelector | None:
+    """A metav1.LabelSelector object parsed by the core; None for no selector or an invalid one."""
+    if selector is None:
+        return None
+    try:
+        key = _cache_key(selector)
+        hash(key)
+    except (AttributeError, TypeError):
+        return _parse(selector)
+    try:
+        return _parsed[key]
+    except KeyError:
+        pass
+    parsed = _parse(selector)
+    if len(_parsed) >= SELECTOR_CACHE_SIZE:
+        _parsed.clear()
+    _parsed[key] = parsed
+    return parsed
+
+
+def selector_matches(selector: LabelSelector | None, labels: Labels) -> bool:
+    """A parsed selector; None (no selector, or an invalid one) matches nothing."""
+    return selector is not None and selector.matches(labels)
+
+
 def label_selector_matches(selector: Obj | None, labels: Labels) -> bool:
     """A metav1.LabelSelector: matchLabels AND matchExpressions. None matches nothing; {} all."""
-    if selector is None:
-        return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    return all(_requirement_matches(e, labels) for e in selector.get("matchExpressions") or [])
+    return selector_matches(parse_selector(selector), labels)
 
 
 def with_match_label_keys(
@@ -68,12 +121,12 @@ def node_selector_term_matches(term: Obj, node_labels: Labels, node_name: str) -
     fields = term.get("matchFields") or []
     if not exprs and not fields:
         return False
-    if not all(_requirement_matches(e, node_labels) for e in exprs):
+    if not all(_node_requirement_matches(e, node_labels) for e in exprs):
         return False
     for f in fields:
         if f.get("key") != "metadata.name":
             return False
-        if not _requirement_matches(f, {"metadata.name": node_name}):
+        if not _node_requirement_matches(f, {"metadata.name": node_name}):
             return False
     return True
 

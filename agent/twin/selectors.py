@@ -2,8 +2,11 @@
 
 Label selectors: `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k` (exists), `!k`,
 joined by commas. Field selectors: `path=v`, `path==v`, `path!=v` joined by commas, over the
-fields a resource allows. Used by the store (list, watch). Parsing errors raise SelectorError,
-which the store turns into a 400 BadRequest; nothing here knows about HTTP.
+fields a resource allows. Used by the store (list, watch). A label selector string becomes the
+core's `agent.model.selector.LabelSelector` (`=`/`==` is In, `!=` is NotIn, `k` Exists, `!k`
+DoesNotExist), so strings and `matchExpressions` objects are matched by the same code. Parsing
+errors raise SelectorError, which the store turns into a 400 BadRequest; nothing here knows about
+HTTP.
 """
 
 from __future__ import annotations
@@ -11,44 +14,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
+
+from agent.model.selector import LabelSelector, Requirement, SelectorOperator
 
 
 class SelectorError(ValueError):
     """A selector string that does not parse; the message names the bad part."""
 
 
-class Operator(StrEnum):
-    EQUALS = "="
-    NOT_EQUALS = "!="
-    IN = "in"
-    NOT_IN = "notin"
-    EXISTS = "exists"
-    DOES_NOT_EXIST = "!"
-
-
 _KEY = re.compile(
     r"^([a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$"
 )
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    operator: Operator
-    values: frozenset[str] = frozenset()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        has = self.key in labels
-        if self.operator is Operator.EXISTS:
-            return has
-        if self.operator is Operator.DOES_NOT_EXIST:
-            return not has
-        if self.operator in (Operator.EQUALS, Operator.IN):
-            return has and labels[self.key] in self.values
-        return not has or labels[self.key] not in self.values
 
 
 def _split_top(text: str) -> list[str]:
@@ -90,10 +68,10 @@ _SET_RE = re.compile(r"^\s*(\S+)\s+(in|notin)\s*\((.*)\)\s*$")
 _EQ_RE = re.compile(r"^\s*([^=!\s]+)\s*(==|=|!=)\s*(\S*)\s*$")
 
 
-def parse_labels(text: str | None) -> tuple[Requirement, ...]:
+def parse_labels(text: str | None) -> LabelSelector:
     """Parse a label selector; an empty or missing one selects everything."""
     if text is None or not text.strip():
-        return ()
+        return LabelSelector()
     out: list[Requirement] = []
     for raw in _split_top(text):
         part = raw.strip()
@@ -101,27 +79,21 @@ def parse_labels(text: str | None) -> tuple[Requirement, ...]:
             raise SelectorError(f"empty requirement in selector {text!r}")
         if m := _SET_RE.match(part):
             key = _check_key(m.group(1), text)
-            op = Operator.IN if m.group(2) == "in" else Operator.NOT_IN
+            op = SelectorOperator.IN if m.group(2) == "in" else SelectorOperator.NOT_IN
             values = frozenset(_check_value(v.strip(), text) for v in m.group(3).split(","))
             out.append(Requirement(key, op, values))
         elif m := _EQ_RE.match(part):
             key = _check_key(m.group(1), text)
-            op = Operator.NOT_EQUALS if m.group(2) == "!=" else Operator.EQUALS
+            op = SelectorOperator.NOT_IN if m.group(2) == "!=" else SelectorOperator.IN
             out.append(Requirement(key, op, frozenset({_check_value(m.group(3), text)})))
         elif part.startswith("!"):
-            out.append(Requirement(_check_key(part[1:].strip(), text), Operator.DOES_NOT_EXIST))
+            key = _check_key(part[1:].strip(), text)
+            out.append(Requirement(key, SelectorOperator.DOES_NOT_EXIST))
         elif " " not in part and "(" not in part:
-            out.append(Requirement(_check_key(part, text), Operator.EXISTS))
+            out.append(Requirement(_check_key(part, text), SelectorOperator.EXISTS))
         else:
             raise SelectorError(f"unable to parse requirement {part!r} in selector {text!r}")
-    return tuple(out)
-
-
-def labels_match(requirements: tuple[Requirement, ...], labels: Mapping[str, str] | None) -> bool:
-    if not requirements:
-        return True
-    present = labels or {}
-    return all(r.matches(present) for r in requirements)
+    return LabelSelector(match_expressions=tuple(out))
 
 
 @dataclass(frozen=True)
@@ -172,11 +144,11 @@ def matcher(
     """One predicate over whole objects for both selectors; None when both select everything."""
     labels = parse_labels(label_selector)
     fields = parse_fields(field_selector, allowed_fields)
-    if not labels and not fields:
+    if labels.is_empty() and not fields:
         return None
 
     def match(obj: Mapping[str, Any]) -> bool:
         meta = obj.get("metadata") or {}
-        return labels_match(labels, meta.get("labels")) and fields_match(fields, obj)
+        return labels.matches(meta.get("labels") or {}) and fields_match(fields, obj)
 
     return match

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agent.twin.clock import TwinClock
+from agent.twin.controller import Controller, Subscription
 from agent.twin.dataplane import Dataplane, DropReason
 from agent.twin.kubelet import Kubelet
 from agent.twin.operator_kinds import (
@@ -30,7 +31,6 @@ from agent.twin.operator_kinds import (
     job_port,
     replica_counts,
 )
-from agent.twin.operator_queue import WorkQueue
 from agent.twin.resources import lookup
 from agent.twin.store import ApiError, Store, WatchEvent
 from agent.twin.training import (
@@ -153,7 +153,7 @@ def required_flows(pods: Sequence[Mapping[str, Any]], *, port: int) -> list[Flow
     return flows
 
 
-class TrainingRuntime:
+class TrainingRuntime(Controller):
     def __init__(
         self,
         store: Store,
@@ -163,12 +163,11 @@ class TrainingRuntime:
         kubelet: Kubelet,
         params: TrainingParams,
     ) -> None:
-        self._store = store
+        super().__init__(store, name="training-runtime", clock=clock)
         self._clock = clock
         self._dataplane = dataplane
         self._kubelet = kubelet
         self._params = params
-        self._queue = WorkQueue("training-runtime", self._reconcile, clock=clock)
         self._lock = threading.Lock()
         self._jobs: dict[PodKey, JobState] = {}
         self._pod_job: dict[PodKey, PodKey] = {}
@@ -176,20 +175,13 @@ class TrainingRuntime:
         self._attempts: dict[PodKey, _Attempts] = {}
         self._drops: dict[DropKey, int] = {}
         self._progress: dict[PodKey, _Progress] = {}
-        self._unsubscribe: list[Any] = []
 
     def start(self) -> None:
-        self._queue.start()
         self._dataplane.on_change(self._on_network_change)
-        self._unsubscribe.append(self._store.subscribe(PODS, self._on_pod, since="0"))
+        super().start()
 
-    def stop(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._queue.stop()
-
-    def idle(self) -> bool:
-        return self._queue.idle()
+    def _subscriptions(self) -> list[Subscription]:
+        return [Subscription(PODS, self._on_pod, since="0")]
 
     # --- what the exporter reads ----------------------------------------------------------------
 

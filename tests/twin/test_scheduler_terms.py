@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
+from agent.model.selector import LabelSelector, parse_label_selector
 from agent.twin.scheduler_terms import (
     label_selector_matches,
     node_matches_required_affinity,
+    parse_selector,
     toleration_tolerates,
     with_match_label_keys,
 )
@@ -102,3 +105,43 @@ def test_required_node_affinity(spec: dict[str, Any], expected: bool) -> None:
 def test_toleration(toleration: dict[str, Any], expected: bool) -> None:
     taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     assert toleration_tolerates(toleration, taint) is expected
+
+
+# --- the core parser behind label_selector_matches -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["0"]}]},
+        {"matchExpressions": [{"key": "a", "operator": "In", "values": []}]},
+        {"matchExpressions": [{"key": "a", "operator": "NotIn"}]},
+        {"matchExpressions": [{"key": "a", "operator": "In", "values": "1"}]},
+        {"matchLabels": {"a": 1}},
+        {"matchLabels": {"a": ["1"]}},
+        {"podSelector": {}},
+    ],
+)
+def test_an_invalid_selector_matches_nothing(selector: Any) -> None:
+    assert parse_selector(selector) is None
+    assert not label_selector_matches(selector, {"a": "1"})
+
+
+def test_parsed_selectors_are_the_cores_and_cached() -> None:
+    raw = {
+        "matchLabels": {"app": "x"},
+        "matchExpressions": [{"key": "rev", "operator": "NotIn", "values": ["1"]}],
+    }
+    first = parse_selector(raw)
+    assert first == parse_label_selector(raw, where="labelSelector")
+    assert parse_selector(copy.deepcopy(raw)) is first
+    assert parse_selector(None) is None
+    assert parse_selector({}) == LabelSelector()
+
+
+def test_cache_tells_a_values_string_from_a_values_list() -> None:
+    as_string = {"matchExpressions": [{"key": "a", "operator": "In", "values": "xy"}]}
+    as_list = {"matchExpressions": [{"key": "a", "operator": "In", "values": ["x", "y"]}]}
+    assert parse_selector(as_string) is None
+    assert label_selector_matches(as_list, {"a": "x"})
+    assert parse_selector(as_string) is None

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from agent.model.selector import LabelSelector, Requirement, SelectorOperator, parse_label_selector
 from agent.twin.selectors import SelectorError, matcher, parse_fields, parse_labels
 
 LABELS = {"app": "web", "tier": "front", "training.kubeflow.org/job-name": "bert"}
@@ -66,3 +69,33 @@ def test_field_selectors(selector: str, expect: bool) -> None:
 def test_unsupported_field_is_refused() -> None:
     with pytest.raises(SelectorError, match="field label not supported: spec.schedulerName"):
         parse_fields("spec.schedulerName=x", ("spec.nodeName",))
+
+
+def test_label_selector_strings_become_the_cores_requirements() -> None:
+    parsed = parse_labels("app=web,tier!=db,env in (a,b),gpu,!spot")
+    assert parsed == LabelSelector(
+        match_expressions=(
+            Requirement("app", SelectorOperator.IN, frozenset({"web"})),
+            Requirement("tier", SelectorOperator.NOT_IN, frozenset({"db"})),
+            Requirement("env", SelectorOperator.IN, frozenset({"a", "b"})),
+            Requirement("gpu", SelectorOperator.EXISTS),
+            Requirement("spot", SelectorOperator.DOES_NOT_EXIST),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "obj"),
+    [
+        ("app==web", {"matchLabels": {"app": "web"}}),
+        (
+            "app notin (db)",
+            {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["db"]}]},
+        ),
+        ("!tier", {"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}),
+    ],
+)
+def test_strings_and_objects_match_alike(text: str, obj: dict[str, Any]) -> None:
+    from_text, from_obj = parse_labels(text), parse_label_selector(obj, where="")
+    for labels in ({}, LABELS, {"app": "db"}, {"tier": "x"}):
+        assert from_text.matches(labels) is from_obj.matches(labels)
