@@ -72,8 +72,6 @@ def _register_apiserver(twin: Any) -> None:
 
 
 def run_apiserver(args: argparse.Namespace) -> int:
-    import threading
-
     from agent.twin import kubeconfig
     from agent.twin.apiserver import ApiServer
     from agent.twin.auth import (
@@ -85,6 +83,7 @@ def run_apiserver(args: argparse.Namespace) -> int:
         load_rbac,
         read_rbac_file,
     )
+    from agent.twin.interrupt import wait_until_interrupted
     from agent.twin.store import ApiError, Store
 
     if not 0 <= args.port <= 65535:
@@ -117,8 +116,7 @@ def run_apiserver(args: argparse.Namespace) -> int:
     print(f"kubeconfig written to {path} (RBAC objects loaded: {loaded})", flush=True)
     server.start()
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
+        wait_until_interrupted()
         print("twin apiserver stopping", file=sys.stderr)
     finally:
         server.stop()

@@ -9,10 +9,7 @@ stay inside `run_up`. Bad flags or an unknown scenario give one line and exit 2.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
-from types import FrameType
 from typing import Any
 
 from agent.errors import InputError
@@ -39,6 +36,7 @@ def register_up(twin: Any) -> None:
 def run_up(args: argparse.Namespace) -> int:
     from agent.twin import kubeconfig
     from agent.twin.cluster import TwinCluster
+    from agent.twin.interrupt import wait_until_interrupted
     from agent.twin.scenario import load_scenario
 
     for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
@@ -68,19 +66,9 @@ def run_up(args: argparse.Namespace) -> int:
     if args.kubeconfig:
         path = kubeconfig.write(args.kubeconfig, api.url)
         print(f"kubeconfig written to {path}", flush=True)
-    stop = threading.Event()
-
-    def on_term(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    previous_int = signal.signal(signal.SIGINT, on_term)  # also when started with SIGINT ignored
     try:
-        while not stop.wait(3600):
-            pass
+        wait_until_interrupted()
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
         print("twin stopping", file=sys.stderr, flush=True)
         cluster.stop()
     return 0
