@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
+from urllib3.exceptions import InsecureRequestWarning
 from urllib3.util.retry import Retry
 
 from agent.settings import PrometheusSettings
@@ -143,6 +147,15 @@ class PrometheusSource:
             step=self.step,
             offset=settings.baseline_offset,
         )
+        if not settings.verify_tls and self.url.startswith("https:"):
+            # Said once here, rather than by urllib3 on every query (for this host only).
+            log.warning("prometheus.verify_tls is false: the server certificate is not checked")
+            host = urlsplit(self.url).hostname or ""
+            warnings.filterwarnings(
+                "ignore",
+                message=f"Unverified HTTPS request is being made to host '{re.escape(host)}'",
+                category=InsecureRequestWarning,
+            )
 
     def _client(self) -> Any:
         from prometheus_api_client import PrometheusConnect

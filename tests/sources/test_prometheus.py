@@ -180,3 +180,25 @@ def test_query_shape() -> None:
     assert '"exported_pod"' in expr and '"exported_namespace"' in expr
     assert promql_duration(timedelta(minutes=10)) == "600s"
     assert promql_duration(timedelta(milliseconds=1500)) == "1500ms"
+
+
+@requires_prometheus
+def test_tls_ca_file_and_verification_against_real_prometheus(tmp_path: Path) -> None:
+    from agent.twin.tls import certificate  # a self-signed certificate for 127.0.0.1
+
+    pem = certificate()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(pem.cert_pem)
+    key.write_bytes(pem.key_pem)
+    now = int(time.time()) // 30 * 30
+    with running_prometheus(tmp_path, openmetrics=_openmetrics(now), tls_cert_key=(cert, key)) as prom:
+        assert prom.url.startswith("https://")
+        at = datetime.fromtimestamp(now, UTC)
+        trusted = PrometheusSource(_settings(prom.url, ca_file=str(cert))).fetch(at)
+        untrusted = PrometheusSource(_settings(prom.url, retries=0)).fetch(at)
+        unverified = PrometheusSource(_settings(prom.url, verify_tls=False)).fetch(at)
+    assert trusted.available, trusted.error
+    assert JobKey("PyTorchJob", "ml", "resnet") in trusted.jobs
+    assert not untrusted.available
+    assert untrusted.error is not None and "SSL" in untrusted.error
+    assert unverified.available, unverified.error

@@ -13,6 +13,7 @@ import contextlib
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.parse
@@ -51,7 +52,7 @@ class PrometheusServer:
 
     def api(self, path: str, **params: str) -> Any:
         query = urllib.parse.urlencode(params)
-        with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as resp:
+        with _open(f"{self.url}{path}?{query}", timeout=10) as resp:
             body = json.loads(resp.read())
         if body.get("status") != "success":
             raise AssertionError(f"Prometheus {path} failed: {body}")
@@ -134,12 +135,14 @@ def running_prometheus(
     scrape_targets: Sequence[str] = (),
     scrape_interval: str = "1s",
     openmetrics: str | None = None,
+    tls_cert_key: tuple[Path, Path] | None = None,
     start_timeout: float = 30.0,
 ) -> Iterator[PrometheusServer]:
     """Run a real Prometheus for the duration of the block; always stopped afterwards.
 
     `scrape_targets` are `host:port` strings (loopback only) scraped with honor_labels.
     `openmetrics` is backfilled into the TSDB before start, for instant historical data.
+    `tls_cert_key` (PEM certificate and key files) makes it serve HTTPS (`--web.config.file`).
     """
     root = tmp_path / f"prometheus-{free_port()}"
     data_dir = root / "data"
@@ -149,6 +152,14 @@ def running_prometheus(
     if openmetrics is not None:
         backfill(openmetrics, data_dir)
     log_path = root / "prometheus.log"
+    extra: list[str] = []
+    scheme = "http"
+    if tls_cert_key is not None:
+        web_config = root / "web.yml"
+        cert, key = tls_cert_key
+        web_config.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+        extra.append(f"--web.config.file={web_config}")
+        scheme = "https"
     for _attempt in range(3):
         port = free_port()
         log = log_path.open("wb")
@@ -160,11 +171,12 @@ def running_prometheus(
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--storage.tsdb.retention.time=30d",
                 "--log.level=warn",
+                *extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        server = PrometheusServer(f"http://127.0.0.1:{port}", process, log_path)
+        server = PrometheusServer(f"{scheme}://127.0.0.1:{port}", process, log_path)
         if _wait_ready(server, start_timeout):
             break
         _stop(process)
@@ -184,13 +196,19 @@ def _wait_ready(server: PrometheusServer, timeout: float) -> bool:
         if server.process.poll() is not None:
             return False
         try:
-            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as resp:
+            with _open(f"{server.url}/-/ready", timeout=2) as resp:
                 if resp.status == 200:
                     return True
         except OSError:
             pass
         time.sleep(0.1)
     return False
+
+
+def _open(url: str, *, timeout: float) -> Any:
+    """urlopen that accepts the harness's own self-signed certificate (the tests check TLS)."""
+    context = ssl._create_unverified_context() if url.startswith("https:") else None
+    return urllib.request.urlopen(url, timeout=timeout, context=context)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
