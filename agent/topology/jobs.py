@@ -72,17 +72,17 @@ def _identify(
     return None
 
 
-def kubeflow_jobs(state: ClusterState, pods: Iterable[Pod] | None = None) -> list[Job]:
+def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> list[Job]:
     """Every Kubeflow job with at least one live pod, sorted by (namespace, kind, name).
 
-    `pods`: look only at these pods (default: all of `state.pods`); a job's pods share its
+    `among`: look only at these pods (default: all of `state.pods`); a job's pods share its
     namespace, so passing the pods of some namespaces yields exactly those namespaces' jobs.
     """
     names: dict[tuple[str, str], list[JobKind]] = {}
     for kind, ns, name in state.job_objects:
         names.setdefault((ns, name), []).append(kind)
     members: dict[tuple[JobKind, str, str], list[Pod]] = {}
-    for pod in state.pods if pods is None else pods:
+    for pod in state.pods if among is None else among:
         if pod.phase in FINISHED_PHASES or (not pod.owners and JOB_NAME_LABEL not in pod.labels):
             continue
         found = _identify(pod, state, names=names)

@@ -333,11 +333,15 @@ def _every_single_scope(snap: Snapshot, settings: DiagnosisSettings) -> list[Job
     scopes = [JobScope()]
     scopes += [JobScope(jobs=frozenset({f.job})) for f in full]
     scopes += [JobScope(namespaces=frozenset({f.job.namespace})) for f in full]
-    scopes.append(JobScope(jobs=frozenset(f.job for f in full[::2]), namespaces=frozenset({"absent"})))
+    scopes.append(
+        JobScope(jobs=frozenset(f.job for f in full[::2]), namespaces=frozenset({"absent"}))
+    )
     return scopes
 
 
-@pytest.mark.parametrize("case", _scenario_cases(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "case", _scenario_cases(), ids=lambda p: f"{p.parent.parent.name}/{p.name}"
+)
 def test_scoped_findings_equal_whole_cluster_findings_on_scenarios(case: Path) -> None:
     snap, settings = _scenario(case)
     assert _check_scopes(snap, settings, _every_single_scope(snap, settings)) > 0
@@ -367,7 +371,9 @@ def test_scoped_capacity_counts_jobs_outside_the_scope() -> None:
     snap = load(CONTENDED)
     settings = DiagnosisSettings()
     scope = JobScope(jobs=frozenset({JobRef(JobKind.PYTORCH, "ml", "big")}))
-    (scoped,) = diagnose_cluster(snap.state, PolicySet(snap.policies), settings=settings, only=scope).findings
+    (scoped,) = diagnose_cluster(
+        snap.state, PolicySet(snap.policies), settings=settings, only=scope
+    ).findings
     assert (scoped.verdict, scoped.target_zone) == ("zone_split_blocked", "zone-b")
     alone = load([*NODES, *BIG, *ZONE_POLICIES])  # without `hog`, zone-a would win (more free GPUs)
     (free,) = diagnose_cluster(alone.state, PolicySet(alone.policies), settings=settings).findings
@@ -377,9 +383,12 @@ def test_scoped_capacity_counts_jobs_outside_the_scope() -> None:
 
 _CONTENDED_SNAP = load(CONTENDED)
 _CONTENDED_REFS = sorted(
-    (f.job for f in diagnose_cluster(
-        _CONTENDED_SNAP.state, PolicySet(_CONTENDED_SNAP.policies), settings=DiagnosisSettings()
-    ).findings),
+    (
+        f.job
+        for f in diagnose_cluster(
+            _CONTENDED_SNAP.state, PolicySet(_CONTENDED_SNAP.policies), settings=DiagnosisSettings()
+        ).findings
+    ),
     key=str,
 )
 
