@@ -11,7 +11,14 @@ Only `zone_split_*` findings can be remediable (see `agent.diagnosis.placement`)
 `denied_flows` lists denied pod pairs, at most `DENIED_FLOWS_CAP` (50) of them in rule order;
 `denied_flows_total` counts every denied pod pair, so a 1,000-pod job stays a small finding.
 Pods on nodes without a zone label (or unknown nodes) are counted under `unknown` and do not make
-a job split. Called by the `diagnose` command (and later the sweep). Pure: no I/O, no clock.
+a job split.
+
+Scoped diagnosis (`only=JobScope(...)`): the findings of some jobs (named jobs, and every job of
+some namespaces), each equal to that job's finding in a whole-cluster diagnosis. The parts a
+finding depends on across jobs stay cluster-wide (the zone-mirroring label detection, zones, free
+GPUs per zone counting every other job's pods); only the job grouping and the per-job work are
+limited to the scope's namespaces and jobs. Called by the `diagnose` command, the agent's sweep
+(whole cluster) and its event-driven detection (scoped). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from agent.diagnosis.placement import blocking_reasons, choose_target_zone
 from agent.diagnosis.reachability import DeniedPairs, Reachability
 from agent.model.cluster import ClusterState, Pod
 from agent.model.finding import Coordinator, DeniedFlow, Finding, Verdict
-from agent.model.job import Job
+from agent.model.job import Job, JobRef
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
 from agent.topology.capacity import CapacityIndex
@@ -42,6 +49,21 @@ class Diagnosis:
 
     findings: tuple[Finding, ...]
     mirror_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JobScope:
+    """Which jobs a scoped diagnosis covers: the named jobs, and every job of the namespaces."""
+
+    jobs: frozenset[JobRef] = frozenset()
+    namespaces: frozenset[str] = frozenset()
+
+    def covers(self, ref: JobRef) -> bool:
+        return ref in self.jobs or ref.namespace in self.namespaces
+
+    def touched_namespaces(self) -> frozenset[str]:
+        """Every namespace a covered job can live in (a job's pods share its namespace)."""
+        return self.namespaces | {ref.namespace for ref in self.jobs}
 
 
 def _denied_flows(groups: Sequence[DeniedPairs], cap: int) -> tuple[list[DeniedFlow], int]:
@@ -186,10 +208,16 @@ def diagnose_cluster(
     policies: PolicySet,
     *,
     settings: DiagnosisSettings,
+    only: JobScope | None = None,
 ) -> Diagnosis:
-    """One finding per job with live pods (Kubeflow jobs, then configured groups)."""
+    """One finding per job with live pods (Kubeflow jobs, then configured groups); with `only`,
+    just the covered jobs' findings, in the same order as in the whole-cluster result."""
     diagnoser = _Diagnoser(state, policies, settings=settings)
-    jobs = find_jobs(state, settings.groups)
+    if only is None:
+        jobs = find_jobs(state, settings.groups)
+    else:
+        in_namespaces = find_jobs(state, settings.groups, namespaces=only.touched_namespaces())
+        jobs = [job for job in in_namespaces if only.covers(job.ref)]
     return Diagnosis(
         findings=tuple(diagnoser.diagnose(job) for job in jobs),
         mirror_keys=diagnoser.mirror_keys,

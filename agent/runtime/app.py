@@ -3,7 +3,9 @@
 Called by `agent.commands.run` (and by end-to-end tests, in-process). It is the only place that
 knows how the parts fit: the Kubernetes source feeds the cache; cache changes and alerts go to the
 detector; the detector's batches, the scheduler's sweeps and the metric refresh go to the
-`Pipeline` (the glue to the core and the store); leader election gates the scheduler; the HTTP app
+`Pipeline` (the glue to the core and the store); leader election gates the scheduler (and the
+pipeline's recording of detector batches: acquiring the lease submits one cluster-wide change, so
+the new leader diagnoses, records and reconciles everything once); the HTTP app
 serves health, metrics, the webhook and the incidents API.
 
 Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
@@ -235,6 +237,10 @@ class Agent:
                 decode_ledger(self.elector.annotations().get(LEDGER_ANNOTATION))
             )
         self.scheduler.resume()
+        if self._detector_started and not self._stopped.is_set():
+            # catch up: as a follower this replica recorded nothing; one full diagnosis, recorded
+            # and reconciled, on the detector thread (not this one: it renews the lease)
+            self.detector.submit(Change(everything=True, reasons=("leadership acquired",)))
 
     def _stopped_leading(self) -> None:
         self.metrics.set_leader(False)

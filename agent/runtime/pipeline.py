@@ -6,8 +6,14 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
 
 - Diagnosis reads only the watch cache (no API request): the cache's slim, manifest-shaped objects
   go through the core's manifest parsers (incrementally: `agent.runtime.mirror`) and
-  `diagnose_cluster`; a batch keeps the findings of the jobs it affects (by job, namespace, or
-  everything).
+  `diagnose_cluster`. A detector batch diagnoses only the jobs it affects (its jobs, and every job
+  of its namespaces: a scoped diagnosis); a cluster-wide change (node, cluster-wide policy,
+  namespace labels, start-up, leadership acquired) diagnoses everything and then reconciles like a
+  sweep (open incidents of jobs no longer found are superseded), once the caches are synced.
+- Only the leader records detector batches (with leader election off every replica is the
+  leader); a follower only keeps its parsed mirror warm, so a re-detection lands once in a
+  timeline. The composition root submits a cluster-wide change when this replica acquires the
+  lease, so a new leader catches up on what it did not record as a follower.
 - A finding of a problem verdict goes to the store (`record_finding`: one open incident per job and
   verdict class; a re-detection adds a timeline event) with the latest utilization evidence, or
   `"metrics unavailable"`; a new incident fires the matching playbooks' actions into the store's
@@ -30,7 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.diagnosis.diagnose import diagnose_cluster
+from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+from agent.model.cluster import JobKind
 from agent.model.finding import Finding, Verdict
 from agent.model.incident import (
     EventKind,
@@ -46,6 +53,7 @@ from agent.model.incident import (
     verdict_class,
 )
 from agent.model.incident import Verdict as IncidentVerdict
+from agent.model.job import JobRef
 from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
 from agent.playbook.model import ActionKind, Playbook, TriggerKind
 from agent.runtime.app import Parts
@@ -72,6 +80,20 @@ def job_key(finding: Finding) -> JobKey:
 
 def in_scope(key: JobKey, change: Change) -> bool:
     return change.everything or key in change.jobs or key.namespace in change.namespaces
+
+
+def job_scope(change: Change) -> JobScope:
+    """The jobs a (not cluster-wide) change affects, as the core's scope. A job key of a kind the
+    core does not know cannot have a finding; it still widens the scope to its namespace so that
+    the batch's `close_job` sees it gone only if it really is."""
+    refs: set[JobRef] = set()
+    namespaces = set(change.namespaces)
+    for key in change.jobs:
+        try:
+            refs.add(JobRef(JobKind(key.kind), key.namespace, key.name))
+        except ValueError:
+            namespaces.add(key.namespace)
+    return JobScope(jobs=frozenset(refs), namespaces=frozenset(namespaces))
 
 
 def metrics_evidence(report: MetricsReport | None, key: JobKey) -> dict[str, Any]:
@@ -113,6 +135,8 @@ class AgentPipeline:
         self._evidence_recorded: set[JobKey] = set()
         self.mirror = ModelMirror(parts.cache)
         self.diagnoses = 0
+        self.diagnosed_last = 0  # findings of the last diagnosis (scoped or whole)
+        self.follower_batches = 0  # detector batches left to the leader
 
     # -- the protocol --------------------------------------------------------------------------
 
@@ -126,13 +150,19 @@ class AgentPipeline:
 
     def handle_change(self, change: Change, first_seen: float) -> None:
         with self._lock:
-            findings = self.diagnose()
+            if not self.parts.is_leader():
+                self.mirror.state()  # a follower keeps its parsed mirror warm; the leader records
+                self.follower_batches += 1
+                return
+            findings = self.diagnose(None if change.everything else job_scope(change))
             scoped = [f for f in findings if in_scope(job_key(f), change)]
             present = {job_key(f) for f in findings}
             for finding in scoped:
                 self.record(finding, first_seen=first_seen)
             for key in sorted(change.jobs - present):
                 self.close_job(key, reason="the job has no live pods")
+            if change.everything and self.parts.cache.synced:
+                self._reconcile(present)
             self.refresh_gauge()
 
     def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
@@ -232,10 +262,12 @@ class AgentPipeline:
 
     # -- diagnosis -----------------------------------------------------------------------------
 
-    def diagnose(self) -> tuple[Finding, ...]:
+    def diagnose(self, scope: JobScope | None = None) -> tuple[Finding, ...]:
+        """Findings of every job, or of the jobs `scope` covers (each as in a full diagnosis)."""
         state, policies = self.mirror.state()
-        result = diagnose_cluster(state, policies, settings=self.settings.diagnosis)
+        result = diagnose_cluster(state, policies, settings=self.settings.diagnosis, only=scope)
         self.diagnoses += 1
+        self.diagnosed_last = len(result.findings)
         return result.findings
 
     def _evidence(self, key: JobKey) -> dict[str, Any]:

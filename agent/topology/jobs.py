@@ -5,12 +5,13 @@ reference to a Kubeflow kind; the kind comes from that owner, from the owner cha
 v2beta1 launcher (pod -> batch Job `<job>-launcher` -> MPIJob), from the operator-name label, or from
 a job object of that name. The job object, when present, adds run policy, labels and status.
 Finished pods are dropped; a job with no live pod yields no `Job`. Generic groups come from
-`GroupSpec`s: one group per namespace holding matching pods. Called by `agent.diagnosis`. Pure.
+`GroupSpec`s: one group per namespace holding matching pods. `find_jobs` can be limited to some
+namespaces (a scoped re-diagnosis). Called by `agent.diagnosis`. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from agent.model.cluster import (
     FINISHED_PHASES,
@@ -71,13 +72,17 @@ def _identify(
     return None
 
 
-def kubeflow_jobs(state: ClusterState) -> list[Job]:
-    """Every Kubeflow job with at least one live pod, sorted by (namespace, kind, name)."""
+def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> list[Job]:
+    """Every Kubeflow job with at least one live pod, sorted by (namespace, kind, name).
+
+    `among`: look only at these pods (default: all of `state.pods`); a job's pods share its
+    namespace, so passing the pods of some namespaces yields exactly those namespaces' jobs.
+    """
     names: dict[tuple[str, str], list[JobKind]] = {}
     for kind, ns, name in state.job_objects:
         names.setdefault((ns, name), []).append(kind)
     members: dict[tuple[JobKind, str, str], list[Pod]] = {}
-    for pod in state.pods:
+    for pod in state.pods if among is None else among:
         if pod.phase in FINISHED_PHASES or (not pod.owners and JOB_NAME_LABEL not in pod.labels):
             continue
         found = _identify(pod, state, names=names)
@@ -154,6 +159,19 @@ def group_jobs(pods: Iterable[Pod], specs: Sequence[GroupSpec]) -> list[Job]:
     return jobs
 
 
-def find_jobs(state: ClusterState, groups: Sequence[GroupSpec] = ()) -> list[Job]:
-    """Kubeflow jobs and configured groups with at least one live pod."""
-    return kubeflow_jobs(state) + group_jobs(state.pods, groups)
+def find_jobs(
+    state: ClusterState,
+    groups: Sequence[GroupSpec] = (),
+    *,
+    namespaces: Collection[str] | None = None,
+) -> list[Job]:
+    """Kubeflow jobs and configured groups with at least one live pod.
+
+    `namespaces`: only the jobs of these namespaces (one pass to pick their pods, then the same
+    grouping as for the whole cluster); None: every namespace.
+    """
+    if namespaces is None:
+        return kubeflow_jobs(state) + group_jobs(state.pods, groups)
+    wanted = frozenset(namespaces)
+    pods = [p for p in state.pods if p.namespace in wanted]
+    return kubeflow_jobs(state, pods) + group_jobs(pods, groups)

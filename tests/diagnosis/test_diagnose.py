@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
-from agent.diagnosis.diagnose import DENIED_FLOWS_CAP, diagnose_cluster
+from agent.diagnosis.diagnose import DENIED_FLOWS_CAP, JobScope, diagnose_cluster
+from agent.model.cluster import JobKind
 from agent.model.finding import Finding
+from agent.model.job import JobRef
 from agent.policy import PolicySet
-from agent.settings import DiagnosisSettings
+from agent.settings import DiagnosisSettings, load_diagnosis_settings
+from agent.snapshot.collection import Snapshot, parse_snapshot
 from tests.snapshot.kube_objects import cnp, job_pod, load, node, training_job, zone_only
 
 NODES = [
@@ -291,3 +298,106 @@ def test_not_remediable_still_names_the_zone_that_would_hold_the_job() -> None:
     assert (f.verdict, f.remediable, f.target_zone) == ("zone_split_blocked", False, None)
     assert f.reasons[0].startswith("Kueue-managed (queue gpu)")
     assert f.reasons[-1] == "zone-a can hold the whole job: co-locate it there by other means"
+
+
+# -- scoped diagnosis: a scoped finding equals the same job's finding in a whole-cluster run ------
+
+SHARED_SCENARIOS = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
+OWN_SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+def _scenario_cases() -> list[Path]:
+    roots = [r for r in (SHARED_SCENARIOS, OWN_SCENARIOS) if r.is_dir()]
+    return sorted(p for r in roots for p in r.iterdir() if (p / "snapshot.yaml").is_file())
+
+
+def _scenario(case: Path) -> tuple[Snapshot, DiagnosisSettings]:
+    snap = parse_snapshot([(str(case / "snapshot.yaml"), (case / "snapshot.yaml").read_bytes())])
+    config = case / "config.yaml"
+    return snap, load_diagnosis_settings(config if config.is_file() else None)
+
+
+def _check_scopes(snap: Snapshot, settings: DiagnosisSettings, scopes: list[JobScope]) -> int:
+    """Every scope's findings are exactly the covered jobs' whole-cluster findings, in order."""
+    policies = PolicySet(snap.policies)
+    full = diagnose_cluster(snap.state, policies, settings=settings)
+    for scope in scopes:
+        scoped = diagnose_cluster(snap.state, policies, settings=settings, only=scope)
+        assert scoped.findings == tuple(f for f in full.findings if scope.covers(f.job)), scope
+        assert scoped.mirror_keys == full.mirror_keys
+    return len(full.findings)
+
+
+def _every_single_scope(snap: Snapshot, settings: DiagnosisSettings) -> list[JobScope]:
+    full = diagnose_cluster(snap.state, PolicySet(snap.policies), settings=settings).findings
+    scopes = [JobScope()]
+    scopes += [JobScope(jobs=frozenset({f.job})) for f in full]
+    scopes += [JobScope(namespaces=frozenset({f.job.namespace})) for f in full]
+    scopes.append(
+        JobScope(jobs=frozenset(f.job for f in full[::2]), namespaces=frozenset({"absent"}))
+    )
+    return scopes
+
+
+@pytest.mark.parametrize(
+    "case", _scenario_cases(), ids=lambda p: f"{p.parent.parent.name}/{p.name}"
+)
+def test_scoped_findings_equal_whole_cluster_findings_on_scenarios(case: Path) -> None:
+    snap, settings = _scenario(case)
+    assert _check_scopes(snap, settings, _every_single_scope(snap, settings)) > 0
+
+
+def test_scenario_cases_are_found() -> None:
+    assert len(_scenario_cases()) >= 7  # at least our own cases; the shared ones when present
+
+
+# `big` (ns ml) is split across zone-a and zone-b; `hog` (ns other) fills zone-a's GPUs, so the
+# only zone with room for `big` is zone-b: a scoped run must still count `hog`'s pods.
+BIG = pytorch("big", "a1", "b1", gpus=4)
+HOG = pytorch("hog", "a1", "a2", "a2", ns="other", gpus=4)
+CONTENDED = [
+    *NODES,
+    *BIG,
+    *HOG,
+    *pytorch("dev-job", "a1", "b1", ns="dev", gpus=0),
+    *pytorch("waiting", "a1", None, ns="dev"),
+    *ZONE_POLICIES,
+    zone_only("zone-a", ns="dev"),
+    zone_only("zone-b", ns="dev"),
+]
+
+
+def test_scoped_capacity_counts_jobs_outside_the_scope() -> None:
+    snap = load(CONTENDED)
+    settings = DiagnosisSettings()
+    scope = JobScope(jobs=frozenset({JobRef(JobKind.PYTORCH, "ml", "big")}))
+    (scoped,) = diagnose_cluster(
+        snap.state, PolicySet(snap.policies), settings=settings, only=scope
+    ).findings
+    assert (scoped.verdict, scoped.target_zone) == ("zone_split_blocked", "zone-b")
+    alone = load([*NODES, *BIG, *ZONE_POLICIES])  # without `hog`, zone-a would win (more free GPUs)
+    (free,) = diagnose_cluster(alone.state, PolicySet(alone.policies), settings=settings).findings
+    assert free.target_zone == "zone-a"
+    _check_scopes(snap, settings, _every_single_scope(snap, settings))
+
+
+_CONTENDED_SNAP = load(CONTENDED)
+_CONTENDED_REFS = sorted(
+    (
+        f.job
+        for f in diagnose_cluster(
+            _CONTENDED_SNAP.state, PolicySet(_CONTENDED_SNAP.policies), settings=DiagnosisSettings()
+        ).findings
+    ),
+    key=str,
+)
+
+
+@given(
+    jobs=st.sets(st.sampled_from(_CONTENDED_REFS)),
+    namespaces=st.sets(st.sampled_from(["ml", "other", "dev", "absent"])),
+)
+@hypothesis_settings(max_examples=40, deadline=None)
+def test_any_scope_equals_the_whole_cluster_run(jobs: set[JobRef], namespaces: set[str]) -> None:
+    scope = JobScope(jobs=frozenset(jobs), namespaces=frozenset(namespaces))
+    _check_scopes(_CONTENDED_SNAP, DiagnosisSettings(), [scope])

@@ -1,6 +1,7 @@
 """Two agents in one process against one twin and one database: a scheduled sweep runs on the
 leader only (the follower's scheduler is paused and its guard refuses), and a hand-over does not
-run it again: the new leader reads the sweep ledger the old one wrote on the Lease."""
+run it again: the new leader reads the sweep ledger the old one wrote on the Lease. Only the leader
+records detector batches; the new leader catches up with one full diagnosis on acquiring the lease."""
 
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ fixtures = pytest.importorskip("tests.twin.twin_fixtures")
 
 JOB_ID = "sweep:sweep:* * * * *"
 SWEEP_EVERY_MINUTE = "name: sweep\ntriggers:\n  - type: schedule\n    cron: '* * * * *'\nactions: [{type: digest}]\n"
+
+
+def findings(agent: Agent) -> float:
+    """Findings this replica's pipeline recorded (zonemedic_findings_total over all verdicts)."""
+    return sum(
+        sample.value
+        for metric in agent.metrics.registry.collect()
+        for sample in metric.samples
+        if sample.name == "zonemedic_findings_total"
+    )
 
 
 def sweeps(agent: Agent) -> float:
@@ -75,15 +86,18 @@ def test_a_scheduled_sweep_runs_once_across_replicas_and_a_hand_over(agents: tup
         time.sleep(0.5)
     _wait(lambda: a.elector.is_leader() or b.elector.is_leader())
     leader, follower = (a, b) if a.elector.is_leader() else (b, a)
+    _wait(lambda: findings(leader) > 0)  # the leader recorded its start-up (or catch-up) batch
     for agent in (a, b):  # the schedule fires on both replicas
         _fire_now(agent)
     _wait(lambda: sweeps(leader) == 1)
     time.sleep(0.5)
     assert (sweeps(leader), sweeps(follower)) == (1, 0)
+    assert findings(follower) == 0  # a follower records no detector batch
     assert follower.scheduler.skipped + follower.scheduler.already_done == 0  # paused: not even tried
     _wait(lambda: LEDGER_ANNOTATION in leader.elector.annotations())
     leader.stop()  # graceful: the ledger is on the Lease, the lease released
     _wait(follower.elector.is_leader, timeout=5)
+    _wait(lambda: findings(follower) > 0)  # the new leader catches up: one full diagnosis, recorded
     # the follower's paused scheduler still holds this minute's run as due: resuming must skip it
     _wait(lambda: follower.scheduler.already_done >= 1)
     _fire_now(follower)  # and firing it again for the same schedule time does nothing either

@@ -3,7 +3,8 @@
 A PyTorchJob split across zones with a zone-boundary policy is recorded once (however many
 batches), fires the zone-split playbook into the outbox, resolves when the job is co-located,
 is superseded when the job is gone; alerts and utilization drops open their own incidents; a
-sweep reconciles and enqueues the digest.
+sweep reconciles and enqueues the digest. A batch diagnoses only the jobs it affects; a follower
+records nothing; a cluster-wide batch (as on acquiring the lease) records and reconciles.
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ class World:
             cache=self.cache,
             api=KubeApi(None),
             prometheus=PrometheusSource(settings.prometheus) if prometheus else None,
-            is_leader=AlwaysLeader().is_leader,
+            is_leader=lambda: self.leading,
         )
+        self.leading = AlwaysLeader().is_leader()
         self.pipeline = AgentPipeline(parts, self.store, now=lambda: self.now)
         self.load("nodes", [node("gpu-a1", "zone-a"), node("gpu-b1", "zone-b")])
         self.load("namespaces", [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "train"}}])
@@ -213,3 +215,60 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
         assert len(drops) == 1 and drops[0].utilization_before == 30.0
     finally:
         world.store.close()
+
+
+DEV_JOB = JobKey("PyTorchJob", "dev", "gpt-small")
+
+
+def dev_pods() -> list[dict[str, Any]]:
+    """The same split job in namespace dev, where no policy applies: zone_split_degraded."""
+    pods = copy.deepcopy(split_pods())
+    for p in pods:
+        p["metadata"]["namespace"] = "dev"
+    return pods
+
+
+def test_a_batch_diagnoses_only_the_jobs_it_affects(world: World) -> None:
+    world.load("pods", split_pods() + dev_pods())
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    assert world.pipeline.diagnosed_last == 1
+    assert [(i.namespace, i.verdict.value) for i in world.incidents()] == [("train", "zone_split_blocked")]
+    world.pipeline.handle_change(Change(namespaces=frozenset({"dev"})), 0.0)
+    assert world.pipeline.diagnosed_last == 1
+    assert sorted((i.namespace, i.verdict.value) for i in world.incidents()) == [
+        ("dev", "zone_split_degraded"),
+        ("train", "zone_split_blocked"),
+    ]
+    world.pipeline.handle_change(Change(jobs=frozenset({JobKey("NoSuchKind", "elsewhere", "x")})), 0.0)
+    assert world.pipeline.diagnosed_last == 0
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    assert world.pipeline.diagnosed_last == 2
+    assert len(world.incidents()) == 2  # re-detections, not new incidents
+
+
+def test_a_follower_records_nothing_and_a_cluster_wide_batch_catches_up(world: World) -> None:
+    world.leading = False
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    assert (world.pipeline.diagnoses, world.pipeline.follower_batches) == (0, 2)
+    assert world.incidents() == []
+    world.leading = True  # what the composition root submits on acquiring the lease
+    world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
+    (incident,) = world.incidents()
+    assert incident.status.value == "open"
+    detail = world.store.get_incident(incident.id)
+    assert [e.kind.value for e in detail.events] == ["detected"]
+
+
+def test_a_cluster_wide_batch_reconciles_gone_jobs_once_synced(world: World) -> None:
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    world.leading = False
+    world.pipeline.handle_change(world.load("pods", []), 0.0)  # the job goes while a follower
+    assert [i.status.value for i in world.incidents()] == ["open"]
+    world.leading = True
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    assert [i.status.value for i in world.incidents()] == ["open"]  # the cache is not synced yet
+    world.cache.expect(R[name] for name in ("nodes", "namespaces", "pods", "pytorchjobs.v1.kubeflow.org"))
+    assert world.cache.synced
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    assert [i.status.value for i in world.incidents()] == ["superseded"]
