@@ -186,8 +186,10 @@ def test_watch_without_version_starts_with_current_state(api: client.ApiClient, 
     core = client.CoreV1Api(api)
     core.create_namespaced_pod(ns, pod("x"))
     w = watch.Watch()
-    first = next(iter(w.stream(core.list_namespaced_pod, ns, timeout_seconds=5)))
+    events = w.stream(core.list_namespaced_pod, ns, timeout_seconds=5)
+    first = next(iter(events))
     w.stop()
+    events.close()
     assert (first["type"], first["object"].metadata.name) == ("ADDED", "x")
 
 
@@ -214,6 +216,7 @@ def test_expired_version_gives_410_then_a_relist_recovers(twin: Twin, api: clien
                       resource_version=fresh.metadata.resource_version, timeout_seconds=5)
     first = next(iter(events))
     w.stop()
+    events.close()  # releases the streaming response now, not whenever a GC cycle finds it
     assert (first["type"], first["object"].metadata.name) == ("ADDED", "c")
 
 
