@@ -26,9 +26,9 @@ from agent.model.incident import (
     IncidentQuery,
     IncidentStats,
     IncidentStatus,
-    Verdict,
     to_jsonable,
 )
+from agent.model.verdict import Verdict
 from agent.settings import parse_duration
 
 WIDTH = 100

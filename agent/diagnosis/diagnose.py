@@ -30,8 +30,9 @@ from agent.diagnosis.impact import estimate_impact
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
 from agent.diagnosis.reachability import DeniedPairs, Reachability
 from agent.model.cluster import ClusterState, Pod
-from agent.model.finding import Coordinator, DeniedFlow, Finding, Verdict
+from agent.model.finding import Coordinator, DeniedFlow, Finding
 from agent.model.job import Job, JobRef
+from agent.model.verdict import Verdict
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
 from agent.topology.capacity import CapacityIndex

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from agent.model.finding import Finding, Verdict
+from agent.model.finding import Finding
+from agent.model.verdict import Verdict
 
 _COLOURS: Mapping[Verdict, str] = {
     Verdict.HEALTHY: "32",  # green

@@ -9,20 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from agent.model.job import JobRef
 from agent.model.network import DenyReason, Hop, PortRange
-
-
-class Verdict(StrEnum):
-    PENDING = "pending"
-    HEALTHY = "healthy"
-    POLICY_BLOCKED = "policy_blocked"
-    ZONE_SPLIT_DEGRADED = "zone_split_degraded"
-    ZONE_SPLIT_BLOCKED = "zone_split_blocked"
-
+from agent.model.verdict import Verdict
 
 SPLIT_VERDICTS = frozenset({Verdict.ZONE_SPLIT_DEGRADED, Verdict.ZONE_SPLIT_BLOCKED})
 

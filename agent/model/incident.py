@@ -64,20 +64,11 @@ from enum import StrEnum
 from typing import Any
 
 from agent.errors import ZonemedicError
+from agent.model.verdict import Verdict
 
 
 class LifecycleError(ZonemedicError):
     """A request the lifecycle does not allow (a bad transition, a verdict that is no incident)."""
-
-
-class Verdict(StrEnum):
-    PENDING = "pending"
-    HEALTHY = "healthy"
-    POLICY_BLOCKED = "policy_blocked"
-    ZONE_SPLIT_DEGRADED = "zone_split_degraded"
-    ZONE_SPLIT_BLOCKED = "zone_split_blocked"
-    GPU_UTILIZATION_DROP = "gpu_utilization_drop"
-    ALERT = "alert"
 
 
 class VerdictClass(StrEnum):

@@ -39,7 +39,7 @@ from typing import Any
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.model.cluster import JobKind
-from agent.model.finding import Finding, Verdict
+from agent.model.finding import Finding
 from agent.model.incident import (
     EventKind,
     FindingRecord,
@@ -53,8 +53,8 @@ from agent.model.incident import (
     to_jsonable,
     verdict_class,
 )
-from agent.model.incident import Verdict as IncidentVerdict
 from agent.model.job import JobRef
+from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
 from agent.playbook.model import ActionKind, Playbook, TriggerKind
 from agent.runtime.app import Parts
@@ -176,7 +176,7 @@ class AgentPipeline:
                 continue
             diagnosis = {
                 "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name},
-                "verdict": IncidentVerdict.ALERT.value,
+                "verdict": Verdict.ALERT.value,
                 "alert": {
                     "name": alert.name,
                     "labels": dict(alert.labels),
@@ -344,7 +344,7 @@ class AgentPipeline:
             self.parts.metrics.detection_latency.observe(self.monotonic() - first_seen)
         if document["metrics"].get("status") == "ok":
             self._evidence_recorded.add(key)
-        current = verdict_class(IncidentVerdict(str(finding.verdict)))
+        current = verdict_class(finding.verdict)
         self.resolve(
             key,
             set(TOPOLOGY_CLASSES) - {current},
@@ -465,7 +465,7 @@ class AgentPipeline:
             return
         document = {
             "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name, "uid": self._uid(key)},
-            "verdict": IncidentVerdict.GPU_UTILIZATION_DROP.value,
+            "verdict": Verdict.GPU_UTILIZATION_DROP.value,
             "metrics": metrics_evidence(report, key),
         }
         outcome = self._record_document(document, detected_at=report.at, key=key)

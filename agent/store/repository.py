@@ -73,13 +73,13 @@ from agent.model.incident import (
     Severity,
     TimelineEvent,
     TransitionResult,
-    Verdict,
     check_transition,
     event_for_status,
     is_terminal,
     resume_action,
     retry_delay,
 )
+from agent.model.verdict import Verdict
 from agent.settings import DatabaseSettings
 from agent.store import retention
 from agent.store.engine import make_engine, read_engine
