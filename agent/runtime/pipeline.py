@@ -251,13 +251,7 @@ class AgentPipeline:
         """`zonemedic_incidents{verdict,status}`: the open incidents of this cluster."""
         if self.store is None:
             return
-        listing = self.store.list_incidents(
-            IncidentQuery(cluster=self.cluster, open_only=True, limit=100_000)
-        )
-        counts: dict[tuple[str, str], int] = {}
-        for incident in listing.incidents:
-            key = (incident.verdict.value, incident.status.value)
-            counts[key] = counts.get(key, 0) + 1
+        counts = self.store.open_counts(cluster=self.cluster)
         gauge = self.parts.metrics.incidents
         gauge.clear()
         for (verdict, status), count in counts.items():

@@ -827,6 +827,20 @@ class IncidentStore:
 
         return self._read("list incidents", body)
 
+    def open_counts(self, *, cluster: str) -> dict[tuple[str, str], int]:
+        """Open incidents of `cluster` counted by (verdict, status): one grouped query, for the
+        agent's `zonemedic_incidents` gauge (no rows are materialized)."""
+        statement = (
+            select(IncidentRow.verdict, IncidentRow.status, func.count())
+            .where(IncidentRow.cluster == cluster, IncidentRow.closed_at.is_(None))
+            .group_by(IncidentRow.verdict, IncidentRow.status)
+        )
+
+        def body(conn: Connection) -> dict[tuple[str, str], int]:
+            return {(str(v), str(s)): int(n) for v, s, n in conn.execute(statement)}
+
+        return self._read("count open incidents", body)
+
     def _summary_by_id(self, conn: Connection, incident_id: int) -> IncidentSummary:
         row = conn.execute(select(*_SUMMARY_COLUMNS).where(IncidentRow.id == incident_id)).first()
         if row is None:

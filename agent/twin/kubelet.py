@@ -334,6 +334,10 @@ class Kubelet(Controller):
 
     # --- crashes (driven by the training runtime) -----------------------------------------------
 
+    def _crash_delay(self, restarts: int) -> float:
+        """CrashLoopBackOff: base, 2 base, 4 base, ... at most the cap (restart 1 waits base)."""
+        return float(min(self._backoff * 2 ** (max(restarts, 1) - 1), self._backoff_max))
+
     def crash(self, namespace: str, name: str, *, message: str, exit_code: int = 1) -> None:
         """The pod's containers exit with Error: restart with back-off, or fail (Never)."""
         pod = self._get_live(PODS, name, namespace=namespace)
@@ -362,7 +366,7 @@ class Kubelet(Controller):
                 )
                 continue
             restarts = int(cs.get("restartCount", 0)) + 1
-            delay = min(self._backoff * 2 ** (restarts - 1), self._backoff_max)
+            delay = self._crash_delay(restarts)
             statuses.append({
                 **cs, "ready": False, "started": False, "restartCount": restarts,
                 "lastState": {"terminated": terminated},
@@ -387,7 +391,7 @@ class Kubelet(Controller):
             pod, reason="BackOff", message="Back-off restarting failed container", warning=True
         )
         if not never:
-            delay = min(self._backoff * 2 ** (max(restarts, 1) - 1), self._backoff_max)
+            delay = self._crash_delay(restarts)
             with self._lock:
                 state = self._pods.setdefault(
                     key, _PodState(node=str((pod.get("spec") or {}).get("nodeName")))

@@ -244,6 +244,22 @@ def test_list_filters_and_order(store: IncidentStore) -> None:
     assert listed(limit=1) == [c]
 
 
+def test_open_counts_group_open_incidents_of_one_cluster(store: IncidentStore) -> None:
+    a = store.record_finding(finding("a", at=T0)).incident.id
+    store.record_finding(finding("b", at=T0))
+    store.record_finding(finding("c", at=T0, verdict=Verdict.POLICY_BLOCKED))
+    store.record_finding(finding("d", at=T0, cluster="other"))
+    closed = store.record_finding(finding("e", at=T0)).incident.id
+    store.transition(a, S.OPEN, S.AWAITING_APPROVAL, actor="agent", now=T0 + minutes(1))
+    store.transition(closed, S.OPEN, S.SUPERSEDED, actor="agent", now=T0 + minutes(1))
+    assert store.open_counts(cluster="prod") == {
+        ("zone_split_blocked", "awaiting_approval"): 1,
+        ("zone_split_blocked", "open"): 1,
+        ("policy_blocked", "open"): 1,
+    }
+    assert store.open_counts(cluster="nowhere") == {}
+
+
 def test_stats(store: IncidentStore) -> None:
     now = T0 + timedelta(days=2)
     resolved = store.record_finding(
