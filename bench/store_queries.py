@@ -28,14 +28,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.cli import main as cli_main
-from agent.model.incident import (
-    TERMINAL,
-    EventKind,
-    IncidentQuery,
-    IncidentStatus,
-    Verdict,
-    fingerprint,
-)
+from agent.model.incident import IncidentQuery, Verdict
+from agent.model.lifecycle import TERMINAL, EventKind, IncidentStatus, fingerprint
 from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine
 from agent.store.migrate import upgrade

@@ -20,14 +20,8 @@ from typing import Any
 
 from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import InputError
-from agent.model.incident import (
-    IncidentDetail,
-    IncidentListing,
-    IncidentQuery,
-    IncidentStats,
-    IncidentStatus,
-    to_jsonable,
-)
+from agent.model.incident import IncidentDetail, IncidentListing, IncidentQuery, IncidentStats
+from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.verdict import Verdict
 from agent.settings import parse_duration
 

@@ -20,7 +20,7 @@ class TriggerKind(StrEnum):
     SCHEDULE = "schedule"
 
 
-class ActionKind(StrEnum):
+class PlaybookActionKind(StrEnum):
     NOTIFY = "notify"
     PROPOSE_COLOCATION = "propose_colocation"
     DIGEST = "digest"
@@ -77,7 +77,7 @@ class ApprovalPolicy:
 
 @dataclass(frozen=True)
 class Action:
-    kind: ActionKind
+    kind: PlaybookActionKind
     channel: str | None = None
     approval: ApprovalPolicy | None = None  # propose_colocation only
 

@@ -46,10 +46,10 @@ from agent.playbook.cron import parse_cron
 from agent.playbook.matchers import parse_matcher
 from agent.playbook.model import (
     Action,
-    ActionKind,
     ApprovalPolicy,
     Conditions,
     Playbook,
+    PlaybookActionKind,
     Trigger,
     TriggerKind,
 )
@@ -252,12 +252,12 @@ def _action(r: _Reader, node: yaml.Node, field: str) -> Action:
     fields = r.mapping(node, field, ("type", "channel", "approval"))
     if "type" not in fields:
         raise r.error(node, f"{field}.type", "required field is missing")
-    kind = ActionKind(r.choice(fields["type"], f"{field}.type", tuple(ActionKind)))
-    if "approval" in fields and kind is not ActionKind.PROPOSE_COLOCATION:
+    kind = PlaybookActionKind(r.choice(fields["type"], f"{field}.type", tuple(PlaybookActionKind)))
+    if "approval" in fields and kind is not PlaybookActionKind.PROPOSE_COLOCATION:
         raise r.error(fields["approval"], f"{field}.approval", f"not allowed on a {kind} action")
     channel = r.string(fields["channel"], f"{field}.channel") if "channel" in fields else None
     approval = None
-    if kind is ActionKind.PROPOSE_COLOCATION:
+    if kind is PlaybookActionKind.PROPOSE_COLOCATION:
         approval = (
             _approval(r, fields["approval"], f"{field}.approval")
             if "approval" in fields

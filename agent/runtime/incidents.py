@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from agent.errors import InputError
-from agent.model.incident import IncidentQuery, IncidentStatus, to_jsonable
+from agent.model.incident import IncidentQuery
+from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.verdict import Verdict
 from agent.runtime.http import IncidentFilter
 from agent.store.errors import IncidentNotFoundError

@@ -40,12 +40,11 @@ from typing import Any
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.model.cluster import JobKind
 from agent.model.finding import Finding
-from agent.model.incident import (
+from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
+from agent.model.job import JobRef
+from agent.model.lifecycle import (
     EventKind,
-    FindingRecord,
-    IncidentQuery,
     IncidentStatus,
-    IncidentSummary,
     LifecycleError,
     MessageKind,
     VerdictClass,
@@ -53,10 +52,9 @@ from agent.model.incident import (
     to_jsonable,
     verdict_class,
 )
-from agent.model.job import JobRef
 from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
-from agent.playbook.model import ActionKind, Playbook, TriggerKind
+from agent.playbook.model import Playbook, PlaybookActionKind, TriggerKind
 from agent.runtime.app import Parts
 from agent.runtime.http import IncidentQueries
 from agent.runtime.incidents import StoreIncidents
@@ -495,7 +493,7 @@ class AgentPipeline:
             return
         for firing in fired(self.parts.playbooks, event):
             for action in firing.actions:
-                if action.kind is ActionKind.DIGEST:
+                if action.kind is PlaybookActionKind.DIGEST:
                     continue
                 payload: dict[str, Any] = {
                     "action": action.kind.value,
@@ -524,7 +522,7 @@ class AgentPipeline:
             return 0
         queued = 0
         for action in playbook.actions:
-            if action.kind is not ActionKind.DIGEST:
+            if action.kind is not PlaybookActionKind.DIGEST:
                 continue
             open_now = self.store.list_incidents(
                 IncidentQuery(cluster=self.cluster, open_only=True, limit=200)

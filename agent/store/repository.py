@@ -46,33 +46,35 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from agent.model.incident import (
-    DECISION_STATUS,
-    OPEN_STATUSES,
-    ActionKind,
     Actor,
     Decision,
-    DecisionOutcome,
-    DecisionSource,
-    EventKind,
     FindingOutcome,
     FindingRecord,
     IncidentDetail,
     IncidentListing,
     IncidentQuery,
     IncidentStats,
-    IncidentStatus,
     IncidentSummary,
-    LifecycleError,
-    MessageKind,
-    MessageStatus,
     OutboxMessage,
     PurgeResult,
     RecordProblem,
     RemediationAction,
-    ResumeAction,
-    Severity,
     TimelineEvent,
     TransitionResult,
+)
+from agent.model.lifecycle import (
+    DECISION_STATUS,
+    OPEN_STATUSES,
+    DecisionOutcome,
+    DecisionSource,
+    EventKind,
+    IncidentStatus,
+    LifecycleError,
+    MessageKind,
+    MessageStatus,
+    RemediationActionKind,
+    ResumeAction,
+    Severity,
     check_transition,
     event_for_status,
     is_terminal,
@@ -608,7 +610,7 @@ class IncidentStore:
     def record_action(
         self,
         incident_id: int,
-        kind: ActionKind,
+        kind: RemediationActionKind,
         *,
         now: datetime,
         actor: str | None = None,
@@ -632,7 +634,7 @@ class IncidentStore:
             if utilization_after is not None:
                 values["utilization_after"] = utilization_after
             conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
-            event_kind = EventKind.VERIFIED if kind is ActionKind.VERIFY and succeeded else (
+            event_kind = EventKind.VERIFIED if kind is RemediationActionKind.VERIFY and succeeded else (
                 EventKind.REMEDIATION_STEP
             )
             detail: dict[str, Any] = {"action": kind.value, "action_id": action_id,
@@ -879,7 +881,7 @@ class IncidentStore:
                 ]
                 actions = [
                     RemediationAction(id=a.id, incident_id=incident_id, at=a.at,
-                                      kind=_enum(ActionKind, a.kind, column="action kind"),
+                                      kind=_enum(RemediationActionKind, a.kind, column="action kind"),
                                       actor=a.actor, succeeded=a.succeeded,
                                       payload=_document(a.payload, f"payload of action {a.id}"),
                                       message=a.message)

@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
 
-from agent.model.incident import retry_delay
+from agent.model.lifecycle import retry_delay
 from agent.store.errors import StoreError, StoreUnavailableError, describe, is_transient
 
 log = logging.getLogger(__name__)

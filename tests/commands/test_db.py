@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.model.incident import Actor, DecisionOutcome, DecisionSource, IncidentStatus
+from agent.model.incident import Actor
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine
 from agent.store.migrate import current_revision, schema_diff

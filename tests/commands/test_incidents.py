@@ -10,13 +10,12 @@ import pytest
 from sqlalchemy import text
 
 from agent.cli import main
-from agent.model.incident import (
-    ActionKind,
-    Actor,
+from agent.model.incident import Actor, Verdict
+from agent.model.lifecycle import (
     DecisionOutcome,
     DecisionSource,
     IncidentStatus,
-    Verdict,
+    RemediationActionKind,
 )
 from agent.store.repository import IncidentStore
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store
@@ -50,11 +49,11 @@ def history(store: IncidentStore) -> dict[str, int]:
                           now=NOW - timedelta(days=2) + timedelta(minutes=5), comment="ship it")
     store.transition(resolved, S.APPROVED, S.REMEDIATING, actor="agent",
                      now=NOW - timedelta(days=2) + timedelta(minutes=6))
-    store.record_action(resolved, ActionKind.APPLY, now=NOW - timedelta(days=2, minutes=-7),
+    store.record_action(resolved, RemediationActionKind.APPLY, now=NOW - timedelta(days=2, minutes=-7),
                         actor="agent", succeeded=True, message="suspended and resumed in zone-a")
     store.transition(resolved, S.REMEDIATING, S.VERIFYING, actor="agent",
                      now=NOW - timedelta(days=2) + timedelta(minutes=8))
-    store.record_action(resolved, ActionKind.VERIFY, now=NOW - timedelta(days=1), actor="agent",
+    store.record_action(resolved, RemediationActionKind.VERIFY, now=NOW - timedelta(days=1), actor="agent",
                         succeeded=True, utilization_after=85.0)
     store.transition(resolved, S.VERIFYING, S.RESOLVED, actor="agent", now=NOW - timedelta(days=1))
     ids["resolved"] = resolved

@@ -7,18 +7,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.model.incident import (
+from agent.model.incident import FindingRecord, IncidentStats, RecordProblem, Verdict
+from agent.model.lifecycle import (
     OPEN_STATUSES,
     TERMINAL,
     TRANSITIONS,
-    FindingRecord,
-    IncidentStats,
     IncidentStatus,
     LifecycleError,
-    RecordProblem,
     ResumeAction,
     Severity,
-    Verdict,
     VerdictClass,
     can_transition,
     check_transition,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.playbook.loader import check_directory, load_playbooks
-from agent.playbook.model import ActionKind, MatchOp, TriggerKind
+from agent.playbook.model import MatchOp, PlaybookActionKind, TriggerKind
 from agent.playbook.schema import PlaybookError, parse_playbook
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_full_playbook_parses() -> None:
     assert pb.conditions.labels == (("team", "vision"),)
     assert pb.conditions.min_gpus == 8
     colocate = pb.actions[1]
-    assert colocate.kind is ActionKind.PROPOSE_COLOCATION
+    assert colocate.kind is PlaybookActionKind.PROPOSE_COLOCATION
     assert colocate.approval is not None
     assert colocate.approval.expiry == timedelta(minutes=30)
     assert colocate.approval.is_auto("ml-sandbox")

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from agent.model.incident import IncidentQuery, MessageKind, Verdict
+from agent.model.incident import IncidentQuery, Verdict
+from agent.model.lifecycle import MessageKind
 from agent.playbook.loader import load_playbooks
 from agent.runtime.app import Parts
 from agent.runtime.leader import AlwaysLeader

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 
-from agent.model.incident import Actor, DecisionOutcome, DecisionSource, IncidentStatus
+from agent.model.incident import Actor
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.settings import DatabaseSettings
 from agent.store.repository import open_store
 

@@ -14,7 +14,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agent.model.incident import Actor, DecisionOutcome, DecisionSource
+from agent.model.incident import Actor
+from agent.model.lifecycle import DecisionOutcome, DecisionSource
 from agent.settings import DatabaseSettings
 from agent.store.repository import open_store
 

@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.model.incident import (
-    Actor,
-    DecisionOutcome,
-    DecisionSource,
-    IncidentStatus,
-    TransitionResult,
-)
+from agent.model.incident import Actor, TransitionResult
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.store.repository import IncidentStore
 from tests.store.helpers import T0, finding
 

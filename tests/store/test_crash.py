@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.model.incident import DecisionOutcome, IncidentStatus, ResumeAction
+from agent.model.lifecycle import DecisionOutcome, IncidentStatus, ResumeAction
 from agent.store.repository import IncidentStore, open_store
 from tests.store.fixtures import TEST_DB_SETTINGS
 from tests.store.helpers import T0, finding

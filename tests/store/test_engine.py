@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from agent.errors import InputError
-from agent.model.incident import Actor, DecisionOutcome, DecisionSource, IncidentStatus
+from agent.model.incident import Actor
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.settings import DatabaseSettings, Settings
 from agent.store.engine import database_url, make_engine, normalise_url
 from agent.store.repository import IncidentStore

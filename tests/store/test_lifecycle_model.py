@@ -8,7 +8,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.model.incident import TRANSITIONS, IncidentStatus, LifecycleError, can_transition
+from agent.model.lifecycle import TRANSITIONS, IncidentStatus, LifecycleError, can_transition
 from agent.store.repository import IncidentStore
 from tests.store.helpers import T0, finding
 

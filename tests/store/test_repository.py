@@ -8,19 +8,17 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from agent.model.incident import (
-    ActionKind,
-    Actor,
+from agent.model.incident import Actor, IncidentQuery, Verdict
+from agent.model.lifecycle import (
     DecisionOutcome,
     DecisionSource,
     EventKind,
-    IncidentQuery,
     IncidentStatus,
     LifecycleError,
     MessageKind,
     MessageStatus,
+    RemediationActionKind,
     ResumeAction,
-    Verdict,
     gpu_hours_recovered,
 )
 from agent.store.errors import (
@@ -175,15 +173,15 @@ def test_snooze_then_wake(store: IncidentStore) -> None:
 def test_actions_and_notes_in_detail(store: IncidentStore) -> None:
     incident_id = store.record_finding(finding(utilization_now=40.0, gpus=4)).incident.id
     plan = {"patch": {"spec": {"runPolicy": {"suspend": True}}}, "target_zone": "zone-a"}
-    store.record_action(incident_id, ActionKind.PLAN, now=T0, actor="agent", payload=plan)
-    store.record_action(incident_id, ActionKind.DRY_RUN, now=T0, actor="agent", succeeded=True)
-    store.record_action(incident_id, ActionKind.VERIFY, now=T0 + minutes(20), actor="agent",
+    store.record_action(incident_id, RemediationActionKind.PLAN, now=T0, actor="agent", payload=plan)
+    store.record_action(incident_id, RemediationActionKind.DRY_RUN, now=T0, actor="agent", succeeded=True)
+    store.record_action(incident_id, RemediationActionKind.VERIFY, now=T0 + minutes(20), actor="agent",
                         succeeded=True, utilization_after=85.0, message="co-located in zone-a")
     store.add_event(incident_id, EventKind.NOTE, now=T0 + minutes(21), actor="bob",
                     detail={"text": "looks good"})
     detail = store.get_incident(incident_id)
-    assert [a.kind for a in detail.actions] == [ActionKind.PLAN, ActionKind.DRY_RUN,
-                                                ActionKind.VERIFY]
+    assert [a.kind for a in detail.actions] == [RemediationActionKind.PLAN, RemediationActionKind.DRY_RUN,
+                                                RemediationActionKind.VERIFY]
     assert detail.actions[0].payload == plan
     assert detail.incident.utilization_after == 85.0
     assert detail.events[-2].kind is EventKind.VERIFIED
@@ -269,7 +267,7 @@ def test_stats(store: IncidentStore) -> None:
     store.record_decision(resolved, DecisionOutcome.APPROVE, actor=ALICE, now=T0 + minutes(10))
     store.transition(resolved, S.APPROVED, S.REMEDIATING, actor="agent", now=T0 + minutes(11))
     store.transition(resolved, S.REMEDIATING, S.VERIFYING, actor="agent", now=T0 + minutes(15))
-    store.record_action(resolved, ActionKind.VERIFY, now=T0 + minutes(30), succeeded=True,
+    store.record_action(resolved, RemediationActionKind.VERIFY, now=T0 + minutes(30), succeeded=True,
                         utilization_after=85.0)
     store.transition(resolved, S.VERIFYING, S.RESOLVED, actor="agent", now=T0 + minutes(30))
     rejected = store.record_finding(
@@ -305,7 +303,7 @@ def test_purge_keeps_open_incidents_and_decisions(store: IncidentStore) -> None:
     _to_awaiting(store, old)
     store.record_decision(old, DecisionOutcome.REJECT, actor=BOB, now=T0 + minutes(1))
     store.enqueue_message(MessageKind.POST, payload={}, now=T0, incident_id=old)
-    store.record_action(old, ActionKind.PLAN, now=T0)
+    store.record_action(old, RemediationActionKind.PLAN, now=T0)
     still_open = store.record_finding(finding("open", at=T0)).incident.id
     recent = store.record_finding(finding("recent", at=T0)).incident.id
     store.transition(recent, S.OPEN, S.RESOLVED, actor="a", now=T0 + timedelta(days=100))
