@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,9 +76,20 @@ class Pipeline(Protocol):
 PipelineFactory = Callable[["Parts"], Pipeline]
 
 
+@dataclass(frozen=True)
+class BackgroundJob:
+    """A job the leader runs every `every` (the outbox deliverer, the remediation executor, the
+    approval expiry loop). It never runs on a follower, and never twice at once."""
+
+    name: str
+    every: timedelta
+    run: Callable[[], None]
+
+
 @dataclass
 class Parts:
-    """What a pipeline may use: built by `Agent`, shared read-only after start."""
+    """What a pipeline may use: built by `Agent`, shared read-only after start. A pipeline factory
+    registers its leader-gated background jobs with `add_background_job`."""
 
     settings: Settings
     playbooks: list[Playbook]
@@ -88,6 +99,15 @@ class Parts:
     prometheus: PrometheusSource | None
     is_leader: Callable[[], bool]
     extra_routes: list[BaseRoute] = field(default_factory=list)
+    background_jobs: list[BackgroundJob] = field(default_factory=list)
+
+    def add_background_job(self, name: str, *, every: timedelta, run: Callable[[], None]) -> None:
+        """Run `run` every `every` on the leader only (paused while this replica follows)."""
+        if every <= timedelta(0):
+            raise ConfigError(f"background job {name!r}: the interval must be positive")
+        if any(job.name == name for job in self.background_jobs):
+            raise ConfigError(f"background job {name!r} is registered twice")
+        self.background_jobs.append(BackgroundJob(name=name, every=every, run=run))
 
 
 def leader_identity() -> str:
@@ -202,6 +222,8 @@ class Agent:
         if self.prometheus is not None:
             seconds = max(1.0, self.settings.detection.metrics_interval.total_seconds())
             jobs.append(("metrics-refresh", IntervalTrigger(seconds=seconds), self.pipeline.refresh_metrics))
+        for job in self.parts.background_jobs:
+            jobs.append((job.name, IntervalTrigger(seconds=job.every.total_seconds()), job.run))
         return jobs
 
     def _handle_change(self, change: Change, first_seen: float) -> None:
