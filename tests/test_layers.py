@@ -60,6 +60,7 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ("agent/chatops/render.py", "import time", {PURE_EDGES}),
         # production code outside the CLI must not import the twin
         ("agent/runtime/app.py", "import agent.twin.cluster", {TWIN}),
+        ("agent/snapshot/documents.py", "import agent.twin.resources", {TWIN, PURE_CORE}),
     ],
 )
 def test_a_wrong_import_breaks_its_contract(tmp_path: Path, module: str, line: str, broken: set[str]) -> None:
