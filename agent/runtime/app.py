@@ -1,13 +1,13 @@
 """The agent of `zonemedic run`: wires the parts that `agent.runtime.root` builds and runs them.
 
-Called by `agent.commands.run` (and by end-to-end tests, in-process). `Root` builds the clients,
-the cache, its source, Prometheus and the leader elector from the settings; this module is the
-only place that knows how the parts fit: the Kubernetes source feeds the cache; cache changes and alerts go to the
-detector; the detector's batches, the scheduler's sweeps and the metric refresh go to the
-`Pipeline` (the glue to the core and the store); leader election gates the scheduler (and the
-pipeline's recording of detector batches: acquiring the lease submits one cluster-wide change, so
-the new leader diagnoses, records and reconciles everything once); the HTTP app
-serves health, metrics, the webhook and the incidents API.
+Called by `agent.commands.run` (and by end-to-end tests and the demo, in-process). `Root` builds the
+clients, the cache, its source, Prometheus and the leader elector from the settings; this module is
+the only place that knows how the parts fit: the Kubernetes source feeds the cache; cache changes
+and alerts go to the detector; the detector's batches, the scheduler's sweeps and the metric refresh
+go to the `Pipeline` (the glue to the core and the store); leader election gates the scheduler (and
+the pipeline's recording of detector batches: acquiring the lease submits one cluster-wide change,
+so the new leader diagnoses, records and reconciles everything once); the HTTP app serves health,
+metrics, the webhook and the incidents API.
 
 Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
 initial sync, detector (with one full diagnosis), leader election, scheduler. Stop order (SIGTERM):
