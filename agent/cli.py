@@ -4,12 +4,16 @@ Each command module exposes `register(subparsers) -> None`, which adds its parse
 `handler=run` (a `run(args) -> int`). Command modules keep heavy imports (SQLAlchemy, the twin,
 the Kubernetes client) inside `run`, so that `zonemedic diagnose` does not pay for them. An
 `InputError` becomes one line on stderr and exit status 2; no traceback reaches a user.
+
+The cluster twin (`agent.twin`) ships in the wheel but not in the production image: where it is not
+installed, the commands that run it are simply not offered (no import error at start-up).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 
@@ -27,6 +31,15 @@ COMMANDS: dict[str, str] = {
     "diagnose": "agent.commands.diagnose",
 }
 
+# Commands that run the cluster twin: offered only where `agent.twin` is installed.
+NEEDS_TWIN = frozenset({"twin", "demo"})
+
+
+def available_commands() -> dict[str, str]:
+    """The commands this installation offers (name -> module)."""
+    has_twin = importlib.util.find_spec("agent.twin") is not None
+    return {name: module for name, module in COMMANDS.items() if has_twin or name not in NEEDS_TWIN}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -36,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"zonemedic {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for module_name in COMMANDS.values():
+    for module_name in available_commands().values():
         importlib.import_module(module_name).register(subparsers)
     return parser
 

@@ -1,9 +1,11 @@
-"""deploy/: the kustomize overlays render, the shipped config is valid, RBAC grants only what is needed."""
+"""deploy/: the kustomize overlays render, the shipped config is valid, RBAC grants only what is
+needed, and the image (deploy/Dockerfile with .dockerignore) gets the agent without the twin."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 import yaml
 
 from agent.settings import Settings, build
+from tests.support import image
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBECTL = shutil.which("kubectl")
@@ -60,3 +63,92 @@ def test_cluster_role_writes_only_training_jobs_and_events() -> None:
     readable = {r for rule in role["rules"] for r in rule["resources"]}
     assert "secrets" not in readable
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
+
+
+@pytest.mark.parametrize(
+    ("dockerignore", "path", "ignored"),
+    [
+        ("agent/twin", "agent/twin/cluster.py", True),  # a directory covers what is under it
+        ("agent/twin", "agent/twins.py", False),
+        ("agent/twin", "tests/agent/twin/x.py", False),  # patterns start at the context root
+        ("/agent/twin/", "agent/twin/scenarios/a.yaml", True),  # cleaned like Docker does
+        ("**/__pycache__", "agent/model/__pycache__/job.cpython-311.pyc", True),
+        ("**/__pycache__", "__pycache__/x.pyc", True),
+        ("*.db", "zm.db", True),
+        ("*.db", "data/zm.db", False),  # `*` stays within one path element
+        ("agent/*.py", "agent/model/job.py", False),
+        ("agent/?li.py", "agent/cli.py", True),
+        ("agent/[a-c]li.py", "agent/cli.py", True),
+        ("agent/[^c]li.py", "agent/cli.py", False),
+        ("tests\n!tests/keep.py", "tests/keep.py", False),  # the last matching pattern wins
+        ("!tests/keep.py\ntests", "tests/keep.py", True),
+        ("# agent\n\n  ", "agent/cli.py", False),
+    ],
+)
+def test_dockerignore_patterns_match_as_docker_does(dockerignore: str, path: str, ignored: bool) -> None:
+    assert image.ignored(path, image.parse_dockerignore(dockerignore)) is ignored
+
+
+def test_the_image_gets_the_agent_without_the_twin() -> None:
+    assert (ROOT / "agent" / "twin" / "cluster.py").exists()  # the twin is in the repo (and wheel)
+    files = image.context_files(ROOT / "deploy" / "Dockerfile", ROOT)
+    assert [f for f in files if f.startswith("agent/twin")] == []
+    agent_files = {f for f in files if f.startswith("agent/")}
+    in_repo = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "agent").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and "twin" not in p.relative_to(ROOT / "agent").parts[:1]
+    }
+    assert agent_files == in_repo  # everything else of the agent is there
+    assert files["agent/cli.py"] == "/src/agent/cli.py"
+    assert files["pyproject.toml"] == "/src/pyproject.toml"
+    assert files["migrations/env.py"] == "/src/migrations/env.py"
+    assert files["playbooks/zone-split.yaml"] == "/etc/zonemedic/playbooks/zone-split.yaml"
+    assert not [f for f in files if f.startswith(("tests/", ".git/", ".venv/"))]
+
+
+# Run the CLI from the current directory only: the editable install of this checkout (a finder on
+# sys.meta_path that would find the repository's agent/twin) is not in the image, so drop it.
+AS_IN_THE_IMAGE = """
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if not f.__module__.startswith("__editable__")]
+if sys.argv[1:] == ["--where"]:
+    import agent
+    print(agent.__file__)
+    sys.exit(0)
+from agent.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_the_agent_of_the_image_runs_without_the_twin(tmp_path: Path) -> None:
+    """The image's agent files alone (copied as the Dockerfile copies them): the CLI starts, offers
+    no twin command, and diagnoses a snapshot."""
+    files = image.context_files(ROOT / "deploy" / "Dockerfile", ROOT)
+    src = tmp_path / "src"
+    for rel, dest in files.items():
+        if dest.startswith("/src/agent/"):
+            target = src / dest.removeprefix("/src/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / rel, target)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", AS_IN_THE_IMAGE, *args],
+            cwd=src, capture_output=True, text=True, timeout=60, check=False,
+        )
+
+    where = cli("--where")
+    assert where.stdout.strip() == str(src / "agent" / "__init__.py")  # not the repository's
+    help_ = cli("--help")
+    assert help_.returncode == 0, help_.stderr
+    assert "diagnose" in help_.stdout and "twin" not in help_.stdout
+    twin = cli("twin", "up")
+    assert twin.returncode == 2 and "invalid choice: 'twin'" in twin.stderr
+    assert "Traceback" not in twin.stderr
+    diagnosed = cli(
+        "diagnose", "--snapshot", str(ROOT / "examples" / "split-blocked.yaml"),
+        "--config", str(ROOT / "examples" / "split-blocked.config.yaml"), "--output", "json",
+    )
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    assert "zone_split_blocked" in diagnosed.stdout

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from agent.errors import InputError, UnavailableError
+from agent.errors import InputError
 from agent.playbook.loader import load_playbooks
 from agent.settings import load_settings
 
@@ -63,47 +63,20 @@ def _table(summary: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     if not args.once:
         raise InputError("sweep: only --once is supported (the agent schedules its own sweeps)")
-    from agent.runtime.app import Parts
     from agent.runtime.leader import AlwaysLeader
     from agent.runtime.logging import configure_logging
-    from agent.runtime.metrics import AgentMetrics
     from agent.runtime.pipeline import AgentPipeline
-    from agent.sources.cache import ClusterCache
-    from agent.sources.kube import KubeSource
-    from agent.sources.kubeapi import KubeApi, build_api_client
-    from agent.sources.prometheus import PrometheusSource
+    from agent.runtime.root import Root
     from agent.store.migrate import upgrade_on_start
 
     settings = load_settings(args.config, os.environ)
     playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook: exit 2 first
     configure_logging("warning" if args.output == "json" else settings.log_level)
-    metrics = AgentMetrics()
-    api = KubeApi(build_api_client(settings.kubernetes))
-    cache = ClusterCache(namespaces=settings.kubernetes.namespaces)
-    source = KubeSource(api, cache, on_restart=metrics.record_restart)
-    source.start(discovery_timeout=args.sync_timeout)
-    try:
-        if not source.wait_synced(args.sync_timeout):
-            missing = sorted({i.resource.name for i in source.informers} - cache.synced_resources())
-            raise UnavailableError(f"the cluster was not listed within {args.sync_timeout:g}s: {missing}")
-    finally:
-        source.stop()
+    root = Root(settings, playbooks=playbooks)
+    root.list_once(timeout=args.sync_timeout)
     store = upgrade_on_start(settings)
     try:
-        prometheus = (
-            PrometheusSource(settings.prometheus, on_query=metrics.record_prometheus_query)
-            if settings.prometheus.url
-            else None
-        )
-        parts = Parts(
-            settings=settings,
-            playbooks=playbooks,
-            metrics=metrics,
-            cache=cache,
-            api=api,
-            prometheus=prometheus,
-            is_leader=AlwaysLeader().is_leader,
-        )
+        parts = root.parts(is_leader=AlwaysLeader().is_leader)
         pipeline = AgentPipeline(parts, store)
         summary = pipeline.sweep(None)
         if not args.no_digest:

@@ -1,7 +1,8 @@
 """Decide whether a flow between two pods passes a set of network policies, and why not.
 
 `PolicySet(policies).check(src, dst, ports)` is called by the diagnosis for every flow a training
-job needs. Semantics (DESIGN.md section 6, matching Cilium): a flow passes iff egress at the
+job needs. Semantics (Cilium's, docs.cilium.io "Policy Enforcement" and "Deny Policies", and
+Kubernetes NetworkPolicy's): a flow passes iff egress at the
 source AND ingress at the destination allow every port of the range. At one hop: a matching deny
 rule of any selecting policy denies (deny beats allow, across CNP, CCNP and NetworkPolicy); else,
 if some selecting policy enforces the direction, some allow rule must cover the port; else it is

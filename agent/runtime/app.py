@@ -1,12 +1,13 @@
-"""The composition root of `zonemedic run`: builds every part from settings and runs them.
+"""The agent of `zonemedic run`: wires the parts that `agent.runtime.root` builds and runs them.
 
-Called by `agent.commands.run` (and by end-to-end tests, in-process). It is the only place that
-knows how the parts fit: the Kubernetes source feeds the cache; cache changes and alerts go to the
-detector; the detector's batches, the scheduler's sweeps and the metric refresh go to the
-`Pipeline` (the glue to the core and the store); leader election gates the scheduler (and the
-pipeline's recording of detector batches: acquiring the lease submits one cluster-wide change, so
-the new leader diagnoses, records and reconciles everything once); the HTTP app
-serves health, metrics, the webhook and the incidents API.
+Called by `agent.commands.run` (and by end-to-end tests and the demo, in-process). `Root` builds the
+clients, the cache, its source, Prometheus and the leader elector from the settings; this module is
+the only place that knows how the parts fit: the Kubernetes source feeds the cache; cache changes
+and alerts go to the detector; the detector's batches, the scheduler's sweeps and the metric refresh
+go to the `Pipeline` (the glue to the core and the store); leader election gates the scheduler (and
+the pipeline's recording of detector batches: acquiring the lease submits one cluster-wide change,
+so the new leader diagnoses, records and reconciles everything once); the HTTP app serves health,
+metrics, the webhook and the incidents API.
 
 Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
 initial sync, detector (with one full diagnosis), leader election, scheduler. Stop order (SIGTERM):
@@ -24,12 +25,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
-
-from starlette.routing import BaseRoute
 
 from agent.errors import ConfigError, UnavailableError
 from agent.playbook.loader import load_playbooks
@@ -37,8 +35,8 @@ from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import Detector
 from agent.runtime.http import IncidentQueries, build_app
-from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
-from agent.runtime.metrics import AgentMetrics
+from agent.runtime.leader import AlwaysLeader, LeaderElector
+from agent.runtime.root import Parts, Root
 from agent.runtime.scheduler import (
     LEDGER_ANNOTATION,
     SweepScheduler,
@@ -48,11 +46,8 @@ from agent.runtime.scheduler import (
 from agent.runtime.server import HttpServer
 from agent.settings import Settings
 from agent.sources.alertmanager import Alert
-from agent.sources.cache import Change, ClusterCache
+from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
-from agent.sources.kube import KubeSource
-from agent.sources.kubeapi import KubeApi, build_api_client
-from agent.sources.prometheus import PrometheusSource
 
 log = logging.getLogger(__name__)
 
@@ -73,41 +68,7 @@ class Pipeline(Protocol):
     def incidents(self) -> IncidentQueries | None: ...
 
 
-PipelineFactory = Callable[["Parts"], Pipeline]
-
-
-@dataclass(frozen=True)
-class BackgroundJob:
-    """A job the leader runs every `every` (the outbox deliverer, the remediation executor, the
-    approval expiry loop). It never runs on a follower, and never twice at once."""
-
-    name: str
-    every: timedelta
-    run: Callable[[], None]
-
-
-@dataclass
-class Parts:
-    """What a pipeline may use: built by `Agent`, shared read-only after start. A pipeline factory
-    registers its leader-gated background jobs with `add_background_job`."""
-
-    settings: Settings
-    playbooks: list[Playbook]
-    metrics: AgentMetrics
-    cache: ClusterCache
-    api: KubeApi
-    prometheus: PrometheusSource | None
-    is_leader: Callable[[], bool]
-    extra_routes: list[BaseRoute] = field(default_factory=list)
-    background_jobs: list[BackgroundJob] = field(default_factory=list)
-
-    def add_background_job(self, name: str, *, every: timedelta, run: Callable[[], None]) -> None:
-        """Run `run` every `every` on the leader only (paused while this replica follows)."""
-        if every <= timedelta(0):
-            raise ConfigError(f"background job {name!r}: the interval must be positive")
-        if any(job.name == name for job in self.background_jobs):
-            raise ConfigError(f"background job {name!r} is registered twice")
-        self.background_jobs.append(BackgroundJob(name=name, every=every, run=run))
+PipelineFactory = Callable[[Parts], Pipeline]
 
 
 def leader_identity() -> str:
@@ -131,45 +92,25 @@ class Agent:
         self.playbooks = (
             playbooks if playbooks is not None else load_playbooks(Path(settings.playbooks_dir))
         )
-        self.metrics = AgentMetrics()
-        self.api = KubeApi(api_client if api_client is not None else build_api_client(settings.kubernetes))
         self.detector = Detector(
             debounce=settings.detection.debounce.total_seconds(),
             max_delay=settings.detection.max_delay.total_seconds(),
             handle=self._handle_change,
         )
-        self.cache = ClusterCache(
-            namespaces=settings.kubernetes.namespaces, on_change=self.detector.submit
+        self.root = Root(
+            settings, playbooks=self.playbooks, api_client=api_client, on_change=self.detector.submit
         )
-        self.source = KubeSource(self.api, self.cache, on_restart=self.metrics.record_restart)
-        self.prometheus = (
-            PrometheusSource(settings.prometheus, on_query=self.metrics.record_prometheus_query)
-            if settings.prometheus.url
-            else None
+        self.metrics = self.root.metrics
+        self.api = self.root.api
+        self.cache = self.root.cache
+        self.source = self.root.source
+        self.prometheus = self.root.prometheus
+        self.elector = self.root.elector(
+            identity=self.identity,
+            on_started_leading=self._started_leading,
+            on_stopped_leading=self._stopped_leading,
         )
-        le = settings.leader_election
-        self.elector: LeaderElector | AlwaysLeader
-        if le.enabled:
-            self.elector = LeaderElector(
-                LeaseClient(self.api, namespace=le.namespace, name=le.name),
-                identity=self.identity,
-                lease_duration=le.lease_duration.total_seconds(),
-                renew_deadline=le.renew_deadline.total_seconds(),
-                retry_period=le.retry_period.total_seconds(),
-                on_started_leading=self._started_leading,
-                on_stopped_leading=self._stopped_leading,
-            )
-        else:
-            self.elector = AlwaysLeader()
-        self.parts = Parts(
-            settings=settings,
-            playbooks=self.playbooks,
-            metrics=self.metrics,
-            cache=self.cache,
-            api=self.api,
-            prometheus=self.prometheus,
-            is_leader=self.elector.is_leader,
-        )
+        self.parts = self.root.parts(is_leader=self.elector.is_leader)
         self.pipeline = pipeline_factory(self.parts)
         self.scheduler = SweepScheduler(
             self.playbooks,

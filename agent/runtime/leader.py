@@ -10,7 +10,8 @@ Conflict means another replica won the race, so optimistic concurrency makes it 
 Timing: the leader renews every `retry_period`; if it cannot renew for `renew_deadline` it stops
 leading (calls `on_stopped_leading`) and `is_leader()` turns false at the deadline even when the
 loop is stuck in a slow call. A follower takes over once the lease has not changed for
-`lease_duration` (or at once when the holder released it). What it does not do: run leader work.
+`lease_duration` (or at once when the holder released it); while it waits it logs `following` once
+per holder it sees. What it does not do: run leader work.
 """
 
 from __future__ import annotations
@@ -214,6 +215,7 @@ class LeaderElector:
         self.transitions_seen = 0
         self._pending: dict[str, str] = {}
         self._pending_lock = threading.Lock()
+        self._following = ""
 
     def set_annotation(self, key: str, value: str) -> None:
         """Have the next renewal write `key: value` on the Lease (shared state for the next
@@ -239,6 +241,12 @@ class LeaderElector:
             for key, value in pending.items():
                 if self._pending.get(key) == value:
                     del self._pending[key]
+
+    def _follow(self, holder: str) -> None:
+        """Log once per holder that this replica follows it (the lease is held and not expired)."""
+        if holder and holder != self._following:
+            self._following = holder
+            log.info("following", extra={"identity": self.identity, "holder": holder})
 
     def is_leader(self) -> bool:
         return self._leading and leading(
@@ -270,6 +278,8 @@ class LeaderElector:
             now = self.wall()
             duration_s = max(1, round(self.lease_duration))
             if action is LeaseAction.WAIT:
+                assert record is not None
+                self._follow(record.holder)
                 return False
             if action is LeaseAction.CREATE:
                 self._record = self.client.create(
@@ -303,6 +313,7 @@ class LeaderElector:
             return False
         self._observe(self._record)
         self._last_renewed = started
+        self._following = ""
         return True
 
     def _set_leading(self, value: bool) -> None:

@@ -55,10 +55,10 @@ from agent.model.lifecycle import (
 from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
 from agent.playbook.model import Playbook, PlaybookActionKind, TriggerKind
-from agent.runtime.app import Parts
 from agent.runtime.http import IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
+from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey

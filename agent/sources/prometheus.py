@@ -3,9 +3,10 @@
 Called by the runtime (sweeps and the detector's metric refresh). Exactly two queries per fetch
 whatever the number of jobs: a range query of per-job utilization over the drop window, and an
 instant query of the baseline (the same expression averaged over the window one `baseline_offset`
-ago). The per-job expression is DESIGN.md section 8's join of `DCGM_FI_DEV_GPU_UTIL` with
-`kube_pod_info`, with `exported_namespace`/`exported_pod` (scrapes without honorLabels) folded
-back into `namespace`/`pod` by `label_replace`.
+ago). The per-job expression averages dcgm-exporter's `DCGM_FI_DEV_GPU_UTIL` by (namespace,
+created_by_name), joined `on (namespace, pod)` with kube-state-metrics' `kube_pod_info` of
+training-job pods (`created_by_kind`), with `exported_namespace`/`exported_pod` (scrapes without
+honorLabels) folded back into `namespace`/`pod` by `label_replace`.
 
 Prometheus being down, slow or answering garbage is never an exception to the caller: `fetch`
 returns a `MetricsReport` with `available=False` and the reason ("metrics unavailable: ..."). Drop

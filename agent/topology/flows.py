@@ -1,4 +1,4 @@
-"""The connections each kind of training job needs (issue 2, DESIGN.md section 5).
+"""The connections each kind of training job needs (the Kubeflow training-operator v1 kinds).
 
 - PyTorchJob, XGBoostJob, PaddleJob, JAXJob: every non-coordinator pod -> coordinator on the
   coordinator's named port; collective traffic between every ordered pair on TCP 1024-65535.

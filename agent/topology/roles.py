@@ -1,4 +1,4 @@
-"""Replica types, indexes and the coordinator of a Kubeflow job's pods (DESIGN.md section 5).
+"""Replica types, indexes and the coordinator of a Kubeflow job's pods (training-operator v1).
 
 Coordinator: the pod labelled `training.kubeflow.org/job-role=master` if any; else by kind:
 PyTorchJob/XGBoostJob/PaddleJob Master (else Worker 0), TFJob Chief, then Master (else Worker 0),

@@ -3,11 +3,12 @@
 Used by `training_runtime` (required flows of each training job) and the exporter. Connectivity is
 decided by the network policies stored in the twin (CiliumNetworkPolicy, CiliumClusterwide-
 NetworkPolicy, NetworkPolicy) through a `FlowCheck` built by a `PolicyCompiler`; the default
-compiler reuses zonemedic's own pure policy evaluator (`agent.policy`, Cilium semantics of
-DESIGN.md section 6), so the twin and the agent agree on verdicts by construction. The zone model
-(intra/inter-zone RTT and bandwidth) comes from the scenario. Policies and namespaces are watched:
-a change marks the compiled check stale and tells listeners (no polling). It does not carry
-bytes; the training runtime accounts for traffic and drops.
+compiler reuses zonemedic's own pure policy evaluator (`agent.policy`, which follows Cilium's policy
+semantics: deny beats allow, default deny once a direction is selected), so the twin and the agent
+agree on verdicts by construction. The zone model (intra/inter-zone RTT and bandwidth) comes from
+the scenario. Policies and namespaces are watched: a change marks the compiled check stale and tells
+listeners (no polling). It does not carry bytes; the training runtime accounts for traffic and
+drops.
 """
 
 from __future__ import annotations

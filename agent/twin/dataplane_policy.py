@@ -1,8 +1,8 @@
 """Compiles the twin's stored network policies into the dataplane's `FlowCheck`.
 
 Called by `dataplane.Dataplane` (through `cluster.TwinCluster`) whenever policies or namespaces
-change. It reuses zonemedic's own pure policy evaluator (`agent.policy.PolicySet`, Cilium and
-Kubernetes NetworkPolicy semantics of DESIGN.md section 6): the twin grows no second evaluator, so
+change. It reuses zonemedic's own pure policy evaluator (`agent.policy.PolicySet`, with Cilium's
+and Kubernetes NetworkPolicy's semantics): the twin grows no second evaluator, so
 the twin's dataplane and the agent's diagnosis agree by construction. A policy the evaluator cannot
 parse is left out and logged, as Cilium rejects an invalid policy and keeps enforcing the others.
 Verdicts map to Hubble drop reasons: no allow rule under default deny is POLICY_DENIED, an explicit

@@ -3,7 +3,8 @@
 Started by `cluster.TwinCluster` on 127.0.0.1 (port 0 unless given); a real Prometheus scrapes
 `/metrics` in the text exposition format. Values are computed at scrape time from the store, the
 kubelet's GPU allocations and the training runtime, so nothing ticks while nobody scrapes. Metric
-and label names follow the real exporters (DESIGN.md section 8):
+and label names follow the real exporters (NVIDIA dcgm-exporter, kube-state-metrics, cAdvisor,
+Hubble):
 - `DCGM_FI_DEV_GPU_UTIL` (0-100), `DCGM_FI_PROF_GR_ENGINE_ACTIVE` (0-1) per GPU of every GPU node,
   labels gpu, UUID, device, modelName, Hostname, and namespace/pod/container when a pod holds it;
 - `kube_pod_info`, `kube_node_labels`, `kube_pod_labels` (every label, allowlist `*`),

@@ -2,8 +2,11 @@
 
 Called by `operator_training` (the controller) to turn a job object into the pods, headless services
 (and, for mpi-operator's v2beta1 MPIJob, the launcher batch Job) it should own. Pure: JSON dicts in,
-JSON dicts out. It follows DESIGN.md section 5 (labels, names, ownerReferences, coordinator role,
-named ports, env). It does not talk to the store and does not decide when to create or delete.
+JSON dicts out. It follows the Kubeflow training-operator v1 (labels
+`training.kubeflow.org/job-name`, `replica-type` in lower case, `replica-index`, `operator-name`,
+and `job-role=master` on the coordinator only; pod names `<job>-<type>-<index>`; a controller
+ownerReference to the job; the kind's named port; its env) and mpi-operator v2beta1 for that MPIJob.
+It does not talk to the store and does not decide when to create or delete.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Started by `cluster.TwinCluster`. For every training job it keeps the pods and headless services
 `operator_kinds` describes (v2beta1 MPIJob: worker pods plus a launcher batch Job), and writes the
 job's conditions (Created, Running, Restarting, Suspended, Succeeded, Failed), replicaStatuses and
-startTime. Semantics follow DESIGN.md section 5:
+startTime. Semantics follow the Kubeflow training-operator v1 (and mpi-operator v2beta1):
 - a missing pod is created from the job's *current* template; an existing pod is never compared
   with the template, so editing a template moves nothing that runs;
 - a pod name still held by a terminating pod is created only once that pod is gone;

@@ -19,10 +19,10 @@ import orjson
 import pytest
 import yaml
 
-twin_cluster = pytest.importorskip("agent.twin.cluster", reason="the twin is not merged yet")
-kubeconfig = pytest.importorskip("agent.twin.kubeconfig")
-fixtures = pytest.importorskip("tests.twin.twin_fixtures")
-postgres = pytest.importorskip("tests.support.postgres")
+from agent.twin import cluster as twin_cluster
+from agent.twin import kubeconfig
+from tests.support import postgres
+from tests.twin import twin_fixtures as fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/zonemedic-leader"
@@ -86,6 +86,13 @@ class AgentProcess:
                 break
             time.sleep(0.05)
         raise AssertionError(f"agent did not start: {b''.join(self.raw[-20:]).decode()}")
+
+    def logged(self, message: str, **fields: str) -> dict[str, Any] | None:
+        """The first log line with this message and these fields, if any yet."""
+        for line in list(self.lines):
+            if line.get("message") == message and all(line.get(k) == v for k, v in fields.items()):
+                return line
+        return None
 
     def get(self, path: str, **params: str) -> httpx.Response:
         return httpx.get(self.url + path, params=params, timeout=5)
@@ -161,9 +168,11 @@ def test_two_replicas_one_leader_takeover_and_no_duplicate(twin: tuple[Any, Path
             a.wait_url()
             b.wait_url()
             _wait(lambda: a.leader() or b.leader(), 30, "a leader")
-            time.sleep(1.0)
-            assert [a.leader(), b.leader()].count(True) == 1
             leader, follower = (a, b) if a.leader() else (b, a)
+            started = _wait(lambda: leader.logged("started leading"), 10, "the leader's log")
+            # the other replica saw the lease held by the leader: it follows, it does not lead
+            _wait(lambda: follower.logged("following", holder=started["identity"]), 30, "a follower")
+            assert (leader.leader(), follower.leader()) == (True, False)
             _wait(lambda: _incidents(follower), 30, "the incident (read by the follower)")
             leader.proc.kill()  # a crash: no release
             killed = time.monotonic()

@@ -14,9 +14,9 @@ import orjson
 import pytest
 import yaml
 
-twin_cluster = pytest.importorskip("agent.twin.cluster", reason="the twin is not merged yet")
-kubeconfig = pytest.importorskip("agent.twin.kubeconfig")
-fixtures = pytest.importorskip("tests.twin.twin_fixtures")
+from agent.twin import cluster as twin_cluster
+from agent.twin import kubeconfig
+from tests.twin import twin_fixtures as fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 

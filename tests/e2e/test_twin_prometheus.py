@@ -2,7 +2,7 @@
 
 The twin serves the Kubernetes API over HTTP (driven here by the official `kubernetes` client) and
 its metrics endpoint (scraped every second by `/usr/bin/prometheus`). The per-job utilization
-query is DESIGN.md section 8's, verbatim.
+query is the agent's own (`agent.sources.prometheus`), verbatim.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""PolicySet.check: one table row per rule of DESIGN.md section 6 (Cilium and NetworkPolicy)."""
+"""PolicySet.check: one table row per rule of Cilium's and Kubernetes NetworkPolicy's semantics
+(deny beats allow; a selected direction is default deny; selectors, entities, ports, namespaces)."""
 
 from __future__ import annotations
 

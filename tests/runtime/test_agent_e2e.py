@@ -22,12 +22,11 @@ from agent.runtime.app import Agent
 from agent.runtime.pipeline import AgentPipeline
 from agent.settings import Settings, load_settings
 from agent.store.migrate import upgrade_on_start
+from agent.twin import cluster as twin_cluster
+from agent.twin import kubeconfig
+from agent.twin.resources import lookup
 from tests.support.prometheus import requires_prometheus, running_prometheus
-
-twin_cluster = pytest.importorskip("agent.twin.cluster", reason="the twin is not merged yet")
-kubeconfig = pytest.importorskip("agent.twin.kubeconfig")
-fixtures = pytest.importorskip("tests.twin.twin_fixtures")
-lookup = pytest.importorskip("agent.twin.resources").lookup
+from tests.twin import twin_fixtures as fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "llm-finetune"
@@ -187,7 +186,10 @@ def test_sweep_budget_no_list_request_and_at_most_3_prometheus_queries(degraded:
         extra["metadata"]["name"] = f"extra-{i}"
         degraded.cluster.apply(extra)
     degraded.wait(lambda: len(degraded.agent.cache.job_keys()) >= 6 and degraded.agent.cache.synced)
-    time.sleep(1.5)  # let the detector settle
+    # only the sweep may talk to the API server and Prometheus while it is measured: stop the
+    # detector and the scheduler (its metric refresh), each after its running step
+    degraded.agent.detector.stop()
+    degraded.agent.scheduler.shutdown(wait=True)
     api = degraded.cluster.api
     registry = degraded.agent.metrics.registry
 

@@ -4,7 +4,6 @@ worker thread hands merged changes over once."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -47,6 +46,16 @@ def test_empty_changes_are_ignored() -> None:
     assert d.due_at() is None
 
 
+class SteppedClock:
+    """The detector's monotonic clock, advanced by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_worker_turns_a_burst_into_one_batch() -> None:
     batches: list[tuple[Change, float]] = []
     done = threading.Event()
@@ -55,30 +64,33 @@ def test_worker_turns_a_burst_into_one_batch() -> None:
         batches.append((change, first))
         done.set()
 
-    detector = Detector(debounce=0.2, max_delay=5.0, handle=handle)
+    clock = SteppedClock()
+    detector = Detector(debounce=0.2, max_delay=5.0, handle=handle, monotonic=clock)
     detector.start()
     try:
-        started = time.monotonic()
-        for i in range(64):
+        for i in range(64):  # a burst at t=0: nothing is due before t=0.2
             assert detector.submit(job(i % 4))
+        assert not done.is_set()
+        clock.now = 0.2  # the quiet window is over (the worker re-checks within 0.2 s)
         assert done.wait(10)
-        time.sleep(0.3)
-        assert len(batches) == 1
-        change, first = batches[0]
-        assert len(change.jobs) == 4
-        assert first >= started
     finally:
-        detector.stop()
+        detector.stop()  # joins the worker: no batch can follow
+    assert len(batches) == 1
+    change, first = batches[0]
+    assert len(change.jobs) == 4
+    assert first == 0.0
     assert not detector.submit(job(1))
 
 
 def test_a_failing_step_does_not_kill_the_worker() -> None:
-    calls: list[int] = []
+    calls: list[Change] = []
+    failed = threading.Event()
     second = threading.Event()
 
     def handle(change: Change, first: float) -> None:
-        calls.append(1)
+        calls.append(change)
         if len(calls) == 1:
+            failed.set()
             raise RuntimeError("store away")
         second.set()
 
@@ -86,8 +98,9 @@ def test_a_failing_step_does_not_kill_the_worker() -> None:
     detector.start()
     try:
         detector.submit(job(1))
-        time.sleep(0.2)
+        assert failed.wait(10)
         detector.submit(job(2))
         assert second.wait(10)
     finally:
         detector.stop()
+    assert len(calls) == 2

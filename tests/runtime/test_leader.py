@@ -185,3 +185,27 @@ def test_annotations_ride_on_renewals_survive_takeover_and_release() -> None:
     assert store.record.annotations == {"zonemedic.io/sweeps-done": '{"x": 2}'}
     b.step()
     assert b.is_leader() and b.annotations() == {"zonemedic.io/sweeps-done": '{"x": 2}'}
+
+
+def test_a_follower_logs_whom_it_follows_once_per_holder(caplog: pytest.LogCaptureFixture) -> None:
+    store, clock, events = MemoryLeases(), Clock(), []
+    a, b = elector(store, clock, "a", events), elector(store, clock, "b", events)
+    caplog.set_level("INFO", logger="agent.runtime.leader")
+    a.step()
+    for _ in range(3):  # b waits three times behind a: one line
+        clock.t += 2
+        a.step()
+        b.step()
+    a.release()
+    b.step()  # b leads now; a follows it
+    a.step()
+
+    def following(identity: str) -> list[str]:
+        return [
+            r.holder  # type: ignore[attr-defined]
+            for r in caplog.records
+            if r.getMessage() == "following" and r.identity == identity  # type: ignore[attr-defined]
+        ]
+
+    assert following("b") == ["a"]
+    assert following("a") == ["b"]

@@ -1,4 +1,8 @@
-"""Leader election against the twin's real coordination.k8s.io/v1 Lease API over HTTP."""
+"""Leader election against the twin's real coordination.k8s.io/v1 Lease API over HTTP.
+
+The takeover after a crash runs on an injected monotonic clock (the elector measures lease expiry
+with it), so the test steps time instead of sleeping; the threaded loop runs on the real clock and
+is observed through condition waits."""
 
 from __future__ import annotations
 
@@ -9,13 +13,41 @@ from typing import Any
 
 import pytest
 
-from agent.runtime.leader import LeaderElector, LeaseClient
+from agent.runtime.leader import LeaderElector, LeaseClient, LeaseRecord
 from agent.settings import KubernetesSettings
 from agent.sources.kubeapi import KubeApi, build_api_client
+from agent.twin import apiserver, kubeconfig
+from agent.twin.store import Store
 
-apiserver = pytest.importorskip("agent.twin.apiserver", reason="the twin is not merged yet")
-kubeconfig = pytest.importorskip("agent.twin.kubeconfig")
-Store = pytest.importorskip("agent.twin.store").Store
+
+class SteppedClock:
+    """A monotonic clock the test advances by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class CountingLeaseClient(LeaseClient):
+    """The real lease client, counting the reads (each loop step reads the lease once)."""
+
+    reads = 0
+
+    def get(self, *, timeout: float) -> LeaseRecord | None:
+        self.reads += 1
+        return super().get(timeout=timeout)
+
+
+def wait_for(check: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -32,37 +64,41 @@ def api(tmp_path: Path) -> Iterator[KubeApi]:
 
 def elector(api: KubeApi, name: str, events: list[str], **timing: Any) -> LeaderElector:
     return LeaderElector(
-        LeaseClient(api, namespace="default", name="zonemedic-leader"),
+        CountingLeaseClient(api, namespace="default", name="zonemedic-leader"),
         identity=name,
         lease_duration=timing.get("lease_duration", 2.0),
         renew_deadline=timing.get("renew_deadline", 1.5),
         retry_period=timing.get("retry_period", 0.2),
         on_started_leading=lambda: events.append(f"{name}+"),
         on_stopped_leading=lambda: events.append(f"{name}-"),
+        monotonic=timing.get("monotonic", time.monotonic),
     )
 
 
 def test_one_leader_then_takeover_within_the_lease_duration_after_a_crash(api: KubeApi) -> None:
     events: list[str] = []
-    a, b = elector(api, "a", events), elector(api, "b", events)
+    clock = SteppedClock()
+    a = elector(api, "a", events, monotonic=clock)
+    b = elector(api, "b", events, monotonic=clock)
     a.step()
     b.step()
     assert a.is_leader() and not b.is_leader()
     lease = api.json("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/zonemedic-leader")
     assert lease["spec"]["holderIdentity"] == "a"
     assert lease["spec"]["renewTime"].endswith("Z")
-    for _ in range(3):  # a renews, b watches the record change
-        time.sleep(0.2)
+    for _ in range(3):  # a renews every retry period, b watches the record change
+        clock.advance(0.2)
         a.step()
         b.step()
     assert not b.is_leader()
-    crashed = time.monotonic()  # a stops renewing, without releasing (a crash)
+    crashed = clock()  # a stops renewing, without releasing (a crash)
     while not b.is_leader():
+        clock.advance(0.2)  # one retry period per step
         b.step()
-        time.sleep(0.2)
-        assert time.monotonic() - crashed < 5
-    took = time.monotonic() - crashed
-    assert took <= 2.0 + 0.2 + 0.5, took  # lease duration + one retry period (+ slack)
+        assert clock() - crashed < 5
+    took = clock() - crashed
+    # not before the lease expired, and at most one retry period after
+    assert 2.0 <= took <= 2.0 + 0.2 + 1e-9, took
     a.step()  # a wakes up: its renew conflicts, it stops leading at once
     assert not a.is_leader()
     assert events == ["a+", "b+", "a-"]
@@ -74,18 +110,15 @@ def test_release_hands_over_at_once_and_a_thread_runs_the_loop(api: KubeApi) -> 
     events: list[str] = []
     a, b = elector(api, "a", events), elector(api, "b", events)
     a.run_in_thread()
-    deadline = time.monotonic() + 5
-    while not a.is_leader() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert a.is_leader()
+    wait_for(a.is_leader)
     b.run_in_thread()
-    time.sleep(0.5)
-    assert not b.is_leader()
+    assert isinstance(b.client, CountingLeaseClient)
+    reads = b.client.reads
+    wait_for(lambda: b.client.reads >= reads + 3)  # b read the held lease three times
+    assert not b.is_leader() and a.is_leader()
     a.stop(timeout=5)  # graceful: releases
     started = time.monotonic()
-    while not b.is_leader() and time.monotonic() - started < 5:
-        time.sleep(0.05)
-    assert b.is_leader()
-    assert time.monotonic() - started < 1.0  # released: no waiting for expiry
+    wait_for(b.is_leader)
+    assert time.monotonic() - started < 1.0  # released: no waiting for expiry (2 s)
     b.stop(timeout=5)
     assert events == ["a+", "a-", "b+", "b-"]

@@ -21,10 +21,10 @@ import pytest
 from agent.model.incident import IncidentQuery, Verdict
 from agent.model.lifecycle import MessageKind
 from agent.playbook.loader import load_playbooks
-from agent.runtime.app import Parts
 from agent.runtime.leader import AlwaysLeader
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.pipeline import AgentPipeline
+from agent.runtime.root import Parts
 from agent.settings import PrometheusSettings, Settings
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change, ClusterCache

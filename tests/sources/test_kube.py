@@ -20,12 +20,9 @@ from agent.sources.cache import ClusterCache
 from agent.sources.kube import KubeSource
 from agent.sources.kubeapi import KubeApi, build_api_client
 from agent.sources.slim import slimmer
-
-# The twin is imported by tests only (never by agent code); skip until it is on main.
-apiserver = pytest.importorskip("agent.twin.apiserver", reason="the twin is not merged yet")
-kubeconfig = pytest.importorskip("agent.twin.kubeconfig")
-lookup = pytest.importorskip("agent.twin.resources").lookup
-Store = pytest.importorskip("agent.twin.store").Store
+from agent.twin import apiserver, kubeconfig
+from agent.twin.resources import lookup
+from agent.twin.store import Store
 
 NODES = lookup("nodes")
 PODS = lookup("pods")

@@ -1,6 +1,7 @@
 """Prometheus source against the real Prometheus (backfilled by promtool), and its failure modes.
 
-The happy path runs the real PromQL of DESIGN.md section 8 on data with both label styles (plain
+The happy path runs the real per-job PromQL (dcgm-exporter utilization joined with
+kube-state-metrics' `kube_pod_info`) on data with both label styles (plain
 `namespace`/`pod` and `exported_*` from a scrape without honorLabels). Failure modes (down, 503s,
 garbage) must give "metrics unavailable", never an exception. Headers/token/retry counting use a
 tiny stdlib HTTP server standing in for Prometheus's API.

@@ -1,4 +1,6 @@
-"""Coordinator choice per kind (DESIGN.md section 5)."""
+"""Coordinator choice per kind (Kubeflow training-operator v1): `job-role=master` if labelled;
+else PyTorchJob/XGBoostJob/PaddleJob Master, TFJob Chief then Master, MPIJob the launcher, else
+Worker 0."""
 
 from __future__ import annotations
 
