@@ -1,4 +1,5 @@
 """The incident store: `repository.IncidentStore` (the facade callers use, with `open_store`) over
-`findings`, `transitions`, `timeline`, `outbox` and `queries` (one transaction body each), `rows`
-(row -> dataclass mappers), `schema`/`types` (tables), `migrate`, `retention`, `resilience`, `engine`.
+the transaction bodies in `findings`, `transitions`, `approvals`, `timeline`, `outbox` and
+`queries`; `rows` maps rows to dataclasses; `schema`/`types` (tables), `migrate`, `retention`,
+`resilience` and `engine` complete it.
 """

@@ -8,8 +8,11 @@ tables; this facade runs each of their operations in one transaction:
 - findings: `record_finding(record)` -> `FindingOutcome` (`agent.store.findings`)
 - lifecycle: `transition(id, expected, new, *, actor, now)` and `record_decision(id, outcome, *,
   actor, now)` -> `TransitionResult`, one conditional UPDATE each (`agent.store.transitions`)
+- approvals: `request_approval(id, *, deadline, now, actor)`, `expire_due(*, now)`
+  (`agent.store.approvals`)
 - timeline: `add_event`, `record_action` (`agent.store.timeline`)
-- outbox: `enqueue_message`, `due_messages`, `mark_delivered`, `mark_failed` (`agent.store.outbox`)
+- outbox: `enqueue_message`, `claim_messages`, `mark_delivered`, `mark_failed` with the claim's
+  token (`agent.store.outbox`)
 - history: `list_incidents(query)`, `get_incident(id)`, `stats(since=, now=)`, `open_counts`,
   `incidents_to_resume()` (`agent.store.queries`)
 - `purge(before=)` (`agent.store.retention`), `ping()`, `ready()`, `wait_until_reachable()`
@@ -34,6 +37,7 @@ from sqlalchemy import Connection, Engine, text
 
 from agent.model.incident import (
     Actor,
+    ClaimedMessage,
     FindingOutcome,
     FindingRecord,
     IncidentDetail,
@@ -57,9 +61,9 @@ from agent.model.lifecycle import (
     check_transition,
 )
 from agent.settings import DatabaseSettings
-from agent.store import findings, outbox, queries, retention, timeline, transitions
+from agent.store import approvals, findings, outbox, queries, retention, timeline, transitions
 from agent.store.engine import make_engine, read_engine
-from agent.store.errors import StoreError, StoreUnavailableError, safe_url
+from agent.store.errors import InvalidRecordError, StoreError, StoreUnavailableError, safe_url
 from agent.store.outbox import OutboxPolicy
 from agent.store.resilience import Readiness, Retrier, RetryPolicy
 from agent.store.rows import UnreadableError
@@ -192,6 +196,31 @@ class IncidentStore:
             ),
         )
 
+    def request_approval(
+        self, incident_id: int, *, deadline: datetime, now: datetime, actor: str
+    ) -> TransitionResult:
+        """`open -> awaiting_approval` with its approval deadline, one conditional transition."""
+        if deadline.tzinfo is None or deadline <= now:
+            raise InvalidRecordError(
+                f"incident {incident_id}: the approval deadline {deadline.isoformat()} must be a "
+                f"timezone-aware time after {now.isoformat()}")
+        token = str(uuid.uuid4())
+        return self._write(
+            f"request approval on incident {incident_id}",
+            lambda conn, attempt: approvals.request_approval(
+                conn, incident_id, deadline=deadline, now=now, actor=actor, token=token,
+                attempt=attempt),
+        )
+
+    def expire_due(self, *, now: datetime) -> list[int]:
+        """Expire incidents awaiting approval (or open with a deadline) past their deadline, and
+        move snoozes that ended back to awaiting approval; returns the ids it moved."""
+        token = str(uuid.uuid4())
+        return self._write(
+            "expire overdue approvals",
+            lambda conn, attempt: approvals.expire_due(conn, now=now, token=token, attempt=attempt),
+        )
+
     # ----------------------------------------------------------------------------------------
     # timeline
 
@@ -256,37 +285,43 @@ class IncidentStore:
                                             dedupe_key=dedupe_key),
         )
 
-    def due_messages(self, *, now: datetime, limit: int = 20) -> list[OutboxMessage]:
-        """Claim up to `limit` pending messages whose next attempt is due, oldest first.
-
-        Claiming pushes `next_attempt_at` to `now + lease` with a conditional UPDATE, so two
-        deliverers never take the same message, and a deliverer that dies before `mark_delivered`
-        or `mark_failed` lets the message come back after the lease."""
-        lease = self.outbox_policy.lease
-        return self._write(
-            "claim due messages",
-            lambda conn, _n: outbox.due(conn, now=now, limit=limit, lease=lease),
-        )
+    def claim_messages(
+        self, *, now: datetime, limit: int = 20, lease: timedelta
+    ) -> list[ClaimedMessage]:
+        """Claim up to `limit` due messages, oldest first, each with a fresh token until
+        `now + lease` (two deliverers never hold one message; an expired claim can be taken
+        over; a message waits while an earlier one of its incident is pending)."""
+        if lease <= timedelta(0) or limit < 1:
+            raise InvalidRecordError(f"claim needs a positive lease and limit, not {lease}, {limit}")
+        return self._write("claim due messages",
+                           lambda conn, _n: outbox.claim(conn, now=now, limit=limit, lease=lease))
 
     def mark_delivered(
-        self, message_id: int, *, now: datetime, external_ref: str | None = None
-    ) -> None:
-        """The message was delivered; a delivered post adds a `posted` event to its incident."""
-        self._write(
+        self, message_id: int, *, token: str, now: datetime, external_ref: str | None = None
+    ) -> bool:
+        """The message was delivered: applies only while claim `token` holds the pending message
+        (returns whether it applied); a delivered post adds a `posted` event to its incident."""
+        return self._write(
             f"mark message {message_id} delivered",
-            lambda conn, _n: outbox.mark_delivered(conn, message_id, now=now,
-                                                   external_ref=external_ref),
+            lambda conn, attempt: outbox.mark_delivered(
+                conn, message_id, token=token, now=now, external_ref=external_ref,
+                attempt=attempt),
         )
 
-    def mark_failed(self, message_id: int, *, now: datetime, error: str) -> OutboxMessage:
-        """A delivery attempt failed: schedule the next with backoff, or mark it dead after
-        `max_attempts` (dead messages stay in the table with their last error)."""
+    def mark_failed(
+        self, message_id: int, *, token: str, now: datetime, error: str
+    ) -> OutboxMessage | None:
+        """A delivery attempt failed: while claim `token` holds the pending message, release it and
+        schedule the next attempt with backoff, or mark it dead after `max_attempts` (dead messages
+        stay with their last error). Returns the message as it now stands, or None when the claim
+        no longer held it (nothing changed)."""
         policy = self.outbox_policy
         try:
             return self._write(
                 f"mark message {message_id} failed",
-                lambda conn, _n: outbox.mark_failed(conn, message_id, now=now, error=error,
-                                                    policy=policy),
+                lambda conn, attempt: outbox.mark_failed(conn, message_id, token=token, now=now,
+                                                         error=error, policy=policy,
+                                                         attempt=attempt),
             )
         except UnreadableError as exc:
             raise StoreError(f"outbox message {message_id} cannot be read: {exc}") from None

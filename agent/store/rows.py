@@ -62,6 +62,7 @@ SUMMARY_COLUMNS = (
     IncidentRow.estimated_cost,
     IncidentRow.gpus,
     IncidentRow.detections,
+    IncidentRow.approval_deadline,
 )
 """The columns every `IncidentSummary` is built from (select these, then call `summary`)."""
 
@@ -92,6 +93,7 @@ def document(value: Any, column: str) -> Mapping[str, Any]:
 _SUMMARY_AS_STORED = (
     "id", "cluster", "fingerprint", "target_zone", "opened_at", "updated_at", "closed_at",
     "status_by", "utilization_before", "utilization_after", "estimated_cost", "gpus", "detections",
+    "approval_deadline",
 )
 _MESSAGE_AS_STORED = (
     "id", "incident_id", "channel", "dedupe_key", "attempts", "next_attempt_at", "created_at",

@@ -12,7 +12,8 @@ the whole query.
 
 Tables: `incidents`; `incident_events` (the timeline); `decisions` (the audit trail: no foreign key,
 kept when the incident is purged, with the job's name copied in); `remediation_actions`;
-`outbox_messages` (Slack posts and updates to deliver, with attempts and next-attempt time).
+`outbox_messages` (Slack posts and updates to deliver, with attempts, next-attempt time and the
+claim of the deliverer holding it).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class IncidentRow(Base):
     onset_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     snoozed_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # When an unanswered approval request expires (the incident then becomes `expired`).
+    approval_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime())
     target_zone: Mapped[str | None] = mapped_column(String(63))
     diagnosis: Mapped[Any] = mapped_column(JSONDocument())
     utilization_before: Mapped[float | None] = mapped_column(Float)
@@ -164,6 +167,9 @@ class OutboxRow(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_error: Mapped[str | None] = mapped_column(Text)
     external_ref: Mapped[str | None] = mapped_column(String(253))
+    # The deliverer holding the message: its random token, until when (NULL: nobody holds it).
+    claim_token: Mapped[str | None] = mapped_column(String(36))
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         Index("ix_outbox_messages_status_next_attempt_at", "status", "next_attempt_at"),

@@ -9,6 +9,8 @@ import pytest
 
 from agent.model.incident import IncidentStats, RecordProblem
 from agent.model.lifecycle import (
+    DECIDABLE,
+    DECISION_STATUS,
     OPEN_STATUSES,
     TERMINAL,
     TRANSITIONS,
@@ -38,7 +40,12 @@ S = IncidentStatus
     ("current", "new", "allowed"),
     [
         (S.OPEN, S.AWAITING_APPROVAL, True),
-        (S.OPEN, S.APPROVED, True),  # auto-approval policy
+        (S.OPEN, S.APPROVED, True),  # auto-approval policy, or decided before being asked
+        (S.OPEN, S.REJECTED, True),
+        (S.OPEN, S.SNOOZED, True),
+        (S.OPEN, S.EXPIRED, True),  # open with an approval deadline that passed
+        (S.SNOOZED, S.APPROVED, False),  # a snoozed incident wakes before it is decided
+        (S.SNOOZED, S.EXPIRED, True),
         (S.AWAITING_APPROVAL, S.APPROVED, True),
         (S.AWAITING_APPROVAL, S.REJECTED, True),
         (S.AWAITING_APPROVAL, S.SNOOZED, True),
@@ -88,6 +95,15 @@ def test_every_status_is_in_the_table_and_can_end() -> None:
             reachable.add(nxt)
             frontier.append(nxt)
     assert reachable == set(IncidentStatus)
+
+
+def test_every_decision_is_a_transition_from_every_decidable_status() -> None:
+    assert {S.OPEN, S.AWAITING_APPROVAL} == DECIDABLE
+    for status in DECIDABLE:
+        for outcome, target in DECISION_STATUS.items():
+            assert can_transition(status, target), (status, outcome)
+    for status in OPEN_STATUSES - DECIDABLE:  # snoozed, approved, remediating, verifying
+        assert not any(can_transition(status, t) for t in DECISION_STATUS.values()), status
 
 
 def test_every_status_has_an_event() -> None:
