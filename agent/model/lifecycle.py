@@ -16,9 +16,13 @@ Lifecycle
       |            |    |  \\          |            |             |
       |            |    |   snoozed    |            +-> failed    +-> rolled_back / failed
       |            |    +-> rejected / expired      +-> rolled_back
-      +-> approved (auto approval policy)
+      +-> approved / rejected / snoozed (decided before approval was requested, or auto approval)
+      +-> expired (an approval deadline was set and passed)
+    snoozed -> awaiting_approval (the snooze ended) / expired
     open / awaiting_approval / snoozed / approved -> superseded (the job changed before remediation)
     open / awaiting_approval / snoozed / verifying -> resolved (a re-diagnosis finds it healthy)
+
+An incident is decidable (approve, reject, snooze) while it is `open` or `awaiting_approval`.
 
 The terminal states (`resolved`, `rejected`, `expired`, `failed`, `rolled_back`, `superseded`) close
 the incident (`closed_at` is set); a later detection of the same problem opens a new incident.
@@ -120,7 +124,10 @@ S = IncidentStatus
 
 # The whole lifecycle: status -> the statuses it may move to. Absent or empty: terminal.
 TRANSITIONS: dict[IncidentStatus, frozenset[IncidentStatus]] = {
-    S.OPEN: frozenset({S.AWAITING_APPROVAL, S.APPROVED, S.RESOLVED, S.EXPIRED, S.SUPERSEDED}),
+    S.OPEN: frozenset(
+        {S.AWAITING_APPROVAL, S.APPROVED, S.REJECTED, S.SNOOZED, S.RESOLVED, S.EXPIRED,
+         S.SUPERSEDED}
+    ),
     S.AWAITING_APPROVAL: frozenset(
         {S.APPROVED, S.REJECTED, S.SNOOZED, S.EXPIRED, S.RESOLVED, S.SUPERSEDED}
     ),
@@ -151,6 +158,9 @@ DECISION_STATUS: dict[DecisionOutcome, IncidentStatus] = {
     DecisionOutcome.REJECT: S.REJECTED,
     DecisionOutcome.SNOOZE: S.SNOOZED,
 }
+
+# Where a decision may be taken: every outcome is a transition from each of these.
+DECIDABLE: frozenset[IncidentStatus] = frozenset({S.OPEN, S.AWAITING_APPROVAL})
 
 
 class DecisionSource(StrEnum):
