@@ -17,7 +17,8 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
 - A finding of a problem verdict goes to the store (`record_finding`: one open incident per job and
   verdict class; a re-detection adds a timeline event) with the latest utilization evidence, or
   `"metrics unavailable"`; a new incident fires the matching playbooks' actions into the store's
-  outbox (the chat layer delivers them). A job found healthy resolves its open incidents; a job
+  outbox (`agent.runtime.playbooks`; the chat layer delivers them). A job's uid, labels and
+  requested GPUs come from the cache (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job found healthy resolves its open incidents; a job
   whose verdict changed class supersedes the other class's incident; a job that is gone (no live
   pods) supersedes its incidents.
 - Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
@@ -33,7 +34,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,19 +47,18 @@ from agent.model.lifecycle import (
     EventKind,
     IncidentStatus,
     LifecycleError,
-    MessageKind,
     VerdictClass,
     check_transition,
-    to_jsonable,
     verdict_class,
 )
 from agent.model.verdict import Verdict
-from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
-from agent.playbook.model import Playbook, PlaybookActionKind, TriggerKind
+from agent.playbook.matching import Event, trigger_for_verdict
+from agent.playbook.model import Playbook, TriggerKind
 from agent.runtime.app import Parts
 from agent.runtime.http import IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
+from agent.runtime.playbooks import PlaybookActions
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
@@ -68,7 +68,6 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
-GPU_RESOURCE = "nvidia.com/gpu"
 TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 
@@ -136,6 +135,14 @@ class AgentPipeline:
         self.diagnoses = 0
         self.diagnosed_last = 0  # findings of the last diagnosis (scoped or whole)
         self.follower_batches = 0  # detector batches left to the leader
+        self.actions = PlaybookActions(
+            playbooks=parts.playbooks,
+            store=store,
+            cache=parts.cache,
+            cluster=self.cluster,
+            channel=parts.settings.slack.channel,
+            now=now,
+        )
 
     # -- the protocol --------------------------------------------------------------------------
 
@@ -186,8 +193,8 @@ class AgentPipeline:
             }
             outcome = self._record_document(diagnosis, detected_at=now, key=key)
             if outcome is not None and outcome.new:
-                self._fire(
-                    Event(TriggerKind.ALERT, self._subject(key, "alert"), alert.labels),
+                self.actions.fire(
+                    Event(TriggerKind.ALERT, self.actions.subject(key, "alert"), alert.labels),
                     outcome.incident,
                     diagnosis,
                 )
@@ -270,49 +277,6 @@ class AgentPipeline:
             return {"status": "metrics not configured (prometheus.url is null)"}
         return metrics_evidence(self.report, key)
 
-    def _uid(self, key: JobKey) -> str | None:
-        for resource in ("v1", "v2beta1"):
-            plural = f"{key.kind.lower()}s.{resource}.kubeflow.org"
-            obj = self.parts.cache.get(plural, key.namespace, key.name)
-            if obj is not None:
-                uid = (obj.get("metadata") or {}).get("uid")
-                return str(uid) if uid else None
-        return None
-
-    def _labels(self, key: JobKey) -> Mapping[str, str]:
-        for resource in ("v1", "v2beta1"):
-            obj = self.parts.cache.get(f"{key.kind.lower()}s.{resource}.kubeflow.org", key.namespace, key.name)
-            if obj is not None:
-                labels = (obj.get("metadata") or {}).get("labels") or {}
-                return {str(k): str(v) for k, v in labels.items()}
-        return {}
-
-    def _gpus(self, key: JobKey) -> int:
-        """GPUs the job's live pods request (from the cache), for playbook conditions."""
-        total = 0
-        for pod in self.parts.cache.pods_of_job(key):
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            for container in (pod.get("spec") or {}).get("containers") or []:
-                resources = container.get("resources") or {}
-                wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
-                    resources.get("limits") or {}
-                ).get(GPU_RESOURCE)
-                try:
-                    total += int(wanted or 0)
-                except (TypeError, ValueError):
-                    continue
-        return total
-
-    def _subject(self, key: JobKey, verdict: str, gpus: int | None = None) -> Subject:
-        return Subject(
-            namespace=key.namespace,
-            kind=key.kind,
-            labels=self._labels(key),
-            gpus=self._gpus(key) if gpus is None else gpus,
-            verdict=verdict,
-        )
-
     # -- recording -----------------------------------------------------------------------------
 
     def record(self, finding: Finding, *, first_seen: float | None) -> Any:
@@ -326,7 +290,7 @@ class AgentPipeline:
         if self.store is None:
             return None
         document = finding.to_dict()
-        document["job"]["uid"] = self._uid(key)
+        document["job"]["uid"] = self.parts.cache.job_uid(key)
         document["metrics"] = self._evidence(key)
         gpus = sum(finding.gpus.values()) if finding.gpus else None
         outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus)
@@ -346,8 +310,8 @@ class AgentPipeline:
         if outcome.new:
             trigger = trigger_for_verdict(str(finding.verdict))
             if trigger is not None:
-                self._fire(
-                    Event(trigger, self._subject(key, str(finding.verdict), gpus)),
+                self.actions.fire(
+                    Event(trigger, self.actions.subject(key, str(finding.verdict), gpus)),
                     outcome.incident,
                     document,
                 )
@@ -456,14 +420,14 @@ class AgentPipeline:
             self.resolve(key, {VerdictClass.GPU_UTILIZATION_DROP}, reason="utilization recovered")
             return
         document = {
-            "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name, "uid": self._uid(key)},
+            "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name, "uid": self.parts.cache.job_uid(key)},
             "verdict": Verdict.GPU_UTILIZATION_DROP.value,
             "metrics": metrics_evidence(report, key),
         }
         outcome = self._record_document(document, detected_at=report.at, key=key)
         if outcome is not None and outcome.new:
-            self._fire(
-                Event(TriggerKind.GPU_UTILIZATION_DROP, self._subject(key, "gpu_utilization_drop")),
+            self.actions.fire(
+                Event(TriggerKind.GPU_UTILIZATION_DROP, self.actions.subject(key, "gpu_utilization_drop")),
                 outcome.incident,
                 document,
             )
@@ -488,59 +452,9 @@ class AgentPipeline:
 
     # -- playbooks -----------------------------------------------------------------------------
 
-    def _fire(self, event: Event, incident: IncidentSummary, document: Mapping[str, Any]) -> None:
-        if self.store is None:
-            return
-        for firing in fired(self.parts.playbooks, event):
-            for action in firing.actions:
-                if action.kind is PlaybookActionKind.DIGEST:
-                    continue
-                payload: dict[str, Any] = {
-                    "action": action.kind.value,
-                    "playbook": firing.playbook.name,
-                    "incident_id": incident.id,
-                    "finding": dict(document),
-                }
-                if action.approval is not None:
-                    payload["approval"] = {
-                        "approvers": list(action.approval.approvers),
-                        "expiry_seconds": action.approval.expiry.total_seconds(),
-                        "auto": action.approval.is_auto(incident.namespace),
-                    }
-                self.store.enqueue_message(
-                    MessageKind.POST,
-                    payload=payload,
-                    now=self.now(),
-                    incident_id=incident.id,
-                    channel=action.channel or self.settings.slack.channel,
-                    dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
-                )
-
     def post_digest(self, playbook: Playbook, summary: dict[str, Any]) -> int:
-        """Queue the playbook's digest actions (deduped per playbook and minute); how many."""
-        if self.store is None:
-            return 0
-        queued = 0
-        for action in playbook.actions:
-            if action.kind is not PlaybookActionKind.DIGEST:
-                continue
-            open_now = self.store.list_incidents(
-                IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
-            ).incidents
-            payload = {
-                "playbook": playbook.name,
-                "summary": {k: v for k, v in summary.items() if k != "findings"},
-                "open_incidents": [to_jsonable(i) for i in open_now],
-            }
-            self.store.enqueue_message(
-                MessageKind.DIGEST,
-                payload=payload,
-                now=self.now(),
-                channel=action.channel or self.settings.slack.channel,
-                dedupe_key=f"digest:{playbook.name}:{summary['at'][:16]}",
-            )
-            queued += 1
-        return queued
+        """Queue the playbook's digest actions (see `PlaybookActions.post_digest`); how many."""
+        return self.actions.post_digest(playbook, summary)
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:

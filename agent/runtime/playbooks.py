@@ -1,0 +1,113 @@
+"""Playbook actions of the running agent: fire the playbooks an event matches into the outbox, and
+queue sweep digests.
+
+Called by the pipeline (`agent.runtime.pipeline`): `fire` when a finding, an alert or a utilization
+drop opens a new incident, `post_digest` after a sweep (and by `zonemedic sweep --once`). Which
+playbooks fire is the pure `agent.playbook.matching`; this module builds the matched subject from
+the watch cache (namespace, kind, labels, requested GPUs, verdict), the outbox payloads, and
+enqueues them with dedupe keys: one message per action, playbook and incident, one digest per
+playbook and minute, so firing the same thing twice queues it once.
+
+What it does not do: deliver messages (the chat layer reads the outbox), decide approvals, or
+record findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from agent.model.incident import IncidentQuery, IncidentSummary
+from agent.model.lifecycle import MessageKind, to_jsonable
+from agent.playbook.matching import Event, Subject, fired
+from agent.playbook.model import Playbook, PlaybookActionKind
+from agent.sources.cache import ClusterCache
+from agent.sources.jobkey import JobKey
+from agent.store.repository import IncidentStore
+
+
+class PlaybookActions:
+    """Turns matched playbooks into outbox messages (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        playbooks: Sequence[Playbook],
+        store: IncidentStore | None,
+        cache: ClusterCache,
+        cluster: str,
+        channel: str | None,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.playbooks = playbooks
+        self.store = store
+        self.cache = cache
+        self.cluster = cluster
+        self.channel = channel
+        self.now = now
+
+    def subject(self, key: JobKey, verdict: str, gpus: int | None = None) -> Subject:
+        """What playbook conditions match on; `gpus` defaults to what the job's live pods request."""
+        return Subject(
+            namespace=key.namespace,
+            kind=key.kind,
+            labels=self.cache.job_labels(key),
+            gpus=self.cache.job_gpus(key) if gpus is None else gpus,
+            verdict=verdict,
+        )
+
+    def fire(self, event: Event, incident: IncidentSummary, document: Mapping[str, Any]) -> None:
+        """Queue the actions (digests aside) of every playbook the event fires, for this incident."""
+        if self.store is None:
+            return
+        for firing in fired(self.playbooks, event):
+            for action in firing.actions:
+                if action.kind is PlaybookActionKind.DIGEST:
+                    continue
+                payload: dict[str, Any] = {
+                    "action": action.kind.value,
+                    "playbook": firing.playbook.name,
+                    "incident_id": incident.id,
+                    "finding": dict(document),
+                }
+                if action.approval is not None:
+                    payload["approval"] = {
+                        "approvers": list(action.approval.approvers),
+                        "expiry_seconds": action.approval.expiry.total_seconds(),
+                        "auto": action.approval.is_auto(incident.namespace),
+                    }
+                self.store.enqueue_message(
+                    MessageKind.POST,
+                    payload=payload,
+                    now=self.now(),
+                    incident_id=incident.id,
+                    channel=action.channel or self.channel,
+                    dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
+                )
+
+    def post_digest(self, playbook: Playbook, summary: Mapping[str, Any]) -> int:
+        """Queue the playbook's digest actions (deduped per playbook and minute); how many."""
+        if self.store is None:
+            return 0
+        queued = 0
+        for action in playbook.actions:
+            if action.kind is not PlaybookActionKind.DIGEST:
+                continue
+            open_now = self.store.list_incidents(
+                IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
+            ).incidents
+            payload = {
+                "playbook": playbook.name,
+                "summary": {k: v for k, v in summary.items() if k != "findings"},
+                "open_incidents": [to_jsonable(i) for i in open_now],
+            }
+            self.store.enqueue_message(
+                MessageKind.DIGEST,
+                payload=payload,
+                now=self.now(),
+                channel=action.channel or self.channel,
+                dedupe_key=f"digest:{playbook.name}:{summary['at'][:16]}",
+            )
+            queued += 1
+        return queued
