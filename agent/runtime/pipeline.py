@@ -34,11 +34,14 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+from agent.errors import UnavailableError
 from agent.model.cluster import JobKind
 from agent.model.finding import Finding
 from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
@@ -63,13 +66,25 @@ from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
 from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
+from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore
+from agent.store.resilience import deadline
 
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
 TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
+_MAX_FAILED_WORK = 10_000
+
+
+class StoreWork(StrEnum):
+    """The kinds of pipeline work that write to the store (the label of the write metrics)."""
+
+    DETECTOR = "detector"
+    ALERT = "alert"
+    SWEEP = "sweep"
+    METRICS = "metrics"
 
 
 def job_key(finding: Finding) -> JobKey:
@@ -135,6 +150,7 @@ class AgentPipeline:
         self.diagnoses = 0
         self.diagnosed_last = 0  # findings of the last diagnosis (scoped or whole)
         self.follower_batches = 0  # detector batches left to the leader
+        self._failed_work: set[tuple[StoreWork, Hashable]] = set()  # work whose writes failed
         self.actions = PlaybookActions(
             playbooks=parts.playbooks,
             store=store,
@@ -147,7 +163,21 @@ class AgentPipeline:
     # -- the protocol --------------------------------------------------------------------------
 
     def readiness(self) -> dict[str, bool]:
-        return {"database": self.store.ping() if self.store is not None else True}
+        """`database`: a read round-trip; `database_writes`: a write transaction can start now
+        (a write probe; reads alone pass while SQLite's write lock is held elsewhere). Each check
+        is bounded by `http.database_timeout`."""
+        if self.store is None:
+            return {"database": True}
+        with deadline(self.settings.http.database_timeout):
+            reachable = self.store.ping()
+            blocker = (
+                write_blocker(self.store.engine, timeout=self.settings.http.database_timeout)
+                if reachable
+                else "the database is unreachable"
+            )
+        if blocker is not None:
+            log.warning("not ready: the database takes no writes", extra={"reason": blocker})
+        return {"database": reachable, "database_writes": blocker is None}
 
     def incidents(self) -> IncidentQueries | None:
         if self.store is None:
@@ -155,25 +185,41 @@ class AgentPipeline:
         return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
 
     def handle_change(self, change: Change, first_seen: float) -> None:
+        """Diagnose and record a detector batch. Raises `UnavailableError` when the store refuses
+        its writes: the detector retries the batch (recording again is safe: findings dedupe)."""
         with self._lock:
             if not self.parts.is_leader():
                 self.mirror.state()  # a follower keeps its parsed mirror warm; the leader records
                 self.follower_batches += 1
                 _freeze_long_lived(change)
                 return
-            findings = self.diagnose(None if change.everything else job_scope(change))
-            scoped = [f for f in findings if in_scope(job_key(f), change)]
-            present = {job_key(f) for f in findings}
-            for finding in scoped:
-                self.record(finding, first_seen=first_seen)
-            for key in sorted(change.jobs - present):
-                self.close_job(key, reason="the job has no live pods")
-            if change.everything and self.parts.cache.synced:
-                self._reconcile(present)
-            self.refresh_gauge()
+            with self._store_work(StoreWork.DETECTOR):
+                self.actions.retry_unfired()
+                findings = self.diagnose(None if change.everything else job_scope(change))
+                scoped = [f for f in findings if in_scope(job_key(f), change)]
+                present = {job_key(f) for f in findings}
+                for finding in scoped:
+                    self.record(finding, first_seen=first_seen)
+                for key in sorted(change.jobs - present):
+                    self.close_job(key, reason="the job has no live pods")
+                if change.everything and self.parts.cache.synced:
+                    self._reconcile(present)
+            self._refresh_gauge_quietly()
             _freeze_long_lived(change)
 
     def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
+        """Record an alert for its jobs (or resolve their alert incidents). The store calls are
+        bounded by `http.database_timeout` (a webhook request waits on them); `UnavailableError`
+        when the store refuses, so the webhook answers 503 and Alertmanager re-sends."""
+        with (
+            deadline(self.settings.http.database_timeout),
+            self._store_work(StoreWork.ALERT, key=alert.dedupe_key),
+        ):
+            self.actions.retry_unfired()
+            self._record_alert(alert, jobs)
+        self._refresh_gauge_quietly()
+
+    def _record_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
         now = self.now()
         for key in jobs:
             if alert.status is AlertStatus.RESOLVED:
@@ -198,11 +244,14 @@ class AgentPipeline:
                     outcome.incident,
                     diagnosis,
                 )
-        self.refresh_gauge()
 
     def refresh_metrics(self) -> None:
         """Fetch utilization for all jobs (two queries); drops open incidents; evidence is added
         to open topology incidents that had none."""
+        with self._store_work(StoreWork.METRICS):
+            self._refresh_metrics()
+
+    def _refresh_metrics(self) -> None:
         source = self.parts.prometheus
         if source is None:
             return
@@ -218,9 +267,14 @@ class AgentPipeline:
 
     def sweep(self, playbook: Playbook | None) -> dict[str, Any]:
         """Diagnose every job from the cache, refresh metrics, reconcile, purge, digest."""
+        with self._store_work(StoreWork.SWEEP):
+            return self._sweep(playbook)
+
+    def _sweep(self, playbook: Playbook | None) -> dict[str, Any]:
         started = self.now()
-        self.refresh_metrics()
+        self._refresh_metrics()
         with self._lock:
+            self.actions.retry_unfired()
             findings = self.diagnose()
             opened = 0
             for finding in findings:
@@ -251,6 +305,31 @@ class AgentPipeline:
                 extra={k: v for k, v in summary.items() if k != "findings"},
             )
             return summary
+
+    @contextmanager
+    def _store_work(self, work: StoreWork, *, key: Hashable = None) -> Iterator[None]:
+        """Count work whose store writes failed (`UnavailableError`) and work run again after
+        such a failure (the same kind of work, or the same alert: `key`)."""
+        marker = (work, key)
+        if marker in self._failed_work:
+            self.parts.metrics.store_write_retries.labels(work=work.value).inc()
+        try:
+            yield
+        except UnavailableError:
+            self.parts.metrics.store_write_failures.labels(work=work.value).inc()
+            if len(self._failed_work) >= _MAX_FAILED_WORK:
+                self._failed_work.clear()  # only the retry count would suffer
+            self._failed_work.add(marker)
+            raise
+        self._failed_work.discard(marker)
+
+    def _refresh_gauge_quietly(self) -> None:
+        """The gauge after recorded work: a failed read here must not fail (and so repeat) the
+        work that was recorded; the next refresh catches up."""
+        try:
+            self.refresh_gauge()
+        except UnavailableError as exc:
+            log.warning("incident gauge not refreshed: %s", exc)
 
     def refresh_gauge(self) -> None:
         """`zonemedic_incidents{verdict,status}`: the open incidents of this cluster."""

@@ -8,16 +8,22 @@ the watch cache (namespace, kind, labels, requested GPUs, verdict), the outbox p
 enqueues them with dedupe keys: one message per action, playbook and incident, one digest per
 playbook and minute, so firing the same thing twice queues it once.
 
+Nothing is lost when the store refuses a write: a firing whose messages could not all be queued
+is kept (in memory) and `retry_unfired` queues it again; the pipeline calls it before its next
+work, so the outbox gets the messages of an incident opened just before the database went away.
+
 What it does not do: deliver messages (the chat layer reads the outbox), decide approvals, or
 record findings.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from agent.errors import UnavailableError, ZonemedicError
 from agent.model.incident import IncidentQuery, IncidentSummary
 from agent.model.lifecycle import MessageKind, to_jsonable
 from agent.playbook.matching import Event, Subject, fired
@@ -25,6 +31,8 @@ from agent.playbook.model import Playbook, PlaybookActionKind
 from agent.sources.cache import ClusterCache
 from agent.sources.jobkey import JobKey
 from agent.store.repository import IncidentStore
+
+log = logging.getLogger(__name__)
 
 
 class PlaybookActions:
@@ -46,6 +54,8 @@ class PlaybookActions:
         self.cluster = cluster
         self.channel = channel
         self.now = now
+        # incident id -> a firing not (fully) queued yet, retried by `retry_unfired`
+        self._unfired: dict[int, tuple[Event, IncidentSummary, Mapping[str, Any]]] = {}
 
     def subject(self, key: JobKey, verdict: str, gpus: int | None = None) -> Subject:
         """What playbook conditions match on; `gpus` defaults to what the job's live pods request."""
@@ -58,9 +68,46 @@ class PlaybookActions:
         )
 
     def fire(self, event: Event, incident: IncidentSummary, document: Mapping[str, Any]) -> None:
-        """Queue the actions (digests aside) of every playbook the event fires, for this incident."""
+        """Queue the actions (digests aside) of every playbook the event fires, for this incident.
+        When the store refuses, the firing is kept for `retry_unfired` and the error raised."""
         if self.store is None:
             return
+        try:
+            self._queue(self.store, event, incident, document)
+        except UnavailableError:
+            self._unfired[incident.id] = (event, incident, document)
+            raise
+
+    def retry_unfired(self) -> int:
+        """Queue the firings an earlier store failure left unqueued (raises while it still
+        refuses); how many were queued. A firing the store rejects for good (its incident
+        purged meanwhile) is logged and dropped."""
+        if self.store is None:
+            return 0
+        done = 0
+        for incident_id, (event, incident, document) in sorted(self._unfired.items()):
+            try:
+                self._queue(self.store, event, incident, document)
+            except ZonemedicError as exc:
+                if isinstance(exc, UnavailableError):
+                    raise
+                log.error("playbook firing dropped: %s", exc, extra={"incident": incident_id})
+            self._unfired.pop(incident_id, None)  # another thread may have queued it too
+            done += 1
+        return done
+
+    @property
+    def unfired(self) -> int:
+        """How many firings wait for `retry_unfired`."""
+        return len(self._unfired)
+
+    def _queue(
+        self,
+        store: IncidentStore,
+        event: Event,
+        incident: IncidentSummary,
+        document: Mapping[str, Any],
+    ) -> None:
         for firing in fired(self.playbooks, event):
             for action in firing.actions:
                 if action.kind is PlaybookActionKind.DIGEST:
@@ -77,7 +124,7 @@ class PlaybookActions:
                         "expiry_seconds": action.approval.expiry.total_seconds(),
                         "auto": action.approval.is_auto(incident.namespace),
                     }
-                self.store.enqueue_message(
+                store.enqueue_message(
                     MessageKind.POST,
                     payload=payload,
                     now=self.now(),
