@@ -73,6 +73,7 @@ class AlertReceiver:
         self.wait = wait
         self._dedupe = Deduper(capacity)
         self._storing: set[tuple[str, str, str]] = set()
+        self.waiting = 0  # requests waiting for another request to store the same alert
         self._cond = threading.Condition()
 
     def handle(self, body: bytes) -> AlertOutcome:
@@ -152,7 +153,11 @@ class AlertReceiver:
                 left = give_up - time.monotonic()
                 if left <= 0:
                     return _Claim.BUSY
-                self._cond.wait(left)
+                self.waiting += 1
+                try:
+                    self._cond.wait(left)
+                finally:
+                    self.waiting -= 1
 
     def _release(self, alert: Alert) -> None:
         with self._cond:
