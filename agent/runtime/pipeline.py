@@ -18,11 +18,18 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   verdict class; a re-detection adds a timeline event) with the latest utilization evidence, or
   `"metrics unavailable"`; a new incident fires the matching playbooks' actions into the store's
   outbox (`agent.runtime.playbooks`; the chat layer delivers them). A job's uid, labels and
-  requested GPUs come from the cache (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job found healthy resolves its open incidents; a job
-  whose verdict changed class supersedes the other class's incident; a job that is gone (no live
-  pods) supersedes its incidents.
+  requested GPUs come from the cache (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job
+  found healthy resolves its open incidents; a job whose verdict changed class supersedes the
+  other class's incident; a job that is gone (no live pods) supersedes its incidents.
 - Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
   for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents.
+- The database refusing writes: the work raises `UnavailableError` instead of dropping anything.
+  The detector retries the batch (recording again is safe: findings dedupe by fingerprint; a
+  batch that failed half-way re-detects what it had recorded); the webhook answers 503, its
+  store calls bounded by `http.database_timeout`, and Alertmanager re-sends; firings not queued
+  are queued before the next work. `zonemedic_store_write_failures_total` and
+  `zonemedic_store_write_retries_total` count it by work; readiness probes that a write
+  transaction can start (`database_writes`), not only that the database answers a read.
 
 One diagnosis at a time (a lock shared by the detector and sweeps). What it does not do: decide
 approvals or touch the cluster (remediation does).
