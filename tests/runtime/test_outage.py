@@ -4,7 +4,7 @@ PostgreSQL (behind a TCP proxy the test cuts; the shared server is never touched
 
 - A job that splits during the outage: its detector batch fails, is retried with backoff, and the
   incident (and its playbook messages) is recorded exactly once shortly after the database is back.
-- An alert posted during the outage gets 503 promptly (never 200 "duplicate"), every re-send too;
+- Alerts posted during the outage get 503 promptly (never 200 "duplicate"), every re-send too;
   once the database is back the re-send is recorded exactly once, and later re-sends are duplicates.
 - /readyz is 503 (database_writes false) during the outage and 200 after; the write failure and
   retry counters count it.
@@ -207,22 +207,23 @@ def test_a_split_during_the_outage_is_recorded_once_the_database_is_back(running
     assert posts == ["notify", "propose_colocation"]
 
 
-ALERT = {
-    "labels": {"alertname": "TrainingJobGPUUtilizationDrop", "severity": "warning", "namespace": "ml",
-               "created_by_name": JOB},
-    "startsAt": "2026-11-30T10:00:00Z",
-    "fingerprint": "outage-1",
-}
+def alert(name: str, fingerprint: str) -> dict[str, Any]:
+    labels = {"alertname": name, "severity": "warning", "namespace": "ml", "created_by_name": JOB}
+    return {"labels": labels, "startsAt": "2026-11-30T10:00:00Z", "fingerprint": fingerprint}
+
+
+# one group of two alerts about the job (both of the alert verdict class: one incident, two detections)
+GROUP = [alert("TrainingJobGPUUtilizationDrop", "outage-1"), alert("GPUUtilizationLow", "outage-2")]
 
 
 def _post(run: Running) -> tuple[httpx.Response, float]:
-    body = orjson.dumps({"version": "4", "status": "firing", "alerts": [ALERT]})
+    body = orjson.dumps({"version": "4", "status": "firing", "alerts": GROUP})
     started = time.monotonic()
     response = run.http.post("/alertmanager", content=body)
     return response, time.monotonic() - started
 
 
-def test_an_alert_posted_during_the_outage_is_503_then_recorded_exactly_once(running: Running) -> None:
+def test_alerts_posted_during_the_outage_are_503_then_recorded_exactly_once(running: Running) -> None:
     run = running
     run.cluster.apply(copy.deepcopy(run.job))
     wait_for(lambda: run.agent.cache.jobs_named("ml", JOB), timeout=15, what="the job in the cache")
@@ -241,12 +242,14 @@ def test_an_alert_posted_during_the_outage_is_503_then_recorded_exactly_once(run
     accepted = wait_for(
         lambda: (r := _post(run)[0]).status_code == 200 and r.json(), timeout=15, what="a 200"
     )
-    assert (accepted["accepted"], accepted["duplicates"]) == (1, 0)
+    assert (accepted["accepted"], accepted["duplicates"]) == (2, 0)
     again, _ = _post(run)
-    assert again.status_code == 200 and again.json()["duplicates"] == 1
+    assert again.status_code == 200 and again.json()["duplicates"] == 2
     (incident,) = run.incidents("alert")
     detail = run.direct.get_incident(incident.id)
-    assert [e.kind.value for e in detail.events] == ["detected"]  # recorded once, no re-detection
+    # each alert recorded once: the first opens the incident, the second is its one re-detection
+    assert [e.kind.value for e in detail.events] == ["detected", "redetected"]
+    assert incident.detections == 2
     assert [m.payload["playbook"] for m in detail.messages] == ["gpu-utilization-drop"]
     assert run.counter("zonemedic_alertmanager_alerts_total", outcome="unavailable") >= 2
     assert run.counter("zonemedic_store_write_failures_total", work="alert") >= 2
