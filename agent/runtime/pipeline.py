@@ -218,13 +218,11 @@ class AgentPipeline:
         """Record an alert for its jobs (or resolve their alert incidents). The store calls are
         bounded by `http.database_timeout` (a webhook request waits on them); `UnavailableError`
         when the store refuses, so the webhook answers 503 and Alertmanager re-sends."""
-        with (
-            deadline(self.settings.http.database_timeout),
-            self._store_work(StoreWork.ALERT, key=alert.dedupe_key),
-        ):
-            self.actions.retry_unfired()
-            self._record_alert(alert, jobs)
-        self._refresh_gauge_quietly()
+        with deadline(self.settings.http.database_timeout):
+            with self._store_work(StoreWork.ALERT, key=alert.dedupe_key):
+                self.actions.retry_unfired()
+                self._record_alert(alert, jobs)
+            self._refresh_gauge_quietly()
 
     def _record_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
         now = self.now()
