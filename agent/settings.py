@@ -125,6 +125,8 @@ class HttpSettings:
     host: str = "0.0.0.0"
     port: int = 8080
     api_token_file: str | None = None
+    # the longest a request (Alertmanager webhook, /readyz) waits for the database: then 503
+    database_timeout: timedelta = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,16 @@ Called by the composition root: the cache's `on_change` and the Alertmanager rec
 500 ms) or pending for `max_delay`, merges them, and calls `handle(change, first_seen)`, where
 `first_seen` is the monotonic time of the earliest change in the batch (for the detection latency
 metric). So a 64-pod job bound pod by pod produces one diagnosis. `Debouncer` is the pure part
-(no clock: `now` is passed in). `stop()` lets the running step finish. What it does not do:
-diagnose or store (the `handle` callback glues the core and the store).
+(no clock: `now` is passed in). `stop()` lets the running step finish.
+
+A batch whose handling raises `UnavailableError` (the incident store refused its writes, after the
+store's own retries) is not dropped: it goes back into the debouncer, due after an exponential
+backoff (`retry_base`, doubling, at most `retry_cap`), and changes arriving meanwhile merge into
+it; so the retried batch covers both scopes, and its `first_seen` stays the earliest. Retried until
+it is handled; the backoff restarts after a success. Handling is safe to repeat (the store dedupes
+findings by fingerprint). Any other error is a bug: logged, and the batch dropped (the next
+cluster-wide diagnosis covers it). What it does not do: diagnose or store (the `handle` callback
+glues the core and the store).
 """
 
 from __future__ import annotations
@@ -15,7 +23,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
+from agent.errors import UnavailableError
+from agent.model.lifecycle import retry_delay
 from agent.sources.cache import Change, merge_all
 
 log = logging.getLogger(__name__)
@@ -28,6 +39,7 @@ class Debouncer:
         self._pending: list[Change] = []
         self.first_at = 0.0
         self.last_at = 0.0
+        self._not_before: float | None = None  # a failed batch waits for its backoff
 
     def add(self, change: Change, now: float) -> None:
         if not change:
@@ -37,10 +49,22 @@ class Debouncer:
         self._pending.append(change)
         self.last_at = now
 
+    def retry(self, change: Change, first_at: float, *, not_before: float) -> None:
+        """Put a failed batch back: due at `not_before`, merged with whatever arrives meanwhile."""
+        if not change:
+            return
+        if not self._pending:
+            self.first_at = self.last_at = first_at
+        else:
+            self.first_at = min(self.first_at, first_at)
+        self._pending.append(change)
+        self._not_before = not_before
+
     def due_at(self) -> float | None:
         if not self._pending:
             return None
-        return min(self.last_at + self.delay, self.first_at + self.max_delay)
+        due = min(self.last_at + self.delay, self.first_at + self.max_delay)
+        return due if self._not_before is None else max(due, self._not_before)
 
     def take(self, now: float) -> tuple[Change, float] | None:
         due = self.due_at()
@@ -48,6 +72,7 @@ class Debouncer:
             return None
         batch = (merge_all(self._pending), self.first_at)
         self._pending = []
+        self._not_before = None
         return batch
 
 
@@ -59,14 +84,20 @@ class Detector:
         max_delay: float,
         handle: Callable[[Change, float], None],
         monotonic: Callable[[], float] = time.monotonic,
+        retry_base: timedelta = timedelta(seconds=1),
+        retry_cap: timedelta = timedelta(seconds=10),
     ) -> None:
         self.handle = handle
         self.monotonic = monotonic
+        self.retry_base = retry_base
+        self.retry_cap = retry_cap
         self._debouncer = Debouncer(delay=debounce, max_delay=max_delay)
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.batches = 0
+        self.retries = 0  # batches put back after their store writes failed
+        self._failures = 0  # consecutive failed batches (for the backoff)
 
     def submit(self, change: Change) -> bool:
         """Queue a change; False once the detector is stopping (the caller may retry elsewhere)."""
@@ -93,16 +124,33 @@ class Detector:
             self.batches += 1
             try:
                 self.handle(change, first_seen)
+            except UnavailableError as exc:
+                self._put_back(change, first_seen, exc)
+                continue
             except Exception:  # top-level loop: log it, keep detecting
                 log.exception("detection step failed", extra={"reasons": list(change.reasons[:5])})
+            self._failures = 0
+
+    def _put_back(self, change: Change, first_seen: float, error: UnavailableError) -> None:
+        self._failures += 1
+        self.retries += 1
+        delay = retry_delay(self._failures, base=self.retry_base, cap=self.retry_cap).total_seconds()
+        log.warning(
+            "detection batch not recorded, retrying in %.1fs: %s",
+            delay,
+            error,
+            extra={"reasons": list(change.reasons[:5]), "attempts": self._failures},
+        )
+        with self._cond:
+            self._debouncer.retry(change, first_seen, not_before=self.monotonic() + delay)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="detector", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float | None = 10.0) -> None:
-        """Stop after the running step (pending, not yet due changes are dropped: the next
-        start-up's full diagnosis covers them)."""
+        """Stop after the running step (pending, not yet due changes and a batch waiting for its
+        retry are dropped: the next start-up's full diagnosis covers them)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()

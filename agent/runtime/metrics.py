@@ -2,7 +2,8 @@
 
 Built once by the composition root and passed to whoever records: the watch loops (restarts), the
 Prometheus source (query errors), the detector (detection latency, incidents), sweeps (duration),
-leader election (leader status), the Alertmanager endpoint. A private registry keeps tests and
+leader election (leader status), the Alertmanager endpoint, the pipeline (store writes that failed
+and were retried). A private registry keeps tests and
 several agents in one process independent. No I/O here; the HTTP app renders `exposition()`.
 """
 
@@ -64,8 +65,22 @@ class AgentMetrics:
         )
         self.alerts = Counter(
             "zonemedic_alertmanager_alerts_total",
-            "Alerts received on the webhook, by outcome (new, duplicate, unmapped).",
+            "Alerts received on the webhook, by outcome (new, duplicate, unmapped, unavailable).",
             ["outcome"],
+            registry=r,
+        )
+        self.store_write_failures = Counter(
+            "zonemedic_store_write_failures_total",
+            "Work whose database writes failed because the database refused them (after the "
+            "store's own retries), by work (detector, alert, sweep, metrics).",
+            ["work"],
+            registry=r,
+        )
+        self.store_write_retries = Counter(
+            "zonemedic_store_write_retries_total",
+            "Work run again after its database writes failed (a detector batch retried, an alert "
+            "re-sent by Alertmanager, the next sweep or metric refresh), by work.",
+            ["work"],
             registry=r,
         )
         self.cache_objects = Gauge(

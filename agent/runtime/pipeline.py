@@ -17,11 +17,19 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
 - A finding of a problem verdict goes to the store (`record_finding`: one open incident per job and
   verdict class; a re-detection adds a timeline event) with the latest utilization evidence, or
   `"metrics unavailable"`; a new incident fires the matching playbooks' actions into the store's
-  outbox (the chat layer delivers them). A job found healthy resolves its open incidents; a job
-  whose verdict changed class supersedes the other class's incident; a job that is gone (no live
-  pods) supersedes its incidents.
+  outbox (`agent.runtime.playbooks`; the chat layer delivers them). A job's uid, labels and
+  requested GPUs come from the cache (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job
+  found healthy resolves its open incidents; a job whose verdict changed class supersedes the
+  other class's incident; a job that is gone (no live pods) supersedes its incidents.
 - Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
   for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents.
+- The database refusing writes: the work raises `UnavailableError` instead of dropping anything.
+  The detector retries the batch (recording again is safe: findings dedupe by fingerprint; a
+  batch that failed half-way re-detects what it had recorded); the webhook answers 503, its
+  store calls bounded by `http.database_timeout`, and Alertmanager re-sends; firings not queued
+  are queued before the next work. `zonemedic_store_write_failures_total` and
+  `zonemedic_store_write_retries_total` count it by work; readiness probes that a write
+  transaction can start (`database_writes`), not only that the database answers a read.
 
 One diagnosis at a time (a lock shared by the detector and sweeps). What it does not do: decide
 approvals or touch the cluster (remediation does).
@@ -33,11 +41,14 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+from agent.errors import UnavailableError
 from agent.model.cluster import JobKind
 from agent.model.finding import Finding
 from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
@@ -46,31 +57,41 @@ from agent.model.lifecycle import (
     EventKind,
     IncidentStatus,
     LifecycleError,
-    MessageKind,
     VerdictClass,
     check_transition,
-    to_jsonable,
     verdict_class,
 )
 from agent.model.verdict import Verdict
-from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
-from agent.playbook.model import Playbook, PlaybookActionKind, TriggerKind
+from agent.playbook.matching import Event, trigger_for_verdict
+from agent.playbook.model import Playbook, TriggerKind
 from agent.runtime.http import IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
+from agent.runtime.playbooks import PlaybookActions
 from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
 from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
+from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore
+from agent.store.resilience import deadline
 
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
-GPU_RESOURCE = "nvidia.com/gpu"
 TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
+_MAX_FAILED_WORK = 10_000
+
+
+class StoreWork(StrEnum):
+    """The kinds of pipeline work that write to the store (the label of the write metrics)."""
+
+    DETECTOR = "detector"
+    ALERT = "alert"
+    SWEEP = "sweep"
+    METRICS = "metrics"
 
 
 def job_key(finding: Finding) -> JobKey:
@@ -136,11 +157,34 @@ class AgentPipeline:
         self.diagnoses = 0
         self.diagnosed_last = 0  # findings of the last diagnosis (scoped or whole)
         self.follower_batches = 0  # detector batches left to the leader
+        self._failed_work: set[tuple[StoreWork, Hashable]] = set()  # work whose writes failed
+        self.actions = PlaybookActions(
+            playbooks=parts.playbooks,
+            store=store,
+            cache=parts.cache,
+            cluster=self.cluster,
+            channel=parts.settings.slack.channel,
+            now=now,
+        )
 
     # -- the protocol --------------------------------------------------------------------------
 
     def readiness(self) -> dict[str, bool]:
-        return {"database": self.store.ping() if self.store is not None else True}
+        """`database`: a read round-trip; `database_writes`: a write transaction can start now
+        (a write probe; reads alone pass while SQLite's write lock is held elsewhere). Each check
+        is bounded by `http.database_timeout`."""
+        if self.store is None:
+            return {"database": True}
+        with deadline(self.settings.http.database_timeout):
+            reachable = self.store.ping()
+            blocker = (
+                write_blocker(self.store.engine, timeout=self.settings.http.database_timeout)
+                if reachable
+                else "the database is unreachable"
+            )
+        if blocker is not None:
+            log.warning("not ready: the database takes no writes", extra={"reason": blocker})
+        return {"database": reachable, "database_writes": blocker is None}
 
     def incidents(self) -> IncidentQueries | None:
         if self.store is None:
@@ -148,25 +192,39 @@ class AgentPipeline:
         return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
 
     def handle_change(self, change: Change, first_seen: float) -> None:
+        """Diagnose and record a detector batch. Raises `UnavailableError` when the store refuses
+        its writes: the detector retries the batch (recording again is safe: findings dedupe)."""
         with self._lock:
             if not self.parts.is_leader():
                 self.mirror.state()  # a follower keeps its parsed mirror warm; the leader records
                 self.follower_batches += 1
                 _freeze_long_lived(change)
                 return
-            findings = self.diagnose(None if change.everything else job_scope(change))
-            scoped = [f for f in findings if in_scope(job_key(f), change)]
-            present = {job_key(f) for f in findings}
-            for finding in scoped:
-                self.record(finding, first_seen=first_seen)
-            for key in sorted(change.jobs - present):
-                self.close_job(key, reason="the job has no live pods")
-            if change.everything and self.parts.cache.synced:
-                self._reconcile(present)
-            self.refresh_gauge()
+            with self._store_work(StoreWork.DETECTOR):
+                self.actions.retry_unfired()
+                findings = self.diagnose(None if change.everything else job_scope(change))
+                scoped = [f for f in findings if in_scope(job_key(f), change)]
+                present = {job_key(f) for f in findings}
+                for finding in scoped:
+                    self.record(finding, first_seen=first_seen)
+                for key in sorted(change.jobs - present):
+                    self.close_job(key, reason="the job has no live pods")
+                if change.everything and self.parts.cache.synced:
+                    self._reconcile(present)
+            self._refresh_gauge_quietly()
             _freeze_long_lived(change)
 
     def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
+        """Record an alert for its jobs (or resolve their alert incidents). The store calls are
+        bounded by `http.database_timeout` (a webhook request waits on them); `UnavailableError`
+        when the store refuses, so the webhook answers 503 and Alertmanager re-sends."""
+        with deadline(self.settings.http.database_timeout):
+            with self._store_work(StoreWork.ALERT, key=alert.dedupe_key):
+                self.actions.retry_unfired()
+                self._record_alert(alert, jobs)
+            self._refresh_gauge_quietly()
+
+    def _record_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
         now = self.now()
         for key in jobs:
             if alert.status is AlertStatus.RESOLVED:
@@ -186,16 +244,19 @@ class AgentPipeline:
             }
             outcome = self._record_document(diagnosis, detected_at=now, key=key)
             if outcome is not None and outcome.new:
-                self._fire(
-                    Event(TriggerKind.ALERT, self._subject(key, "alert"), alert.labels),
+                self.actions.fire(
+                    Event(TriggerKind.ALERT, self.actions.subject(key, "alert"), alert.labels),
                     outcome.incident,
                     diagnosis,
                 )
-        self.refresh_gauge()
 
     def refresh_metrics(self) -> None:
         """Fetch utilization for all jobs (two queries); drops open incidents; evidence is added
         to open topology incidents that had none."""
+        with self._store_work(StoreWork.METRICS):
+            self._refresh_metrics()
+
+    def _refresh_metrics(self) -> None:
         source = self.parts.prometheus
         if source is None:
             return
@@ -211,9 +272,14 @@ class AgentPipeline:
 
     def sweep(self, playbook: Playbook | None) -> dict[str, Any]:
         """Diagnose every job from the cache, refresh metrics, reconcile, purge, digest."""
+        with self._store_work(StoreWork.SWEEP):
+            return self._sweep(playbook)
+
+    def _sweep(self, playbook: Playbook | None) -> dict[str, Any]:
         started = self.now()
-        self.refresh_metrics()
+        self._refresh_metrics()
         with self._lock:
+            self.actions.retry_unfired()
             findings = self.diagnose()
             opened = 0
             for finding in findings:
@@ -245,6 +311,31 @@ class AgentPipeline:
             )
             return summary
 
+    @contextmanager
+    def _store_work(self, work: StoreWork, *, key: Hashable = None) -> Iterator[None]:
+        """Count work whose store writes failed (`UnavailableError`) and work run again after
+        such a failure (the same kind of work, or the same alert: `key`)."""
+        marker = (work, key)
+        if marker in self._failed_work:
+            self.parts.metrics.store_write_retries.labels(work=work.value).inc()
+        try:
+            yield
+        except UnavailableError:
+            self.parts.metrics.store_write_failures.labels(work=work.value).inc()
+            if len(self._failed_work) >= _MAX_FAILED_WORK:
+                self._failed_work.clear()  # only the retry count would suffer
+            self._failed_work.add(marker)
+            raise
+        self._failed_work.discard(marker)
+
+    def _refresh_gauge_quietly(self) -> None:
+        """The gauge after recorded work: a failed read here must not fail (and so repeat) the
+        work that was recorded; the next refresh catches up."""
+        try:
+            self.refresh_gauge()
+        except UnavailableError as exc:
+            log.warning("incident gauge not refreshed: %s", exc)
+
     def refresh_gauge(self) -> None:
         """`zonemedic_incidents{verdict,status}`: the open incidents of this cluster."""
         if self.store is None:
@@ -270,49 +361,6 @@ class AgentPipeline:
             return {"status": "metrics not configured (prometheus.url is null)"}
         return metrics_evidence(self.report, key)
 
-    def _uid(self, key: JobKey) -> str | None:
-        for resource in ("v1", "v2beta1"):
-            plural = f"{key.kind.lower()}s.{resource}.kubeflow.org"
-            obj = self.parts.cache.get(plural, key.namespace, key.name)
-            if obj is not None:
-                uid = (obj.get("metadata") or {}).get("uid")
-                return str(uid) if uid else None
-        return None
-
-    def _labels(self, key: JobKey) -> Mapping[str, str]:
-        for resource in ("v1", "v2beta1"):
-            obj = self.parts.cache.get(f"{key.kind.lower()}s.{resource}.kubeflow.org", key.namespace, key.name)
-            if obj is not None:
-                labels = (obj.get("metadata") or {}).get("labels") or {}
-                return {str(k): str(v) for k, v in labels.items()}
-        return {}
-
-    def _gpus(self, key: JobKey) -> int:
-        """GPUs the job's live pods request (from the cache), for playbook conditions."""
-        total = 0
-        for pod in self.parts.cache.pods_of_job(key):
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            for container in (pod.get("spec") or {}).get("containers") or []:
-                resources = container.get("resources") or {}
-                wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
-                    resources.get("limits") or {}
-                ).get(GPU_RESOURCE)
-                try:
-                    total += int(wanted or 0)
-                except (TypeError, ValueError):
-                    continue
-        return total
-
-    def _subject(self, key: JobKey, verdict: str, gpus: int | None = None) -> Subject:
-        return Subject(
-            namespace=key.namespace,
-            kind=key.kind,
-            labels=self._labels(key),
-            gpus=self._gpus(key) if gpus is None else gpus,
-            verdict=verdict,
-        )
-
     # -- recording -----------------------------------------------------------------------------
 
     def record(self, finding: Finding, *, first_seen: float | None) -> Any:
@@ -326,7 +374,7 @@ class AgentPipeline:
         if self.store is None:
             return None
         document = finding.to_dict()
-        document["job"]["uid"] = self._uid(key)
+        document["job"]["uid"] = self.parts.cache.job_uid(key)
         document["metrics"] = self._evidence(key)
         gpus = sum(finding.gpus.values()) if finding.gpus else None
         outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus)
@@ -346,8 +394,8 @@ class AgentPipeline:
         if outcome.new:
             trigger = trigger_for_verdict(str(finding.verdict))
             if trigger is not None:
-                self._fire(
-                    Event(trigger, self._subject(key, str(finding.verdict), gpus)),
+                self.actions.fire(
+                    Event(trigger, self.actions.subject(key, str(finding.verdict), gpus)),
                     outcome.incident,
                     document,
                 )
@@ -456,14 +504,14 @@ class AgentPipeline:
             self.resolve(key, {VerdictClass.GPU_UTILIZATION_DROP}, reason="utilization recovered")
             return
         document = {
-            "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name, "uid": self._uid(key)},
+            "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name, "uid": self.parts.cache.job_uid(key)},
             "verdict": Verdict.GPU_UTILIZATION_DROP.value,
             "metrics": metrics_evidence(report, key),
         }
         outcome = self._record_document(document, detected_at=report.at, key=key)
         if outcome is not None and outcome.new:
-            self._fire(
-                Event(TriggerKind.GPU_UTILIZATION_DROP, self._subject(key, "gpu_utilization_drop")),
+            self.actions.fire(
+                Event(TriggerKind.GPU_UTILIZATION_DROP, self.actions.subject(key, "gpu_utilization_drop")),
                 outcome.incident,
                 document,
             )
@@ -488,59 +536,9 @@ class AgentPipeline:
 
     # -- playbooks -----------------------------------------------------------------------------
 
-    def _fire(self, event: Event, incident: IncidentSummary, document: Mapping[str, Any]) -> None:
-        if self.store is None:
-            return
-        for firing in fired(self.parts.playbooks, event):
-            for action in firing.actions:
-                if action.kind is PlaybookActionKind.DIGEST:
-                    continue
-                payload: dict[str, Any] = {
-                    "action": action.kind.value,
-                    "playbook": firing.playbook.name,
-                    "incident_id": incident.id,
-                    "finding": dict(document),
-                }
-                if action.approval is not None:
-                    payload["approval"] = {
-                        "approvers": list(action.approval.approvers),
-                        "expiry_seconds": action.approval.expiry.total_seconds(),
-                        "auto": action.approval.is_auto(incident.namespace),
-                    }
-                self.store.enqueue_message(
-                    MessageKind.POST,
-                    payload=payload,
-                    now=self.now(),
-                    incident_id=incident.id,
-                    channel=action.channel or self.settings.slack.channel,
-                    dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
-                )
-
     def post_digest(self, playbook: Playbook, summary: dict[str, Any]) -> int:
-        """Queue the playbook's digest actions (deduped per playbook and minute); how many."""
-        if self.store is None:
-            return 0
-        queued = 0
-        for action in playbook.actions:
-            if action.kind is not PlaybookActionKind.DIGEST:
-                continue
-            open_now = self.store.list_incidents(
-                IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
-            ).incidents
-            payload = {
-                "playbook": playbook.name,
-                "summary": {k: v for k, v in summary.items() if k != "findings"},
-                "open_incidents": [to_jsonable(i) for i in open_now],
-            }
-            self.store.enqueue_message(
-                MessageKind.DIGEST,
-                payload=payload,
-                now=self.now(),
-                channel=action.channel or self.settings.slack.channel,
-                dedupe_key=f"digest:{playbook.name}:{summary['at'][:16]}",
-            )
-            queued += 1
-        return queued
+        """Queue the playbook's digest actions (see `PlaybookActions.post_digest`); how many."""
+        return self.actions.post_digest(playbook, summary)
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:

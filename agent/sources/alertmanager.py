@@ -1,8 +1,8 @@
 """Alertmanager webhook (v4 payload): lenient parsing, dedupe, and mapping alert labels to jobs.
 
-Called by the HTTP app's `POST /alertmanager` handler, which turns `PayloadError` into a 4xx with
-the reason and hands `Alert`s to the detector. Pure: bytes in, plain data out; the `Deduper` holds a
-bounded in-memory set and reads no clock.
+Called by the HTTP app's `POST /alertmanager` handler (through `agent.runtime.alerts`), which turns
+`PayloadError` into a 4xx with the reason and hands `Alert`s on. Pure: bytes in, plain data out; the
+`Deduper` holds a bounded in-memory set and reads no clock.
 
 Lenient means: only `alerts` (a list of mappings each with a `labels` mapping) is required; unknown
 fields are ignored; a missing per-alert `status` falls back to the group's, then to `firing`; a
@@ -127,27 +127,28 @@ def parse_webhook(body: bytes) -> Webhook:
 
 
 class Deduper:
-    """Remembers the last `capacity` (fingerprint, status, startsAt) keys; thread-compatible only
-    under the caller's lock."""
+    """Remembers the last `capacity` (fingerprint, status, startsAt) keys of alerts already handled;
+    thread-compatible only under the caller's lock. The caller remembers an alert only once its
+    handling is done (stored), so a re-send of an alert whose handling failed is handled again."""
 
     def __init__(self, capacity: int = 10_000) -> None:
         self.capacity = capacity
         self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
-    def first_time(self, alert: Alert) -> bool:
-        """True the first time a key is seen (Alertmanager re-sends every group_interval)."""
+    def seen(self, alert: Alert) -> bool:
+        """True when the alert's key was remembered (Alertmanager re-sends every group_interval)."""
         key = alert.dedupe_key
         if key in self._seen:
             self._seen.move_to_end(key)
-            return False
-        self._seen[key] = None
+            return True
+        return False
+
+    def remember(self, alert: Alert) -> None:
+        """Remember the alert's key (the oldest key goes when over capacity)."""
+        self._seen[alert.dedupe_key] = None
+        self._seen.move_to_end(alert.dedupe_key)
         if len(self._seen) > self.capacity:
             self._seen.popitem(last=False)
-        return True
-
-    def forget(self, alert: Alert) -> None:
-        """Drop a key again (its processing failed and Alertmanager will re-send it)."""
-        self._seen.pop(alert.dedupe_key, None)
 
 
 _NAMESPACE_LABELS = ("namespace", "exported_namespace", "destination_namespace")

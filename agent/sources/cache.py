@@ -1,7 +1,8 @@
 """The in-memory cluster cache: slim objects by resource, indexes, and which jobs a change affects.
 
 Fed by `agent.sources.kube` (relists via `replace`, watch events via `apply`); read by the detector
-(pods of a job, policies of a namespace, the whole snapshot for a sweep) and the Alertmanager mapping
+(pods of a job, policies of a namespace, the whole snapshot for a sweep), the pipeline (a job's uid,
+labels and requested GPUs: `job_uid`, `job_labels`, `job_gpus`) and the Alertmanager mapping
 (`jobs_named`, `job_of_pod`). Every change that alters what the diagnosis sees is reported to
 `on_change` as a `Change` naming the affected jobs (or namespaces, or everything):
 
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.model.cluster import GPU_RESOURCE
 from agent.settings import NamespaceFilter
 from agent.sources.jobkey import JobKey
 from agent.sources.resources import Resource, Role
@@ -36,6 +38,8 @@ OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 KUBEFLOW_KINDS = frozenset(
     {"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"}
 )
+# training-operator's kubeflow.org/v1, then mpi-operator's MPIJob kubeflow.org/v2beta1
+KUBEFLOW_VERSIONS = ("v1", "v2beta1")
 _OPERATORS = {
     "pytorchjob-controller": "PyTorchJob",
     "tfjob-controller": "TFJob",
@@ -359,6 +363,46 @@ class ClusterCache:
         with self._lock:
             store = self._objects.get("pods", {})
             return [store[k] for k in sorted(self._pods_of_job.get(job, ())) if k in store]
+
+    # -- one job: its object and its pods (for findings and playbook conditions) ------------
+
+    def job_object(self, job: JobKey) -> Obj | None:
+        """The job's own Kubeflow object (`kubeflow.org/v1`, else `v2beta1`), when cached."""
+        for version in KUBEFLOW_VERSIONS:
+            obj = self.get(f"{job.kind.lower()}s.{version}.kubeflow.org", job.namespace, job.name)
+            if obj is not None:
+                return obj
+        return None
+
+    def job_uid(self, job: JobKey) -> str | None:
+        """The uid of the job's object; None when it is not cached or has no uid."""
+        obj = self.job_object(job)
+        uid = _meta(obj).get("uid") if obj is not None else None
+        return str(uid) if uid else None
+
+    def job_labels(self, job: JobKey) -> dict[str, str]:
+        """The labels of the job's object ({} when it is not cached)."""
+        obj = self.job_object(job)
+        labels = (_meta(obj).get("labels") if obj is not None else None) or {}
+        return {str(k): str(v) for k, v in labels.items()}
+
+    def job_gpus(self, job: JobKey) -> int:
+        """GPUs the job's live pods request (a container's request, else its limit); finished
+        pods and unreadable quantities count nothing."""
+        total = 0
+        for pod in self.pods_of_job(job):
+            if _phase(pod) in FINISHED_PHASES:
+                continue
+            for container in (pod.get("spec") or {}).get("containers") or []:
+                resources = container.get("resources") or {}
+                wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
+                    resources.get("limits") or {}
+                ).get(GPU_RESOURCE)
+                try:
+                    total += int(wanted or 0)
+                except (TypeError, ValueError):
+                    continue
+        return total
 
     def policies_in(self, namespace: str) -> list[Obj]:
         """Policies of a namespace plus the cluster-wide ones."""

@@ -12,6 +12,10 @@ commands (through `database_url`). What it does not do: create tables (migration
   begins DEFERRED so readers never wait for writers under WAL.
 - PostgreSQL connections get a connect timeout and `pool_pre_ping` (a connection that died while idle
   in the pool is replaced before use, not handed to a query).
+- Inside a `agent.store.resilience.deadline` block, each transaction is bounded by the time left:
+  SQLite's busy timeout (set at every BEGIN, back to `database.busy_timeout` outside a block) and
+  PostgreSQL's `statement_timeout` (`SET LOCAL`, this transaction only). Lock waits then end in an
+  error the retrier classifies as transient, instead of outlasting the caller's budget.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from sqlalchemy.exc import ArgumentError
 
 from agent.errors import InputError
 from agent.settings import DatabaseSettings, Settings
+from agent.store.resilience import time_left
 
 DEFAULT_FILE_NAME = "zonemedic.db"
 _BEGIN_OPTION = "zonemedic_sqlite_begin"
@@ -92,7 +97,18 @@ def _configure_sqlite(engine: Engine, busy_timeout: timedelta) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         mode = connection.get_execution_options().get(_BEGIN_OPTION, "IMMEDIATE")
+        left = time_left()
+        wait_ms = busy_ms if left is None else min(busy_ms, int(left * 1000))
+        connection.exec_driver_sql(f"PRAGMA busy_timeout = {wait_ms}")
         connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _configure_postgres(engine: Engine) -> None:
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        left = time_left()
+        if left is not None:  # 0 would mean "no timeout": at least 1 ms
+            connection.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
 
 
 def make_engine(url: str, settings: DatabaseSettings | None = None) -> Engine:
@@ -108,7 +124,7 @@ def make_engine(url: str, settings: DatabaseSettings | None = None) -> Engine:
         )
         _configure_sqlite(engine, settings.busy_timeout)
         return engine
-    return create_engine(
+    engine = create_engine(
         parsed,
         pool_pre_ping=True,
         pool_size=settings.pool_size,
@@ -116,6 +132,8 @@ def make_engine(url: str, settings: DatabaseSettings | None = None) -> Engine:
         pool_timeout=timeout_s,
         connect_args={"connect_timeout": timeout_s},
     )
+    _configure_postgres(engine)
+    return engine
 
 
 def read_engine(engine: Engine) -> Engine:

@@ -1,8 +1,9 @@
-"""Retries with backoff for database work, and the readiness flag the health endpoint reads.
+"""Retries with backoff for database work, the readiness flag, and deadlines for request paths.
 
 Who uses it: `agent.store.repository` wraps every operation in `Retrier.call`; `agent.store.migrate`
-uses it to wait for a database that is unreachable at start. The runtime's `/readyz` calls
-`Readiness.is_ready` (or the store's `ready()`), which never touches the database itself.
+uses it to wait for a database that is unreachable at start. The runtime reads `Readiness.is_ready`
+(or the store's `ready()`), which never touches the database itself, and runs the store calls of a
+request (the Alertmanager webhook, the readiness probe) inside `deadline(...)`.
 
 Behaviour: a transient error (connection refused, reset, server gone, pool timeout) marks the store
 not ready and is retried with exponential backoff (base 0.1 s, doubling, at most 5 s) until the
@@ -11,6 +12,12 @@ raised naming the database and the last reason, so no write is ever dropped sile
 happened or the caller gets an error. A success marks the store ready. Non-transient errors (a bug,
 a constraint, a permission) are not retried, do not change readiness, and become a `StoreError`
 naming the database and the operation.
+
+A `deadline(budget)` block bounds every store operation run inside it on this thread (or task):
+the retry budget shrinks to what is left of the block's, and the engine bounds each attempt too
+(SQLite's busy timeout, PostgreSQL's statement timeout; see `agent.store.engine`), so a caller that
+must answer promptly gets `StoreUnavailableError` within about `budget` instead of waiting out
+`database.write_retry` and the lock timeouts.
 
 What it does not do: make an operation idempotent. Operations retried after an unknown outcome
 (the connection died during COMMIT) must tolerate being run twice; the repository's are designed so
@@ -22,7 +29,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
@@ -34,6 +43,28 @@ from agent.store.errors import StoreError, StoreUnavailableError, describe, is_t
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# the monotonic time (time.monotonic) by which the current `deadline` block must be done
+_DEADLINE: ContextVar[float | None] = ContextVar("zonemedic_store_deadline", default=None)
+
+
+@contextmanager
+def deadline(budget: timedelta) -> Iterator[None]:
+    """Bound the store operations run inside the block to `budget` in all (an inner block can only
+    shorten an outer one)."""
+    end = time.monotonic() + max(0.0, budget.total_seconds())
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(end if outer is None else min(outer, end))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def time_left() -> float | None:
+    """Seconds left in the current `deadline` block (0 when spent); None outside any block."""
+    end = _DEADLINE.get()
+    return None if end is None else max(0.0, end - time.monotonic())
 
 
 class Readiness:
@@ -97,6 +128,9 @@ class Retrier:
     ) -> T:
         """Run `operation(attempt)` (attempt counts from 1) until it succeeds or the budget ends."""
         limit = (budget if budget is not None else self.policy.budget).total_seconds()
+        left = time_left()
+        if left is not None:
+            limit = min(limit, left)
         started = self._monotonic()
         attempt = 0
         while True:

@@ -99,11 +99,27 @@ def test_fingerprint_is_order_independent() -> None:
 def test_dedupe_by_fingerprint_status_and_start() -> None:
     dedupe = Deduper(capacity=2)
     firing = Alert(AlertStatus.FIRING, {"a": "1"}, starts_at="t1", fingerprint="f")
-    assert dedupe.first_time(firing)
-    assert not dedupe.first_time(firing)  # Alertmanager re-sent the group
-    assert dedupe.first_time(Alert(AlertStatus.RESOLVED, {"a": "1"}, starts_at="t1", fingerprint="f"))
-    assert dedupe.first_time(Alert(AlertStatus.FIRING, {"a": "1"}, starts_at="t2", fingerprint="f"))
-    assert dedupe.first_time(firing)  # evicted (capacity 2): seen again as new
+    assert not dedupe.seen(firing)
+    assert not dedupe.seen(firing)  # looking does not remember: only a handled alert is remembered
+    dedupe.remember(firing)
+    assert dedupe.seen(firing)  # Alertmanager re-sent the group
+    resolved = Alert(AlertStatus.RESOLVED, {"a": "1"}, starts_at="t1", fingerprint="f")
+    restarted = Alert(AlertStatus.FIRING, {"a": "1"}, starts_at="t2", fingerprint="f")
+    assert not dedupe.seen(resolved) and not dedupe.seen(restarted)
+    dedupe.remember(resolved)
+    dedupe.remember(restarted)
+    assert not dedupe.seen(firing)  # evicted (capacity 2): new again
+    assert dedupe.seen(resolved) and dedupe.seen(restarted)
+
+
+def test_dedupe_evicts_the_least_recently_seen() -> None:
+    dedupe = Deduper(capacity=2)
+    a, b, c = (Alert(AlertStatus.FIRING, {"a": x}, fingerprint=x) for x in "abc")
+    dedupe.remember(a)
+    dedupe.remember(b)
+    assert dedupe.seen(a)  # a is now the most recent
+    dedupe.remember(c)
+    assert dedupe.seen(a) and dedupe.seen(c) and not dedupe.seen(b)
 
 
 @pytest.mark.parametrize(

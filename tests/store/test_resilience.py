@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
 
@@ -57,6 +57,14 @@ class RecordingSleep:
         time.sleep(seconds)
 
 
+def _wait_until(check: Callable[[], bool], *, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
 def test_unreachable_at_start_is_a_clear_error_after_backoff(proxy: TcpProxy, pg_url: str) -> None:
     proxy.cut()
     readiness = Readiness()
@@ -92,9 +100,7 @@ def test_start_waits_for_the_database_then_migrates(proxy: TcpProxy, pg_url: str
 
     thread = threading.Thread(target=start)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not readiness.reason and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _wait_until(lambda: bool(readiness.reason), what="a first failed attempt")
     assert not readiness.is_ready() and readiness.reason  # health endpoint: not ready
     proxy.restore()
     thread.join(timeout=30)
@@ -105,8 +111,9 @@ def test_start_waits_for_the_database_then_migrates(proxy: TcpProxy, pg_url: str
 
 
 def test_database_away_mid_run_writes_are_retried(proxy: TcpProxy, pg_url: str) -> None:
+    sleep = RecordingSleep()
     store = open_store(replace(TEST_DB_SETTINGS, write_retry=timedelta(seconds=30)),
-                       url=_via(proxy, pg_url))
+                       url=_via(proxy, pg_url), sleep=sleep)
     try:
         assert store.record_finding(finding("before")).new
         assert store.ready()
@@ -116,12 +123,9 @@ def test_database_away_mid_run_writes_are_retried(proxy: TcpProxy, pg_url: str) 
             target=lambda: outcome.append(store.record_finding(finding("during")))
         )
         thread.start()
-        deadline = time.monotonic() + 10
-        while store.ready() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not store.ready()
-        time.sleep(0.5)
-        assert outcome == []  # still retrying, not dropped
+        _wait_until(lambda: not store.ready(), what="the store to notice the database is away")
+        _wait_until(lambda: len(sleep.delays) >= 3, what="three retries")
+        assert outcome == [] and thread.is_alive()  # still retrying, not dropped
         proxy.restore()
         thread.join(timeout=30)
         assert len(outcome) == 1 and outcome[0].new

@@ -1,0 +1,160 @@
+"""Playbook actions of the running agent: fire the playbooks an event matches into the outbox, and
+queue sweep digests.
+
+Called by the pipeline (`agent.runtime.pipeline`): `fire` when a finding, an alert or a utilization
+drop opens a new incident, `post_digest` after a sweep (and by `zonemedic sweep --once`). Which
+playbooks fire is the pure `agent.playbook.matching`; this module builds the matched subject from
+the watch cache (namespace, kind, labels, requested GPUs, verdict), the outbox payloads, and
+enqueues them with dedupe keys: one message per action, playbook and incident, one digest per
+playbook and minute, so firing the same thing twice queues it once.
+
+Nothing is lost when the store refuses a write: a firing whose messages could not all be queued
+is kept (in memory) and `retry_unfired` queues it again; the pipeline calls it before its next
+work, so the outbox gets the messages of an incident opened just before the database went away.
+
+What it does not do: deliver messages (the chat layer reads the outbox), decide approvals, or
+record findings.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from agent.errors import UnavailableError, ZonemedicError
+from agent.model.incident import IncidentQuery, IncidentSummary
+from agent.model.lifecycle import MessageKind, to_jsonable
+from agent.playbook.matching import Event, Subject, fired
+from agent.playbook.model import Playbook, PlaybookActionKind
+from agent.sources.cache import ClusterCache
+from agent.sources.jobkey import JobKey
+from agent.store.repository import IncidentStore
+
+log = logging.getLogger(__name__)
+
+
+class PlaybookActions:
+    """Turns matched playbooks into outbox messages (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        playbooks: Sequence[Playbook],
+        store: IncidentStore | None,
+        cache: ClusterCache,
+        cluster: str,
+        channel: str | None,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.playbooks = playbooks
+        self.store = store
+        self.cache = cache
+        self.cluster = cluster
+        self.channel = channel
+        self.now = now
+        # incident id -> a firing not (fully) queued yet, retried by `retry_unfired`
+        self._unfired: dict[int, tuple[Event, IncidentSummary, Mapping[str, Any]]] = {}
+
+    def subject(self, key: JobKey, verdict: str, gpus: int | None = None) -> Subject:
+        """What playbook conditions match on; `gpus` defaults to what the job's live pods request."""
+        return Subject(
+            namespace=key.namespace,
+            kind=key.kind,
+            labels=self.cache.job_labels(key),
+            gpus=self.cache.job_gpus(key) if gpus is None else gpus,
+            verdict=verdict,
+        )
+
+    def fire(self, event: Event, incident: IncidentSummary, document: Mapping[str, Any]) -> None:
+        """Queue the actions (digests aside) of every playbook the event fires, for this incident.
+        When the store refuses, the firing is kept for `retry_unfired` and the error raised."""
+        if self.store is None:
+            return
+        try:
+            self._queue(self.store, event, incident, document)
+        except UnavailableError:
+            self._unfired[incident.id] = (event, incident, document)
+            raise
+
+    def retry_unfired(self) -> int:
+        """Queue the firings an earlier store failure left unqueued (raises while it still
+        refuses); how many were queued. A firing the store rejects for good (its incident
+        purged meanwhile) is logged and dropped."""
+        if self.store is None:
+            return 0
+        done = 0
+        for incident_id, (event, incident, document) in sorted(self._unfired.items()):
+            try:
+                self._queue(self.store, event, incident, document)
+            except ZonemedicError as exc:
+                if isinstance(exc, UnavailableError):
+                    raise
+                log.error("playbook firing dropped: %s", exc, extra={"incident": incident_id})
+            self._unfired.pop(incident_id, None)  # another thread may have queued it too
+            done += 1
+        return done
+
+    @property
+    def unfired(self) -> int:
+        """How many firings wait for `retry_unfired`."""
+        return len(self._unfired)
+
+    def _queue(
+        self,
+        store: IncidentStore,
+        event: Event,
+        incident: IncidentSummary,
+        document: Mapping[str, Any],
+    ) -> None:
+        for firing in fired(self.playbooks, event):
+            for action in firing.actions:
+                if action.kind is PlaybookActionKind.DIGEST:
+                    continue
+                payload: dict[str, Any] = {
+                    "action": action.kind.value,
+                    "playbook": firing.playbook.name,
+                    "incident_id": incident.id,
+                    "finding": dict(document),
+                }
+                if action.approval is not None:
+                    payload["approval"] = {
+                        "approvers": list(action.approval.approvers),
+                        "expiry_seconds": action.approval.expiry.total_seconds(),
+                        "auto": action.approval.is_auto(incident.namespace),
+                    }
+                store.enqueue_message(
+                    MessageKind.POST,
+                    payload=payload,
+                    now=self.now(),
+                    incident_id=incident.id,
+                    channel=action.channel or self.channel,
+                    dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
+                )
+
+    def post_digest(self, playbook: Playbook, summary: Mapping[str, Any]) -> int:
+        """Queue the playbook's digest actions (deduped per playbook and minute); how many."""
+        if self.store is None:
+            return 0
+        queued = 0
+        for action in playbook.actions:
+            if action.kind is not PlaybookActionKind.DIGEST:
+                continue
+            open_now = self.store.list_incidents(
+                IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
+            ).incidents
+            payload = {
+                "playbook": playbook.name,
+                "summary": {k: v for k, v in summary.items() if k != "findings"},
+                "open_incidents": [to_jsonable(i) for i in open_now],
+            }
+            self.store.enqueue_message(
+                MessageKind.DIGEST,
+                payload=payload,
+                now=self.now(),
+                channel=action.channel or self.channel,
+                dedupe_key=f"digest:{playbook.name}:{summary['at'][:16]}",
+            )
+            queued += 1
+        return queued

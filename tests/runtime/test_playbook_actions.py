@@ -1,0 +1,109 @@
+"""Playbook firings into the outbox of a real SQLite store: a firing the store refused (another
+connection holds the write lock) is kept and queued once the store is back, exactly once (dedupe
+keys); one the store rejects for good (its incident gone) is dropped instead of blocking the rest."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from agent.model.incident import IncidentSummary
+from agent.model.lifecycle import MessageKind
+from agent.playbook.loader import load_playbooks
+from agent.playbook.matching import Event
+from agent.playbook.model import TriggerKind
+from agent.runtime.playbooks import PlaybookActions
+from agent.sources.cache import ClusterCache
+from agent.sources.jobkey import JobKey
+from agent.store.errors import StoreUnavailableError
+from agent.store.repository import IncidentStore, open_store
+from tests.store.fixtures import TEST_DB_SETTINGS, sqlite_template  # noqa: F401 (a fixture)
+from tests.store.helpers import finding
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+KEY = JobKey("PyTorchJob", "ml", "resnet")
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[IncidentStore]:
+    template: Path = request.getfixturevalue("sqlite_template")  # a migrated database
+    db = tmp_path / "zm.db"
+    db.write_bytes(template.read_bytes())
+    settings = replace(TEST_DB_SETTINGS, write_retry=timedelta(milliseconds=300),
+                       busy_timeout=timedelta(milliseconds=100))
+    s = open_store(settings, url=f"sqlite:///{db}")
+    yield s
+    s.close()
+
+
+class WriteLock:
+    def __init__(self, store: IncidentStore) -> None:
+        self.path = store.engine.url.database or ""
+
+    def __enter__(self) -> None:
+        self.conn = sqlite3.connect(self.path, isolation_level=None)
+        self.conn.execute("BEGIN EXCLUSIVE")
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.execute("ROLLBACK")
+        self.conn.close()
+
+
+def actions(store: IncidentStore) -> PlaybookActions:
+    return PlaybookActions(
+        playbooks=load_playbooks(REPO / "playbooks"), store=store, cache=ClusterCache(),
+        cluster="prod", channel="#default", now=lambda: NOW,
+    )
+
+
+def split(actions: PlaybookActions) -> Event:
+    return Event(TriggerKind.ZONE_SPLIT, actions.subject(KEY, "zone_split_blocked", gpus=4))
+
+
+def posts(store: IncidentStore, incident: IncidentSummary) -> list[str]:
+    messages = store.get_incident(incident.id).messages
+    return sorted(str(m.payload["action"]) for m in messages if m.kind is MessageKind.POST)
+
+
+def test_a_refused_firing_is_queued_once_the_store_is_back(store: IncidentStore) -> None:
+    incident = store.record_finding(finding("resnet")).incident
+    a = actions(store)
+    with WriteLock(store), pytest.raises(StoreUnavailableError):
+        a.fire(split(a), incident, {"verdict": "zone_split_blocked"})
+    assert a.unfired == 1 and posts(store, incident) == []
+    assert a.retry_unfired() == 1
+    assert a.unfired == 0 and posts(store, incident) == ["notify", "propose_colocation"]
+    a.fire(split(a), incident, {"verdict": "zone_split_blocked"})  # fired again: queued once
+    assert a.retry_unfired() == 0
+    assert posts(store, incident) == ["notify", "propose_colocation"]
+
+
+def test_while_the_store_still_refuses_the_firing_stays(store: IncidentStore) -> None:
+    incident = store.record_finding(finding("resnet")).incident
+    a = actions(store)
+    with WriteLock(store):
+        with pytest.raises(StoreUnavailableError):
+            a.fire(split(a), incident, {})
+        with pytest.raises(StoreUnavailableError):
+            a.retry_unfired()
+        assert a.unfired == 1
+    assert a.retry_unfired() == 1 and len(posts(store, incident)) == 2
+
+
+def test_a_firing_rejected_for_good_is_dropped(store: IncidentStore) -> None:
+    incident = store.record_finding(finding("resnet")).incident
+    gone = replace(incident, id=incident.id + 1000)  # an incident that is not (or no longer) there
+    a = actions(store)
+    with WriteLock(store):
+        for target in (gone, incident):
+            with pytest.raises(StoreUnavailableError):
+                a.fire(split(a), target, {})
+    assert a.unfired == 2
+    assert a.retry_unfired() == 2  # the gone one logged and dropped, the other queued
+    assert a.unfired == 0 and posts(store, incident) == ["notify", "propose_colocation"]
