@@ -30,6 +30,7 @@ import yaml
 
 from agent.twin import protobuf, tables
 from agent.twin import tls as twin_tls
+from agent.twin.apierror import ApiError, bad_request
 from agent.twin.auth import (
     ADMIN,
     Attributes,
@@ -38,10 +39,12 @@ from agent.twin.auth import (
     UserInfo,
     access_review,
 )
+from agent.twin.deletion import Propagation
 from agent.twin.faults import Accounting, Faults
 from agent.twin.patch import PatchType
 from agent.twin.resources import RESOURCES, ResourceType, groups
-from agent.twin.store import ApiError, Propagation, Store, WatchStream, bad_request
+from agent.twin.store import Store
+from agent.twin.watch import WatchStream
 
 log = logging.getLogger(__name__)
 

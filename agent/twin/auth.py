@@ -17,8 +17,9 @@ from typing import Any
 import yaml
 
 from agent.errors import InputError
+from agent.twin.apierror import ApiError
 from agent.twin.resources import ResourceType, lookup
-from agent.twin.store import ApiError, Store
+from agent.twin.store import Store
 
 MASTERS = "system:masters"
 AUTHENTICATED = "system:authenticated"

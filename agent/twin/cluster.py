@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from agent.twin.apierror import ApiError
 from agent.twin.apiserver import ApiServer
 from agent.twin.clock import TwinClock
 from agent.twin.dataplane import Dataplane, PolicyCompiler
@@ -29,7 +30,7 @@ from agent.twin.operator_training import TrainingOperator
 from agent.twin.resources import UnknownResourceError, by_kind, lookup
 from agent.twin.scenario import Scenario, ScenarioError
 from agent.twin.scheduler import Scheduler
-from agent.twin.store import ApiError, Store
+from agent.twin.store import Store
 from agent.twin.training_runtime import TrainingRuntime
 
 log = logging.getLogger(__name__)

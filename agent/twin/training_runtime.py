@@ -19,6 +19,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
 from agent.twin.dataplane import Dataplane, DropReason
@@ -32,7 +33,7 @@ from agent.twin.operator_kinds import (
     replica_counts,
 )
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError, Store, WatchEvent
+from agent.twin.store import Store
 from agent.twin.training import (
     JobPhase,
     StepTiming,
@@ -41,6 +42,7 @@ from agent.twin.training import (
     gpu_utilization,
     step_timing,
 )
+from agent.twin.watch import WatchEvent
 
 log = logging.getLogger(__name__)
 

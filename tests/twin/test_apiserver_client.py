@@ -15,8 +15,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from agent.twin.auth import AUTHENTICATED, UserInfo
+from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
-from agent.twin.store import PatchType
 from tests.twin.apiserver_harness import Twin, running_twin
 
 PODS = lookup("pods")

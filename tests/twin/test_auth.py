@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
+from agent.twin.apierror import ApiError
 from agent.twin.auth import (
     ADMIN,
     AUTHENTICATED,
@@ -19,7 +20,7 @@ from agent.twin.auth import (
     load_rbac,
 )
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError, Store
+from agent.twin.store import Store
 
 NAMESPACES = lookup("namespaces")
 

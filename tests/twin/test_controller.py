@@ -12,7 +12,8 @@ import pytest
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription, owned_by
 from agent.twin.resources import lookup
-from agent.twin.store import Store, WatchEvent
+from agent.twin.store import Store
+from agent.twin.watch import WatchEvent
 
 CONFIGMAPS = lookup("configmaps")
 SERVICES = lookup("services")

@@ -8,8 +8,12 @@ from typing import Any
 
 import pytest
 
+from agent.twin.apierror import ApiError
+from agent.twin.deletion import Propagation
+from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError, PatchType, Propagation, Store, WatchEvent
+from agent.twin.store import Store
+from agent.twin.watch import WatchEvent
 
 PODS = lookup("pods")
 PYTORCH = lookup("pytorchjobs")
