@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from agent.twin.store import Store
 from agent.twin.watch import WatchEvent
+from tests.twin.waiting import eventually
 
 PODS = lookup("pods")
 PYTORCH = lookup("pytorchjobs")
@@ -215,9 +215,12 @@ def test_dry_run_stores_nothing_and_notifies_nobody(store: Store) -> None:
     store.delete(PODS, "b", namespace="default", dry_run=True)
     assert store.get(PODS, "b", namespace="default")["metadata"]["labels"] == {}
     assert int(store.resource_version) == int(rv) + 1
-    time.sleep(0.1)
+    # Events arrive in order: once the marker's is delivered, every earlier one was.
+    store.create(PODS, pod("marker"))
+    assert eventually(lambda: len(seen) >= 2 and seen[-1].object["metadata"]["name"] == "marker")
     stop()
-    assert [e.type for e in seen] == ["ADDED"]
+    assert [(e.type, e.object["metadata"]["name"]) for e in seen] == [
+        ("ADDED", "b"), ("ADDED", "marker")]
 
 
 def test_admission_hook_refuses_a_write(store: Store) -> None:
@@ -316,10 +319,7 @@ def test_graceful_deletion_timer_runs_on_real_time() -> None:
     try:
         store.create(PODS, pod("a", grace=1))
         store.delete(PODS, "a", namespace="default")
-        deadline = time.monotonic() + 5
-        while names(store) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert names(store) == []
+        assert eventually(lambda: names(store) == [], timeout=5)
     finally:
         store.close()
 
@@ -343,6 +343,7 @@ def test_namespace_deletion_removes_its_contents(store: Store) -> None:
 
 def test_subscribe_delivers_in_order_off_the_lock(store: Store) -> None:
     seen: list[tuple[str, str]] = []
+    patched = threading.Event()
     done = threading.Event()
 
     def record(event: WatchEvent) -> None:
@@ -351,12 +352,14 @@ def test_subscribe_delivers_in_order_off_the_lock(store: Store) -> None:
             store.patch(PODS, "a", {"metadata": {"labels": {"seen": "1"}}},
                         namespace="default", patch_type=PatchType.MERGE)
         seen.append((event.type, event.object["metadata"]["name"]))
+        if event.type == "MODIFIED":
+            patched.set()
         if event.type == "DELETED":
             done.set()
 
     stop = store.subscribe(PODS, record)
     store.create(PODS, pod("a", node=None))
-    time.sleep(0.1)
+    assert patched.wait(5)  # the callback's own write came back before the delete
     store.delete(PODS, "a", namespace="default")
     assert done.wait(5)
     stop()
