@@ -72,6 +72,7 @@ class TwinCluster:
             dataplane=self.dataplane,
             kubelet=self.kubelet,
             params=model.training,
+            groups=scenario.groups,
         )
         self.metrics = MetricsServer(
             TwinCollector(
