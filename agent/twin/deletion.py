@@ -52,6 +52,69 @@ class Deletion:
         self._clock = clock
         self.timer = GraceTimer(lock, clock=clock, expire=self.expire_due)
 
+    def _grace(self, rt: ResourceType, current: Obj, grace: int | None) -> int:
+        """The grace period a deletion gets: only a bound, unfinished pod waits."""
+        if rt.key != PODS_KEY:
+            return 0
+        spec = current.get("spec") or {}
+        phase = (current.get("status") or {}).get("phase")
+        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            return 0
+        return int(spec.get("terminationGracePeriodSeconds", 30)) if grace is None else grace
+
+    def _marked(
+        self, rt: ResourceType, current: Obj, *, propagation: Propagation, grace: int
+    ) -> Obj | None:
+        """The object marked for deletion (deletionTimestamp, finalizers), or None when it goes
+        at once. Writes nothing."""
+        cmeta = current["metadata"]
+        is_namespace = rt.key == NAMESPACES_KEY
+        finalizers = list(cmeta.get("finalizers") or ())
+        if (
+            propagation is Propagation.FOREGROUND
+            and self._table.dependents.get(cmeta["uid"])
+            and FOREGROUND_FINALIZER not in finalizers
+        ):
+            finalizers.append(FOREGROUND_FINALIZER)
+        if not (finalizers or grace > 0 or is_namespace):
+            return None
+        new = dict(current)
+        meta = dict(cmeta)
+        new["metadata"] = meta
+        meta["deletionTimestamp"] = timestamp(self._clock() + grace)
+        meta["deletionGracePeriodSeconds"] = grace
+        if finalizers:
+            meta["finalizers"] = finalizers
+        if is_namespace:
+            new["status"] = {**(current.get("status") or {}), "phase": "Terminating"}
+        return new
+
+    def _shortened(self, rt: ResourceType, current: Obj, grace: int) -> Obj | None:
+        """A terminating pod given a shorter (non-zero) grace period, or None when the request
+        changes nothing or removes it at once."""
+        cmeta = current["metadata"]
+        waiting = int(cmeta.get("deletionGracePeriodSeconds", 0))
+        if rt.key != PODS_KEY or cmeta["uid"] not in self.timer.pending or grace >= waiting:
+            return None
+        if grace == 0:
+            return None
+        new = dict(current)
+        new["metadata"] = {
+            **cmeta,
+            "deletionTimestamp": timestamp(self._clock() + grace),
+            "deletionGracePeriodSeconds": grace,
+        }
+        return new
+
+    def preview(
+        self, rt: ResourceType, current: Obj, *, propagation: Propagation, grace: int | None
+    ) -> Obj:
+        """What `delete` would answer (a dry run), writing nothing."""
+        period = self._grace(rt, current, grace)
+        if current["metadata"].get("deletionTimestamp"):
+            return self._shortened(rt, current, period) or current
+        return self._marked(rt, current, propagation=propagation, grace=period) or current
+
     def delete(
         self, rt: ResourceType, current: Obj, *, propagation: Propagation, grace: int | None
     ) -> Obj:
@@ -60,68 +123,41 @@ class Deletion:
         pending = self.timer.pending
         cmeta = current["metadata"]
         uid = cmeta["uid"]
-        is_pod = rt.key == PODS_KEY
-        is_namespace = rt.key == NAMESPACES_KEY
-        if is_pod:
-            spec = current.get("spec") or {}
-            phase = (current.get("status") or {}).get("phase")
-            if grace is None:
-                grace = int(spec.get("terminationGracePeriodSeconds", 30))
-            if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
-                grace = 0
-        else:
-            grace = 0
+        period = self._grace(rt, current, grace)
         if cmeta.get("deletionTimestamp"):
             # Already terminating: only a shorter grace period changes anything.
             waiting = int(cmeta.get("deletionGracePeriodSeconds", 0))
-            if is_pod and uid in pending and grace < waiting:
-                if grace == 0:
-                    pending.discard(uid)
-                    if not cmeta.get("finalizers"):
-                        self.remove(rt, current, already_bumped=False)
-                        return current
-                else:
-                    new = dict(current)
-                    new["metadata"] = {
-                        **cmeta,
-                        "deletionTimestamp": timestamp(self._clock() + grace),
-                        "deletionGracePeriodSeconds": grace,
-                    }
-                    table.modify(rt, current, new)
-                    self.timer.schedule(uid, self._clock() + grace)
-                    return new
+            if rt.key == PODS_KEY and uid in pending and period == 0 < waiting:
+                pending.discard(uid)
+                if not cmeta.get("finalizers"):
+                    self.remove(rt, current, already_bumped=False)
+                return current
+            shorter = self._shortened(rt, current, period)
+            if shorter is not None:
+                table.modify(rt, current, shorter)
+                self.timer.schedule(uid, self._clock() + period)
+                return shorter
             return current
         if propagation is Propagation.ORPHAN:
             self._orphan_dependents(uid)
-        finalizers = list(cmeta.get("finalizers") or ())
         waits_for_dependents = propagation is Propagation.FOREGROUND and bool(
             table.dependents.get(uid)
         )
-        if waits_for_dependents and FOREGROUND_FINALIZER not in finalizers:
-            finalizers.append(FOREGROUND_FINALIZER)
-        if finalizers or grace > 0 or is_namespace:
-            new = dict(current)
-            meta = dict(cmeta)
-            new["metadata"] = meta
-            meta["deletionTimestamp"] = timestamp(self._clock() + grace)
-            meta["deletionGracePeriodSeconds"] = grace
-            if finalizers:
-                meta["finalizers"] = finalizers
-            if is_namespace:
-                new["status"] = {**(current.get("status") or {}), "phase": "Terminating"}
-            if grace > 0:
-                pending.add(uid)
-                self.timer.schedule(uid, self._clock() + grace)
-            table.modify(rt, current, new)
-            if waits_for_dependents:
-                for dep_uid in sorted(table.dependents.get(uid, ())):
-                    self._delete_uid(dep_uid, Propagation.FOREGROUND)
-            if is_namespace:
-                self._empty_namespace(cmeta["name"])
-            found = table.find(rt, cmeta.get("namespace", ""), cmeta["name"])
-            return new if found is None else found
-        self.remove(rt, current, already_bumped=False)
-        return current
+        new = self._marked(rt, current, propagation=propagation, grace=period)
+        if new is None:
+            self.remove(rt, current, already_bumped=False)
+            return current
+        if period > 0:
+            pending.add(uid)
+            self.timer.schedule(uid, self._clock() + period)
+        table.modify(rt, current, new)
+        if waits_for_dependents:
+            for dep_uid in sorted(table.dependents.get(uid, ())):
+                self._delete_uid(dep_uid, Propagation.FOREGROUND)
+        if rt.key == NAMESPACES_KEY:
+            self._empty_namespace(cmeta["name"])
+        found = table.find(rt, cmeta.get("namespace", ""), cmeta["name"])
+        return new if found is None else found
 
     def _delete_uid(self, uid: str, propagation: Propagation) -> None:
         found = self._table.by_uid_obj(uid)

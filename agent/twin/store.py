@@ -238,7 +238,11 @@ class Store:
                     uid=preconditions.get("uid"),
                 )
             if dry_run:
-                return copy(current)
+                return copy(
+                    self._deletion.preview(
+                        rt, current, propagation=propagation, grace=grace_period_seconds
+                    )
+                )
             return copy(
                 self._deletion.delete(
                     rt, current, propagation=propagation, grace=grace_period_seconds
@@ -269,11 +273,10 @@ class Store:
                 current = self._table.find(rt, meta.get("namespace", ""), meta["name"])
                 if current is None:
                     continue
-                if not dry_run:
-                    current = self._deletion.delete(
-                        rt, current, propagation=propagation, grace=grace_period_seconds
-                    )
-                out.append(copy(current))
+                act = self._deletion.preview if dry_run else self._deletion.delete
+                out.append(
+                    copy(act(rt, current, propagation=propagation, grace=grace_period_seconds))
+                )
             return out
 
     def expire_due(self) -> int:

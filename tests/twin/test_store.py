@@ -426,3 +426,24 @@ def test_selector_watch_turns_label_changes_into_added_and_deleted(store: Store)
     assert seen == [("ADDED", "a"), ("DELETED", "a"), ("ADDED", "a"), ("MODIFIED", "a"),
                     ("DELETED", "a")]
     assert stream.bookmark_rv() == int(store.resource_version)
+
+
+def test_dry_run_delete_answers_as_the_delete_would(store: Store) -> None:
+    owner = store.create(PYTORCH, job())
+    store.create(PODS, pod("bound", grace=20, owner=owner_ref(owner)))
+    store.create(PODS, pod("free", node=None))
+    rv = store.resource_version
+    marked = store.delete(PODS, "bound", namespace="default", dry_run=True)
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 20
+    assert marked["metadata"]["deletionTimestamp"] == "2023-11-14T22:13:40Z"
+    held = store.delete(PYTORCH, "j", namespace="default", dry_run=True,
+                        propagation=Propagation.FOREGROUND)
+    assert held["metadata"]["finalizers"] == ["foregroundDeletion"]
+    gone = store.delete(PODS, "free", namespace="default", dry_run=True)
+    assert "deletionTimestamp" not in gone["metadata"]  # removed at once: its last state
+    assert store.resource_version == rv
+    assert names(store) == ["bound", "free"] and names(store, PYTORCH) == ["j"]
+    assert not store.get(PODS, "bound", namespace="default")["metadata"].get("deletionTimestamp")
+    assert store.delete_collection(PODS, namespace="default", dry_run=True)[0]["metadata"][
+        "deletionGracePeriodSeconds"] == 20
+    assert store.resource_version == rv
