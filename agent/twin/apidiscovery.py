@@ -28,8 +28,10 @@ KUBERNETES_VERSION = {
 
 _SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
+    "scale": ["get", "patch", "update"],
     "binding": ["create"],
 }
+_SUBRESOURCE_KINDS = {"binding": "Binding", "scale": "Scale"}
 
 
 @dataclass(frozen=True)
@@ -56,15 +58,16 @@ def _resource_entry(rt: ResourceType) -> list[dict[str, Any]]:
         entry["categories"] = list(rt.categories)
     out = [entry]
     for sub in rt.subresources:
-        out.append(
-            {
-                "name": f"{rt.plural}/{sub}",
-                "singularName": "",
-                "namespaced": rt.namespaced,
-                "kind": "Binding" if sub == "binding" else rt.kind,
-                "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
-            }
-        )
+        item: dict[str, Any] = {
+            "name": f"{rt.plural}/{sub}",
+            "singularName": "",
+            "namespaced": rt.namespaced,
+            "kind": _SUBRESOURCE_KINDS.get(sub, rt.kind),
+            "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
+        }
+        if sub == "scale":  # served as autoscaling/v1 Scale, whatever the parent's group
+            item.update(group="autoscaling", version="v1")
+        out.append(item)
     return out
 
 

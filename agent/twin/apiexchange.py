@@ -19,6 +19,11 @@ class Exchange(Protocol):
         """The request body decoded as JSON (None when empty; 400 when not JSON)."""
         ...
 
+    def object_body(self) -> Any:
+        """The request body as a JSON value: decoded from JSON, or from Kubernetes protobuf when
+        the Content-Type says so (415 for a kind the twin cannot decode)."""
+        ...
+
     def yaml_body(self) -> Any:
         """The request body decoded as YAML (an apply patch)."""
         ...

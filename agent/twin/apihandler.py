@@ -1,8 +1,8 @@
 """The HTTP request handler of the twin's API: reading requests and writing answers.
 
 One `Handler` per connection (keep-alive, TLS handshake in the connection's thread, TCP_NODELAY):
-it drains and decodes the request body (JSON, YAML for apply patches, protobuf for
-SelfSubjectAccessReview), authenticates the bearer token, answers health and discovery paths,
+it drains and decodes the request body (JSON, YAML for apply patches, Kubernetes
+protobuf for built-in kinds), authenticates the bearer token, answers health and discovery paths,
 hands /twin/ paths to apicontrol.py and resource routes to apiverbs.py, and turns an `ApiError`
 into its `kind: Status` body. It is the `Exchange` those modules answer through.
 
@@ -144,6 +144,16 @@ class Handler(BaseHTTPRequestHandler):
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise bad_request(f"the request body is not valid JSON: {exc}") from exc
+
+    def object_body(self) -> Any:
+        if self.header("Content-Type").split(";")[0].strip() != protobuf.CONTENT_TYPE:
+            return self.json_body()
+        try:
+            return protobuf.decode_object(self.raw_body())
+        except protobuf.UnsupportedKindError as exc:
+            raise ApiError(415, "UnsupportedMediaType", str(exc)) from exc
+        except protobuf.ProtobufError as exc:
+            raise bad_request(f"the protobuf request body is not valid: {exc}") from exc
 
     def yaml_body(self) -> Any:
         try:

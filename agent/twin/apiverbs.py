@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agent.twin import patch as patching
 from agent.twin import tables
 from agent.twin.apidiscovery import Route
 from agent.twin.apierror import ApiError, bad_request
@@ -26,6 +27,7 @@ from agent.twin.apiwatch import serve_watch
 from agent.twin.auth import Attributes, UserInfo, access_review
 from agent.twin.deletion import Propagation
 from agent.twin.patch import PatchType
+from agent.twin.scale import as_scale, replicas_of
 
 if TYPE_CHECKING:
     from agent.twin.apiserver import ApiServer
@@ -157,6 +159,10 @@ class ResourceRequest:
         if self.route.subresource == "binding":
             raise ApiError(405, "MethodNotAllowed", "binding only supports create")
         store = self.api.store
+        if self.route.subresource == "scale":
+            current = store.get_ref(self.rt, self.route.name or "", namespace=self.namespace)
+            self.ex.send_json(200, as_scale(current))
+            return
         self._object(200, store.get_ref(self.rt, self.route.name or "", namespace=self.namespace))
 
     def _list(self) -> None:
@@ -195,7 +201,7 @@ class ResourceRequest:
     # ------------------------------------------------------------------ writes
 
     def _create(self) -> None:
-        body = self.ex.json_body()
+        body = self.ex.object_body()
         store = self.api.store
         if self.route.subresource == "binding":
             target = ((body or {}).get("target") or {}).get("name")
@@ -214,7 +220,7 @@ class ResourceRequest:
         self._object(201, created)
 
     def _update(self) -> None:
-        body = self.ex.json_body()
+        body = self.ex.object_body()
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
         name = (body.get("metadata") or {}).get("name")
@@ -223,6 +229,10 @@ class ResourceRequest:
                 f"the name of the object ({name}) does not match the name on the URL "
                 f"({self.route.name})"
             )
+        if self.route.subresource == "scale":
+            rv = (body.get("metadata") or {}).get("resourceVersion")
+            self._scale_to(replicas_of(body, name=name or ""), resource_version=rv)
+            return
         updated = self.api.store.update(
             self.rt,
             body,
@@ -250,6 +260,9 @@ class ResourceRequest:
             body = self.ex.yaml_body()
         else:
             body = self.ex.json_body()
+        if self.route.subresource == "scale":
+            self._patch_scale(body, patch_type)
+            return
         patched = self.api.store.patch(
             self.rt,
             self.route.name or "",
@@ -261,8 +274,35 @@ class ResourceRequest:
         )
         self._object(200, patched)
 
+    def _patch_scale(self, body: Any, patch_type: PatchType) -> None:
+        name = self.route.name or ""
+        current = as_scale(self.api.store.get(self.rt, name, namespace=self.namespace))
+        try:
+            patched = patching.apply(current, body, patch_type)
+        except patching.PatchError as exc:
+            reason = "Invalid" if exc.code == 422 else "BadRequest"
+            raise ApiError(exc.code, reason, str(exc)) from exc
+        rv = (patched.get("metadata") or {}).get("resourceVersion")
+        stale = rv if rv != current["metadata"].get("resourceVersion") else None
+        self._scale_to(replicas_of(patched, name=name), resource_version=stale)
+
+    def _scale_to(self, replicas: int, *, resource_version: str | None) -> None:
+        """Write the wanted replica count into the parent; answer with its Scale."""
+        patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+        if resource_version:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        scaled = self.api.store.patch(
+            self.rt,
+            self.route.name or "",
+            patch,
+            namespace=self.namespace,
+            patch_type=PatchType.MERGE,
+            dry_run=self.dry_run,
+        )
+        self.ex.send_json(200, as_scale(scaled))
+
     def _delete(self) -> None:
-        options = self.ex.json_body() or {}
+        options = self.ex.object_body() or {}
         if not isinstance(options, dict):
             raise bad_request("DeleteOptions must be a JSON object")
         query = self.query

@@ -2,7 +2,7 @@
 
 What the real API server does on each write: kind and apiVersion checked against the resource,
 names validated (RFC 1123 subdomain, generateName), server fields set (uid, creationTimestamp,
-generation bumped when the spec changes, resourceVersion), defaults for namespaces and pods, 409
+generation bumped when the spec changes, resourceVersion), defaults for namespaces, pods and secrets, 409
 AlreadyExists / Conflict on a stale resourceVersion or uid precondition, status kept apart from the
 main resource when the kind has a status subresource, no new finalizers on a terminating object,
 admission hooks, dry runs (everything checked, nothing stored), and a no-op write storing nothing.
@@ -437,6 +437,8 @@ def _defaults(rt: ResourceType, body: Obj) -> None:
         labels["kubernetes.io/metadata.name"] = body["metadata"]["name"]
         body.setdefault("spec", {})
         body["status"] = {"phase": "Active"}
+    elif rt.plural == "secrets" and not body.get("type"):
+        body["type"] = "Opaque"
     elif rt.plural == "pods":
         spec = body.setdefault("spec", {})
         spec.setdefault("restartPolicy", "Always")
