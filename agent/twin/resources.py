@@ -138,6 +138,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         "", "v1", "events", "Event", True, "event", ("ev",), (), field_labels=_EVENT_FIELDS
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
+    ResourceType("", "v1", "secrets", "Secret", True, "secret"),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
     ResourceType(
@@ -148,7 +149,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         True,
         "deployment",
         ("deploy",),
-        ("status",),
+        ("status", "scale"),
         categories=("all",),
     ),
     ResourceType(
@@ -159,7 +160,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         True,
         "replicaset",
         ("rs",),
-        ("status",),
+        ("status", "scale"),
         categories=("all",),
     ),
     ResourceType("batch", "v1", "jobs", "Job", True, "job", (), ("status",), categories=("all",)),
