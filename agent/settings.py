@@ -158,6 +158,25 @@ class SlackSettings:
 
 
 @dataclass(frozen=True)
+class RemediationSettings:
+    """Decisions and the leader's remediation executor (`zonemedic run`).
+
+    `approval_ttl`: how long an incident awaits approval when no playbook sets `approval.expiry`;
+    `max_per_hour`: remediations the leader starts per hour in the cluster (0: none);
+    `poll_interval`: how often the leader looks for approved incidents (and the expiry job for
+    incidents past their deadline); `retry_after`: the pause before the executor retries an
+    incident whose remediation raised or stopped unfinished. Protected namespaces are
+    `diagnosis.protected_namespaces`: never remediated.
+    """
+
+    enabled: bool = True
+    approval_ttl: timedelta = timedelta(minutes=30)
+    max_per_hour: int = 10
+    poll_interval: timedelta = timedelta(seconds=1)
+    retry_after: timedelta = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
 class Settings:
     """The agent's whole configuration (one YAML file)."""
 
@@ -173,6 +192,7 @@ class Settings:
     diagnosis: DiagnosisSettings = field(default_factory=DiagnosisSettings)
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
+    remediation: RemediationSettings = field(default_factory=RemediationSettings)
 
 
 T = TypeVar("T")

@@ -509,7 +509,9 @@ class AgentPipeline:
                 if action.approval is not None:
                     payload["approval"] = {
                         "approvers": list(action.approval.approvers),
-                        "expiry_seconds": action.approval.expiry.total_seconds(),
+                        "expiry_seconds": (
+                            action.approval.expiry or self.settings.remediation.approval_ttl
+                        ).total_seconds(),
                         "auto": action.approval.is_auto(incident.namespace),
                     }
                 self.store.enqueue_message(
