@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from agent.runtime.executor import RemediationExecutor
 from agent.settings import RemediationSettings
 from agent.sources.jobkey import JobKey
 from agent.store.repository import IncidentStore
+from tests.runtime.step_remediator import StepRemediator
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
 
@@ -26,34 +26,6 @@ __all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used
 
 S = IncidentStatus
 ALICE = Actor("alice", None, DecisionSource.CLI)
-
-
-class StepRemediator:
-    """Stands in for `agent.remediation.execute.Remediator` (another branch): walks an incident
-    through the lifecycle with the real store, or raises / stops early when told to."""
-
-    def __init__(self, store: IncidentStore, clock: Clock) -> None:
-        self.store = store
-        self.clock = clock
-        self.calls: list[int] = []
-        self.fail: set[int] = set()
-        self.stop_early: set[int] = set()
-
-    def run(self, incident_id: int) -> S:
-        self.calls.append(incident_id)
-        if incident_id in self.fail:
-            raise RuntimeError(f"cluster said no to {incident_id}")
-        now = self.clock.now
-        status = self.store.get_incident(incident_id).incident.status
-        path = [S.APPROVED, S.REMEDIATING, S.VERIFYING, S.RESOLVED]
-        if incident_id in self.stop_early:
-            path = path[: path.index(S.VERIFYING) + 1]
-        for current, new in pairwise(path):
-            if status is current:
-                assert self.store.transition(incident_id, current, new, actor="remediator",
-                                             now=now).applied
-                status = new
-        return status
 
 
 class Clock:
@@ -70,7 +42,7 @@ def _executor(store: IncidentStore, *, objects: Mapping[JobKey, Sequence[Mapping
               | None = None, cap: int = 10, cluster: str = "prod"
               ) -> tuple[RemediationExecutor, StepRemediator, Clock]:
     clock = Clock()
-    remediator = StepRemediator(store, clock)
+    remediator = StepRemediator(store, lambda: clock.now)
     executor = RemediationExecutor(
         store, remediator, cluster=cluster,
         settings=RemediationSettings(max_per_hour=cap, retry_after=timedelta(seconds=30)),
