@@ -114,10 +114,22 @@ class TemplateChange:
     path: tuple[str, ...]
     before: Mapping[str, Any]
     after: Mapping[str, Any]
+    absent: tuple[str, ...] = ()  # `nodeSelector`, `affinity`, `podAffinity`: not in the live template
 
     def fragment(self, *, restore: bool = False) -> dict[str, Any]:
-        """The merge patch of the template (None values delete the field)."""
-        return _template_fragment(self.before if restore else self.after, drop_none=False)
+        """The merge patch of the template (None values delete the field). Restoring deletes the
+        maps the forward patch created, so the template reads back exactly as it was."""
+        if not restore:
+            return _template_fragment(self.after, drop_none=False)
+        out = _template_fragment(self.before, drop_none=False)
+        spec = out.setdefault("spec", {})
+        if "nodeSelector" in self.absent and "nodeSelector" in self.before:
+            spec["nodeSelector"] = None
+        if "affinity" in self.absent:
+            spec["affinity"] = None
+        elif "podAffinity" in self.absent and "podAffinity" in self.before:
+            spec.setdefault("affinity", {})["podAffinity"] = None
+        return out
 
     def nested(self, *, restore: bool = False) -> dict[str, Any]:
         """The template fragment nested at `path` from the object root."""
@@ -140,12 +152,13 @@ class TemplateChange:
 
     def to_dict(self) -> dict[str, Any]:
         return {"replica": self.replica, "path": list(self.path), "before": dict(self.before),
-                "after": dict(self.after)}  # fmt: skip
+                "after": dict(self.after), "absent": list(self.absent)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TemplateChange:
         return cls(replica=str(data["replica"]), path=tuple(data["path"]),
-                   before=dict(data["before"]), after=dict(data["after"]))  # fmt: skip
+                   before=dict(data["before"]), after=dict(data["after"]),
+                   absent=tuple(data.get("absent") or ()))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -489,7 +502,16 @@ def _retarget(
         after["tolerations"] = [*copy.deepcopy(tolerations), *added]
     if not after:
         return None
-    return TemplateChange(replica=replica, path=path, before=before, after=after)
+    absent = tuple(
+        name
+        for name, missing in (
+            ("nodeSelector", "nodeSelector" not in spec),
+            ("affinity", "affinity" not in spec),
+            ("podAffinity", "podAffinity" not in (spec.get("affinity") or {})),
+        )
+        if missing
+    )
+    return TemplateChange(replica=replica, path=path, before=before, after=after, absent=absent)
 
 
 def _needs(
