@@ -157,6 +157,14 @@ class RemediationSettings:
     `recovery_fraction`: the share of the pre-split baseline (or of 100% without one) the job's
     GPU utilization must reach; `max_conflict_retries`: re-plans after a 409 on the suspend patch;
     `poll_interval`: how often the executor looks at the cluster while waiting.
+
+    Decisions and the leader's executor loop: `enabled` (false: the leader never starts a
+    remediation; decisions are still recorded); `approval_ttl`: how long an incident awaits
+    approval when its playbook sets no `approval.expiry`; `max_per_hour`: remediations the leader
+    starts per hour in the cluster (0: none); `pickup_interval`: how often the leader looks for
+    approved incidents and for approvals past their deadline; `retry_after`: the pause before the
+    leader retries an incident whose remediation raised or stopped unfinished. Protected
+    namespaces are `diagnosis.protected_namespaces`: never remediated, never auto-approved.
     """
 
     suspend_timeout: timedelta = timedelta(minutes=2)
@@ -165,11 +173,21 @@ class RemediationSettings:
     recovery_fraction: float = 0.8
     max_conflict_retries: int = 3
     poll_interval: timedelta = timedelta(seconds=2)
+    enabled: bool = True
+    approval_ttl: timedelta = timedelta(minutes=30)
+    max_per_hour: int = 10
+    pickup_interval: timedelta = timedelta(seconds=1)
+    retry_after: timedelta = timedelta(seconds=30)
 
     def __post_init__(self) -> None:
-        for name in ("suspend_timeout", "schedule_timeout", "verify_window", "poll_interval"):
+        for name in ("suspend_timeout", "schedule_timeout", "verify_window", "poll_interval",
+                     "approval_ttl", "pickup_interval", "retry_after"):
             if getattr(self, name) <= timedelta(0):
                 raise ConfigError(f"remediation.{name}: must be a positive duration")
+        if self.max_per_hour < 0:
+            raise ConfigError(
+                f"remediation.max_per_hour: expected 0 or more, got {self.max_per_hour}"
+            )
         if not 0.0 < self.recovery_fraction <= 1.0:
             raise ConfigError(
                 "remediation.recovery_fraction: must be above 0 and at most 1, "
@@ -196,25 +214,6 @@ class SlackSettings:
     signing_secret_file: str | None = None
     app_token_file: str | None = None
     channel: str | None = None
-
-
-@dataclass(frozen=True)
-class RemediationSettings:
-    """Decisions and the leader's remediation executor (`zonemedic run`).
-
-    `approval_ttl`: how long an incident awaits approval when no playbook sets `approval.expiry`;
-    `max_per_hour`: remediations the leader starts per hour in the cluster (0: none);
-    `poll_interval`: how often the leader looks for approved incidents (and the expiry job for
-    incidents past their deadline); `retry_after`: the pause before the executor retries an
-    incident whose remediation raised or stopped unfinished. Protected namespaces are
-    `diagnosis.protected_namespaces`: never remediated.
-    """
-
-    enabled: bool = True
-    approval_ttl: timedelta = timedelta(minutes=30)
-    max_per_hour: int = 10
-    poll_interval: timedelta = timedelta(seconds=1)
-    retry_after: timedelta = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)

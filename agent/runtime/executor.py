@@ -1,7 +1,7 @@
 """The leader's remediation executor: approved incidents go to the remediator, one at a time.
 
 Who calls it: the composition root registers `RemediationExecutor.tick` as the leader-gated
-background job `remediation-executor` (every `remediation.poll_interval`, 1 s by default), so a
+background job `remediation-executor` (every `remediation.pickup_interval`, 1 s by default), so a
 decision recorded by any replica, the CLI, Slack or the HTTP API is picked up by the leader within
 about a second, and a follower or a CLI never touches the cluster.
 
@@ -31,7 +31,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from agent.errors import ConfigError
 from agent.model.incident import IncidentSummary
 from agent.model.lifecycle import EventKind, IncidentStatus, ResumeAction, is_terminal
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
@@ -88,10 +87,6 @@ class RemediationExecutor:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        if settings.max_per_hour < 0:
-            raise ConfigError(
-                f"remediation.max_per_hour: expected 0 or more, got {settings.max_per_hour}"
-            )
         self.store = store
         self.remediator = remediator
         self.cluster = cluster
@@ -205,6 +200,6 @@ def register(parts: Parts, store: IncidentStore, remediator: Remediator) -> Reme
     )
     if settings.remediation.enabled:
         parts.add_background_job(
-            "remediation-executor", every=settings.remediation.poll_interval, run=executor.tick
+            "remediation-executor", every=settings.remediation.pickup_interval, run=executor.tick
         )
     return executor

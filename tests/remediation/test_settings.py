@@ -33,9 +33,27 @@ def test_defaults_and_overrides_from_file_and_environment(tmp_path: Any) -> None
         ({"verify_window": "soon"}, "remediation.verify_window: expected a duration"),
         ({"poll_interval": "10m"}, "remediation.poll_interval: must not exceed the shortest timeout (120s)"),
         ({"retries": 3}, "remediation.retries: unknown key"),
+        ({"max_per_hour": -1}, "remediation.max_per_hour: expected 0 or more, got -1"),
+        ({"max_per_hour": "many"}, "remediation.max_per_hour: expected an integer"),
+        ({"approval_ttl": "0s"}, "remediation.approval_ttl: must be a positive duration"),
+        ({"pickup_interval": 0}, "remediation.pickup_interval: must be a positive duration"),
+        ({"retry_after": "later"}, "remediation.retry_after: expected a duration"),
+        ({"enabled": "yes"}, "remediation.enabled: expected true or false"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(data: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         build(Settings, {"remediation": data})
     assert message in str(info.value)
+
+
+def test_decision_keys_defaults_and_overrides(tmp_path: Any) -> None:
+    r = RemediationSettings()
+    assert (r.enabled, r.approval_ttl, r.max_per_hour, r.pickup_interval, r.retry_after) == (
+        True, timedelta(minutes=30), 10, timedelta(seconds=1), timedelta(seconds=30))
+    path = tmp_path / "c.yaml"
+    path.write_text("remediation: {approval_ttl: 2h, max_per_hour: 0, pickup_interval: 500ms}\n")
+    settings = load_settings(path, {"ZONEMEDIC_REMEDIATION__ENABLED": "false"})
+    r = settings.remediation
+    assert (r.enabled, r.approval_ttl, r.max_per_hour, r.pickup_interval) == (
+        False, timedelta(hours=2), 0, timedelta(milliseconds=500))

@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from agent.model.incident import Actor
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.model.verdict import Verdict
@@ -146,11 +144,3 @@ def test_one_remediation_in_flight_per_job(store: IncidentStore) -> None:
     remediator.stop_early.clear()
     assert executor.step() == split and _status(store, split) is S.RESOLVED
     assert executor.step() == blocked
-
-
-@pytest.mark.parametrize("cap", [-1])
-def test_a_negative_cap_is_a_config_error(store: IncidentStore, cap: int) -> None:
-    from agent.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="remediation.max_per_hour: expected 0 or more, got -1"):
-        _executor(store, cap=cap)

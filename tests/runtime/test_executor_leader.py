@@ -60,7 +60,7 @@ def replicas(tmp_path: Path) -> Iterator[tuple[list[Replica], str]]:
         path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
         settings = replace(agent_settings(tmp_path, path, None), playbooks_dir=str(books))
         settings = replace(settings, remediation=replace(
-            settings.remediation, poll_interval=timedelta(seconds=1),
+            settings.remediation, pickup_interval=timedelta(seconds=1),
             retry_after=timedelta(seconds=60)))  # no retry by the same leader in this test
         for name in ("a", "b"):
             store = upgrade_on_start(settings)
