@@ -186,6 +186,22 @@ class RemediationExecutor:
         log.info("remediation waits", extra={"incident": incident.id, "reason": reason})
 
 
+def live_remediator(parts: Parts, store: IncidentStore) -> Remediator:
+    """The real remediator (`agent.remediation.execute.Remediator`) over the agent's clients: it
+    re-diagnoses from the live API, writes through the only cluster writer, and reads utilization
+    from Prometheus when configured."""
+    from agent.remediation.execute import Remediator as LiveRemediator
+    from agent.runtime.rediagnosis import ApiRediagnosis
+
+    settings = parts.settings
+    return LiveRemediator(
+        parts.api, store,
+        diagnose=ApiRediagnosis(parts.api, settings.diagnosis),
+        settings=settings.remediation,
+        prometheus=parts.prometheus,
+    )
+
+
 def register(parts: Parts, store: IncidentStore, remediator: Remediator) -> RemediationExecutor:
     """Build the executor over `parts` and register it as the leader-gated background job
     `remediation-executor` (nothing is registered when `remediation.enabled` is false)."""
