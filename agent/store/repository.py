@@ -187,6 +187,8 @@ class IncidentStore:
         check_transition(expected, DECISION_STATUS[outcome])
         if (outcome is DecisionOutcome.SNOOZE) != (snoozed_until is not None):
             raise LifecycleError("a snooze decision needs snoozed_until, and only a snooze has one")
+        if snoozed_until is not None and snoozed_until <= now:
+            raise LifecycleError(f"snoozed_until {snoozed_until.isoformat()} is not after now")
         token = str(uuid.uuid4())
         return self._write(
             f"record decision on incident {incident_id}",

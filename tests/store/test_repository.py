@@ -379,4 +379,7 @@ def test_snooze_needs_an_end(store: IncidentStore) -> None:
     with pytest.raises(LifecycleError, match="snoozed_until"):
         store.record_decision(incident_id, DecisionOutcome.APPROVE, actor=ALICE, now=T0,
                               snoozed_until=T0)
+    with pytest.raises(LifecycleError, match="snoozed_until 2026-11-01T12:00:00\\+00:00 is not after"):
+        store.record_decision(incident_id, DecisionOutcome.SNOOZE, actor=ALICE, now=T0,
+                              snoozed_until=T0)
     assert store.get_incident(incident_id).incident.status is S.AWAITING_APPROVAL
