@@ -5,6 +5,7 @@ and the benchmark."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.model.cluster import JobKind
+from agent.model.finding import Finding
 from agent.model.incident import Actor, FindingRecord
 from agent.model.job import JobRef
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
@@ -116,13 +118,25 @@ def new_store(template: Path, directory: Path) -> tuple[IncidentStore, str]:
     return open_store(DatabaseSettings(write_retry=timedelta(seconds=5)), url=url), url
 
 
+def settled_finding(lab: Lab, ref: JobRef = JOB, *, timeout: float = 15.0) -> Finding:
+    """The job's finding once it is remediable in consecutive diagnoses over a quarter second
+    (pods just bound flap while the twin stamps their zone labels)."""
+    deadline = time.monotonic() + timeout
+    streak = 0
+    while time.monotonic() < deadline:
+        finding = lab.diagnose(ref).finding
+        streak = streak + 1 if finding is not None and finding.remediable else 0
+        if streak >= 6 and finding is not None:
+            return finding
+        time.sleep(0.05)
+    raise AssertionError(f"{ref} never settled split and remediable")
+
+
 def approved_incident(
     lab: Lab, store: IncidentStore, *, ref: JobRef = JOB, utilization: float | None = None
 ) -> int:
     """Diagnose the job, record the finding, approve it from the CLI (the store's public API)."""
-    rediagnosis = lab.diagnose(ref)
-    finding = rediagnosis.finding
-    assert finding is not None and finding.remediable, finding
+    finding = settled_finding(lab, ref)
     document = finding.to_dict()
     job = lab.api.json("GET", f"/apis/kubeflow.org/v1/namespaces/{ref.namespace}/pytorchjobs/{ref.name}")
     document["job"]["uid"] = job["metadata"]["uid"]

@@ -19,13 +19,13 @@ from agent.remediation.plan import Plan, TemplateState
 from agent.store.repository import IncidentStore
 from tests.remediation.harness import (
     FAST,
-    JOB,
     ZONE,
     Lab,
     approved_incident,
     migrated_template,
     new_store,
     running_lab,
+    settled_finding,
 )
 
 JOB_PATH = "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/llm-finetune"
@@ -44,13 +44,7 @@ def store(template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
 
 
 def split(lab: Lab) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        found = lab.diagnose(JOB).finding
-        if found is not None and found.remediable:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the job never showed up split")
+    settled_finding(lab)
 
 
 def job(lab: Lab) -> dict[str, Any]:
