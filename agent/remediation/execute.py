@@ -415,8 +415,13 @@ class Remediator:
             return f"placement changed: was {dict(recorded)}, now {dict(finding.zones)}"
         return None
 
+    def _metrics(self, ref: JobRef) -> bool:
+        """Whether utilization is measured for this job: Prometheus configured and a Kubeflow
+        kind (the per-job query groups GPUs by their pods' Kubeflow owner)."""
+        return self.prometheus is not None and ref.kind is not JobKind.GROUP
+
     def _utilization(self, ref: JobRef) -> tuple[float | None, float | None]:
-        if self.prometheus is None:
+        if self.prometheus is None or not self._metrics(ref):
             return None, None
         report = self.prometheus.fetch(self.clock.now())
         found = report.for_job(JobKey(ref.kind.value, ref.namespace, ref.name))
@@ -691,7 +696,7 @@ class Remediator:
                 target_zone=run.plan.target_zone, expected_pods=self._expected(run), pods=pods,
                 verdict=finding.verdict if finding is not None else None,
                 denied_flows=finding.denied_flows_total if finding is not None else 0,
-                metrics=self.prometheus is not None, utilization_before=run.before,
+                metrics=self._metrics(run.ref), utilization_before=run.before,
                 utilization_baseline=run.baseline if run.baseline is not None else baseline,
                 utilization_after=after,
             )  # fmt: skip

@@ -19,6 +19,7 @@ from agent.model.incident import Actor, FindingRecord
 from agent.model.job import JobRef
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.remediation.execute import Remediator
+from agent.remediation.plan import KUBEFLOW
 from agent.runtime.rediagnosis import ApiRediagnosis
 from agent.settings import (
     DatabaseSettings,
@@ -33,12 +34,14 @@ from agent.store.engine import make_engine
 from agent.store.migrate import upgrade
 from agent.store.repository import IncidentStore, open_store
 from agent.twin import kubeconfig
+from agent.twin.access import read_manifests
 from agent.twin.cluster import TwinCluster
 from agent.twin.scenario import Scenario
 from tests.support.prometheus import running_prometheus
 from tests.twin.twin_fixtures import fast
 
 ZONE = "topology.kubernetes.io/zone"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "base"
 JOB = JobRef(JobKind.PYTORCH, "ml", "llm-finetune")
 FAST = RemediationSettings(
     suspend_timeout=timedelta(seconds=15), schedule_timeout=timedelta(seconds=6),
@@ -86,11 +89,22 @@ def quick(name: str) -> Scenario:
 
 
 @contextmanager
-def running_lab(tmp_path: Path, scenario: str, *, prometheus: bool = False) -> Iterator[Lab]:
+def running_lab(
+    tmp_path: Path, scenario: str, *, prometheus: bool = False,
+    diagnosis: DiagnosisSettings | None = None, rbac: bool = False,
+) -> Iterator[Lab]:  # fmt: skip
+    """The twin serving `scenario`; with `rbac`, over TLS as the agent's ServiceAccount with
+    exactly the rights deploy/base/rbac.yaml grants."""
     with ExitStack() as stack:
         cluster = stack.enter_context(TwinCluster(quick(scenario)))
-        server = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", server.url)
+        if rbac:
+            documents = read_manifests(
+                [DEPLOY / "rbac.yaml", DEPLOY / "serviceaccount.yaml"], namespace="zonemedic"
+            )
+            path = cluster.serve_api_as(documents).kubeconfig(tmp_path / "kubeconfig")
+        else:
+            server = cluster.serve_api()
+            path = kubeconfig.write(tmp_path / "kubeconfig", server.url)
         api_client = build_api_client(KubernetesSettings(kubeconfig=str(path)))
         stack.callback(api_client.close)
         prom = None
@@ -100,7 +114,7 @@ def running_lab(tmp_path: Path, scenario: str, *, prometheus: bool = False) -> I
                 running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s")
             )
         api = KubeApi(api_client)
-        yield Lab(cluster, path, api, prom, ApiRediagnosis(api, DiagnosisSettings()))
+        yield Lab(cluster, path, api, prom, ApiRediagnosis(api, diagnosis or DiagnosisSettings()))
 
 
 def migrated_template(directory: Path) -> Path:
@@ -138,8 +152,10 @@ def approved_incident(
     """Diagnose the job, record the finding, approve it from the CLI (the store's public API)."""
     finding = settled_finding(lab, ref)
     document = finding.to_dict()
-    job = lab.api.json("GET", f"/apis/kubeflow.org/v1/namespaces/{ref.namespace}/pytorchjobs/{ref.name}")
-    document["job"]["uid"] = job["metadata"]["uid"]
+    if ref.kind is not JobKind.GROUP:
+        plural = KUBEFLOW[ref.kind].plural
+        job = lab.api.json("GET", f"/apis/kubeflow.org/v1/namespaces/{ref.namespace}/{plural}/{ref.name}")
+        document["job"]["uid"] = job["metadata"]["uid"]
     now = datetime.now(UTC)
     record = FindingRecord.from_finding(document, cluster="twin", detected_at=now,
                                         utilization_now=utilization, gpus=4)  # fmt: skip

@@ -103,6 +103,17 @@ def test_blocked_job_is_co_located_in_one_restart_and_resolved(tmp_path: Path, s
         assert resumes(lab) == 1
 
 
+def test_the_agents_service_account_with_the_deploy_cluster_role_is_enough(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked", rbac=True) as lab:
+        incident_id = approved_incident(lab, store)
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.RESOLVED
+        assert lab.writes() == {"patch pytorchjobs": 3}  # dry run, suspend + templates, resume
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+
+
 def test_target_zone_cordoned_before_approval_fails_and_writes_nothing(
     tmp_path: Path, store: IncidentStore
 ) -> None:
