@@ -329,10 +329,8 @@ class Remediator:
         if kind is None:
             return self._end_early(incident_id, status, S.FAILED, f"unknown job kind {summary.kind!r}")
         run = _Run(incident_id, JobRef(kind, summary.namespace, summary.name), status, detail)
-        if status is S.APPROVED:
-            self._start(run)
-            if run.status is not S.REMEDIATING:
-                return run.status
+        if status is S.APPROVED and not self._start(run):
+            return run.status
         return self._drive(run)
 
     # -- store helpers ------------------------------------------------------------------------
@@ -430,20 +428,22 @@ class Remediator:
     def _job(self, ref: JobRef) -> dict[str, Any] | None:
         return None if ref.kind is JobKind.GROUP else self.reader.job(ref)
 
-    def _start(self, run: _Run) -> None:
+    def _start(self, run: _Run) -> bool:
+        """`approved -> remediating` with the plan recorded; False when this run stops here
+        (superseded, refused, or another executor won the transition and drives it)."""
         rediagnosis = self.diagnose(run.ref)
         job = self._job(run.ref)
         reason = self._superseded_reason(run, rediagnosis, job)
         if reason is not None:
             self._end(run, S.SUPERSEDED, reason)
-            return
+            return False
         assert rediagnosis.finding is not None
         result = plan_remediation(
             rediagnosis.finding, self._live(run, rediagnosis, job), mirror_keys=rediagnosis.mirror_keys
         )
         if isinstance(result, Refusal):
             self._end(run, S.FAILED, result.reason)
-            return
+            return False
         before, baseline = self._utilization(run.ref)
         won = self.store.transition(
             run.incident_id, S.APPROVED, S.REMEDIATING, actor=self.actor, now=self.clock.now(),
@@ -451,8 +451,9 @@ class Remediator:
         )  # fmt: skip
         run.status = won.status
         if not won.applied:
-            return
+            return False
         self._record_plan(run, result, before=before, baseline=baseline)
+        return True
 
     def _record_plan(
         self, run: _Run, plan: Plan, *, before: float | None, baseline: float | None

@@ -3,6 +3,7 @@ refusal that writes nothing, the rollback, a 409 on the suspend patch, a vanishe
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -204,3 +205,25 @@ def test_a_kueue_managed_job_is_refused(tmp_path: Path, store: IncidentStore) ->
         assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
         assert lab.writes() == {}
         assert "Kueue-managed (queue gpu)" in store.get_incident(incident_id).events[-1].detail["reason"]
+
+
+def test_two_executors_racing_on_one_approval_restart_the_job_once(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_incident(lab, store)
+        results: list[IncidentStatus] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(lab.remediator(store).run(incident_id)))
+            for _ in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert IncidentStatus.RESOLVED in results and len(results) == 2
+        assert set(results) <= {IncidentStatus.RESOLVED, IncidentStatus.REMEDIATING}
+        detail = store.get_incident(incident_id)
+        assert [a.kind for a in detail.actions].count(RemediationActionKind.PLAN) == 1
+        assert [e.kind.value for e in detail.events].count("remediation_started") == 1
+        assert resumes(lab) == 1
