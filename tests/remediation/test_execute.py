@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from agent.errors import UnavailableError
 from agent.model.lifecycle import IncidentStatus, RemediationActionKind
 from agent.remediation.execute import Step
 from agent.remediation.plan import Plan, TemplateState
 from agent.store.repository import IncidentStore
+from agent.twin.patch import PatchType
+from agent.twin.resources import lookup
 from tests.remediation.harness import (
     FAST,
     ZONE,
@@ -227,3 +230,46 @@ def test_two_executors_racing_on_one_approval_restart_the_job_once(
         assert [a.kind for a in detail.actions].count(RemediationActionKind.PLAN) == 1
         assert [e.kind.value for e in detail.events].count("remediation_started") == 1
         assert resumes(lab) == 1
+
+
+def test_an_api_outage_mid_remediation_leaves_it_resumable(tmp_path: Path, store: IncidentStore) -> None:
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_incident(lab, store)
+        assert lab.cluster.api is not None
+        faults = lab.cluster.api.faults
+
+        def on_step(step: Step) -> None:
+            if step is Step.DRY_RUN:  # the suspend patch meets a 503
+                faults.fail(1, code=503, verb="patch", resource="pytorchjobs")
+
+        with pytest.raises(UnavailableError, match="HTTP 503"):
+            lab.remediator(store, on_step=on_step).run(incident_id)
+        assert store.get_incident(incident_id).incident.status is IncidentStatus.REMEDIATING
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.RESOLVED
+        assert resumes(lab) == 1
+
+
+def test_a_dry_run_refused_by_the_server_fails_with_its_message_and_writes_nothing(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked", rbac=True) as lab:
+        incident_id = approved_incident(lab, store)
+        roles = lookup("clusterroles", group="rbac.authorization.k8s.io")
+        role = lab.cluster.store.get(roles, "zonemedic")
+        rules = [
+            {**r, "verbs": [v for v in r["verbs"] if v != "patch"]}
+            if "kubeflow.org" in r.get("apiGroups", []) else r
+            for r in role["rules"]
+        ]
+        lab.cluster.store.patch(roles, "zonemedic", {"rules": rules}, patch_type=PatchType.MERGE)
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
+        detail = store.get_incident(incident_id)
+        reason = detail.events[-1].detail["reason"]
+        assert reason.startswith("the server-side dry run refused the patch: ")
+        assert 'cannot patch resource "pytorchjobs"' in reason
+        dry = [a for a in detail.actions if a.kind is RemediationActionKind.DRY_RUN]
+        assert dry[-1].succeeded is False
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert ZONE not in (job(lab)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+                           .get("nodeSelector") or {})  # fmt: skip
