@@ -125,6 +125,10 @@ class _RollbackError(Exception):
     """Restore the original templates and end `rolled_back` with this reason."""
 
 
+class _StoppedError(Exception):
+    """This process is no longer allowed to act (leadership lost): stop, record nothing more."""
+
+
 # ------------------------------------------------------------------------------------------------
 # the writer
 
@@ -285,7 +289,9 @@ class Remediator:
 
     `api`: the agent's `KubeApi` (reads; its `api_client` writes). `diagnose`: re-diagnoses one
     job from fresh cluster state. `prometheus`: optional, for utilization before/after.
-    `on_step`: called after each step is recorded (tests kill the process there).
+    `on_step`: called after each step is recorded (tests kill the process there). `active`:
+    asked after each recorded step and at each poll; once it answers False (the lease was lost)
+    `run` returns the incident's current status at once and the next leader resumes it.
     """
 
     def __init__(
@@ -298,6 +304,7 @@ class Remediator:
         prometheus: PrometheusSource | None = None,
         clock: Clock | None = None,
         on_step: Callable[[Step], None] | None = None,
+        active: Callable[[], bool] | None = None,
         actor: str = "zonemedic",
     ) -> None:
         self.reader = ClusterReader(api)
@@ -308,6 +315,7 @@ class Remediator:
         self.prometheus = prometheus
         self.clock = clock or Clock()
         self.on_step = on_step
+        self.active = active
         self.actor = actor
         self.policy = VerifyPolicy(
             schedule_timeout=settings.schedule_timeout,
@@ -329,9 +337,13 @@ class Remediator:
         if kind is None:
             return self._end_early(incident_id, status, S.FAILED, f"unknown job kind {summary.kind!r}")
         run = _Run(incident_id, JobRef(kind, summary.namespace, summary.name), status, detail)
-        if status is S.APPROVED and not self._start(run):
+        try:
+            if status is S.APPROVED and not self._start(run):
+                return run.status
+            return self._drive(run)
+        except _StoppedError:
+            log.info("incident %s: no longer active, stopping at %s", incident_id, run.status.value)
             return run.status
-        return self._drive(run)
 
     # -- store helpers ------------------------------------------------------------------------
 
@@ -357,6 +369,11 @@ class Remediator:
         self._refresh(run)
         if self.on_step is not None:
             self.on_step(step)
+        self._still_active()
+
+    def _still_active(self) -> None:
+        if self.active is not None and not self.active():
+            raise _StoppedError
 
     def _end_early(
         self, incident_id: int, expected: IncidentStatus, new: IncidentStatus, reason: str
@@ -619,6 +636,7 @@ class Remediator:
         return self.clock.now() - action.at
 
     def _pause(self) -> None:
+        self._still_active()
         self.clock.sleep(self.settings.poll_interval.total_seconds())
 
     def _wait_gone(self, run: _Run, target: Target) -> None:

@@ -273,3 +273,24 @@ def test_a_dry_run_refused_by_the_server_fails_with_its_message_and_writes_nothi
         assert job(lab)["spec"]["runPolicy"]["suspend"] is False
         assert ZONE not in (job(lab)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
                            .get("nodeSelector") or {})  # fmt: skip
+
+
+def test_a_lost_lease_stops_the_run_and_the_next_leader_resumes_it(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_incident(lab, store)
+        leading = [True]
+
+        def on_step(step: Step) -> None:
+            if step is Step.SUSPENDED:
+                leading[0] = False
+
+        first = lab.remediator(store, on_step=on_step, active=lambda: leading[0])
+        assert first.run(incident_id) is IncidentStatus.REMEDIATING
+        steps = [a.payload.get("step") for a in store.get_incident(incident_id).actions]
+        assert steps[-1] == "suspended"  # nothing after the lease was lost
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is True
+        assert lab.remediator(store, active=lambda: True).run(incident_id) is IncidentStatus.RESOLVED
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert resumes(lab) == 1
