@@ -125,6 +125,10 @@ class _RollbackError(Exception):
     """Restore the original templates and end `rolled_back` with this reason."""
 
 
+class _StoppedError(Exception):
+    """This process is no longer allowed to act (leadership lost): stop, record nothing more."""
+
+
 # ------------------------------------------------------------------------------------------------
 # the writer
 
@@ -285,7 +289,9 @@ class Remediator:
 
     `api`: the agent's `KubeApi` (reads; its `api_client` writes). `diagnose`: re-diagnoses one
     job from fresh cluster state. `prometheus`: optional, for utilization before/after.
-    `on_step`: called after each step is recorded (tests kill the process there).
+    `on_step`: called after each step is recorded (tests kill the process there). `active`:
+    asked after each recorded step and at each poll; once it answers False (the lease was lost)
+    `run` returns the incident's current status at once and the next leader resumes it.
     """
 
     def __init__(
@@ -298,6 +304,7 @@ class Remediator:
         prometheus: PrometheusSource | None = None,
         clock: Clock | None = None,
         on_step: Callable[[Step], None] | None = None,
+        active: Callable[[], bool] | None = None,
         actor: str = "zonemedic",
     ) -> None:
         self.reader = ClusterReader(api)
@@ -308,6 +315,7 @@ class Remediator:
         self.prometheus = prometheus
         self.clock = clock or Clock()
         self.on_step = on_step
+        self.active = active
         self.actor = actor
         self.policy = VerifyPolicy(
             schedule_timeout=settings.schedule_timeout,
@@ -329,11 +337,13 @@ class Remediator:
         if kind is None:
             return self._end_early(incident_id, status, S.FAILED, f"unknown job kind {summary.kind!r}")
         run = _Run(incident_id, JobRef(kind, summary.namespace, summary.name), status, detail)
-        if status is S.APPROVED:
-            self._start(run)
-            if run.status is not S.REMEDIATING:
+        try:
+            if status is S.APPROVED and not self._start(run):
                 return run.status
-        return self._drive(run)
+            return self._drive(run)
+        except _StoppedError:
+            log.info("incident %s: no longer active, stopping at %s", incident_id, run.status.value)
+            return run.status
 
     # -- store helpers ------------------------------------------------------------------------
 
@@ -359,6 +369,11 @@ class Remediator:
         self._refresh(run)
         if self.on_step is not None:
             self.on_step(step)
+        self._still_active()
+
+    def _still_active(self) -> None:
+        if self.active is not None and not self.active():
+            raise _StoppedError
 
     def _end_early(
         self, incident_id: int, expected: IncidentStatus, new: IncidentStatus, reason: str
@@ -415,8 +430,13 @@ class Remediator:
             return f"placement changed: was {dict(recorded)}, now {dict(finding.zones)}"
         return None
 
+    def _metrics(self, ref: JobRef) -> bool:
+        """Whether utilization is measured for this job: Prometheus configured and a Kubeflow
+        kind (the per-job query groups GPUs by their pods' Kubeflow owner)."""
+        return self.prometheus is not None and ref.kind is not JobKind.GROUP
+
     def _utilization(self, ref: JobRef) -> tuple[float | None, float | None]:
-        if self.prometheus is None:
+        if self.prometheus is None or not self._metrics(ref):
             return None, None
         report = self.prometheus.fetch(self.clock.now())
         found = report.for_job(JobKey(ref.kind.value, ref.namespace, ref.name))
@@ -425,20 +445,22 @@ class Remediator:
     def _job(self, ref: JobRef) -> dict[str, Any] | None:
         return None if ref.kind is JobKind.GROUP else self.reader.job(ref)
 
-    def _start(self, run: _Run) -> None:
+    def _start(self, run: _Run) -> bool:
+        """`approved -> remediating` with the plan recorded; False when this run stops here
+        (superseded, refused, or another executor won the transition and drives it)."""
         rediagnosis = self.diagnose(run.ref)
         job = self._job(run.ref)
         reason = self._superseded_reason(run, rediagnosis, job)
         if reason is not None:
             self._end(run, S.SUPERSEDED, reason)
-            return
+            return False
         assert rediagnosis.finding is not None
         result = plan_remediation(
             rediagnosis.finding, self._live(run, rediagnosis, job), mirror_keys=rediagnosis.mirror_keys
         )
         if isinstance(result, Refusal):
             self._end(run, S.FAILED, result.reason)
-            return
+            return False
         before, baseline = self._utilization(run.ref)
         won = self.store.transition(
             run.incident_id, S.APPROVED, S.REMEDIATING, actor=self.actor, now=self.clock.now(),
@@ -446,8 +468,9 @@ class Remediator:
         )  # fmt: skip
         run.status = won.status
         if not won.applied:
-            return
+            return False
         self._record_plan(run, result, before=before, baseline=baseline)
+        return True
 
     def _record_plan(
         self, run: _Run, plan: Plan, *, before: float | None, baseline: float | None
@@ -613,6 +636,7 @@ class Remediator:
         return self.clock.now() - action.at
 
     def _pause(self) -> None:
+        self._still_active()
         self.clock.sleep(self.settings.poll_interval.total_seconds())
 
     def _wait_gone(self, run: _Run, target: Target) -> None:
@@ -691,7 +715,7 @@ class Remediator:
                 target_zone=run.plan.target_zone, expected_pods=self._expected(run), pods=pods,
                 verdict=finding.verdict if finding is not None else None,
                 denied_flows=finding.denied_flows_total if finding is not None else 0,
-                metrics=self.prometheus is not None, utilization_before=run.before,
+                metrics=self._metrics(run.ref), utilization_before=run.before,
                 utilization_baseline=run.baseline if run.baseline is not None else baseline,
                 utilization_after=after,
             )  # fmt: skip

@@ -113,9 +113,6 @@ class ClusterReader:
         wanted = set(names)
         return [p for p in self._list(f"/api/v1/namespaces/{namespace}/pods") if _name(p) in wanted]
 
-    def namespace_pods(self, namespace: str) -> list[Obj]:
-        return self._list(f"/api/v1/namespaces/{namespace}/pods")
-
     def workloads(self, namespace: str) -> list[Obj]:
         """Deployments, ReplicaSets and batch Jobs of a namespace (kind and apiVersion set)."""
         out: list[Obj] = []

@@ -23,7 +23,9 @@ A merge patch replaces arrays whole, so tolerations, nodeSelectorTerms and podAf
 built from the live object and sent complete.
 
 Kubeflow jobs (every kubeflow.org/v1 kind and the v2beta1 MPIJob) get one merge patch of every
-replica template, applied with `runPolicy.suspend` (see `Plan.job_patch`). Generic groups move only
+replica template, applied with `runPolicy.suspend` (see `Plan.job_patch`). For the v2beta1
+launcher, mpi-operator re-syncs only nodeSelector and tolerations into its batch Job on resume:
+the zone pin (nodeSelector) is what moves it; its podAffinity and labels apply to new launchers. Generic groups move only
 what is outside the target zone: a Deployment's template is patched (its rollout moves the pods),
 a batch Job (template immutable) is recreated from its live manifest with the patched template,
 server-set fields stripped; Jobs already in the target zone are left alone.

@@ -17,8 +17,9 @@ from typing import Any
 import yaml
 
 from agent.errors import InputError
+from agent.twin.apierror import ApiError
 from agent.twin.resources import ResourceType, lookup
-from agent.twin.store import ApiError, Store
+from agent.twin.store import Store
 
 MASTERS = "system:masters"
 AUTHENTICATED = "system:authenticated"
@@ -70,7 +71,9 @@ class _Rule:
         if "*" not in self.verbs and a.verb not in self.verbs:
             return False
         if not a.is_resource:
-            return any(
+            # Only a ClusterRoleBinding grants non-resource URLs (a RoleBinding's rules are
+            # namespaced); `/prefix*` matches by prefix, `*` matches every path.
+            return self.namespace is None and any(
                 u in ("*", a.path) or (u.endswith("*") and a.path.startswith(u[:-1]))
                 for u in self.non_resource_urls
             )
@@ -78,11 +81,12 @@ class _Rule:
             return False
         if "*" not in self.api_groups and a.api_group not in self.api_groups:
             return False
+        # As upstream RBAC: `*` matches every resource and subresource, `pods/status` exactly that
+        # subresource, `*/status` that subresource of every resource (there is no `pods/*`).
         wanted = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
         if not (
             "*" in self.resources
             or wanted in self.resources
-            or (a.subresource and f"{a.resource}/*" in self.resources)
             or (a.subresource and f"*/{a.subresource}" in self.resources)
         ):
             return False
@@ -269,10 +273,14 @@ def access_review(
 _RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ServiceAccount"}
 
 
-def load_rbac(store: Store, documents: Iterable[Mapping[str, Any]]) -> int:
+def load_rbac(
+    store: Store, documents: Iterable[Mapping[str, Any]], *, namespace: str = "default"
+) -> int:
     """Create (or replace) the RBAC objects among `documents` in the store; returns how many.
 
-    Other kinds are skipped, so a whole deploy/ manifest file can be passed.
+    Other kinds are skipped, so a whole deploy/ manifest file can be passed. A namespaced object
+    without a namespace goes to `namespace` (what `kubectl apply -n` or kustomize's `namespace:`
+    does).
     """
     count = 0
     for doc in documents:
@@ -284,7 +292,7 @@ def load_rbac(store: Store, documents: Iterable[Mapping[str, Any]]) -> int:
         )
         meta = doc.get("metadata") or {}
         name = meta.get("name", "")
-        ns = meta.get("namespace") or ("default" if rt.namespaced else None)
+        ns = meta.get("namespace") or (namespace if rt.namespaced else None)
         try:
             store.delete(rt, name, namespace=ns)
         except ApiError as exc:
@@ -306,11 +314,13 @@ def read_rbac_file(path: str) -> list[dict[str, Any]]:
         raise InputError(f"RBAC file {path} is not valid YAML: {exc}") from exc
 
 
-def ensure_namespaces(store: Store, documents: Iterable[Mapping[str, Any]]) -> None:
-    """Create the namespaces the namespaced documents live in, when missing."""
+def ensure_namespaces(
+    store: Store, documents: Iterable[Mapping[str, Any]], *, namespace: str | None = None
+) -> None:
+    """Create the namespaces the namespaced documents live in (and `namespace`), when missing."""
     ns_rt = lookup("namespaces")
-    for doc in documents:
-        ns = (doc.get("metadata") or {}).get("namespace")
+    wanted = [(doc.get("metadata") or {}).get("namespace") for doc in documents]
+    for ns in [namespace, *wanted]:
         if ns:
             try:
                 store.create(ns_rt, {"metadata": {"name": ns}})

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.twin.access import Access, serve_as_service_account
+from agent.twin.apierror import ApiError
 from agent.twin.apiserver import ApiServer
 from agent.twin.clock import TwinClock
 from agent.twin.dataplane import Dataplane, PolicyCompiler
@@ -29,7 +31,7 @@ from agent.twin.operator_training import TrainingOperator
 from agent.twin.resources import UnknownResourceError, by_kind, lookup
 from agent.twin.scenario import Scenario, ScenarioError
 from agent.twin.scheduler import Scheduler
-from agent.twin.store import ApiError, Store
+from agent.twin.store import Store
 from agent.twin.training_runtime import TrainingRuntime
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ class TwinCluster:
             dataplane=self.dataplane,
             kubelet=self.kubelet,
             params=model.training,
+            groups=scenario.groups,
         )
         self.metrics = MetricsServer(
             TwinCollector(
@@ -106,8 +109,18 @@ class TwinCluster:
         return self
 
     def serve_api(self, *, port: int = 0) -> ApiServer:
+        """The API over HTTP with no authentication (every request is the admin)."""
         self.api = ApiServer(self.store, port=port).start()
         return self.api
+
+    def serve_api_as(
+        self, documents: Sequence[Mapping[str, Any]], *, port: int = 0, tls: bool = True
+    ) -> Access:
+        """The API over HTTP(S) with RBAC: the manifests' RBAC objects loaded, a token for the
+        ServiceAccount they bind and one for the admin (access.py)."""
+        access = serve_as_service_account(self.store, documents, port=port, tls=tls)
+        self.api = access.server
+        return access
 
     def stop(self) -> None:
         if self.api is not None:

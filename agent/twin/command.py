@@ -73,6 +73,7 @@ def _register_apiserver(twin: Any) -> None:
 
 def run_apiserver(args: argparse.Namespace) -> int:
     from agent.twin import kubeconfig
+    from agent.twin.apierror import ApiError
     from agent.twin.apiserver import ApiServer
     from agent.twin.auth import (
         ADMIN,
@@ -84,7 +85,7 @@ def run_apiserver(args: argparse.Namespace) -> int:
         read_rbac_file,
     )
     from agent.twin.interrupt import wait_until_interrupted
-    from agent.twin.store import ApiError, Store
+    from agent.twin.store import Store
 
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port {args.port}: must be between 0 and 65535")

@@ -16,10 +16,12 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.operator_queue import WorkQueue
 from agent.twin.resources import ResourceType
-from agent.twin.store import ApiError, Obj, Store, WatchEvent
+from agent.twin.store import Obj, Store
+from agent.twin.watch import WatchEvent
 
 
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:

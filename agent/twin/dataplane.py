@@ -20,8 +20,9 @@ from enum import StrEnum
 from typing import Any
 
 from agent.twin.resources import lookup
-from agent.twin.store import Store, WatchEvent
+from agent.twin.store import Store
 from agent.twin.training import Link, ZoneModel
+from agent.twin.watch import WatchEvent
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Collects dangling dependents: objects created with ownerReferences whose owners no longer exist.
 
-The store's garbage collection (store.py) deletes dependents when their owner is deleted; an object
+The store's garbage collection (deletion.py) deletes dependents when their owner is deleted; an object
 created *after* its owner is gone (a controller racing a delete) would otherwise live forever. The
 real garbage collector deletes such an object once it sees that none of its owners exist (same
 name and uid); this does the same on ADDED events of pods, services, jobs and replica sets.
@@ -13,10 +13,12 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
+from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
 from agent.twin.resources import ResourceType, UnknownResourceError, by_kind, lookup
-from agent.twin.store import ApiError, Store, WatchEvent
+from agent.twin.store import Store
+from agent.twin.watch import WatchEvent
 
 log = logging.getLogger(__name__)
 

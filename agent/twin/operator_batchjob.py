@@ -15,13 +15,15 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
+from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
 from agent.twin.operator_conditions import is_true, set_condition
 from agent.twin.operator_events import EventRecorder, timestamp
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError, Store, WatchEvent
+from agent.twin.store import Store
+from agent.twin.watch import WatchEvent
 
 log = logging.getLogger(__name__)
 

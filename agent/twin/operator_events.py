@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from agent.twin.apierror import ApiError
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError, Store
+from agent.twin.store import Store
 
 log = logging.getLogger(__name__)
 EVENTS = lookup("events")

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
+from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription, owned_by
 from agent.twin.operator_conditions import is_true, set_condition
@@ -38,7 +39,8 @@ from agent.twin.operator_kinds import (
 )
 from agent.twin.patch import PatchType
 from agent.twin.resources import ResourceType, lookup
-from agent.twin.store import ApiError, Store, WatchEvent
+from agent.twin.store import Store
+from agent.twin.watch import WatchEvent
 
 log = logging.getLogger(__name__)
 

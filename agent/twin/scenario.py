@@ -14,7 +14,9 @@ A scenario file holds:
 - `nodes`: groups `{name: "gpu-a-{i}", count, zone, region, cpu, memory, gpus, gpu_model, taints,
   labels}`;
 - `namespaces`: `{name, labels}`;
-- `objects`: any Kubernetes objects the twin serves (policies, training jobs, ...), created in order.
+- `objects`: any Kubernetes objects the twin serves (policies, training jobs, ...), created in order;
+- `groups`: generic training groups that are not Kubeflow jobs (groups.py: `name`, `namespace`,
+  `selector`, `coordinator`, `workers`, `ports`, the keys of the agent's `diagnosis.groups`).
 Jobs may carry the annotations `twin.zonemedic.io/compute-seconds`, `.../gradient-bytes` and
 `.../steps` (succeed after that many training steps).
 """
@@ -32,6 +34,7 @@ from typing import Any
 import yaml
 
 from agent.errors import InputError
+from agent.twin.groups import GroupError, TrainingGroup, parse_groups
 from agent.twin.training import Link, TrainingParams, ZoneModel
 
 Obj = dict[str, Any]
@@ -71,6 +74,7 @@ class Scenario:
     nodes: list[Obj]
     namespaces: list[Obj]
     objects: list[Obj]
+    groups: list[TrainingGroup] = field(default_factory=list)
 
 
 def scenario_names() -> list[str]:
@@ -300,7 +304,7 @@ def _namespaces(items: object, where: str) -> list[Obj]:
 
 def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
     raw = _mapping(data, where)
-    known = {"name", "description", "seed", "model", "nodes", "namespaces", "objects"}
+    known = {"name", "description", "seed", "model", "nodes", "namespaces", "objects", "groups"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise _fail(f"{where}: {unknown[0]}", f"unknown key (known: {', '.join(sorted(known))})")
@@ -315,6 +319,10 @@ def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
             or not (o.get("metadata") or {}).get("name")
         ):
             raise _fail(f"{where}: objects[{i}]", "needs apiVersion, kind and metadata.name")
+    try:
+        groups = parse_groups(raw.get("groups"), f"{where}: groups")
+    except GroupError as exc:
+        raise ScenarioError(str(exc)) from exc
     return Scenario(
         name=str(raw.get("name", name)),
         description=str(raw.get("description", "")),
@@ -323,6 +331,7 @@ def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
         nodes=_nodes(raw.get("nodes") or [], f"{where}: nodes"),
         namespaces=_namespaces(raw.get("namespaces"), f"{where}: namespaces"),
         objects=[dict(o) for o in objects],
+        groups=groups,
     )
 
 

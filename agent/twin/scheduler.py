@@ -17,6 +17,7 @@ import threading
 from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
+from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
 from agent.twin.operator_events import EventRecorder, timestamp
@@ -24,7 +25,8 @@ from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from agent.twin.scheduler_cycle import schedule
 from agent.twin.scheduler_snapshot import Snapshot
-from agent.twin.store import ApiError, Store, WatchEvent
+from agent.twin.store import Store
+from agent.twin.watch import WatchEvent
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,14 @@ coordinator, the all-reduce ring, an MPI launcher to its workers), asks the `Dat
 each may pass, and sets the job's phase: TRAINING (all pods running, every flow allowed; step time
 and GPU utilization from `training`), BLOCKED (a flow is denied) or WAITING. A pod that dials a
 denied peer retries `connect_attempts` times, each a Hubble policy drop, then exits with Error via
-the kubelet (which restarts it with back-off, CrashLoopBackOff). It accounts transmitted bytes per
+the kubelet (which restarts it with back-off, CrashLoopBackOff).
+
+Generic groups declared by the scenario (groups.py: a coordinator, e.g. a Deployment's pod, and
+workers, e.g. a batch Job's pods) run the same way: every worker dials the coordinator on the
+group's port and its neighbour in the workers' all-reduce ring; the workers are the GPU ranks and
+train only while the coordinator runs and every flow passes. A blocked group worker waits on the
+coordinator (a rendezvous that keeps retrying, each try a policy drop) instead of exiting, so it
+trains as soon as the coordinator is reachable. It accounts transmitted bytes per
 pod over model time. The exporter reads utilization, bytes and drops from here. It reacts to
 events and its own timers only (no polling) and does not write objects itself.
 """
@@ -19,9 +26,11 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
 from agent.twin.dataplane import Dataplane, DropReason
+from agent.twin.groups import GroupRole, TrainingGroup
 from agent.twin.kubelet import Kubelet
 from agent.twin.operator_kinds import (
     KINDS,
@@ -32,7 +41,7 @@ from agent.twin.operator_kinds import (
     replica_counts,
 )
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError, Store, WatchEvent
+from agent.twin.store import Store
 from agent.twin.training import (
     JobPhase,
     StepTiming,
@@ -41,6 +50,7 @@ from agent.twin.training import (
     gpu_utilization,
     step_timing,
 )
+from agent.twin.watch import WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +111,8 @@ class _Attempts:
     generation: tuple[str, int]
     done: int = 0
     flows: list[tuple[Flow, DropReason]] = field(default_factory=list)
+    exits: bool = True  # False: the pod keeps retrying (a group worker waiting on its coordinator)
+    active: bool = False  # an attempt is queued
 
 
 def _container_running(pod: Mapping[str, Any]) -> bool:
@@ -123,6 +135,23 @@ def _restarts(pod: Mapping[str, Any]) -> int:
 
 def _name(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name", ""))
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def group_flows(coordinator: str | None, workers: Sequence[str], *, port: int) -> list[Flow]:
+    """Who dials whom in a generic group: each worker the coordinator, and each worker the next
+    in the workers' all-reduce ring."""
+    flows = [Flow(w, coordinator, port) for w in workers] if coordinator is not None else []
+    ring = sorted(workers)
+    if len(ring) > 1:
+        for i, n in enumerate(ring):
+            if len(ring) == 2 and i == 1:
+                break
+            flows.append(Flow(n, ring[(i + 1) % len(ring)], port))
+    return flows
 
 
 def required_flows(pods: Sequence[Mapping[str, Any]], *, port: int) -> list[Flow]:
@@ -162,8 +191,10 @@ class TrainingRuntime(Controller):
         dataplane: Dataplane,
         kubelet: Kubelet,
         params: TrainingParams,
+        groups: Sequence[TrainingGroup] = (),
     ) -> None:
         super().__init__(store, name="training-runtime", clock=clock)
+        self._groups = {(g.namespace, g.name): g for g in groups}
         self._clock = clock
         self._dataplane = dataplane
         self._kubelet = kubelet
@@ -218,7 +249,8 @@ class TrainingRuntime(Controller):
 
     def _on_pod(self, event: WatchEvent) -> None:
         meta = event.object.get("metadata") or {}
-        job = (meta.get("labels") or {}).get(LABEL_JOB_NAME)
+        labels = meta.get("labels") or {}
+        job = labels.get(LABEL_JOB_NAME)
         key = (str(meta.get("namespace")), str(meta.get("name")))
         if event.type == "DELETED":
             with self._lock:
@@ -227,17 +259,25 @@ class TrainingRuntime(Controller):
                 self._pod_job.pop(key, None)
         if job:
             self._queue.add(("job", key[0], str(job)))
+            return
+        for group in self._groups.values():
+            if group.role_of(key[0], labels) is not None:
+                self._queue.add(("group", key[0], group.name))
 
     def _on_network_change(self) -> None:
         with self._lock:
             jobs = list(self._jobs)
         for namespace, job in jobs:
-            self._queue.add(("job", namespace, job))
+            what = "group" if (namespace, job) in self._groups else "job"
+            self._queue.add((what, namespace, job))
 
     def _reconcile(self, raw: Hashable) -> float | None:
         what, namespace, name = cast(tuple[str, str, str], raw)
         if what == "job":
             self._reconcile_job(namespace, name)
+            return None
+        if what == "group":
+            self._reconcile_group(self._groups[(namespace, name)])
             return None
         if what == "finish":
             return self._finish(namespace, name)
@@ -320,15 +360,7 @@ class TrainingRuntime(Controller):
             expected = sum(counts.values())
             port = job_port(kind, job)
             running = [p for p in pods if _container_running(p)]
-            by_name = {_name(p): p for p in pods}
-            denied: list[tuple[Flow, DropReason]] = []
-            for flow in required_flows(pods, port=port):
-                src, dst = by_name[flow.dialer], by_name[flow.peer]
-                if not _container_running(src) or not (dst.get("status") or {}).get("podIP"):
-                    continue
-                result = self._dataplane.check(src, dst, port)
-                if not result.allowed:
-                    denied.append((flow, result.drop_reason or DropReason.POLICY_DENIED))
+            denied = self._denied(pods, required_flows(pods, port=port))
             participants = [p for p in running if not _is_launcher(p)]
             names = tuple(sorted(_name(p) for p in participants))
             if denied:
@@ -344,7 +376,58 @@ class TrainingRuntime(Controller):
         self._account(namespace, job_name, pods, state, params)
         job_uid = str(((found[1] if found else {}).get("metadata") or {}).get("uid", ""))
         self._track_progress(namespace, job_name, state, target, job_uid)
-        self._schedule_attempts(namespace, pods, state)
+        self._schedule_attempts(namespace, pods, state, exits=True)
+
+    def _denied(
+        self, pods: Sequence[Mapping[str, Any]], flows: Sequence[Flow]
+    ) -> list[tuple[Flow, DropReason]]:
+        """The flows whose dialer runs and whose peer has an address, but the dataplane denies."""
+        by_name = {_name(p): p for p in pods}
+        denied: list[tuple[Flow, DropReason]] = []
+        for flow in flows:
+            src, dst = by_name[flow.dialer], by_name[flow.peer]
+            if not _container_running(src) or not (dst.get("status") or {}).get("podIP"):
+                continue
+            result = self._dataplane.check(src, dst, flow.port)
+            if not result.allowed:
+                denied.append((flow, result.drop_reason or DropReason.POLICY_DENIED))
+        return denied
+
+    def _reconcile_group(self, group: TrainingGroup) -> None:
+        namespace = group.namespace
+        selector = ",".join(f"{k}={v}" for k, v in sorted(group.selector.items()))
+        roles: dict[str, GroupRole] = {}
+        members = []
+        for pod in self._store.list(PODS, namespace=namespace, label_selector=selector)[0]:
+            if (pod.get("metadata") or {}).get("deletionTimestamp") or (
+                pod.get("status") or {}
+            ).get("phase") in ("Succeeded", "Failed"):
+                continue
+            role = group.role_of(namespace, _labels(pod))
+            if role is not None:
+                roles[_name(pod)] = role
+                members.append(pod)
+        coordinator = min((n for n, r in roles.items() if r is GroupRole.COORDINATOR), default=None)
+        worker_names = sorted(n for n, r in roles.items() if r is GroupRole.WORKER)
+        denied = self._denied(members, group_flows(coordinator, worker_names, port=group.port))
+        workers = [p for p in members if _name(p) in worker_names]
+        running = [p for p in workers if _container_running(p)]
+        names = tuple(sorted(_name(p) for p in running))
+        by_name = {_name(p): p for p in members}
+        coordinator_runs = coordinator is not None and _container_running(by_name[coordinator])
+        if denied:
+            state = JobState(JobPhase.BLOCKED, None, names, tuple(denied))
+        elif coordinator_runs and workers and len(running) == len(workers):
+            zones = [self._dataplane.zone_of(p) for p in running]
+            timing = step_timing(
+                self._params, ranks=len(running), link=self._dataplane.zones.slowest(zones)
+            )
+            state = JobState(JobPhase.TRAINING, timing, names, ())
+        else:
+            state = JobState(JobPhase.WAITING, None, names, ())
+        self._account(namespace, group.name, members, state, self._params)
+        self._track_progress(namespace, group.name, state, None, "")
+        self._schedule_attempts(namespace, members, state, exits=False)
 
     def _account(
         self,
@@ -420,7 +503,7 @@ class TrainingRuntime(Controller):
         return None
 
     def _schedule_attempts(
-        self, namespace: str, pods: Sequence[Mapping[str, Any]], state: JobState
+        self, namespace: str, pods: Sequence[Mapping[str, Any]], state: JobState, *, exits: bool
     ) -> None:
         by_dialer: dict[str, list[tuple[Flow, DropReason]]] = {}
         for flow, reason in state.denied:
@@ -438,10 +521,11 @@ class TrainingRuntime(Controller):
                         current.flows = []
                     continue
                 if current is None or current.generation != generation:
-                    self._attempts[key] = _Attempts(generation, 0, flows)
-                    start = True
-                else:
-                    current.flows = flows
+                    current = _Attempts(generation, 0, flows, exits)
+                    self._attempts[key] = current
+                current.flows = flows
+                start = not current.active
+                current.active = True
             if start:
                 self._queue.add(("attempt", namespace, name))
 
@@ -452,11 +536,17 @@ class TrainingRuntime(Controller):
         except ApiError:
             return None
         if not _container_running(pod):
+            with self._lock:
+                stale = self._attempts.get(key)
+                if stale is not None:
+                    stale.active = False
             return None
         generation = (str((pod.get("metadata") or {}).get("uid")), _restarts(pod))
         with self._lock:
             attempts = self._attempts.get(key)
             if attempts is None or attempts.generation != generation or not attempts.flows:
+                if attempts is not None:
+                    attempts.active = False
                 return None
             for flow, reason in attempts.flows:
                 drop = DropKey(reason.value, namespace, flow.dialer, namespace, flow.peer)
@@ -464,7 +554,10 @@ class TrainingRuntime(Controller):
             attempts.done += 1
             done = attempts.done
             first = attempts.flows[0][0]
-        if done >= self._params.connect_attempts:
+            exits = attempts.exits
+            if exits and done >= self._params.connect_attempts:
+                attempts.active = False
+        if exits and done >= self._params.connect_attempts:
             self._kubelet.crash(
                 namespace, name,
                 message=f"RuntimeError: connect() to {first.peer}:{first.port} timed out "

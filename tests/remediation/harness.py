@@ -5,6 +5,7 @@ and the benchmark."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
@@ -13,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.model.cluster import JobKind
+from agent.model.finding import Finding
 from agent.model.incident import Actor, FindingRecord
 from agent.model.job import JobRef
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.remediation.execute import Remediator
+from agent.remediation.plan import KUBEFLOW
 from agent.runtime.rediagnosis import ApiRediagnosis
 from agent.settings import (
     DatabaseSettings,
@@ -31,12 +34,14 @@ from agent.store.engine import make_engine
 from agent.store.migrate import upgrade
 from agent.store.repository import IncidentStore, open_store
 from agent.twin import kubeconfig
+from agent.twin.access import read_manifests
 from agent.twin.cluster import TwinCluster
 from agent.twin.scenario import Scenario
 from tests.support.prometheus import running_prometheus
 from tests.twin.twin_fixtures import fast
 
 ZONE = "topology.kubernetes.io/zone"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "base"
 JOB = JobRef(JobKind.PYTORCH, "ml", "llm-finetune")
 FAST = RemediationSettings(
     suspend_timeout=timedelta(seconds=15), schedule_timeout=timedelta(seconds=6),
@@ -84,11 +89,22 @@ def quick(name: str) -> Scenario:
 
 
 @contextmanager
-def running_lab(tmp_path: Path, scenario: str, *, prometheus: bool = False) -> Iterator[Lab]:
+def running_lab(
+    tmp_path: Path, scenario: str, *, prometheus: bool = False,
+    diagnosis: DiagnosisSettings | None = None, rbac: bool = False,
+) -> Iterator[Lab]:  # fmt: skip
+    """The twin serving `scenario`; with `rbac`, over TLS as the agent's ServiceAccount with
+    exactly the rights deploy/base/rbac.yaml grants."""
     with ExitStack() as stack:
         cluster = stack.enter_context(TwinCluster(quick(scenario)))
-        server = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", server.url)
+        if rbac:
+            documents = read_manifests(
+                [DEPLOY / "rbac.yaml", DEPLOY / "serviceaccount.yaml"], namespace="zonemedic"
+            )
+            path = cluster.serve_api_as(documents).kubeconfig(tmp_path / "kubeconfig")
+        else:
+            server = cluster.serve_api()
+            path = kubeconfig.write(tmp_path / "kubeconfig", server.url)
         api_client = build_api_client(KubernetesSettings(kubeconfig=str(path)))
         stack.callback(api_client.close)
         prom = None
@@ -98,7 +114,7 @@ def running_lab(tmp_path: Path, scenario: str, *, prometheus: bool = False) -> I
                 running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s")
             )
         api = KubeApi(api_client)
-        yield Lab(cluster, path, api, prom, ApiRediagnosis(api, DiagnosisSettings()))
+        yield Lab(cluster, path, api, prom, ApiRediagnosis(api, diagnosis or DiagnosisSettings()))
 
 
 def migrated_template(directory: Path) -> Path:
@@ -116,16 +132,30 @@ def new_store(template: Path, directory: Path) -> tuple[IncidentStore, str]:
     return open_store(DatabaseSettings(write_retry=timedelta(seconds=5)), url=url), url
 
 
+def settled_finding(lab: Lab, ref: JobRef = JOB, *, timeout: float = 15.0) -> Finding:
+    """The job's finding once it is remediable in consecutive diagnoses over a quarter second
+    (pods just bound flap while the twin stamps their zone labels)."""
+    deadline = time.monotonic() + timeout
+    streak = 0
+    while time.monotonic() < deadline:
+        finding = lab.diagnose(ref).finding
+        streak = streak + 1 if finding is not None and finding.remediable else 0
+        if streak >= 6 and finding is not None:
+            return finding
+        time.sleep(0.05)
+    raise AssertionError(f"{ref} never settled split and remediable")
+
+
 def approved_incident(
     lab: Lab, store: IncidentStore, *, ref: JobRef = JOB, utilization: float | None = None
 ) -> int:
     """Diagnose the job, record the finding, approve it from the CLI (the store's public API)."""
-    rediagnosis = lab.diagnose(ref)
-    finding = rediagnosis.finding
-    assert finding is not None and finding.remediable, finding
+    finding = settled_finding(lab, ref)
     document = finding.to_dict()
-    job = lab.api.json("GET", f"/apis/kubeflow.org/v1/namespaces/{ref.namespace}/pytorchjobs/{ref.name}")
-    document["job"]["uid"] = job["metadata"]["uid"]
+    if ref.kind is not JobKind.GROUP:
+        plural = KUBEFLOW[ref.kind].plural
+        job = lab.api.json("GET", f"/apis/kubeflow.org/v1/namespaces/{ref.namespace}/{plural}/{ref.name}")
+        document["job"]["uid"] = job["metadata"]["uid"]
     now = datetime.now(UTC)
     record = FindingRecord.from_finding(document, cluster="twin", detected_at=now,
                                         utilization_now=utilization, gpus=4)  # fmt: skip

@@ -3,6 +3,7 @@ refusal that writes nothing, the rollback, a 409 on the suspend patch, a vanishe
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,19 +14,22 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from agent.errors import UnavailableError
 from agent.model.lifecycle import IncidentStatus, RemediationActionKind
 from agent.remediation.execute import Step
 from agent.remediation.plan import Plan, TemplateState
 from agent.store.repository import IncidentStore
+from agent.twin.patch import PatchType
+from agent.twin.resources import lookup
 from tests.remediation.harness import (
     FAST,
-    JOB,
     ZONE,
     Lab,
     approved_incident,
     migrated_template,
     new_store,
     running_lab,
+    settled_finding,
 )
 
 JOB_PATH = "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/llm-finetune"
@@ -44,13 +48,7 @@ def store(template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
 
 
 def split(lab: Lab) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        found = lab.diagnose(JOB).finding
-        if found is not None and found.remediable:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the job never showed up split")
+    settled_finding(lab)
 
 
 def job(lab: Lab) -> dict[str, Any]:
@@ -107,6 +105,17 @@ def test_blocked_job_is_co_located_in_one_restart_and_resolved(tmp_path: Path, s
         # a second run finds nothing to do
         assert lab.remediator(store).run(incident_id) is IncidentStatus.RESOLVED
         assert resumes(lab) == 1
+
+
+def test_the_agents_service_account_with_the_deploy_cluster_role_is_enough(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked", rbac=True) as lab:
+        incident_id = approved_incident(lab, store)
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.RESOLVED
+        assert lab.writes() == {"patch pytorchjobs": 3}  # dry run, suspend + templates, resume
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
 
 
 def test_target_zone_cordoned_before_approval_fails_and_writes_nothing(
@@ -199,3 +208,89 @@ def test_a_kueue_managed_job_is_refused(tmp_path: Path, store: IncidentStore) ->
         assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
         assert lab.writes() == {}
         assert "Kueue-managed (queue gpu)" in store.get_incident(incident_id).events[-1].detail["reason"]
+
+
+def test_two_executors_racing_on_one_approval_restart_the_job_once(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_incident(lab, store)
+        results: list[IncidentStatus] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(lab.remediator(store).run(incident_id)))
+            for _ in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert IncidentStatus.RESOLVED in results and len(results) == 2
+        assert set(results) <= {IncidentStatus.RESOLVED, IncidentStatus.REMEDIATING}
+        detail = store.get_incident(incident_id)
+        assert [a.kind for a in detail.actions].count(RemediationActionKind.PLAN) == 1
+        assert [e.kind.value for e in detail.events].count("remediation_started") == 1
+        assert resumes(lab) == 1
+
+
+def test_an_api_outage_mid_remediation_leaves_it_resumable(tmp_path: Path, store: IncidentStore) -> None:
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_incident(lab, store)
+        assert lab.cluster.api is not None
+        faults = lab.cluster.api.faults
+
+        def on_step(step: Step) -> None:
+            if step is Step.DRY_RUN:  # the suspend patch meets a 503
+                faults.fail(1, code=503, verb="patch", resource="pytorchjobs")
+
+        with pytest.raises(UnavailableError, match="HTTP 503"):
+            lab.remediator(store, on_step=on_step).run(incident_id)
+        assert store.get_incident(incident_id).incident.status is IncidentStatus.REMEDIATING
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.RESOLVED
+        assert resumes(lab) == 1
+
+
+def test_a_dry_run_refused_by_the_server_fails_with_its_message_and_writes_nothing(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked", rbac=True) as lab:
+        incident_id = approved_incident(lab, store)
+        roles = lookup("clusterroles", group="rbac.authorization.k8s.io")
+        role = lab.cluster.store.get(roles, "zonemedic")
+        rules = [
+            {**r, "verbs": [v for v in r["verbs"] if v != "patch"]}
+            if "kubeflow.org" in r.get("apiGroups", []) else r
+            for r in role["rules"]
+        ]
+        lab.cluster.store.patch(roles, "zonemedic", {"rules": rules}, patch_type=PatchType.MERGE)
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
+        detail = store.get_incident(incident_id)
+        reason = detail.events[-1].detail["reason"]
+        assert reason.startswith("the server-side dry run refused the patch: ")
+        assert 'cannot patch resource "pytorchjobs"' in reason
+        dry = [a for a in detail.actions if a.kind is RemediationActionKind.DRY_RUN]
+        assert dry[-1].succeeded is False
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert ZONE not in (job(lab)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+                           .get("nodeSelector") or {})  # fmt: skip
+
+
+def test_a_lost_lease_stops_the_run_and_the_next_leader_resumes_it(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_incident(lab, store)
+        leading = [True]
+
+        def on_step(step: Step) -> None:
+            if step is Step.SUSPENDED:
+                leading[0] = False
+
+        first = lab.remediator(store, on_step=on_step, active=lambda: leading[0])
+        assert first.run(incident_id) is IncidentStatus.REMEDIATING
+        steps = [a.payload.get("step") for a in store.get_incident(incident_id).actions]
+        assert steps[-1] == "suspended"  # nothing after the lease was lost
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is True
+        assert lab.remediator(store, active=lambda: True).run(incident_id) is IncidentStatus.RESOLVED
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert resumes(lab) == 1

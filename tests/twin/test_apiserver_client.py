@@ -15,9 +15,10 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from agent.twin.auth import AUTHENTICATED, UserInfo
+from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
-from agent.twin.store import PatchType
 from tests.twin.apiserver_harness import Twin, running_twin
+from tests.twin.waiting import eventually
 
 PODS = lookup("pods")
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
@@ -250,7 +251,8 @@ def test_closed_watch_streams_resume_without_losing_events(twin: Twin, api: clie
     for i in range(6):
         core.create_namespaced_pod(ns, pod(f"p{i}"))
         if i in (1, 3):
-            time.sleep(0.2)
+            # Close the watch once the reader has the event: it must resume after it.
+            assert eventually(lambda n=i + 1: len(names) == n)
             assert twin.server.close_watches() >= 1
     reader.join(timeout=20)
     assert names == [f"p{i}" for i in range(6)]

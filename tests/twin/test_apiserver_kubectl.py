@@ -16,8 +16,8 @@ import yaml
 
 from agent.twin import kubeconfig
 from agent.twin.auth import AUTHENTICATED, UserInfo, load_rbac
+from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
-from agent.twin.store import PatchType
 from tests.twin.apiserver_harness import Twin, running_twin
 
 PODS = lookup("pods")

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
+from agent.twin.apierror import ApiError
 from agent.twin.auth import (
     ADMIN,
     AUTHENTICATED,
@@ -19,7 +20,7 @@ from agent.twin.auth import (
     load_rbac,
 )
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError, Store
+from agent.twin.store import Store
 
 NAMESPACES = lookup("namespaces")
 
@@ -52,9 +53,23 @@ kind: RoleBinding
 metadata: {name: events, namespace: ml}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: events}
 subjects: [{kind: Group, name: ml-writers}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: wildcards}
+rules:
+- {apiGroups: ["*"], resources: ["*/status", "pods/*", "pods"], verbs: [get, update, list]}
+- {nonResourceURLs: ["/metrics"], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: wildcards, namespace: ml}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: wildcards}
+subjects: [{kind: Group, name: wildcards}]
 """
 
 AGENT = UserInfo.service_account("zonemedic", "zonemedic")
+WILD = UserInfo("wild", ("wildcards", AUTHENTICATED))
 WRITER = UserInfo("carol", ("ml-writers", AUTHENTICATED))
 
 
@@ -63,7 +78,7 @@ def authorizer() -> Iterator[Authorizer]:
     store = Store()
     store.create(NAMESPACES, {"metadata": {"name": "ml"}})
     store.create(NAMESPACES, {"metadata": {"name": "zonemedic"}})
-    assert load_rbac(store, yaml.safe_load_all(RBAC)) == 4
+    assert load_rbac(store, yaml.safe_load_all(RBAC)) == 6
     yield Authorizer(store)
     store.close()
 
@@ -90,6 +105,18 @@ def authorizer() -> Iterator[Authorizer]:
         (ADMIN, Attributes("delete", "", "nodes", name="n1"), True),
         (UserInfo("system:serviceaccount:other:zonemedic"), Attributes("list", "", "pods"),
          False),
+        # wildcards as upstream RBAC: `*/status` for every resource, no `pods/*`
+        (WILD, Attributes("update", "apps", "deployments", "status", "ml", "d"), True),
+        (WILD, Attributes("update", "apps", "deployments", "", "ml", "d"), False),
+        (WILD, Attributes("get", "", "pods", "log", "ml", "p"), False),
+        (WILD, Attributes("get", "", "pods", "", "ml", "p"), True),
+        (WILD, Attributes("list", "metrics.k8s.io", "pods", namespace="ml"), True),  # any group
+        (WILD, Attributes("delete", "batch", "jobs", namespace="ml", name="j"), False),
+        # resourceNames: only requests that name one of them (not a list)
+        (AGENT, Attributes("list", "coordination.k8s.io", "leases", namespace="zonemedic"),
+         False),
+        # a ClusterRole bound by a RoleBinding grants no non-resource URL
+        (WILD, Attributes("get", path="/metrics"), False),
     ],
 )
 def test_rbac_rules(authorizer: Authorizer, user: UserInfo, attrs: Attributes,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any
 
 import pytest
@@ -12,7 +11,9 @@ import pytest
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription, owned_by
 from agent.twin.resources import lookup
-from agent.twin.store import Store, WatchEvent
+from agent.twin.store import Store
+from agent.twin.watch import WatchEvent
+from tests.twin.waiting import eventually
 
 CONFIGMAPS = lookup("configmaps")
 SERVICES = lookup("services")
@@ -54,15 +55,6 @@ class Recorder(Controller):
             return set(self.seen)
 
 
-def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
 def test_subscriptions_feed_the_queue_with_and_without_replay() -> None:
     store = Store()
     store.create(CONFIGMAPS, configmap("before"))
@@ -84,8 +76,9 @@ def test_stop_unsubscribes() -> None:
     recorder = Recorder(store)
     recorder.start()
     recorder.stop()
+    # stop() removed both subscriptions from the store: nothing is left to deliver anything.
+    assert store.close_watches() == 0
     store.create(CONFIGMAPS, configmap("late"))
-    time.sleep(0.2)
     assert recorder.recorded() == set()
     assert recorder.idle()
 

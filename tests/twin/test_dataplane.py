@@ -13,7 +13,7 @@ from agent.twin.cluster import TwinCluster
 from agent.twin.dataplane import DropReason, FlowCheck, FlowResult, PodEndpoint, endpoint_of
 from agent.twin.resources import lookup
 from agent.twin.training import JobPhase
-from agent.twin.training_runtime import Flow, required_flows
+from agent.twin.training_runtime import Flow, group_flows, required_flows
 from tests.twin.twin_fixtures import all_running, fast, pods, wait
 
 ZONE_LABEL = "netpol.example.com/zone"
@@ -42,6 +42,23 @@ def _pod(name: str, role: str | None = None) -> dict[str, Any]:
 )
 def test_required_flows(pods_: list[dict[str, Any]], expected: list[Flow]) -> None:
     assert required_flows(pods_, port=1) == expected
+
+
+@pytest.mark.parametrize(
+    ("coordinator", "workers", "expected"),
+    [
+        # every worker dials the coordinator; the workers' ring runs w0 -> w1 -> w2 -> w0
+        ("c", ["w1", "w0", "w2"],
+         [Flow("w1", "c", 1), Flow("w0", "c", 1), Flow("w2", "c", 1),
+          Flow("w0", "w1", 1), Flow("w1", "w2", 1), Flow("w2", "w0", 1)]),
+        # two workers: one ring flow (the reply direction of a connection is allowed)
+        ("c", ["w0", "w1"], [Flow("w0", "c", 1), Flow("w1", "c", 1), Flow("w0", "w1", 1)]),
+        (None, ["w0", "w1"], [Flow("w0", "w1", 1)]),  # no coordinator yet: only the ring
+        ("c", [], []),
+    ],
+)
+def test_group_flows(coordinator: str | None, workers: list[str], expected: list[Flow]) -> None:
+    assert group_flows(coordinator, workers, port=1) == expected
 
 
 def test_endpoint_of_pod() -> None:

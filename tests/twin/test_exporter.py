@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from typing import Any
 
@@ -11,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.twin.exporter import label_name
 from tests.twin.twin_fixtures import all_running, fast, running, wait
+from tests.twin.waiting import eventually
 
 
 def scrape(url: str) -> dict[str, list[Any]]:
@@ -74,12 +74,19 @@ def test_exporter_serves_dcgm_kube_state_and_network_metrics() -> None:
         assert phases[("llm-finetune-worker-0", "Running")] == 1
         assert phases[("llm-finetune-worker-0", "Pending")] == 0
 
-        time.sleep(0.3)
-        second = scrape(cluster.metrics.url)
         before = {s.labels["pod"]: s.value for s in first["container_network_transmit_bytes_total"]}
-        after = {s.labels["pod"]: s.value for s in second["container_network_transmit_bytes_total"]}
-        assert set(after) == set(before) == set(info)
-        assert all(after[p] > before[p] for p in after)
+        second: dict[str, Any] = {}
+
+        def counters_grew() -> bool:
+            second.update(scrape(cluster.metrics.url))
+            after = {
+                s.labels["pod"]: s.value for s in second["container_network_transmit_bytes_total"]
+            }
+            return set(after) == set(before) == set(info) and all(
+                after[p] > before[p] for p in after
+            )
+
+        assert eventually(counters_grew, timeout=10)
         assert "hubble_drop_total" not in second  # nothing is denied here
 
 

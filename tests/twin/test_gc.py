@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.twin.store import ApiError
+from agent.twin.apierror import ApiError
 from tests.twin.twin_fixtures import PODS, PYTORCHJOBS, fast, running, wait
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agent.twin.store import ApiError
+from agent.twin.apierror import ApiError
 from tests.twin.twin_fixtures import PODS, fast, running, wait
 
 

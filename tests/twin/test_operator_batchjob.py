@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from agent.twin.apierror import ApiError
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError
 from tests.twin.twin_fixtures import fast, pods, running, wait
 
 JOBS = lookup("jobs", group="batch")

@@ -39,6 +39,25 @@ def test_seed_scenarios_shape(name: str, policies: int, zone_label: str | None) 
     assert scenario.model.pod_zone_label == zone_label
 
 
+def test_lab_shape() -> None:
+    scenario = load_scenario("lab")
+    gpu = [n for n in scenario.nodes if "nvidia.com/gpu" in n["status"]["allocatable"]]
+    cpu = [n for n in scenario.nodes if n not in gpu]
+    assert {n["metadata"]["labels"][ZONE] for n in gpu} == {"zone-a"}
+    assert {n["metadata"]["labels"][ZONE] for n in cpu} == {"zone-b"}
+    assert all(n["metadata"]["labels"]["gpu"] == "true" for n in gpu)
+    assert all(n["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present",
+                                        "effect": "NoSchedule"}] for n in gpu)  # fmt: skip
+    kinds = sorted(o["kind"] for o in scenario.objects)
+    assert kinds == ["CiliumNetworkPolicy"] * 3 + ["Deployment", "Job"]
+    assert scenario.model.pod_zone_label is None  # the zone label is written in the templates
+    (group,) = scenario.groups
+    assert group.as_config() == {
+        "name": "llm-pretrain", "namespace": "ml-lab", "selector": {"app": "llm-pretrain"},
+        "coordinator": {"role": "coordinator"}, "workers": {"role": "worker"}, "ports": [29500],
+    }  # fmt: skip
+
+
 def test_generator_parameters() -> None:
     scenario = load_scenario("generated:nodes=12,zones=4,jobs=3,workers=2,policies=1,seed=5")
     assert len(scenario.nodes) == 12
@@ -78,6 +97,15 @@ def test_model_parameters_from_yaml(tmp_path: Path) -> None:
         ({"nodes": [{"name": "n", "zone": "z", "gpu": 1}]}, "nodes[0].gpu: unknown key"),
         ({"objects": [{"kind": "Pod"}]}, "objects[0]: needs apiVersion, kind and metadata.name"),
         ({"zones": ["a"]}, "zones: unknown key"),
+        ({"groups": {"name": "g"}}, "groups: expected a list of groups"),
+        ({"groups": [{"name": "g", "namespace": "n", "selector": {"a": "b"}, "workers": {"r": "w"}}]},
+         "groups[0].coordinator: expected a non-empty mapping of labels"),
+        ({"groups": [{"name": "g", "selector": {"a": "b"}}]}, "groups[0].namespace: required"),
+        ({"groups": [{"name": "g", "namespace": "n", "selector": {"a": "b"}, "coordinator": {"r": "c"},
+                      "workers": {"r": "w"}, "ports": ["http"]}]},
+         "groups[0].ports: expected a list of port numbers"),
+        ({"groups": [{"name": "g", "namespace": "n", "selector": {"a": "b"}, "coordinator": {"r": "c"},
+                      "workers": {"r": "w"}, "port": 1}]}, "groups[0].port: unknown key"),
     ],
 )
 def test_bad_scenarios_name_the_problem(data: dict, message: str) -> None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
 
+from agent.twin.apierror import ApiError
+from agent.twin.deletion import Propagation
+from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
-from agent.twin.store import ApiError, PatchType, Propagation, Store, WatchEvent
+from agent.twin.store import Store
+from agent.twin.watch import WatchEvent
+from tests.twin.waiting import eventually
 
 PODS = lookup("pods")
 PYTORCH = lookup("pytorchjobs")
@@ -211,9 +215,12 @@ def test_dry_run_stores_nothing_and_notifies_nobody(store: Store) -> None:
     store.delete(PODS, "b", namespace="default", dry_run=True)
     assert store.get(PODS, "b", namespace="default")["metadata"]["labels"] == {}
     assert int(store.resource_version) == int(rv) + 1
-    time.sleep(0.1)
+    # Events arrive in order: once the marker's is delivered, every earlier one was.
+    store.create(PODS, pod("marker"))
+    assert eventually(lambda: len(seen) >= 2 and seen[-1].object["metadata"]["name"] == "marker")
     stop()
-    assert [e.type for e in seen] == ["ADDED"]
+    assert [(e.type, e.object["metadata"]["name"]) for e in seen] == [
+        ("ADDED", "b"), ("ADDED", "marker")]
 
 
 def test_admission_hook_refuses_a_write(store: Store) -> None:
@@ -312,10 +319,7 @@ def test_graceful_deletion_timer_runs_on_real_time() -> None:
     try:
         store.create(PODS, pod("a", grace=1))
         store.delete(PODS, "a", namespace="default")
-        deadline = time.monotonic() + 5
-        while names(store) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert names(store) == []
+        assert eventually(lambda: names(store) == [], timeout=5)
     finally:
         store.close()
 
@@ -339,6 +343,7 @@ def test_namespace_deletion_removes_its_contents(store: Store) -> None:
 
 def test_subscribe_delivers_in_order_off_the_lock(store: Store) -> None:
     seen: list[tuple[str, str]] = []
+    patched = threading.Event()
     done = threading.Event()
 
     def record(event: WatchEvent) -> None:
@@ -347,12 +352,14 @@ def test_subscribe_delivers_in_order_off_the_lock(store: Store) -> None:
             store.patch(PODS, "a", {"metadata": {"labels": {"seen": "1"}}},
                         namespace="default", patch_type=PatchType.MERGE)
         seen.append((event.type, event.object["metadata"]["name"]))
+        if event.type == "MODIFIED":
+            patched.set()
         if event.type == "DELETED":
             done.set()
 
     stop = store.subscribe(PODS, record)
     store.create(PODS, pod("a", node=None))
-    time.sleep(0.1)
+    assert patched.wait(5)  # the callback's own write came back before the delete
     store.delete(PODS, "a", namespace="default")
     assert done.wait(5)
     stop()
@@ -419,3 +426,24 @@ def test_selector_watch_turns_label_changes_into_added_and_deleted(store: Store)
     assert seen == [("ADDED", "a"), ("DELETED", "a"), ("ADDED", "a"), ("MODIFIED", "a"),
                     ("DELETED", "a")]
     assert stream.bookmark_rv() == int(store.resource_version)
+
+
+def test_dry_run_delete_answers_as_the_delete_would(store: Store) -> None:
+    owner = store.create(PYTORCH, job())
+    store.create(PODS, pod("bound", grace=20, owner=owner_ref(owner)))
+    store.create(PODS, pod("free", node=None))
+    rv = store.resource_version
+    marked = store.delete(PODS, "bound", namespace="default", dry_run=True)
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 20
+    assert marked["metadata"]["deletionTimestamp"] == "2023-11-14T22:13:40Z"
+    held = store.delete(PYTORCH, "j", namespace="default", dry_run=True,
+                        propagation=Propagation.FOREGROUND)
+    assert held["metadata"]["finalizers"] == ["foregroundDeletion"]
+    gone = store.delete(PODS, "free", namespace="default", dry_run=True)
+    assert "deletionTimestamp" not in gone["metadata"]  # removed at once: its last state
+    assert store.resource_version == rv
+    assert names(store) == ["bound", "free"] and names(store, PYTORCH) == ["j"]
+    assert not store.get(PODS, "bound", namespace="default")["metadata"].get("deletionTimestamp")
+    assert store.delete_collection(PODS, namespace="default", dry_run=True)[0]["metadata"][
+        "deletionGracePeriodSeconds"] == 20
+    assert store.resource_version == rv

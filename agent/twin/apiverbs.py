@@ -1,0 +1,312 @@
+"""The resource verbs of the twin's API: one request on a resource route, served from the store.
+
+For a resolved route it names the verb (get, list, watch, create, update, patch, delete,
+deletecollection), authorizes it with RBAC attributes as the real server builds them, counts it,
+applies an injected fault, and serves it: objects or lists (JSON spliced from the store's
+per-object encoding, or a server-side Table for kubectl), the binding subresource, the three patch
+content types (415 naming the accepted ones otherwise), DeleteOptions (propagationPolicy,
+gracePeriodSeconds, preconditions, dryRun) and `dryRun=All` on every write. SelfSubjectAccessReview
+is answered here too.
+
+Used by the HTTP handler (apihandler.py). It does not parse HTTP or resolve paths.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agent.twin import tables
+from agent.twin.apidiscovery import Route
+from agent.twin.apierror import ApiError, bad_request
+from agent.twin.apiexchange import Exchange
+from agent.twin.apiquery import Query
+from agent.twin.apiwatch import serve_watch
+from agent.twin.auth import Attributes, UserInfo, access_review
+from agent.twin.deletion import Propagation
+from agent.twin.patch import PatchType
+
+if TYPE_CHECKING:
+    from agent.twin.apiserver import ApiServer
+
+_PATCH_TYPES = {t.value: t for t in PatchType}
+
+
+def verb_of(method: str, route: Route, query: Query) -> str:
+    """The Kubernetes verb of an HTTP method on a route (405 for a method the API lacks)."""
+    if method == "GET":
+        if route.name is None:
+            return "watch" if query.flag("watch") else "list"
+        return "get"
+    if method == "POST":
+        return "create"
+    if method == "PUT":
+        return "update"
+    if method == "PATCH":
+        return "patch"
+    if method == "DELETE":
+        return "delete" if route.name else "deletecollection"
+    raise ApiError(405, "MethodNotAllowed", f"the server does not allow method {method}")
+
+
+class ResourceRequest:
+    """One request on a resource route; `serve()` answers it through the exchange."""
+
+    def __init__(
+        self,
+        api: ApiServer,
+        ex: Exchange,
+        *,
+        method: str,
+        route: Route,
+        query: Query,
+        user: UserInfo,
+    ) -> None:
+        self.api = api
+        self.ex = ex
+        self.method = method
+        self.route = route
+        self.rt = route.rt
+        self.query = query
+        self.user = user
+        self.verb = verb_of(method, route, query)
+        self.namespace = route.namespace
+        self.dry_run = "All" in query.all("dryRun")
+
+    def serve(self) -> None:
+        route, rt, sub = self.route, self.rt, self.route.subresource
+        if self.method == "POST" and route.name is not None and sub != "binding":
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        if sub is not None and sub not in rt.subresources:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if rt.plural == "selfsubjectaccessreviews":
+            self.api.accounting.record(self.verb, rt.plural)
+            if self.method != "POST":
+                raise ApiError(405, "MethodNotAllowed", "only create is allowed")
+            review = access_review(self.api.authorizer, self.user, self.ex.review_body())
+            self.ex.send_json(201, review)
+            return
+        self._admit()
+        if rt.namespaced and route.name is not None and self.namespace is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        handlers = {
+            "get": self._get,
+            "list": self._list,
+            "watch": self._watch,
+            "create": self._create,
+            "update": self._update,
+            "patch": self._patch,
+            "delete": self._delete,
+            "deletecollection": self._delete,
+        }
+        handlers[self.verb]()
+
+    def _admit(self) -> None:
+        """Authorize, count, and raise an injected fault if one is due."""
+        api, rt, route = self.api, self.rt, self.route
+        sub = route.subresource
+        # RBAC sees a request on namespaces/NAME as being in namespace NAME.
+        is_namespace = rt.plural == "namespaces" and not rt.group
+        attrs = Attributes(
+            verb=self.verb,
+            api_group=rt.group,
+            resource=rt.plural,
+            subresource=sub or "",
+            namespace=(route.name or "") if is_namespace else (self.namespace or ""),
+            name=route.name or "",
+        )
+        api.authorizer.authorize(self.user, attrs)
+        api.accounting.record(self.verb, f"{rt.plural}/{sub}" if sub else rt.plural)
+        failure = api.faults.take(self.verb, rt.plural)
+        if failure is None:
+            return
+        if failure.code == 429:
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                "Too many requests, please try again later.",
+                retry_after=failure.retry_after,
+            )
+        raise ApiError(
+            failure.code, "InternalError", "Internal error occurred: injected fault (twin)"
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    def _wants_table(self) -> bool:
+        return "as=Table" in self.ex.header("Accept")
+
+    def _object(self, code: int, obj: dict[str, Any]) -> None:
+        if self._wants_table():
+            table = tables.table(
+                self.rt,
+                [obj],
+                now=self.api.clock(),
+                resource_version=obj["metadata"].get("resourceVersion", ""),
+            )
+            self.ex.send_json(code, table)
+            return
+        self.ex.send_json(code, obj)
+
+    def _get(self) -> None:
+        if self.route.subresource == "binding":
+            raise ApiError(405, "MethodNotAllowed", "binding only supports create")
+        store = self.api.store
+        self._object(200, store.get_ref(self.rt, self.route.name or "", namespace=self.namespace))
+
+    def _list(self) -> None:
+        api, rt, query = self.api, self.rt, self.query
+        objs, rv, token = api.store.list_refs(
+            rt,
+            namespace=self.namespace,
+            label_selector=query.one("labelSelector"),
+            field_selector=query.one("fieldSelector"),
+            resource_version=query.one("resourceVersion"),
+            limit=query.integer("limit"),
+            continue_token=query.one("continue"),
+        )
+        if self._wants_table():
+            table = tables.table(rt, objs, now=api.clock(), resource_version=rv, continue_token=token)
+            self.ex.send_json(200, table)
+            return
+        metadata: dict[str, Any] = {"resourceVersion": rv}
+        if token:
+            metadata["continue"] = token
+        head = orjson.dumps({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": metadata})
+        # Splice the per-object JSON the store encoded at write time: no re-encoding per list.
+        items = b",".join(api.store.encode(objs))
+        self.ex.send(200, b"".join((head[:-1], b',"items":[', items, b"]}")))
+
+    def _watch(self) -> None:
+        serve_watch(
+            self.api,
+            self.ex,
+            self.rt,
+            namespace=self.namespace,
+            query=self.query,
+            as_table=self._wants_table(),
+        )
+
+    # ------------------------------------------------------------------ writes
+
+    def _create(self) -> None:
+        body = self.ex.json_body()
+        store = self.api.store
+        if self.route.subresource == "binding":
+            target = ((body or {}).get("target") or {}).get("name")
+            if not target:
+                raise ApiError(422, "Invalid", "Binding is invalid: target.name: Required value")
+            if not self.dry_run:
+                store.bind(self.namespace or "default", self.route.name or "", target)
+            self.ex.send_json(
+                201,
+                {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+            )
+            return
+        created = store.create(
+            self.rt, body, namespace=self.namespace, dry_run=self.dry_run, keep_status=False
+        )
+        self._object(201, created)
+
+    def _update(self) -> None:
+        body = self.ex.json_body()
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        name = (body.get("metadata") or {}).get("name")
+        if name != self.route.name:
+            raise bad_request(
+                f"the name of the object ({name}) does not match the name on the URL "
+                f"({self.route.name})"
+            )
+        updated = self.api.store.update(
+            self.rt,
+            body,
+            namespace=self.namespace,
+            subresource=self.route.subresource,
+            dry_run=self.dry_run,
+        )
+        self._object(200, updated)
+
+    def _patch(self) -> None:
+        ctype = self.ex.header("Content-Type").split(";")[0].strip().lower()
+        patch_type = _PATCH_TYPES.get(ctype)
+        if patch_type is None:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: application/json-patch+json, application/merge-patch+json, "
+                f"application/apply-patch+yaml"
+                f"{', application/strategic-merge-patch+json' if self.rt.builtin else ''}",
+            )
+        if patch_type is PatchType.APPLY:
+            if not self.query.one("fieldManager"):
+                raise ApiError(422, "Invalid", "PATCH requests for apply must specify a fieldManager")
+            body = self.ex.yaml_body()
+        else:
+            body = self.ex.json_body()
+        patched = self.api.store.patch(
+            self.rt,
+            self.route.name or "",
+            body,
+            namespace=self.namespace,
+            patch_type=patch_type,
+            subresource=self.route.subresource,
+            dry_run=self.dry_run,
+        )
+        self._object(200, patched)
+
+    def _delete(self) -> None:
+        options = self.ex.json_body() or {}
+        if not isinstance(options, dict):
+            raise bad_request("DeleteOptions must be a JSON object")
+        query = self.query
+        propagation = query.one("propagationPolicy") or options.get("propagationPolicy")
+        if propagation is None and options.get("orphanDependents") is True:
+            propagation = "Orphan"
+        grace = query.integer("gracePeriodSeconds")
+        if grace is None and options.get("gracePeriodSeconds") is not None:
+            grace = int(options["gracePeriodSeconds"])
+        dry_run = self.dry_run or "All" in (options.get("dryRun") or [])
+        try:
+            policy = Propagation(propagation or "Background")
+        except ValueError as exc:
+            raise bad_request(f"propagationPolicy: Unsupported value: {propagation!r}") from exc
+        store, rt = self.api.store, self.rt
+        if self.verb == "delete":
+            result = store.delete(
+                rt,
+                self.route.name or "",
+                namespace=self.namespace,
+                propagation=policy,
+                grace_period_seconds=grace,
+                dry_run=dry_run,
+                preconditions=options.get("preconditions"),
+            )
+            self._object(200, result)
+            return
+        items = store.delete_collection(
+            rt,
+            namespace=self.namespace,
+            label_selector=query.one("labelSelector"),
+            field_selector=query.one("fieldSelector"),
+            propagation=policy,
+            grace_period_seconds=grace,
+            dry_run=dry_run,
+        )
+        self.ex.send_json(
+            200,
+            {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": store.resource_version},
+                "items": items,
+            },
+        )
+
+

@@ -1,0 +1,448 @@
+"""Writes in the twin's store: create, update, the three patch formats, and pod binding.
+
+What the real API server does on each write: kind and apiVersion checked against the resource,
+names validated (RFC 1123 subdomain, generateName), server fields set (uid, creationTimestamp,
+generation bumped when the spec changes, resourceVersion), defaults for namespaces and pods, 409
+AlreadyExists / Conflict on a stale resourceVersion or uid precondition, status kept apart from the
+main resource when the kind has a status subresource, no new finalizers on a terminating object,
+admission hooks, dry runs (everything checked, nothing stored), and a no-op write storing nothing.
+Server-side apply creates what does not exist yet.
+
+Used by the store facade (store.py) under the store's lock. It does not delete (deletion.py) or
+serve watches (watch.py).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from agent.twin import patch as patching
+from agent.twin.apierror import (
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    details,
+    invalid,
+    not_found,
+    unsupported_media_type,
+)
+from agent.twin.deletion import NAMESPACES_KEY, Deletion, timestamp
+from agent.twin.objects import ObjectTable
+from agent.twin.patch import PatchType
+from agent.twin.resources import ResourceType, lookup
+from agent.twin.watch import EventType
+
+Obj = dict[str, Any]
+Hook = Callable[[Obj | None, Obj], None]
+
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_SERVER_SET = (
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+    "resourceVersion",
+)
+_KEPT_ON_WRITE = (
+    "name",
+    "namespace",
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+)
+
+
+def copy(obj: Obj) -> Obj:
+    """A deep copy through JSON (the stored objects are plain JSON)."""
+    copied: Obj = orjson.loads(orjson.dumps(obj))
+    return copied
+
+
+def body_of(obj: Any) -> Obj:
+    """A private deep copy of a caller's object, refusing what is not a JSON object."""
+    if not isinstance(obj, dict):
+        raise bad_request("the request body must be a JSON object")
+    try:
+        copied = copy(obj)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise bad_request(f"the object is not valid JSON: {exc}") from exc
+    meta = copied.get("metadata")
+    if meta is None:
+        copied["metadata"] = {}
+    elif not isinstance(meta, dict):
+        raise bad_request("metadata must be a JSON object")
+    return copied
+
+
+def _spec_changed(old: Obj, new: Obj) -> bool:
+    ignore = ("metadata", "status", "kind", "apiVersion")
+    keys = (set(old) | set(new)) - set(ignore)
+    return any(old.get(k) != new.get(k) for k in keys)
+
+
+class Writes:
+    """Create, update, patch and bind against the object table; the lock is held by the caller."""
+
+    def __init__(
+        self, table: ObjectTable, deletion: Deletion, *, clock: Callable[[], float]
+    ) -> None:
+        self._table = table
+        self._deletion = deletion
+        self._clock = clock
+        self._admission: dict[tuple[str, str, str], list[Hook]] = {}
+
+    # ------------------------------------------------------------------ admission
+
+    def add_admission(self, rt: ResourceType, hook: Hook) -> None:
+        self._admission.setdefault(rt.key, []).append(hook)
+
+    def _admit(self, rt: ResourceType, old: Obj | None, new: Obj) -> None:
+        for hook in self._admission.get(rt.key, ()):
+            hook(old, new)
+
+    # ------------------------------------------------------------------ create
+
+    def create(
+        self,
+        rt: ResourceType,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None,
+        dry_run: bool,
+        keep_status: bool,
+    ) -> Obj:
+        body = body_of(obj)
+        check_kind(rt, body)
+        meta = body["metadata"]
+        if not keep_status and "status" in rt.subresources and rt.key != ("", "v1", "nodes"):
+            body.pop("status", None)
+        table = self._table
+        ns = namespace_for(rt, meta, namespace)
+        name = meta.get("name") or ""
+        bucket = table.bucket(rt)
+        if not name:
+            prefix = meta.get("generateName") or ""
+            if not prefix:
+                raise invalid(
+                    rt, "", "metadata.name", "Required value: name or generateName is required"
+                )
+            for _ in range(100):
+                name = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+                if (ns, name) not in bucket:
+                    break
+        check_name(rt, name)
+        if rt.namespaced:
+            self._check_namespace_open(ns)
+        if (ns, name) in bucket:
+            raise already_exists(rt, name)
+        meta["name"] = name
+        if rt.namespaced:
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        for drop in _SERVER_SET:
+            meta.pop(drop, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = timestamp(self._clock())
+        meta["generation"] = 1
+        _defaults(rt, body)
+        self._admit(rt, None, body)
+        if dry_run:
+            return copy(body)
+        table.bump(meta)
+        table.put(rt, body, old=None)
+        table.hub.emit(EventType.ADDED, rt, body, old=None)
+        return copy(body)
+
+    def _check_namespace_open(self, ns: str) -> None:
+        nsobj = self._table.find(lookup("namespaces"), "", ns)
+        if nsobj is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{ns}" not found',
+                details={"name": ns, "kind": "namespaces"},
+            )
+        if nsobj["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"unable to create new content in namespace {ns} because it is being terminated",
+                details={"name": ns, "kind": "namespaces"},
+            )
+
+    # ------------------------------------------------------------------ update and patch
+
+    def update(
+        self,
+        rt: ResourceType,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None,
+        subresource: str | None,
+        dry_run: bool,
+    ) -> Obj:
+        body = body_of(obj)
+        check_kind(rt, body)
+        meta = body["metadata"]
+        name = meta.get("name") or ""
+        ns = namespace_for(rt, meta, namespace)
+        current = self._table.must(rt, name, ns)
+        given = meta.get("resourceVersion") or ""
+        if not given and not rt.builtin and subresource is None:
+            raise invalid(
+                rt,
+                name,
+                "metadata.resourceVersion",
+                "Invalid value: 0x0: must be specified for an update",
+            )
+        check_preconditions(rt, current, rv=given, uid=meta.get("uid"))
+        return self._replace(rt, current, body, subresource=subresource, dry_run=dry_run)
+
+    def patch(
+        self,
+        rt: ResourceType,
+        name: str,
+        body: Any,
+        *,
+        namespace: str | None,
+        patch_type: PatchType,
+        subresource: str | None,
+        dry_run: bool,
+    ) -> Obj:
+        if patch_type is PatchType.STRATEGIC and not rt.builtin:
+            raise unsupported_media_type(
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml"
+            )
+        if patch_type is PatchType.APPLY:
+            ns = (namespace or "default") if rt.namespaced else ""
+            if self._table.find(rt, ns, name) is None:
+                # Server-side apply creates what does not exist yet.
+                if not isinstance(body, dict):
+                    raise bad_request("an apply patch must be a YAML or JSON object")
+                meta = dict(body.get("metadata") or {})
+                if meta.get("name", name) != name:
+                    raise bad_request("the name in the apply patch does not match the URL")
+                meta["name"] = name
+                return self.create(
+                    rt,
+                    {**body, "metadata": meta},
+                    namespace=namespace,
+                    dry_run=dry_run,
+                    keep_status=False,
+                )
+        current = self._table.must(rt, name, namespace)
+        try:
+            patched = patching.apply(current, body, patch_type)
+        except patching.PatchError as exc:
+            if exc.code == 422:
+                raise ApiError(422, "Invalid", str(exc), details=details(rt, name)) from exc
+            if exc.code == 415:
+                raise unsupported_media_type(str(exc)) from exc
+            raise bad_request(str(exc)) from exc
+        patched = body_of(patched)
+        pmeta = patched["metadata"]
+        if pmeta.get("name") != name or (
+            rt.namespaced and pmeta.get("namespace") != current["metadata"]["namespace"]
+        ):
+            raise invalid(
+                rt,
+                name,
+                "metadata.name",
+                "Invalid value: the name and namespace of an object cannot change",
+            )
+        check_kind(rt, patched)
+        check_preconditions(rt, current, rv=pmeta.get("resourceVersion"), uid=pmeta.get("uid"))
+        return self._replace(rt, current, patched, subresource=subresource, dry_run=dry_run)
+
+    def _replace(
+        self,
+        rt: ResourceType,
+        current: Obj,
+        new: Obj,
+        *,
+        subresource: str | None,
+        dry_run: bool,
+    ) -> Obj:
+        """Store `new` (a private dict) in place of `current`."""
+        cmeta = current["metadata"]
+        if subresource == "status":
+            if "status" not in rt.subresources:
+                raise not_found(rt, cmeta["name"])
+            status = new.get("status")
+            new = dict(current)
+            new["metadata"] = dict(cmeta)
+            if status is None:
+                new.pop("status", None)
+            else:
+                new["status"] = status
+        elif subresource is not None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f"the server could not find the requested resource ({rt.plural}/{subresource})",
+            )
+        elif "status" in rt.subresources:
+            if "status" in current:
+                new["status"] = current["status"]
+            else:
+                new.pop("status", None)
+        meta = new["metadata"]
+        for keep in _KEPT_ON_WRITE:
+            if keep in cmeta:
+                meta[keep] = cmeta[keep]
+            else:
+                meta.pop(keep, None)
+        meta.pop("managedFields", None)
+        meta.pop("selfLink", None)
+        meta["resourceVersion"] = cmeta["resourceVersion"]
+        if cmeta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or ()) - set(cmeta.get("finalizers") or ())
+            if added:
+                raise invalid(
+                    rt,
+                    cmeta["name"],
+                    "metadata.finalizers",
+                    "Forbidden: no new finalizers can be added if the object is being deleted",
+                )
+        if not meta.get("finalizers"):
+            meta.pop("finalizers", None)
+        if new == current:
+            return copy(current)  # a no-op write stores nothing and notifies nobody
+        if _spec_changed(current, new):
+            meta["generation"] = int(cmeta.get("generation", 1)) + 1
+        self._admit(rt, current, new)
+        if dry_run:
+            return copy(new)
+        table = self._table
+        table.bump(meta)
+        table.put(rt, new, old=current)
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and cmeta["uid"] not in self._deletion.timer.pending
+        ):
+            self._deletion.remove(rt, new, already_bumped=True)
+            return copy(new)
+        table.hub.emit(EventType.MODIFIED, rt, new, old=current)
+        return copy(new)
+
+    # ------------------------------------------------------------------ binding
+
+    def bind(self, namespace: str, pod_name: str, node_name: str) -> None:
+        pods = lookup("pods")
+        current = self._table.must(pods, pod_name, namespace)
+        bound = (current.get("spec") or {}).get("nodeName")
+        if bound:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{pod_name}": pod '
+                f'{pod_name} is already assigned to node "{bound}"',
+                details={"name": pod_name, "kind": "pods/binding"},
+            )
+        if current["metadata"].get("deletionTimestamp"):
+            raise conflict(pods, pod_name, "pod is being deleted, cannot be assigned to a host")
+        new = copy(current)
+        new.setdefault("spec", {})["nodeName"] = node_name
+        status = new.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastTransitionTime": timestamp(self._clock()),
+            }
+        )
+        status["conditions"] = conditions
+        self._table.modify(pods, current, new)
+
+
+def check_kind(rt: ResourceType, body: Obj) -> None:
+    """Refuse a body of another kind or apiVersion; fill them in when absent."""
+    kind = body.get("kind")
+    api_version = body.get("apiVersion")
+    if kind not in (None, "", rt.kind) or api_version not in (None, "", rt.api_version):
+        raise bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API "
+            f"version ({rt.api_version})"
+            if kind in (None, "", rt.kind)
+            else f"the object kind {kind!r} does not match the resource {rt.plural!r} "
+            f"(expected {rt.kind!r})"
+        )
+    body["kind"] = rt.kind
+    body["apiVersion"] = rt.api_version
+
+
+def namespace_for(rt: ResourceType, meta: Obj, namespace: str | None) -> str:
+    """The object's namespace from the URL or the body (they must agree), default "default"."""
+    if not rt.namespaced:
+        return ""
+    in_body = meta.get("namespace") or ""
+    if namespace and in_body and namespace != in_body:
+        raise bad_request(
+            "the namespace of the provided object does not match the namespace sent on "
+            "the request"
+        )
+    return str(namespace or in_body or "default")
+
+
+def check_name(rt: ResourceType, name: str) -> None:
+    if len(name) > 253 or not _NAME_RE.match(name):
+        raise invalid(
+            rt,
+            name,
+            "metadata.name",
+            f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower '
+            "case alphanumeric characters, '-' or '.', and must start and end with an "
+            "alphanumeric character",
+        )
+
+
+def check_preconditions(rt: ResourceType, current: Obj, *, rv: str | None, uid: str | None) -> None:
+    """409 Conflict when a given uid or resourceVersion is not the stored one."""
+    cmeta = current["metadata"]
+    if uid and uid != cmeta["uid"]:
+        raise conflict(
+            rt,
+            cmeta["name"],
+            f"Precondition failed: UID in precondition: {uid}, UID in object meta: {cmeta['uid']}",
+        )
+    if rv and rv != cmeta["resourceVersion"]:
+        raise conflict(
+            rt,
+            cmeta["name"],
+            "the object has been modified; please apply your "
+            "changes to the latest version and try again",
+        )
+
+
+def _defaults(rt: ResourceType, body: Obj) -> None:
+    if rt.group != "" or rt.version != "v1":
+        return
+    if rt.key == NAMESPACES_KEY:
+        labels = body["metadata"].setdefault("labels", {})
+        labels["kubernetes.io/metadata.name"] = body["metadata"]["name"]
+        body.setdefault("spec", {})
+        body["status"] = {"phase": "Active"}
+    elif rt.plural == "pods":
+        spec = body.setdefault("spec", {})
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+        spec.setdefault("schedulerName", "default-scheduler")
+        status = body.get("status") or {}
+        status.setdefault("phase", "Pending")
+        body["status"] = status
