@@ -11,8 +11,9 @@ One tick, in one database read plus at most one remediation:
 2. Resume first: an incident in `remediating` or `verifying` is never in flight in this process at
    the start of a tick (a tick runs its remediation to the end and ticks never overlap), so it was
    left by a previous leader, a crash or a lost lease; the first tick of a new leader hands it to
-   the remediator, which re-applies or re-verifies from its recorded step. The guards do not stop
-   a started remediation: it must end remediated or restored, never half-way.
+   the remediator, which re-applies or re-verifies from its recorded step (the remediator of a
+   replica that lost the lease stops after its recorded step). The guards do not stop a started
+   remediation: it must end remediated or restored, never half-way.
 3. Else the oldest `approved` incident that the guards clear (`agent.remediation.guard`):
    protected namespaces and Kueue-managed jobs are refused (the incident fails with the reason);
    another remediation of the same job in flight, or the hourly cap of the cluster reached, waits.
@@ -188,8 +189,9 @@ class RemediationExecutor:
 
 def live_remediator(parts: Parts, store: IncidentStore) -> Remediator:
     """The real remediator (`agent.remediation.execute.Remediator`) over the agent's clients: it
-    re-diagnoses from the live API, writes through the only cluster writer, and reads utilization
-    from Prometheus when configured."""
+    re-diagnoses from the live API, writes through the only cluster writer, reads utilization
+    from Prometheus when configured, and stops (after its recorded step) once this replica is no
+    longer the leader, so the next leader resumes alone."""
     from agent.remediation.execute import Remediator as LiveRemediator
     from agent.runtime.rediagnosis import ApiRediagnosis
 
@@ -199,6 +201,7 @@ def live_remediator(parts: Parts, store: IncidentStore) -> Remediator:
         diagnose=ApiRediagnosis(parts.api, settings.diagnosis),
         settings=settings.remediation,
         prometheus=parts.prometheus,
+        active=parts.is_leader,
     )
 
 
