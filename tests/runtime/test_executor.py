@@ -5,16 +5,24 @@ refuse or defer, failures are retried after a pause."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from agent.model.incident import Actor
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.model.verdict import Verdict
 from agent.remediation.decision import DecisionRequest, decide
-from agent.runtime.executor import RemediationExecutor
-from agent.settings import RemediationSettings
+from agent.runtime import expiry
+from agent.runtime.app import Parts
+from agent.runtime.executor import RemediationExecutor, register
+from agent.runtime.metrics import AgentMetrics
+from agent.settings import RemediationSettings, Settings
+from agent.sources.cache import ClusterCache
 from agent.sources.jobkey import JobKey
+from agent.sources.kubeapi import KubeApi
 from agent.store.repository import IncidentStore
 from tests.runtime.step_remediator import StepRemediator
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store
@@ -144,3 +152,20 @@ def test_one_remediation_in_flight_per_job(store: IncidentStore) -> None:
     remediator.stop_early.clear()
     assert executor.step() == split and _status(store, split) is S.RESOLVED
     assert executor.step() == blocked
+
+
+@pytest.mark.parametrize(("enabled", "jobs"), [
+    (True, ["remediation-executor", "approval-expiry"]),
+    (False, ["approval-expiry"]),  # decisions are still recorded and expired; nothing executes
+])
+def test_registered_as_leader_gated_background_jobs(store: IncidentStore, enabled: bool,
+                                                    jobs: list[str]) -> None:
+    settings = Settings()
+    settings = replace(settings, remediation=replace(settings.remediation, enabled=enabled))
+    parts = Parts(settings=settings, playbooks=[], metrics=AgentMetrics(), cache=ClusterCache(),
+                  api=KubeApi(None), prometheus=None, is_leader=lambda: True)
+    clock = Clock()
+    register(parts, store, StepRemediator(store, lambda: clock.now))
+    expiry.register(parts, store)
+    assert [job.name for job in parts.background_jobs] == jobs
+    assert all(job.every == timedelta(seconds=1) for job in parts.background_jobs)
