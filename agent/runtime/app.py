@@ -34,7 +34,7 @@ from agent.playbook.loader import load_playbooks
 from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import Detector
-from agent.runtime.http import IncidentQueries, build_app
+from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
 from agent.runtime.leader import AlwaysLeader, LeaderElector
 from agent.runtime.root import Parts, Root
 from agent.runtime.scheduler import (
@@ -66,6 +66,8 @@ class Pipeline(Protocol):
     def readiness(self) -> dict[str, bool]: ...
 
     def incidents(self) -> IncidentQueries | None: ...
+
+    def decisions(self) -> IncidentDecisions | None: ...
 
 
 PipelineFactory = Callable[[Parts], Pipeline]
@@ -134,6 +136,7 @@ class Agent:
                 alerts=self.alerts,
                 incidents=self.pipeline.incidents(),
                 api_token=self._api_token(),
+                decisions=self.pipeline.decisions(),
                 extra_routes=self.parts.extra_routes,
             ),
             host=settings.http.host,

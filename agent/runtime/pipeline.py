@@ -64,7 +64,8 @@ from agent.model.lifecycle import (
 from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, trigger_for_verdict
 from agent.playbook.model import Playbook, TriggerKind
-from agent.runtime.http import IncidentQueries
+from agent.runtime.approvals import ApprovalRequests
+from agent.runtime.http import IncidentDecisions, IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
 from agent.runtime.playbooks import PlaybookActions
@@ -149,6 +150,9 @@ class AgentPipeline:
         self.cluster = parts.settings.cluster_name
         self.store = store
         self.now = now
+        self.approvals = (
+            ApprovalRequests(store, settings=parts.settings, now=now) if store is not None else None
+        )
         self.monotonic = monotonic
         self._lock = threading.RLock()
         self.report: MetricsReport | None = None
@@ -164,6 +168,8 @@ class AgentPipeline:
             cache=parts.cache,
             cluster=self.cluster,
             channel=parts.settings.slack.channel,
+            approvals=self.approvals,
+            approval_ttl=parts.settings.remediation.approval_ttl,
             now=now,
         )
 
@@ -187,6 +193,11 @@ class AgentPipeline:
         return {"database": reachable, "database_writes": blocker is None}
 
     def incidents(self) -> IncidentQueries | None:
+        if self.store is None:
+            return None
+        return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
+
+    def decisions(self) -> IncidentDecisions | None:
         if self.store is None:
             return None
         return StoreIncidents(self.store, cluster=self.cluster, now=self.now)

@@ -12,15 +12,17 @@ Nothing is lost when the store refuses a write: a firing whose messages could no
 is kept (in memory) and `retry_unfired` queues it again; the pipeline calls it before its next
 work, so the outbox gets the messages of an incident opened just before the database went away.
 
-What it does not do: deliver messages (the chat layer reads the outbox), decide approvals, or
-record findings.
+A `propose_colocation` action first takes the incident's approval step (`ApprovalRequests`: a
+request with its deadline, or auto-approval where the playbook opts the namespace in).
+
+What it does not do: deliver messages (the chat layer reads the outbox) or record findings.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from agent.errors import UnavailableError, ZonemedicError
@@ -28,6 +30,8 @@ from agent.model.incident import IncidentQuery, IncidentSummary
 from agent.model.lifecycle import MessageKind, to_jsonable
 from agent.playbook.matching import Event, Subject, fired
 from agent.playbook.model import Playbook, PlaybookActionKind
+from agent.remediation.approval import ApprovalStepKind
+from agent.runtime.approvals import ApprovalRequests
 from agent.sources.cache import ClusterCache
 from agent.sources.jobkey import JobKey
 from agent.store.repository import IncidentStore
@@ -46,6 +50,8 @@ class PlaybookActions:
         cache: ClusterCache,
         cluster: str,
         channel: str | None,
+        approvals: ApprovalRequests | None = None,
+        approval_ttl: timedelta,
         now: Callable[[], datetime],
     ) -> None:
         self.playbooks = playbooks
@@ -53,6 +59,8 @@ class PlaybookActions:
         self.cache = cache
         self.cluster = cluster
         self.channel = channel
+        self.approvals = approvals
+        self.approval_ttl = approval_ttl
         self.now = now
         # incident id -> a firing not (fully) queued yet, retried by `retry_unfired`
         self._unfired: dict[int, tuple[Event, IncidentSummary, Mapping[str, Any]]] = {}
@@ -118,11 +126,17 @@ class PlaybookActions:
                     "incident_id": incident.id,
                     "finding": dict(document),
                 }
-                if action.approval is not None:
+                if action.approval is not None and self.approvals is not None:
+                    # the approval step first (a conditional write, so a retried firing repeats
+                    # nothing), so the queued proposal carries the deadline
+                    step = self.approvals.propose(
+                        incident, document, action.approval, playbook=firing.playbook.name
+                    )
                     payload["approval"] = {
                         "approvers": list(action.approval.approvers),
-                        "expiry_seconds": action.approval.expiry.total_seconds(),
-                        "auto": action.approval.is_auto(incident.namespace),
+                        "expiry_seconds": (action.approval.expiry or self.approval_ttl).total_seconds(),
+                        "auto": step.kind is ApprovalStepKind.AUTO,
+                        "deadline": step.deadline.isoformat() if step.deadline else None,
                     }
                 store.enqueue_message(
                     MessageKind.POST,
