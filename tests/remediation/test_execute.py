@@ -231,7 +231,11 @@ def test_two_executors_racing_on_one_approval_restart_the_job_once(
         assert IncidentStatus.RESOLVED in results and len(results) == 2
         assert set(results) <= {IncidentStatus.RESOLVED, IncidentStatus.REMEDIATING}
         detail = store.get_incident(incident_id)
-        assert [a.kind for a in detail.actions].count(RemediationActionKind.PLAN) == 1
+        suspended = [a for a in detail.actions if a.payload.get("step") == "suspended"]
+        assert len(suspended) == 1
+        # one plan, plus one per 409 re-plan (the operator's status writes race the lock)
+        plans = [a.kind for a in detail.actions].count(RemediationActionKind.PLAN)
+        assert plans == suspended[0].payload["attempt"]
         assert [e.kind.value for e in detail.events].count("remediation_started") == 1
         assert resumes(lab) == 1
 
