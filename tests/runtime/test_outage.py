@@ -197,7 +197,8 @@ def test_a_split_during_the_outage_is_recorded_once_the_database_is_back(running
 
     run.outage.end()
     (incident,) = wait_for(lambda: run.incidents("zone_split_blocked"), timeout=15, what="the incident")
-    assert incident.status.value == "open"
+    # the shipped zone-split playbook proposes the fix: the incident awaits an approval
+    assert incident.status.value in {"open", "awaiting_approval"}
     wait_for(lambda: run.readyz().status_code == 200, timeout=10, what="/readyz to recover")
     wait_for(lambda: run.agent.pipeline.actions.unfired == 0, timeout=10, what="playbook firings")
     # exactly once: one incident, each playbook message queued once
@@ -205,6 +206,9 @@ def test_a_split_during_the_outage_is_recorded_once_the_database_is_back(running
     messages = run.direct.get_incident(incident.id).messages
     posts = sorted(m.payload["action"] for m in messages if m.kind is MessageKind.POST)
     assert posts == ["notify", "propose_colocation"]
+    final = run.direct.get_incident(incident.id).incident
+    assert final.status.value == "awaiting_approval"
+    assert final.approval_deadline is not None
 
 
 def alert(name: str, fingerprint: str) -> dict[str, Any]:
