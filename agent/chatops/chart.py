@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.dates import date2num
 from matplotlib.figure import Figure
 
 MIN_SAMPLES = 2
+SECONDS_PER_DAY = 86400.0
+
+
+def _days(unix_seconds: float) -> float:
+    """matplotlib's date number (days since its default epoch, 1970-01-01 UTC)."""
+    return unix_seconds / SECONDS_PER_DAY
 
 
 def utilization_png(
@@ -33,7 +38,7 @@ def utilization_png(
     points = sorted(samples)
     if len(points) < MIN_SAMPLES:
         return None
-    times = [float(date2num(datetime.fromtimestamp(t, tz=UTC))) for t, _ in points]
+    times = [_days(t) for t, _ in points]
     values = [v for _, v in points]
     figure = Figure(figsize=(8, 3), dpi=100)
     FigureCanvasAgg(figure)
@@ -42,7 +47,7 @@ def utilization_png(
     if baseline is not None:
         axes.axhline(baseline, color="#2ca02c", linestyle="--", linewidth=1, label="baseline")
     if split_at is not None and points[0][0] <= split_at <= points[-1][0]:
-        axes.axvline(float(date2num(datetime.fromtimestamp(split_at, tz=UTC))), color="#d62728", linewidth=1.5,
+        axes.axvline(_days(split_at), color="#d62728", linewidth=1.5,
                      label="split detected")
     axes.xaxis_date(tz=UTC)
     axes.set_ylim(0, 100)
