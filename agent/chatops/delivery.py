@@ -1,0 +1,366 @@
+"""Delivery of the outbox to Slack, and the follower that queues an incident's story into it.
+
+Who calls it: the chat wiring registers `Deliverer.run` as a leader-gated background job (one
+replica delivers, never two rounds at once); the click handler calls `Follower.follow` after a
+recorded decision.
+
+Every outgoing Slack message is an outbox message first (the store keeps it across crashes and
+outages); nothing posts directly. Messages (payload shapes):
+- `post` (the pipeline's playbook actions): the incident's message. The first one posts it; any
+  later one (a second playbook action, a re-detection) updates that same message (`chat.update`,
+  its `channel|ts` kept as the delivered message's external ref) instead of posting again. A post
+  queues the chart as its own message, so a failed upload never re-posts the finding.
+- `update` with `{"refresh": true}`: re-render the incident's message from the store (e.g. the
+  buttons replaced by the decision); `{"thread_event": ID}`: one thread reply telling a timeline
+  event; `{"chart": true}`: the utilization chart uploaded into the thread (v2 upload flow), or
+  nothing without metrics.
+- `digest`: open incidents, resolved in the period and GPU-hours recovered, from the store.
+
+Order per incident holds: a message is sent only when every earlier message of its incident is
+delivered or dead; otherwise it is given back and waits. Slack down (5xx, connection errors) or
+rate limiting (429) fails the attempt: the store schedules the next with backoff, nothing is
+dropped; a 429 also pauses the whole deliverer for its `Retry-After`.
+
+The follower turns timeline events into `update` messages with dedupe keys (`slack:thread:{event}`,
+`slack:refresh:{incident}:{event}`), so following an incident twice queues nothing twice.
+
+What it does not do: render (render does), decide, or run on a follower replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+
+from agent.chatops.chart import utilization_png
+from agent.chatops.ports import ChatStore, Clock, Outbox
+from agent.chatops.render import (
+    REFRESH_EVENTS,
+    THREAD_EVENTS,
+    ProposedFix,
+    Rendered,
+    Utilization,
+    digest_message,
+    incident_message,
+    thread_update,
+)
+from agent.errors import InputError, ZonemedicError
+from agent.model.incident import IncidentDetail, IncidentQuery, IncidentSummary, OutboxMessage
+from agent.model.lifecycle import MessageKind, MessageStatus, RemediationActionKind
+
+log = logging.getLogger(__name__)
+
+REF_SEPARATOR = "|"
+Samples = Sequence[tuple[float, float]]
+SeriesSource = Callable[[IncidentSummary], tuple[Samples, float | None] | None]
+
+
+class DeliveryError(Exception):
+    """One attempt failed (internal): the message is marked failed and retried later."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def parent_ref(detail: IncidentDetail) -> tuple[str, str] | None:
+    """(channel, ts) of the incident's Slack message, once delivered."""
+    for m in sorted(detail.messages, key=lambda m: m.id):
+        if (m.kind is MessageKind.POST and m.status is MessageStatus.DELIVERED
+                and m.external_ref and REF_SEPARATOR in m.external_ref):
+            channel, _, ts = m.external_ref.partition(REF_SEPARATOR)
+            return channel, ts
+    return None
+
+
+def utilization_of(detail: IncidentDetail) -> Utilization:
+    """The latest utilization evidence: a re-detection's metrics, the finding's, else the store's."""
+    candidates: list[Mapping[str, Any]] = []
+    for event in detail.events:
+        metrics = event.detail.get("metrics")
+        if isinstance(metrics, Mapping):
+            candidates.append(metrics)
+    metrics = detail.diagnosis.get("metrics")
+    if isinstance(metrics, Mapping):
+        candidates.insert(0, metrics)
+    for metrics in reversed(candidates):
+        now = metrics.get("utilization_now")
+        if isinstance(now, int | float):
+            base = metrics.get("utilization_baseline")
+            return Utilization(float(now), float(base) if isinstance(base, int | float) else None)
+    return Utilization(detail.incident.utilization_before, None)
+
+
+def proposed_fix(detail: IncidentDetail) -> ProposedFix | None:
+    """The latest recorded plan's words and diff (a `plan` action's payload), if any."""
+    plans = [a for a in detail.actions if a.kind is RemediationActionKind.PLAN]
+    if not plans:
+        return None
+    payload = plans[-1].payload
+    summary = str(payload.get("summary") or payload.get("description") or plans[-1].message or "")
+    diff = payload.get("diff") or payload.get("patch_diff") or ""
+    return ProposedFix(summary=summary, diff=str(diff)) if summary or diff else None
+
+
+class Follower:
+    """Queues the thread replies and message refreshes an incident's timeline calls for."""
+
+    def __init__(self, store: ChatStore, *, clock: Clock, cluster: str | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.cluster = cluster
+
+    def follow(self, incident_id: int) -> int:
+        """Queue what is missing for one incident; how many messages were new or re-found."""
+        try:
+            detail = self.store.get_incident(incident_id)
+        except InputError:
+            return 0
+        posts = [m for m in detail.messages if m.kind is MessageKind.POST]
+        if not posts:
+            return 0  # never posted to chat: nothing to follow
+        channel = posts[0].channel
+        now = self.clock()
+        queued = 0
+        latest_refresh = None
+        for event in detail.events:
+            if event.kind in THREAD_EVENTS:
+                self.store.enqueue_message(
+                    MessageKind.UPDATE, payload={"thread_event": event.id}, now=now,
+                    incident_id=incident_id, channel=channel,
+                    dedupe_key=f"slack:thread:{event.id}",
+                )
+                queued += 1
+            if event.kind in REFRESH_EVENTS:
+                latest_refresh = event.id
+        if latest_refresh is not None:
+            self.store.enqueue_message(
+                MessageKind.UPDATE, payload={"refresh": True}, now=now, incident_id=incident_id,
+                channel=channel, dedupe_key=f"slack:refresh:{incident_id}:{latest_refresh}",
+            )
+            queued += 1
+        return queued
+
+    def follow_recent(self, *, window: timedelta = timedelta(days=1)) -> None:
+        """Follow every open incident and every one updated within `window`."""
+        now = self.clock()
+        seen: set[int] = set()
+        for query in (IncidentQuery(cluster=self.cluster, open_only=True, limit=500),
+                      IncidentQuery(cluster=self.cluster, limit=100)):
+            for incident in self.store.list_incidents(query).incidents:
+                if incident.id in seen or (not query.open_only and incident.updated_at < now - window):
+                    continue
+                seen.add(incident.id)
+                self.follow(incident.id)
+
+
+@dataclass
+class DeliveryReport:
+    delivered: int = 0
+    failed: int = 0
+    waiting: int = 0
+    paused: bool = False
+
+
+class Deliverer:
+    """Drains the outbox into Slack (`run` is the leader's background job)."""
+
+    def __init__(
+        self,
+        *,
+        outbox: Outbox,
+        store: ChatStore,
+        client: WebClient,
+        clock: Clock,
+        approvals: Callable[[IncidentDetail], bool],
+        follower: Follower | None = None,
+        series: SeriesSource | None = None,
+        default_channel: str | None = None,
+        cluster: str | None = None,
+        digest_period: timedelta = timedelta(days=1),
+        batch: int = 20,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.outbox = outbox
+        self.store = store
+        self.client = client
+        self.clock = clock
+        self.approvals = approvals
+        self.follower = follower
+        self.series = series
+        self.default_channel = default_channel
+        self.cluster = cluster
+        self.digest_period = digest_period
+        self.batch = batch
+        self.monotonic = monotonic
+        self._paused_until = 0.0
+
+    def run(self) -> DeliveryReport:
+        """One round: follow recent incidents, then deliver what is due, in order."""
+        report = DeliveryReport()
+        if self.follower is not None:
+            self.follower.follow_recent()
+        if self.monotonic() < self._paused_until:
+            report.paused = True
+            return report
+        claimed = sorted(self.outbox.claim(now=self.clock(), limit=self.batch), key=lambda m: m.id)
+        blocked: set[int] = set()
+        for index, message in enumerate(claimed):
+            if self.monotonic() < self._paused_until:
+                for rest in claimed[index:]:
+                    self.outbox.release(rest, now=self.clock())
+                report.waiting += len(claimed) - index
+                report.paused = True
+                break
+            incident = message.incident_id
+            if incident is not None and (incident in blocked or self._behind(message)):
+                blocked.add(incident)
+                self.outbox.release(message, now=self.clock())
+                report.waiting += 1
+                continue
+            try:
+                ref = self._deliver(message)
+            except DeliveryError as exc:
+                if exc.retry_after is not None:
+                    self._paused_until = self.monotonic() + exc.retry_after
+                self.outbox.failed(message, now=self.clock(), error=str(exc))
+                report.failed += 1
+                if incident is not None:
+                    blocked.add(incident)
+                log.warning("slack delivery failed", extra={"message_id": message.id,
+                                                            "error": str(exc)})
+                continue
+            self.outbox.delivered(message, now=self.clock(), external_ref=ref)
+            report.delivered += 1
+        return report
+
+    def _behind(self, message: OutboxMessage) -> bool:
+        """Whether an earlier message of the same incident is still waiting."""
+        assert message.incident_id is not None
+        detail = self.store.get_incident(message.incident_id)
+        return any(m.id < message.id and m.status is MessageStatus.PENDING
+                   for m in detail.messages)
+
+    # -- one message -----------------------------------------------------------------------------
+
+    def _deliver(self, message: OutboxMessage) -> str | None:
+        try:
+            if message.kind is MessageKind.DIGEST:
+                return self._digest(message)
+            if message.incident_id is None:
+                raise DeliveryError(f"a {message.kind.value} message without an incident")
+            detail = self.store.get_incident(message.incident_id)
+            if message.kind is MessageKind.POST:
+                return self._post(message, detail)
+            if message.payload.get("refresh"):
+                return self._refresh(detail)
+            if message.payload.get("chart"):
+                return self._chart(detail)
+            if "thread_event" in message.payload:
+                return self._thread(message, detail)
+            raise DeliveryError(f"unknown update payload {sorted(message.payload)}")
+        except SlackApiError as exc:
+            status = exc.response.status_code
+            retry = None
+            if status == 429:
+                raw = exc.response.headers.get("Retry-After", "1")
+                retry = float(raw) if str(raw).replace(".", "", 1).isdigit() else 1.0
+            raise DeliveryError(f"slack answered {status}: {exc.response.get('error')}",
+                                retry_after=retry) from None
+        except (SlackClientError, OSError) as exc:
+            raise DeliveryError(f"slack unreachable: {exc}") from None
+        except ZonemedicError as exc:
+            raise DeliveryError(f"store: {exc}") from None
+
+    def _render(self, detail: IncidentDetail) -> Rendered:
+        decision = max(detail.decisions, key=lambda d: (d.decided_at, d.id), default=None)
+        return incident_message(
+            detail.incident, detail.diagnosis, fix=proposed_fix(detail),
+            utilization=utilization_of(detail), approvals_enabled=self.approvals(detail),
+            decision=decision, snoozed_until=detail.snoozed_until,
+        )
+
+    def _post(self, message: OutboxMessage, detail: IncidentDetail) -> str:
+        rendered = self._render(detail)
+        existing = parent_ref(detail)
+        if existing is not None:
+            self.client.chat_update(channel=existing[0], ts=existing[1], text=rendered.text,
+                                    blocks=rendered.blocks)
+            return REF_SEPARATOR.join(existing)
+        channel = message.channel or self.default_channel
+        if not channel:
+            raise DeliveryError("no channel: set slack.channel or the playbook action's channel")
+        response = self.client.chat_postMessage(channel=channel, text=rendered.text,
+                                                blocks=rendered.blocks, unfurl_links=False)
+        channel_id = str(response.get("channel") or channel)
+        ts = str(response["ts"])
+        if self.series is not None:
+            self.store.enqueue_message(
+                MessageKind.UPDATE, payload={"chart": True}, now=self.clock(),
+                incident_id=detail.incident.id, channel=channel_id,
+                dedupe_key=f"slack:chart:{detail.incident.id}",
+            )
+        return f"{channel_id}{REF_SEPARATOR}{ts}"
+
+    def _refresh(self, detail: IncidentDetail) -> str | None:
+        existing = parent_ref(detail)
+        if existing is None:
+            return None  # never posted (its post is dead): nothing to update
+        rendered = self._render(detail)
+        self.client.chat_update(channel=existing[0], ts=existing[1], text=rendered.text,
+                                blocks=rendered.blocks)
+        return REF_SEPARATOR.join(existing)
+
+    def _thread(self, message: OutboxMessage, detail: IncidentDetail) -> str | None:
+        event_id = message.payload.get("thread_event")
+        event = next((e for e in detail.events if e.id == event_id), None)
+        rendered = thread_update(event) if event is not None else None
+        existing = parent_ref(detail)
+        if rendered is None or existing is None:
+            return None
+        response = self.client.chat_postMessage(channel=existing[0], thread_ts=existing[1],
+                                                text=rendered.text, blocks=rendered.blocks)
+        return f"{existing[0]}{REF_SEPARATOR}{response['ts']}"
+
+    def _chart(self, detail: IncidentDetail) -> str | None:
+        existing = parent_ref(detail)
+        if existing is None or self.series is None:
+            return None
+        found = self.series(detail.incident)
+        if found is None:
+            return None
+        samples, baseline = found
+        onset = detail.onset_at or detail.incident.opened_at
+        incident = detail.incident
+        png = utilization_png(samples, title=f"GPU utilization of {incident.namespace}/"
+                              f"{incident.name}", split_at=onset.timestamp(), baseline=baseline)
+        if png is None:
+            return None
+        response = self.client.files_upload_v2(
+            content=png, filename=f"zonemedic-{incident.id}-utilization.png",
+            title=f"GPU utilization, incident #{incident.id}", channel=existing[0],
+            thread_ts=existing[1],
+        )
+        file = response.get("file") or {}
+        return str(file.get("id") or "uploaded")
+
+    def _digest(self, message: OutboxMessage) -> str:
+        channel = message.channel or self.default_channel
+        if not channel:
+            raise DeliveryError("no channel for the digest")
+        now = self.clock()
+        stats = self.store.stats(since=now - self.digest_period, now=now)
+        open_now = self.store.list_incidents(
+            IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
+        ).incidents
+        rendered = digest_message(open_now, stats, period=self.digest_period)
+        response = self.client.chat_postMessage(channel=channel, text=rendered.text,
+                                                blocks=rendered.blocks)
+        return f"{response.get('channel') or channel}{REF_SEPARATOR}{response['ts']}"

@@ -1,0 +1,91 @@
+"""What the chat layer needs from the rest of the agent, as Protocols the composition root fills.
+
+Who uses it: `agent.chatops.slack` (clicks and slash commands) and `agent.chatops.delivery` (the
+outbox deliverer). The chat layer never imports the store or the remediation package: the runtime
+passes the incident store (it satisfies `ChatStore` structurally), the one decision function
+(wrapped as a `Decide`) and, optionally, a sweep to run from `/zonemedic sweep`.
+
+What it does not do: implement any of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from agent.model.incident import (
+    Actor,
+    IncidentDetail,
+    IncidentListing,
+    IncidentQuery,
+    IncidentStats,
+    OutboxMessage,
+)
+from agent.model.lifecycle import DecisionOutcome, EventKind, IncidentStatus, MessageKind
+
+
+class ChatStore(Protocol):
+    """The incident store's methods the chat layer calls."""
+
+    def get_incident(self, incident_id: int) -> IncidentDetail: ...
+
+    def list_incidents(self, query: IncidentQuery | None = None) -> IncidentListing: ...
+
+    def stats(self, *, since: datetime, now: datetime) -> IncidentStats: ...
+
+    def add_event(
+        self,
+        incident_id: int,
+        kind: EventKind,
+        *,
+        now: datetime,
+        actor: str | None = ...,
+        detail: Mapping[str, Any] | None = ...,
+    ) -> int: ...
+
+    def enqueue_message(
+        self,
+        kind: MessageKind,
+        *,
+        payload: Mapping[str, Any],
+        now: datetime,
+        incident_id: int | None = ...,
+        channel: str | None = ...,
+        dedupe_key: str | None = ...,
+    ) -> int: ...
+
+
+class Outbox(Protocol):
+    """The outbox's delivery side: claim due messages, then settle each claim."""
+
+    def claim(self, *, now: datetime, limit: int) -> list[OutboxMessage]: ...
+
+    def delivered(self, message: OutboxMessage, *, now: datetime, external_ref: str | None) -> None: ...
+
+    def failed(self, message: OutboxMessage, *, now: datetime, error: str) -> None: ...
+
+    def release(self, message: OutboxMessage, *, now: datetime) -> None:
+        """Give a claimed message back untouched (it waits behind an earlier one)."""
+        ...
+
+
+@dataclass(frozen=True)
+class DecisionReply:
+    """What the decision function answered, in the words the chat layer shows."""
+
+    recorded: bool
+    status: IncidentStatus | None
+    decided_by: str | None
+    message: str  # one line for the person who clicked
+
+
+class Decide(Protocol):
+    def __call__(
+        self, incident_id: int, outcome: DecisionOutcome, *, actor: Actor, now: datetime
+    ) -> DecisionReply: ...
+
+
+Sweep = Callable[[], str]  # runs one sweep now; returns a one-line summary
+Clock = Callable[[], datetime]
