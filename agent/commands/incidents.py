@@ -1,12 +1,16 @@
 """`zonemedic incidents list|show|stats`: the incident history for people (table) and scripts (JSON).
 
+The decisions `incidents approve|reject|snooze` live in `agent.commands.decisions`; this module
+only adds their parsers.
+
 Who calls it: `agent.cli`. It validates flags itself (a bad `--since`, `--job`, `--status`,
 `--verdict`, `--limit` or `--output` is one line on stderr and exit 2, nothing read), opens the store
 the database flags select (`agent.commands.db`), calls the repository and prints. Rows the store
 cannot read are listed as warnings on stderr naming the incident; the listing goes on. Tables fit in
 100 columns. `now` is read here, at the edge, once per command.
 
-What it does not do: change anything (decisions go through Slack, the API or the agent).
+What it does not do: change anything (decisions go through `agent.commands.decisions`, Slack or
+the API).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agent.commands import decisions
 from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import InputError
 from agent.model.incident import IncidentDetail, IncidentListing, IncidentQuery, IncidentStats
@@ -32,8 +37,9 @@ OUTPUTS = ("table", "json")
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "incidents", help="incident history: list, show, stats",
-        description="Query the incident history.",
+        "incidents", help="incident history (list, show, stats) and decisions (approve, reject, "
+        "snooze)",
+        description="Query the incident history; approve, reject or snooze a proposed fix.",
     )
     actions = parser.add_subparsers(dest="incidents_action", metavar="ACTION")
     actions.required = True
@@ -58,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sub.add_argument("--output", metavar="FORMAT", default="table", help="table or json")
         add_database_arguments(sub)
         sub.set_defaults(handler=run)
+    decisions.add_parsers(actions)
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ Lifecycle
       |            |    |  \\          |            |             |
       |            |    |   snoozed    |            +-> failed    +-> rolled_back / failed
       |            |    +-> rejected / expired      +-> rolled_back
-      +-> approved (auto approval policy)
+      +-> approved / rejected / snoozed (a decision before approval was requested, or auto)
     open / awaiting_approval / snoozed / approved -> superseded (the job changed before remediation)
     open / awaiting_approval / snoozed / verifying -> resolved (a re-diagnosis finds it healthy)
 
@@ -120,7 +120,10 @@ S = IncidentStatus
 
 # The whole lifecycle: status -> the statuses it may move to. Absent or empty: terminal.
 TRANSITIONS: dict[IncidentStatus, frozenset[IncidentStatus]] = {
-    S.OPEN: frozenset({S.AWAITING_APPROVAL, S.APPROVED, S.RESOLVED, S.EXPIRED, S.SUPERSEDED}),
+    S.OPEN: frozenset(
+        {S.AWAITING_APPROVAL, S.APPROVED, S.REJECTED, S.SNOOZED, S.RESOLVED, S.EXPIRED,
+         S.SUPERSEDED}
+    ),
     S.AWAITING_APPROVAL: frozenset(
         {S.APPROVED, S.REJECTED, S.SNOOZED, S.EXPIRED, S.RESOLVED, S.SUPERSEDED}
     ),

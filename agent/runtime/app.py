@@ -36,7 +36,7 @@ from agent.playbook.loader import load_playbooks
 from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import Detector
-from agent.runtime.http import IncidentQueries, build_app
+from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.scheduler import (
@@ -71,6 +71,8 @@ class Pipeline(Protocol):
     def readiness(self) -> dict[str, bool]: ...
 
     def incidents(self) -> IncidentQueries | None: ...
+
+    def decisions(self) -> IncidentDecisions | None: ...
 
 
 PipelineFactory = Callable[["Parts"], Pipeline]
@@ -193,6 +195,7 @@ class Agent:
                 alerts=self.alerts,
                 incidents=self.pipeline.incidents(),
                 api_token=self._api_token(),
+                decisions=self.pipeline.decisions(),
                 extra_routes=self.parts.extra_routes,
             ),
             host=settings.http.host,

@@ -10,7 +10,12 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
 - `GET /api/incidents` (filters `job=NS/NAME`, `namespace`, `status`, `verdict`, `since=7d`,
   `limit`) and `GET /api/incidents/{id}`: bearer-token auth when `api_token` is set; without a
   token the API answers loopback clients only (403 otherwise), so it is off by default on loopback
-  and never open to the network by accident.
+  and never open to the network by accident;
+- `POST /api/incidents/{id}/decision` (`agent.runtime.decision_api`): approve, reject or snooze
+  through the one decision function. The route exists only when `api_token` is set (and a decider
+  is given): a bearer token, compared in constant time, is required (401 without it); 400 names a
+  bad field, 404 no such incident, 409 already decided / expired / no longer current (naming who
+  and when), 200 with the result when this request recorded the decision.
 
 Extra routes (the Slack events endpoint of the chat layer) are mounted with `extra_routes`. Handlers
 do no blocking work on the event loop: queries and webhook handling run in a thread pool.
@@ -31,6 +36,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent.errors import ConfigError, InputError, UnavailableError
+from agent.model.lifecycle import to_jsonable
+from agent.remediation.decision import DecisionRequest, DecisionResult
+from agent.runtime import decision_api
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
 from agent.settings import parse_duration
@@ -56,6 +64,12 @@ class IncidentQueries(Protocol):
     def list_incidents(self, filters: IncidentFilter) -> list[dict[str, Any]]: ...
 
     def get_incident(self, incident_id: int) -> dict[str, Any] | None: ...
+
+
+class IncidentDecisions(Protocol):
+    """What the decision API calls (the one decision function over the store, with `now`)."""
+
+    def decide(self, request: DecisionRequest) -> DecisionResult: ...
 
 
 def parse_filters(params: dict[str, str]) -> IncidentFilter:
@@ -96,6 +110,33 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
+def _decision_route(
+    decisions: IncidentDecisions, authorized: Callable[[Request], JSONResponse | None]
+) -> Route:
+    async def decide(request: Request) -> Response:
+        denied = authorized(request)
+        if denied is not None:
+            return denied
+        body = await request.body()
+        try:
+            wanted = decision_api.parse_decision(request.path_params["incident_id"], body)
+        except InputError as exc:
+            return _error(400, str(exc))
+        try:
+            result = await run_in_threadpool(decisions.decide, wanted)
+        except InputError as exc:
+            return _error(400, str(exc))
+        except UnavailableError as exc:
+            return _error(503, str(exc))
+        status = decision_api.status_code(result)
+        payload: dict[str, Any] = to_jsonable(result)
+        if status != 200:
+            payload["error"] = result.message
+        return JSONResponse(payload, status_code=status)
+
+    return Route("/api/incidents/{incident_id}/decision", decide, methods=["POST"])
+
+
 def build_app(
     *,
     metrics: AgentMetrics,
@@ -103,6 +144,7 @@ def build_app(
     alerts: AlertReceiver | None = None,
     incidents: IncidentQueries | None = None,
     api_token: str | None = None,
+    decisions: IncidentDecisions | None = None,
     extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
     def authorized(request: Request) -> JSONResponse | None:
@@ -181,6 +223,8 @@ def build_app(
         Route("/alertmanager", alertmanager, methods=["POST"]),
         Route("/api/incidents", list_incidents, methods=["GET"]),
         Route("/api/incidents/{incident_id}", get_incident, methods=["GET"]),
-        *extra_routes,
     ]
+    if api_token is not None and decisions is not None:
+        routes.append(_decision_route(decisions, authorized))
+    routes.extend(extra_routes)
     return Starlette(routes=routes)

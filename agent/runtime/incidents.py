@@ -1,10 +1,12 @@
-"""The incidents API's reads (`GET /api/incidents`, `/api/incidents/{id}`) over the store.
+"""The incidents API over the store: reads (`GET /api/incidents`, `/api/incidents/{id}`) and
+decisions (`POST /api/incidents/{id}/decision`, through the one decision function).
 
 Built by the composition root and handed to `agent.runtime.http.build_app` as its
-`IncidentQueries`. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
+`IncidentQueries` and `IncidentDecisions`. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
 since, limit) to the store's `IncidentQuery` and returns plain JSON data (the store's
 `to_jsonable`). A bad filter value is an `InputError` (400); a database that is away is the
-store's `StoreUnavailableError` (503). What it does not do: write anything.
+store's `StoreUnavailableError` (503). The only write is `decide`, which reads the clock (`now`)
+and hands the request to `agent.remediation.decision.decide`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from agent.errors import InputError
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.verdict import Verdict
+from agent.remediation.decision import DecisionRequest, DecisionResult, decide
 from agent.runtime.http import IncidentFilter
 from agent.store.errors import IncidentNotFoundError
 from agent.store.repository import IncidentStore
@@ -60,3 +63,6 @@ class StoreIncidents:
             return None
         out: dict[str, Any] = to_jsonable(detail)
         return out
+
+    def decide(self, request: DecisionRequest) -> DecisionResult:
+        return decide(self.store, request, now=self.now())

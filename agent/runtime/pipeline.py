@@ -56,7 +56,7 @@ from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
 from agent.playbook.model import Playbook, PlaybookActionKind, TriggerKind
 from agent.runtime.app import Parts
-from agent.runtime.http import IncidentQueries
+from agent.runtime.http import IncidentDecisions, IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
 from agent.sources.alertmanager import Alert, AlertStatus
@@ -143,6 +143,11 @@ class AgentPipeline:
         return {"database": self.store.ping() if self.store is not None else True}
 
     def incidents(self) -> IncidentQueries | None:
+        if self.store is None:
+            return None
+        return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
+
+    def decisions(self) -> IncidentDecisions | None:
         if self.store is None:
             return None
         return StoreIncidents(self.store, cluster=self.cluster, now=self.now)

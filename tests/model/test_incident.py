@@ -38,6 +38,9 @@ NOW = datetime(2026, 11, 1, tzinfo=UTC)
     [
         (S.OPEN, S.AWAITING_APPROVAL, True),
         (S.OPEN, S.APPROVED, True),  # auto-approval policy
+        (S.OPEN, S.REJECTED, True),  # decided before approval was requested
+        (S.OPEN, S.SNOOZED, True),
+        (S.SNOOZED, S.APPROVED, False),  # a snoozed incident is asked again first
         (S.AWAITING_APPROVAL, S.APPROVED, True),
         (S.AWAITING_APPROVAL, S.REJECTED, True),
         (S.AWAITING_APPROVAL, S.SNOOZED, True),

@@ -1,0 +1,102 @@
+"""The HTTP decision API's contract: parse `POST /api/incidents/{id}/decision`, map results to codes.
+
+Who calls it: `agent.runtime.http` (the route) and nothing else. The body is one JSON object:
+`{"outcome": "approve" | "reject" | "snooze", "by": "<who>", "reason": "<text>" | null,
+"snooze_for": "24h" | <seconds> | null}`; `outcome` and `by` are required, `snooze_for` is for a
+snooze only, and any other key is refused. A bad body is an `InputError` naming the field (400).
+
+Status codes of a decision (`status_code`): 200 recorded; 404 no such incident; 409 already
+decided, expired or no longer current (the body names who decided or closed it, and when).
+
+What it does not do: authenticate (the route checks the bearer token first) or decide (the one
+decision function, `agent.remediation.decision.decide`, does, behind `IncidentDecisions`).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from agent.errors import ConfigError, InputError
+from agent.model.incident import Actor
+from agent.model.lifecycle import DecisionOutcome, DecisionSource
+from agent.remediation.decision import DecisionReason, DecisionRequest, DecisionResult, validate
+from agent.settings import parse_duration
+
+FIELDS = ("outcome", "by", "reason", "snooze_for")
+MAX_BODY = 16_384
+
+_STATUS: dict[DecisionReason, int] = {
+    DecisionReason.RECORDED: 200,
+    DecisionReason.NOT_FOUND: 404,
+    DecisionReason.ALREADY_DECIDED: 409,
+    DecisionReason.EXPIRED: 409,
+    DecisionReason.NOT_CURRENT: 409,
+}
+
+
+def incident_id(raw: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise InputError(f"incident id: expected a positive number, got {raw!r}")
+    return int(raw)
+
+
+def _string(body: dict[str, Any], key: str, *, required: bool) -> str | None:
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise InputError(f"{key}: required")
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"{key}: expected a string, got {json.dumps(value)}")
+    return value
+
+
+def _snooze_for(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InputError(f"snooze_for: expected a duration like 24h, got {json.dumps(value)}")
+    try:
+        return parse_duration(value, key="snooze_for")
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+
+
+def parse_decision(raw_id: str, body: bytes) -> DecisionRequest:
+    """The decision a request asks for; `InputError` names the bad field."""
+    ident = incident_id(raw_id)
+    if len(body) > MAX_BODY:
+        raise InputError(f"body: at most {MAX_BODY} bytes")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InputError("body: not JSON") from None
+    if not isinstance(data, dict):
+        raise InputError("body: expected a JSON object")
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise InputError(f"{unknown[0]}: unknown field (known: {', '.join(FIELDS)})")
+    outcome_raw = _string(data, "outcome", required=True) or ""
+    try:
+        outcome = DecisionOutcome(outcome_raw)
+    except ValueError:
+        known = ", ".join(o.value for o in DecisionOutcome)
+        raise InputError(f"outcome: expected one of {known}, got {outcome_raw!r}") from None
+    by = (_string(data, "by", required=True) or "").strip()
+    if not by:
+        raise InputError("by: expected a name, got an empty one")
+    request = DecisionRequest(
+        incident_id=ident,
+        outcome=outcome,
+        actor=Actor(id=by, name=None, source=DecisionSource.API),
+        reason=_string(data, "reason", required=False) or None,
+        snooze_for=_snooze_for(data.get("snooze_for")),
+    )
+    validate(request)
+    return request
+
+
+def status_code(result: DecisionResult) -> int:
+    return _STATUS[result.reason]
