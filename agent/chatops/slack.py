@@ -74,7 +74,7 @@ class ChatHandlers:
     directory: ApproverDirectory
     clock: Clock
     cluster: str | None
-    follow: Callable[[int], None]  # queue the message update and thread replies of an incident
+    follow: Callable[[int], object]  # queue the message update and thread replies of an incident
     decide: Decide | None = None  # None: decisions are not wired yet; clicks say so
     sweep: Sweep | None = None
 
