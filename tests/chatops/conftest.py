@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from agent.chatops.fakeslack import FakeSlack
+from tests.store.fixtures import sqlite_template
 
 LOOPBACK_ONLY = "chat tests reach loopback addresses only"
+__all__ = ["sqlite_template"]
 
 
 def is_loopback(address: Any) -> bool:
@@ -59,3 +61,14 @@ def slack() -> Iterator[FakeSlack]:
     )
     with fake:
         yield fake
+
+
+@pytest.fixture
+def rig(slack: FakeSlack, sqlite_template: Any, tmp_path: Any) -> Iterator[Any]:
+    from tests.chatops.harness import start_rig
+
+    running = start_rig(slack, sqlite_template, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
