@@ -42,7 +42,7 @@ def test_outage_loses_nothing_and_keeps_order_per_incident(
                    retry_after=1)
         rig.deliver_until(lambda: any(c.status == outage[0] for c in slack.calls()),
                           timeout=20)
-        slack.fail(status=outage[1], seconds=1.0, methods=["chat.postMessage", "chat.update"],
+        slack.fail(status=outage[1], seconds=2.5, methods=["chat.postMessage", "chat.update"],
                    retry_after=1)
         rig.deliver_until(lambda: all_delivered(rig, incidents), timeout=60)
 
