@@ -12,8 +12,9 @@ outages); nothing posts directly. Messages (payload shapes):
   queues the chart as its own message, so a failed upload never re-posts the finding.
 - `update` with `{"refresh": true}`: re-render the incident's message from the store (e.g. the
   buttons replaced by the decision); `{"thread_event": ID}`: one thread reply telling a timeline
-  event; `{"chart": true}`: the utilization chart uploaded into the thread (v2 upload flow), or
-  nothing without metrics.
+  event; `{"chart": true}`: the utilization chart uploaded into the thread (v2 upload flow). While
+  the job has no samples yet the chart is retried (for `chart_patience` after the incident opened);
+  without metrics there is no chart. A chart keeps no place in its incident's order.
 - `digest`: open incidents, resolved in the period and GPU-hours recovered, from the store.
 
 Order per incident holds: a message is sent only when every earlier message of its incident is
@@ -53,7 +54,7 @@ from agent.chatops.render import (
 )
 from agent.errors import InputError, ZonemedicError
 from agent.model.incident import IncidentDetail, IncidentQuery, IncidentSummary, OutboxMessage
-from agent.model.lifecycle import MessageKind, MessageStatus, RemediationActionKind
+from agent.model.lifecycle import EventKind, MessageKind, MessageStatus, RemediationActionKind
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,10 @@ class DeliveryError(Exception):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+def is_chart(message: OutboxMessage) -> bool:
+    return message.kind is MessageKind.UPDATE and bool(message.payload.get("chart"))
 
 
 def parent_ref(detail: IncidentDetail) -> tuple[str, str] | None:
@@ -130,6 +135,9 @@ class Follower:
         now = self.clock()
         queued = 0
         latest_refresh = None
+        # the message shows the state it was rendered in: only what happened after its posting
+        # (the `posted` event the store records with the delivery) calls for a refresh
+        posted = min((e.id for e in detail.events if e.kind is EventKind.POSTED), default=None)
         for event in detail.events:
             if event.kind in THREAD_EVENTS:
                 self.store.enqueue_message(
@@ -138,7 +146,7 @@ class Follower:
                     dedupe_key=f"slack:thread:{event.id}",
                 )
                 queued += 1
-            if event.kind in REFRESH_EVENTS:
+            if event.kind in REFRESH_EVENTS and posted is not None and event.id > posted:
                 latest_refresh = event.id
         if latest_refresh is not None:
             self.store.enqueue_message(
@@ -185,6 +193,7 @@ class Deliverer:
         default_channel: str | None = None,
         cluster: str | None = None,
         digest_period: timedelta = timedelta(days=1),
+        chart_patience: timedelta = timedelta(minutes=10),
         batch: int = 20,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -198,6 +207,7 @@ class Deliverer:
         self.default_channel = default_channel
         self.cluster = cluster
         self.digest_period = digest_period
+        self.chart_patience = chart_patience
         self.batch = batch
         self.monotonic = monotonic
         self._paused_until = 0.0
@@ -220,6 +230,8 @@ class Deliverer:
                 report.paused = True
                 break
             incident = message.incident_id
+            if is_chart(message):
+                incident = None  # a chart keeps no place in its incident's order
             if incident is not None and (incident in blocked or self._behind(message)):
                 blocked.add(incident)
                 self.outbox.release(message, now=self.clock())
@@ -245,7 +257,7 @@ class Deliverer:
         """Whether an earlier message of the same incident is still waiting."""
         assert message.incident_id is not None
         detail = self.store.get_incident(message.incident_id)
-        return any(m.id < message.id and m.status is MessageStatus.PENDING
+        return any(m.id < message.id and m.status is MessageStatus.PENDING and not is_chart(m)
                    for m in detail.messages)
 
     # -- one message -----------------------------------------------------------------------------
@@ -335,7 +347,9 @@ class Deliverer:
             return None
         found = self.series(detail.incident)
         if found is None:
-            return None
+            if self.clock() - detail.incident.opened_at < self.chart_patience:
+                raise DeliveryError("no utilization samples of the job yet")
+            return None  # no metrics: no chart
         samples, baseline = found
         onset = detail.onset_at or detail.incident.opened_at
         incident = detail.incident

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +89,23 @@ def test_chart_uploaded_into_the_thread_with_v2_flow(
         rig.stop()
 
 
-def test_no_metrics_no_chart(slack: FakeSlack, sqlite_template: Path, tmp_path: Path) -> None:
-    rig = start_rig(slack, sqlite_template, tmp_path, serve=False, series=lambda incident: None)
+@pytest.mark.parametrize("prometheus", [False, True])
+def test_no_metrics_no_chart(
+    slack: FakeSlack, sqlite_template: Path, tmp_path: Path, prometheus: bool
+) -> None:
+    """Without Prometheus no chart is queued; with it but no samples of the job, the chart is
+    retried for a while (here: no patience at all), then left out."""
+    rig = start_rig(slack, sqlite_template, tmp_path, serve=False,
+                    series=(lambda incident: None) if prometheus else None)
     try:
+        assert rig.chat.deliverer is not None
+        rig.chat.deliverer.chart_patience = timedelta(0)
         incident = rig.open_incident()
         posted(rig, incident)
         rig.deliver_until(lambda: all(m.status.value == "delivered"
                                       for m in rig.store.get_incident(incident).messages))
+        charts = [m for m in rig.store.get_incident(incident).messages if m.payload.get("chart")]
+        assert len(charts) == (1 if prometheus else 0)
         assert not slack.calls("files.getUploadURLExternal")
     finally:
         rig.stop()
