@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt import Ack, App, BoltRequest
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -211,11 +211,19 @@ def build_app(
     executor: Executor,
 ) -> App:
     """The Bolt app (call at start-up, never at import). `signing_secret` None: Socket Mode."""
+    token = client.token
+
+    def authorize(enterprise_id: str | None, team_id: str | None,
+                  user_id: str | None) -> AuthorizeResult:
+        # one workspace, one bot token: no `auth.test` call on a request's path
+        return AuthorizeResult(enterprise_id=enterprise_id, team_id=team_id, user_id=user_id,
+                               bot_token=token)
+
     app = App(
         client=client,
+        authorize=authorize,
         signing_secret=signing_secret,
         request_verification_enabled=signing_secret is not None,
-        token_verification_enabled=False,
         process_before_response=True,
         listener_executor=executor,
         logger=logging.getLogger("agent.chatops.bolt"),
@@ -246,7 +254,9 @@ def events_route(app: App, guard: RequestGuard) -> Route:
             query=str(request.url.query),
             headers={k: v for k, v in request.headers.items()},
         )
-        response = await run_in_threadpool(app.dispatch, bolt_request)
+        # on the event loop: with acks inline, local authorization and the work handed to the
+        # lazy-listener pool, dispatching does no I/O and takes well under a millisecond
+        response = app.dispatch(bolt_request)
         return Response(
             status_code=response.status,
             content=response.body,

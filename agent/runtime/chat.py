@@ -42,7 +42,7 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 DELIVERER_JOB = "slack-deliverer"
-WORKERS = 8  # threads doing the work after an acknowledgement (clicks, slash commands)
+WORKERS = 2  # threads doing the work after an acknowledgement (few: acks must not wait for the GIL)
 
 
 def utc_now() -> datetime:
