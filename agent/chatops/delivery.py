@@ -14,11 +14,12 @@ outages); nothing posts directly. Messages (payload shapes):
   buttons replaced by the decision); `{"thread_event": ID}`: one thread reply telling a timeline
   event; `{"chart": true}`: the utilization chart uploaded into the thread (v2 upload flow). While
   the job has no samples yet the chart is retried (for `chart_patience` after the incident opened);
-  without metrics there is no chart. A chart keeps no place in its incident's order.
+  without metrics there is no chart. A chart is queued without its incident (the id is in its
+  payload), so it keeps no place in the incident's order.
 - `digest`: open incidents, resolved in the period and GPU-hours recovered, from the store.
 
-Order per incident holds: a message is sent only when every earlier message of its incident is
-delivered or dead; otherwise it is given back and waits. Slack down (5xx, connection errors) or
+Order per incident holds: the store lets a message be claimed only when every earlier message of
+its incident is delivered or dead. Slack down (5xx, connection errors) or
 rate limiting (429) fails the attempt: the store schedules the next with backoff, nothing is
 dropped; a 429 also pauses the whole deliverer for its `Retry-After`.
 
@@ -53,7 +54,13 @@ from agent.chatops.render import (
     thread_update,
 )
 from agent.errors import InputError, ZonemedicError
-from agent.model.incident import IncidentDetail, IncidentQuery, IncidentSummary, OutboxMessage
+from agent.model.incident import (
+    ClaimedMessage,
+    IncidentDetail,
+    IncidentQuery,
+    IncidentSummary,
+    OutboxMessage,
+)
 from agent.model.lifecycle import EventKind, MessageKind, MessageStatus, RemediationActionKind
 
 log = logging.getLogger(__name__)
@@ -195,6 +202,7 @@ class Deliverer:
         digest_period: timedelta = timedelta(days=1),
         chart_patience: timedelta = timedelta(minutes=10),
         batch: int = 20,
+        rounds: int = 10,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.outbox = outbox
@@ -209,56 +217,52 @@ class Deliverer:
         self.digest_period = digest_period
         self.chart_patience = chart_patience
         self.batch = batch
+        self.rounds = rounds
         self.monotonic = monotonic
         self._paused_until = 0.0
 
     def run(self) -> DeliveryReport:
-        """One round: follow recent incidents, then deliver what is due, in order."""
+        """One round: follow recent incidents, then deliver what is due. The store hands out one
+        message per incident at a time (order per incident), so the round claims again after each
+        batch, until nothing is due, Slack fails or the round has taken `rounds` batches."""
         report = DeliveryReport()
         if self.follower is not None:
             self.follower.follow_recent()
-        if self.monotonic() < self._paused_until:
-            report.paused = True
-            return report
-        claimed = sorted(self.outbox.claim(now=self.clock(), limit=self.batch), key=lambda m: m.id)
-        blocked: set[int] = set()
-        for index, message in enumerate(claimed):
+        for _ in range(self.rounds):
             if self.monotonic() < self._paused_until:
-                for rest in claimed[index:]:
-                    self.outbox.release(rest, now=self.clock())
-                report.waiting += len(claimed) - index
                 report.paused = True
+                return report
+            claimed = self.outbox.claim(now=self.clock(), limit=self.batch)
+            if not claimed:
                 break
-            incident = message.incident_id
-            if is_chart(message):
-                incident = None  # a chart keeps no place in its incident's order
-            if incident is not None and (incident in blocked or self._behind(message)):
-                blocked.add(incident)
-                self.outbox.release(message, now=self.clock())
-                report.waiting += 1
-                continue
-            try:
-                ref = self._deliver(message)
-            except DeliveryError as exc:
-                if exc.retry_after is not None:
-                    self._paused_until = self.monotonic() + exc.retry_after
-                self.outbox.failed(message, now=self.clock(), error=str(exc))
-                report.failed += 1
-                if incident is not None:
-                    blocked.add(incident)
-                log.warning("slack delivery failed", extra={"message_id": message.id,
-                                                            "error": str(exc)})
-                continue
-            self.outbox.delivered(message, now=self.clock(), external_ref=ref)
-            report.delivered += 1
+            failed_before = report.failed
+            for claim in sorted(claimed, key=lambda c: c.message.id):
+                self._one(claim, report)
+            if report.failed > failed_before:
+                break
         return report
 
-    def _behind(self, message: OutboxMessage) -> bool:
-        """Whether an earlier message of the same incident is still waiting."""
-        assert message.incident_id is not None
-        detail = self.store.get_incident(message.incident_id)
-        return any(m.id < message.id and m.status is MessageStatus.PENDING and not is_chart(m)
-                   for m in detail.messages)
+    def _one(self, claim: ClaimedMessage, report: DeliveryReport) -> None:
+        message = claim.message
+        if self.monotonic() < self._paused_until:
+            # rate limited meanwhile: no attempt; the claim's lease ends and it comes back
+            report.waiting += 1
+            report.paused = True
+            return
+        try:
+            ref = self._deliver(message)
+        except DeliveryError as exc:
+            if exc.retry_after is not None:
+                self._paused_until = self.monotonic() + exc.retry_after
+            self.outbox.failed(claim, now=self.clock(), error=str(exc))
+            report.failed += 1
+            log.warning("slack delivery failed", extra={"message_id": message.id,
+                                                        "error": str(exc)})
+            return
+        if self.outbox.delivered(claim, now=self.clock(), external_ref=ref):
+            report.delivered += 1
+        else:
+            log.warning("a delivered message's claim had expired", extra={"message_id": message.id})
 
     # -- one message -----------------------------------------------------------------------------
 
@@ -266,9 +270,12 @@ class Deliverer:
         try:
             if message.kind is MessageKind.DIGEST:
                 return self._digest(message)
-            if message.incident_id is None:
+            incident_id = message.incident_id
+            if incident_id is None and is_chart(message):
+                incident_id = int(message.payload.get("incident_id") or 0)
+            if not incident_id:
                 raise DeliveryError(f"a {message.kind.value} message without an incident")
-            detail = self.store.get_incident(message.incident_id)
+            detail = self.store.get_incident(incident_id)
             if message.kind is MessageKind.POST:
                 return self._post(message, detail)
             if message.payload.get("refresh"):
@@ -314,9 +321,11 @@ class Deliverer:
         channel_id = str(response.get("channel") or channel)
         ts = str(response["ts"])
         if self.series is not None:
+            # queued without its incident: a chart waiting for samples must not hold back the
+            # incident's thread replies (the store keeps order only among an incident's messages)
             self.store.enqueue_message(
-                MessageKind.UPDATE, payload={"chart": True}, now=self.clock(),
-                incident_id=detail.incident.id, channel=channel_id,
+                MessageKind.UPDATE, payload={"chart": True, "incident_id": detail.incident.id},
+                now=self.clock(), channel=channel_id,
                 dedupe_key=f"slack:chart:{detail.incident.id}",
             )
         return f"{channel_id}{REF_SEPARATOR}{ts}"

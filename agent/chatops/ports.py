@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 from agent.model.incident import (
     Actor,
+    ClaimedMessage,
     IncidentDetail,
     IncidentListing,
     IncidentQuery,
     IncidentStats,
-    OutboxMessage,
 )
 from agent.model.lifecycle import DecisionOutcome, EventKind, IncidentStatus, MessageKind
 
@@ -58,17 +58,15 @@ class ChatStore(Protocol):
 
 
 class Outbox(Protocol):
-    """The outbox's delivery side: claim due messages, then settle each claim."""
+    """The outbox's delivery side: claim due messages (a token each), then settle each claim.
+    Claims follow the order per incident: a message is not claimable while an earlier message of
+    its incident is pending. Settling applies only while the claim still holds the message."""
 
-    def claim(self, *, now: datetime, limit: int) -> list[OutboxMessage]: ...
+    def claim(self, *, now: datetime, limit: int) -> list[ClaimedMessage]: ...
 
-    def delivered(self, message: OutboxMessage, *, now: datetime, external_ref: str | None) -> None: ...
+    def delivered(self, claim: ClaimedMessage, *, now: datetime, external_ref: str | None) -> bool: ...
 
-    def failed(self, message: OutboxMessage, *, now: datetime, error: str) -> None: ...
-
-    def release(self, message: OutboxMessage, *, now: datetime) -> None:
-        """Give a claimed message back untouched (it waits behind an earlier one)."""
-        ...
+    def failed(self, claim: ClaimedMessage, *, now: datetime, error: str) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -249,6 +249,8 @@ def render_detail(d: IncidentDetail) -> str:
         f"{_pct(i.utilization_before)}, after {_pct(i.utilization_after)}"
         + (f"  est. cost ${i.estimated_cost:.2f}" if i.estimated_cost is not None else ""),
     ]
+    if i.approval_deadline is not None:
+        lines.append(f"Approval:    deadline {_time(i.approval_deadline, seconds=True)}")
     if d.snoozed_until is not None:
         lines.append(f"Snoozed:     until {_time(d.snoozed_until, seconds=True)}")
     lines.append("")

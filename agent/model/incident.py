@@ -1,5 +1,5 @@
 """Incidents as plain data: what the store takes (`FindingRecord`) and returns (summaries, details,
-timeline events, decisions, actions, outbox messages, listings, stats).
+timeline events, decisions, actions, outbox messages and claims, listings, stats).
 
 Who uses it: the store persists and returns these shapes; the agent, the CLI, the chat layer and the
 HTTP API read them. The lifecycle rules these records move through live in `agent.model.lifecycle`.
@@ -142,6 +142,8 @@ class IncidentSummary:
     estimated_cost: float | None
     gpus: int | None
     detections: int
+    # When an unanswered approval request expires (set by the store's request_approval).
+    approval_deadline: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,17 @@ class OutboxMessage:
     delivered_at: datetime | None
     last_error: str | None
     external_ref: str | None
+
+
+@dataclass(frozen=True)
+class ClaimedMessage:
+    """A message one deliverer holds until `claimed_until`. Only the holder of `token` can mark
+    it delivered or failed, and only while it is pending: an expired claim taken over by another
+    deliverer can never post twice or revive a dead message."""
+
+    message: OutboxMessage
+    token: str
+    claimed_until: datetime
 
 
 @dataclass(frozen=True)

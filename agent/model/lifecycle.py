@@ -16,9 +16,13 @@ Lifecycle
       |            |    |  \\          |            |             |
       |            |    |   snoozed    |            +-> failed    +-> rolled_back / failed
       |            |    +-> rejected / expired      +-> rolled_back
-      +-> approved / rejected / snoozed (a decision before approval was requested, or auto)
+      +-> approved / rejected / snoozed (decided before approval was requested, or auto approval)
+      +-> expired (an approval deadline was set and passed)
+    snoozed -> awaiting_approval (the snooze ended) / expired
     open / awaiting_approval / snoozed / approved -> superseded (the job changed before remediation)
     open / awaiting_approval / snoozed / verifying -> resolved (a re-diagnosis finds it healthy)
+
+An incident is decidable (approve, reject, snooze) while it is `open` or `awaiting_approval`.
 
 The terminal states (`resolved`, `rejected`, `expired`, `failed`, `rolled_back`, `superseded`) close
 the incident (`closed_at` is set); a later detection of the same problem opens a new incident.
@@ -154,6 +158,9 @@ DECISION_STATUS: dict[DecisionOutcome, IncidentStatus] = {
     DecisionOutcome.REJECT: S.REJECTED,
     DecisionOutcome.SNOOZE: S.SNOOZED,
 }
+
+# Where a decision may be taken: every outcome is a transition from each of these.
+DECIDABLE: frozenset[IncidentStatus] = frozenset({S.OPEN, S.AWAITING_APPROVAL})
 
 
 class DecisionSource(StrEnum):

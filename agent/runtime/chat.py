@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from slack_bolt import App
@@ -31,7 +31,7 @@ from agent.chatops.delivery import Deliverer, Follower, SeriesSource
 from agent.chatops.ports import Clock, DecisionReply, Sweep
 from agent.chatops.slack import ChatHandlers, build_app, events_route, playbook_approvers
 from agent.chatops.verification import RequestGuard
-from agent.model.incident import Actor, IncidentDetail, IncidentSummary, OutboxMessage
+from agent.model.incident import Actor, ClaimedMessage, IncidentDetail, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome
 from agent.remediation.decision import DecisionRequest, decide
 from agent.runtime.app import Parts
@@ -42,6 +42,7 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 DELIVERER_JOB = "slack-deliverer"
+CLAIM_LEASE = timedelta(seconds=60)  # longer than any one delivery (Slack's timeout is 10 s)
 WORKERS = 2  # threads doing the work after an acknowledgement (few: acks must not wait for the GIL)
 
 
@@ -50,23 +51,22 @@ def utc_now() -> datetime:
 
 
 class StoreOutbox:
-    """The chat layer's `Outbox` port over the store's outbox (claims are leases: a message given
-    back, or whose deliverer died, comes back when its lease ends)."""
+    """The chat layer's `Outbox` port over the store's claims (a token and a lease per message:
+    a deliverer that dies lets its messages come back when the lease ends)."""
 
-    def __init__(self, store: IncidentStore) -> None:
+    def __init__(self, store: IncidentStore, *, lease: timedelta = CLAIM_LEASE) -> None:
         self.store = store
+        self.lease = lease
 
-    def claim(self, *, now: datetime, limit: int) -> list[OutboxMessage]:
-        return self.store.due_messages(now=now, limit=limit)
+    def claim(self, *, now: datetime, limit: int) -> list[ClaimedMessage]:
+        return self.store.claim_messages(now=now, limit=limit, lease=self.lease)
 
-    def delivered(self, message: OutboxMessage, *, now: datetime, external_ref: str | None) -> None:
-        self.store.mark_delivered(message.id, now=now, external_ref=external_ref)
+    def delivered(self, claim: ClaimedMessage, *, now: datetime, external_ref: str | None) -> bool:
+        return self.store.mark_delivered(claim.message.id, token=claim.token, now=now,
+                                         external_ref=external_ref)
 
-    def failed(self, message: OutboxMessage, *, now: datetime, error: str) -> None:
-        self.store.mark_failed(message.id, now=now, error=error)
-
-    def release(self, message: OutboxMessage, *, now: datetime) -> None:
-        return  # the lease returns it; it stays pending and keeps its place in order
+    def failed(self, claim: ClaimedMessage, *, now: datetime, error: str) -> None:
+        self.store.mark_failed(claim.message.id, token=claim.token, now=now, error=error)
 
 
 class StoreDecide:
@@ -133,6 +133,7 @@ def build_chat(
     clock: Clock = utc_now,
     client: WebClient | None = None,
     series: SeriesSource | None = None,
+    claim_lease: timedelta = CLAIM_LEASE,
 ) -> Chat:
     """Build the chat layer from `settings.slack` (nothing when disabled); see `wire_chat`."""
     slack = settings.slack
@@ -164,7 +165,7 @@ def build_chat(
         return directory.configured or bool(playbook_approvers(detail))
 
     deliverer = Deliverer(
-        outbox=StoreOutbox(store), store=store, client=client, clock=clock, approvals=approvals,
+        outbox=StoreOutbox(store, lease=claim_lease), store=store, client=client, clock=clock, approvals=approvals,
         follower=follower, series=series, default_channel=slack.channel, cluster=cluster,
         digest_period=slack.digest_period,
     )

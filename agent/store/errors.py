@@ -39,7 +39,8 @@ class IncidentNotFoundError(InputError):
 
 
 class InvalidRecordError(InputError):
-    """A value the schema cannot hold (e.g. a name longer than its column); names the field."""
+    """A value the store cannot take (a name longer than its column, an approval deadline that is
+    not after now, a claim lease that is not positive); names it. Nothing is written."""
 
 
 class MessageNotFoundError(StoreError):

@@ -1,17 +1,19 @@
 """The incident store's tables as SQLAlchemy 2.x typed ORM models.
 
-Who uses it: `agent.store.repository` (queries), `agent.store.migrate` and `migrations/env.py`
-(autogenerate comparison: the migrated schema must equal these models). Nothing outside the store
-sees these rows: the repository returns the plain dataclasses of `agent.model.incident`.
+Who uses it: the store's modules (`findings`, `transitions`, `timeline`, `outbox`, `queries`,
+`retention`), `agent.store.migrate` and `migrations/env.py` (autogenerate comparison: the migrated
+schema must equal these models). Nothing outside the store sees these rows: the store returns the
+plain dataclasses of `agent.model.incident`.
 
-What it does not do: enforce the lifecycle (that is the pure state machine plus the repository's
+What it does not do: enforce the lifecycle (that is the pure state machine plus the store's
 conditional UPDATEs). Status, verdict and kinds are plain strings, not database enums or CHECKs, so
 that a value written by a newer agent is readable (and reported) by an older one instead of failing
 the whole query.
 
 Tables: `incidents`; `incident_events` (the timeline); `decisions` (the audit trail: no foreign key,
 kept when the incident is purged, with the job's name copied in); `remediation_actions`;
-`outbox_messages` (Slack posts and updates to deliver, with attempts and next-attempt time).
+`outbox_messages` (Slack posts and updates to deliver, with attempts, next-attempt time and the
+claim of the deliverer holding it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
 
 from agent.store.types import JSONDocument, UTCDateTime
 
@@ -44,6 +46,11 @@ NAMING = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+
+
+def _incident_ref() -> MappedColumn[Any]:
+    """The `incident_id` of a row that belongs to an incident (deleted with it)."""
+    return mapped_column(Integer, ForeignKey("incidents.id", ondelete="CASCADE"))
 
 
 class IncidentRow(Base):
@@ -69,6 +76,8 @@ class IncidentRow(Base):
     onset_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     snoozed_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # When an unanswered approval request expires (the incident then becomes `expired`).
+    approval_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime())
     target_zone: Mapped[str | None] = mapped_column(String(63))
     diagnosis: Mapped[Any] = mapped_column(JSONDocument())
     utilization_before: Mapped[float | None] = mapped_column(Float)
@@ -98,9 +107,7 @@ class IncidentEventRow(Base):
     __tablename__ = "incident_events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    incident_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("incidents.id", ondelete="CASCADE")
-    )
+    incident_id: Mapped[int] = _incident_ref()
     at: Mapped[datetime] = mapped_column(UTCDateTime())
     kind: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str | None] = mapped_column(String(253))
@@ -133,9 +140,7 @@ class ActionRow(Base):
     __tablename__ = "remediation_actions"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    incident_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("incidents.id", ondelete="CASCADE")
-    )
+    incident_id: Mapped[int] = _incident_ref()
     kind: Mapped[str] = mapped_column(String(16))
     at: Mapped[datetime] = mapped_column(UTCDateTime())
     actor: Mapped[str | None] = mapped_column(String(253))
@@ -150,9 +155,7 @@ class OutboxRow(Base):
     __tablename__ = "outbox_messages"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    incident_id: Mapped[int | None] = mapped_column(
-        Integer, ForeignKey("incidents.id", ondelete="CASCADE")
-    )
+    incident_id: Mapped[int | None] = _incident_ref()
     kind: Mapped[str] = mapped_column(String(16))
     channel: Mapped[str | None] = mapped_column(String(253))
     payload: Mapped[Any] = mapped_column(JSONDocument())
@@ -164,6 +167,9 @@ class OutboxRow(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_error: Mapped[str | None] = mapped_column(Text)
     external_ref: Mapped[str | None] = mapped_column(String(253))
+    # The deliverer holding the message: its random token, until when (NULL: nobody holds it).
+    claim_token: Mapped[str | None] = mapped_column(String(36))
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         Index("ix_outbox_messages_status_next_attempt_at", "status", "next_attempt_at"),

@@ -33,7 +33,8 @@ from agent.store.repository import IncidentStore, OutboxPolicy
 
 CHANNEL = "C0FAKE"
 FAST_OUTBOX = OutboxPolicy(base=timedelta(milliseconds=50), cap=timedelta(milliseconds=400),
-                           max_attempts=1000, lease=timedelta(milliseconds=300))
+                           max_attempts=1000)
+FAST_LEASE = timedelta(milliseconds=500)
 
 
 def now() -> datetime:
@@ -140,7 +141,8 @@ def start_rig(
         secrets=EnvironmentSecrets(slack_bot_token=slack.bot_token,
                                    slack_signing_secret=slack.signing_secret),
     )
-    chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep)
+    chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep,
+                      claim_lease=FAST_LEASE)
     server = None
     if serve:
         server = HttpServer(Starlette(routes=chat.routes), host="127.0.0.1", port=0).start()

@@ -27,7 +27,7 @@ from tests.store.fixtures import (
     sqlite_template,
     store,
 )
-from tests.store.helpers import finding
+from tests.store.helpers import HEAD, finding
 
 __all__ = ["db_url", "empty_url", "pg_database", "pg_empty_database", "sqlite_template", "store"]  # fixtures used below
 
@@ -42,16 +42,16 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def test_upgrade_then_current(capsys: pytest.CaptureFixture[str], empty_url: str) -> None:
     code, out, _ = cli(capsys, "db", "current", "--database", empty_url)
-    assert code == 0 and out == "revision none (head 0001): needs `zonemedic db upgrade`\n"
+    assert code == 0 and out == f"revision none (head {HEAD}): needs `zonemedic db upgrade`\n"
     code, out, _ = cli(capsys, "db", "upgrade", "--database", empty_url)
-    assert code == 0 and out.rstrip().endswith("is at revision 0001")
+    assert code == 0 and out.rstrip().endswith(f"is at revision {HEAD}")
     engine = make_engine(empty_url, DatabaseSettings())
     try:
-        assert current_revision(engine) == "0001" and schema_diff(engine) == []
+        assert current_revision(engine) == HEAD and schema_diff(engine) == []
     finally:
         engine.dispose()
     code, out, _ = cli(capsys, "db", "current", "--database", empty_url)
-    assert out == "revision 0001 (head 0001): up to date\n"
+    assert out == f"revision {HEAD} (head {HEAD}): up to date\n"
 
 
 def test_purge(capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore) -> None:
@@ -133,7 +133,7 @@ def test_console_script_finds_migrations_from_anywhere(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "is at revision 0001" in result.stdout and target.is_file()
+    assert f"is at revision {HEAD}" in result.stdout and target.is_file()
 
 
 def test_building_the_parser_does_not_import_sqlalchemy() -> None:

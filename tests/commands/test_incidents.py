@@ -58,7 +58,7 @@ def history(store: IncidentStore) -> dict[str, int]:
     store.transition(resolved, S.VERIFYING, S.RESOLVED, actor="agent", now=NOW - timedelta(days=1))
     ids["resolved"] = resolved
     rejected = store.record_finding(finding("bert", at=NOW - timedelta(hours=5))).incident.id
-    store.transition(rejected, S.OPEN, S.AWAITING_APPROVAL, actor="agent", now=NOW)
+    store.request_approval(rejected, deadline=NOW + timedelta(hours=1), now=NOW, actor="agent")
     store.record_decision(rejected, DecisionOutcome.REJECT,
                           actor=Actor("U2", "bob", DecisionSource.SLACK), now=NOW)
     ids["rejected"] = rejected
@@ -155,6 +155,11 @@ def test_show_json(capsys: pytest.CaptureFixture[str], db_url: str,
     assert data["incident"]["status"] == "rejected"
     assert [d["actor_id"] for d in data["decisions"]] == ["U2"]
     assert data["diagnosis"]["job"]["name"] == "bert"
+    assert data["incident"]["approval_deadline"] == (NOW + timedelta(hours=1)).isoformat()
+    code, out, _ = cli(capsys, "incidents", "show", str(history["rejected"]), "--database", db_url)
+    deadline = (NOW + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S")
+    assert code == 0 and any(line.startswith("Approval:    deadline ") and deadline in line
+                             for line in out.splitlines())
 
 
 def test_show_corrupt_incident_is_named(capsys: pytest.CaptureFixture[str], db_url: str,

@@ -187,8 +187,9 @@ def test_sweep_reconciles_purges_and_enqueues_the_digest(world: World) -> None:
     assert summary["jobs"] == 1 and summary["by_verdict"] == {"zone_split_blocked": 1}
     assert summary["incidents_opened"] == 1 and summary["metrics"] == "not configured"
     assert world.pipeline.sweep(None)["incidents_opened"] == 0
-    messages = world.store.due_messages(now=NOW + timedelta(minutes=1), limit=20)
-    digests = [m for m in messages if m.kind is MessageKind.DIGEST]
+    claims = world.store.claim_messages(now=NOW + timedelta(minutes=1), limit=20,
+                                        lease=timedelta(minutes=1))
+    digests = [c.message for c in claims if c.message.kind is MessageKind.DIGEST]
     assert len(digests) == 1
     assert digests[0].payload["summary"]["jobs"] == 1
     assert digests[0].payload["open_incidents"][0]["name"] == "gpt-small"

@@ -1,8 +1,8 @@
 """A separate process deciding one incident from several threads (the concurrency test's 2nd replica).
 
-Usage: python -m tests.store.decider URL INCIDENT_ID ACTOR_PREFIX THREADS GO_FILE
-Prints "ready", waits for GO_FILE to exist, lets THREADS threads approve at once, then prints one
-JSON line per thread: {"actor", "applied", "status", "status_by", "winner"}.
+Usage: python -m tests.store.decider URL INCIDENT_ID ACTOR_PREFIX THREADS
+Prints "ready", blocks until a line ("go") arrives on stdin, lets THREADS threads approve at once,
+then prints one JSON line per thread: {"actor", "applied", "status", "status_by", "winner"}.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from agent.model.incident import Actor
 from agent.model.lifecycle import DecisionOutcome, DecisionSource
@@ -21,12 +19,12 @@ from agent.store.repository import open_store
 
 
 def main() -> None:
-    url, incident_id, prefix, threads, go_file = sys.argv[1:6]
+    url, incident_id, prefix, threads = sys.argv[1:5]
     store = open_store(DatabaseSettings(pool_size=int(threads)), url=url)
     store.ping()
     print("ready", flush=True)
-    while not Path(go_file).exists():
-        time.sleep(0.005)
+    if sys.stdin.readline().strip() != "go":
+        sys.exit("decider: expected 'go' on stdin")
     results: list[dict[str, object]] = []
     lock = threading.Lock()
 

@@ -43,3 +43,8 @@ def finding(
 
 def minutes(n: float) -> timedelta:
     return timedelta(minutes=n)
+
+
+# The migration revisions, oldest first (one line, one head).
+CHAIN = ["0001", "0002_approval_deadline", "0003_outbox_claims"]
+HEAD = CHAIN[-1]

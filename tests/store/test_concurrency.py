@@ -61,14 +61,13 @@ def test_sixteen_threads_one_winner(store: IncidentStore) -> None:
     assert len(decision_events) == 1
 
 
-def test_two_processes_one_winner(store: IncidentStore, db_url: str, tmp_path: Path) -> None:
+def test_two_processes_one_winner(store: IncidentStore, db_url: str) -> None:
     incident_id = _awaiting(store)
-    go = tmp_path / "go"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.store.decider", db_url, str(incident_id), name, "8",
-             str(go)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "tests.store.decider", db_url, str(incident_id), name, "8"],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
         )
         for name in ("replica-a", "replica-b")
     ]
@@ -79,7 +78,10 @@ def test_two_processes_one_winner(store: IncidentStore, db_url: str, tmp_path: P
             line = p.stdout.readline().strip()
             if line != "ready":
                 pytest.fail(f"decider did not start: {line!r} {p.communicate()[1]}")
-        go.touch()
+        for p in procs:  # both are ready: release them back to back
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
         outputs = [p.communicate(timeout=60) for p in procs]
     finally:
         for p in procs:

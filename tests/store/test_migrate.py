@@ -8,9 +8,12 @@ import shutil
 import sys
 import threading
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from alembic import command
+from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 import agent
@@ -18,6 +21,7 @@ from agent.settings import DatabaseSettings, Settings
 from agent.store.engine import make_engine
 from agent.store.errors import SchemaOutOfDateError, StoreError
 from agent.store.migrate import (
+    alembic_config,
     candidate_dirs,
     current_revision,
     head_revision,
@@ -27,6 +31,7 @@ from agent.store.migrate import (
     upgrade_on_start,
 )
 from agent.store.repository import IncidentStore
+from tests.store.helpers import CHAIN, HEAD
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,8 +53,8 @@ def test_upgrade_from_empty_and_again(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
         assert current_revision(engine) is None
-        assert upgrade(engine, DatabaseSettings()) == "0001"
-        assert upgrade(engine, DatabaseSettings()) == "0001"
+        assert upgrade(engine, DatabaseSettings()) == HEAD
+        assert upgrade(engine, DatabaseSettings()) == HEAD
         assert schema_diff(engine) == []
     finally:
         engine.dispose()
@@ -57,13 +62,13 @@ def test_upgrade_from_empty_and_again(empty_url: str) -> None:
 
 def test_upgrade_on_start_migrates_or_refuses(empty_url: str) -> None:
     stale = Settings(database=DatabaseSettings(url=empty_url, migrate_on_start=False))
-    with pytest.raises(SchemaOutOfDateError, match="revision none, this zonemedic needs 0001.*db upgrade"):
+    with pytest.raises(SchemaOutOfDateError, match=f"revision none, this zonemedic needs {HEAD}.*db upgrade"):
         upgrade_on_start(stale)
     store = upgrade_on_start(replace(stale, database=replace(stale.database,
                                                               migrate_on_start=True)))
     try:
         assert store.ready()
-        assert current_revision(store.engine) == "0001"
+        assert current_revision(store.engine) == HEAD
     finally:
         store.close()
     checked = upgrade_on_start(stale)  # at head: the check passes
@@ -114,7 +119,47 @@ def test_installed_wheel_location_is_a_fallback(tmp_path: Path,
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "prefix"))
     assert candidate_dirs(DatabaseSettings())[0] == tmp_path / "site-packages" / "migrations"
     assert migrations_dir(DatabaseSettings()) == shared
-    assert head_revision(DatabaseSettings()) == "0001"
+    assert head_revision(DatabaseSettings()) == HEAD
     shutil.rmtree(shared)
     with pytest.raises(StoreError, match="site-packages/migrations or .*share/zonemedic/migrations"):
         migrations_dir(DatabaseSettings())
+
+
+def test_revisions_form_one_line() -> None:
+    script = ScriptDirectory.from_config(alembic_config(DatabaseSettings()))
+    assert script.get_heads() == [HEAD]
+    walked = [r.revision for r in script.walk_revisions("base", "heads")]
+    assert list(reversed(walked)) == CHAIN
+
+
+def test_upgrade_keeps_data_and_downgrade_round_trips(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        assert upgrade(engine, DatabaseSettings(), revision="0001") == "0001"
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO incidents (cluster, job_kind, job_namespace, job_name, verdict, "
+                "fingerprint, status, severity, opened_at, updated_at, detections, diagnosis) VALUES "
+                "('prod', 'PyTorchJob', 'ml', 'resnet', 'zone_split_blocked', 'fp', "
+                "'awaiting_approval', 'critical', :t, :t, 1, '{}')"), {"t": "2026-11-01 12:00:00"})
+            incident_id = conn.execute(text("SELECT id FROM incidents")).scalar_one()
+            conn.execute(text(
+                "INSERT INTO outbox_messages (incident_id, kind, status, attempts, "
+                "next_attempt_at, created_at, payload) VALUES (:i, 'post', 'pending', 0, :t, :t, "
+                "'{}')"),
+                {"i": incident_id, "t": "2026-11-01 12:00:00"})
+        assert upgrade(engine, DatabaseSettings()) == HEAD
+        store = IncidentStore(engine)
+        summary = store.get_incident(incident_id).incident
+        assert summary.status.value == "awaiting_approval" and summary.approval_deadline is None
+        # The old pending message is claimable under the new rules.
+        claims = store.claim_messages(now=summary.opened_at, lease=timedelta(seconds=30))
+        assert [c.message.incident_id for c in claims] == [incident_id]
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(DatabaseSettings(), conn), "0001")
+        assert current_revision(engine) == "0001"
+        assert upgrade(engine, DatabaseSettings()) == HEAD
+        assert schema_diff(engine) == []  # indexes (the dedupe one too) survived the round trip
+        assert store.get_incident(incident_id).incident.id == incident_id
+    finally:
+        engine.dispose()

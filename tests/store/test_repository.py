@@ -1,5 +1,6 @@
 """The repository on SQLite and PostgreSQL: findings and dedupe, transitions, decisions, actions,
-the outbox, history queries, stats, retention and unreadable rows."""
+history queries, stats, retention and unreadable rows (the outbox: test_outbox.py; approval
+deadlines: test_approvals.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from agent.model.lifecycle import (
     IncidentStatus,
     LifecycleError,
     MessageKind,
-    MessageStatus,
     RemediationActionKind,
     ResumeAction,
     gpu_hours_recovered,
@@ -27,7 +27,7 @@ from agent.store.errors import (
     InvalidRecordError,
     StoreError,
 )
-from agent.store.repository import IncidentStore, OutboxPolicy
+from agent.store.repository import IncidentStore
 from agent.store.schema import metadata
 from tests.store.helpers import T0, finding, minutes
 
@@ -186,41 +186,6 @@ def test_actions_and_notes_in_detail(store: IncidentStore) -> None:
     assert detail.incident.utilization_after == 85.0
     assert detail.events[-2].kind is EventKind.VERIFIED
     assert detail.events[-1].detail == {"text": "looks good"}
-
-
-def test_outbox_claim_backoff_dead_and_posted(store: IncidentStore) -> None:
-    store.outbox_policy = OutboxPolicy(base=timedelta(seconds=5), cap=timedelta(seconds=30),
-                                       max_attempts=3, lease=timedelta(seconds=60))
-    incident_id = store.record_finding(finding()).incident.id
-    key = f"post:{incident_id}"
-    first = store.enqueue_message(MessageKind.POST, payload={"text": "split"}, now=T0,
-                                  incident_id=incident_id, channel="#ml", dedupe_key=key)
-    again = store.enqueue_message(MessageKind.POST, payload={"text": "split"}, now=T0,
-                                  incident_id=incident_id, channel="#ml", dedupe_key=key)
-    assert first == again
-    claimed = store.due_messages(now=T0)
-    assert [m.id for m in claimed] == [first]
-    assert store.due_messages(now=T0 + timedelta(seconds=30)) == []  # leased
-    failed = store.mark_failed(first, now=T0 + timedelta(seconds=1), error="ratelimited")
-    assert failed.status is MessageStatus.PENDING and failed.attempts == 1
-    assert failed.next_attempt_at == T0 + timedelta(seconds=6)
-    assert store.due_messages(now=T0 + timedelta(seconds=5)) == []
-    assert [m.id for m in store.due_messages(now=T0 + timedelta(seconds=6))] == [first]
-    second = store.mark_failed(first, now=T0 + timedelta(seconds=7), error="500")
-    assert second.next_attempt_at == T0 + timedelta(seconds=17)
-    dead = store.mark_failed(first, now=T0 + timedelta(seconds=20), error="500 again")
-    assert dead.status is MessageStatus.DEAD and dead.last_error == "500 again"
-    assert store.due_messages(now=T0 + timedelta(days=1)) == []
-
-    other = store.enqueue_message(MessageKind.POST, payload={"text": "x"}, now=T0,
-                                  incident_id=incident_id)
-    store.mark_delivered(other, now=T0 + minutes(1), external_ref="1700000000.0001")
-    detail = store.get_incident(incident_id)
-    assert detail.events[-1].kind is EventKind.POSTED
-    assert detail.events[-1].detail["ref"] == "1700000000.0001"
-    by_id = {m.id: m for m in detail.messages}
-    assert by_id[other].status is MessageStatus.DELIVERED
-    assert by_id[first].status is MessageStatus.DEAD
 
 
 def test_list_filters_and_order(store: IncidentStore) -> None:
@@ -413,5 +378,8 @@ def test_snooze_needs_an_end(store: IncidentStore) -> None:
         store.record_decision(incident_id, DecisionOutcome.SNOOZE, actor=ALICE, now=T0)
     with pytest.raises(LifecycleError, match="snoozed_until"):
         store.record_decision(incident_id, DecisionOutcome.APPROVE, actor=ALICE, now=T0,
+                              snoozed_until=T0)
+    with pytest.raises(LifecycleError, match="snoozed_until 2026-11-01T12:00:00\\+00:00 is not after"):
+        store.record_decision(incident_id, DecisionOutcome.SNOOZE, actor=ALICE, now=T0,
                               snoozed_until=T0)
     assert store.get_incident(incident_id).incident.status is S.AWAITING_APPROVAL

@@ -1,0 +1,138 @@
+"""Recording findings: open an incident for a new problem, or add a re-detection to the open one.
+
+Who calls it: `IncidentStore.record_finding` (the detector, sweeps and the Alertmanager webhook),
+inside one transaction. Dedupe is by fingerprint (cluster, job, verdict class): the unique partial
+index on open fingerprints makes two concurrent first detections open one incident; the loser of the
+insert race re-reads the winner's incident and counts a re-detection on it.
+
+What it does not do: move an incident through its lifecycle (`agent.store.transitions`), or decide
+what counts as a finding (the detector does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from agent.model.incident import FindingOutcome, FindingRecord
+from agent.model.lifecycle import EventKind, IncidentStatus
+from agent.store.errors import InvalidRecordError
+from agent.store.rows import summary_by_id
+from agent.store.schema import IncidentRow
+from agent.store.timeline import insert_event
+
+# Statuses before remediation starts: a re-detection may still refresh "utilization before".
+_PRE_REMEDIATION = frozenset(
+    {IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED}
+)
+
+_LIMITED_FIELDS = {
+    "cluster": IncidentRow.cluster,
+    "kind": IncidentRow.job_kind,
+    "namespace": IncidentRow.job_namespace,
+    "name": IncidentRow.job_name,
+    "uid": IncidentRow.job_uid,
+    "target_zone": IncidentRow.target_zone,
+}
+
+
+def check_lengths(record: FindingRecord) -> None:
+    """Refuse values longer than their column on every backend (SQLite would store them,
+    PostgreSQL would fail with a driver error)."""
+    for field_name, column in _LIMITED_FIELDS.items():
+        value = getattr(record, field_name)
+        limit = getattr(column.type, "length", None)
+        if value is not None and limit is not None and len(value) > limit:
+            raise InvalidRecordError(
+                f"finding {record.namespace}/{record.name}: {field_name} is {len(value)} "
+                f"characters, at most {limit} fit"
+            )
+
+
+def record(conn: Connection, finding: FindingRecord) -> FindingOutcome:
+    """Open an incident for `finding`, or count a re-detection on the open one."""
+    fp = finding.fingerprint
+    existing = _open_by_fingerprint(conn, fp)
+    if existing is None:
+        try:
+            with conn.begin_nested():
+                incident_id = _insert_incident(conn, finding, fp=fp)
+        except IntegrityError:
+            existing = _open_by_fingerprint(conn, fp)
+            if existing is None:  # pragma: no cover - the winner closed it already
+                raise
+        else:
+            return FindingOutcome(incident=summary_by_id(conn, incident_id), new=True)
+    _redetect(conn, existing, finding=finding)
+    return FindingOutcome(incident=summary_by_id(conn, existing), new=False)
+
+
+def _open_by_fingerprint(conn: Connection, fp: str) -> int | None:
+    return conn.execute(
+        select(IncidentRow.id).where(IncidentRow.fingerprint == fp, IncidentRow.closed_at.is_(None))
+    ).scalar()
+
+
+def _insert_incident(conn: Connection, finding: FindingRecord, *, fp: str) -> int:
+    now = finding.detected_at
+    incident_id: int = conn.execute(
+        insert(IncidentRow)
+        .values(
+            cluster=finding.cluster,
+            job_kind=finding.kind,
+            job_namespace=finding.namespace,
+            job_name=finding.name,
+            job_uid=finding.uid,
+            verdict=finding.verdict.value,
+            fingerprint=fp,
+            status=IncidentStatus.OPEN.value,
+            status_by="detector",
+            severity=finding.effective_severity.value,
+            opened_at=now,
+            updated_at=now,
+            onset_at=finding.onset_at,
+            target_zone=finding.target_zone,
+            diagnosis=dict(finding.diagnosis),
+            utilization_before=finding.utilization_now,
+            estimated_cost=finding.estimated_cost,
+            gpus=finding.gpus,
+            detections=1,
+        )
+        .returning(IncidentRow.id)
+    ).scalar_one()
+    insert_event(conn, incident_id, kind=EventKind.DETECTED, now=now, actor="detector",
+                 detail=_evidence(finding))
+    return incident_id
+
+
+def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> None:
+    status = conn.execute(
+        select(IncidentRow.status).where(IncidentRow.id == incident_id)
+    ).scalar_one()
+    values: dict[str, Any] = {
+        "updated_at": finding.detected_at,
+        "detections": IncidentRow.detections + 1,
+        "verdict": finding.verdict.value,
+        "severity": finding.effective_severity.value,
+        "diagnosis": dict(finding.diagnosis),
+    }
+    values.update(_known(target_zone=finding.target_zone, estimated_cost=finding.estimated_cost,
+                         gpus=finding.gpus))
+    if finding.utilization_now is not None and status in _PRE_REMEDIATION:
+        values["utilization_before"] = finding.utilization_now
+    conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
+    insert_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
+                 actor="detector", detail=_evidence(finding))
+
+
+def _evidence(finding: FindingRecord) -> dict[str, Any]:
+    return {"verdict": finding.verdict.value,
+            **_known(target_zone=finding.target_zone, utilization_now=finding.utilization_now,
+                     utilization_baseline=finding.utilization_baseline)}
+
+
+def _known(**values: Any) -> dict[str, Any]:
+    """The values that are not None (a re-detection never erases what an earlier one knew)."""
+    return {key: value for key, value in values.items() if value is not None}
