@@ -29,3 +29,16 @@ class PolicyError(InputError):
 
 class UnavailableError(ZonemedicError):
     """A dependency (database, Kubernetes API, Prometheus, Slack) cannot be reached right now."""
+
+
+class ClusterWriteError(ZonemedicError):
+    """The Kubernetes API refused a write (4xx): `status` and the server's own message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class WriteConflictError(ClusterWriteError):
+    """409 Conflict: the object changed since it was read (optimistic lock) or already exists."""

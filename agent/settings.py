@@ -168,16 +168,76 @@ class SlackApprovers:
 
 
 @dataclass(frozen=True)
+class RemediationSettings:
+    """Timing and limits of an approved remediation (`remediation:`).
+
+    `suspend_timeout`: how long to wait for a suspended job's pods to be gone;
+    `schedule_timeout`: how long restarted pods may stay unbound before rolling back;
+    `verify_window`: how long verification may take (flows allowed, utilization recovered);
+    `recovery_fraction`: the share of the pre-split baseline (or of 100% without one) the job's
+    GPU utilization must reach; `max_conflict_retries`: re-plans after a 409 on the suspend patch;
+    `poll_interval`: how often the executor looks at the cluster while waiting.
+
+    Decisions and the leader's executor loop: `enabled` (false: the leader never starts a
+    remediation; decisions are still recorded); `approval_ttl`: how long an incident awaits
+    approval when its playbook sets no `approval.expiry`; `max_per_hour`: remediations the leader
+    starts per hour in the cluster (0: none); `pickup_interval`: how often the leader looks for
+    approved incidents and for approvals past their deadline; `retry_after`: the pause before the
+    leader retries an incident whose remediation raised or stopped unfinished. Protected
+    namespaces are `diagnosis.protected_namespaces`: never remediated, never auto-approved.
+    """
+
+    suspend_timeout: timedelta = timedelta(minutes=2)
+    schedule_timeout: timedelta = timedelta(minutes=5)
+    verify_window: timedelta = timedelta(minutes=15)
+    recovery_fraction: float = 0.8
+    max_conflict_retries: int = 3
+    poll_interval: timedelta = timedelta(seconds=2)
+    enabled: bool = True
+    approval_ttl: timedelta = timedelta(minutes=30)
+    max_per_hour: int = 10
+    pickup_interval: timedelta = timedelta(seconds=1)
+    retry_after: timedelta = timedelta(seconds=30)
+
+    def __post_init__(self) -> None:
+        for name in ("suspend_timeout", "schedule_timeout", "verify_window", "poll_interval",
+                     "approval_ttl", "pickup_interval", "retry_after"):
+            if getattr(self, name) <= timedelta(0):
+                raise ConfigError(f"remediation.{name}: must be a positive duration")
+        if self.max_per_hour < 0:
+            raise ConfigError(
+                f"remediation.max_per_hour: expected 0 or more, got {self.max_per_hour}"
+            )
+        if not 0.0 < self.recovery_fraction <= 1.0:
+            raise ConfigError(
+                "remediation.recovery_fraction: must be above 0 and at most 1, "
+                f"got {self.recovery_fraction!r}"
+            )
+        if not 0 <= self.max_conflict_retries <= 20:
+            raise ConfigError(
+                "remediation.max_conflict_retries: must be between 0 and 20, "
+                f"got {self.max_conflict_retries!r}"
+            )
+        shortest = min(self.suspend_timeout, self.schedule_timeout, self.verify_window)
+        if self.poll_interval > shortest:
+            raise ConfigError(
+                "remediation.poll_interval: must not exceed the shortest timeout "
+                f"({shortest.total_seconds():g}s)"
+            )
+
+
+@dataclass(frozen=True)
 class SlackSettings:
     """The `slack:` section. Secrets never live here: `*_file` paths, or the environment variables
-    SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN (read once by `load_settings`)."""
+    SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN (read once by `load_settings`). How long
+    a finding awaits approval is `remediation.approval_ttl` (or the playbook's `approval.expiry`),
+    whichever way the decision arrives."""
 
     enabled: bool = False
     mode: SlackMode = SlackMode.HTTP
     api_url: str | None = None  # default: Slack's; tests and the demo point it at a local fake
     channel: str | None = None
     approvers: SlackApprovers = field(default_factory=SlackApprovers)
-    approval_ttl: timedelta = timedelta(minutes=30)
     usergroup_cache_ttl: timedelta = timedelta(minutes=5)
     deliver_every: timedelta = timedelta(seconds=2)
     digest_period: timedelta = timedelta(days=1)
@@ -224,6 +284,7 @@ class Settings:
     diagnosis: DiagnosisSettings = field(default_factory=DiagnosisSettings)
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
+    remediation: RemediationSettings = field(default_factory=RemediationSettings)
     secrets: EnvironmentSecrets = field(
         default_factory=EnvironmentSecrets, repr=False, metadata={"environment_only": True}
     )

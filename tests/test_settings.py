@@ -136,12 +136,12 @@ def test_slack_section_typed(tmp_path: Path) -> None:
 
     path = tmp_path / "c.yaml"
     path.write_text(
-        "slack: {enabled: true, mode: socket, channel: C1, approval_ttl: 10m,\n"
+        "slack: {enabled: true, mode: socket, channel: C1, usergroup_cache_ttl: 10m,\n"
         "        approvers: {users: [U1], usergroups: [S1]}}\n"
     )
     s = load_settings(path, {}).slack
     assert s.mode is SlackMode.SOCKET and s.channel == "C1"
-    assert s.approval_ttl == timedelta(minutes=10)
+    assert s.usergroup_cache_ttl == timedelta(minutes=10)
     assert s.approvers.users == ["U1"] and s.approvers.configured
 
 

@@ -3,8 +3,8 @@
 Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides; an unknown key or a wrong
 type stops start-up naming the key), configures JSON logs, reaches and migrates the database
 (`database.migrate_on_start`), validates the playbooks (a bad one stops start-up with file, line and
-field), builds the agent (`agent.runtime.app.Agent`) and runs it until SIGTERM/SIGINT, then shuts
-down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
+field), builds the agent (`agent.runtime.app.Agent`) with the leader's remediation executor and
+approval expiry as background jobs, and runs it until SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.runtime.app import Agent
+    from agent.runtime import chat, executor, expiry
+    from agent.runtime.app import Agent, Parts
     from agent.runtime.logging import configure_logging
     from agent.runtime.pipeline import AgentPipeline
     from agent.store.migrate import upgrade_on_start
@@ -36,13 +37,26 @@ def run(args: argparse.Namespace) -> int:
     playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook stops start-up first
     configure_logging(settings.log_level)
     store = upgrade_on_start(settings)
+
+    def pipeline(parts: Parts) -> AgentPipeline:
+        # the leader's background jobs: approved incidents to the remediator, deadlines expired
+        executor.register(parts, store, executor.live_remediator(parts, store))
+        expiry.register(parts, store)
+        agent_pipeline = AgentPipeline(parts, store)
+        # Slack: /slack/events on the HTTP server and the leader's outbox deliverer (or, disabled,
+        # one line saying the agent runs without chat)
+        chats.append(chat.wire_chat(parts, store=store,
+                                    sweep=chat.sweep_command(agent_pipeline.sweep)))
+        return agent_pipeline
+
+    chats: list[chat.Chat] = []
     try:
-        agent = Agent(
-            settings,
-            pipeline_factory=lambda parts: AgentPipeline(parts, store),
-            playbooks=playbooks,
-        )
+        agent = Agent(settings, pipeline_factory=pipeline, playbooks=playbooks)
+        for wired in chats:
+            wired.start()  # Socket Mode connects; HTTP mode has nothing to start
         agent.run_until_signalled()
     finally:
+        for wired in chats:
+            wired.stop()
         store.close()
     return 0

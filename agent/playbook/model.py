@@ -65,10 +65,12 @@ class Conditions:
 
 @dataclass(frozen=True)
 class ApprovalPolicy:
-    """Who may approve a co-location, how long a proposal lives, which namespaces opt in to auto."""
+    """Who may approve a co-location, how long a proposal lives, which namespaces opt in to auto.
+
+    `expiry` None: the proposal lives the agent's `remediation.approval_ttl`."""
 
     approvers: tuple[str, ...] = ()
-    expiry: timedelta = timedelta(hours=4)
+    expiry: timedelta | None = None
     auto_namespaces: tuple[str, ...] = ()
 
     def is_auto(self, namespace: str) -> bool:

@@ -28,6 +28,7 @@ Format (one playbook per file):
         channel: "#ml-infra"
       - type: propose_colocation
         approval: {approvers: [U012AB3CD], expiry: 4h, auto_namespaces: [ml-sandbox]}
+        # expiry absent: the agent's remediation.approval_ttl (30m by default)
       - type: digest
         channel: "#ml-infra"
 """
@@ -240,10 +241,8 @@ def _approval(r: _Reader, node: yaml.Node, field: str) -> ApprovalPolicy:
         if "auto_namespaces" in fields
         else ()
     )
-    expiry = (
-        r.duration(fields["expiry"], f"{field}.expiry") if "expiry" in fields else timedelta(hours=4)
-    )
-    if expiry <= timedelta(0):
+    expiry = r.duration(fields["expiry"], f"{field}.expiry") if "expiry" in fields else None
+    if expiry is not None and expiry <= timedelta(0):
         raise r.error(fields["expiry"], f"{field}.expiry", "must be longer than 0s")
     return ApprovalPolicy(approvers=approvers, expiry=expiry, auto_namespaces=auto)
 

@@ -10,8 +10,9 @@ store's decision method directly, so every path follows the same rules:
   incident is in (one winner among concurrent deciders, replicas and processes alike).
 - A decision that finds the incident already decided (approved, rejected, snoozed, or further along
   after one of those) records nothing and says who decided and when (`ALREADY_DECIDED`).
-- An incident past its approval deadline, or already `expired`, records nothing (`EXPIRED`); the
-  leader's expiry job is what moves it to `expired`.
+- An incident past its approval deadline (the store's `approval_deadline`), or already `expired`,
+  records nothing (`EXPIRED`); the leader's expiry job moves it to `expired` (and the store expires
+  it itself when the deadline passes between this function's read and its write).
 - An incident that is closed without a decision (resolved by re-diagnosis, superseded because its
   job changed or went away) records nothing (`NOT_CURRENT`), naming who closed it and when.
 - An unknown id records nothing (`NOT_FOUND`).
@@ -37,7 +38,7 @@ from typing import Protocol
 
 from agent.errors import InputError
 from agent.model.incident import Actor, Decision, IncidentDetail, TransitionResult
-from agent.model.lifecycle import DECISION_STATUS, DecisionOutcome, IncidentStatus
+from agent.model.lifecycle import DECIDABLE, DECISION_STATUS, DecisionOutcome, IncidentStatus
 from agent.store.errors import IncidentNotFoundError
 
 S = IncidentStatus
@@ -47,9 +48,6 @@ MAX_SNOOZE = timedelta(days=90)
 MAX_REASON = 2000
 MAX_ACTOR = 253  # the store's actor columns
 ATTEMPTS = 5  # read-judge-write rounds before giving up on an incident that keeps moving
-
-# Statuses a decision may be recorded from.
-DECIDABLE: frozenset[IncidentStatus] = frozenset({S.OPEN, S.AWAITING_APPROVAL})
 
 # Statuses an incident reaches only through (or after) a decision: deciding again is "already
 # decided". `resolved` is here because a remediated incident ends resolved; a resolved incident
@@ -137,7 +135,7 @@ class IncidentState:
             status=incident.status,
             status_by=incident.status_by,
             updated_at=incident.updated_at,
-            approval_deadline=approval_deadline(detail),
+            approval_deadline=incident.approval_deadline,
             decision=latest(detail.decisions),
         )
 
@@ -162,12 +160,6 @@ class DecisionStore(Protocol):
 
 # --------------------------------------------------------------------------------------------
 # the rules (pure)
-
-
-def approval_deadline(detail: IncidentDetail) -> datetime | None:
-    """The incident's approval deadline as the store records it (None: no deadline yet)."""
-    deadline: datetime | None = getattr(detail.incident, "approval_deadline", None)
-    return deadline
 
 
 def latest(decisions: Sequence[Decision]) -> Decision | None:

@@ -16,6 +16,7 @@ What it does not do: build the store or the pipeline, or start the HTTP server.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,7 @@ from agent.chatops.slack import ChatHandlers, build_app, events_route, playbook_
 from agent.chatops.verification import RequestGuard
 from agent.model.incident import Actor, ClaimedMessage, IncidentDetail, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome
+from agent.playbook.model import Playbook
 from agent.remediation.decision import DecisionRequest, decide
 from agent.runtime.app import Parts
 from agent.settings import Settings, SlackMode
@@ -107,6 +109,18 @@ class Chat:
             self.socket.close()
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=False)
+
+
+def sweep_command(run_sweep: Callable[[Playbook | None], Mapping[str, Any]]) -> Sweep:
+    """`/zonemedic sweep`: one sweep now (the pipeline's, as `zonemedic sweep --once` runs it from
+    any replica: recording is idempotent by fingerprint), summarised in one line."""
+
+    def sweep() -> str:
+        s = run_sweep(None)
+        return (f"{s.get('jobs', 0)} job(s) diagnosed, {s.get('incidents_opened', 0)} incident(s) "
+                f"opened, {s.get('incidents_closed', 0)} closed; metrics {s.get('metrics', '-')}")
+
+    return sweep
 
 
 def prometheus_series(parts: Parts, clock: Clock) -> SeriesSource | None:

@@ -55,7 +55,9 @@ from agent.model.lifecycle import (
 from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict
 from agent.playbook.model import Playbook, PlaybookActionKind, TriggerKind
+from agent.remediation.approval import ApprovalStepKind
 from agent.runtime.app import Parts
+from agent.runtime.approvals import ApprovalRequests
 from agent.runtime.http import IncidentDecisions, IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
@@ -128,6 +130,9 @@ class AgentPipeline:
         self.cluster = parts.settings.cluster_name
         self.store = store
         self.now = now
+        self.approvals = (
+            ApprovalRequests(store, settings=parts.settings, now=now) if store is not None else None
+        )
         self.monotonic = monotonic
         self._lock = threading.RLock()
         self.report: MetricsReport | None = None
@@ -494,7 +499,9 @@ class AgentPipeline:
     # -- playbooks -----------------------------------------------------------------------------
 
     def _fire(self, event: Event, incident: IncidentSummary, document: Mapping[str, Any]) -> None:
-        if self.store is None:
+        """Queue the fired playbooks' actions; a `propose_colocation` first takes the incident's
+        approval step (a request with its deadline, or auto-approval: `ApprovalRequests`)."""
+        if self.store is None or self.approvals is None:
             return
         for firing in fired(self.parts.playbooks, event):
             for action in firing.actions:
@@ -507,10 +514,16 @@ class AgentPipeline:
                     "finding": dict(document),
                 }
                 if action.approval is not None:
+                    step = self.approvals.propose(
+                        incident, document, action.approval, playbook=firing.playbook.name
+                    )
                     payload["approval"] = {
                         "approvers": list(action.approval.approvers),
-                        "expiry_seconds": action.approval.expiry.total_seconds(),
-                        "auto": action.approval.is_auto(incident.namespace),
+                        "expiry_seconds": (
+                            action.approval.expiry or self.settings.remediation.approval_ttl
+                        ).total_seconds(),
+                        "auto": step.kind is ApprovalStepKind.AUTO,
+                        "deadline": step.deadline.isoformat() if step.deadline else None,
                     }
                 self.store.enqueue_message(
                     MessageKind.POST,

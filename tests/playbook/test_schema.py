@@ -65,6 +65,25 @@ def test_full_playbook_parses() -> None:
     assert not colocate.approval.is_auto("ml")
 
 
+@pytest.mark.parametrize(
+    ("approval", "expiry"),
+    [
+        ("approval: {approvers: [U1, U2], expiry: 30m, auto_namespaces: [ml-sandbox]}",
+         timedelta(minutes=30)),
+        ("approval: {approvers: [U1]}", None),  # the agent's remediation.approval_ttl
+        ("type: propose_colocation", None),
+    ],
+)
+def test_approval_expiry_is_optional(approval: str, expiry: timedelta | None) -> None:
+    text = GOOD.replace(
+        "approval: {approvers: [U1, U2], expiry: 30m, auto_namespaces: [ml-sandbox]}", approval
+    ) if approval.startswith("approval") else GOOD.replace(
+        "\n    approval: {approvers: [U1, U2], expiry: 30m, auto_namespaces: [ml-sandbox]}", "")
+    pb = parse_playbook(text, path=Path("demo.yaml"))
+    colocate = pb.actions[1]
+    assert colocate.approval is not None and colocate.approval.expiry == expiry
+
+
 def _replace(old: str, new: str) -> str:
     assert old in GOOD
     return GOOD.replace(old, new, 1)

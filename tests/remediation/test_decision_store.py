@@ -172,3 +172,26 @@ def test_sixteen_deciders_one_recorded(store: IncidentStore) -> None:
     detail = store.get_incident(incident_id)
     assert [d.actor_id for d in detail.decisions] == [winner]
     assert detail.incident.status is results[winner].status
+
+
+def test_past_the_approval_deadline_nothing_changes(store: IncidentStore) -> None:
+    late, in_time = _open(store, "late"), _open(store, "in-time")
+    deadline = T0 + timedelta(minutes=30)
+    for incident_id in (late, in_time):
+        assert store.request_approval(incident_id, deadline=deadline, now=T0,
+                                      actor="zonemedic").applied
+    before = store.get_incident(late)
+    result = decide(store, DecisionRequest(late, D.APPROVE, CAROL), now=deadline)
+    assert (result.recorded, result.reason, result.status) == (
+        False, DecisionReason.EXPIRED, S.AWAITING_APPROVAL)
+    assert result.decided_at == deadline
+    assert "its approval deadline passed at" in result.message
+    assert store.get_incident(late) == before  # no decision, no event, no status change
+    ok = decide(store, DecisionRequest(in_time, D.REJECT, CAROL),
+                now=deadline - timedelta(seconds=1))
+    assert ok.recorded and ok.status is S.REJECTED
+    # the leader's expiry job then expires the unanswered one; deciding says so
+    assert store.expire_due(now=deadline) == [late]
+    after = decide(store, DecisionRequest(late, D.APPROVE, CAROL), now=deadline)
+    assert (after.reason, after.status) == (DecisionReason.EXPIRED, S.EXPIRED)
+    assert "expired at" in after.message

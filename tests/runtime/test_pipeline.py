@@ -135,17 +135,23 @@ def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(wor
     world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
     world.pipeline.handle_change(Change(namespaces=frozenset({"train"})), 0.0)  # a second batch
     (incident,) = world.incidents()
-    assert (incident.verdict.value, incident.status.value, incident.uid) == ("zone_split_blocked", "open", "job-uid-1")
+    # the zone-split playbook proposes co-location: the incident awaits approval for its 4h expiry
+    assert (incident.verdict.value, incident.status.value, incident.uid) == (
+        "zone_split_blocked", "awaiting_approval", "job-uid-1")
+    assert incident.approval_deadline == NOW + timedelta(hours=4)
     gauge = world.pipeline.parts.metrics.registry.get_sample_value
-    assert gauge("zonemedic_incidents", {"verdict": "zone_split_blocked", "status": "open"}) == 1.0
+    assert gauge("zonemedic_incidents", {"verdict": "zone_split_blocked",
+                                         "status": "awaiting_approval"}) == 1.0
     assert incident.target_zone == "zone-a"
     detail = world.store.get_incident(incident.id)
     assert detail.diagnosis["metrics"]["status"].startswith("metrics not configured")
     posts = {m.payload["action"]: m for m in detail.messages if m.kind is MessageKind.POST}
     assert set(posts) == {"notify", "propose_colocation"}
     assert posts["notify"].channel == "#ml-infra"
-    assert posts["propose_colocation"].payload["approval"] == {"approvers": [], "expiry_seconds": 14400.0, "auto": False}
-    assert [e.kind.value for e in detail.events] == ["detected", "redetected"]
+    assert posts["propose_colocation"].payload["approval"] == {
+        "approvers": [], "expiry_seconds": 14400.0, "auto": False,
+        "deadline": (NOW + timedelta(hours=4)).isoformat()}
+    assert [e.kind.value for e in detail.events] == ["detected", "awaiting_approval", "redetected"]
     # co-locate the master in zone-a: the job is healthy, its incident resolved
     moved = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
     change = world.load("pods", moved)
@@ -154,7 +160,7 @@ def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(wor
     assert after.status.value == "resolved"
     assert world.incidents(open_only=True) == []
     registry = world.pipeline.parts.metrics.registry
-    assert registry.get_sample_value("zonemedic_incidents", {"verdict": "zone_split_blocked", "status": "open"}) is None
+    assert registry.get_sample_value("zonemedic_incidents", {"verdict": "zone_split_blocked", "status": "awaiting_approval"}) is None
 
 
 def test_gone_job_supersedes_and_verdict_class_change_supersedes(world: World) -> None:
@@ -165,7 +171,7 @@ def test_gone_job_supersedes_and_verdict_class_change_supersedes(world: World) -
     assert gone.status.value == "superseded"
     # back, split again: a new incident (the old one is closed)
     world.pipeline.handle_change(world.load("pods", split_pods()), 0.0)
-    assert [i.status.value for i in world.incidents()] == ["open", "superseded"]
+    assert [i.status.value for i in world.incidents()] == ["awaiting_approval", "superseded"]
 
 
 def test_alerts_open_and_close_their_own_incident(world: World) -> None:
@@ -257,19 +263,19 @@ def test_a_follower_records_nothing_and_a_cluster_wide_batch_catches_up(world: W
     world.leading = True  # what the composition root submits on acquiring the lease
     world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
     (incident,) = world.incidents()
-    assert incident.status.value == "open"
+    assert incident.status.value == "awaiting_approval"  # the zone-split playbook proposes
     detail = world.store.get_incident(incident.id)
-    assert [e.kind.value for e in detail.events] == ["detected"]
+    assert [e.kind.value for e in detail.events] == ["detected", "awaiting_approval"]
 
 
 def test_a_cluster_wide_batch_reconciles_gone_jobs_once_synced(world: World) -> None:
     world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
     world.leading = False
     world.pipeline.handle_change(world.load("pods", []), 0.0)  # the job goes while a follower
-    assert [i.status.value for i in world.incidents()] == ["open"]
+    assert [i.status.value for i in world.incidents()] == ["awaiting_approval"]
     world.leading = True
     world.pipeline.handle_change(Change(everything=True), 0.0)
-    assert [i.status.value for i in world.incidents()] == ["open"]  # the cache is not synced yet
+    assert [i.status.value for i in world.incidents()] == ["awaiting_approval"]  # not synced yet
     world.cache.expect(R[name] for name in ("nodes", "namespaces", "pods", "pytorchjobs.v1.kubeflow.org"))
     assert world.cache.synced
     world.pipeline.handle_change(Change(everything=True), 0.0)

@@ -1,0 +1,76 @@
+"""What a new incident needs once a playbook proposes co-location: nothing, a request, or auto.
+
+Who calls it: the agent's approval step (`agent.runtime.approvals`), when a `propose_colocation`
+action of a playbook fires for a newly recorded incident. Pure: plain data in, an `ApprovalStep`
+out, `now` passed in.
+
+The rules:
+- A finding that is not remediable (no target zone, a protected namespace, a kind zonemedic cannot
+  move) needs no decision: NONE (the incident stays `open`; people still see it).
+- A namespace the playbook's approval policy lists in `auto_namespaces` is approved at once by
+  zonemedic itself (AUTO: the one decision function with the `auto` source), unless it is a
+  protected namespace, which is never auto-approved.
+- Otherwise REQUEST: the incident awaits approval until `now + expiry`, the policy's `expiry` when
+  the playbook sets one, else the agent's `remediation.approval_ttl`. Past that deadline a decision
+  changes nothing and the leader's expiry job moves the incident to `expired`.
+
+What it does not do: record anything, post anything, or check who may approve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from agent.playbook.model import ApprovalPolicy
+
+
+class ApprovalStepKind(StrEnum):
+    NONE = "none"
+    REQUEST = "request"
+    AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class ApprovalStep:
+    kind: ApprovalStepKind
+    deadline: datetime | None = None  # REQUEST only
+    reason: str = ""
+
+
+def remediable(finding: Mapping[str, Any]) -> bool:
+    """The diagnosis says the job can be co-located (`remediable` and a target zone)."""
+    return finding.get("remediable") is True and bool(finding.get("target_zone"))
+
+
+def approval_step(
+    *,
+    namespace: str,
+    finding: Mapping[str, Any],
+    policy: ApprovalPolicy,
+    protected_namespaces: Collection[str],
+    default_ttl: timedelta,
+    now: datetime,
+) -> ApprovalStep:
+    """What the incident of `finding` in `namespace` needs (see the module docstring)."""
+    if not remediable(finding) or namespace in protected_namespaces:
+        return ApprovalStep(ApprovalStepKind.NONE, reason="the finding is not remediable")
+    if policy.is_auto(namespace):
+        return ApprovalStep(
+            ApprovalStepKind.AUTO,
+            reason=f"namespace {namespace} opts in to automatic co-location",
+        )
+    ttl = policy.expiry if policy.expiry is not None else default_ttl
+    return ApprovalStep(ApprovalStepKind.REQUEST, deadline=now + ttl,
+                        reason=f"awaiting approval for {_duration(ttl)}")
+
+
+def _duration(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

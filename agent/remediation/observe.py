@@ -1,0 +1,154 @@
+"""What the remediation reads from the cluster: the job, its pods, nodes, pods on nodes, workloads.
+
+Called by `agent.remediation.execute` before planning, while waiting and while verifying. Reads
+only (GET and LIST through `KubeApi`, JSON as the API returns it); the writes live in
+`agent.remediation.execute`. Also defines what a re-diagnosis hands back (`Rediagnosis`): the
+executor gets a callable producing one from its composition root, because diagnosing belongs to a
+layer of its own. A 404 reads as None; other failures raise `KubeApiError` (an UnavailableError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.model.cluster import ZONE_LABEL, JobKind
+from agent.model.finding import Finding
+from agent.model.job import JobRef
+from agent.remediation.plan import JOB_NAME_LABEL, KUBEFLOW
+from agent.remediation.verify import PodObservation
+from agent.sources.kubeapi import KubeApi, KubeApiError
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rediagnosis:
+    """A fresh diagnosis of one job: its finding (None when the job has no live pod), the
+    zone-mirroring label keys the diagnosis used, and the names of the job's live pods."""
+
+    finding: Finding | None
+    mirror_keys: tuple[str, ...] = ()
+    pods: tuple[str, ...] = ()
+
+
+Rediagnose = Callable[[JobRef], Rediagnosis]
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def is_terminating(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def unschedulable_message(pod: Mapping[str, Any]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and (
+            cond.get("reason") == "Unschedulable"
+        ):
+            return str(cond.get("message") or "Unschedulable")
+    return None
+
+
+@dataclass
+class ClusterReader:
+    api: KubeApi
+    timeout: float = 10.0
+
+    def _get(self, path: str) -> Obj | None:
+        try:
+            found: Obj = self.api.json("GET", path, timeout=self.timeout)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    def _list(self, path: str, query: list[tuple[str, str]] | None = None) -> list[Obj]:
+        body = self.api.json("GET", path, query=query, timeout=self.timeout)
+        items: list[Obj] = body.get("items") or []
+        return items
+
+    def job(self, ref: JobRef, *, api_version: str | None = None) -> Obj | None:
+        """The Kubeflow job object (kubeflow.org/v1, or v2beta1 for an MPIJob v1 does not serve)."""
+        kind = KUBEFLOW[ref.kind]
+        versions = [api_version] if api_version else ["kubeflow.org/v1"]
+        if api_version is None and ref.kind is JobKind.MPI:
+            versions.append("kubeflow.org/v2beta1")
+        for version in versions:
+            found = self._get(f"/apis/{version}/namespaces/{ref.namespace}/{kind.plural}/{ref.name}")
+            if found is not None:
+                return found
+        return None
+
+    def object(self, *, api_version: str, plural: str, namespace: str, name: str) -> Obj | None:
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        return self._get(f"{base}/namespaces/{namespace}/{plural}/{name}")
+
+    def nodes(self) -> list[Obj]:
+        return self._list("/api/v1/nodes")
+
+    def pods_on(self, node_names: Sequence[str]) -> list[Obj]:
+        """Live pods bound to these nodes (any namespace)."""
+        out: list[Obj] = []
+        for node in node_names:
+            out.extend(
+                p
+                for p in self._list("/api/v1/pods", [("fieldSelector", f"spec.nodeName={node}")])
+                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            )
+        return out
+
+    def kubeflow_pods(self, ref: JobRef) -> list[Obj]:
+        """Every pod carrying the job's name label, Terminating ones included."""
+        return self._list(
+            f"/api/v1/namespaces/{ref.namespace}/pods",
+            [("labelSelector", f"{JOB_NAME_LABEL}={ref.name}")],
+        )
+
+    def pods_named(self, namespace: str, names: Sequence[str]) -> list[Obj]:
+        wanted = set(names)
+        return [p for p in self._list(f"/api/v1/namespaces/{namespace}/pods") if _name(p) in wanted]
+
+    def namespace_pods(self, namespace: str) -> list[Obj]:
+        return self._list(f"/api/v1/namespaces/{namespace}/pods")
+
+    def workloads(self, namespace: str) -> list[Obj]:
+        """Deployments, ReplicaSets and batch Jobs of a namespace (kind and apiVersion set)."""
+        out: list[Obj] = []
+        for api_version, plural, kind in (
+            ("apps/v1", "deployments", "Deployment"),
+            ("apps/v1", "replicasets", "ReplicaSet"),
+            ("batch/v1", "jobs", "Job"),
+        ):
+            for item in self._list(f"/apis/{api_version}/namespaces/{namespace}/{plural}"):
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+                out.append(item)
+        return out
+
+
+def observe_pods(
+    pods: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]]
+) -> tuple[PodObservation, ...]:
+    """The judge's view of pods: zone of the node (None while unbound), phase, terminating,
+    the scheduler's message."""
+    zone_of = {
+        _name(n): ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL) for n in nodes
+    }
+    out = []
+    for pod in pods:
+        where = (pod.get("spec") or {}).get("nodeName")
+        out.append(
+            PodObservation(
+                name=_name(pod),
+                zone=zone_of.get(where) if where else None,
+                phase=str((pod.get("status") or {}).get("phase") or "Pending"),
+                terminating=is_terminating(pod),
+                unschedulable=unschedulable_message(pod),
+            )
+        )
+    return tuple(sorted(out, key=lambda p: p.name))

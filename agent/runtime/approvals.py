@@ -1,0 +1,84 @@
+"""The approval step of a new incident: request a decision with a deadline, or approve it at once.
+
+Who calls it: the pipeline, when a playbook's `propose_colocation` action fires for a newly opened
+incident (before the proposal is queued for the chat layer, so the message sees the deadline).
+What the incident needs is the pure rule `agent.remediation.approval.approval_step`; this module
+applies it to the store:
+
+- REQUEST: `open -> awaiting_approval` with the deadline (`store.request_approval`); past it, the
+  leader's expiry job moves the incident to `expired` and decisions record nothing.
+- AUTO (a namespace the playbook opts in): the one decision function with the `auto` source, as
+  if a person had approved; the leader's executor then remediates it.
+- NONE (the finding is not remediable): nothing; the incident stays `open`.
+
+A second proposal for the same incident (two playbooks) changes nothing: the incident is no longer
+`open`, and both steps are conditional. What it does not do: post anything or touch the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from agent.model.incident import Actor, IncidentSummary
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.playbook.model import ApprovalPolicy
+from agent.remediation.approval import ApprovalStep, ApprovalStepKind, approval_step
+from agent.remediation.decision import DecisionRequest, decide
+from agent.settings import Settings
+from agent.store.repository import IncidentStore
+
+log = logging.getLogger(__name__)
+
+ACTOR = "zonemedic"
+
+
+class ApprovalRequests:
+    def __init__(
+        self, store: IncidentStore, *, settings: Settings, now: Callable[[], datetime]
+    ) -> None:
+        self.store = store
+        self.protected = frozenset(settings.diagnosis.protected_namespaces)
+        self.default_ttl = settings.remediation.approval_ttl
+        self.now = now
+
+    def propose(
+        self,
+        incident: IncidentSummary,
+        finding: Mapping[str, Any],
+        policy: ApprovalPolicy,
+        *,
+        playbook: str,
+    ) -> ApprovalStep:
+        """Apply what the new incident needs; returns the step (its deadline for a request)."""
+        now = self.now()
+        step = approval_step(
+            namespace=incident.namespace, finding=finding, policy=policy,
+            protected_namespaces=self.protected, default_ttl=self.default_ttl, now=now,
+        )
+        if incident.status is not IncidentStatus.OPEN or step.kind is ApprovalStepKind.NONE:
+            return step  # not remediable, or already moved on (another playbook, a person)
+        if step.kind is ApprovalStepKind.AUTO:
+            result = decide(
+                self.store,
+                DecisionRequest(
+                    incident.id, DecisionOutcome.APPROVE,
+                    Actor(id=ACTOR, name=None, source=DecisionSource.AUTO),
+                    reason=f"playbook {playbook}: {step.reason}",
+                ),
+                now=now,
+            )
+            log.info("auto-approval", extra={"incident": incident.id, "playbook": playbook,
+                                             "recorded": result.recorded})
+            return step
+        if step.deadline is None:  # a REQUEST always carries its deadline
+            return step
+        requested = self.store.request_approval(
+            incident.id, deadline=step.deadline, now=now, actor=ACTOR
+        )
+        log.info("approval requested", extra={"incident": incident.id, "playbook": playbook,
+                                              "deadline": step.deadline.isoformat(),
+                                              "applied": requested.applied})
+        return step

@@ -1,0 +1,47 @@
+"""The leader's approval expiry: incidents past their approval deadline become `expired`.
+
+Who calls it: the composition root registers `ApprovalExpiry.tick` as the leader-gated background
+job `approval-expiry` (every `remediation.pickup_interval`). Each tick is one store call,
+`expire_due(now=...)`: an incident awaiting approval (or open with a deadline) whose deadline has
+passed becomes `expired`, and a snooze that ended goes back to awaiting approval. Every change is a
+conditional transition, so an expiry racing a decision has one winner; a decision that comes after
+the deadline records nothing whether or not this job ran yet (`agent.remediation.decision`).
+
+What it does not do: choose deadlines (the approval step does, when approval is requested), post
+anything, or run on a follower.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from agent.runtime.app import Parts
+from agent.store.repository import IncidentStore
+
+log = logging.getLogger(__name__)
+
+
+class ApprovalExpiry:
+    def __init__(
+        self, store: IncidentStore, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
+        self.store = store
+        self.now = now
+        self.moved = 0
+
+    def tick(self) -> None:
+        moved = self.store.expire_due(now=self.now())
+        if moved:
+            self.moved += len(moved)
+            log.info("approvals expired or snoozes ended", extra={"incidents": moved})
+
+
+def register(parts: Parts, store: IncidentStore) -> ApprovalExpiry:
+    """Register the expiry as the leader-gated background job `approval-expiry`."""
+    expiry = ApprovalExpiry(store)
+    parts.add_background_job(
+        "approval-expiry", every=parts.settings.remediation.pickup_interval, run=expiry.tick
+    )
+    return expiry

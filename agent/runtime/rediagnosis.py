@@ -1,0 +1,97 @@
+"""Re-diagnosing one job from the live API, for the remediation executor.
+
+Who calls it: the composition root hands `ApiRediagnosis(api, settings.diagnosis)` to
+`agent.remediation.execute.Remediator` as its `diagnose` callable; tests and the benchmark do the
+same. One call lists what the job's verdict depends on -- every node, the job's namespace (object,
+pods, training jobs, Deployments/ReplicaSets/batch Jobs, CiliumNetworkPolicies, NetworkPolicies)
+and the CiliumClusterwideNetworkPolicies -- parses it with the snapshot parsers and runs the core's
+scoped diagnosis. It reads the API directly rather than the watch cache so that a remediation
+judges what the server says now. Zone-mirroring labels in `auto` mode are detected over the
+namespace's pods. A kind the server does not serve (404) is skipped. What it does not do: record
+anything, or write to the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+from agent.model.job import JobRef
+from agent.policy import PolicySet
+from agent.remediation.observe import Rediagnosis
+from agent.settings import DiagnosisSettings
+from agent.snapshot.collection import parse_snapshot
+from agent.sources.kubeapi import KubeApi, KubeApiError
+from agent.topology.jobs import find_jobs
+
+_NAMESPACED = (
+    ("v1", "pods", "Pod"),
+    ("kubeflow.org/v1", "pytorchjobs", "PyTorchJob"),
+    ("kubeflow.org/v1", "tfjobs", "TFJob"),
+    ("kubeflow.org/v1", "mpijobs", "MPIJob"),
+    ("kubeflow.org/v2beta1", "mpijobs", "MPIJob"),
+    ("kubeflow.org/v1", "xgboostjobs", "XGBoostJob"),
+    ("kubeflow.org/v1", "paddlejobs", "PaddleJob"),
+    ("kubeflow.org/v1", "jaxjobs", "JAXJob"),
+    ("apps/v1", "deployments", "Deployment"),
+    ("apps/v1", "replicasets", "ReplicaSet"),
+    ("batch/v1", "jobs", "Job"),
+    ("cilium.io/v2", "ciliumnetworkpolicies", "CiliumNetworkPolicy"),
+    ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy"),
+)
+
+
+class ApiRediagnosis:
+    """`diagnose(ref) -> Rediagnosis` over fresh API reads."""
+
+    def __init__(self, api: KubeApi, settings: DiagnosisSettings, *, timeout: float = 10.0) -> None:
+        self.api = api
+        self.settings = settings
+        self.timeout = timeout
+
+    def _items(self, api_version: str, path: str, kind: str) -> list[dict[str, Any]]:
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        try:
+            body = self.api.json("GET", f"{base}/{path}", timeout=self.timeout)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return []
+            raise
+        items: list[dict[str, Any]] = body.get("items") or []
+        for item in items:
+            item["apiVersion"], item["kind"] = api_version, kind
+        return items
+
+    def _namespace(self, name: str) -> list[dict[str, Any]]:
+        try:
+            obj: dict[str, Any] = self.api.json("GET", f"/api/v1/namespaces/{name}",
+                                                timeout=self.timeout)  # fmt: skip
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return []
+            raise
+        obj["apiVersion"], obj["kind"] = "v1", "Namespace"
+        return [obj]
+
+    def __call__(self, ref: JobRef) -> Rediagnosis:
+        ns = ref.namespace
+        items = self._items("v1", "nodes", "Node")
+        items += self._namespace(ns)
+        for api_version, plural, kind in _NAMESPACED:
+            items += self._items(api_version, f"namespaces/{ns}/{plural}", kind)
+        items += self._items("cilium.io/v2", "ciliumclusterwidenetworkpolicies",
+                             "CiliumClusterwideNetworkPolicy")  # fmt: skip
+        snapshot = parse_snapshot([("api", orjson.dumps({"kind": "List", "items": items}))])
+        state = snapshot.state
+        diagnosis = diagnose_cluster(
+            state, PolicySet(snapshot.policies), settings=self.settings,
+            only=JobScope(jobs=frozenset({ref})),
+        )  # fmt: skip
+        finding = next((f for f in diagnosis.findings if f.job == ref), None)
+        job = next(
+            (j for j in find_jobs(state, self.settings.groups, namespaces={ns}) if j.ref == ref), None
+        )
+        pods = tuple(p.name for p in job.pods) if job is not None else ()
+        return Rediagnosis(finding=finding, mirror_keys=diagnosis.mirror_keys, pods=pods)

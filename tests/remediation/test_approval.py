@@ -1,0 +1,46 @@
+"""What a new incident needs when a playbook proposes co-location (pure, table-driven)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agent.playbook.model import ApprovalPolicy
+from agent.remediation.approval import ApprovalStepKind, approval_step
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+TTL = timedelta(minutes=30)
+REMEDIABLE = {"remediable": True, "target_zone": "zone-a"}
+
+
+@pytest.mark.parametrize(
+    ("namespace", "finding", "policy", "kind", "deadline", "reason"),
+    [
+        ("ml", REMEDIABLE, ApprovalPolicy(), ApprovalStepKind.REQUEST, NOW + TTL,
+         "awaiting approval for 30m"),
+        ("ml", REMEDIABLE, ApprovalPolicy(expiry=timedelta(hours=4)), ApprovalStepKind.REQUEST,
+         NOW + timedelta(hours=4), "for 4h"),
+        ("ml", REMEDIABLE, ApprovalPolicy(expiry=timedelta(seconds=90)), ApprovalStepKind.REQUEST,
+         NOW + timedelta(seconds=90), "for 90s"),
+        ("ml-sandbox", REMEDIABLE, ApprovalPolicy(auto_namespaces=("ml-sandbox",)),
+         ApprovalStepKind.AUTO, None, "namespace ml-sandbox opts in"),
+        ("ml", REMEDIABLE, ApprovalPolicy(auto_namespaces=("ml-sandbox",)),
+         ApprovalStepKind.REQUEST, NOW + TTL, ""),
+        # never auto in a protected namespace, even when listed
+        ("kube-system", REMEDIABLE, ApprovalPolicy(auto_namespaces=("kube-system",)),
+         ApprovalStepKind.NONE, None, "not remediable"),
+        ("ml", {"remediable": False, "target_zone": "zone-a"}, ApprovalPolicy(),
+         ApprovalStepKind.NONE, None, "not remediable"),
+        ("ml", {"remediable": True, "target_zone": None}, ApprovalPolicy(),
+         ApprovalStepKind.NONE, None, ""),
+        ("ml", {}, ApprovalPolicy(auto_namespaces=("ml",)), ApprovalStepKind.NONE, None, ""),
+    ],
+)
+def test_approval_step(namespace: str, finding: dict[str, Any], policy: ApprovalPolicy,
+                       kind: ApprovalStepKind, deadline: datetime | None, reason: str) -> None:
+    step = approval_step(namespace=namespace, finding=finding, policy=policy,
+                         protected_namespaces=("kube-system",), default_ttl=TTL, now=NOW)
+    assert (step.kind, step.deadline) == (kind, deadline)
+    assert reason in step.reason

@@ -1,0 +1,201 @@
+"""The Remediator on the twin over HTTP (official client, real SQLite store): the happy path, the
+refusal that writes nothing, the rollback, a 409 on the suspend patch, a vanished job."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from agent.model.lifecycle import IncidentStatus, RemediationActionKind
+from agent.remediation.execute import Step
+from agent.remediation.plan import Plan, TemplateState
+from agent.store.repository import IncidentStore
+from tests.remediation.harness import (
+    FAST,
+    JOB,
+    ZONE,
+    Lab,
+    approved_incident,
+    migrated_template,
+    new_store,
+    running_lab,
+)
+
+JOB_PATH = "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/llm-finetune"
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return migrated_template(tmp_path_factory.mktemp("db"))
+
+
+@pytest.fixture
+def store(template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
+    s, _ = new_store(template, tmp_path)
+    yield s
+    s.close()
+
+
+def split(lab: Lab) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        found = lab.diagnose(JOB).finding
+        if found is not None and found.remediable:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the job never showed up split")
+
+
+def job(lab: Lab) -> dict[str, Any]:
+    found: dict[str, Any] = lab.api.json("GET", JOB_PATH)
+    return found
+
+
+def pods(lab: Lab) -> list[dict[str, Any]]:
+    return lab.api.json("GET", "/api/v1/namespaces/ml/pods")["items"]  # type: ignore[no-any-return]
+
+
+def resumes(lab: Lab) -> int:
+    events = lab.api.json("GET", "/api/v1/namespaces/ml/events")["items"]
+    return sum(int(e.get("count", 1)) for e in events if e.get("reason") == "PyTorchJobResumed")
+
+
+def recorded_plan(store: IncidentStore, incident_id: int) -> Plan:
+    actions = [a for a in store.get_incident(incident_id).actions if a.kind is RemediationActionKind.PLAN]
+    return Plan.from_dict(actions[-1].payload["plan"])
+
+
+def patch_job(lab: Lab, patch: dict[str, Any]) -> None:
+    client.CustomObjectsApi(lab.api.api_client).patch_namespaced_custom_object(
+        "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune", patch)
+
+
+def cordon(lab: Lab, zone: str) -> None:
+    for node in lab.api.json("GET", "/api/v1/nodes")["items"]:
+        if node["metadata"]["labels"].get(ZONE) == zone:
+            client.CoreV1Api(lab.api.api_client).patch_node(
+                node["metadata"]["name"], {"spec": {"unschedulable": True}},
+                _content_type="application/merge-patch+json",
+            )
+
+
+def test_blocked_job_is_co_located_in_one_restart_and_resolved(tmp_path: Path, store: IncidentStore) -> None:
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        seen: list[Step] = []
+        status = lab.remediator(store, on_step=seen.append).run(incident_id)
+        assert status is IncidentStatus.RESOLVED
+        assert seen == [Step.PLANNED, Step.DRY_RUN, Step.SUSPENDED, Step.PODS_GONE, Step.RESUMED,
+                        Step.BOUND, Step.VERIFIED]  # fmt: skip
+        live = job(lab)
+        assert live["spec"]["runPolicy"]["suspend"] is False
+        assert recorded_plan(store, incident_id).targets[0].state_of(live) is TemplateState.PLANNED
+        nodes = {n["metadata"]["name"]: n["metadata"]["labels"][ZONE]
+                 for n in lab.api.json("GET", "/api/v1/nodes")["items"]}  # fmt: skip
+        assert {nodes[p["spec"]["nodeName"]] for p in pods(lab)} == {"us-east-1a"}
+        assert resumes(lab) == 1
+        detail = store.get_incident(incident_id)
+        assert [e.kind.value for e in detail.events][-3:] == ["verifying", "verified", "resolved"]
+        # a second run finds nothing to do
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.RESOLVED
+        assert resumes(lab) == 1
+
+
+def test_target_zone_cordoned_before_approval_fails_and_writes_nothing(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        cordon(lab, "us-east-1a")
+        lab.reset_accounting()
+        status = lab.remediator(store).run(incident_id)
+        assert status is IncidentStatus.FAILED
+        assert lab.writes() == {}
+        detail = store.get_incident(incident_id)
+        reason = detail.events[-1].detail["reason"]
+        assert "no zone has 4 free GPUs for the job (free: us-east-1a: 0" in reason
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+
+
+def test_target_zone_cordoned_after_the_suspend_rolls_back_to_the_original_templates(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        original = job(lab)
+
+        def on_step(step: Step) -> None:
+            if step is Step.SUSPENDED:
+                cordon(lab, "us-east-1a")
+
+        settings = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
+        status = lab.remediator(store, settings=settings, on_step=on_step).run(incident_id)
+        assert status is IncidentStatus.ROLLED_BACK
+        live = job(lab)
+        assert live["spec"]["runPolicy"]["suspend"] is False
+        for rtype, spec in live["spec"]["pytorchReplicaSpecs"].items():
+            assert spec["template"] == original["spec"]["pytorchReplicaSpecs"][rtype]["template"]
+        detail = store.get_incident(incident_id)
+        reason = detail.events[-1].detail["reason"]
+        assert "unschedulable after 1.5s" in reason and "node(s) were unschedulable" in reason
+        kinds = [a.kind for a in detail.actions]
+        assert kinds.count(RemediationActionKind.ROLLBACK) == 2
+
+
+def test_a_conflicting_write_before_the_suspend_patch_is_re_planned_and_retried(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        touched: list[str] = []
+
+        def on_step(step: Step) -> None:
+            if step is Step.DRY_RUN and not touched:  # someone edits the job meanwhile
+                patch_job(lab, {"metadata": {"annotations": {"owner": "bob"}}})
+                touched.append("yes")
+
+        status = lab.remediator(store, on_step=on_step).run(incident_id)
+        assert status is IncidentStatus.RESOLVED
+        detail = store.get_incident(incident_id)
+        plans = [a for a in detail.actions if a.kind is RemediationActionKind.PLAN]
+        assert len(plans) == 2  # planned again after the 409
+        applied = [a for a in detail.actions if a.payload.get("step") == "suspended"]
+        assert applied[-1].payload["attempt"] == 2
+        assert job(lab)["metadata"]["annotations"]["owner"] == "bob"
+        assert resumes(lab) == 1
+
+
+def test_a_job_deleted_after_the_approval_is_superseded(tmp_path: Path, store: IncidentStore) -> None:
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        client.CustomObjectsApi(lab.api.api_client).delete_namespaced_custom_object(
+            "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune")
+        deadline = time.monotonic() + 10
+        while pods(lab) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.SUPERSEDED
+        assert lab.writes() == {}
+
+
+def test_a_kueue_managed_job_is_refused(tmp_path: Path, store: IncidentStore) -> None:
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        patch_job(lab, {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "gpu"}}})
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
+        assert lab.writes() == {}
+        assert "Kueue-managed (queue gpu)" in store.get_incident(incident_id).events[-1].detail["reason"]

@@ -1,0 +1,346 @@
+"""The remediation plan (pure): per kind, minimal patches that keep every unrelated field, merge
+what the templates already say, refuse with a reason when the job cannot be moved."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agent.model.cluster import JobKind
+from agent.model.verdict import Verdict
+from agent.remediation.plan import (
+    LiveObjects,
+    Plan,
+    Refusal,
+    TargetAction,
+    TemplateState,
+    apply_merge_patch,
+    plan_remediation,
+)
+from tests.remediation.builders import (
+    GPU_TOLERATION,
+    JOB_NAME,
+    KINDS,
+    ZONE,
+    batch_job,
+    cluster_nodes,
+    deployment,
+    finding,
+    job,
+    job_pods,
+    node,
+    pod,
+    replicaset,
+)
+
+MIRROR = "netpol.example.com/zone"
+TOUCHABLE_SPEC = {"nodeSelector", "affinity", "tolerations"}
+
+
+def live(obj: dict[str, Any], *, nodes: list[dict[str, Any]] | None = None,
+         bound: list[dict[str, Any]] | None = None) -> LiveObjects:  # fmt: skip
+    kind = str(obj["kind"]) + ("/v2beta1" if obj["apiVersion"].endswith("v2beta1") else "")
+    pods = job_pods(kind, obj["metadata"]["name"])
+    return LiveObjects(job=obj, pods=pods, nodes=nodes or cluster_nodes(),
+                       bound_pods=pods + (bound or []))  # fmt: skip
+
+
+def a_plan(kind: str, obj: dict[str, Any], **kw: Any) -> Plan:
+    result = plan_remediation(finding(KINDS[kind][4]), live(obj, **kw), mirror_keys=kw.pop("mirror", ()))
+    assert isinstance(result, Plan), result
+    return result
+
+
+def templates(obj: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    field = KINDS[kind][1]
+    return {rtype: spec["template"] for rtype, spec in obj["spec"][field].items()}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_replica_type_is_pinned_with_affinity_and_the_rest_is_kept(kind: str) -> None:
+    obj = job(kind)
+    plan = a_plan(kind, obj)
+    (target,) = plan.targets
+    assert target.action is TargetAction.SUSPEND_RESUME
+    plural = {"PyTorchJob": "pytorchjobs", "TFJob": "tfjobs", "MPIJob": "mpijobs",
+              "MPIJob/v2beta1": "mpijobs", "XGBoostJob": "xgboostjobs", "PaddleJob": "paddlejobs",
+              "JAXJob": "jaxjobs"}[kind]  # fmt: skip
+    assert (target.api_version, target.plural) == (KINDS[kind][0], plural)
+    patch = plan.job_patch(resource_version="41", suspend=True)
+    assert patch["metadata"] == {"resourceVersion": "41"}
+    assert patch["spec"]["runPolicy"] == {"suspend": True}
+    # minimal: per replica only the template's nodeSelector / affinity / tolerations
+    field = KINDS[kind][1]
+    assert set(patch["spec"]) == {"runPolicy", field}
+    assert set(patch["spec"][field]) == set(obj["spec"][field])  # every replica type
+    for replica_patch in patch["spec"][field].values():
+        assert set(replica_patch) == {"template"}
+        assert set(replica_patch["template"]) == {"spec"}
+        assert set(replica_patch["template"]["spec"]) <= TOUCHABLE_SPEC
+    patched = apply_merge_patch(obj, patch)
+    for rtype, template in templates(patched, kind).items():
+        spec = template["spec"]
+        assert spec["nodeSelector"][ZONE] == "zone-a", rtype
+        assert spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+            {"labelSelector": {"matchLabels": {JOB_NAME: "train"}}, "topologyKey": ZONE}
+        ]
+        assert GPU_TOLERATION in spec["tolerations"] or {
+            "key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"
+        } in spec["tolerations"]
+        assert not spec.get("topologySpreadConstraints")
+    # everything outside the touched fields is as it was
+    def strip(o: dict[str, Any]) -> dict[str, Any]:
+        out = json.loads(json.dumps(o))
+        out["spec"]["runPolicy"].pop("suspend", None)
+        for t in templates(out, kind).values():
+            for key in TOUCHABLE_SPEC:
+                t["spec"].pop(key, None)
+        return out
+    assert strip(patched) == strip(obj)
+    assert plan.pods == len(job_pods(kind))
+    assert plan.preconditions.uid == "uid-train" and plan.preconditions.resource_version == "41"
+    assert plan.preconditions.placement["train-worker-1"] == "zone-a"
+
+
+def test_coordinator_gets_the_taint_toleration_read_from_the_nodes_workers_keep_theirs() -> None:
+    nodes = [
+        node("gpu-a-0", "zone-a", gpus=8, gpu="true",
+             taints=[{"key": "example.com/dedicated", "value": "train", "effect": "NoExecute"}]),
+        node("cpu-b-0", "zone-b"), node("cpu-b-1", "zone-b"),
+    ]  # fmt: skip
+    obj = job("PyTorchJob", worker_spec={"tolerations": [
+        {"key": "example.com/dedicated", "operator": "Exists"}]})  # fmt: skip
+    plan = a_plan("PyTorchJob", obj, nodes=nodes)
+    patched = apply_merge_patch(obj, plan.job_patch(resource_version=None, suspend=True))
+    master = templates(patched, "PyTorchJob")["Master"]["spec"]
+    worker = templates(patched, "PyTorchJob")["Worker"]["spec"]
+    assert master["tolerations"] == [
+        {"key": "example.com/dedicated", "operator": "Equal", "value": "train", "effect": "NoExecute"}
+    ]
+    assert worker["tolerations"] == [{"key": "example.com/dedicated", "operator": "Exists"}]
+    (target,) = plan.targets
+    worker_change = next(c for c in target.changes if c.replica == "Worker")
+    assert "tolerations" not in worker_change.after
+
+
+def test_existing_selector_affinity_and_tolerations_are_merged_and_every_term_gets_the_zone() -> None:
+    terms = [
+        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["true"]},
+                              {"key": ZONE, "operator": "In", "values": ["zone-a", "zone-b"]}]},
+        {"matchExpressions": [{"key": "pool", "operator": "Exists"}],
+         "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["x"]}]},
+    ]  # fmt: skip
+    other_pod_affinity = {"labelSelector": {"matchLabels": {"cache": "warm"}},
+                          "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
+    anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                          "labelSelector": {"matchLabels": {"app": "train"}}}}]}}
+    coordinator = {
+        "nodeSelector": {"disk": "ssd"},
+        "tolerations": [{"key": "example.com/spot", "operator": "Exists"}],
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
+                             "preferredDuringSchedulingIgnoredDuringExecution": [
+                                 {"weight": 5, "preference": {"matchExpressions": [
+                                     {"key": "fast", "operator": "Exists"}]}}]},
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [other_pod_affinity]},
+            **anti,
+        },
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                       "whenUnsatisfiable": "ScheduleAnyway",
+                                       "labelSelector": {"matchLabels": {"app": "train"}}}],
+    }  # fmt: skip
+    nodes = cluster_nodes()
+    for n in nodes:
+        n["metadata"]["labels"]["disk"] = "ssd"
+    obj = job("PyTorchJob", coordinator_spec=coordinator)
+    plan = a_plan("PyTorchJob", obj, nodes=nodes)
+    patched = apply_merge_patch(obj, plan.job_patch(resource_version=None, suspend=True))
+    master = templates(patched, "PyTorchJob")["Master"]["spec"]
+    assert master["nodeSelector"] == {"disk": "ssd", ZONE: "zone-a"}
+    new_terms = master["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert len(new_terms) == 2
+    for term in new_terms:
+        zone_exprs = [e for e in term["matchExpressions"] if e["key"] == ZONE]
+        assert zone_exprs == [{"key": ZONE, "operator": "In", "values": ["zone-a"]}]
+    assert {"key": "gpu", "operator": "In", "values": ["true"]} in new_terms[0]["matchExpressions"]
+    assert new_terms[1]["matchFields"] == terms[1]["matchFields"]
+    assert master["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == (
+        coordinator["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"])
+    required = master["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required[0] == other_pod_affinity and len(required) == 2
+    assert master["affinity"]["podAntiAffinity"] == anti["podAntiAffinity"]
+    assert master["tolerations"][0] == {"key": "example.com/spot", "operator": "Exists"}
+    assert master["tolerations"][1]["key"] == "nvidia.com/gpu"
+    assert master["topologySpreadConstraints"] == coordinator["topologySpreadConstraints"]
+    back = apply_merge_patch(patched, plan.job_patch(resource_version=None, suspend=False, restore=True))
+    assert templates(back, "PyTorchJob") == templates(obj, "PyTorchJob")
+
+
+@pytest.mark.parametrize(
+    ("template_labels", "expected"),
+    [
+        ({MIRROR: "zone-b"}, {MIRROR: "zone-a"}),  # the template carries the mirror label
+        ({}, None),  # a webhook stamps it: the template is left without it
+    ],
+)
+def test_mirroring_label_is_set_to_the_target_zone_where_the_job_uses_one(
+    template_labels: dict[str, str], expected: dict[str, str] | None
+) -> None:
+    obj = job("PyTorchJob", template_labels=template_labels)
+    plan = plan_remediation(finding(JobKind.PYTORCH), live(obj), mirror_keys=(MIRROR,))
+    assert isinstance(plan, Plan)
+    patch = plan.job_patch(resource_version=None, suspend=True)
+    for replica in patch["spec"]["pytorchReplicaSpecs"].values():
+        assert replica["template"].get("metadata", {}).get("labels") == expected
+    patched = apply_merge_patch(obj, patch)
+    assert templates(patched, "PyTorchJob")["Master"]["metadata"]["labels"]["app"] == "train"
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "MPIJob/v2beta1", "JAXJob"])
+def test_restore_patch_brings_back_the_original_templates(kind: str) -> None:
+    obj = job(kind, template_labels={MIRROR: "zone-b"})
+    plan = plan_remediation(finding(KINDS[kind][4]), live(obj), mirror_keys=(MIRROR,))
+    assert isinstance(plan, Plan)
+    (target,) = plan.targets
+    assert target.state_of(obj) is TemplateState.ORIGINAL
+    forward = apply_merge_patch(obj, plan.job_patch(resource_version="41", suspend=True))
+    assert target.state_of(forward) is TemplateState.PLANNED
+    back = apply_merge_patch(forward, plan.job_patch(resource_version=None, suspend=False, restore=True))
+    assert target.state_of(back) is TemplateState.ORIGINAL
+    assert templates(back, kind) == templates(obj, kind)  # exactly as it was
+    other = json.loads(json.dumps(forward))
+    other["spec"][KINDS[kind][1]]["Worker"]["template"]["spec"]["nodeSelector"][ZONE] = "zone-c"
+    assert target.state_of(other) is TemplateState.OTHER
+
+
+def test_plan_round_trips_through_json_and_shows_a_readable_diff() -> None:
+    plan = a_plan("PyTorchJob", job("PyTorchJob"))
+    again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again == plan
+    assert "--- PyTorchJob ml/train Master (live)" in plan.diff
+    assert "+++ PyTorchJob ml/train Master (planned)" in plan.diff
+    assert f"+    {ZONE}: zone-a" in plan.diff
+    assert "+  tolerations:" in plan.diff.split("Master (planned)")[1]
+    assert "suspend, patch the templates, resume" in plan.diff
+
+
+def refusal(kind: str, obj: dict[str, Any], **kw: Any) -> str:
+    result = plan_remediation(kw.pop("the_finding", finding(KINDS[kind][4])), live(obj, **kw))
+    assert isinstance(result, Refusal), result
+    return result.reason
+
+
+@pytest.mark.parametrize(
+    ("case", "build", "reason"),
+    [
+        ("cordoned", lambda: refusal("PyTorchJob", job("PyTorchJob"), nodes=cluster_nodes(cordon_a=True)),
+         "every node of zone zone-a is cordoned"),
+        ("gpus taken", lambda: refusal(
+            "PyTorchJob", job("PyTorchJob"), nodes=cluster_nodes(gpus=1),
+            bound=[pod("other-0", ns="x", node_name="gpu-a-0", gpus=1),
+                   pod("other-1", ns="x", node_name="gpu-a-1", gpus=1)]),
+         "zone zone-a has no room for pod train-worker"),
+        ("kueue", lambda: refusal("PyTorchJob", job("PyTorchJob", labels={"kueue.x-k8s.io/queue-name": "q"})),
+         "Kueue-managed (queue q)"),
+        ("managedBy", lambda: refusal("TFJob", job("TFJob", run_policy={"managedBy": "kueue.x-k8s.io/multikueue"})),
+         "managed by kueue.x-k8s.io/multikueue"),
+        ("finished", lambda: refusal("PyTorchJob", job("PyTorchJob", conditions=["Succeeded"])),
+         "finished job cannot be resumed"),
+        ("spread", lambda: refusal("PyTorchJob", job("PyTorchJob", worker_spec={"topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"}]})),
+         "spreads the pods across zones"),
+        ("healthy", lambda: refusal("PyTorchJob", job("PyTorchJob"),
+                                    the_finding=finding(JobKind.PYTORCH, verdict=Verdict.HEALTHY)),
+         "not split across zones"),
+        ("no target", lambda: refusal("PyTorchJob", job("PyTorchJob"),
+                                      the_finding=finding(JobKind.PYTORCH, target=None, remediable=False)),
+         "not remediable"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_reason(case: str, build: Any, reason: str) -> None:
+    assert reason in build(), case
+
+
+def test_room_counts_requests_of_pods_already_there_but_not_the_jobs_own() -> None:
+    nodes = cluster_nodes(gpus=2)  # 4 GPUs in zone-a; the job's 2 workers hold 2 of them
+    obj = job("PyTorchJob")
+    assert isinstance(plan_remediation(finding(JobKind.PYTORCH), live(obj, nodes=nodes)), Plan)
+    squatter = [pod("other", ns="x", node_name="gpu-a-0", gpus=2)]
+    assert isinstance(plan_remediation(finding(JobKind.PYTORCH), live(obj, nodes=nodes, bound=squatter)), Plan)
+    more = [*squatter, pod("other2", ns="x", node_name="gpu-a-1", gpus=1)]
+    result = plan_remediation(finding(JobKind.PYTORCH), live(obj, nodes=nodes, bound=more))
+    assert isinstance(result, Refusal) and "nvidia.com/gpu" in result.reason
+
+
+def group_live(*, coordinator_zone_node: str = "cpu-b-0") -> LiveObjects:
+    workloads = [
+        deployment("coordinator", labels={"zone": "zone-b", "role": "coordinator"}),
+        replicaset("coordinator-5d9f", "coordinator"),
+        batch_job("workers-a", labels={"zone": "zone-a", "role": "worker"}),
+        batch_job("workers-b", labels={"zone": "zone-b", "role": "worker"}, parallelism=1),
+    ]
+    pods = [
+        pod("coordinator-5d9f-x", node_name=coordinator_zone_node, labels={"zone": "zone-b"},
+            owner=("apps/v1", "ReplicaSet", "coordinator-5d9f")),
+        pod("workers-a-1", node_name="gpu-a-0", gpus=1, labels={"zone": "zone-a"},
+            owner=("batch/v1", "Job", "workers-a")),
+        pod("workers-a-2", node_name="gpu-a-1", gpus=1, labels={"zone": "zone-a"},
+            owner=("batch/v1", "Job", "workers-a")),
+        pod("workers-b-1", node_name="cpu-b-1", gpus=1, labels={"zone": "zone-b"},
+            owner=("batch/v1", "Job", "workers-b")),
+    ]  # fmt: skip
+    return LiveObjects(job=None, pods=pods, nodes=cluster_nodes(), bound_pods=pods, workloads=workloads)
+
+
+def test_group_moves_only_what_is_outside_the_target_zone() -> None:
+    result = plan_remediation(finding(JobKind.GROUP, name="lab"), group_live(), mirror_keys=("zone",))
+    assert isinstance(result, Plan), result
+    by_name = {t.name: t for t in result.targets}
+    assert set(by_name) == {"coordinator", "workers-b"}  # workers-a already in zone-a: untouched
+    rollout = by_name["coordinator"]
+    assert rollout.action is TargetAction.ROLLOUT
+    patch = rollout.template_patch()
+    assert patch["spec"]["template"]["metadata"]["labels"] == {"zone": "zone-a"}
+    assert patch["spec"]["template"]["spec"]["nodeSelector"] == {ZONE: "zone-a"}
+    assert patch["spec"]["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert "affinity" not in patch["spec"]["template"]["spec"]
+    recreate = by_name["workers-b"]
+    assert recreate.action is TargetAction.RECREATE
+    assert recreate.manifest is not None and recreate.original is not None
+    manifest = recreate.manifest
+    assert manifest["metadata"]["name"] == "workers-b"
+    assert manifest["metadata"]["labels"] == {"team": "lab"}
+    for gone in ("uid", "resourceVersion", "creationTimestamp", "generation"):
+        assert gone not in manifest["metadata"]
+    assert "status" not in manifest and "selector" not in manifest["spec"]
+    assert (manifest["spec"]["parallelism"], manifest["spec"]["completions"]) == (1, 1)
+    assert manifest["spec"]["backoffLimit"] == 4
+    template = manifest["spec"]["template"]
+    assert template["metadata"]["labels"] == {"app": "workers-b", "zone": "zone-a", "role": "worker"}
+    assert template["spec"]["nodeSelector"] == {"gpu": "true", ZONE: "zone-a"}
+    assert template["spec"]["tolerations"] == [GPU_TOLERATION]  # already tolerated: unchanged
+    assert recreate.original["spec"]["template"]["metadata"]["labels"]["zone"] == "zone-b"
+    assert result.pods == 2
+    assert "delete and recreate" in result.diff
+
+
+def test_group_with_only_the_coordinator_outside_patches_only_the_deployment() -> None:
+    base = group_live()
+    pods = [p for p in base.pods if p["metadata"]["name"] != "workers-b-1"]
+    live_ = LiveObjects(job=None, pods=pods, nodes=base.nodes, bound_pods=pods,
+                        workloads=base.workloads)  # fmt: skip
+    result = plan_remediation(finding(JobKind.GROUP, name="lab"), live_, mirror_keys=("zone",))
+    assert isinstance(result, Plan)
+    assert [(t.kind, t.name) for t in result.targets] == [("Deployment", "coordinator")]
+
+
+def test_group_pod_without_a_movable_controller_is_refused() -> None:
+    base = group_live()
+    pods = [*base.pods, pod("stray", node_name="cpu-b-0", labels={"zone": "zone-b"})]
+    live_ = LiveObjects(job=None, pods=pods, nodes=base.nodes, bound_pods=pods, workloads=base.workloads)
+    result = plan_remediation(finding(JobKind.GROUP, name="lab"), live_)
+    assert isinstance(result, Refusal) and "stray" in result.reason

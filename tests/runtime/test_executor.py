@@ -1,0 +1,146 @@
+"""The leader's remediation executor over the real store (SQLite and PostgreSQL): approved
+incidents go to the remediator one per tick, left-over remediations are resumed first, guards
+refuse or defer, failures are retried after a pause."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agent.model.incident import Actor
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
+from agent.model.verdict import Verdict
+from agent.remediation.decision import DecisionRequest, decide
+from agent.runtime.executor import RemediationExecutor
+from agent.settings import RemediationSettings
+from agent.sources.jobkey import JobKey
+from agent.store.repository import IncidentStore
+from tests.runtime.step_remediator import StepRemediator
+from tests.store.fixtures import db_url, pg_database, sqlite_template, store
+from tests.store.helpers import finding
+
+__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
+
+S = IncidentStatus
+ALICE = Actor("alice", None, DecisionSource.CLI)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC).replace(microsecond=0)
+        self.mono = 1000.0
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+def _executor(store: IncidentStore, *, objects: Mapping[JobKey, Sequence[Mapping[str, Any]]]
+              | None = None, cap: int = 10, cluster: str = "prod"
+              ) -> tuple[RemediationExecutor, StepRemediator, Clock]:
+    clock = Clock()
+    remediator = StepRemediator(store, lambda: clock.now)
+    executor = RemediationExecutor(
+        store, remediator, cluster=cluster,
+        settings=RemediationSettings(max_per_hour=cap, retry_after=timedelta(seconds=30)),
+        protected_namespaces=["kube-system"],
+        objects_of=lambda job: (objects or {}).get(job, []),
+        now=lambda: clock.now, monotonic=lambda: clock.mono,
+    )
+    return executor, remediator, clock
+
+
+def _approved(store: IncidentStore, name: str, *, namespace: str = "ml",
+              cluster: str = "prod") -> int:
+    incident_id = store.record_finding(finding(name, namespace=namespace,
+                                               cluster=cluster)).incident.id
+    result = decide(store, DecisionRequest(incident_id, DecisionOutcome.APPROVE, ALICE),
+                    now=datetime.now(UTC))
+    assert result.recorded
+    return incident_id
+
+
+def _status(store: IncidentStore, incident_id: int) -> S:
+    return store.get_incident(incident_id).incident.status
+
+
+def test_approved_incidents_run_one_per_tick_in_order(store: IncidentStore) -> None:
+    executor, remediator, _ = _executor(store)
+    first, second = _approved(store, "a"), _approved(store, "b")
+    other_cluster = _approved(store, "c", cluster="staging")
+    assert executor.step() == first
+    assert _status(store, first) is S.RESOLVED and _status(store, second) is S.APPROVED
+    assert executor.step() == second
+    assert executor.step() is None
+    assert remediator.calls == [first, second]
+    assert _status(store, other_cluster) is S.APPROVED  # another cluster's leader runs it
+
+
+def test_protected_and_kueue_jobs_fail_with_the_reason(store: IncidentStore) -> None:
+    kueue_job = {"kind": "PyTorchJob", "metadata": {
+        "name": "queued", "labels": {"kueue.x-k8s.io/queue-name": "gpus"}}}
+    executor, remediator, _ = _executor(
+        store, objects={JobKey("PyTorchJob", "ml", "queued"): [kueue_job]})
+    protected = _approved(store, "sys", namespace="kube-system")
+    queued = _approved(store, "queued")
+    fine = _approved(store, "fine")
+    assert executor.step() == fine
+    assert remediator.calls == [fine]
+    for incident_id, words in ((protected, "protected namespace kube-system"),
+                               (queued, "queued by Kueue")):
+        detail = store.get_incident(incident_id)
+        assert detail.incident.status is S.FAILED
+        failed = [e for e in detail.events if e.kind is EventKind.FAILED]
+        assert len(failed) == 1 and words in failed[0].detail["reason"]
+
+
+def test_left_over_remediations_resume_first_and_ignore_the_cap(store: IncidentStore) -> None:
+    executor, remediator, clock = _executor(store, cap=1)
+    waiting = _approved(store, "waiting")
+    left = _approved(store, "left")
+    store.transition(left, S.APPROVED, S.REMEDIATING, actor="old-leader", now=clock.now)
+    assert executor.step() == left  # resumed although the cap (1 started this hour) is reached
+    assert _status(store, left) is S.RESOLVED
+    assert executor.step() is None  # the cap: 1 remediation started in the last hour
+    notes = [e for e in store.get_incident(waiting).events if e.kind is EventKind.NOTE]
+    assert len(notes) == 1 and "the cap is 1" in notes[0].detail["waiting"]
+    assert executor.step() is None
+    assert len([e for e in store.get_incident(waiting).events
+                if e.kind is EventKind.NOTE]) == 1  # said once, not at every tick
+    clock.advance(3601)
+    assert executor.step() == waiting
+    assert remediator.calls == [left, waiting]
+
+
+def test_a_failing_remediation_is_retried_after_a_pause(store: IncidentStore) -> None:
+    executor, remediator, clock = _executor(store)
+    broken = _approved(store, "broken")
+    remediator.fail.add(broken)
+    assert executor.step() == broken
+    assert executor.step() is None  # not at every tick
+    clock.advance(29)
+    assert executor.step() is None
+    clock.advance(2)
+    remediator.fail.clear()
+    assert executor.step() == broken
+    assert _status(store, broken) is S.RESOLVED
+    assert remediator.calls == [broken, broken]
+
+
+def test_one_remediation_in_flight_per_job(store: IncidentStore) -> None:
+    executor, remediator, clock = _executor(store)
+    split = _approved(store, "resnet")
+    store.transition(split, S.APPROVED, S.REMEDIATING, actor="old-leader", now=clock.now)
+    remediator.stop_early.add(split)  # the resumed remediation stops while still verifying
+    assert executor.step() == split and _status(store, split) is S.VERIFYING
+    blocked = store.record_finding(finding("resnet", verdict=Verdict.POLICY_BLOCKED)).incident.id
+    assert decide(store, DecisionRequest(blocked, DecisionOutcome.APPROVE, ALICE),
+                  now=clock.now).recorded
+    assert executor.step() is None  # split is in its retry pause, blocked waits for it
+    notes = [e for e in store.get_incident(blocked).events if e.kind is EventKind.NOTE]
+    assert "another remediation of PyTorchJob ml/resnet is in flight" in notes[0].detail["waiting"]
+    clock.advance(31)
+    remediator.stop_early.clear()
+    assert executor.step() == split and _status(store, split) is S.RESOLVED
+    assert executor.step() == blocked

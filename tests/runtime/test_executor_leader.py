@@ -1,0 +1,128 @@
+"""Two agents against one twin and one database, each with the remediation executor registered as
+a leader-gated background job: a decision recorded by the CLI (another process) is picked up by
+the leader within about a second, the follower never runs it, and a remediation the leader left in
+flight is resumed by the next leader once it holds the lease."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from agent.model.incident import IncidentQuery
+from agent.model.lifecycle import IncidentStatus
+from agent.runtime import executor
+from agent.runtime.app import Agent, Parts
+from agent.runtime.pipeline import AgentPipeline
+from agent.store.migrate import upgrade_on_start
+from agent.store.repository import IncidentStore
+from agent.twin import kubeconfig
+from agent.twin.cluster import TwinCluster
+from tests.runtime.step_remediator import StepRemediator
+from tests.runtime.test_agent_e2e import agent_settings
+from tests.twin import twin_fixtures
+
+REPO = Path(__file__).resolve().parents[2]
+S = IncidentStatus
+
+
+@dataclass
+class Replica:
+    agent: Agent
+    store: IncidentStore
+    remediator: StepRemediator
+    executor: executor.RemediationExecutor
+
+
+def _wait(check: Callable[[], object], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[tuple[list[Replica], str]]:
+    books = tmp_path / "books"
+    books.mkdir()  # no playbook: incidents stay open until someone decides
+    cluster = TwinCluster(twin_fixtures.fast("seed-blocked")).start()
+    started: list[Replica] = []
+    try:
+        api = cluster.serve_api()
+        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
+        settings = replace(agent_settings(tmp_path, path, None), playbooks_dir=str(books))
+        settings = replace(settings, remediation=replace(
+            settings.remediation, pickup_interval=timedelta(seconds=1),
+            retry_after=timedelta(seconds=60)))  # no retry by the same leader in this test
+        for name in ("a", "b"):
+            store = upgrade_on_start(settings)
+            remediator = StepRemediator(store, lambda: datetime.now(UTC), name=f"remediator-{name}")
+            box: list[executor.RemediationExecutor] = []
+
+            def factory(parts: Parts, store: IncidentStore = store,
+                        remediator: StepRemediator = remediator,
+                        box: list[executor.RemediationExecutor] = box) -> AgentPipeline:
+                box.append(executor.register(parts, store, remediator))
+                return AgentPipeline(parts, store)
+
+            agent = Agent(settings, pipeline_factory=factory, identity=name)
+            agent.start()
+            started.append(Replica(agent, store, remediator, box[0]))
+        yield started, settings.database.url
+    finally:
+        for replica in started:
+            replica.agent.stop()
+            replica.store.close()
+        cluster.stop()
+
+
+def _open_incident(store: IncidentStore) -> int | None:
+    listing = store.list_incidents(IncidentQuery(open_only=True, limit=10))
+    return listing.incidents[0].id if listing.incidents else None
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agent.cli", *argv], cwd=REPO, check=False,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_leader_runs_a_cli_decision_and_the_next_leader_resumes_it(
+    replicas: tuple[list[Replica], str],
+) -> None:
+    (a, b), url = replicas
+    _wait(lambda: a.agent.elector.is_leader() or b.agent.elector.is_leader())
+    leader, follower = (a, b) if a.agent.elector.is_leader() else (b, a)
+    _wait(lambda: _open_incident(leader.store) is not None)
+    incident_id = _open_incident(leader.store)
+    assert incident_id is not None
+    leader.remediator.stop_early.add(incident_id)  # it will stop while verifying
+
+    done = _cli("incidents", "approve", str(incident_id), "--by", "carol", "--database", url)
+    recorded_at = time.monotonic()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"incident {incident_id} approved by carol\n"
+    _wait(lambda: incident_id in leader.remediator.calls, timeout=2.5)
+    picked_up = time.monotonic() - recorded_at
+    assert picked_up < 2.5
+    _wait(lambda: leader.store.get_incident(incident_id).incident.status is S.VERIFYING,
+          timeout=5)
+    assert follower.remediator.calls == [] and follower.executor.runs == 0
+
+    # the leader goes away with the remediation in flight: the next leader resumes it
+    leader.agent.stop()
+    _wait(follower.agent.elector.is_leader, timeout=10)
+    _wait(lambda: follower.store.get_incident(incident_id).incident.status is S.RESOLVED,
+          timeout=5)
+    assert follower.remediator.calls == [incident_id]
+    assert leader.remediator.calls == [incident_id]
+    again = _cli("incidents", "approve", str(incident_id), "--database", url)
+    assert again.returncode == 1
+    assert "already approved by carol (via cli)" in again.stderr
