@@ -31,6 +31,7 @@ What it does not do: render (render does), decide, or run on a follower replica.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +61,7 @@ from agent.model.incident import (
     IncidentQuery,
     IncidentSummary,
     OutboxMessage,
+    TimelineEvent,
 )
 from agent.model.lifecycle import EventKind, MessageKind, MessageStatus, RemediationActionKind
 
@@ -111,14 +113,31 @@ def utilization_of(detail: IncidentDetail) -> Utilization:
 
 
 def proposed_fix(detail: IncidentDetail) -> ProposedFix | None:
-    """The latest recorded plan's words and diff (a `plan` action's payload), if any."""
+    """The latest recorded plan's words and diff (a `plan` action: its message and `plan.diff`)."""
     plans = [a for a in detail.actions if a.kind is RemediationActionKind.PLAN]
     if not plans:
         return None
-    payload = plans[-1].payload
-    summary = str(payload.get("summary") or payload.get("description") or plans[-1].message or "")
-    diff = payload.get("diff") or payload.get("patch_diff") or ""
-    return ProposedFix(summary=summary, diff=str(diff)) if summary or diff else None
+    latest = plans[-1]
+    plan = latest.payload.get("plan")
+    diff = plan.get("diff") if isinstance(plan, Mapping) else None
+    summary = latest.message or ""
+    return ProposedFix(summary=summary, diff=str(diff or "")) if summary or diff else None
+
+
+def story_event(event: TimelineEvent, detail: IncidentDetail) -> TimelineEvent:
+    """The event with what its remediation action recorded (the step, figures) and the target
+    zone, for the thread reply."""
+    action_id = event.detail.get("action_id")
+    action = next((a for a in detail.actions if a.id == action_id), None)
+    if action is None:
+        return event
+    merged: dict[str, Any] = {k: v for k, v in action.payload.items() if k != "plan"}
+    merged.update(event.detail)
+    if "step" in action.payload:
+        merged["step"] = action.payload["step"]
+    if detail.incident.target_zone:
+        merged.setdefault("zone", detail.incident.target_zone)
+    return dataclasses.replace(event, detail=merged)
 
 
 class Follower:
@@ -342,7 +361,7 @@ class Deliverer:
     def _thread(self, message: OutboxMessage, detail: IncidentDetail) -> str | None:
         event_id = message.payload.get("thread_event")
         event = next((e for e in detail.events if e.id == event_id), None)
-        rendered = thread_update(event) if event is not None else None
+        rendered = thread_update(story_event(event, detail)) if event is not None else None
         existing = parent_ref(detail)
         if rendered is None or existing is None:
             return None

@@ -434,16 +434,23 @@ def _reason(detail: Mapping[str, Any]) -> str:
 
 
 _STEP_WORDS = {
+    "planned": "Plan recorded",
     "dry_run": "Dry run passed",
-    "suspend": "Job suspended",
-    "suspended": "Job suspended",
-    "patch": "Job patched",
-    "apply": "Patch applied",
-    "resume": "Job resumed",
+    "suspended": "Job suspended with the co-location patch",
+    "pods_gone": "Old pods gone",
     "resumed": "Job resumed",
-    "recreate": "Job recreated",
+    "rolled_out": "Deployment rolled out",
+    "job_deleted": "Job deleted for recreation",
+    "job_created": "Job recreated",
+    "rollback_started": "Rolling back",
+    "rolled_back": "Rolled back",
+    # older or other recorders
+    "suspend": "Job suspended",
+    "resume": "Job resumed",
+    "apply": "Patch applied",
     "rollback": "Rolled back",
 }
+_FAILED_WORDS = {"dry_run": "Dry run"}
 
 
 def thread_update(event: TimelineEvent) -> Rendered | None:
@@ -469,10 +476,10 @@ def thread_update(event: TimelineEvent) -> Rendered | None:
         ok = d.get("succeeded")
         words = _STEP_WORDS.get(step, step.replace("_", " ").capitalize())
         zone = d.get("zone") or d.get("target_zone")
-        if step in ("colocated", "co_located") or (d.get("colocated") and zone):
-            words = f"Pods co-located in zone {zone}"
+        if step in ("bound", "colocated", "co_located"):
+            words = f"Pods co-located in zone {zone}" if zone else "Pods co-located"
         if ok is False:
-            text = f"❌ {words} failed{_reason(d)}"
+            text = f"❌ {_FAILED_WORDS.get(step, words)} failed{_reason(d)}"
         else:
             text = f"• {words}" + (f" ({d['message']})" if d.get("message") else "")
     elif kind is EventKind.VERIFYING:
