@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -141,15 +142,31 @@ def story_event(event: TimelineEvent, detail: IncidentDetail) -> TimelineEvent:
 
 
 class Follower:
-    """Queues the thread replies and message refreshes an incident's timeline calls for."""
+    """Queues the thread replies and message refreshes an incident's timeline calls for.
 
-    def __init__(self, store: ChatStore, *, clock: Clock, cluster: str | None = None) -> None:
+    It remembers (in memory) the last event it queued per incident, so following again costs one
+    read and queues only what is new; after a restart the dedupe keys make re-queuing harmless."""
+
+    def __init__(
+        self,
+        store: ChatStore,
+        *,
+        clock: Clock,
+        cluster: str | None = None,
+        every: timedelta = timedelta(seconds=5),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.cluster = cluster
+        self.every = every.total_seconds()
+        self.monotonic = monotonic
+        self._followed: dict[int, int] = {}  # incident -> last event id queued
+        self._next_round = 0.0
+        self._lock = threading.Lock()
 
     def follow(self, incident_id: int) -> int:
-        """Queue what is missing for one incident; how many messages were new or re-found."""
+        """Queue what is missing for one incident; how many messages were queued."""
         try:
             detail = self.store.get_incident(incident_id)
         except InputError:
@@ -157,6 +174,8 @@ class Follower:
         posts = [m for m in detail.messages if m.kind is MessageKind.POST]
         if not posts:
             return 0  # never posted to chat: nothing to follow
+        with self._lock:
+            seen = self._followed.get(incident_id, 0)
         channel = posts[0].channel
         now = self.clock()
         queued = 0
@@ -164,7 +183,11 @@ class Follower:
         # the message shows the state it was rendered in: only what happened after its posting
         # (the `posted` event the store records with the delivery) calls for a refresh
         posted = min((e.id for e in detail.events if e.kind is EventKind.POSTED), default=None)
+        newest = seen
         for event in detail.events:
+            newest = max(newest, event.id)
+            if event.id <= seen:
+                continue
             if event.kind in THREAD_EVENTS:
                 self.store.enqueue_message(
                     MessageKind.UPDATE, payload={"thread_event": event.id}, now=now,
@@ -180,10 +203,17 @@ class Follower:
                 channel=channel, dedupe_key=f"slack:refresh:{incident_id}:{latest_refresh}",
             )
             queued += 1
+        if posted is not None:  # before the posting, refreshes are still to be decided
+            with self._lock:
+                self._followed[incident_id] = max(newest, self._followed.get(incident_id, 0))
         return queued
 
     def follow_recent(self, *, window: timedelta = timedelta(days=1)) -> None:
-        """Follow every open incident and every one updated within `window`."""
+        """Every `every` at most: follow every open incident and every one updated within
+        `window`."""
+        if self.monotonic() < self._next_round:
+            return
+        self._next_round = self.monotonic() + self.every
         now = self.clock()
         seen: set[int] = set()
         for query in (IncidentQuery(cluster=self.cluster, open_only=True, limit=500),

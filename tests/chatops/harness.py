@@ -143,6 +143,8 @@ def start_rig(
     )
     chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep,
                       claim_lease=FAST_LEASE)
+    if chat.deliverer is not None and chat.deliverer.follower is not None:
+        chat.deliverer.follower.every = 0.0  # follow on every round: tests need no 5 s cadence
     server = None
     if serve:
         server = HttpServer(Starlette(routes=chat.routes), host="127.0.0.1", port=0).start()
