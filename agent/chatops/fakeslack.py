@@ -5,7 +5,9 @@ Who uses it: the chat layer's tests, the benchmark and `zonemedic demo`. It bind
 127.0.0.1 only. It answers `auth.test`, `chat.postMessage`, `chat.update`, `chat.postEphemeral`,
 `users.info`, `usergroups.users.list`, the three steps of the v2 file upload
 (`files.getUploadURLExternal`, a POST of the bytes to the URL it returned, which is on this server,
-`files.completeUploadExternal`) and `conversations.replies`. Every request is recorded (method,
+`files.completeUploadExternal`), `conversations.replies` and `apps.connections.open`, whose
+`ws://127.0.0.1` URL is a Socket Mode endpoint on this server (hello, envelopes out, acks in,
+ping/pong). Every request is recorded (method,
 arguments, Host header, time) in a thread-safe list that tests query. `fail(...)` makes methods
 answer 429 (with `Retry-After`) or 500 for a period. Requests it sends to the agent carry real v0
 signatures (`v0:{timestamp}:{body}`, HMAC-SHA256 with the signing secret).
@@ -15,6 +17,7 @@ What it does not do: enforce Slack's rate limits by itself, check scopes, or tal
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -30,6 +33,47 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+SOCKET_PATH = "/socket"
+_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_TEXT, _CLOSE, _PING, _PONG = 0x1, 0x8, 0x9, 0xA
+
+
+class _WebSocket:
+    """One accepted Socket Mode connection (RFC 6455 framing, server side: unmasked frames out,
+    masked frames in)."""
+
+    def __init__(self, request: BaseHTTPRequestHandler) -> None:
+        self.request = request
+        self.lock = threading.Lock()
+        self.open = True
+
+    def send(self, opcode: int, data: bytes) -> None:
+        size = len(data)
+        if size < 126:
+            head = bytes([0x80 | opcode, size])
+        elif size < 65536:
+            head = bytes([0x80 | opcode, 126]) + size.to_bytes(2, "big")
+        else:
+            head = bytes([0x80 | opcode, 127]) + size.to_bytes(8, "big")
+        with self.lock:
+            self.request.wfile.write(head + data)
+            self.request.wfile.flush()
+
+    def receive(self) -> tuple[int, bytes] | None:
+        read = self.request.rfile.read
+        head = read(2)
+        if len(head) < 2:
+            return None
+        opcode, size = head[0] & 0x0F, head[1] & 0x7F
+        if size == 126:
+            size = int.from_bytes(read(2), "big")
+        elif size == 127:
+            size = int.from_bytes(read(8), "big")
+        mask = read(4) if head[1] & 0x80 else b""
+        data = read(size)
+        if mask:
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        return opcode, data
 
 
 @dataclass(frozen=True)
@@ -87,6 +131,7 @@ class FakeSlack:
         usergroups: Mapping[str, Iterable[str]] | None = None,
         team_id: str = "T0FAKE",
         bot_user_id: str = "U0BOT",
+        app_token: str = "xapp-fake-token",
     ) -> None:
         self.signing_secret = signing_secret
         self.bot_token = bot_token
@@ -94,7 +139,10 @@ class FakeSlack:
         self.usergroups = {k: list(v) for k, v in (usergroups or {}).items()}
         self.team_id = team_id
         self.bot_user_id = bot_user_id
+        self.app_token = app_token
         self._lock = threading.Lock()
+        self._sockets: list[_WebSocket] = []
+        self._acks: dict[str, Any] = {}
         self._calls: list[Call] = []
         self._failures: list[_Failure] = []
         self._messages: dict[tuple[str, str], _Message] = {}
@@ -227,6 +275,9 @@ class FakeSlack:
 
     def _handle(self, request: BaseHTTPRequestHandler) -> None:
         url = urllib.parse.urlsplit(request.path)
+        if url.path == SOCKET_PATH and request.headers.get("Upgrade", "").lower() == "websocket":
+            self._serve_socket(request)
+            return
         length = int(request.headers.get("Content-Length") or 0)
         raw = request.rfile.read(length) if length else b""
         host = request.headers.get("Host", "")
@@ -256,7 +307,8 @@ class FakeSlack:
             return
         with self._lock:
             token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if token != self.bot_token and method not in ("api.test",):
+            wanted = self.app_token if method == "apps.connections.open" else self.bot_token
+            if token != wanted:
                 result: dict[str, Any] = {"ok": False, "error": "invalid_auth"}
             else:
                 result = self._api(method, args)
@@ -307,6 +359,8 @@ class FakeSlack:
             return {"ok": True, "url": "https://fake.slack.invalid/", "team": "fake",
                     "user": "zonemedic", "team_id": self.team_id, "user_id": self.bot_user_id,
                     "bot_id": "B0BOT"}
+        if method == "apps.connections.open":
+            return {"ok": True, "url": f"ws://{LOOPBACK}:{self.port}{SOCKET_PATH}?ticket=fake"}
         if method == "chat.postMessage":
             channel = str(args.get("channel", ""))
             if not channel:
@@ -374,6 +428,81 @@ class FakeSlack:
                 for m in [parent, *replies]
             ], "has_more": False}
         return {"ok": False, "error": "unknown_method"}
+
+    # -- Socket Mode ----------------------------------------------------------------------------
+
+    def _serve_socket(self, request: BaseHTTPRequestHandler) -> None:
+        key = request.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + _WS_GUID).encode()).digest()).decode()
+        request.send_response(101, "Switching Protocols")
+        request.send_header("Upgrade", "websocket")
+        request.send_header("Connection", "Upgrade")
+        request.send_header("Sec-WebSocket-Accept", accept)
+        request.end_headers()
+        request.wfile.flush()
+        ws = _WebSocket(request)
+        with self._lock:
+            self._sockets.append(ws)
+            self._record(Call("socket.connect", {}, request.headers.get("Host", ""), time.time(),
+                              101))
+        ws.send(_TEXT, json.dumps({"type": "hello", "num_connections": 1,
+                                   "connection_info": {"app_id": "A0FAKE"}}).encode())
+        try:
+            while True:
+                frame = ws.receive()
+                if frame is None:
+                    break
+                opcode, data = frame
+                if opcode == _PING:
+                    ws.send(_PONG, data)
+                elif opcode == _CLOSE:
+                    ws.send(_CLOSE, data[:2])
+                    break
+                elif opcode == _TEXT:
+                    message = json.loads(data)
+                    with self._lock:
+                        if isinstance(message, dict) and "envelope_id" in message:
+                            self._acks[str(message["envelope_id"])] = message.get("payload")
+                        self._changed.notify_all()
+        except (OSError, ValueError):
+            pass
+        finally:
+            ws.open = False
+            with self._lock:
+                self._sockets.remove(ws)
+            request.close_connection = True
+
+    @property
+    def socket_connected(self) -> bool:
+        with self._lock:
+            return any(ws.open for ws in self._sockets)
+
+    def socket_send(self, kind: str, payload: Mapping[str, Any]) -> str:
+        """Send one Socket Mode envelope (`interactive`, `slash_commands`) to the connected app;
+        returns its envelope id (see `acknowledged`)."""
+        envelope_id = f"env-{time.monotonic_ns()}"
+        with self._lock:
+            sockets = [ws for ws in self._sockets if ws.open]
+        if not sockets:
+            raise RuntimeError("no Socket Mode connection is open")
+        envelope = {"envelope_id": envelope_id, "type": kind, "payload": dict(payload),
+                    "accepts_response_payload": kind != "interactive", "retry_attempt": 0,
+                    "retry_reason": ""}
+        sockets[-1].send(_TEXT, json.dumps(envelope).encode())
+        return envelope_id
+
+    def acknowledged(self, envelope_id: str) -> bool:
+        with self._lock:
+            return envelope_id in self._acks
+
+    def action_payload(
+        self, *, user: str, action_id: str, value: str, channel: str = "C0FAKE"
+    ) -> dict[str, Any]:
+        """The `block_actions` payload of a click (the JSON inside `action_body`)."""
+        form = urllib.parse.parse_qs(self.action_body(user=user, action_id=action_id,
+                                                      value=value, channel=channel).decode())
+        payload: dict[str, Any] = json.loads(form["payload"][0])
+        return payload
 
     # -- the agent's side: signed requests as a Slack user -------------------------------------
 

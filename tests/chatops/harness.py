@@ -26,6 +26,7 @@ from agent.settings import (
     EnvironmentSecrets,
     Settings,
     SlackApprovers,
+    SlackMode,
     SlackSettings,
 )
 from agent.store.engine import make_engine
@@ -128,25 +129,27 @@ def start_rig(
     series: SeriesSource | None = None,
     serve: bool = True,
     sweep: Callable[[], str] | None = None,
+    mode: SlackMode = SlackMode.HTTP,
 ) -> ChatRig:
     db = tmp_path / "chat.db"
     shutil.copy(template, db)
     store = IncidentStore(make_engine(f"sqlite:///{db}", DatabaseSettings()), outbox=FAST_OUTBOX)
     settings = Settings(
         slack=SlackSettings(
-            enabled=True, api_url=slack.base_url, channel=CHANNEL,
+            enabled=True, mode=mode, api_url=slack.base_url, channel=CHANNEL,
             approvers=SlackApprovers(users=["U1", "U2"] if users is None else users,
                                      usergroups=["S1"] if usergroups is None else usergroups),
         ),
         secrets=EnvironmentSecrets(slack_bot_token=slack.bot_token,
-                                   slack_signing_secret=slack.signing_secret),
+                                   slack_signing_secret=slack.signing_secret,
+                                   slack_app_token=slack.app_token),
     )
     chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep,
                       claim_lease=FAST_LEASE)
     if chat.deliverer is not None and chat.deliverer.follower is not None:
         chat.deliverer.follower.every = 0.0  # follow on every round: tests need no 5 s cadence
     server = None
-    if serve:
+    if serve and mode is SlackMode.HTTP:
         server = HttpServer(Starlette(routes=chat.routes), host="127.0.0.1", port=0).start()
     return ChatRig(slack=slack, store=store, chat=chat, server=server)
 
