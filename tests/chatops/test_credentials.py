@@ -51,3 +51,24 @@ def test_empty_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is empty"):
         load_credentials(SlackSettings(enabled=True, bot_token_file=str(tmp_path / "bot")),
                          EnvironmentSecrets(slack_signing_secret="s"))
+
+
+def test_disabled_builds_nothing_and_says_so_once(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    import logging
+
+    from agent.runtime.chat import build_chat
+    from agent.settings import Settings
+
+    caplog.set_level(logging.INFO, logger="agent.runtime.chat")
+    chat = build_chat(Settings(), store=None)  # type: ignore[arg-type]
+    assert chat.routes == [] and chat.deliverer is None and chat.app is None
+    said = [r.getMessage() for r in caplog.records if "slack is disabled" in r.getMessage()]
+    assert len(said) == 1 and "recorded but not posted" in said[0]
+
+
+def test_enabled_without_secret_stops_naming_it() -> None:
+    from agent.runtime.chat import build_chat
+    from agent.settings import Settings
+
+    with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN"):
+        build_chat(Settings(slack=SlackSettings(enabled=True)), store=None)  # type: ignore[arg-type]

@@ -283,3 +283,25 @@ def test_slash_commands_reply_ephemerally(
         assert reply.channel == CHANNEL
     finally:
         rig.stop()
+
+
+def test_click_after_the_deadline_changes_nothing(rig: ChatRig) -> None:
+    incident = rig.open_incident(awaiting=False)
+    deadline = now() + timedelta(milliseconds=300)
+    assert rig.store.request_approval(incident, deadline=deadline, now=now(),
+                                      actor="zonemedic").applied
+    rig.wait(lambda: now() > deadline)
+    rig.slack.click(rig.url, user="U1", action_id=APPROVE, value=str(incident))
+    rig.wait(lambda: bool(rig.slack.ephemeral("U1")))
+    assert "expired" in rig.slack.ephemeral("U1")[0].text
+    detail = rig.store.get_incident(incident)
+    assert detail.incident.status is S.AWAITING_APPROVAL and not detail.decisions
+
+
+def test_usergroup_unreadable_fails_closed(rig: ChatRig) -> None:
+    incident = rig.open_incident()
+    rig.slack.fail(status=500, seconds=30, methods=["usergroups.users.list"])
+    rig.slack.click(rig.url, user="U3", action_id=APPROVE, value=str(incident))
+    rig.wait(lambda: bool(rig.slack.ephemeral("U3")))
+    assert "could not check user group membership" in rig.slack.ephemeral("U3")[0].text
+    assert rig.store.get_incident(incident).incident.status is S.AWAITING_APPROVAL
