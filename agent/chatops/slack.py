@@ -48,7 +48,7 @@ from agent.chatops.render import (
     plain_reply,
     stats_reply,
 )
-from agent.chatops.slash import SlashError, Verb, parse
+from agent.chatops.slash import SlashCommand, SlashError, Verb, parse
 from agent.chatops.verification import RequestGuard
 from agent.errors import InputError, ZonemedicError
 from agent.model.incident import Actor, IncidentDetail
@@ -141,27 +141,30 @@ class ChatHandlers:
         now = self.clock()
         try:
             parsed = parse(str(body.get("text") or ""), now=now, cluster=self.cluster)
-            reply = self._run(parsed.verb, parsed, user=user, now_text=str(now))
+            reply = self._run(parsed, user=user)
         except SlashError as exc:
             reply = plain_reply(f"{exc}")
         except ZonemedicError as exc:
             reply = plain_reply(f"Cannot answer right now: {exc}")
         self._tell(client, channel, user, reply)
 
-    def _run(self, verb: Verb, parsed: Any, *, user: str, now_text: str) -> Rendered:
+    def _run(self, parsed: SlashCommand, *, user: str) -> Rendered:
+        verb = parsed.verb
         if verb is Verb.HELP:
             return help_reply()
         if verb is Verb.INCIDENTS:
             return listing_reply(self.store.list_incidents(parsed.query), filters=parsed.filters)
-        if verb is Verb.SHOW:
+        if verb is Verb.SHOW and parsed.incident_id is not None:
             try:
                 detail = self.store.get_incident(parsed.incident_id)
             except InputError:
                 return plain_reply(f"There is no incident #{parsed.incident_id}.")
             return detail_reply(detail)
-        if verb is Verb.STATS:
+        if verb is Verb.STATS and parsed.since is not None:
             return stats_reply(self.store.stats(since=parsed.since, now=self.clock()),
                                period=parsed.period)
+        if verb is not Verb.SWEEP:
+            return help_reply()
         # sweep: approvers only
         if not self.directory.configured or not self.directory.check(user).allowed:
             return plain_reply("`sweep` is for approvers only.")
