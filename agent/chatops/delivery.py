@@ -69,6 +69,7 @@ from agent.model.lifecycle import EventKind, MessageKind, MessageStatus, Remedia
 log = logging.getLogger(__name__)
 
 REF_SEPARATOR = "|"
+PROPOSE = "propose_colocation"  # the playbook action whose post carries the Approve button
 Samples = Sequence[tuple[float, float]]
 SeriesSource = Callable[[IncidentSummary], tuple[Samples, float | None] | None]
 
@@ -352,6 +353,7 @@ class Deliverer:
         return incident_message(
             detail.incident, detail.diagnosis, fix=proposed_fix(detail),
             utilization=utilization_of(detail), approvals_enabled=self.approvals(detail),
+            proposed=any(m.payload.get("action") == PROPOSE for m in detail.messages),
             decision=decision, snoozed_until=detail.snoozed_until,
         )
 

@@ -357,11 +357,13 @@ def incident_message(
     fix: ProposedFix | None = None,
     utilization: Utilization | None = None,
     approvals_enabled: bool,
+    proposed: bool = True,
     decision: Decision | None = None,
     snoozed_until: datetime | None = None,
 ) -> Rendered:
     """The finding's message: verdict and job, zones, denied flows, utilization, waste, the fix and
-    its patch, and the decision buttons (or the decision, once made)."""
+    its patch, and the decision buttons (or the decision, once made). `proposed`: a playbook
+    proposed the fix (only then is there an Approve button; a notification alone has none)."""
     utilization = utilization or Utilization(incident.utilization_before, None)
     title = _VERDICT_TITLE.get(incident.verdict, incident.verdict.value)
     job = job_label(incident)
@@ -401,7 +403,7 @@ def incident_message(
             tail.append(context(ENABLE_APPROVALS))
         else:
             buttons = []
-            if remediable:
+            if remediable and proposed:
                 buttons.append(button("Approve", action=ButtonAction.APPROVE, value=value,
                                       style="primary"))
             buttons.append(button("Reject", action=ButtonAction.REJECT, value=value,

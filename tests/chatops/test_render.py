@@ -131,6 +131,8 @@ def assert_within_limits(r: Rendered) -> None:
          diagnosis(verdict="policy_blocked", remediable=False), True,
          [ButtonAction.REJECT, ButtonAction.SNOOZE],
          ["change CiliumNetworkPolicy/ml/zone-b-only to allow"], ["Kueue"]),
+        ("notified, not proposed: no Approve", summary(status=S.OPEN), diagnosis(), "notify-only",
+         [ButtonAction.REJECT, ButtonAction.SNOOZE], ["co-located in zone `zone-a`"], []),
         ("no approvers: no buttons, says how", summary(), diagnosis(), False, [],
          [ENABLE_APPROVALS.replace("`", "")[:20]], []),
         ("decided: buttons replaced by the decision", summary(status=S.APPROVED, status_by="alice"),
@@ -138,14 +140,15 @@ def assert_within_limits(r: Rendered) -> None:
     ],
 )
 def test_incident_message(
-    name: str, incident: IncidentSummary, diag: dict[str, Any], approvals: bool,
+    name: str, incident: IncidentSummary, diag: dict[str, Any], approvals: bool | str,
     expect_actions: list[ButtonAction], must: list[str], must_not: list[str],
 ) -> None:
     decision = None
     if incident.status is S.APPROVED:
         decision = Decision(1, incident.id, DecisionOutcome.APPROVE, "U1", "alice",
                             DecisionSource.SLACK, T0, None, "ml/resnet")
-    r = incident_message(incident, diag, approvals_enabled=approvals, decision=decision)
+    r = incident_message(incident, diag, approvals_enabled=bool(approvals),
+                         proposed=approvals != "notify-only", decision=decision)
     text = all_text(r)
     for piece in must:
         assert piece.replace("`", "") in text.replace("`", ""), (name, piece)
