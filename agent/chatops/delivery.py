@@ -21,10 +21,12 @@ outages); nothing posts directly. Messages (payload shapes):
 Order per incident holds: the store lets a message be claimed only when every earlier message of
 its incident is delivered or dead. Slack down (5xx, connection errors) or
 rate limiting (429) fails the attempt: the store schedules the next with backoff, nothing is
-dropped; a 429 also pauses the whole deliverer for its `Retry-After`.
+dropped; a 429 also pauses the whole deliverer for its `Retry-After` (a message claimed meanwhile
+is left to its claim's lease: no attempt is counted).
 
 The follower turns timeline events into `update` messages with dedupe keys (`slack:thread:{event}`,
-`slack:refresh:{incident}:{event}`), so following an incident twice queues nothing twice.
+`slack:refresh:{incident}:{event}`), so following an incident twice queues nothing twice; it looks
+at open and recently updated incidents at most every 5 s.
 
 What it does not do: render (render does), decide, or run on a follower replica.
 """

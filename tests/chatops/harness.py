@@ -130,9 +130,12 @@ def start_rig(
     serve: bool = True,
     sweep: Callable[[], str] | None = None,
     mode: SlackMode = SlackMode.HTTP,
+    shared_db: Path | None = None,
 ) -> ChatRig:
-    db = tmp_path / "chat.db"
-    shutil.copy(template, db)
+    """A running chat layer; `shared_db`: another replica's database file (not copied)."""
+    db = shared_db if shared_db is not None else tmp_path / "chat.db"
+    if shared_db is None:
+        shutil.copy(template, db)
     store = IncidentStore(make_engine(f"sqlite:///{db}", DatabaseSettings()), outbox=FAST_OUTBOX)
     settings = Settings(
         slack=SlackSettings(

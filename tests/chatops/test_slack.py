@@ -305,3 +305,30 @@ def test_usergroup_unreadable_fails_closed(rig: ChatRig) -> None:
     rig.wait(lambda: bool(rig.slack.ephemeral("U3")))
     assert "could not check user group membership" in rig.slack.ephemeral("U3")[0].text
     assert rig.store.get_incident(incident).incident.status is S.AWAITING_APPROVAL
+
+
+def test_two_replicas_receiving_the_same_click_decide_once(
+    slack: FakeSlack, sqlite_template: Path, tmp_path: Path
+) -> None:
+    first = start_rig(slack, sqlite_template, tmp_path)
+    second = start_rig(slack, sqlite_template, tmp_path, shared_db=tmp_path / "chat.db")
+    try:
+        incident = first.open_incident()
+        body = slack.action_body(user="U1", action_id=APPROVE, value=str(incident))
+        headers = slack.signed_headers(body)
+        answers: list[int] = []
+        threads = [threading.Thread(target=lambda rig=rig: answers.append(
+            slack.post(rig.url, body, headers).status)) for rig in (first, second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert answers == [200, 200], "each replica saw the click once: no replay for either"
+        first.wait(lambda: len(slack.ephemeral("U1")) == 2)
+        detail = first.store.get_incident(incident)
+        assert detail.incident.status is S.APPROVED and len(detail.decisions) == 1
+        texts = sorted(m.text for m in slack.ephemeral("U1"))
+        assert sum("was already approved by alice" in t for t in texts) == 1
+    finally:
+        second.stop()
+        first.stop()
