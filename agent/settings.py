@@ -149,6 +149,26 @@ class DetectionSettings:
     sweep_misfire_grace: timedelta = timedelta(minutes=5)
 
 
+class SlackMode(StrEnum):
+    """How Slack reaches the agent: `http` (POST /slack/events) or `socket` (Socket Mode)."""
+
+    HTTP = "http"
+    SOCKET = "socket"
+
+
+@dataclass(frozen=True)
+class SlackApprovers:
+    """Who may approve from Slack: listed users, or members of listed user groups. Both empty:
+    approvals are off (findings are posted without buttons), never "anyone in the channel"."""
+
+    users: list[str] = field(default_factory=list)
+    usergroups: list[str] = field(default_factory=list)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.users or self.usergroups)
+
+
 @dataclass(frozen=True)
 class RemediationSettings:
     """Timing and limits of an approved remediation (`remediation:`).
@@ -210,12 +230,44 @@ class RemediationSettings:
 
 @dataclass(frozen=True)
 class SlackSettings:
+    """The `slack:` section. Secrets never live here: `*_file` paths, or the environment variables
+    SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN (read once by `load_settings`). How long
+    a finding awaits approval is `remediation.approval_ttl` (or the playbook's `approval.expiry`),
+    whichever way the decision arrives."""
+
     enabled: bool = False
-    api_url: str | None = None
+    mode: SlackMode = SlackMode.HTTP
+    api_url: str | None = None  # default: Slack's; tests and the demo point it at a local fake
+    channel: str | None = None
+    approvers: SlackApprovers = field(default_factory=SlackApprovers)
+    usergroup_cache_ttl: timedelta = timedelta(minutes=5)
+    deliver_every: timedelta = timedelta(seconds=2)
+    digest_period: timedelta = timedelta(days=1)
     bot_token_file: str | None = None
     signing_secret_file: str | None = None
     app_token_file: str | None = None
-    channel: str | None = None
+
+
+@dataclass(frozen=True)
+class EnvironmentSecrets:
+    """Secrets taken from the environment once, by `load_settings` (never from the config file,
+    never at import). Not a config key: `build` refuses `secrets` in a file or override."""
+
+    slack_bot_token: str | None = field(default=None, repr=False)
+    slack_signing_secret: str | None = field(default=None, repr=False)
+    slack_app_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> EnvironmentSecrets:
+        def get(name: str) -> str | None:
+            value = environ.get(name, "").strip()
+            return value or None
+
+        return cls(
+            slack_bot_token=get("SLACK_BOT_TOKEN"),
+            slack_signing_secret=get("SLACK_SIGNING_SECRET"),
+            slack_app_token=get("SLACK_APP_TOKEN"),
+        )
 
 
 @dataclass(frozen=True)
@@ -235,6 +287,9 @@ class Settings:
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
     remediation: RemediationSettings = field(default_factory=RemediationSettings)
+    secrets: EnvironmentSecrets = field(
+        default_factory=EnvironmentSecrets, repr=False, metadata={"environment_only": True}
+    )
 
 
 T = TypeVar("T")
@@ -269,6 +324,12 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         return _convert(inner[0], value, key)
     if tp is timedelta:
         return parse_duration(value, key=key)
+    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        try:
+            return tp(value)
+        except ValueError:
+            known = ", ".join(m.value for m in tp)
+            raise ConfigError(f"{key}: expected one of {known}, got {value!r}") from None
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -316,8 +377,11 @@ def build(cls: type[T], data: object, *, prefix: str = "") -> T:
     for raw_key, value in data.items():
         name = str(raw_key)
         key = f"{prefix}.{name}" if prefix else name
+        if name in fields and fields[name].metadata.get("environment_only"):
+            raise ConfigError(f"{key}: not a config key (secrets come from files or the environment)")
         if name not in fields:
-            known = ", ".join(sorted(fields))
+            known = ", ".join(sorted(n for n, f in fields.items()
+                                     if not f.metadata.get("environment_only")))
             raise ConfigError(f"{key}: unknown key (known keys: {known})")
         kwargs[name] = _convert(hints[name], value, key)
     missing = [
@@ -381,7 +445,8 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     data: dict[str, Any] = read_yaml_mapping(path) if path is not None else {}
     if environ:
         data = _apply_env(data, environ)
-    return build(Settings, data)
+    settings = build(Settings, data)
+    return dataclasses.replace(settings, secrets=EnvironmentSecrets.from_environ(environ or {}))
 
 
 def load_diagnosis_settings(path: Path | None) -> DiagnosisSettings:

@@ -126,3 +126,48 @@ def test_empty_diagnosis_config_gives_defaults(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("")
     assert load_diagnosis_settings(path) == DiagnosisSettings()
+
+
+# -- the slack section -------------------------------------------------------------------------
+
+
+def test_slack_section_typed(tmp_path: Path) -> None:
+    from agent.settings import SlackMode
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "slack: {enabled: true, mode: socket, channel: C1, usergroup_cache_ttl: 10m,\n"
+        "        approvers: {users: [U1], usergroups: [S1]}}\n"
+    )
+    s = load_settings(path, {}).slack
+    assert s.mode is SlackMode.SOCKET and s.channel == "C1"
+    assert s.usergroup_cache_ttl == timedelta(minutes=10)
+    assert s.approvers.users == ["U1"] and s.approvers.configured
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("slack: {mode: carrier-pigeon}", "slack.mode: expected one of http, socket"),
+        ("slack: {approvers: {users: U1}}", "slack.approvers.users: expected a list"),
+        ("slack: {bot_token: xoxb-1}", "slack.bot_token: unknown key"),
+        ("secrets: {slack_bot_token: xoxb-1}", "secrets: not a config key"),
+    ],
+)
+def test_slack_section_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(path, {})
+
+
+def test_slack_secrets_from_the_environment_once(tmp_path: Path) -> None:
+    env = {"SLACK_BOT_TOKEN": "xoxb-env", "SLACK_SIGNING_SECRET": " s3cret \n"}
+    settings = load_settings(None, env)
+    env["SLACK_BOT_TOKEN"] = "changed later"
+    assert settings.secrets.slack_bot_token == "xoxb-env"
+    assert settings.secrets.slack_signing_secret == "s3cret"
+    assert settings.secrets.slack_app_token is None
+    assert "xoxb-env" not in repr(settings)
+    with pytest.raises(ConfigError, match="not a config key"):
+        load_settings(None, {"ZONEMEDIC_SECRETS__SLACK_BOT_TOKEN": "x"})

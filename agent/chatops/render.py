@@ -1,7 +1,631 @@
-"""Renders findings, incidents and decisions as Slack Block Kit messages: plain data in, a message
-(blocks and a short `text` fallback) out.
+"""Slack messages as plain data: incidents, thread updates, digests and slash-command replies.
 
-Called by the Slack transport (`agent.chatops.slack`) and the outbox deliverer. Pure: no I/O, no
-clock (a timestamp to show is passed in), no Slack client; it does not send anything (sending is
-the transport's job). import-linter keeps it that way (pyproject.toml).
+Who calls it: the outbox deliverer (`agent.chatops.delivery`) and the Bolt handlers
+(`agent.chatops.slack`). Pure: records in, `Rendered` (Block Kit blocks plus a short plain-text
+fallback) out; no I/O, no clock (times are passed in).
+
+Rules every message follows (Slack's limits): at most 50 blocks (the middle is cut and a line says
+how much); a section's text at most 3,000 characters, a header 150, a button's text 75 and its
+value 2,000; the plain-text fallback at most 3,000 characters. Long lists (denied flows) are
+grouped by hop, reason and policy when there are many. Button values carry the incident id and
+nothing else.
+
+Approvals: Approve / Reject / Snooze 24h appear only while the incident can be decided (open or
+awaiting approval), the finding is remediable and approvers are configured. Not remediable: the
+reason and the recommendation, Reject / Snooze only. No approvers: no buttons and a line saying how
+to enable approvals. Once decided, the buttons are replaced by the decision.
+
+What it does not do: send anything, read the store, or decide who may click.
 """
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from agent.model.incident import (
+    Decision,
+    IncidentDetail,
+    IncidentListing,
+    IncidentStats,
+    IncidentSummary,
+    TimelineEvent,
+)
+from agent.model.lifecycle import EventKind, IncidentStatus
+from agent.model.verdict import Verdict
+
+MAX_BLOCKS = 50
+MAX_SECTION = 3000
+MAX_HEADER = 150
+MAX_BUTTON_TEXT = 75
+MAX_BUTTON_VALUE = 2000
+MAX_FALLBACK = 3000
+MAX_CONTEXT = 2000  # a context element's text
+FLOWS_LISTED = 8  # denied flows listed one per line; more are grouped
+INCIDENTS_LISTED = 20  # slash-command listings and digests
+
+ENABLE_APPROVALS = (
+    "Approvals are off: no approvers are configured. Set `slack.approvers.users` or "
+    "`slack.approvers.usergroups` in the agent's config to approve fixes from Slack."
+)
+
+
+class ButtonAction(StrEnum):
+    """The action ids of the decision buttons (the only part of a click trusted besides the user)."""
+
+    APPROVE = "zonemedic_approve"
+    REJECT = "zonemedic_reject"
+    SNOOZE = "zonemedic_snooze"
+
+
+DECIDABLE = frozenset({IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL})
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One Slack message: the fallback `text` and its `blocks`."""
+
+    text: str
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProposedFix:
+    """The remediation plan in words and its patch as a unified diff (empty when unknown)."""
+
+    summary: str
+    diff: str = ""
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """GPU utilization now and its baseline, in percent (None when unknown)."""
+
+    now: float | None
+    baseline: float | None
+
+
+# --------------------------------------------------------------------------------------------
+# limits
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, ending in `…` when cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)] + "…"
+
+
+def mrkdwn_escape(text: str) -> str:
+    """Escape the three characters Slack's mrkdwn treats as control characters."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": clip(text, MAX_SECTION)}}
+
+
+def header(text: str) -> dict[str, Any]:
+    return {"type": "header", "text": {"type": "plain_text", "text": clip(text, MAX_HEADER),
+                                       "emoji": True}}
+
+
+def context(text: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": clip(text, MAX_CONTEXT)}]}
+
+
+def button(
+    text: str, *, action: ButtonAction, value: str, style: str | None = None
+) -> dict[str, Any]:
+    if len(value) > MAX_BUTTON_VALUE:
+        raise ValueError(f"a button value has at most {MAX_BUTTON_VALUE} characters")
+    out: dict[str, Any] = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": clip(text, MAX_BUTTON_TEXT)},
+        "action_id": action.value,
+        "value": value,
+    }
+    if style is not None:
+        out["style"] = style
+    return out
+
+
+def cap_blocks(blocks: Sequence[dict[str, Any]], *, keep_last: int = 0) -> list[dict[str, Any]]:
+    """At most `MAX_BLOCKS` blocks: the middle is replaced by one context line saying how many
+    were left out; the first block and the last `keep_last` (e.g. the buttons) always stay."""
+    if len(blocks) <= MAX_BLOCKS:
+        return list(blocks)
+    tail = list(blocks[len(blocks) - keep_last:]) if keep_last else []
+    room = MAX_BLOCKS - len(tail) - 1
+    head = list(blocks[:room])
+    left_out = len(blocks) - len(tail) - len(head)
+    return [*head, context(f"… {left_out} more block(s) left out (Slack shows at most "
+                           f"{MAX_BLOCKS})"), *tail]
+
+
+def fallback(text: str) -> str:
+    return clip(text, MAX_FALLBACK)
+
+
+# --------------------------------------------------------------------------------------------
+# findings
+
+
+_VERDICT_TITLE: dict[Verdict, str] = {
+    Verdict.ZONE_SPLIT_BLOCKED: "Zone split, traffic blocked",
+    Verdict.ZONE_SPLIT_DEGRADED: "Zone split, training slowed",
+    Verdict.POLICY_BLOCKED: "Blocked by network policy",
+    Verdict.GPU_UTILIZATION_DROP: "GPU utilization dropped",
+    Verdict.ALERT: "Alert",
+    Verdict.PENDING: "Pending",
+    Verdict.HEALTHY: "Healthy",
+}
+
+_STATUS_WORDS: dict[IncidentStatus, str] = {
+    IncidentStatus.OPEN: "open",
+    IncidentStatus.AWAITING_APPROVAL: "awaiting approval",
+    IncidentStatus.SNOOZED: "snoozed",
+    IncidentStatus.APPROVED: "approved",
+    IncidentStatus.REMEDIATING: "remediating",
+    IncidentStatus.VERIFYING: "verifying",
+    IncidentStatus.RESOLVED: "resolved",
+    IncidentStatus.REJECTED: "rejected",
+    IncidentStatus.EXPIRED: "expired",
+    IncidentStatus.FAILED: "failed",
+    IncidentStatus.ROLLED_BACK: "rolled back",
+    IncidentStatus.SUPERSEDED: "superseded",
+}
+
+
+def job_label(incident: IncidentSummary) -> str:
+    return f"{incident.kind} {incident.namespace}/{incident.name}"
+
+
+def when(at: datetime) -> str:
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def _zones_line(diagnosis: Mapping[str, Any]) -> str | None:
+    zones = diagnosis.get("zones")
+    if not isinstance(zones, Mapping) or not zones:
+        return None
+    coordinator = diagnosis.get("coordinator")
+    coord_zone = coordinator.get("zone") if isinstance(coordinator, Mapping) else None
+    coord_pod = coordinator.get("pod") if isinstance(coordinator, Mapping) else None
+    parts = []
+    for zone, count in sorted(zones.items(), key=lambda kv: str(kv[0])):
+        plural = "pod" if count == 1 else "pods"
+        mark = f" (coordinator `{mrkdwn_escape(str(coord_pod))}`)" if zone == coord_zone else ""
+        parts.append(f"`{mrkdwn_escape(str(zone))}`: {count} {plural}{mark}")
+    return "*Pods per zone:* " + " · ".join(parts)
+
+
+def _flow_line(flow: Mapping[str, Any]) -> str:
+    policies = ", ".join(str(p) for p in flow.get("policies") or []) or "no policy allows it"
+    return (
+        f"`{flow.get('from_pod')}` → `{flow.get('to_pod')}` {flow.get('protocol', 'TCP')}/"
+        f"{flow.get('port')} denied at {flow.get('hop')} ({flow.get('reason')}) by {policies}"
+    )
+
+
+def denied_flows_text(diagnosis: Mapping[str, Any]) -> str | None:
+    """Each denied flow on its own line, or (many) grouped by hop, reason and policy."""
+    flows = [f for f in diagnosis.get("denied_flows") or [] if isinstance(f, Mapping)]
+    if not flows:
+        return None
+    total = diagnosis.get("denied_flows_total")
+    total = total if isinstance(total, int) and total >= len(flows) else len(flows)
+    title = f"*Denied flows ({total}):*"
+    if len(flows) <= FLOWS_LISTED:
+        lines = [f"• {mrkdwn_escape(_flow_line(f))}" for f in flows]
+    else:
+        groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+        for f in flows:
+            key = (str(f.get("hop")), str(f.get("reason")),
+                   ", ".join(str(p) for p in f.get("policies") or []) or "no policy allows it")
+            groups.setdefault(key, []).append(f)
+        lines = []
+        for (hop, reason, policies), members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            example = members[0]
+            lines.append(mrkdwn_escape(
+                f"• {len(members)} flow(s) denied at {hop} ({reason}) by {policies}; e.g. "
+                f"{example.get('from_pod')} → {example.get('to_pod')} "
+                f"{example.get('protocol', 'TCP')}/{example.get('port')}"
+            ))
+    if total > len(flows):
+        lines.append(f"_… and {total - len(flows)} more not listed_")
+    return _fit_lines(title, lines)
+
+
+def _fit_lines(title: str, lines: Iterable[str]) -> str:
+    """`title` and as many whole lines as fit in one section, then how many were left out."""
+    out = [title]
+    size = len(title)
+    lines = list(lines)
+    for i, line in enumerate(lines):
+        remaining = len(lines) - i
+        note = f"_… {remaining} more line(s) left out_"
+        if size + 1 + len(line) + 1 + len(note) > MAX_SECTION:
+            out.append(note)
+            break
+        out.append(line)
+        size += 1 + len(line)
+    return "\n".join(out)
+
+
+def waste_per_day(
+    incident: IncidentSummary, diagnosis: Mapping[str, Any], utilization: Utilization
+) -> tuple[float | None, str | None]:
+    """Estimated waste: (GPU-hours per day, egress cost text).
+
+    GPU-hours/day = GPUs x max(0, baseline - now) / 100 x 24 when utilization and its baseline are
+    known; a blocked split (training cannot start) wastes every GPU outside the target zone, x 24.
+    Egress: the impact's cost per day when it has a step rate, else its cost per step.
+    """
+    impact = diagnosis.get("impact") if isinstance(diagnosis.get("impact"), Mapping) else {}
+    assert isinstance(impact, Mapping)
+    gpus = incident.gpus if incident.gpus is not None else impact.get("gpus_total")
+    hours: float | None = None
+    if isinstance(gpus, int) and utilization.now is not None and utilization.baseline is not None:
+        hours = gpus * max(0.0, utilization.baseline - utilization.now) / 100.0 * 24.0
+    elif incident.verdict is Verdict.ZONE_SPLIT_BLOCKED and isinstance(
+        impact.get("gpus_outside_target"), int
+    ):
+        hours = float(impact["gpus_outside_target"]) * 24.0
+    egress: str | None = None
+    per_day = impact.get("cross_zone_cost_per_day_usd")
+    per_step = impact.get("cross_zone_cost_per_step_usd")
+    if isinstance(per_day, int | float):
+        egress = f"${per_day:,.2f}/day cross-zone egress"
+    elif isinstance(per_step, int | float):
+        egress = f"${per_step:,.4f} cross-zone egress per training step"
+    return hours, egress
+
+
+def _utilization_line(utilization: Utilization) -> str | None:
+    if utilization.now is None:
+        return None
+    base = f" (baseline {utilization.baseline:.0f}%)" if utilization.baseline is not None else ""
+    return f"*GPU utilization:* {utilization.now:.0f}% now{base}"
+
+
+def _fix_text(
+    incident: IncidentSummary, diagnosis: Mapping[str, Any], fix: ProposedFix | None
+) -> str:
+    if fix is not None and fix.summary:
+        return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
+    target = incident.target_zone or diagnosis.get("target_zone")
+    return (
+        f"*Proposed fix:* restart the job co-located in zone `{target}`: a nodeAffinity on "
+        "`topology.kubernetes.io/zone`, and a toleration so the coordinator may land on the GPU "
+        "nodes there."
+    )
+
+
+def diff_block(diff: str, *, incident_id: int) -> str:
+    """The patch diff in a code block, cut to fit one section (the rest: the CLI shows it)."""
+    fence = "```"
+    more = f"\n_… cut; `zonemedic incidents show {incident_id}` has it all_"
+    room = MAX_SECTION - len("*Patch:*\n") - 2 * len(fence) - 2
+    body = diff.replace(fence, "'''")
+    if len(body) > room:
+        body = body[: room - len(more)]
+        body = body[: body.rfind("\n")] if "\n" in body else body
+        return f"*Patch:*\n{fence}{body}{fence}{more}"
+    return f"*Patch:*\n{fence}{body}{fence}"
+
+
+def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
+    reasons = [str(r) for r in diagnosis.get("reasons") or []]
+    why = "; ".join(reasons) or "no single zone can hold the whole job"
+    policies = sorted({
+        str(p)
+        for f in diagnosis.get("denied_flows") or [] if isinstance(f, Mapping)
+        for p in f.get("policies") or []
+    })
+    if diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
+        advice = (f"change {', '.join(policies[:5])} to allow the job's own traffic; "
+                  "co-location does not help")
+    else:
+        advice = ("make room for the whole job in one zone, or schedule it with Kueue "
+                  "Topology Aware Scheduling (a zone-level topology request)")
+    return mrkdwn_escape(f"Not remediable automatically: {why}.") + f"\n*Recommendation:* {advice}"
+
+
+def _decision_text(incident: IncidentSummary, decision: Decision | None,
+                   snoozed_until: datetime | None) -> str:
+    words = _STATUS_WORDS[incident.status]
+    if decision is not None and incident.status not in DECIDABLE:
+        who = decision.actor_name or decision.actor_id
+        text = f"*{decision.outcome.value.capitalize()}d* by {mrkdwn_escape(who)} at {when(decision.decided_at)}"
+        if incident.status is IncidentStatus.SNOOZED and snoozed_until is not None:
+            text += f", snoozed until {when(snoozed_until)}"
+        if incident.status.value != f"{decision.outcome.value}d" and incident.status is not IncidentStatus.SNOOZED:
+            text += f" · now *{words}*"
+        return text
+    by = f" by {mrkdwn_escape(incident.status_by)}" if incident.status_by else ""
+    return f"Status: *{words}*{by}"
+
+
+def incident_message(
+    incident: IncidentSummary,
+    diagnosis: Mapping[str, Any],
+    *,
+    fix: ProposedFix | None = None,
+    utilization: Utilization | None = None,
+    approvals_enabled: bool,
+    proposed: bool = True,
+    decision: Decision | None = None,
+    snoozed_until: datetime | None = None,
+) -> Rendered:
+    """The finding's message: verdict and job, zones, denied flows, utilization, waste, the fix and
+    its patch, and the decision buttons (or the decision, once made). `proposed`: a playbook
+    proposed the fix (only then is there an Approve button; a notification alone has none)."""
+    utilization = utilization or Utilization(incident.utilization_before, None)
+    title = _VERDICT_TITLE.get(incident.verdict, incident.verdict.value)
+    job = job_label(incident)
+    blocks: list[dict[str, Any]] = [header(f"{title}: {job}")]
+    facts = [f"*Incident* #{incident.id} · *verdict* `{incident.verdict.value}` · "
+             f"*severity* {incident.severity.value} · opened {when(incident.opened_at)}"]
+    zones = _zones_line(diagnosis)
+    if zones:
+        facts.append(zones)
+    util = _utilization_line(utilization)
+    if util:
+        facts.append(util)
+    hours, egress = waste_per_day(incident, diagnosis, utilization)
+    waste = []
+    if hours is not None:
+        waste.append(f"~{hours:,.1f} GPU-hours/day")
+    if egress is not None:
+        waste.append(egress)
+    if waste:
+        facts.append("*Estimated waste:* " + ", ".join(waste))
+    blocks.append(section("\n".join(facts)))
+    flows = denied_flows_text(diagnosis)
+    if flows:
+        blocks.append(section(flows))
+    remediable = bool(diagnosis.get("remediable"))
+    if remediable:
+        blocks.append(section(_fix_text(incident, diagnosis, fix)))
+        if fix is not None and fix.diff:
+            blocks.append(section(diff_block(fix.diff, incident_id=incident.id)))
+    elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
+                              Verdict.POLICY_BLOCKED):
+        blocks.append(section(_not_remediable(diagnosis)))
+    tail: list[dict[str, Any]] = []
+    value = str(incident.id)
+    if incident.status in DECIDABLE:
+        if not approvals_enabled:
+            tail.append(context(ENABLE_APPROVALS))
+        else:
+            buttons = []
+            if remediable and proposed:
+                buttons.append(button("Approve", action=ButtonAction.APPROVE, value=value,
+                                      style="primary"))
+            buttons.append(button("Reject", action=ButtonAction.REJECT, value=value,
+                                  style="danger"))
+            buttons.append(button("Snooze 24h", action=ButtonAction.SNOOZE, value=value))
+            tail.append({"type": "actions", "block_id": "decision", "elements": buttons})
+    else:
+        tail.append(context(_decision_text(incident, decision, snoozed_until)))
+    status = _STATUS_WORDS[incident.status]
+    text = f"zonemedic #{incident.id} [{status}]: {title} for {job}"
+    if incident.target_zone and remediable:
+        text += f"; proposed fix: co-locate in {incident.target_zone}"
+    return Rendered(text=fallback(text), blocks=cap_blocks([*blocks, *tail], keep_last=len(tail)))
+
+
+# --------------------------------------------------------------------------------------------
+# thread updates
+
+
+def _pct(value: Any) -> str | None:
+    return f"{float(value):.0f}%" if isinstance(value, int | float) else None
+
+
+def _reason(detail: Mapping[str, Any]) -> str:
+    for key in ("reason", "message", "error"):
+        value = detail.get(key)
+        if value:
+            return f": {value}"
+    return ""
+
+
+_STEP_WORDS = {
+    "planned": "Plan recorded",
+    "dry_run": "Dry run passed",
+    "suspended": "Job suspended with the co-location patch",
+    "pods_gone": "Old pods gone",
+    "resumed": "Job resumed",
+    "rolled_out": "Deployment rolled out",
+    "job_deleted": "Job deleted for recreation",
+    "job_created": "Job recreated",
+    "rollback_started": "Rolling back",
+    "rolled_back": "Rolled back",
+    # older or other recorders
+    "suspend": "Job suspended",
+    "resume": "Job resumed",
+    "apply": "Patch applied",
+    "rollback": "Rolled back",
+}
+_FAILED_WORDS = {"dry_run": "Dry run"}
+
+
+def thread_update(event: TimelineEvent) -> Rendered | None:
+    """The thread reply telling one step of the incident's story, or None for events the thread
+    does not show (detection, posting, notes)."""
+    d = event.detail
+    who = event.actor or "zonemedic"
+    text: str | None = None
+    kind = event.kind
+    if kind is EventKind.APPROVED:
+        text = f"✅ Approved by {who}"
+    elif kind is EventKind.REJECTED:
+        text = f"✋ Rejected by {who}{_reason(d)}"
+    elif kind is EventKind.SNOOZED:
+        until = d.get("snoozed_until")
+        text = f"💤 Snoozed by {who}" + (f" until {until}" if until else "")
+    elif kind is EventKind.EXPIRED:
+        text = f"⌛ Approval expired{_reason(d)}"
+    elif kind is EventKind.REMEDIATION_STARTED:
+        text = "🛠️ Remediation started"
+    elif kind is EventKind.REMEDIATION_STEP:
+        step = str(d.get("step") or d.get("action") or "step")
+        ok = d.get("succeeded")
+        words = _STEP_WORDS.get(step, step.replace("_", " ").capitalize())
+        zone = d.get("zone") or d.get("target_zone")
+        if step in ("bound", "colocated", "co_located"):
+            words = f"Pods co-located in zone {zone}" if zone else "Pods co-located"
+        if ok is False:
+            text = f"❌ {_FAILED_WORDS.get(step, words)} failed{_reason(d)}"
+        else:
+            text = f"• {words}" + (f" ({d['message']})" if d.get("message") else "")
+    elif kind is EventKind.VERIFYING:
+        text = "🔎 Verifying: waiting for the pods to land together and utilization to recover"
+    elif kind is EventKind.VERIFIED:
+        before, after = _pct(d.get("utilization_before")), _pct(d.get("utilization_after"))
+        zone = d.get("zone") or d.get("target_zone")
+        parts = ["✔️ Verified"]
+        if zone:
+            parts.append(f"pods co-located in zone {zone}")
+        if before and after:
+            parts.append(f"GPU utilization {before} → {after}")
+        text = ": ".join(parts[:1]) + (": " + ", ".join(parts[1:]) if len(parts) > 1 else "")
+    elif kind is EventKind.RESOLVED:
+        before, after = _pct(d.get("utilization_before")), _pct(d.get("utilization_after"))
+        util = f" (GPU utilization {before} → {after})" if before and after else ""
+        text = f"🎉 Resolved{_reason(d)}{util}"
+    elif kind is EventKind.ROLLED_BACK:
+        text = f"↩️ Rolled back{_reason(d)}"
+    elif kind is EventKind.FAILED:
+        text = f"❌ Remediation failed{_reason(d)}"
+    elif kind is EventKind.SUPERSEDED:
+        text = f"ℹ️ No longer current{_reason(d)}"
+    if text is None:
+        return None
+    safe = mrkdwn_escape(text)
+    return Rendered(text=fallback(safe), blocks=[section(safe)])
+
+
+THREAD_EVENTS = frozenset({
+    EventKind.APPROVED, EventKind.REJECTED, EventKind.SNOOZED, EventKind.EXPIRED,
+    EventKind.REMEDIATION_STARTED, EventKind.REMEDIATION_STEP, EventKind.VERIFYING,
+    EventKind.VERIFIED, EventKind.RESOLVED, EventKind.ROLLED_BACK, EventKind.FAILED,
+    EventKind.SUPERSEDED,
+})
+
+# Events after which the original message is re-rendered (its buttons become the decision).
+REFRESH_EVENTS = frozenset({*THREAD_EVENTS, EventKind.REDETECTED, EventKind.AWAITING_APPROVAL})
+
+
+# --------------------------------------------------------------------------------------------
+# digest and slash-command replies
+
+
+def _incident_line(i: IncidentSummary) -> str:
+    return mrkdwn_escape(
+        f"#{i.id} {i.verdict.value} {i.namespace}/{i.name} [{_STATUS_WORDS[i.status]}] "
+        f"opened {when(i.opened_at)}"
+    )
+
+
+def _listing_section(title: str, incidents: Sequence[IncidentSummary]) -> str:
+    lines = [f"• {_incident_line(i)}" for i in incidents[:INCIDENTS_LISTED]]
+    if len(incidents) > INCIDENTS_LISTED:
+        lines.append(f"_… and {len(incidents) - INCIDENTS_LISTED} more_")
+    return _fit_lines(title, lines)
+
+
+def digest_message(
+    open_incidents: Sequence[IncidentSummary],
+    stats: IncidentStats,
+    *,
+    period: timedelta,
+) -> Rendered:
+    """The daily digest: open incidents, resolved in the period, GPU-hours recovered."""
+    resolved = stats.by_outcome.get(IncidentStatus.RESOLVED.value, 0)
+    hours = period.total_seconds() / 3600
+    span = f"{hours / 24:.0f}d" if hours >= 24 else f"{hours:.0f}h"
+    summary = (f"*Open incidents:* {len(open_incidents)} · *resolved in the last {span}:* "
+               f"{resolved} · *GPU-hours recovered:* {stats.gpu_hours_recovered:,.1f}")
+    blocks = [header("zonemedic digest"), section(summary)]
+    if open_incidents:
+        blocks.append(section(_listing_section("*Open:*", open_incidents)))
+    text = (f"zonemedic digest: {len(open_incidents)} open, {resolved} resolved in the last {span}, "
+            f"{stats.gpu_hours_recovered:,.1f} GPU-hours recovered")
+    return Rendered(text=fallback(text), blocks=cap_blocks(blocks))
+
+
+def listing_reply(listing: IncidentListing, *, filters: str) -> Rendered:
+    if not listing.incidents:
+        text = f"No incidents{(' for ' + filters) if filters else ''}."
+        return Rendered(text=text, blocks=[section(mrkdwn_escape(text))])
+    title = f"*Incidents{(' (' + mrkdwn_escape(filters) + ')') if filters else ''}:*"
+    blocks = [section(_listing_section(title, listing.incidents))]
+    if listing.problems:
+        blocks.append(context(mrkdwn_escape("; ".join(str(p) for p in listing.problems[:10]))))
+    return Rendered(text=fallback(f"{len(listing.incidents)} incident(s)"), blocks=blocks)
+
+
+def detail_reply(detail: IncidentDetail) -> Rendered:
+    i = detail.incident
+    lines = [
+        f"*#{i.id} {mrkdwn_escape(job_label(i))}* `{i.verdict.value}` [{_STATUS_WORDS[i.status]}]",
+        f"opened {when(i.opened_at)} · detections {i.detections} · target zone "
+        f"{i.target_zone or '-'}",
+    ]
+    events = [
+        mrkdwn_escape(f"• {when(e.at)} {e.kind.value} {e.actor or ''}".rstrip())
+        for e in detail.events
+    ]
+    for d in detail.decisions:
+        events.append(mrkdwn_escape(
+            f"• decision: {d.outcome.value} by {d.actor_name or d.actor_id} via {d.source.value} "
+            f"at {when(d.decided_at)}"
+        ))
+    blocks = [section("\n".join(lines)), section(_fit_lines("*Timeline:*", events))]
+    return Rendered(text=fallback(f"incident #{i.id}: {i.status.value}"), blocks=blocks)
+
+
+def stats_reply(stats: IncidentStats, *, period: str) -> Rendered:
+    def mean(value: timedelta | None) -> str:
+        if value is None:
+            return "-"
+        minutes = value.total_seconds() / 60
+        return f"{minutes:.0f}m" if minutes < 120 else f"{minutes / 60:.1f}h"
+
+    verdicts = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_verdict.items())) or "-"
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_outcome.items())) or "-"
+    text = (
+        f"*Incidents since {when(stats.since)} ({mrkdwn_escape(period)}):* {stats.total}\n"
+        f"By verdict: {mrkdwn_escape(verdicts)}\nBy outcome: {mrkdwn_escape(outcomes)}\n"
+        f"Mean time to detect {mean(stats.mean_time_to_detect)} · decide "
+        f"{mean(stats.mean_time_to_decide)} · resolve {mean(stats.mean_time_to_resolve)}\n"
+        f"GPU-hours recovered: {stats.gpu_hours_recovered:,.1f}"
+    )
+    return Rendered(text=fallback(f"{stats.total} incident(s) since {when(stats.since)}"),
+                    blocks=[section(text)])
+
+
+HELP = (
+    "*/zonemedic* commands:\n"
+    "• `incidents [job NS/NAME] [since 7d] [status S]`: recent incidents\n"
+    "• `show ID`: one incident with its timeline\n"
+    "• `stats [since 30d]`: counts, mean times, GPU-hours recovered\n"
+    "• `sweep`: diagnose every job now (approvers only)\n"
+    "• `help`: this list"
+)
+
+
+def help_reply() -> Rendered:
+    return Rendered(text="zonemedic commands", blocks=[section(HELP)])
+
+
+def plain_reply(text: str) -> Rendered:
+    """A one-line ephemeral answer (errors, refusals, decision results)."""
+    safe = mrkdwn_escape(text)
+    return Rendered(text=fallback(safe), blocks=[section(safe)])

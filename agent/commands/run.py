@@ -4,7 +4,7 @@ Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides; an unkn
 type stops start-up naming the key), configures JSON logs, reaches and migrates the database
 (`database.migrate_on_start`), validates the playbooks (a bad one stops start-up with file, line and
 field), builds the agent (`agent.runtime.app.Agent`) with the leader's remediation executor and
-approval expiry as background jobs, and runs it until SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
+approval expiry as background jobs and the chat layer (Slack), and runs it until SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.runtime import executor, expiry
+    from agent.runtime import chat, executor, expiry
     from agent.runtime.app import Agent
     from agent.runtime.logging import configure_logging
     from agent.runtime.pipeline import AgentPipeline
@@ -43,11 +43,21 @@ def run(args: argparse.Namespace) -> int:
         # the leader's background jobs: approved incidents to the remediator, deadlines expired
         executor.register(parts, store, executor.live_remediator(parts, store))
         expiry.register(parts, store)
-        return AgentPipeline(parts, store)
+        agent_pipeline = AgentPipeline(parts, store)
+        # Slack: /slack/events on the HTTP server and the leader's outbox deliverer (or, disabled,
+        # one line saying the agent runs without chat)
+        chats.append(chat.wire_chat(parts, store=store,
+                                    sweep=chat.sweep_command(agent_pipeline.sweep)))
+        return agent_pipeline
 
+    chats: list[chat.Chat] = []
     try:
         agent = Agent(settings, pipeline_factory=pipeline, playbooks=playbooks)
+        for wired in chats:
+            wired.start()  # Socket Mode connects; HTTP mode has nothing to start
         agent.run_until_signalled()
     finally:
+        for wired in chats:
+            wired.stop()
         store.close()
     return 0

@@ -1,0 +1,107 @@
+"""Who may decide from Slack: listed users, or members of listed user groups.
+
+Who calls it: the click and slash-command handlers (`agent.chatops.slack`). Group members come from
+Slack's `usergroups.users.list`, cached per group for a TTL; display names from `users.info`,
+cached too. A group that cannot be read right now (Slack down) counts as having no members, so a
+click is refused rather than trusted ("fail closed"), and the answer says it could not check.
+
+What it does not do: record anything or decide about incidents.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a user may decide, and when not, why (for the refusal)."""
+
+    allowed: bool
+    reason: str = ""
+
+
+class ApproverDirectory:
+    def __init__(
+        self,
+        client: WebClient,
+        *,
+        users: Iterable[str],
+        usergroups: Iterable[str],
+        ttl: timedelta,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.users = frozenset(users)
+        self.usergroups = tuple(usergroups)
+        self.ttl = ttl.total_seconds()
+        self.clock = clock
+        self._groups: dict[str, tuple[frozenset[str], float]] = {}
+        self._names: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.users or self.usergroups)
+
+    def check(self, user_id: str, *, also: Iterable[str] = ()) -> Verdict:
+        """May `user_id` decide? `also`: more user ids allowed for this incident (its playbook)."""
+        if user_id in self.users or user_id in set(also):
+            return Verdict(True)
+        unreadable = []
+        for group in self.usergroups:
+            members = self._members(group)
+            if members is None:
+                unreadable.append(group)
+            elif user_id in members:
+                return Verdict(True)
+        if unreadable:
+            return Verdict(False, "could not check user group membership with Slack right now; "
+                                  "try again in a minute")
+        return Verdict(False, "you are not an approver (ask for slack.approvers to list you or "
+                              "a user group of yours)")
+
+    def _members(self, group: str) -> frozenset[str] | None:
+        now = self.clock()
+        with self._lock:
+            cached = self._groups.get(group)
+            if cached is not None and cached[1] > now:
+                return cached[0]
+        try:
+            response = self.client.usergroups_users_list(usergroup=group)
+        except (SlackApiError, SlackClientError, OSError) as exc:
+            log.warning("cannot read a Slack user group", extra={"usergroup": group,
+                                                                 "error": str(exc)})
+            return None
+        members = frozenset(str(u) for u in response.get("users") or [])
+        with self._lock:
+            self._groups[group] = (members, now + self.ttl)
+        return members
+
+    def name(self, user_id: str) -> str | None:
+        """The user's Slack name (cached), or None when Slack cannot say."""
+        now = self.clock()
+        with self._lock:
+            cached = self._names.get(user_id)
+            if cached is not None and cached[1] > now:
+                return cached[0]
+        try:
+            response = self.client.users_info(user=user_id)
+        except (SlackApiError, SlackClientError, OSError):
+            return None
+        user = response.get("user") or {}
+        name = str(user.get("name") or user.get("real_name") or "") or None
+        if name is not None:
+            with self._lock:
+                self._names[user_id] = (name, now + self.ttl)
+        return name

@@ -1,0 +1,269 @@
+"""The Slack adapter: a Bolt app built by a factory, its `/slack/events` endpoint, its handlers.
+
+Who calls it: the chat wiring (`agent.runtime.chat`) at start-up; nothing here runs at import (a
+module-level Bolt app would call Slack on import).
+
+- HTTP mode: `events_route` is a Starlette route for POST /slack/events. It verifies the signature
+  on the raw body (5-minute window, replays refused: `agent.chatops.verification`) and answers 401
+  before any parsing or work; a genuine request is dispatched to Bolt off the event loop.
+- Bolt runs with `process_before_response=True`: each handler's ack function runs inline and
+  answers at once (well inside Slack's 3 seconds); the work runs after, as a lazy listener on a
+  small thread pool, so a slow store or Slack never delays an acknowledgement.
+- A button click trusts only the user id, the action id and the incident id in the value. Only an
+  approver (`agent.chatops.approvers`) may decide; anyone else gets an ephemeral refusal and the
+  incident gets an audit entry (a `note` event), nothing else changes. A decision goes through the
+  one decision function (`Decide`, injected): double clicks, concurrent approvers and replicas give
+  exactly one decision, the others are told who decided. A recorded decision queues the message
+  update and the thread reply through the outbox (`agent.chatops.delivery.Follower`).
+- `/zonemedic incidents|show|stats|sweep|help` replies ephemerally from the store's queries (the
+  CLI's); `sweep` is for approvers only.
+
+What it does not do: decide, deliver queued messages (the deliverer does) or render (render does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from slack_bolt import Ack, App, BoltRequest
+from slack_bolt.authorization import AuthorizeResult
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agent.chatops.approvers import ApproverDirectory
+from agent.chatops.ports import ChatStore, Clock, Decide, Sweep
+from agent.chatops.render import (
+    ButtonAction,
+    Rendered,
+    detail_reply,
+    help_reply,
+    listing_reply,
+    plain_reply,
+    stats_reply,
+)
+from agent.chatops.slash import SlashCommand, SlashError, Verb, parse
+from agent.chatops.verification import RequestGuard
+from agent.errors import InputError, ZonemedicError
+from agent.model.incident import Actor, IncidentDetail
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind
+
+log = logging.getLogger(__name__)
+
+EVENTS_PATH = "/slack/events"
+COMMAND = "/zonemedic"
+
+OUTCOMES: dict[str, DecisionOutcome] = {
+    ButtonAction.APPROVE.value: DecisionOutcome.APPROVE,
+    ButtonAction.REJECT.value: DecisionOutcome.REJECT,
+    ButtonAction.SNOOZE.value: DecisionOutcome.SNOOZE,
+}
+
+
+@dataclass
+class ChatHandlers:
+    """What the handlers work with (everything injected by the wiring)."""
+
+    store: ChatStore
+    directory: ApproverDirectory
+    clock: Clock
+    cluster: str | None
+    follow: Callable[[int], object]  # queue the message update and thread replies of an incident
+    decide: Decide | None = None  # None: decisions are not wired yet; clicks say so
+    sweep: Sweep | None = None
+
+    # -- clicks --------------------------------------------------------------------------------
+
+    def click(self, body: Mapping[str, Any], client: WebClient) -> None:
+        user = str((body.get("user") or {}).get("id") or "")
+        actions = body.get("actions") or [{}]
+        action_id = str(actions[0].get("action_id") or "")
+        value = str(actions[0].get("value") or "")
+        channel = _channel(body)
+        outcome = OUTCOMES.get(action_id)
+        if not user or outcome is None:
+            return
+        if not value.isdigit() or int(value) < 1:
+            self._tell(client, channel, user, plain_reply("This button names no incident."))
+            return
+        incident_id = int(value)
+        now = self.clock()
+        try:
+            detail = self.store.get_incident(incident_id)
+        except InputError:
+            self._tell(client, channel, user, plain_reply(f"There is no incident #{incident_id}."))
+            return
+        except ZonemedicError as exc:
+            self._tell(client, channel, user, plain_reply(f"Nothing recorded: {exc}. Try again."))
+            return
+        also = playbook_approvers(detail)
+        if not (self.directory.configured or also):
+            refusal = "approvals are off: no approvers are configured"
+        else:
+            verdict = self.directory.check(user, also=also)
+            refusal = "" if verdict.allowed else verdict.reason
+        if refusal:
+            try:
+                self.store.add_event(
+                    incident_id, EventKind.NOTE, now=now, actor=user,
+                    detail={"refused": outcome.value, "user": user, "source": "slack",
+                            "reason": refusal},
+                )
+            except ZonemedicError as exc:
+                log.warning("cannot record a refused click", extra={"error": str(exc)})
+            self._tell(client, channel, user, plain_reply(f"Not recorded: {refusal}."))
+            return
+        if self.decide is None:
+            self._tell(client, channel, user, plain_reply(
+                "Decisions from Slack are not wired in this agent yet; nothing was recorded."))
+            return
+        actor = Actor(user, self.directory.name(user), DecisionSource.SLACK)
+        try:
+            reply = self.decide(incident_id, outcome, actor=actor, now=now)
+        except ZonemedicError as exc:
+            self._tell(client, channel, user, plain_reply(f"Nothing recorded: {exc}. Try again."))
+            return
+        if reply.recorded:
+            self.follow(incident_id)
+        self._tell(client, channel, user, plain_reply(reply.message))
+
+    # -- slash command -------------------------------------------------------------------------
+
+    def command(self, body: Mapping[str, Any], client: WebClient) -> None:
+        user = str(body.get("user_id") or "")
+        channel = str(body.get("channel_id") or "")
+        now = self.clock()
+        try:
+            parsed = parse(str(body.get("text") or ""), now=now, cluster=self.cluster)
+            reply = self._run(parsed, user=user)
+        except SlashError as exc:
+            reply = plain_reply(f"{exc}")
+        except ZonemedicError as exc:
+            reply = plain_reply(f"Cannot answer right now: {exc}")
+        self._tell(client, channel, user, reply)
+
+    def _run(self, parsed: SlashCommand, *, user: str) -> Rendered:
+        verb = parsed.verb
+        if verb is Verb.HELP:
+            return help_reply()
+        if verb is Verb.INCIDENTS:
+            return listing_reply(self.store.list_incidents(parsed.query), filters=parsed.filters)
+        if verb is Verb.SHOW and parsed.incident_id is not None:
+            try:
+                detail = self.store.get_incident(parsed.incident_id)
+            except InputError:
+                return plain_reply(f"There is no incident #{parsed.incident_id}.")
+            return detail_reply(detail)
+        if verb is Verb.STATS and parsed.since is not None:
+            return stats_reply(self.store.stats(since=parsed.since, now=self.clock()),
+                               period=parsed.period)
+        if verb is not Verb.SWEEP:
+            return help_reply()
+        # sweep: approvers only
+        if not self.directory.configured or not self.directory.check(user).allowed:
+            return plain_reply("`sweep` is for approvers only.")
+        if self.sweep is None:
+            return plain_reply("Sweeps cannot be started from Slack in this agent.")
+        return plain_reply(f"Sweep done: {self.sweep()}")
+
+    # -- replies -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _tell(client: WebClient, channel: str, user: str, reply: Rendered) -> None:
+        """An ephemeral answer to one person (lost if Slack is down: it records nothing)."""
+        if not channel or not user:
+            return
+        try:
+            client.chat_postEphemeral(channel=channel, user=user, text=reply.text,
+                                      blocks=reply.blocks)
+        except (SlackApiError, SlackClientError, OSError) as exc:
+            log.warning("cannot send an ephemeral reply", extra={"error": str(exc)})
+
+
+def _channel(body: Mapping[str, Any]) -> str:
+    channel = body.get("channel") or {}
+    container = body.get("container") or {}
+    return str(channel.get("id") or container.get("channel_id") or "")
+
+
+def playbook_approvers(detail: IncidentDetail) -> list[str]:
+    """User ids the incident's playbook lists as approvers (from its queued proposal)."""
+    out: list[str] = []
+    for message in detail.messages:
+        approval = message.payload.get("approval")
+        if isinstance(approval, Mapping):
+            out.extend(str(a) for a in approval.get("approvers") or [])
+    return out
+
+
+def _ack(ack: Ack) -> None:
+    ack()
+
+
+def build_app(
+    *,
+    client: WebClient,
+    signing_secret: str | None,
+    handlers: ChatHandlers,
+    executor: Executor,
+) -> App:
+    """The Bolt app (call at start-up, never at import). `signing_secret` None: Socket Mode."""
+    token = client.token
+
+    def authorize(enterprise_id: str | None, team_id: str | None,
+                  user_id: str | None) -> AuthorizeResult:
+        # one workspace, one bot token: no `auth.test` call on a request's path
+        return AuthorizeResult(enterprise_id=enterprise_id, team_id=team_id, user_id=user_id,
+                               bot_token=token)
+
+    app = App(
+        client=client,
+        authorize=authorize,
+        signing_secret=signing_secret,
+        request_verification_enabled=signing_secret is not None,
+        process_before_response=True,
+        listener_executor=executor,
+        logger=logging.getLogger("agent.chatops.bolt"),
+    )
+
+    def click(body: dict[str, Any], client: WebClient) -> None:
+        handlers.click(body, client)
+
+    def command(body: dict[str, Any], client: WebClient) -> None:
+        handlers.command(body, client)
+
+    for action in ButtonAction:
+        app.action(action.value)(ack=_ack, lazy=[click])
+    app.command(COMMAND)(ack=_ack, lazy=[command])
+    return app
+
+
+def events_route(app: App, guard: RequestGuard) -> Route:
+    """POST /slack/events: 401 for a forged, stale or replayed request, before any work."""
+
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        refusal = guard.check(body, request.headers)
+        if refusal is not None:
+            return JSONResponse({"error": refusal.value}, status_code=401)
+        bolt_request = BoltRequest(
+            body=body.decode("utf-8", "replace"),
+            query=str(request.url.query),
+            headers={k: v for k, v in request.headers.items()},
+        )
+        # on the event loop: with acks inline, local authorization and the work handed to the
+        # lazy-listener pool, dispatching does no I/O and takes well under a millisecond
+        response = app.dispatch(bolt_request)
+        return Response(
+            status_code=response.status,
+            content=response.body,
+            headers=response.first_headers_without_set_cookie(),
+        )
+
+    return Route(EVENTS_PATH, endpoint, methods=["POST"])

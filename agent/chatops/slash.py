@@ -1,0 +1,124 @@
+"""The `/zonemedic` slash command's grammar: text in, a parsed command or a `SlashError` out.
+
+Who calls it: the Bolt handler in `agent.chatops.slack`, which then runs the command against the
+store (the same queries as the `zonemedic incidents` CLI). Pure: no I/O; `now` is passed in.
+
+Grammar (words in any order after the verb; ages like 7d, 12h, 30m):
+  incidents [job NS/NAME] [since 7d] [status S]
+  show ID
+  stats [since 30d]
+  sweep          (approvers only: checked by the caller)
+  help           (also: nothing at all)
+
+What it does not do: check who may run a command, or query anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from agent.errors import ConfigError, InputError
+from agent.model.incident import IncidentQuery
+from agent.model.lifecycle import IncidentStatus
+from agent.settings import parse_duration
+
+DEFAULT_SINCE = "7d"
+DEFAULT_STATS_SINCE = "30d"
+LISTING_LIMIT = 20
+MAX_TEXT = 500
+
+
+class SlashError(InputError):
+    """The command text cannot be understood; the message says what is wrong and how to fix it."""
+
+
+class Verb(StrEnum):
+    INCIDENTS = "incidents"
+    SHOW = "show"
+    STATS = "stats"
+    SWEEP = "sweep"
+    HELP = "help"
+
+
+@dataclass(frozen=True)
+class SlashCommand:
+    verb: Verb
+    query: IncidentQuery | None = None  # incidents
+    filters: str = ""  # incidents: the filters in words, for the reply
+    incident_id: int | None = None  # show
+    since: datetime | None = None  # stats
+    period: str = ""  # stats: the age as typed
+
+
+def _age(value: str, now: datetime) -> datetime:
+    try:
+        age = parse_duration(value, key="since")
+    except ConfigError as exc:
+        raise SlashError(str(exc)) from None
+    if age <= timedelta(0):
+        raise SlashError(f"since: expected a positive age like 7d, got {value!r}")
+    return now - age
+
+
+def _pairs(words: list[str], allowed: set[str], verb: Verb) -> dict[str, str]:
+    if len(words) % 2:
+        raise SlashError(f"`{verb.value}`: expected pairs like `since 7d`, got {' '.join(words)!r}")
+    out: dict[str, str] = {}
+    for key, value in zip(words[::2], words[1::2], strict=True):
+        if key not in allowed:
+            known = ", ".join(sorted(allowed))
+            raise SlashError(f"`{verb.value}`: unknown filter {key!r} (known: {known})")
+        if key in out:
+            raise SlashError(f"`{verb.value}`: {key!r} given twice")
+        out[key] = value
+    return out
+
+
+def parse(text: str, *, now: datetime, cluster: str | None = None) -> SlashCommand:
+    """Parse the text after `/zonemedic`."""
+    if len(text) > MAX_TEXT:
+        raise SlashError(f"the command is too long (at most {MAX_TEXT} characters)")
+    words = text.split()
+    if not words:
+        return SlashCommand(Verb.HELP)
+    head, rest = words[0].lower(), words[1:]
+    try:
+        verb = Verb(head)
+    except ValueError:
+        raise SlashError(f"unknown command {head!r}; try `/zonemedic help`") from None
+    if verb in (Verb.HELP, Verb.SWEEP):
+        if rest:
+            raise SlashError(f"`{verb.value}` takes no arguments")
+        return SlashCommand(verb)
+    if verb is Verb.SHOW:
+        if len(rest) != 1 or not rest[0].lstrip("#").isdigit() or int(rest[0].lstrip("#")) < 1:
+            raise SlashError("`show`: expected one incident number, e.g. `show 42`")
+        return SlashCommand(verb, incident_id=int(rest[0].lstrip("#")))
+    if verb is Verb.STATS:
+        pairs = _pairs(rest, {"since"}, verb)
+        period = pairs.get("since", DEFAULT_STATS_SINCE)
+        return SlashCommand(verb, since=_age(period, now), period=period)
+    pairs = _pairs(rest, {"job", "since", "status"}, verb)
+    namespace = name = None
+    if "job" in pairs:
+        namespace, slash, name = pairs["job"].partition("/")
+        if not slash or not namespace or not name or "/" in name:
+            raise SlashError(f"job: expected NAMESPACE/NAME, got {pairs['job']!r}")
+    status = None
+    if "status" in pairs:
+        try:
+            status = IncidentStatus(pairs["status"])
+        except ValueError:
+            known = ", ".join(s.value for s in IncidentStatus)
+            raise SlashError(f"status: unknown value {pairs['status']!r} (one of: {known})") from None
+    since_text = pairs.get("since", DEFAULT_SINCE)
+    query = IncidentQuery(cluster=cluster, namespace=namespace, name=name, status=status,
+                          since=_age(since_text, now), limit=LISTING_LIMIT)
+    words_out = [f"since {since_text}"]
+    if "job" in pairs:
+        words_out.insert(0, f"job {pairs['job']}")
+    if status is not None:
+        words_out.append(f"status {status.value}")
+    return SlashCommand(verb, query=query, filters=", ".join(words_out))

@@ -1,0 +1,307 @@
+"""Rendering incidents, thread updates, digests and slash replies as Block Kit: table tests,
+including Slack's limits at their edges."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agent.chatops.render import (
+    ENABLE_APPROVALS,
+    MAX_BLOCKS,
+    MAX_BUTTON_TEXT,
+    MAX_HEADER,
+    MAX_SECTION,
+    ButtonAction,
+    ProposedFix,
+    Rendered,
+    Utilization,
+    button,
+    cap_blocks,
+    clip,
+    context,
+    denied_flows_text,
+    detail_reply,
+    diff_block,
+    digest_message,
+    help_reply,
+    incident_message,
+    listing_reply,
+    stats_reply,
+    thread_update,
+    waste_per_day,
+)
+from agent.model.incident import (
+    Decision,
+    IncidentDetail,
+    IncidentListing,
+    IncidentStats,
+    IncidentSummary,
+    TimelineEvent,
+)
+from agent.model.lifecycle import (
+    DecisionOutcome,
+    DecisionSource,
+    EventKind,
+    IncidentStatus,
+    Severity,
+)
+from agent.model.verdict import Verdict
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+S = IncidentStatus
+
+
+def summary(**changes: Any) -> IncidentSummary:
+    base = IncidentSummary(
+        id=7, cluster="prod", kind="PyTorchJob", namespace="ml", name="resnet", uid="u1",
+        verdict=Verdict.ZONE_SPLIT_BLOCKED, status=S.AWAITING_APPROVAL,
+        severity=Severity.CRITICAL, fingerprint="f", target_zone="zone-a", opened_at=T0,
+        updated_at=T0, closed_at=None, status_by=None, utilization_before=None,
+        utilization_after=None, estimated_cost=None, gpus=4, detections=1,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def flow(i: int, *, policy: str = "CiliumNetworkPolicy/ml/zone-b-only", hop: str = "ingress") -> dict[str, Any]:
+    return {"from_pod": f"resnet-worker-{i}", "to_pod": "resnet-master-0", "port": 23456,
+            "protocol": "TCP", "hop": hop, "reason": "default_deny", "policies": [policy]}
+
+
+def diagnosis(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "job": {"kind": "PyTorchJob", "namespace": "ml", "name": "resnet"},
+        "verdict": "zone_split_blocked",
+        "zones": {"zone-a": 3, "zone-b": 1},
+        "coordinator": {"pod": "resnet-master-0", "zone": "zone-b"},
+        "denied_flows": [flow(0), flow(1)],
+        "denied_flows_total": 2,
+        "remediable": True,
+        "target_zone": "zone-a",
+        "reasons": [],
+        "impact": {"gpus_total": 4, "gpus_outside_target": 1, "gpu_share_outside_target": 0.25,
+                   "pods_outside_target": 1, "cross_zone_cost_per_step_usd": 0.005},
+    }
+    base.update(changes)
+    return base
+
+
+def all_text(r: Rendered) -> str:
+    return r.text + "\n" + json.dumps(r.blocks, ensure_ascii=False)
+
+
+def buttons(r: Rendered) -> list[dict[str, Any]]:
+    return [e for b in r.blocks if b["type"] == "actions" for e in b["elements"]]
+
+
+def assert_within_limits(r: Rendered) -> None:
+    assert len(r.blocks) <= MAX_BLOCKS
+    assert len(r.text) <= 3000
+    for b in r.blocks:
+        if b["type"] == "section":
+            assert len(b["text"]["text"]) <= MAX_SECTION
+        if b["type"] == "header":
+            assert len(b["text"]["text"]) <= MAX_HEADER
+        for e in b.get("elements", []):
+            if e.get("type") == "button":
+                assert len(e["text"]["text"]) <= MAX_BUTTON_TEXT
+                assert len(e["value"]) <= 2000
+
+
+@pytest.mark.parametrize(
+    ("name", "incident", "diag", "approvals", "expect_actions", "must", "must_not"),
+    [
+        ("remediable, approvers", summary(), diagnosis(), True,
+         [ButtonAction.APPROVE, ButtonAction.REJECT, ButtonAction.SNOOZE],
+         ["Zone split, traffic blocked", "PyTorchJob ml/resnet", "`zone-b`: 1 pod (coordinator `resnet-master-0`)",
+          "denied at ingress (default_deny) by CiliumNetworkPolicy/ml/zone-b-only",
+          "~24.0 GPU-hours/day", "$0.0050 cross-zone egress per training step",
+          "co-located in zone `zone-a`"],
+         [ENABLE_APPROVALS]),
+        ("not remediable: reason and recommendation, no Approve", summary(),
+         diagnosis(remediable=False, reasons=["zone-a has 2 GPUs free, the job needs 4"]), True,
+         [ButtonAction.REJECT, ButtonAction.SNOOZE],
+         ["Not remediable automatically: zone-a has 2 GPUs free, the job needs 4",
+          "Kueue Topology Aware Scheduling"], ["Proposed fix"]),
+        ("policy blocked: change the policy", summary(verdict=Verdict.POLICY_BLOCKED),
+         diagnosis(verdict="policy_blocked", remediable=False), True,
+         [ButtonAction.REJECT, ButtonAction.SNOOZE],
+         ["change CiliumNetworkPolicy/ml/zone-b-only to allow"], ["Kueue"]),
+        ("notified, not proposed: no Approve", summary(status=S.OPEN), diagnosis(), "notify-only",
+         [ButtonAction.REJECT, ButtonAction.SNOOZE], ["co-located in zone `zone-a`"], []),
+        ("no approvers: no buttons, says how", summary(), diagnosis(), False, [],
+         [ENABLE_APPROVALS.replace("`", "")[:20]], []),
+        ("decided: buttons replaced by the decision", summary(status=S.APPROVED, status_by="alice"),
+         diagnosis(), True, [], ["*Approved* by alice"], [ENABLE_APPROVALS]),
+    ],
+)
+def test_incident_message(
+    name: str, incident: IncidentSummary, diag: dict[str, Any], approvals: bool | str,
+    expect_actions: list[ButtonAction], must: list[str], must_not: list[str],
+) -> None:
+    decision = None
+    if incident.status is S.APPROVED:
+        decision = Decision(1, incident.id, DecisionOutcome.APPROVE, "U1", "alice",
+                            DecisionSource.SLACK, T0, None, "ml/resnet")
+    r = incident_message(incident, diag, approvals_enabled=bool(approvals),
+                         proposed=approvals != "notify-only", decision=decision)
+    text = all_text(r)
+    for piece in must:
+        assert piece.replace("`", "") in text.replace("`", ""), (name, piece)
+    for piece in must_not:
+        assert piece not in text, (name, piece)
+    assert [b["action_id"] for b in buttons(r)] == [a.value for a in expect_actions], name
+    assert all(b["value"] == str(incident.id) for b in buttons(r)), "value: the incident id only"
+    assert_within_limits(r)
+
+
+def test_utilization_now_vs_baseline_sets_the_waste() -> None:
+    incident = summary(verdict=Verdict.ZONE_SPLIT_DEGRADED)
+    r = incident_message(incident, diagnosis(verdict="zone_split_degraded"),
+                         utilization=Utilization(now=40.0, baseline=85.0), approvals_enabled=True)
+    assert "40% now (baseline 85%)" in all_text(r)
+    hours, _ = waste_per_day(incident, diagnosis(), Utilization(40.0, 85.0))
+    assert hours == pytest.approx(4 * 0.45 * 24)
+
+
+@pytest.mark.parametrize(
+    ("impact", "expected"),
+    [
+        ({"cross_zone_cost_per_day_usd": 12.5}, "$12.50/day cross-zone egress"),
+        ({"cross_zone_cost_per_step_usd": 0.005}, "$0.0050 cross-zone egress per training step"),
+        ({}, None),
+    ],
+)
+def test_egress_text(impact: dict[str, Any], expected: str | None) -> None:
+    _, egress = waste_per_day(summary(), {"impact": impact}, Utilization(None, None))
+    assert egress == expected
+
+
+def test_many_denied_flows_are_grouped_and_fit() -> None:
+    flows = [flow(i) for i in range(30)] + [flow(i, policy="NetworkPolicy/ml/deny", hop="egress")
+                                           for i in range(5)]
+    text = denied_flows_text({"denied_flows": flows, "denied_flows_total": 500})
+    assert text is not None
+    assert "30 flow(s) denied at ingress (default_deny) by CiliumNetworkPolicy/ml/zone-b-only" in text
+    assert "5 flow(s) denied at egress" in text
+    assert "and 465 more not listed" in text
+    assert text.index("30 flow(s)") < text.index("5 flow(s)")
+
+
+def test_long_names_and_huge_diff_stay_within_limits() -> None:
+    long = "x" * 400
+    incident = summary(name=long, namespace=long)
+    diff = "\n".join(f"+  line {i} " + "y" * 80 for i in range(500))
+    r = incident_message(incident, diagnosis(reasons=[long] * 50, denied_flows=[
+        flow(i, policy="P" * 300) for i in range(200)]),
+        fix=ProposedFix(summary="s" * 5000, diff=diff), approvals_enabled=True)
+    assert_within_limits(r)
+    patches = [b["text"]["text"] for b in r.blocks
+               if b["type"] == "section" and b["text"]["text"].startswith("*Patch:*")]
+    assert len(patches) == 1 and "incidents show 7" in patches[0]
+
+
+@pytest.mark.parametrize(("length", "cut"), [(MAX_SECTION - 100, False), (MAX_SECTION * 3, True)])
+def test_diff_block_edges(length: int, cut: bool) -> None:
+    diff = "\n".join("+" + "a" * 99 for _ in range(length // 100))
+    text = diff_block(diff, incident_id=3)
+    assert len(text) <= MAX_SECTION
+    assert ("incidents show 3" in text) is cut
+    assert text.count("```") == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [("abc", 3, "abc"), ("abcd", 3, "ab…"), ("", 0, ""), ("a" * 151, MAX_HEADER, "a" * 149 + "…")],
+)
+def test_clip(text: str, limit: int, expected: str) -> None:
+    assert clip(text, limit) == expected
+
+
+@pytest.mark.parametrize(("count", "kept"), [(MAX_BLOCKS, MAX_BLOCKS), (MAX_BLOCKS + 1, MAX_BLOCKS),
+                                             (200, MAX_BLOCKS)])
+def test_cap_blocks_keeps_the_tail(count: int, kept: int) -> None:
+    blocks = [context(str(i)) for i in range(count - 1)] + [{"type": "actions", "elements": []}]
+    capped = cap_blocks(blocks, keep_last=1)
+    assert len(capped) == kept
+    assert capped[-1]["type"] == "actions"
+    if count > MAX_BLOCKS:
+        assert "more block(s) left out" in json.dumps(capped[-2])
+
+
+def test_button_limits() -> None:
+    b = button("A" * 100, action=ButtonAction.APPROVE, value="1" * 2000)
+    assert len(b["text"]["text"]) == MAX_BUTTON_TEXT
+    with pytest.raises(ValueError, match="2000"):
+        button("x", action=ButtonAction.APPROVE, value="1" * 2001)
+
+
+def event(kind: EventKind, actor: str | None = "alice", **detail: Any) -> TimelineEvent:
+    return TimelineEvent(1, 7, T0, kind, actor, detail)
+
+
+@pytest.mark.parametrize(
+    ("ev", "expected"),
+    [
+        (event(EventKind.APPROVED), "Approved by alice"),
+        (event(EventKind.REJECTED, reason="not now"), "Rejected by alice: not now"),
+        (event(EventKind.SNOOZED, snoozed_until="2026-12-01T12:00:00+00:00"), "Snoozed by alice until 2026-12-01"),
+        (event(EventKind.REMEDIATION_STEP, step="dry_run", succeeded=True), "Dry run passed"),
+        (event(EventKind.REMEDIATION_STEP, step="suspend", succeeded=True), "Job suspended"),
+        (event(EventKind.REMEDIATION_STEP, step="resume", succeeded=True), "Job resumed"),
+        (event(EventKind.REMEDIATION_STEP, step="dry_run", succeeded=False, message="denied"), "Dry run failed: denied"),
+        (event(EventKind.REMEDIATION_STEP, step="suspended", succeeded=True), "Job suspended with the co-location patch"),
+        (event(EventKind.REMEDIATION_STEP, step="bound", zone="zone-a", message="4 pods bound"), "Pods co-located in zone zone-a (4 pods bound)"),
+        (event(EventKind.REMEDIATION_STEP, step="rolled_back", succeeded=True), "Rolled back"),
+        (event(EventKind.VERIFIED, zone="zone-a", utilization_before=40, utilization_after=85),
+         "Verified: pods co-located in zone zone-a, GPU utilization 40% → 85%"),
+        (event(EventKind.RESOLVED, reason="verified", utilization_before=40.0, utilization_after=86.0),
+         "Resolved: verified (GPU utilization 40% → 86%)"),
+        (event(EventKind.ROLLED_BACK, reason="pods did not land together"), "Rolled back: pods did not land together"),
+        (event(EventKind.SUPERSEDED, reason="the job has no live pods"), "No longer current: the job has no live pods"),
+        (event(EventKind.DETECTED), None),
+        (event(EventKind.POSTED), None),
+    ],
+)
+def test_thread_updates(ev: TimelineEvent, expected: str | None) -> None:
+    r = thread_update(ev)
+    if expected is None:
+        assert r is None
+    else:
+        assert r is not None and expected in r.text
+        assert_within_limits(r)
+
+
+def stats(**changes: Any) -> IncidentStats:
+    base = IncidentStats(since=T0 - timedelta(days=1), until=T0, total=3,
+                         by_verdict={"zone_split_blocked": 3}, by_outcome={"resolved": 2, "open": 1},
+                         mean_time_to_detect=timedelta(seconds=4), mean_time_to_decide=None,
+                         mean_time_to_resolve=timedelta(hours=3), gpu_hours_recovered=12.34)
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize(("open_count", "listed"), [(0, 0), (3, 3), (80, 20)])
+def test_digest(open_count: int, listed: int) -> None:
+    incidents = [summary(id=i) for i in range(1, open_count + 1)]
+    r = digest_message(incidents, stats(), period=timedelta(days=1))
+    text = all_text(r)
+    assert f"{open_count} open, 2 resolved in the last 1d, 12.3 GPU-hours recovered" in r.text
+    assert text.count("zone_split_blocked ml/resnet") == listed
+    assert ("more" in text) is (open_count > listed)
+    assert_within_limits(r)
+
+
+def test_slash_replies() -> None:
+    assert "No incidents for job ml/x." in listing_reply(IncidentListing([]), filters="job ml/x").text
+    listing = listing_reply(IncidentListing([summary(), summary(id=8)]), filters="")
+    assert "#7" in all_text(listing) and "#8" in all_text(listing)
+    detail = IncidentDetail(summary(), diagnosis(), None, None, None,
+                            [event(EventKind.DETECTED, actor="zonemedic")], [], [], [])
+    assert "detected zonemedic" in all_text(detail_reply(detail))
+    s = stats_reply(stats(), period="30d")
+    assert "GPU-hours recovered: 12.3" in all_text(s) and "resolve 3.0h" in all_text(s)
+    assert "show ID" in all_text(help_reply())
