@@ -359,12 +359,14 @@ class Remediator:
         message: str | None = None,
         succeeded: bool | None = True,
         extra: Mapping[str, Any] | None = None,
+        utilization_before: float | None = None,
         utilization_after: float | None = None,
     ) -> None:
         payload = {"step": step.value, **(extra or {})}
         self.store.record_action(
             run.incident_id, kind, now=self.clock.now(), actor=self.actor, succeeded=succeeded,
-            payload=payload, message=message, utilization_after=utilization_after,
+            payload=payload, message=message, utilization_before=utilization_before,
+            utilization_after=utilization_after,
         )  # fmt: skip
         self._refresh(run)
         if self.on_step is not None:
@@ -482,6 +484,7 @@ class Remediator:
             message=f"co-locate {plan.pods} pod(s) in {plan.target_zone}",
             extra={"plan": plan.to_dict(), "utilization_before": before,
                    "utilization_baseline": baseline},
+            utilization_before=before,
         )  # fmt: skip
         run.plan, run.before, run.baseline = plan, before, baseline
 

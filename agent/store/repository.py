@@ -254,15 +254,18 @@ class IncidentStore:
         succeeded: bool | None = None,
         payload: Mapping[str, Any] | None = None,
         message: str | None = None,
+        utilization_before: float | None = None,
         utilization_after: float | None = None,
     ) -> int:
         """Record a remediation step (plan, dry run, apply, verify, rollback) and its timeline
-        event; `utilization_after` (from verification) feeds the GPU-hours estimate."""
+        event; `utilization_before` (measured at planning, kept only where the incident has none)
+        and `utilization_after` (from verification) feed the GPU-hours estimate."""
         return self._write(
             f"record action on incident {incident_id}",
             lambda conn, _n: timeline.record_action(
                 conn, incident_id, kind, now=now, actor=actor, succeeded=succeeded,
-                payload=dict(payload or {}), message=message, utilization_after=utilization_after,
+                payload=dict(payload or {}), message=message,
+                utilization_before=utilization_before, utilization_after=utilization_after,
             ),
         )
 

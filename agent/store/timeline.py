@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, func, insert, update
 
 from agent.model.lifecycle import EventKind, RemediationActionKind
 from agent.store.errors import IncidentNotFoundError
@@ -58,13 +58,18 @@ def record_action(
     succeeded: bool | None,
     payload: Mapping[str, Any],
     message: str | None,
-    utilization_after: float | None,
+    utilization_before: float | None = None,
+    utilization_after: float | None = None,
 ) -> int:
     """Insert a remediation step with its timeline event (`verified` for a successful verify,
-    `remediation_step` otherwise); `utilization_after` is stored on the incident."""
+    `remediation_step` otherwise). `utilization_after` is stored on the incident;
+    `utilization_before` only where the incident has none yet (the detection's figure wins)."""
     values: dict[str, Any] = {"updated_at": now}
     if utilization_after is not None:
         values["utilization_after"] = utilization_after
+    if utilization_before is not None:
+        values["utilization_before"] = func.coalesce(IncidentRow.utilization_before,
+                                                     utilization_before)
     touch(conn, incident_id, **values)
     action_id: int = conn.execute(
         insert(ActionRow)

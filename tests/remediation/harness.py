@@ -132,7 +132,7 @@ def new_store(template: Path, directory: Path) -> tuple[IncidentStore, str]:
     return open_store(DatabaseSettings(write_retry=timedelta(seconds=5)), url=url), url
 
 
-def settled_finding(lab: Lab, ref: JobRef = JOB, *, timeout: float = 15.0) -> Finding:
+def settled_finding(lab: Lab, ref: JobRef = JOB, *, timeout: float = 45.0) -> Finding:
     """The job's finding once it is remediable in consecutive diagnoses over a quarter second
     (pods just bound flap while the twin stamps their zone labels)."""
     deadline = time.monotonic() + timeout

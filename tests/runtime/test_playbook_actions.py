@@ -58,7 +58,7 @@ class WriteLock:
 def actions(store: IncidentStore) -> PlaybookActions:
     return PlaybookActions(
         playbooks=load_playbooks(REPO / "playbooks"), store=store, cache=ClusterCache(),
-        cluster="prod", channel="#default", now=lambda: NOW,
+        cluster="prod", channel="#default", approval_ttl=timedelta(minutes=30), now=lambda: NOW,
     )
 
 

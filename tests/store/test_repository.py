@@ -170,6 +170,23 @@ def test_snooze_then_wake(store: IncidentStore) -> None:
                             now=until).applied
 
 
+@pytest.mark.parametrize(
+    ("detected", "planned", "kept"),
+    [
+        (None, 38.0, 38.0),   # no figure at detection: the plan's measurement is kept
+        (40.0, 38.0, 40.0),   # the detection's figure wins
+        (None, None, None),   # no metrics at all
+    ],
+)
+def test_utilization_before_from_the_plan_only_when_detection_had_none(
+    store: IncidentStore, detected: float | None, planned: float | None, kept: float | None
+) -> None:
+    incident_id = store.record_finding(finding(utilization_now=detected, gpus=4)).incident.id
+    store.record_action(incident_id, RemediationActionKind.PLAN, now=T0, actor="agent",
+                        utilization_before=planned)
+    assert store.get_incident(incident_id).incident.utilization_before == kept
+
+
 def test_actions_and_notes_in_detail(store: IncidentStore) -> None:
     incident_id = store.record_finding(finding(utilization_now=40.0, gpus=4)).incident.id
     plan = {"patch": {"spec": {"runPolicy": {"suspend": True}}}, "target_zone": "zone-a"}
