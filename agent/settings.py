@@ -181,8 +181,7 @@ class RemediationSettings:
     `poll_interval`: how often the executor looks at the cluster while waiting.
 
     Decisions and the leader's executor loop: `enabled` (false: the leader never starts a
-    remediation; decisions are still recorded); `approval_ttl`: how long an incident awaits
-    approval when its playbook sets no `approval.expiry`; `max_per_hour`: remediations the leader
+    remediation; decisions are still recorded); `max_per_hour`: remediations the leader
     starts per hour in the cluster (0: none); `pickup_interval`: how often the leader looks for
     approved incidents and for approvals past their deadline; `retry_after`: the pause before the
     leader retries an incident whose remediation raised or stopped unfinished. Protected
@@ -196,14 +195,13 @@ class RemediationSettings:
     max_conflict_retries: int = 3
     poll_interval: timedelta = timedelta(seconds=2)
     enabled: bool = True
-    approval_ttl: timedelta = timedelta(minutes=30)
     max_per_hour: int = 10
     pickup_interval: timedelta = timedelta(seconds=1)
     retry_after: timedelta = timedelta(seconds=30)
 
     def __post_init__(self) -> None:
         for name in ("suspend_timeout", "schedule_timeout", "verify_window", "poll_interval",
-                     "approval_ttl", "pickup_interval", "retry_after"):
+                     "pickup_interval", "retry_after"):
             if getattr(self, name) <= timedelta(0):
                 raise ConfigError(f"remediation.{name}: must be a positive duration")
         if self.max_per_hour < 0:
@@ -231,21 +229,28 @@ class RemediationSettings:
 @dataclass(frozen=True)
 class SlackSettings:
     """The `slack:` section. Secrets never live here: `*_file` paths, or the environment variables
-    SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN (read once by `load_settings`). How long
-    a finding awaits approval is `remediation.approval_ttl` (or the playbook's `approval.expiry`),
-    whichever way the decision arrives."""
+    SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, SLACK_APP_TOKEN (read once by `load_settings`).
+    `approval_ttl`: how long a proposed fix awaits a decision when its playbook sets no
+    `approval.expiry`, whichever way the decision arrives (Slack, the CLI, the HTTP API); past it
+    the incident expires and a decision records nothing."""
 
     enabled: bool = False
     mode: SlackMode = SlackMode.HTTP
     api_url: str | None = None  # default: Slack's; tests and the demo point it at a local fake
     channel: str | None = None
     approvers: SlackApprovers = field(default_factory=SlackApprovers)
+    approval_ttl: timedelta = timedelta(minutes=30)
     usergroup_cache_ttl: timedelta = timedelta(minutes=5)
     deliver_every: timedelta = timedelta(seconds=2)
     digest_period: timedelta = timedelta(days=1)
     bot_token_file: str | None = None
     signing_secret_file: str | None = None
     app_token_file: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("approval_ttl", "usergroup_cache_ttl", "deliver_every", "digest_period"):
+            if getattr(self, name) <= timedelta(0):
+                raise ConfigError(f"slack.{name}: must be a positive duration")
 
 
 @dataclass(frozen=True)

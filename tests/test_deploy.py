@@ -1,5 +1,6 @@
 """deploy/: the kustomize overlays render, the shipped config is valid, RBAC grants only what is
-needed, and the image (deploy/Dockerfile with .dockerignore) gets the agent without the twin."""
+needed, and the image (deploy/Dockerfile with .dockerignore) gets the agent without the twin.
+What each overlay renders in detail is tests/deploy/test_kustomize.py."""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ def render(overlay: str) -> list[dict[str, Any]]:
 
 
 @needs_kubectl
-@pytest.mark.parametrize("overlay", ["base", "overlays/dev", "overlays/production"])
+@pytest.mark.parametrize("overlay", ["base", "overlays/sqlite", "overlays/postgres"])
 def test_overlay_renders_with_the_agent_and_its_config(overlay: str) -> None:
     docs = render(overlay)
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert ("Deployment", "zonemedic") in kinds
     assert ("ClusterRole", "zonemedic") in kinds
-    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    config = next(d for d in docs if d["metadata"]["name"].startswith("zonemedic-config-"))
     settings = build(Settings, yaml.safe_load(config["data"]["config.yaml"]))
     assert settings.http.port == 8080
     assert settings.leader_election.namespace == "zonemedic"

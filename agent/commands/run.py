@@ -1,7 +1,7 @@
 """`zonemedic run [--config FILE]`: the in-cluster agent (watch, detect, sweep, serve).
 
 Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides; an unknown key or a wrong
-type stops start-up naming the key), configures JSON logs, reaches and migrates the database
+type stops start-up naming the key), configures logging, reaches and migrates the database
 (`database.migrate_on_start`), validates the playbooks (a bad one stops start-up with file, line and
 field), builds the agent (`agent.runtime.app.Agent`) with the leader's remediation executor and
 approval expiry as background jobs and the chat layer (Slack), and runs it until SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
@@ -29,14 +29,15 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from agent.runtime import chat, executor, expiry
     from agent.runtime.app import Agent
-    from agent.runtime.logging import configure_logging
+    from agent.runtime.logging import configure_logging, verbosity_level
     from agent.runtime.pipeline import AgentPipeline
     from agent.runtime.root import Parts
     from agent.store.migrate import upgrade_on_start
 
     settings = load_settings(args.config, os.environ)
     playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook stops start-up first
-    configure_logging(settings.log_level)
+    level = verbosity_level(args.verbose) if args.verbose else settings.log_level  # -v wins
+    configure_logging(level, fmt=args.log_format)
     store = upgrade_on_start(settings)
 
     def pipeline(parts: Parts) -> AgentPipeline:

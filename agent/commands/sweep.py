@@ -64,14 +64,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.once:
         raise InputError("sweep: only --once is supported (the agent schedules its own sweeps)")
     from agent.runtime.leader import AlwaysLeader
-    from agent.runtime.logging import configure_logging
     from agent.runtime.pipeline import AgentPipeline
     from agent.runtime.root import Root
     from agent.store.migrate import upgrade_on_start
 
     settings = load_settings(args.config, os.environ)
     playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook: exit 2 first
-    configure_logging("warning" if args.output == "json" else settings.log_level)
     root = Root(settings, playbooks=playbooks)
     root.list_once(timeout=args.sync_timeout)
     store = upgrade_on_start(settings)

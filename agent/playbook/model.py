@@ -67,7 +67,7 @@ class Conditions:
 class ApprovalPolicy:
     """Who may approve a co-location, how long a proposal lives, which namespaces opt in to auto.
 
-    `expiry` None: the proposal lives the agent's `remediation.approval_ttl`."""
+    `expiry` None: the proposal lives the agent's `slack.approval_ttl`."""
 
     approvers: tuple[str, ...] = ()
     expiry: timedelta | None = None

@@ -28,7 +28,7 @@ Format (one playbook per file):
         channel: "#ml-infra"
       - type: propose_colocation
         approval: {approvers: [U012AB3CD], expiry: 4h, auto_namespaces: [ml-sandbox]}
-        # expiry absent: the agent's remediation.approval_ttl (30m by default)
+        # expiry absent: the agent's slack.approval_ttl (30m by default)
       - type: digest
         channel: "#ml-infra"
 """

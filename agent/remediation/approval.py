@@ -11,7 +11,7 @@ The rules:
   zonemedic itself (AUTO: the one decision function with the `auto` source), unless it is a
   protected namespace, which is never auto-approved.
 - Otherwise REQUEST: the incident awaits approval until `now + expiry`, the policy's `expiry` when
-  the playbook sets one, else the agent's `remediation.approval_ttl`. Past that deadline a decision
+  the playbook sets one, else the agent's `slack.approval_ttl`. Past that deadline a decision
   changes nothing and the leader's expiry job moves the incident to `expired`.
 
 What it does not do: record anything, post anything, or check who may approve.

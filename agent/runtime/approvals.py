@@ -41,7 +41,7 @@ class ApprovalRequests:
     ) -> None:
         self.store = store
         self.protected = frozenset(settings.diagnosis.protected_namespaces)
-        self.default_ttl = settings.remediation.approval_ttl
+        self.default_ttl = settings.slack.approval_ttl
         self.now = now
 
     def propose(

@@ -169,7 +169,7 @@ class AgentPipeline:
             cluster=self.cluster,
             channel=parts.settings.slack.channel,
             approvals=self.approvals,
-            approval_ttl=parts.settings.remediation.approval_ttl,
+            approval_ttl=parts.settings.slack.approval_ttl,
             now=now,
         )
 

@@ -70,7 +70,7 @@ def test_full_playbook_parses() -> None:
     [
         ("approval: {approvers: [U1, U2], expiry: 30m, auto_namespaces: [ml-sandbox]}",
          timedelta(minutes=30)),
-        ("approval: {approvers: [U1]}", None),  # the agent's remediation.approval_ttl
+        ("approval: {approvers: [U1]}", None),  # the agent's slack.approval_ttl
         ("type: propose_colocation", None),
     ],
 )

@@ -35,7 +35,7 @@ def test_defaults_and_overrides_from_file_and_environment(tmp_path: Any) -> None
         ({"retries": 3}, "remediation.retries: unknown key"),
         ({"max_per_hour": -1}, "remediation.max_per_hour: expected 0 or more, got -1"),
         ({"max_per_hour": "many"}, "remediation.max_per_hour: expected an integer"),
-        ({"approval_ttl": "0s"}, "remediation.approval_ttl: must be a positive duration"),
+        ({"approval_ttl": "30m"}, "remediation.approval_ttl: unknown key"),  # it is slack's
         ({"pickup_interval": 0}, "remediation.pickup_interval: must be a positive duration"),
         ({"retry_after": "later"}, "remediation.retry_after: expected a duration"),
         ({"enabled": "yes"}, "remediation.enabled: expected true or false"),
@@ -49,11 +49,20 @@ def test_bad_values_are_refused_naming_the_key(data: dict[str, Any], message: st
 
 def test_decision_keys_defaults_and_overrides(tmp_path: Any) -> None:
     r = RemediationSettings()
-    assert (r.enabled, r.approval_ttl, r.max_per_hour, r.pickup_interval, r.retry_after) == (
-        True, timedelta(minutes=30), 10, timedelta(seconds=1), timedelta(seconds=30))
+    assert (r.enabled, r.max_per_hour, r.pickup_interval, r.retry_after) == (
+        True, 10, timedelta(seconds=1), timedelta(seconds=30))
+    assert Settings().slack.approval_ttl == timedelta(minutes=30)
     path = tmp_path / "c.yaml"
-    path.write_text("remediation: {approval_ttl: 2h, max_per_hour: 0, pickup_interval: 500ms}\n")
+    path.write_text("remediation: {max_per_hour: 0, pickup_interval: 500ms}\n"
+                    "slack: {approval_ttl: 2h}\n")
     settings = load_settings(path, {"ZONEMEDIC_REMEDIATION__ENABLED": "false"})
     r = settings.remediation
-    assert (r.enabled, r.approval_ttl, r.max_per_hour, r.pickup_interval) == (
-        False, timedelta(hours=2), 0, timedelta(milliseconds=500))
+    assert (r.enabled, r.max_per_hour, r.pickup_interval) == (
+        False, 0, timedelta(milliseconds=500))
+    assert settings.slack.approval_ttl == timedelta(hours=2)
+
+
+@pytest.mark.parametrize("value", ["0s", "-5m", "soon"])
+def test_a_bad_approval_ttl_is_refused_naming_the_key(value: str) -> None:
+    with pytest.raises(ConfigError, match="slack.approval_ttl"):
+        build(Settings, {"slack": {"approval_ttl": value}})

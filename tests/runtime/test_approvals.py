@@ -1,6 +1,6 @@
 """The approval step of a new incident through the real pipeline and store: a playbook's
 `propose_colocation` requests approval until a deadline (the playbook's expiry, else
-`remediation.approval_ttl`), approves at once in a namespace that opts in (source `auto`), and
+`slack.approval_ttl`), approves at once in a namespace that opts in (source `auto`), and
 does nothing for a finding that cannot be remediated."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _use(world: World, text: str) -> None:
     ("approval", "deadline"),
     [
         ("approval: {approvers: [U1], expiry: 2h}", NOW + timedelta(hours=2)),
-        ("approval: {approvers: [U1]}", NOW + timedelta(minutes=30)),  # remediation.approval_ttl
+        ("approval: {approvers: [U1]}", NOW + timedelta(minutes=30)),  # slack.approval_ttl
         ("approval: {auto_namespaces: [other]}", NOW + timedelta(minutes=30)),
     ],
 )

@@ -101,6 +101,35 @@ def test_the_leader_lease_is_granted_only_in_the_agents_namespace(
         api.close()
 
 
+def test_the_agent_reads_and_replaces_only_its_own_lease(
+    twin: tuple[TwinCluster, Access, Path],
+) -> None:
+    """The Role names the one Lease (leader_election.name): get and update pass on it, another
+    Lease of the namespace is 403, and nobody lists leases."""
+    _, _, path = twin
+    api = config.new_client_from_config(config_file=str(path))
+    try:
+        coordination = client.CoordinationV1Api(api)
+        for name in ("zonemedic-leader", "someone-else"):
+            coordination.create_namespaced_lease(
+                "zonemedic", {"metadata": {"name": name}, "spec": {"holderIdentity": "a"}}
+            )
+        mine = coordination.read_namespaced_lease("zonemedic-leader", "zonemedic")
+        mine.spec.holder_identity = "b"
+        assert coordination.replace_namespaced_lease(
+            "zonemedic-leader", "zonemedic", mine
+        ).spec.holder_identity == "b"
+        for call in (
+            lambda: coordination.read_namespaced_lease("someone-else", "zonemedic"),
+            lambda: coordination.list_namespaced_lease("zonemedic"),
+        ):
+            with pytest.raises(ApiException) as err:
+                call()
+            assert err.value.status == 403
+    finally:
+        api.close()
+
+
 def test_rbac_created_through_the_api_takes_effect(
     twin: tuple[TwinCluster, Access, Path], tmp_path: Path
 ) -> None:

@@ -1,0 +1,79 @@
+"""The examples every `zonemedic ... --help` ends with, one row per command path.
+
+Who calls it: `agent.cli.build_parser`, which appends `EXAMPLES[path]` as the epilog of the parser
+of that command path ("" is `zonemedic` itself, "incidents list" is `zonemedic incidents list`).
+Kept in one table so that a new command without an example is caught by one test, and so that
+command modules stay about their commands. Rows for commands an installation does not offer (the
+twin's, in the production image) are simply not used. What it does not do: run anything.
+"""
+
+from __future__ import annotations
+
+_CONFIG = "/etc/zonemedic/config/config.yaml"
+
+EXAMPLES: dict[str, list[str]] = {
+    "": [
+        "zonemedic diagnose --snapshot cluster.yaml",
+        "zonemedic sweep --once --config config.yaml",
+        "zonemedic incidents list --config config.yaml --since 7d",
+        "zonemedic run --config config.yaml --log-format text -v",
+    ],
+    "run": [
+        f"zonemedic run --config {_CONFIG}",
+        "zonemedic run --config config.yaml --log-format text -v   # readable logs in a terminal",
+    ],
+    "sweep": [
+        "zonemedic sweep --once --config config.yaml",
+        "zonemedic sweep --once --config config.yaml --output json --no-digest",
+    ],
+    "diagnose": [
+        "kubectl get nodes,pods,pytorchjobs,networkpolicies,ciliumnetworkpolicies -A -o yaml"
+        " > cluster.yaml",
+        "zonemedic diagnose --snapshot cluster.yaml",
+        "zonemedic diagnose --snapshot examples/split-blocked.yaml"
+        " --config examples/split-blocked.config.yaml --output json",
+    ],
+    "playbooks": ["zonemedic playbooks check playbooks/"],
+    "playbooks check": ["zonemedic playbooks check playbooks/"],
+    "incidents": [
+        "zonemedic incidents list --config config.yaml --status awaiting_approval",
+        "zonemedic incidents show 42 --config config.yaml",
+    ],
+    "incidents list": [
+        "zonemedic incidents list --config config.yaml --since 7d --verdict zone_split_blocked",
+        "zonemedic incidents list --database sqlite:///zonemedic.db --job ml/resnet --output json",
+    ],
+    "incidents show": ["zonemedic incidents show 42 --config config.yaml"],
+    "incidents stats": ["zonemedic incidents stats --config config.yaml --since 30d"],
+    "incidents approve": [
+        'zonemedic incidents approve 42 --by alice --reason "co-locate in us-east-1a"',
+    ],
+    "incidents reject": ['zonemedic incidents reject 42 --by alice --reason "ends within the hour"'],
+    "incidents snooze": ["zonemedic incidents snooze 42 --for 24h --by alice"],
+    "db": [
+        "zonemedic db upgrade --config config.yaml",
+        "zonemedic db purge --config config.yaml --older-than 90d",
+    ],
+    "db upgrade": [
+        "zonemedic db upgrade --database postgresql+psycopg://zonemedic@db:5432/zonemedic",
+        "zonemedic db upgrade --config config.yaml",
+    ],
+    "db current": ["zonemedic db current --config config.yaml"],
+    "db purge": ["zonemedic db purge --config config.yaml --older-than 90d"],
+    "twin": ["zonemedic twin up --scenario seed-blocked --kubeconfig twin.kubeconfig"],
+    "twin up": [
+        "zonemedic twin up --scenario seed-blocked --kubeconfig twin.kubeconfig",
+        "kubectl --kubeconfig twin.kubeconfig get pods -A -o wide",
+    ],
+    "twin apiserver": [
+        "zonemedic twin apiserver --kubeconfig twin.kubeconfig --port 6443",
+    ],
+}
+
+
+def epilog(path: str) -> str | None:
+    """The `examples:` block for a command path, or None when the table has no row for it."""
+    lines = EXAMPLES.get(path)
+    if not lines:
+        return None
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
