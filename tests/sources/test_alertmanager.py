@@ -84,6 +84,14 @@ def test_lenient(body: dict[str, object], check: object) -> None:
         (b'{"alerts": [3]}', r"alerts\[0\]: expected an object"),
         (b'{"alerts": [{"status": "firing"}]}', r"alerts\[0\]\.labels: missing"),
         (b'{"alerts": [{"labels": ["a"]}]}', r"alerts\[0\]\.labels: expected an object"),
+        # a label value nested 300 deep used to reach orjson.dumps (limit 254 levels): a 500
+        (b'{"alerts": [{"labels": {"a": ' + b"[" * 300 + b"]" * 300 + b"}}]}", r"^alerts\[0\]\.labels\.a: expected a string, got a JSON list"),
+        (b'{"alerts": [{"labels": {"a": "b"}, "annotations": {"s": {"x": {}}}}]}', r"^alerts\[0\]\.annotations\.s: expected a string"),
+        # str() of a list nested 1,000 deep raises RecursionError
+        (b'{"alerts": [{"labels": {}, "startsAt": ' + b"[" * 1000 + b"]" * 1000 + b"}]}", r"^alerts\[0\]\.startsAt: expected a string"),
+        (b'{"receiver": {"a": 1}, "alerts": []}', r"^receiver: expected a string"),
+        (b'{"alerts": [' + b"[" * 2000 + b"]" * 2000 + b"]}", "not JSON"),  # orjson's own depth limit
+        (b"{" + b" " * (4 * 1024 * 1024) + b"}", "body too large"),
     ],
 )
 def test_bad_bodies_give_a_reason(body: bytes, reason: str) -> None:
