@@ -126,3 +126,113 @@ def test_empty_diagnosis_config_gives_defaults(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("")
     assert load_diagnosis_settings(path) == DiagnosisSettings()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # ranges, naming the key
+        ({"http": {"port": 70000}}, r"^http\.port: must be at most 65535, got 70000$"),
+        ({"http": {"port": -1}}, r"^http\.port: must be at least 0, got -1$"),
+        ({"log_level": "banana"}, r"^log_level: expected one of debug, info, warning, error, critical, got 'banana'$"),
+        ({"prometheus": {"drop_threshold": 7}}, r"^prometheus\.drop_threshold: must be at most 1, got 7$"),
+        ({"prometheus": {"retries": -2}}, r"^prometheus\.retries: must be at least 0, got -2$"),
+        ({"prometheus": {"timeout": "0s"}}, r"^prometheus\.timeout: must be at least 0\.001s"),
+        ({"database": {"pool_size": -1}}, r"^database\.pool_size: must be at least 1, got -1$"),
+        ({"database": {"pool_size": 0}}, r"^database\.pool_size: must be at least 1, got 0$"),
+        ({"diagnosis": {"price_per_gb": -0.5}}, r"^diagnosis\.price_per_gb: must be at least 0, got -0\.5$"),
+        ({"diagnosis": {"bytes_per_step": -1}}, r"^diagnosis\.bytes_per_step: must be at least 0"),
+        ({"diagnosis": {"groups": [{"name": "g", "selector": {}, "coordinator": {}, "workers": {},
+                                    "ports": [80, 70000]}]}}, r"^diagnosis\.groups\[0\]\.ports\[1\]: must be at most 65535"),
+        ({"leader_election": {"lease_duration": "10s", "renew_deadline": "10s"}},
+         r"^leader_election\.lease_duration: must be longer than renew_deadline \(10s\), got 10s$"),
+        ({"leader_election": {"renew_deadline": "2s", "retry_period": "5s"}},
+         r"^leader_election\.renew_deadline: must be longer than retry_period \(5s\), got 2s$"),
+        # numbers that overflow or are not finite
+        ({"http": {"port": 2**70}}, r"^http\.port: must be at most 9223372036854775807"),
+        ({"database": {"retention": "99999999999d"}}, r"^database\.retention: at most 3650d, got '99999999999d'$"),
+        ({"database": {"retention": float("inf")}}, r"^database\.retention: expected a duration"),
+        ({"database": {"retention": float("nan")}}, r"^database\.retention: expected a duration"),
+        ({"prometheus": {"drop_threshold": float("nan")}}, r"^prometheus\.drop_threshold: expected a number"),
+        ({"diagnosis": {"price_per_gb": float("inf")}}, r"^diagnosis\.price_per_gb: expected a number"),
+        ({"detection": {"debounce": "٥s"}}, r"^detection\.debounce: expected a duration"),
+    ],
+)
+def test_values_out_of_range_are_refused_naming_the_key(
+    data: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build(Settings, data)
+
+
+def test_every_problem_is_listed_by_key_in_file_order() -> None:
+    data = {
+        "log_level": "banana",
+        "http": {"port": 70000, "host": 3},
+        "database": {"pool_size": -1, "retention": "forever"},
+        "databse": {},
+        "diagnosis": {"groups": [{"name": "g"}]},
+    }
+    with pytest.raises(ConfigError) as caught:
+        build(Settings, data)
+    assert tuple(p.split(" (known keys")[0] for p in caught.value.problems) == (
+        "log_level: expected one of debug, info, warning, error, critical, got 'banana'",
+        "http.port: must be at most 65535, got 70000",
+        "http.host: expected a string, got 3",
+        "database.pool_size: must be at least 1, got -1",
+        "database.retention: expected a duration like 500ms, 15s, 30m, 2h or 7d, got 'forever'",
+        "databse: unknown key",
+        "diagnosis.groups[0].selector: required key is missing",
+        "diagnosis.groups[0].coordinator: required key is missing",
+        "diagnosis.groups[0].workers: required key is missing",
+    )
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: &a [*a]\n", r"c\.yaml: line 1: alias \*a refers to a node that contains it"),
+        ("http: &h {x: *h}\n", r"c\.yaml: line 1: alias \*h refers to a node that contains it"),
+        ("x: " + "[" * 990 + "]" * 990 + "\n", r"c\.yaml: line 1: nested deeper than 100 levels"),
+        ("".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10) if i else 'x'}]\n" for i in range(8)),
+         r"c\.yaml: line \d: aliases expand to more than 100000 nodes"),
+        ("http: {port: 99999999999999999999999999}\n", r"^http\.port: must be at most"),
+        ("http: {port: ٨٠}\n", r"^http\.port: expected an integer, got '٨٠'"),
+        ("database: {retention: .inf}\n", r"^database\.retention: expected a duration"),
+        ("database: {retention: .nan}\n", r"^database\.retention: expected a duration"),
+    ],
+)
+def test_hostile_config_files_are_refused_with_one_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_settings(path, {})
+    assert "\n" not in str(caught.value)
+
+
+def test_a_config_file_that_never_ends_is_refused_unread(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^/dev/zero: larger than 1048576 bytes"):
+        load_settings(Path("/dev/zero"), {})
+    binary = tmp_path / "c.yaml"
+    binary.write_bytes(b"a: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_settings(binary, {})
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"ZONEMEDIC_HTTP__PORT": "70000"}, r"^http\.port: must be at most 65535"),
+        ({"ZONEMEDIC_LOG_LEVEL": "banana"}, r"^log_level: expected one of"),
+        ({"ZONEMEDIC_HTTP__HOST": "&a [*a]"}, r"^ZONEMEDIC_HTTP__HOST: alias \*a refers to a node"),
+        ({"ZONEMEDIC_HTTP__HOST": "[" * 200 + "]" * 200}, r"^ZONEMEDIC_HTTP__HOST: nested deeper"),
+    ],
+)
+def test_hostile_environment_overrides_are_refused(
+    environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, environ)
