@@ -3,7 +3,8 @@
 Each command module exposes `register(subparsers) -> None`, which adds its parser and sets
 `handler=run` (a `run(args) -> int`). Command modules keep heavy imports (SQLAlchemy, the twin,
 the Kubernetes client) inside `run`, so that `zonemedic diagnose` does not pay for them. An
-`InputError` becomes one line on stderr and exit status 2; no traceback reaches a user.
+`InputError` becomes one line on stderr (a `ConfigError` one line per problem) and exit status 2; no
+traceback reaches a user.
 
 The cluster twin (`agent.twin`) ships in the wheel but not in the production image: where it is not
 installed, the commands that run it are simply not offered (no import error at start-up).
@@ -18,10 +19,11 @@ import sys
 from collections.abc import Sequence
 
 from agent import __version__
-from agent.errors import InputError, ZonemedicError
+from agent.errors import ConfigError, InputError, ZonemedicError
 
 # name -> module implementing it. Adding a command is one row.
 COMMANDS: dict[str, str] = {
+    "config": "agent.commands.config",
     "playbooks": "agent.commands.playbooks",
     "run": "agent.commands.run",
     "sweep": "agent.commands.sweep",
@@ -60,7 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
     except InputError as exc:
-        print(f"zonemedic: error: {exc}", file=sys.stderr)
+        problems = exc.problems if isinstance(exc, ConfigError) else (str(exc),)
+        for problem in problems or (str(exc),):
+            print(f"zonemedic: error: {problem}", file=sys.stderr)
         return 2
     except ZonemedicError as exc:
         print(f"zonemedic: {exc}", file=sys.stderr)

@@ -1,10 +1,10 @@
 """`zonemedic run [--config FILE]`: the in-cluster agent (watch, detect, sweep, serve).
 
-Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides; an unknown key or a wrong
-type stops start-up naming the key), configures JSON logs, reaches and migrates the database
-(`database.migrate_on_start`), validates the playbooks (a bad one stops start-up with file, line and
-field), builds the agent (`agent.runtime.app.Agent`) and runs it until SIGTERM/SIGINT, then shuts
-down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
+Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides) and the playbooks, and
+validates them as `zonemedic config check` does (every bad key, value or playbook stops start-up,
+each named, before anything is touched), configures JSON logs, reaches and migrates the database
+(`database.migrate_on_start`), builds the agent (`agent.runtime.app.Agent`) and runs it until
+SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent.playbook.loader import load_playbooks
-from agent.settings import load_settings
+from agent.commands.config import validated_settings
 
 
 def register(subparsers: Any) -> None:
@@ -32,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from agent.runtime.pipeline import AgentPipeline
     from agent.store.migrate import upgrade_on_start
 
-    settings = load_settings(args.config, os.environ)
-    playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook stops start-up first
+    # the same validation as `zonemedic config check`, before anything is touched
+    settings, playbooks = validated_settings(args.config, os.environ)
     configure_logging(settings.log_level)
     store = upgrade_on_start(settings)
     try:

@@ -65,7 +65,7 @@ def parse_int(
         raise NumberError(
             f"{field}: expected a whole number {_bounds(minimum, maximum)}, got {shown(value)}"
         )
-    if number > maximum and maximum >= INT64_MAX:
+    if number > maximum >= INT64_MAX:
         raise NumberError(f"{field}: must be at most {maximum}, got {shown(number)}")
     if not minimum <= number <= maximum:
         raise NumberError(f"{field}: must be {_bounds(minimum, maximum)}, got {shown(number)}")
