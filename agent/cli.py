@@ -4,7 +4,8 @@ Each command module exposes `register(subparsers) -> None`, which adds its parse
 `handler=run` (a `run(args) -> int`). Command modules keep heavy imports (SQLAlchemy, the twin,
 the Kubernetes client) inside `run`, so that `zonemedic diagnose` does not pay for them. An
 `InputError` becomes one line on stderr (a `ConfigError` one line per problem) and exit status 2; no
-traceback reaches a user.
+traceback reaches a user: any other exception (a bug) is one `internal error` line and exit 1, with
+the traceback only when `ZONEMEDIC_TRACEBACK=1` is set.
 
 The cluster twin (`agent.twin`) ships in the wheel but not in the production image: where it is not
 installed, the commands that run it are simply not offered (no import error at start-up).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 
@@ -71,6 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # the top level: a bug, told in one line; the traceback on request
+        if os.environ.get("ZONEMEDIC_TRACEBACK"):
+            raise
+        print(
+            f"zonemedic: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:200]} "
+            "(a bug; set ZONEMEDIC_TRACEBACK=1 to see where)",
+            file=sys.stderr,
+        )
+        return 1
     return result
 
 
