@@ -10,10 +10,13 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -357,3 +360,30 @@ def test_write_endpoints_need_the_token_and_do_not_exist_without_one(
     response = _asgi_request(_with_write_route(token, calls), "POST", "/api/incidents/7/note", headers=headers)
     assert response.status_code == status
     assert calls == (["7"] if called else [])
+
+
+_PARAM_TEXT = st.text(alphabet="0123456789٨²-+.eE/ admhsinf%&=?#\x00", max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    params=st.dictionaries(
+        st.sampled_from(["job", "namespace", "status", "verdict", "since", "limit", "x"]),
+        _PARAM_TEXT, max_size=4,
+    ),
+    incident=_PARAM_TEXT,
+)
+def test_fuzz_client_input_is_never_a_5xx(params: dict[str, str], incident: str) -> None:
+    app = _app(World(), None)
+
+    async def go() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as c:
+            return [
+                await c.get("/api/incidents", params=params),
+                await c.get("/api/incidents/" + quote(incident, safe="")),
+            ]
+
+    for response in asyncio.run(go()):
+        assert response.status_code in (200, 307, 400, 404), response.text  # 307: trailing slash
+        assert "Traceback" not in response.text
