@@ -6,6 +6,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.errors import ConfigError
 from agent.settings import (
@@ -236,3 +238,45 @@ def test_hostile_environment_overrides_are_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         load_settings(None, environ)
+
+
+_ANY_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+_SECTION_KEYS = {
+    "http": ["host", "port", "api_token_file", "database_timeout"],
+    "database": ["url", "retention", "pool_size", "busy_timeout", "connect_timeout"],
+    "prometheus": ["url", "timeout", "retries", "drop_threshold", "headers"],
+    "leader_election": ["lease_duration", "renew_deadline", "retry_period", "enabled"],
+    "diagnosis": ["groups", "price_per_gb", "bytes_per_step", "protected_namespaces"],
+    "detection": ["debounce", "max_delay", "metrics_interval"],
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries({}, optional={
+        section: st.dictionaries(st.sampled_from(keys), _ANY_VALUE | st.sampled_from(
+            ["15s", "0s", "99999999999d", "٥s", 70000, -1, 0.5, 7]), max_size=3)
+        for section, keys in _SECTION_KEYS.items()
+    }),
+    st.sampled_from([None, "info", "banana", 3]),
+)
+def test_fuzz_any_values_build_valid_settings_or_name_every_problem(
+    sections: dict[str, dict[str, object]], log_level: object
+) -> None:
+    data: dict[str, object] = dict(sections)
+    if log_level is not None:
+        data["log_level"] = log_level
+    try:
+        built = build(Settings, data)
+    except ConfigError as exc:
+        assert exc.problems and all(": " in p and "\n" not in p for p in exc.problems)
+        return
+    assert 0 <= built.http.port <= 65535
+    assert built.leader_election.lease_duration > built.leader_election.renew_deadline
+    assert 0.0 <= built.prometheus.drop_threshold <= 1.0
+    assert built.database.pool_size >= 1
+    assert built.log_level in ("debug", "info", "warning", "error", "critical")
