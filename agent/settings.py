@@ -1,8 +1,13 @@
 """Typed settings: read once from a YAML file plus `ZONEMEDIC_` environment overrides, then passed down.
 
 Who calls it: the CLI (`load_settings`) and nothing else; every other module receives the section it
-needs as an argument. It reads no environment at import time. Unknown keys and wrong types raise
-`ConfigError` naming the key (e.g. `database.url: expected a string, got 3`).
+needs as an argument. It reads no environment at import time. Unknown keys, wrong types and values
+out of range raise `ConfigError` naming the key (e.g. `database.url: expected a string, got 3`,
+`http.port: must be at most 65535, got 70000`); every problem of a file is collected, in file order,
+into one `ConfigError` (`problems`). A key's range is written in its annotation
+(`Annotated[int, Within(0, 65535)]`); rules across keys live in the section's `__post_init__`.
+Numbers and durations go through `agent.parsing.numbers` (ASCII digits, bounded) and the file
+through `agent.parsing.bounded_yaml`.
 
 Environment overrides name the key path in upper case with `__` between levels:
 `ZONEMEDIC_DATABASE__URL=postgresql+psycopg://...`, `ZONEMEDIC_HTTP__PORT=9090`. Values are parsed as
