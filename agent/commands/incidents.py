@@ -20,7 +20,13 @@ from typing import Any
 
 from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import InputError
-from agent.model.incident import IncidentDetail, IncidentListing, IncidentQuery, IncidentStats
+from agent.model.incident import (
+    MAX_INCIDENT_ID,
+    IncidentDetail,
+    IncidentListing,
+    IncidentQuery,
+    IncidentStats,
+)
 from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.verdict import Verdict
 from agent.parsing.numbers import parse_duration, parse_int
@@ -99,7 +105,7 @@ def _choice(enum: Any, value: str | None, *, flag: str) -> Any:
 
 
 def _incident_id(value: str) -> int:
-    return parse_int(value, field="ID", minimum=1)
+    return parse_int(value, field="ID", minimum=1, maximum=MAX_INCIDENT_ID)
 
 
 def build_query(args: argparse.Namespace, now: datetime) -> IncidentQuery:

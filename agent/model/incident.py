@@ -28,6 +28,10 @@ from agent.model.lifecycle import (
 )
 from agent.model.verdict import Verdict
 
+# Incident ids are 32-bit integers in the store (PostgreSQL INTEGER): a larger id from a client is
+# refused where it is parsed (naming the field), never sent to the database to overflow there.
+MAX_INCIDENT_ID = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class FindingRecord:

@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent.errors import InputError, UnavailableError
+from agent.model.incident import MAX_INCIDENT_ID
 from agent.parsing.numbers import parse_duration, parse_int
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
@@ -228,7 +229,7 @@ def build_app(
             return _error(503, "the incident store is not available")
         raw = request.path_params["incident_id"]
         try:
-            incident_id = parse_int(raw, field="incident id", minimum=1)
+            incident_id = parse_int(raw, field="incident id", minimum=1, maximum=MAX_INCIDENT_ID)
         except InputError as exc:
             return _error(400, str(exc))
         try:
