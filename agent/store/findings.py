@@ -29,6 +29,8 @@ _PRE_REMEDIATION = frozenset(
     {IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED}
 )
 
+MAX_STORED_INT = 2**31 - 1  # INTEGER columns (PostgreSQL: 32-bit)
+
 _LIMITED_FIELDS = {
     "cluster": IncidentRow.cluster,
     "kind": IncidentRow.job_kind,
@@ -40,7 +42,7 @@ _LIMITED_FIELDS = {
 
 
 def check_lengths(record: FindingRecord) -> None:
-    """Refuse values longer than their column on every backend (SQLite would store them,
+    """Refuse values longer or larger than their column on every backend (SQLite would store them,
     PostgreSQL would fail with a driver error)."""
     for field_name, column in _LIMITED_FIELDS.items():
         value = getattr(record, field_name)
@@ -50,6 +52,11 @@ def check_lengths(record: FindingRecord) -> None:
                 f"finding {record.namespace}/{record.name}: {field_name} is {len(value)} "
                 f"characters, at most {limit} fit"
             )
+    if record.gpus is not None and not 0 <= record.gpus <= MAX_STORED_INT:
+        raise InvalidRecordError(
+            f"finding {record.namespace}/{record.name}: gpus is {record.gpus}, "
+            f"the column takes 0 to {MAX_STORED_INT}"
+        )
 
 
 def record(conn: Connection, finding: FindingRecord) -> FindingOutcome:
