@@ -6,6 +6,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.playbook.loader import check_directory, load_playbooks
 from agent.playbook.model import MatchOp, PlaybookActionKind, TriggerKind
@@ -129,3 +131,16 @@ def test_directory_reports_each_bad_file_and_duplicate_names(tmp_path: Path) -> 
     assert "c.yaml:13: conditions.min_gpus" in messages[1]
     with pytest.raises(PlaybookError, match="b.yaml"):
         load_playbooks(tmp_path)
+
+
+_YAMLISH = st.text(alphabet="[]{}&*:,-!|>'\"#\n abtype:zone_splitactions.٨²0179", max_size=160)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_YAMLISH, st.sampled_from(GOOD.splitlines(keepends=True)).map(lambda line: GOOD.replace(line, "", 1))))
+def test_fuzz_any_text_is_a_playbook_or_one_located_error(text: str) -> None:
+    try:
+        parse_playbook(text, path=Path("demo.yaml"))
+    except PlaybookError as exc:
+        assert str(exc).startswith("demo.yaml")
+        assert "\n" not in str(exc).strip() or "invalid YAML" in str(exc)
