@@ -21,8 +21,11 @@ lock:
 	.venv-lock/bin/python -m pip freeze --exclude-editable | grep -v '^zonemedic' > constraints.txt
 	rm -rf .venv-lock
 
+# The dependency audit fails on a known vulnerability in the lock and only warns when the
+# vulnerability service cannot be reached (offline machines, a missing database).
 lint: install
-	$(BIN)/ruff check agent tests $(wildcard bench migrations)
+	$(BIN)/ruff check agent tests tools $(wildcard bench migrations)
+	$(BIN)/python tools/dependency_audit.py constraints.txt
 
 typecheck: install
 	$(BIN)/mypy

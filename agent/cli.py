@@ -3,7 +3,9 @@
 Each command module exposes `register(subparsers) -> None`, which adds its parser and sets
 `handler=run` (a `run(args) -> int`). Command modules keep heavy imports (SQLAlchemy, the twin,
 the Kubernetes client) inside `run`, so that `zonemedic diagnose` does not pay for them. An
-`InputError` becomes one line on stderr and exit status 2; no traceback reaches a user.
+`InputError` becomes one line on stderr (a `ConfigError` one line per problem) and exit status 2; no
+traceback reaches a user: any other exception (a bug) is one `internal error` line and exit 1, with
+the traceback only when `ZONEMEDIC_TRACEBACK=1` is set.
 
 The cluster twin (`agent.twin`) ships in the wheel but not in the production image: where it is not
 installed, the commands that run it are simply not offered (no import error at start-up).
@@ -23,13 +25,14 @@ import importlib
 import importlib.metadata
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import agent
 from agent.commands.examples import epilog
-from agent.errors import InputError, ZonemedicError
+from agent.errors import ConfigError, InputError, ZonemedicError
 from agent.runtime.logging import (
     NOISY_LIBRARIES,
     LogFormat,
@@ -39,6 +42,7 @@ from agent.runtime.logging import (
 
 # name -> module implementing it. Adding a command is one row.
 COMMANDS: dict[str, str] = {
+    "config": "agent.commands.config",
     "playbooks": "agent.commands.playbooks",
     "run": "agent.commands.run",
     "sweep": "agent.commands.sweep",
@@ -158,13 +162,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
     except InputError as exc:
-        print(f"zonemedic: error: {exc}", file=sys.stderr)
+        problems = exc.problems if isinstance(exc, ConfigError) else (str(exc),)
+        for problem in problems or (str(exc),):
+            print(f"zonemedic: error: {problem}", file=sys.stderr)
         return 2
     except ZonemedicError as exc:
         print(f"zonemedic: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # the top level: a bug, told in one line; the traceback on request
+        if os.environ.get("ZONEMEDIC_TRACEBACK"):
+            raise
+        print(
+            f"zonemedic: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:200]} "
+            "(a bug; set ZONEMEDIC_TRACEBACK=1 to see where)",
+            file=sys.stderr,
+        )
+        return 1
     finally:  # in-process callers (tests) get their logging back
         for handler in list(root.handlers):
             root.removeHandler(handler)

@@ -16,7 +16,14 @@ class InputError(ZonemedicError):
 
 
 class ConfigError(InputError):
-    """A configuration file or environment override is invalid; the message names the key."""
+    """A configuration file or environment override is invalid; the message names the key.
+
+    It may carry several problems (one per bad key, in file order): `problems` lists them and the
+    message joins them with "; " so it stays one line."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("; ".join(problems))
+        self.problems: tuple[str, ...] = problems
 
 
 class SnapshotError(InputError):

@@ -1,8 +1,13 @@
 """Typed settings: read once from a YAML file plus `ZONEMEDIC_` environment overrides, then passed down.
 
 Who calls it: the CLI (`load_settings`) and nothing else; every other module receives the section it
-needs as an argument. It reads no environment at import time. Unknown keys and wrong types raise
-`ConfigError` naming the key (e.g. `database.url: expected a string, got 3`).
+needs as an argument. It reads no environment at import time. Unknown keys, wrong types and values
+out of range raise `ConfigError` naming the key (e.g. `database.url: expected a string, got 3`,
+`http.port: must be at most 65535, got 70000`); every problem of a file is collected, in file order,
+into one `ConfigError` (`problems`). A key's range is written in its annotation
+(`Annotated[int, Within(0, 65535)]`); rules across keys live in the section's `__post_init__`.
+Numbers and durations go through `agent.parsing.numbers` (ASCII digits, bounded) and the file
+through `agent.parsing.bounded_yaml`.
 
 Environment overrides name the key path in upper case with `__` between levels:
 `ZONEMEDIC_DATABASE__URL=postgresql+psycopg://...`, `ZONEMEDIC_HTTP__PORT=9090`. Values are parsed as
@@ -14,41 +19,68 @@ What it does not do: validate that a URL answers or a file exists (the adapters 
 from __future__ import annotations
 
 import dataclasses
-import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
 
 from agent.errors import ConfigError
+from agent.parsing import numbers
+from agent.parsing.bounded_yaml import YamlLimitError, safe_load
+from agent.parsing.numbers import NumberError
 
 ENV_PREFIX = "ZONEMEDIC_"
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+MAX_CONFIG_BYTES = 1024 * 1024  # a configuration file larger than this is refused unread
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def parse_duration(value: object, *, key: str = "duration") -> timedelta:
-    """Parse `500ms`, `15s`, `30m`, `2h`, `7d` (or a bare number of seconds) into a timedelta."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a duration like 15s, got {value!r}")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ConfigError(f"{key}: a duration cannot be negative, got {value!r}")
-        return timedelta(seconds=float(value))
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match:
-            return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
-    raise ConfigError(
-        f"{key}: expected a duration like 500ms, 15s, 30m, 2h or 7d, got {value!r}"
-    )
+    """Parse `500ms`, `15s`, `30m`, `2h`, `7d` (or a bare number of seconds) into a timedelta,
+    bounded by `agent.parsing.numbers.MAX_DURATION`; `ConfigError` names the key."""
+    try:
+        return numbers.parse_duration(value, field=key)
+    except NumberError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Within:
+    """A setting's bounds, written in its annotation: `port: Annotated[int, Within(0, 65535)]`.
+
+    Numbers and durations must lie in [low, high] (either side may be open with None); strings must
+    be one of `choices`."""
+
+    low: Any = None
+    high: Any = None
+    choices: tuple[str, ...] = ()
+
+    def problem(self, value: Any) -> str | None:
+        if self.choices:
+            return None if value in self.choices else f"expected one of {', '.join(self.choices)}"
+        if self.low is not None and value < self.low:
+            return f"must be at least {_shown_bound(self.low)}"
+        if self.high is not None and value > self.high:
+            return f"must be at most {_shown_bound(self.high)}"
+        return None
+
+
+def _shown_bound(bound: Any) -> str:
+    if isinstance(bound, timedelta):
+        return f"{bound.total_seconds():g}s"
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+
+POSITIVE = Within(low=timedelta(milliseconds=1))
+NOT_NEGATIVE = Within(low=0)
+PORT = Within(0, 65535)  # 0: any free port (tests)
 
 
 class PodZoneLabelMode(StrEnum):
@@ -64,7 +96,7 @@ class GroupSpec:
     coordinator: dict[str, str]
     workers: dict[str, str]
     namespace: str | None = None
-    ports: list[int] = field(default_factory=list)
+    ports: list[Annotated[int, Within(1, 65535)]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -76,8 +108,8 @@ class DiagnosisSettings:
         default_factory=lambda: ["kube-system", "kube-public", "kube-node-lease"]
     )
     groups: list[GroupSpec] = field(default_factory=list)
-    bytes_per_step: int = 0
-    price_per_gb: float = 0.01
+    bytes_per_step: Annotated[int, NOT_NEGATIVE] = 0
+    price_per_gb: Annotated[float, Within(0.0, 1e6)] = 0.01
 
 
 @dataclass(frozen=True)
@@ -98,35 +130,35 @@ class PrometheusSettings:
     url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     bearer_token_file: str | None = None
-    timeout: timedelta = timedelta(seconds=10)
+    timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=10)
     verify_tls: bool = True
     ca_file: str | None = None
-    retries: int = 2
-    drop_threshold: float = 0.7
-    drop_duration: timedelta = timedelta(minutes=10)
-    baseline_offset: timedelta = timedelta(hours=1)
+    retries: Annotated[int, Within(0, 100)] = 2
+    drop_threshold: Annotated[float, Within(0.0, 1.0)] = 0.7  # a share of the baseline
+    drop_duration: Annotated[timedelta, POSITIVE] = timedelta(minutes=10)
+    baseline_offset: Annotated[timedelta, POSITIVE] = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
 class DatabaseSettings:
     url: str = "sqlite:///var/lib/zonemedic/zonemedic.db"
     migrate_on_start: bool = True
-    retention: timedelta = timedelta(days=180)
-    connect_timeout: timedelta = timedelta(seconds=5)  # one connection attempt
-    start_timeout: timedelta = timedelta(seconds=60)  # keep retrying an unreachable DB at start
-    write_retry: timedelta = timedelta(seconds=30)  # keep retrying a write while the DB is away
-    busy_timeout: timedelta = timedelta(seconds=30)  # SQLite: wait this long for the write lock
-    pool_size: int = 5  # PostgreSQL connection pool
+    retention: Annotated[timedelta, Within(low=timedelta(hours=1))] = timedelta(days=180)
+    connect_timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=5)  # one attempt
+    start_timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=60)  # retry at start
+    write_retry: Annotated[timedelta, POSITIVE] = timedelta(seconds=30)  # retry a write
+    busy_timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=30)  # SQLite write lock
+    pool_size: Annotated[int, Within(1, 1000)] = 5  # PostgreSQL connection pool
     migrations_dir: str | None = None  # Alembic scripts; default: migrations/ beside the package
 
 
 @dataclass(frozen=True)
 class HttpSettings:
     host: str = "0.0.0.0"
-    port: int = 8080
+    port: Annotated[int, PORT] = 8080
     api_token_file: str | None = None
     # the longest a request (Alertmanager webhook, /readyz) waits for the database: then 503
-    database_timeout: timedelta = timedelta(seconds=2)
+    database_timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
@@ -134,9 +166,21 @@ class LeaderElectionSettings:
     enabled: bool = True
     namespace: str = "zonemedic"
     name: str = "zonemedic-leader"
-    lease_duration: timedelta = timedelta(seconds=15)
-    renew_deadline: timedelta = timedelta(seconds=10)
-    retry_period: timedelta = timedelta(seconds=2)
+    lease_duration: Annotated[timedelta, POSITIVE] = timedelta(seconds=15)
+    renew_deadline: Annotated[timedelta, POSITIVE] = timedelta(seconds=10)
+    retry_period: Annotated[timedelta, POSITIVE] = timedelta(seconds=2)
+
+    def __post_init__(self) -> None:
+        if self.lease_duration <= self.renew_deadline:
+            raise ConfigError(
+                "leader_election.lease_duration: must be longer than renew_deadline "
+                f"({self.renew_deadline.total_seconds():g}s), got {self.lease_duration.total_seconds():g}s"
+            )
+        if self.renew_deadline <= self.retry_period:
+            raise ConfigError(
+                "leader_election.renew_deadline: must be longer than retry_period "
+                f"({self.retry_period.total_seconds():g}s), got {self.renew_deadline.total_seconds():g}s"
+            )
 
 
 @dataclass(frozen=True)
@@ -144,8 +188,8 @@ class DetectionSettings:
     """The running agent's detection and sweep timing (`zonemedic run`)."""
 
     debounce: timedelta = timedelta(milliseconds=500)
-    max_delay: timedelta = timedelta(seconds=2)
-    metrics_interval: timedelta = timedelta(minutes=1)
+    max_delay: Annotated[timedelta, POSITIVE] = timedelta(seconds=2)
+    metrics_interval: Annotated[timedelta, POSITIVE] = timedelta(minutes=1)
     sweep_misfire_grace: timedelta = timedelta(minutes=5)
 
 
@@ -281,7 +325,7 @@ class Settings:
 
     cluster_name: str = "default"
     data_dir: str = "/var/lib/zonemedic"
-    log_level: str = "info"
+    log_level: Annotated[str, Within(choices=LOG_LEVELS)] = "info"
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
@@ -321,6 +365,14 @@ def _type_name(tp: Any) -> str:
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        inner, *rules = typing.get_args(tp)
+        converted = _convert(inner, value, key)
+        for rule in rules:
+            problem = rule.problem(converted) if isinstance(rule, Within) else None
+            if problem is not None:
+                raise ConfigError(f"{key}: {problem}, got {numbers.shown(value)}")
+        return converted
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
@@ -338,82 +390,125 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        raise ConfigError(f"{key}: expected true or false, got {numbers.shown(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            return _number(numbers.parse_int, value, key, minimum=numbers.INT64_MIN)
+        raise ConfigError(f"{key}: expected an integer, got {numbers.shown(value)}")
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+            return _number(numbers.parse_float, value, key, minimum=-1e15)
+        raise ConfigError(f"{key}: expected a number, got {numbers.shown(value)}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
+        raise ConfigError(f"{key}: expected a string, got {numbers.shown(value)}")
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        return [_convert(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+            raise ConfigError(f"{key}: expected a list, got {numbers.shown(value)}")
+        return _collect(
+            partial(_convert, item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)
+        )
     if origin is dict:
         key_tp, val_tp = typing.get_args(tp)
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        out = {}
-        for k, v in value.items():
-            out[_convert(key_tp, k, f"{key}")] = _convert(val_tp, v, f"{key}.{k}")
-        return out
+            raise ConfigError(f"{key}: expected a mapping, got {numbers.shown(value)}")
+        keys = _collect(partial(_convert, key_tp, k, key) for k in value)
+        values = _collect(partial(_convert, val_tp, v, f"{key}.{k}") for k, v in value.items())
+        return dict(zip(keys, values, strict=True))
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return build(tp, value, prefix=key)
     raise ConfigError(f"{key}: unsupported setting type {tp!r}")  # pragma: no cover
 
 
+def _number(parse: Any, value: Any, key: str, *, minimum: Any) -> Any:
+    try:
+        return parse(value, field=key, minimum=minimum)
+    except NumberError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _collect(steps: Iterable[Callable[[], Any]]) -> list[Any]:
+    """Run every conversion step; raise one ConfigError listing every problem of all of them."""
+    results: list[Any] = []
+    problems: list[str] = []
+    for step in steps:
+        try:
+            results.append(step())
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(*problems)
+    return results
+
+
 def build(cls: type[T], data: object, *, prefix: str = "") -> T:
-    """Build dataclass `cls` from a mapping, rejecting unknown keys and wrong types by name."""
+    """Build dataclass `cls` from a mapping, rejecting unknown keys, wrong types and values out of
+    bounds by name. Every problem is collected: the `ConfigError` lists them all (`.problems`)."""
     where = prefix or "config"
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
+        raise ConfigError(f"{where}: expected a mapping, got {numbers.shown(data)}")
+    hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
+    problems: list[str] = []
+    given: set[str] = set()
     for raw_key, value in data.items():
         name = str(raw_key)
+        given.add(name)
         key = f"{prefix}.{name}" if prefix else name
         if name in fields and fields[name].metadata.get("environment_only"):
-            raise ConfigError(f"{key}: not a config key (secrets come from files or the environment)")
+            problems.append(f"{key}: not a config key (secrets come from files or the environment)")
+            continue
         if name not in fields:
             known = ", ".join(sorted(n for n, f in fields.items()
                                      if not f.metadata.get("environment_only")))
-            raise ConfigError(f"{key}: unknown key (known keys: {known})")
-        kwargs[name] = _convert(hints[name], value, key)
+            problems.append(f"{key}: unknown key (known keys: {known})")
+            continue
+        try:
+            kwargs[name] = _convert(hints[name], value, key)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
     missing = [
         n
         for n, f in fields.items()
-        if n not in kwargs
+        if n not in given
         and f.default is dataclasses.MISSING
         and f.default_factory is dataclasses.MISSING
     ]
-    if missing:
-        key = f"{prefix}.{missing[0]}" if prefix else missing[0]
-        raise ConfigError(f"{key}: required key is missing")
-    return cls(**kwargs)
+    for name in missing:
+        problems.append(f"{prefix}.{name}: required key is missing" if prefix else
+                        f"{name}: required key is missing")
+    if problems:
+        raise ConfigError(*problems)
+    return cls(**kwargs)  # a section's own cross-key rules raise ConfigError naming the key
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping (or nothing); errors name the file."""
+    """Read a YAML file that must hold a mapping (or nothing); errors name the file. The file is
+    read up to `MAX_CONFIG_BYTES` and parsed through the bounded YAML loader."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes, not a config file")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    try:
+        data = safe_load(text)
+    except YamlLimitError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{line} invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+        raise ConfigError(f"{path}:{line} invalid YAML: {getattr(exc, 'problem', exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -429,9 +524,11 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, An
         if not path:
             continue
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{name}: cannot parse value {raw!r}") from exc
+            value = safe_load(raw) if raw != "" else ""
+        except YamlLimitError as exc:
+            raise ConfigError(f"{name}: {exc.problem}") from None
+        except yaml.YAMLError:
+            raise ConfigError(f"{name}: cannot parse value {numbers.shown(raw)}") from None
         node = data
         for part in path[:-1]:
             child = node.get(part)

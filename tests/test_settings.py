@@ -6,6 +6,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.errors import ConfigError
 from agent.settings import (
@@ -146,6 +148,67 @@ def test_slack_section_typed(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # ranges, naming the key
+        ({"http": {"port": 70000}}, r"^http\.port: must be at most 65535, got 70000$"),
+        ({"http": {"port": -1}}, r"^http\.port: must be at least 0, got -1$"),
+        ({"log_level": "banana"}, r"^log_level: expected one of debug, info, warning, error, critical, got 'banana'$"),
+        ({"prometheus": {"drop_threshold": 7}}, r"^prometheus\.drop_threshold: must be at most 1, got 7$"),
+        ({"prometheus": {"retries": -2}}, r"^prometheus\.retries: must be at least 0, got -2$"),
+        ({"prometheus": {"timeout": "0s"}}, r"^prometheus\.timeout: must be at least 0\.001s"),
+        ({"database": {"pool_size": -1}}, r"^database\.pool_size: must be at least 1, got -1$"),
+        ({"database": {"pool_size": 0}}, r"^database\.pool_size: must be at least 1, got 0$"),
+        ({"diagnosis": {"price_per_gb": -0.5}}, r"^diagnosis\.price_per_gb: must be at least 0, got -0\.5$"),
+        ({"diagnosis": {"bytes_per_step": -1}}, r"^diagnosis\.bytes_per_step: must be at least 0"),
+        ({"diagnosis": {"groups": [{"name": "g", "selector": {}, "coordinator": {}, "workers": {},
+                                    "ports": [80, 70000]}]}}, r"^diagnosis\.groups\[0\]\.ports\[1\]: must be at most 65535"),
+        ({"leader_election": {"lease_duration": "10s", "renew_deadline": "10s"}},
+         r"^leader_election\.lease_duration: must be longer than renew_deadline \(10s\), got 10s$"),
+        ({"leader_election": {"renew_deadline": "2s", "retry_period": "5s"}},
+         r"^leader_election\.renew_deadline: must be longer than retry_period \(5s\), got 2s$"),
+        # numbers that overflow or are not finite
+        ({"http": {"port": 2**70}}, r"^http\.port: must be at most 9223372036854775807"),
+        ({"database": {"retention": "99999999999d"}}, r"^database\.retention: at most 3650d, got '99999999999d'$"),
+        ({"database": {"retention": float("inf")}}, r"^database\.retention: expected a duration"),
+        ({"database": {"retention": float("nan")}}, r"^database\.retention: expected a duration"),
+        ({"prometheus": {"drop_threshold": float("nan")}}, r"^prometheus\.drop_threshold: expected a number"),
+        ({"diagnosis": {"price_per_gb": float("inf")}}, r"^diagnosis\.price_per_gb: expected a number"),
+        ({"detection": {"debounce": "٥s"}}, r"^detection\.debounce: expected a duration"),
+    ],
+)
+def test_values_out_of_range_are_refused_naming_the_key(
+    data: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build(Settings, data)
+
+
+def test_every_problem_is_listed_by_key_in_file_order() -> None:
+    data = {
+        "log_level": "banana",
+        "http": {"port": 70000, "host": 3},
+        "database": {"pool_size": -1, "retention": "forever"},
+        "databse": {},
+        "diagnosis": {"groups": [{"name": "g"}]},
+    }
+    with pytest.raises(ConfigError) as caught:
+        build(Settings, data)
+    assert tuple(p.split(" (known keys")[0] for p in caught.value.problems) == (
+        "log_level: expected one of debug, info, warning, error, critical, got 'banana'",
+        "http.port: must be at most 65535, got 70000",
+        "http.host: expected a string, got 3",
+        "database.pool_size: must be at least 1, got -1",
+        "database.retention: expected a duration like 500ms, 15s, 30m, 2h or 7d, got 'forever'",
+        "databse: unknown key",
+        "diagnosis.groups[0].selector: required key is missing",
+        "diagnosis.groups[0].coordinator: required key is missing",
+        "diagnosis.groups[0].workers: required key is missing",
+    )
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ("slack: {mode: carrier-pigeon}", "slack.mode: expected one of http, socket"),
@@ -171,3 +234,94 @@ def test_slack_secrets_from_the_environment_once(tmp_path: Path) -> None:
     assert "xoxb-env" not in repr(settings)
     with pytest.raises(ConfigError, match="not a config key"):
         load_settings(None, {"ZONEMEDIC_SECRETS__SLACK_BOT_TOKEN": "x"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: &a [*a]\n", r"c\.yaml: line 1: alias \*a refers to a node that contains it"),
+        ("http: &h {x: *h}\n", r"c\.yaml: line 1: alias \*h refers to a node that contains it"),
+        ("x: " + "[" * 990 + "]" * 990 + "\n", r"c\.yaml: line 1: nested deeper than 100 levels"),
+        ("".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10) if i else 'x'}]\n" for i in range(8)),
+         r"c\.yaml: line \d: aliases expand to more than 100000 nodes"),
+        ("http: {port: 99999999999999999999999999}\n", r"^http\.port: must be at most"),
+        ("http: {port: ٨٠}\n", r"^http\.port: expected an integer, got '٨٠'"),
+        ("database: {retention: .inf}\n", r"^database\.retention: expected a duration"),
+        ("database: {retention: .nan}\n", r"^database\.retention: expected a duration"),
+    ],
+)
+def test_hostile_config_files_are_refused_with_one_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_settings(path, {})
+    assert "\n" not in str(caught.value)
+
+
+def test_a_config_file_that_never_ends_is_refused_unread(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^/dev/zero: larger than 1048576 bytes"):
+        load_settings(Path("/dev/zero"), {})
+    binary = tmp_path / "c.yaml"
+    binary.write_bytes(b"a: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_settings(binary, {})
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"ZONEMEDIC_HTTP__PORT": "70000"}, r"^http\.port: must be at most 65535"),
+        ({"ZONEMEDIC_LOG_LEVEL": "banana"}, r"^log_level: expected one of"),
+        ({"ZONEMEDIC_HTTP__HOST": "&a [*a]"}, r"^ZONEMEDIC_HTTP__HOST: alias \*a refers to a node"),
+        ({"ZONEMEDIC_HTTP__HOST": "[" * 200 + "]" * 200}, r"^ZONEMEDIC_HTTP__HOST: nested deeper"),
+    ],
+)
+def test_hostile_environment_overrides_are_refused(
+    environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, environ)
+
+
+_ANY_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+_SECTION_KEYS = {
+    "http": ["host", "port", "api_token_file", "database_timeout"],
+    "database": ["url", "retention", "pool_size", "busy_timeout", "connect_timeout"],
+    "prometheus": ["url", "timeout", "retries", "drop_threshold", "headers"],
+    "leader_election": ["lease_duration", "renew_deadline", "retry_period", "enabled"],
+    "diagnosis": ["groups", "price_per_gb", "bytes_per_step", "protected_namespaces"],
+    "detection": ["debounce", "max_delay", "metrics_interval"],
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries({}, optional={
+        section: st.dictionaries(st.sampled_from(keys), _ANY_VALUE | st.sampled_from(
+            ["15s", "0s", "99999999999d", "٥s", 70000, -1, 0.5, 7]), max_size=3)
+        for section, keys in _SECTION_KEYS.items()
+    }),
+    st.sampled_from([None, "info", "banana", 3]),
+)
+def test_fuzz_any_values_build_valid_settings_or_name_every_problem(
+    sections: dict[str, dict[str, object]], log_level: object
+) -> None:
+    data: dict[str, object] = dict(sections)
+    if log_level is not None:
+        data["log_level"] = log_level
+    try:
+        built = build(Settings, data)
+    except ConfigError as exc:
+        assert exc.problems and all(": " in p and "\n" not in p for p in exc.problems)
+        return
+    assert 0 <= built.http.port <= 65535
+    assert built.leader_election.lease_duration > built.leader_election.renew_deadline
+    assert 0.0 <= built.prometheus.drop_threshold <= 1.0
+    assert built.database.pool_size >= 1
+    assert built.log_level in ("debug", "info", "warning", "error", "critical")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import InputError
-from agent.model.incident import Actor
+from agent.model.incident import Actor, parse_incident_id
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, to_jsonable
 from agent.settings import parse_duration
 
@@ -67,13 +67,7 @@ def os_user() -> str:
 
 
 def _incident_id(value: str) -> int:
-    try:
-        incident_id = int(value)
-    except ValueError:
-        raise InputError(f"ID: expected an incident number, got {value!r}") from None
-    if incident_id < 1:
-        raise InputError(f"ID: expected a positive incident number, got {value!r}")
-    return incident_id
+    return parse_incident_id(value, field="ID")
 
 
 def _snooze_for(value: str) -> timedelta:

@@ -2,7 +2,9 @@
 
 `zonemedic diagnose --snapshot FILE [--snapshot FILE ...] [--config FILE] [--output table|json]`
 reads the files, parses them (`agent.snapshot`), runs the pure diagnosis and prints a table or one
-JSON object `{"findings": [...]}`. Warnings (skipped kinds) go to stderr, one line each. Exit 0
+JSON object `{"findings": [...]}`. The files together may hold at most `--max-input-size` bytes
+(default 1G): a larger or endless input (`/dev/zero`) is refused with one line, having read no more
+than the limit. Warnings (skipped kinds) go to stderr, one line each. Exit 0
 whatever the verdicts; bad input raises `InputError` (the CLI prints one line, exit 2). It talks to
 no cluster.
 """
@@ -13,11 +15,14 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.errors import SnapshotError
+from agent.parsing.numbers import parse_size
+
+DEFAULT_MAX_INPUT = "1G"  # all snapshot files together; YAML needs ~50x its size in memory, JSON ~5x
 
 if TYPE_CHECKING:
     from agent.settings import DiagnosisSettings
@@ -40,18 +45,45 @@ def register(subparsers: Any) -> None:
         help="YAML or JSON file (kind: List, multi-document YAML, or a JSON List); repeatable",
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="diagnosis config (YAML)")
+    parser.add_argument(
+        "--max-input-size",
+        metavar="SIZE",
+        default=DEFAULT_MAX_INPUT,
+        help=f"refuse snapshot files larger than SIZE in total (bytes, or 512M, 2G; default "
+        f"{DEFAULT_MAX_INPUT})",
+    )
     parser.add_argument("--output", choices=("table", "json"), default="table")
     parser.set_defaults(handler=run)
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path, *, limit: int) -> bytes:
+    """The file's bytes, never more than `limit` read: a larger (or endless) file is refused."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:  # a regular file: refused before reading
+                raise SnapshotError(_too_large(path, limit))
+            data = handle.read(limit + 1)  # a pipe or device (/dev/zero): read to the limit only
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read snapshot: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise SnapshotError(_too_large(path, limit))
+    return data
 
 
-def load_snapshot(paths: Sequence[Path]) -> Snapshot:
+def _too_large(path: Path, limit: int) -> str:
+    return f"{path}: the snapshot input is larger than {limit} bytes (raise --max-input-size)"
+
+
+def _read_all(paths: Sequence[Path], *, limit: int) -> Iterator[tuple[str, bytes]]:
+    left = limit
+    for path in paths:
+        data = _read(path, limit=left)
+        left -= len(data)
+        yield str(path), data
+
+
+def load_snapshot(paths: Sequence[Path], *, max_input: int = 1 << 30) -> Snapshot:
     """Read and parse the snapshot files.
 
     The cyclic garbage collector is paused while parsing and the parsed objects are then frozen
@@ -63,7 +95,7 @@ def load_snapshot(paths: Sequence[Path]) -> Snapshot:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return parse_snapshot((str(p), _read(p)) for p in paths)
+        return parse_snapshot(_read_all(paths, limit=max_input))
     finally:
         gc.freeze()
         if enabled:
@@ -77,9 +109,10 @@ def _use_colour() -> bool:
 def run(args: argparse.Namespace) -> int:
     from agent.settings import load_diagnosis_settings
 
+    max_input = parse_size(args.max_input_size, field="--max-input-size")
     settings = load_diagnosis_settings(args.config)
     try:
-        return _diagnose(args, settings, load_snapshot(args.snapshot))
+        return _diagnose(args, settings, load_snapshot(args.snapshot, max_input=max_input))
     finally:
         gc.unfreeze()  # in-process callers (tests) get an ordinary heap back
 

@@ -25,10 +25,16 @@ from typing import Any
 from agent.commands import decisions
 from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import InputError
-from agent.model.incident import IncidentDetail, IncidentListing, IncidentQuery, IncidentStats
+from agent.model.incident import (
+    IncidentDetail,
+    IncidentListing,
+    IncidentQuery,
+    IncidentStats,
+    parse_incident_id,
+)
 from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.verdict import Verdict
-from agent.settings import parse_duration
+from agent.parsing.numbers import parse_duration, parse_int
 
 WIDTH = 100
 MAX_LIMIT = 10_000
@@ -78,7 +84,7 @@ def _output(value: str) -> str:
 
 
 def _since(value: str, now: datetime) -> datetime:
-    age = parse_duration(value, key="--since")
+    age = parse_duration(value, field="--since")
     if age <= timedelta(0):
         raise InputError(f"--since: must be a positive age like 7d, got {value!r}")
     return now - age
@@ -92,13 +98,7 @@ def _job(value: str) -> tuple[str, str]:
 
 
 def _limit(value: str) -> int:
-    try:
-        limit = int(value)
-    except ValueError:
-        raise InputError(f"--limit: expected a whole number, got {value!r}") from None
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InputError(f"--limit: expected 1 to {MAX_LIMIT}, got {limit}")
-    return limit
+    return parse_int(value, field="--limit", minimum=1, maximum=MAX_LIMIT)
 
 
 def _choice(enum: Any, value: str | None, *, flag: str) -> Any:
@@ -112,13 +112,7 @@ def _choice(enum: Any, value: str | None, *, flag: str) -> Any:
 
 
 def _incident_id(value: str) -> int:
-    try:
-        incident_id = int(value)
-    except ValueError:
-        raise InputError(f"ID: expected an incident number, got {value!r}") from None
-    if incident_id < 1:
-        raise InputError(f"ID: expected a positive incident number, got {value!r}")
-    return incident_id
+    return parse_incident_id(value, field="ID")
 
 
 def build_query(args: argparse.Namespace, now: datetime) -> IncidentQuery:

@@ -1,10 +1,11 @@
 """`zonemedic run [--config FILE]`: the in-cluster agent (watch, detect, sweep, serve).
 
-Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides; an unknown key or a wrong
-type stops start-up naming the key), configures logging, reaches and migrates the database
-(`database.migrate_on_start`), validates the playbooks (a bad one stops start-up with file, line and
-field), builds the agent (`agent.runtime.app.Agent`) with the leader's remediation executor and
-approval expiry as background jobs and the chat layer (Slack), and runs it until SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
+Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides) and the playbooks, and
+validates them as `zonemedic config check` does (every bad key, value or playbook stops start-up,
+each named, before anything is touched), configures logging, reaches and migrates the database
+(`database.migrate_on_start`), builds the agent (`agent.runtime.app.Agent`) with the leader's remediation executor and
+approval expiry as background jobs and the chat layer (Slack), and runs it until
+SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent.playbook.loader import load_playbooks
-from agent.settings import load_settings
+from agent.commands.config import validated_settings
 
 
 def register(subparsers: Any) -> None:
@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from agent.runtime.root import Parts
     from agent.store.migrate import upgrade_on_start
 
-    settings = load_settings(args.config, os.environ)
-    playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook stops start-up first
+    # the same validation as `zonemedic config check`, before anything is touched
+    settings, playbooks = validated_settings(args.config, os.environ)
     level = verbosity_level(args.verbose) if args.verbose else settings.log_level  # -v wins
     configure_logging(level, fmt=args.log_format)
     store = upgrade_on_start(settings)

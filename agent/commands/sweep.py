@@ -18,9 +18,11 @@ from typing import Any
 
 import orjson
 
+from agent.commands.config import validated_settings
 from agent.errors import InputError
-from agent.playbook.loader import load_playbooks
-from agent.settings import load_settings
+from agent.parsing.numbers import parse_float
+
+MAX_SYNC_TIMEOUT = 86_400.0  # --sync-timeout: a day at most (inf or nan would wait forever)
 
 
 def register(subparsers: Any) -> None:
@@ -35,7 +37,7 @@ def register(subparsers: Any) -> None:
         help="do not queue the digest of the playbooks that have a digest action",
     )
     parser.add_argument(
-        "--sync-timeout", type=float, default=120.0, metavar="SECONDS",
+        "--sync-timeout", default="120", metavar="SECONDS",
         help="how long to wait for the initial list of the cluster (default 120)",
     )
     parser.set_defaults(handler=run)
@@ -68,10 +70,13 @@ def run(args: argparse.Namespace) -> int:
     from agent.runtime.root import Root
     from agent.store.migrate import upgrade_on_start
 
-    settings = load_settings(args.config, os.environ)
-    playbooks = load_playbooks(Path(settings.playbooks_dir))  # a bad playbook: exit 2 first
+    sync_timeout = parse_float(
+        args.sync_timeout, field="--sync-timeout", minimum=0.001, maximum=MAX_SYNC_TIMEOUT
+    )
+    # the same validation as `zonemedic config check` (every problem named): exit 2 first
+    settings, playbooks = validated_settings(args.config, os.environ)
     root = Root(settings, playbooks=playbooks)
-    root.list_once(timeout=args.sync_timeout)
+    root.list_once(timeout=sync_timeout)
     store = upgrade_on_start(settings)
     try:
         parts = root.parts(is_leader=AlwaysLeader().is_leader)

@@ -27,6 +27,17 @@ from agent.model.lifecycle import (
     fingerprint,
 )
 from agent.model.verdict import Verdict
+from agent.parsing.numbers import parse_int
+
+# Incident ids are 32-bit integers in the store (PostgreSQL INTEGER): a larger id from a client is
+# refused where it is parsed (naming the field), never sent to the database to overflow there.
+MAX_INCIDENT_ID = 2**31 - 1
+
+
+def parse_incident_id(raw: object, *, field: str = "incident id") -> int:
+    """An incident id from user input: ASCII digits, 1 to `MAX_INCIDENT_ID`; `InputError` naming
+    `field` otherwise."""
+    return parse_int(raw, field=field, minimum=1, maximum=MAX_INCIDENT_ID)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.errors import InputError
+from agent.parsing.numbers import NumberError, parse_int
 
 _ALIASES = {
     "@hourly": "0 * * * *",
@@ -23,6 +24,8 @@ _ALIASES = {
 }
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 _DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+# the longest each month can be (February in a leap year): the day-of-month field must fit one
+_MONTH_DAYS = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
 # (name, low, high, names mapped to numbers)
 _FIELDS: list[tuple[str, int, int, dict[str, int]]] = [
     ("minute", 0, 59, {}),
@@ -53,12 +56,10 @@ def _value(token: str, field: tuple[str, int, int, dict[str, int]]) -> int:
     lowered = token.lower()
     if lowered in names:
         return names[lowered]
-    if not token.isdigit():
-        raise CronError(f"{name}: {token!r} is not a number")
-    number = int(token)
-    if not low <= number <= high:
-        raise CronError(f"{name}: {number} is outside {low}-{high}")
-    return number
+    try:
+        return parse_int(token, field=name, minimum=low, maximum=high)
+    except NumberError as exc:
+        raise CronError(str(exc)) from None
 
 
 def _expand(part: str, field: tuple[str, int, int, dict[str, int]]) -> set[int]:
@@ -70,9 +71,10 @@ def _expand(part: str, field: tuple[str, int, int, dict[str, int]]) -> set[int]:
         base, _, step_text = item.partition("/")
         step = 1
         if step_text:
-            if not step_text.isdigit() or int(step_text) == 0:
-                raise CronError(f"{name}: bad step {step_text!r}")
-            step = int(step_text)
+            try:
+                step = parse_int(step_text, field=f"{name} step", minimum=1, maximum=high)
+            except NumberError as exc:
+                raise CronError(str(exc)) from None
         if base == "*":
             start, end = low, high
         elif "-" in base:
@@ -93,8 +95,12 @@ def parse_cron(expr: str) -> CronSpec:
     parts = text.split()
     if len(parts) != 5:
         raise CronError(f"expected 5 fields (minute hour day month weekday), got {len(parts)}")
-    for part, field in zip(parts, _FIELDS, strict=True):
-        _expand(part, field)
+    expanded = [_expand(part, field) for part, field in zip(parts, _FIELDS, strict=True)]
+    month_days, months = expanded[2], expanded[3]
+    if not any(day <= _MONTH_DAYS[month] for month in months for day in month_days):
+        raise CronError(
+            f"day of month {parts[2]!r} never occurs in month {parts[3]!r}: the schedule never fires"
+        )
     dow = parts[4]
     if dow == "*":
         day_of_week = "*"

@@ -12,6 +12,8 @@ from pathlib import Path
 from agent.playbook.model import Playbook
 from agent.playbook.schema import PlaybookError, parse_playbook
 
+MAX_PLAYBOOK_BYTES = 1024 * 1024  # a playbook larger than this is refused unread
+
 
 def check_directory(directory: Path) -> tuple[list[Playbook], list[PlaybookError]]:
     """Parse every `*.yaml`/`*.yml` in `directory`: the good playbooks and one error per bad file."""
@@ -23,9 +25,14 @@ def check_directory(directory: Path) -> tuple[list[Playbook], list[PlaybookError
     files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
     for path in files:
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as handle:
+                raw = handle.read(MAX_PLAYBOOK_BYTES + 1)
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(PlaybookError(f"{path}: cannot read: {exc}"))
+            continue
+        if len(raw) > MAX_PLAYBOOK_BYTES:
+            errors.append(PlaybookError(f"{path}: larger than {MAX_PLAYBOOK_BYTES} bytes"))
             continue
         try:
             playbook = parse_playbook(text, path=path)

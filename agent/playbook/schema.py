@@ -43,6 +43,8 @@ from typing import Any, TypeVar
 import yaml
 
 from agent.errors import ConfigError, InputError
+from agent.parsing.bounded_yaml import YamlLimitError, check_yaml
+from agent.parsing.numbers import NumberError, parse_int
 from agent.playbook.cron import parse_cron
 from agent.playbook.matchers import parse_matcher
 from agent.playbook.model import (
@@ -56,6 +58,7 @@ from agent.playbook.model import (
 )
 from agent.settings import parse_duration
 
+MAX_GPUS = 1_000_000  # conditions.min_gpus: far above any job, far below an overflow
 JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "Group")
 VERDICTS = (
     "healthy",
@@ -127,11 +130,14 @@ class _Reader:
             raise self.error(node, field, f"{value!r} is not one of {', '.join(allowed)}")
         return value
 
-    def integer(self, node: yaml.Node, field: str, *, minimum: int = 0) -> int:
+    def integer(self, node: yaml.Node, field: str, *, minimum: int = 0, maximum: int) -> int:
         value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise self.error(node, field, f"expected an integer >= {minimum}")
-        return value
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.error(node, field, f"expected an integer from {minimum} to {maximum}")
+        try:
+            return parse_int(value, field=field, minimum=minimum, maximum=maximum)
+        except NumberError as exc:
+            raise self.error(node, field, str(exc).removeprefix(f"{field}: ")) from None
 
     def boolean(self, node: yaml.Node, field: str) -> bool:
         value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
@@ -216,7 +222,11 @@ def _conditions(r: _Reader, node: yaml.Node) -> Conditions:
                 raise r.error(value_node, f"{field}.labels.{key}", "expected a string value")
             pairs.append((key, value))
         labels = tuple(pairs)
-    min_gpus = r.integer(fields["min_gpus"], f"{field}.min_gpus") if "min_gpus" in fields else 0
+    min_gpus = (
+        r.integer(fields["min_gpus"], f"{field}.min_gpus", maximum=MAX_GPUS)
+        if "min_gpus" in fields
+        else 0
+    )
     verdicts: tuple[str, ...] = ()
     if "verdicts" in fields:
         items = r.sequence(fields["verdicts"], f"{field}.verdicts")
@@ -270,7 +280,10 @@ def parse_playbook(text: str, *, path: Path) -> Playbook:
     reader = _Reader(path, text)
     try:
         try:
+            check_yaml(text)
             root = reader.loader.get_single_node()
+        except YamlLimitError as exc:
+            raise PlaybookError(f"{path}:{exc.line}: {exc.problem}") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = f"{mark.line + 1}:" if mark is not None else ""

@@ -17,6 +17,7 @@ from typing import Any
 from agent.errors import PolicyError
 from agent.model.network import Protocol
 from agent.model.selector import LabelSelector, Requirement, SelectorOperator, parse_label_selector
+from agent.parsing.numbers import NumberError, parse_int
 from agent.policy.identity import (
     NAMESPACE_KEY,
     NAMESPACE_LABELS_PREFIX,
@@ -411,6 +412,14 @@ def _parse_cilium_to_ports(raw: Any, *, path: str, ctx: _Ctx) -> tuple[PortMatch
     return tuple(out)
 
 
+def _port_number(text: str, path: str, ctx: _Ctx) -> int:
+    """A port written as text ("80"): ASCII digits only (the caller checks the port range)."""
+    try:
+        return parse_int(text, field=path, minimum=0)
+    except NumberError as exc:
+        raise ctx.error(path, str(exc).removeprefix(f"{path}: ")) from None
+
+
 def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
     """One port entry: `{port, endPort, protocol}` (Cilium: protocol default ANY; k8s: TCP)."""
     if not isinstance(raw, Mapping):
@@ -439,8 +448,8 @@ def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
     elif isinstance(port_raw, int):
         number = port_raw
     elif isinstance(port_raw, str):
-        if port_raw.isdigit():
-            number = int(port_raw)
+        if port_raw.isascii() and port_raw.isdigit():
+            number = _port_number(port_raw, f"{path}.port", ctx)
         elif _PORT_NAME.fullmatch(port_raw) and any(c.isalpha() for c in port_raw):
             # Cilium lower-cases port names on both sides (policy and container ports).
             name = port_raw.lower()
@@ -456,9 +465,7 @@ def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
         if isinstance(end_raw, bool) or not isinstance(end_raw, int | str):
             raise ctx.error(f"{path}.endPort", f"expected a port number, got {end_raw!r}")
         if isinstance(end_raw, str):
-            if not end_raw.isdigit():
-                raise ctx.error(f"{path}.endPort", f"expected a port number, got {end_raw!r}")
-            end_raw = int(end_raw)
+            end_raw = _port_number(end_raw, f"{path}.endPort", ctx)
         end = end_raw
         if name is not None:
             raise ctx.error(f"{path}.endPort", "not allowed with a named port")

@@ -153,8 +153,9 @@ class Agent:
             return None
         try:
             token = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"http.api_token_file: cannot read {path}: {exc.strerror}") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror
+            raise ConfigError(f"http.api_token_file: cannot read {path}: {reason}") from exc
         if not token:
             raise ConfigError(f"http.api_token_file: {path} is empty")
         return token

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from agent.errors import ConfigError, InputError
-from agent.model.incident import Actor
+from agent.model.incident import Actor, parse_incident_id
 from agent.model.lifecycle import DecisionOutcome, DecisionSource
 from agent.remediation.decision import DecisionReason, DecisionRequest, DecisionResult, validate
 from agent.settings import parse_duration
@@ -37,9 +37,7 @@ _STATUS: dict[DecisionReason, int] = {
 
 
 def incident_id(raw: str) -> int:
-    if not raw.isdigit() or int(raw) < 1:
-        raise InputError(f"incident id: expected a positive number, got {raw!r}")
-    return int(raw)
+    return parse_incident_id(raw)
 
 
 def _string(body: dict[str, Any], key: str, *, required: bool) -> str | None:
@@ -67,8 +65,6 @@ def _snooze_for(value: Any) -> timedelta | None:
 def parse_decision(raw_id: str, body: bytes) -> DecisionRequest:
     """The decision a request asks for; `InputError` names the bad field."""
     ident = incident_id(raw_id)
-    if len(body) > MAX_BODY:
-        raise InputError(f"body: at most {MAX_BODY} bytes")
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):

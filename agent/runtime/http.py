@@ -17,13 +17,21 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
   bad field, 404 no such incident, 409 already decided / expired / no longer current (naming who
   and when), 200 with the result when this request recorded the decision.
 
-Extra routes (the Slack events endpoint of the chat layer) are mounted with `extra_routes`. Handlers
-do no blocking work on the event loop: queries and webhook handling run in a thread pool.
+Extra routes (the Slack events endpoint of the chat layer) are mounted with `extra_routes`. Write
+routes (`write_routes`: API endpoints that change something) exist only when `api_token` is set and
+each needs the bearer token (constant-time comparison); without a token they are not mounted.
+Handlers do no blocking work on the event loop: queries and webhook handling run in a thread pool.
+
+Errors never carry a stack trace: an `InputError` escaping a handler is a 400 with its one-line
+message (413 for `BodyTooLargeError`: `read_body` refuses a body past the endpoint's limit from its
+`Content-Length`, or as soon as a chunked body passes it), `UnavailableError` a 503, and anything
+else a 500 saying "internal error" while the traceback goes to the agent's log only.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,13 +43,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from agent.errors import ConfigError, InputError, UnavailableError
+from agent.errors import InputError, UnavailableError
+from agent.model.incident import parse_incident_id
 from agent.model.lifecycle import to_jsonable
+from agent.parsing.numbers import parse_duration, parse_int
 from agent.remediation.decision import DecisionRequest, DecisionResult
 from agent.runtime import decision_api
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
-from agent.settings import parse_duration
+from agent.sources.alertmanager import MAX_BODY
+
+log = logging.getLogger(__name__)
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 MAX_LIMIT = 1000
@@ -85,16 +97,10 @@ def parse_filters(params: dict[str, str]) -> IncidentFilter:
             raise InputError(f"job: expected NAMESPACE/NAME, got {params['job']!r}")
     since = None
     if params.get("since"):
-        try:
-            since = parse_duration(params["since"], key="since")
-        except ConfigError as exc:
-            raise InputError(str(exc)) from exc
+        since = parse_duration(params["since"], field="since")
     limit = 100
     if params.get("limit"):
-        raw = params["limit"]
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-            raise InputError(f"limit: expected an integer 1-{MAX_LIMIT}, got {raw!r}")
-        limit = int(raw)
+        limit = parse_int(params["limit"], field="limit", minimum=1, maximum=MAX_LIMIT)
     return IncidentFilter(
         job_namespace=job_ns,
         job_name=job_name,
@@ -110,24 +116,68 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
-def _decision_route(
-    decisions: IncidentDecisions, authorized: Callable[[Request], JSONResponse | None]
-) -> Route:
-    async def decide(request: Request) -> Response:
+class BodyTooLargeError(InputError):
+    """A request body is larger than the endpoint takes (answered 413, the rest left unread)."""
+
+
+async def read_body(request: Request, *, limit: int) -> bytes:
+    """The request body, at most `limit` bytes: a larger `Content-Length` is refused before
+    anything is read, and a chunked (or lying) body is refused as soon as it passes the limit."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        size = parse_int(declared, field="Content-Length")
+        if size > limit:
+            raise BodyTooLargeError(f"body too large ({size} bytes, limit {limit})")
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise BodyTooLargeError(f"body too large (more than {limit} bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _client_error(request: Request, exc: Exception) -> Response:
+    status = 413 if isinstance(exc, BodyTooLargeError) else 400
+    return _error(status, str(exc))
+
+
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    return _error(503, str(exc))
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """Any other exception: logged with its traceback, answered without one."""
+    log.error(
+        "unhandled error in an HTTP handler",
+        exc_info=exc,
+        extra={"path": request.url.path, "method": request.method},
+    )
+    return _error(500, "internal error (logged by the agent)")
+
+
+def _bearer_only(route: Route, authorized: Callable[[Request], JSONResponse | None]) -> Route:
+    """`route` behind the bearer-token check (401 without the token)."""
+    endpoint = route.endpoint
+
+    async def guarded(request: Request) -> Response:
         denied = authorized(request)
         if denied is not None:
             return denied
-        body = await request.body()
-        try:
-            wanted = decision_api.parse_decision(request.path_params["incident_id"], body)
-        except InputError as exc:
-            return _error(400, str(exc))
-        try:
-            result = await run_in_threadpool(decisions.decide, wanted)
-        except InputError as exc:
-            return _error(400, str(exc))
-        except UnavailableError as exc:
-            return _error(503, str(exc))
+        response: Response = await endpoint(request)
+        return response
+
+    return Route(route.path, guarded, methods=sorted(route.methods or ()), name=route.name)
+
+
+def _decision_route(decisions: IncidentDecisions) -> Route:
+    """`POST /api/incidents/{id}/decision`: a write route (mounted behind the bearer token)."""
+
+    async def decide(request: Request) -> Response:
+        body = await read_body(request, limit=decision_api.MAX_BODY)
+        wanted = decision_api.parse_decision(request.path_params["incident_id"], body)
+        result = await run_in_threadpool(decisions.decide, wanted)
         status = decision_api.status_code(result)
         payload: dict[str, Any] = to_jsonable(result)
         if status != 200:
@@ -145,8 +195,11 @@ def build_app(
     incidents: IncidentQueries | None = None,
     api_token: str | None = None,
     decisions: IncidentDecisions | None = None,
+    write_routes: Sequence[Route] = (),
     extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
+    """The app. `write_routes` (API endpoints that change something) are mounted only when
+    `api_token` is set, each behind the bearer token; without a token they do not exist (404)."""
     def authorized(request: Request) -> JSONResponse | None:
         if api_token is None:
             host = request.client.host if request.client else ""
@@ -177,7 +230,7 @@ def build_app(
     async def alertmanager(request: Request) -> Response:
         if alerts is None:
             return _error(503, "alert handling is not configured")
-        body = await request.body()
+        body = await read_body(request, limit=MAX_BODY)
         outcome = await run_in_threadpool(alerts.handle, body)
         return JSONResponse(outcome.body, status_code=outcome.status)
 
@@ -206,14 +259,16 @@ def build_app(
         if incidents is None:
             return _error(503, "the incident store is not available")
         raw = request.path_params["incident_id"]
-        if not raw.isdigit():
-            return _error(400, f"incident id must be a number, got {raw!r}")
         try:
-            found = await run_in_threadpool(incidents.get_incident, int(raw))
+            incident_id = parse_incident_id(raw)
+        except InputError as exc:
+            return _error(400, str(exc))
+        try:
+            found = await run_in_threadpool(incidents.get_incident, incident_id)
         except UnavailableError as exc:
             return _error(503, str(exc))
         if found is None:
-            return _error(404, f"no incident {raw}")
+            return _error(404, f"no incident {incident_id}")
         return JSONResponse(found)
 
     routes: list[BaseRoute] = [
@@ -224,7 +279,15 @@ def build_app(
         Route("/api/incidents", list_incidents, methods=["GET"]),
         Route("/api/incidents/{incident_id}", get_incident, methods=["GET"]),
     ]
-    if api_token is not None and decisions is not None:
-        routes.append(_decision_route(decisions, authorized))
+    if api_token is not None:
+        writes = [*write_routes]
+        if decisions is not None:
+            writes.append(_decision_route(decisions))
+        routes.extend(_bearer_only(route, authorized) for route in writes)
     routes.extend(extra_routes)
-    return Starlette(routes=routes)
+    handlers: dict[Any, Callable[[Request, Exception], Any]] = {
+        InputError: _client_error,
+        UnavailableError: _unavailable,
+        Exception: _internal_error,
+    }
+    return Starlette(routes=routes, exception_handlers=handlers, debug=False)

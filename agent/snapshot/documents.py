@@ -1,7 +1,9 @@
 """Decode one snapshot file's bytes into a flat list of Kubernetes objects (plain dicts).
 
 Accepts JSON (decoded with orjson) or YAML (one or many documents); a document may be a single
-object or a `kind: List` / `*List` with `items` (as `kubectl get -o yaml` prints). Called by
+object or a `kind: List` / `*List` with `items` (as `kubectl get -o yaml` prints). YAML passes the
+bounded-YAML check first (nesting, recursive anchors, alias bombs); Lists may nest at most
+`MAX_LIST_NESTING` deep. Called by
 `agent.snapshot.collection`. It does not interpret kinds; it only checks that every item is an
 object with a string `kind`. Errors are `SnapshotError` naming the file (and item or line).
 """
@@ -15,11 +17,16 @@ import orjson
 import yaml
 
 from agent.errors import SnapshotError
+from agent.parsing.bounded_yaml import YamlLimitError, check_yaml
 
 try:  # the C loader is ~10x faster; fall back to the pure-Python one when libyaml is absent
     from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+
+
+# Lists (and `kind: List` items) inside lists: kubectl nests one level; anything past this is hostile
+MAX_LIST_NESTING = 16
 
 
 def _looks_like_json(data: bytes) -> bool:
@@ -41,7 +48,10 @@ def _decode(data: bytes, *, source: str) -> list[Any]:
     except UnicodeDecodeError as exc:
         raise SnapshotError(f"{source}: not UTF-8 text: {exc.reason}") from exc
     try:
+        check_yaml(text)  # depth, recursive anchors and alias bombs, before anything is built
         return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+    except YamlLimitError as exc:
+        raise SnapshotError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -54,10 +64,16 @@ def _is_list(doc: dict[str, Any]) -> bool:
     return isinstance(kind, str) and kind.endswith("List") and "items" in doc
 
 
-def _flatten(doc: Any, *, source: str, counter: list[int]) -> Iterator[dict[str, Any]]:
+def _flatten(
+    doc: Any, *, source: str, counter: list[int], depth: int = 0
+) -> Iterator[dict[str, Any]]:
+    if depth > MAX_LIST_NESTING:
+        raise SnapshotError(
+            f"{source}: item {counter[0]}: lists nested deeper than {MAX_LIST_NESTING} levels"
+        )
     if isinstance(doc, list):
         for item in doc:
-            yield from _flatten(item, source=source, counter=counter)
+            yield from _flatten(item, source=source, counter=counter, depth=depth + 1)
         return
     if isinstance(doc, dict) and _is_list(doc):
         items = doc["items"]
@@ -69,7 +85,7 @@ def _flatten(doc: Any, *, source: str, counter: list[int]) -> Iterator[dict[str,
                 f"got {type(items).__name__}"
             )
         for item in items:
-            yield from _flatten(item, source=source, counter=counter)
+            yield from _flatten(item, source=source, counter=counter, depth=depth + 1)
         return
     index = counter[0]
     counter[0] += 1

@@ -26,8 +26,10 @@ from agent.model.cluster import (
     TrainingJobObject,
 )
 from agent.model.network import Protocol
+from agent.parsing.numbers import NumberError, parse_int
 
 _EMPTY: dict[str, Any] = {}
+MAX_GPUS = 1_000_000  # GPUs on one node or in one container: far above any real value
 _PHASES = {p.value: p for p in PodPhase}
 _PROTOCOLS = {p.value: p for p in Protocol if p is not Protocol.ANY}
 
@@ -101,14 +103,11 @@ def _labels(meta: Mapping[str, Any], key: str = "labels") -> Mapping[str, str]:
 
 
 def _count(value: object, where: str) -> int:
-    """An integer resource quantity such as nvidia.com/gpu ('2', 2)."""
-    if isinstance(value, bool):
-        raise ManifestError(where, f"expected a whole number, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    raise ManifestError(where, f"expected a whole number, got {value!r}")
+    """An integer resource quantity such as nvidia.com/gpu ('2', 2): ASCII digits, 0 to MAX_GPUS."""
+    try:
+        return parse_int(value, field=where, minimum=0, maximum=MAX_GPUS)
+    except NumberError as exc:
+        raise ManifestError(where, str(exc).removeprefix(f"{where}: ")) from None
 
 
 def metadata(item: Mapping[str, Any], *, namespaced: bool) -> tuple[Mapping[str, Any], str, str]:

@@ -6,8 +6,9 @@ Called by the HTTP app's `POST /alertmanager` handler (through `agent.runtime.al
 
 Lenient means: only `alerts` (a list of mappings each with a `labels` mapping) is required; unknown
 fields are ignored; a missing per-alert `status` falls back to the group's, then to `firing`; a
-missing `fingerprint` is derived from the sorted labels (stable, no generated text); non-string
-label values are turned into strings. Alerts name their job through labels: `namespace` (or
+missing `fingerprint` is derived from the sorted labels (stable, no generated text); number, boolean
+and null label values are turned into strings, while a list or object where text belongs is refused
+(400) whatever its depth. Bodies past `MAX_BODY` are refused (the HTTP layer stops reading them). Alerts name their job through labels: `namespace` (or
 `exported_namespace`, `destination_namespace`), then a job name (`training_job`, `job_name`,
 `label_training_kubeflow_org_job_name`, `created_by_name` with `created_by_kind`), else a pod
 (`pod`, `exported_pod`, `destination_pod`) that the caller resolves through its pod index.
@@ -65,12 +66,22 @@ class Webhook:
     group_key: str = ""
 
 
+def _text(value: Any, where: str) -> str:
+    """A string, or a number/boolean/null written as JSON text; a list or object is refused
+    (whatever its depth: nothing here walks it)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool | int | float):
+        return orjson.dumps(value).decode()
+    raise PayloadError(f"{where}: expected a string, got a JSON {type(value).__name__}")
+
+
 def _strings(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise PayloadError(f"{where}: expected an object of strings")
-    return {str(k): v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in value.items()}
+    return {str(k): _text(v, f"{where}.{k}") for k, v in value.items()}
 
 
 def _status(value: Any, default: AlertStatus) -> AlertStatus:
@@ -111,18 +122,18 @@ def parse_webhook(body: bytes) -> Webhook:
                 status=_status(raw.get("status"), group_status),
                 labels=labels,
                 annotations=_strings(raw.get("annotations"), f"alerts[{i}].annotations"),
-                starts_at=str(raw.get("startsAt") or ""),
-                ends_at=str(raw.get("endsAt") or ""),
+                starts_at=_text(raw.get("startsAt") or "", f"alerts[{i}].startsAt"),
+                ends_at=_text(raw.get("endsAt") or "", f"alerts[{i}].endsAt"),
                 fingerprint=fingerprint
                 if isinstance(fingerprint, str) and fingerprint
                 else fingerprint_of(labels),
             )
         )
     return Webhook(
-        receiver=str(data.get("receiver") or ""),
+        receiver=_text(data.get("receiver") or "", "receiver"),
         status=group_status,
         alerts=tuple(alerts),
-        group_key=str(data.get("groupKey") or ""),
+        group_key=_text(data.get("groupKey") or "", "groupKey"),
     )
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.model.cluster import GPU_RESOURCE
+from agent.parsing.numbers import NumberError, parse_int
 from agent.settings import NamespaceFilter
 from agent.sources.jobkey import JobKey
 from agent.sources.resources import Resource, Role
@@ -33,6 +34,7 @@ from agent.sources.resources import Resource, Role
 Obj = dict[str, Any]
 ObjKey = tuple[str, str]  # (namespace or "", name)
 
+MAX_GPUS = 1_000_000  # GPUs one container may request: far above any real value
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 KUBEFLOW_KINDS = frozenset(
@@ -398,9 +400,9 @@ class ClusterCache:
                 wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
                     resources.get("limits") or {}
                 ).get(GPU_RESOURCE)
-                try:
-                    total += int(wanted or 0)
-                except (TypeError, ValueError):
+                try:  # ASCII digits, 0 to a bound: "٨", "-3" or 2**70 count nothing
+                    total += parse_int(wanted or 0, field=GPU_RESOURCE, maximum=MAX_GPUS)
+                except NumberError:
                     continue
         return total
 

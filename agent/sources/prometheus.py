@@ -166,9 +166,10 @@ class PrometheusSource:
         if s.bearer_token_file:
             try:
                 token = Path(s.bearer_token_file).read_text(encoding="utf-8").strip()
-            except OSError as exc:
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror
                 raise QueryFailedError(
-                    f"cannot read prometheus.bearer_token_file {s.bearer_token_file}: {exc.strerror}"
+                    f"cannot read prometheus.bearer_token_file {s.bearer_token_file}: {reason}"
                 ) from exc
             headers["Authorization"] = f"Bearer {token}"
         session = requests.Session()

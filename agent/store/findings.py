@@ -3,7 +3,8 @@
 Who calls it: `IncidentStore.record_finding` (the detector, sweeps and the Alertmanager webhook),
 inside one transaction. Dedupe is by fingerprint (cluster, job, verdict class): the unique partial
 index on open fingerprints makes two concurrent first detections open one incident; the loser of the
-insert race re-reads the winner's incident and counts a re-detection on it.
+insert race re-reads the winner's incident and counts a re-detection on it. Every re-detection counts
+in `detections`; its timeline row is folded into the last one within `timeline.FOLD_WINDOW`.
 
 What it does not do: move an incident through its lifecycle (`agent.store.transitions`), or decide
 what counts as a finding (the detector does).
@@ -21,12 +22,14 @@ from agent.model.lifecycle import EventKind, IncidentStatus
 from agent.store.errors import InvalidRecordError
 from agent.store.rows import summary_by_id
 from agent.store.schema import IncidentRow
-from agent.store.timeline import insert_event
+from agent.store.timeline import fold_event, insert_event
 
 # Statuses before remediation starts: a re-detection may still refresh "utilization before".
 _PRE_REMEDIATION = frozenset(
     {IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED}
 )
+
+MAX_STORED_INT = 2**31 - 1  # INTEGER columns (PostgreSQL: 32-bit)
 
 _LIMITED_FIELDS = {
     "cluster": IncidentRow.cluster,
@@ -39,7 +42,7 @@ _LIMITED_FIELDS = {
 
 
 def check_lengths(record: FindingRecord) -> None:
-    """Refuse values longer than their column on every backend (SQLite would store them,
+    """Refuse values longer or larger than their column on every backend (SQLite would store them,
     PostgreSQL would fail with a driver error)."""
     for field_name, column in _LIMITED_FIELDS.items():
         value = getattr(record, field_name)
@@ -49,6 +52,11 @@ def check_lengths(record: FindingRecord) -> None:
                 f"finding {record.namespace}/{record.name}: {field_name} is {len(value)} "
                 f"characters, at most {limit} fit"
             )
+    if record.gpus is not None and not 0 <= record.gpus <= MAX_STORED_INT:
+        raise InvalidRecordError(
+            f"finding {record.namespace}/{record.name}: gpus is {record.gpus}, "
+            f"the column takes 0 to {MAX_STORED_INT}"
+        )
 
 
 def record(conn: Connection, finding: FindingRecord) -> FindingOutcome:
@@ -123,8 +131,9 @@ def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> 
     if finding.utilization_now is not None and status in _PRE_REMEDIATION:
         values["utilization_before"] = finding.utilization_now
     conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
-    insert_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
-                 actor="detector", detail=_evidence(finding))
+    # a flood of re-detections (one webhook body of 1,000 alerts) is one timeline row per window
+    fold_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
+               actor="detector", detail=_evidence(finding))
 
 
 def _evidence(finding: FindingRecord) -> dict[str, Any]:

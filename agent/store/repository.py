@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, text
 
 from agent.model.incident import (
+    MAX_INCIDENT_ID,
     Actor,
     ClaimedMessage,
     FindingOutcome,
@@ -63,7 +64,13 @@ from agent.model.lifecycle import (
 from agent.settings import DatabaseSettings
 from agent.store import approvals, findings, outbox, queries, retention, timeline, transitions
 from agent.store.engine import make_engine, read_engine
-from agent.store.errors import InvalidRecordError, StoreError, StoreUnavailableError, safe_url
+from agent.store.errors import (
+    IncidentNotFoundError,
+    InvalidRecordError,
+    StoreError,
+    StoreUnavailableError,
+    safe_url,
+)
 from agent.store.outbox import OutboxPolicy
 from agent.store.resilience import Readiness, Retrier, RetryPolicy
 from agent.store.rows import UnreadableError
@@ -348,6 +355,8 @@ class IncidentStore:
 
     def get_incident(self, incident_id: int) -> IncidentDetail:
         """One incident with its timeline, decisions, actions and messages."""
+        if not 1 <= incident_id <= MAX_INCIDENT_ID:  # no such row; PostgreSQL would overflow
+            raise IncidentNotFoundError(incident_id)
         return self._read(f"read incident {incident_id}",
                           lambda conn: queries.get_incident(conn, incident_id))
 

@@ -6,20 +6,26 @@ which append the event of every change they make (`insert_event`) in the same tr
 change. Each function runs inside the caller's
 transaction (`conn`); the facade owns transactions and retries.
 
+Repeated observations (re-detections) are folded (`fold_event`): at most one row per incident, kind
+and actor per `FOLD_WINDOW`, counting the repeats, so a flood cannot grow a timeline without bound.
+Decisions, status changes and remediation steps are never folded.
+
 What it does not do: change an incident's status (that is `agent.store.transitions`) or read a clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from agent.model.lifecycle import EventKind, RemediationActionKind
 from agent.store.errors import IncidentNotFoundError
 from agent.store.schema import ActionRow, IncidentEventRow, IncidentRow
+
+FOLD_WINDOW = timedelta(minutes=10)  # repeated observations within this are one timeline row
 
 
 def insert_event(
@@ -37,6 +43,48 @@ def insert_event(
         .values(incident_id=incident_id, at=now, kind=kind.value, actor=actor, detail=dict(detail))
         .returning(IncidentEventRow.id)
     ).scalar_one()
+    return event_id
+
+
+def fold_event(
+    conn: Connection,
+    incident_id: int,
+    *,
+    kind: EventKind,
+    now: datetime,
+    actor: str | None,
+    detail: Mapping[str, Any],
+    window: timedelta = FOLD_WINDOW,
+) -> int:
+    """Append a repeated observation (a re-detection), or fold it into the incident's latest event
+    of the same kind and actor when that one is less than `window` old: the folded event keeps its
+    first `at`, shows the latest detail and counts `repeats` (with `last_at`). So a flood of the
+    same observation (1,000 alerts in one webhook body) adds at most one row per incident, kind and
+    actor per window. Returns the event's id. (Two writers folding at the same moment may each
+    count one repeat: the incident's `detections` column is the exact count.)"""
+    latest = conn.execute(
+        select(IncidentEventRow.id, IncidentEventRow.at, IncidentEventRow.detail)
+        .where(
+            IncidentEventRow.incident_id == incident_id,
+            IncidentEventRow.kind == kind.value,
+            IncidentEventRow.actor == actor if actor is not None else IncidentEventRow.actor.is_(None),
+        )
+        .order_by(IncidentEventRow.id.desc())
+        .limit(1)
+    ).first()
+    if latest is None or latest.at < now - window:
+        return insert_event(conn, incident_id, kind=kind, now=now, actor=actor, detail=detail)
+    before = latest.detail if isinstance(latest.detail, dict) else {}
+    repeats = before.get("repeats", 1)
+    folded = {
+        **dict(detail),
+        "repeats": (repeats if isinstance(repeats, int) else 1) + 1,
+        "last_at": now.isoformat(),
+    }
+    conn.execute(
+        update(IncidentEventRow).where(IncidentEventRow.id == latest.id).values(detail=folded)
+    )
+    event_id: int = latest.id
     return event_id
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from agent.model.cluster import JobKind, Pod
+from agent.parsing.numbers import NumberError, parse_int
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
@@ -28,7 +29,8 @@ OPERATOR_KINDS: Mapping[str, JobKind] = {
     "jaxjob-controller": JobKind.JAX,
 }
 
-_NAME_TAIL = re.compile(r"-([a-z]+)-(\d+)$")
+_NAME_TAIL = re.compile(r"-([a-z]+)-([0-9]{1,9})$")
+MAX_REPLICA_INDEX = 1_000_000
 
 
 def replica_type(pod: Pod, job_name: str) -> str:
@@ -48,8 +50,11 @@ def replica_type(pod: Pod, job_name: str) -> str:
 
 def replica_index(pod: Pod) -> int | None:
     value = pod.labels.get(REPLICA_INDEX_LABEL)
-    if value is not None and value.isdigit():
-        return int(value)
+    if value is not None:
+        try:
+            return parse_int(value, field=REPLICA_INDEX_LABEL, maximum=MAX_REPLICA_INDEX)
+        except NumberError:
+            pass  # not an index (e.g. "²"): fall back to the pod name
     match = _NAME_TAIL.search(pod.name)
     return int(match.group(2)) if match else None
 

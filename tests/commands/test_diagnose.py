@@ -167,6 +167,16 @@ def test_colour_on_a_tty_unless_no_color(tmp_path: Path, no_color: bool, coloure
     assert ("\x1b[" in text) is coloured
 
 
+def _gpus(value: object) -> str:
+    item = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+            "status": {"allocatable": {"nvidia.com/gpu": value}}}
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [item]})
+
+
+ALIAS_BOMB = "kind: List\nitems:\n- &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"- &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
+)
+
 BAD_POD = pod("p", node_name="a1")
 BAD_POD["metadata"]["labels"] = {"app": 7}
 
@@ -245,6 +255,26 @@ BAD_POD["metadata"]["labels"] = {"app": 7}
             r"groups\[0\]\.selector: expected a mapping",
         ),
         (as_list([]), "groups: [\n", r"c\.yaml:? line \d+:? invalid YAML"),
+        # hostile input: alias bombs under a list, recursive anchors, deep nesting, bad numbers
+        (ALIAS_BOMB, None, r"bad\.yaml: line \d+: aliases expand to more than 100000 nodes"),
+        ("kind: List\nitems: &a [*a]\n", None, r"bad\.yaml: line 2: alias \*a refers to a node that contains it"),
+        ("kind: List\nitems:\n- &p {kind: Pod, spec: *p}\n", None, r"bad\.yaml: line 3: alias \*p refers"),
+        ("kind: List\nitems: " + "[" * 990 + "]" * 990, None, r"bad\.yaml: line 2: nested deeper than 100 levels"),
+        ("kind: List\nitems:\n" + "".join("  " * i + "-\n" for i in range(1, 200)), None, r"bad\.yaml: line \d+: nested deeper than 100 levels"),
+        (("[" * 900 + "]" * 900).encode(), None, r"bad\.yaml: item 0: lists nested deeper than 16 levels"),
+        (b"[" * 1100 + b"]" * 1100, None, r"bad\.yaml: line 1: (nested deeper than 100 levels|invalid YAML)"),
+        (b'{"kind": "List", "items": ' + b"[" * 500 + b"]" * 500 + b"}", None,
+         r"bad\.yaml: item 0: lists nested deeper than 16 levels"),
+        (_gpus(-1), None, r"nvidia\.com/gpu: must be from 0 to 1000000, got -1"),
+        (_gpus("-1"), None, r"nvidia\.com/gpu: expected a whole number from 0 to 1000000, got '-1'"),
+        (_gpus("²"), None, r"nvidia\.com/gpu: expected a whole number from 0 to 1000000, got '²'"),
+        (_gpus("٨"), None, r"nvidia\.com/gpu: expected a whole number from 0 to 1000000, got '٨'"),
+        (_gpus(2**64), None, r"nvidia\.com/gpu: expected a whole number from 0 to 1000000"),  # orjson: a float
+        ("kind: List\nitems: [{apiVersion: v1, kind: Node, metadata: {name: n}, status: {allocatable: {nvidia.com/gpu: 99999999999999999999999}}}]\n",
+         None, r"nvidia\.com/gpu: must be from 0 to 1000000"),
+        (as_list([]), "price_per_gb: -0.01\n", r"price_per_gb: must be at least 0"),
+        (as_list([]), "price_per_gb: .nan\n", r"price_per_gb: expected a number"),
+        (as_list([]), "bytes_per_step: 1" + "0" * 30 + "\n", r"bytes_per_step: must be at most"),
         (as_list([]), "- a\n- b\n", r"expected a mapping at the top level"),
     ],
 )
@@ -326,3 +356,35 @@ def test_load_snapshot_restores_the_garbage_collector(tmp_path: Path) -> None:
         assert gc.isenabled()
     finally:
         gc.unfreeze()
+
+
+def test_an_endless_input_is_refused_after_the_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--snapshot", "/dev/zero", "--max-input-size", "1M"]) == 2
+    _, err = capsys.readouterr()
+    assert err == (
+        "zonemedic: error: /dev/zero: the snapshot input is larger than 1048576 bytes "
+        "(raise --max-input-size)\n"
+    )
+
+
+def test_the_input_limit_counts_every_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = _write(tmp_path, "a.json", as_list(_cluster()))
+    second = _write(tmp_path, "b.json", as_list(_cluster()))
+    size = first.stat().st_size
+    limit = str(size + size // 2)  # room for one file, not two
+    assert main(["diagnose", "--snapshot", str(first), "--max-input-size", limit, "--output", "json"]) == 0
+    capsys.readouterr()
+    args = ["diagnose", "--snapshot", str(first), "--snapshot", str(second), "--max-input-size", limit]
+    assert main(args) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith(f"zonemedic: error: {second}: the snapshot input is larger than")
+
+
+@pytest.mark.parametrize("size", ["0", "lots", "١M", "-5", "2T"])
+def test_a_bad_input_limit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], size: str
+) -> None:
+    snapshot = _write(tmp_path, "a.json", as_list(_cluster()))
+    assert main(["diagnose", "--snapshot", str(snapshot), "--max-input-size", size]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith("zonemedic: error: --max-input-size: ") and err.count("\n") == 1

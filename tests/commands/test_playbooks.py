@@ -30,7 +30,7 @@ def test_bad_playbook_exits_2_naming_file_line_and_field(tmp_path: Path) -> None
     )
     proc = _run("playbooks", "check", str(tmp_path))
     assert proc.returncode == 2
-    assert f"{tmp_path / 'bad.yaml'}:4: triggers[0].cron: hour: 24 is outside 0-23" in proc.stderr
+    assert f"{tmp_path / 'bad.yaml'}:4: triggers[0].cron: hour: must be from 0 to 23, got 24" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "ok  g" in proc.stdout
 

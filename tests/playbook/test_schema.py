@@ -6,6 +6,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.playbook.loader import check_directory, load_playbooks
 from agent.playbook.model import MatchOp, PlaybookActionKind, TriggerKind
@@ -97,10 +99,13 @@ def _replace(old: str, new: str) -> str:
         (_replace("type: zone_split", "type: zone_splt"), r"^demo\.yaml:4: triggers\[0\]\.type: 'zone_splt' is not one of"),
         (_replace('\'alertname="GpuLow"\'', "'alertname~GpuLow'"), r"^demo\.yaml:6: triggers\[1\]\.matchers\[0\]: .*not a matcher"),
         (_replace('severity=~"warning|critical"', 'severity=~"(warning"'), r"^demo\.yaml:6: triggers\[1\]\.matchers\[1\]: .*bad regular expression"),
-        (_replace('"0 8 * * 1-5"', '"0 25 * * *"'), r"^demo\.yaml:8: triggers\[2\]\.cron: hour: 25 is outside 0-23"),
+        (_replace('"0 8 * * 1-5"', '"0 25 * * *"'), r"^demo\.yaml:8: triggers\[2\]\.cron: hour: must be from 0 to 23, got 25"),
+        (_replace('"0 8 * * 1-5"', '"0 8 31 2 *"'), r"^demo\.yaml:8: triggers\[2\]\.cron: .*never fires"),
         (_replace('"0 8 * * 1-5"', '"0 8 * *"'), r"^demo\.yaml:8: triggers\[2\]\.cron: expected 5 fields"),
         (_replace("job_kinds: [PyTorchJob, TFJob]", "job_kinds: [PyTorchJob, TfJob]"), r"^demo\.yaml:11: conditions\.job_kinds\[1\]: 'TfJob' is not one of"),
-        (_replace("min_gpus: 8", "min_gpus: -1"), r"^demo\.yaml:13: conditions\.min_gpus: expected an integer >= 0"),
+        (_replace("min_gpus: 8", "min_gpus: -1"), r"^demo\.yaml:13: conditions\.min_gpus: must be from 0 to 1000000, got -1"),
+        (_replace("min_gpus: 8", "min_gpus: 99999999999999999999999"), r"^demo\.yaml:13: conditions\.min_gpus: must be from 0 to 1000000"),
+        (_replace("min_gpus: 8", "min_gpus: .inf"), r"^demo\.yaml:13: conditions\.min_gpus: expected an integer from 0 to 1000000"),
         (_replace("min_gpus: 8", "min_gpus: eight"), r"^demo\.yaml:13: conditions\.min_gpus: expected an integer"),
         (_replace("verdicts: [zone_split_blocked]", "verdicts: [split]"), r"^demo\.yaml:14: conditions\.verdicts\[0\]: 'split' is not one of"),
         (_replace("labels: {team: vision}", "labels: {team: 3}"), r"^demo\.yaml:12: conditions\.labels\.team: expected a string value"),
@@ -113,6 +118,17 @@ def _replace(old: str, new: str) -> str:
         ("name: x\ntriggers: []\nactions: [{type: digest}]\n", r"^demo\.yaml:2: triggers: needs at least one trigger"),
         ("name: x\ntriggers: [{type: zone_split}]\nactions: [{type: notify}\n", r"^demo\.yaml:\d+: invalid YAML"),
         ("", r"^demo\.yaml: empty file"),
+        # hostile input: recursion, nesting, alias bombs and numbers that overflow
+        (_replace("description:", "extra: &a [*a]\ndescription:"), r"^demo\.yaml:2: alias \*a refers to a node that contains it"),
+        (_replace("description:", "x: &a {k: *a}\ndescription:"), r"^demo\.yaml:2: alias \*a refers to a node that contains it"),
+        ("name: x\ndescription: " + "[" * 500 + "]" * 500 + "\n", r"^demo\.yaml:2: nested deeper than 100 levels"),
+        ("name: x\ndescription: " + "[" * 5000 + "]" * 5000 + "\n", r"^demo\.yaml:2: (nested deeper than 100 levels|invalid YAML: exceeded maximum nesting depth)"),
+        ("name: x\ndescription:\n" + "".join("  " * i + "- \n" for i in range(1, 150)), r"^demo\.yaml:\d+: nested deeper than 100 levels"),
+        ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdef", "bcdefg", strict=True)), r"^demo\.yaml:5: aliases expand to more than 100000 nodes"),
+        (_replace("expiry: 30m", "expiry: 99999999999d"), r"^demo\.yaml:19: actions\[1\]\.approval\.expiry: at most 3650d"),
+        (_replace("expiry: 30m", "expiry: .nan"), r"^demo\.yaml:19: actions\[1\]\.approval\.expiry: expected a duration"),
+        (_replace("expiry: 30m", "expiry: .inf"), r"^demo\.yaml:19: actions\[1\]\.approval\.expiry: expected a duration"),
+        (_replace("expiry: 30m", "expiry: ٣٠m"), r"^demo\.yaml:19: actions\[1\]\.approval\.expiry: expected a duration"),
         ("- a\n- b\n", r"^demo\.yaml:1: expected a mapping"),
     ],
 )
@@ -134,3 +150,16 @@ def test_directory_reports_each_bad_file_and_duplicate_names(tmp_path: Path) -> 
     assert "c.yaml:13: conditions.min_gpus" in messages[1]
     with pytest.raises(PlaybookError, match="b.yaml"):
         load_playbooks(tmp_path)
+
+
+_YAMLISH = st.text(alphabet="[]{}&*:,-!|>'\"#\n abtype:zone_splitactions.٨²0179", max_size=160)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_YAMLISH, st.sampled_from(GOOD.splitlines(keepends=True)).map(lambda line: GOOD.replace(line, "", 1))))
+def test_fuzz_any_text_is_a_playbook_or_one_located_error(text: str) -> None:
+    try:
+        parse_playbook(text, path=Path("demo.yaml"))
+    except PlaybookError as exc:
+        assert str(exc).startswith("demo.yaml")
+        assert "\n" not in str(exc).strip() or "invalid YAML" in str(exc)

@@ -193,6 +193,23 @@ ERRORS: list[tuple[str, Any, str]] = [
         f"{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].port: port 70000 out of range",
     ),
     (
+        "port in non-ASCII digits",  # "٨٠".isdigit() is True and int("٨٠") == 80
+        cnp("bad", {"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [{"port": "٨٠"}]}]}]}),
+        f"{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].port: invalid port name '٨٠'",
+    ),
+    (
+        "endPort beyond 64 bits",
+        cnp("bad", {"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [
+            {"port": "80", "endPort": "9" * 30}]}]}]}),
+        f"{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].endPort: expected a whole number",
+    ),
+    (
+        "endPort written as a superscript",  # "²".isdigit() is True, int("²") raises
+        cnp("bad", {"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [
+            {"port": "80", "endPort": "²"}]}]}]}),
+        f"{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].endPort: expected a whole number",
+    ),
+    (
         "Cilium port entry without a port",
         cnp("bad", {"endpointSelector": {}, "ingress": [{"toPorts": [{"ports": [{"protocol": "TCP"}]}]}]}),
         f'{CNP_ID}: spec.ingress[0].toPorts[0].ports[0].port: missing (use "0" for every port)',

@@ -4,13 +4,22 @@ Alertmanager webhook's status codes, and the incidents API's auth and filters.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from agent.errors import InputError
 from agent.runtime.alerts import AlertReceiver
@@ -164,11 +173,218 @@ def test_incidents_api_auth(token: str | None, peer: str, headers: dict[str, str
     ("params", "message"),
     [
         ({"job": "resnet"}, "job: expected NAMESPACE/NAME"),
-        ({"limit": "0"}, "limit: expected an integer"),
-        ({"limit": "abc"}, "limit: expected an integer"),
+        ({"limit": "0"}, "limit: must be from 1 to 1000, got 0"),
+        ({"limit": "abc"}, "limit: expected a whole number from 1 to 1000"),
+        ({"limit": "²"}, "limit: expected a whole number from 1 to 1000, got '²'"),
+        ({"limit": "٨٠"}, "limit: expected a whole number from 1 to 1000, got '٨٠'"),
+        ({"limit": "9" * 400}, "limit: expected a whole number from 1 to 1000, got '99999"),
+        ({"since": "99999999999d"}, "since: at most 3650d"),
+        ({"since": "inf"}, "since: expected a duration"),
+        ({"since": "nan"}, "since: expected a duration"),
+        ({"since": "٧d"}, "since: expected a duration"),
         ({"colour": "red"}, "unknown query parameter 'colour'"),
     ],
 )
 def test_bad_filters(params: dict[str, str], message: str) -> None:
     with pytest.raises(InputError, match=message):
         parse_filters(params)
+
+
+class FailingIncidents(Incidents):
+    """An incident table whose look-up of one incident fails with a bug (a deliberate 500)."""
+
+    def get_incident(self, incident_id: int) -> dict[str, Any] | None:
+        raise RuntimeError("a bug deep in the store: secret=hunter2")
+
+
+def test_an_unhandled_error_is_a_500_without_a_stack_trace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World()
+    world.incidents = FailingIncidents()
+    server = HttpServer(_app(world, None), host="127.0.0.1", port=0).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            response = client.get("/api/incidents/1")
+    finally:
+        server.stop()
+    assert response.status_code == 500
+    assert response.json() == {"error": "internal error (logged by the agent)"}
+    for leak in ("Traceback", "RuntimeError", "hunter2", ".py"):
+        assert leak not in response.text
+    assert any(r.exc_info and "hunter2" in str(r.exc_info[1]) for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/api/incidents/x", "incident id: expected a whole number"),
+        ("/api/incidents/0", "incident id: must be from 1 to 2147483647, got 0"),
+        ("/api/incidents/2147483648", "incident id: must be from 1 to 2147483647, got 2147483648"),
+        ("/api/incidents/%C2%B2", "incident id: expected a whole number from 1 to 2147483647, got '²'"),
+        ("/api/incidents/%D9%A8%D9%A0", "incident id: expected a whole number from 1 to 2147483647, got '٨٠'"),
+        ("/api/incidents/" + "9" * 30, "incident id: expected a whole number from 1 to 2147483647"),
+        ("/api/incidents/99999999999999999999", "incident id: expected a whole number"),
+        ("/api/incidents?since=99999999999d", "since: at most 3650d"),
+        ("/api/incidents?limit=1e3", "limit: expected a whole number"),
+    ],
+)
+def test_client_mistakes_are_400_naming_the_field(
+    served: tuple[World, httpx.Client], path: str, message: str
+) -> None:
+    _, client = served
+    response = client.get(path)
+    assert response.status_code == 400
+    assert message in response.json()["error"]
+
+
+def _raw_exchange(url: str, head: bytes, chunks: Iterator[bytes]) -> tuple[bytes, int]:
+    """Send `head`, then `chunks` until the server answers; (the answer, chunks sent)."""
+    host, port = url.removeprefix("http://").split(":")
+    sent = 0
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head)
+        sock.setblocking(False)
+        answer = b""
+        deadline = time.monotonic() + 10
+        for chunk in chunks:
+            with contextlib.suppress(BlockingIOError):
+                answer += sock.recv(65536)
+            if answer:
+                break
+            sock.setblocking(True)
+            try:
+                sock.sendall(chunk)
+            except OSError:  # the server answered and closed
+                break
+            sock.setblocking(False)
+            sent += 1
+        sock.setblocking(True)
+        while not _complete(answer) and time.monotonic() < deadline:
+            data = sock.recv(65536)
+            if not data:
+                break
+            answer += data
+    return answer, sent
+
+
+def _complete(answer: bytes) -> bool:
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    return len(body) >= length
+
+
+def test_webhook_refuses_a_large_body_from_content_length_without_reading_it(
+    served: tuple[World, httpx.Client],
+) -> None:
+    world, client = served
+    world.ready["caches"] = True
+    head = (
+        b"POST /alertmanager HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 209715200\r\n\r\n"
+    )
+    # no body byte is sent at all: the answer must come from the header alone
+    answer, _ = _raw_exchange(str(client.base_url).rstrip("/"), head, iter(()))
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b"body too large (209715200 bytes, limit 4194304)" in answer
+    assert world.handed == []
+
+
+def test_webhook_stops_reading_a_chunked_body_past_the_limit(
+    served: tuple[World, httpx.Client],
+) -> None:
+    world, client = served
+    world.ready["caches"] = True
+    head = (
+        b"POST /alertmanager HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    mib = 1024 * 1024
+    chunk = f"{mib:x}\r\n".encode() + b" " * mib + b"\r\n"
+    answer, sent = _raw_exchange(str(client.base_url).rstrip("/"), head, iter([chunk] * 200))
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b"more than 4194304 bytes" in answer
+    assert sent < 200  # answered long before the 200 MiB were sent
+    assert world.handed == []
+
+
+def test_webhook_label_nested_300_deep_is_a_400(served: tuple[World, httpx.Client]) -> None:
+    world, client = served
+    world.ready["caches"] = True
+    deep = b"[" * 300 + b"]" * 300
+    body = b'{"alerts": [{"labels": {"alertname": "X", "namespace": "ml", "x": ' + deep + b"}}]}"
+    response = client.post("/alertmanager", content=body)
+    assert response.status_code == 400
+    assert "alerts[0].labels.x: expected a string" in response.json()["error"]
+
+
+def _asgi_request(app: Any, method: str, path: str, *, headers: dict[str, str] | None = None) -> httpx.Response:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, client=("10.1.2.3", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as c:
+            return await c.request(method, path, headers=headers)
+
+    return asyncio.run(go())
+
+
+def _with_write_route(token: str | None, calls: list[str]) -> Any:
+    async def note(request: Request) -> Response:
+        calls.append(request.path_params["incident_id"])
+        return JSONResponse({"noted": True})
+
+    return build_app(
+        metrics=AgentMetrics(),
+        readiness=dict,
+        api_token=token,
+        write_routes=[Route("/api/incidents/{incident_id}/note", note, methods=["POST"])],
+    )
+
+
+@pytest.mark.parametrize(
+    ("token", "headers", "status", "called"),
+    [
+        (None, None, 404, False),  # no token configured: the write endpoint does not exist
+        (None, {"Authorization": "Bearer anything"}, 404, False),
+        ("s3cret", None, 401, False),
+        ("s3cret", {"Authorization": "Bearer wrong"}, 401, False),
+        ("s3cret", {"Authorization": "Basic s3cret"}, 401, False),
+        ("s3cret", {"Authorization": "Bearer s3cret"}, 200, True),
+    ],
+)
+def test_write_endpoints_need_the_token_and_do_not_exist_without_one(
+    token: str | None, headers: dict[str, str] | None, status: int, called: bool
+) -> None:
+    calls: list[str] = []
+    response = _asgi_request(_with_write_route(token, calls), "POST", "/api/incidents/7/note", headers=headers)
+    assert response.status_code == status
+    assert calls == (["7"] if called else [])
+
+
+_PARAM_TEXT = st.text(alphabet="0123456789٨²-+.eE/ admhsinf%&=?#\x00", max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    params=st.dictionaries(
+        st.sampled_from(["job", "namespace", "status", "verdict", "since", "limit", "x"]),
+        _PARAM_TEXT, max_size=4,
+    ),
+    incident=_PARAM_TEXT,
+)
+def test_fuzz_client_input_is_never_a_5xx(params: dict[str, str], incident: str) -> None:
+    app = _app(World(), None)
+
+    async def go() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://agent") as c:
+            return [
+                await c.get("/api/incidents", params=params),
+                await c.get("/api/incidents/" + quote(incident, safe="")),
+            ]
+
+    for response in asyncio.run(go()):
+        assert response.status_code in (200, 307, 400, 404), response.text  # 307: trailing slash
+        assert "Traceback" not in response.text

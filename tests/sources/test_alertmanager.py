@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.sources.alertmanager import (
     Alert,
@@ -84,6 +86,14 @@ def test_lenient(body: dict[str, object], check: object) -> None:
         (b'{"alerts": [3]}', r"alerts\[0\]: expected an object"),
         (b'{"alerts": [{"status": "firing"}]}', r"alerts\[0\]\.labels: missing"),
         (b'{"alerts": [{"labels": ["a"]}]}', r"alerts\[0\]\.labels: expected an object"),
+        # a label value nested 300 deep used to reach orjson.dumps (limit 254 levels): a 500
+        (b'{"alerts": [{"labels": {"a": ' + b"[" * 300 + b"]" * 300 + b"}}]}", r"^alerts\[0\]\.labels\.a: expected a string, got a JSON list"),
+        (b'{"alerts": [{"labels": {"a": "b"}, "annotations": {"s": {"x": {}}}}]}', r"^alerts\[0\]\.annotations\.s: expected a string"),
+        # str() of a list nested 1,000 deep raises RecursionError
+        (b'{"alerts": [{"labels": {}, "startsAt": ' + b"[" * 1000 + b"]" * 1000 + b"}]}", r"^alerts\[0\]\.startsAt: expected a string"),
+        (b'{"receiver": {"a": 1}, "alerts": []}', r"^receiver: expected a string"),
+        (b'{"alerts": [' + b"[" * 2000 + b"]" * 2000 + b"]}", "not JSON"),  # orjson's own depth limit
+        (b"{" + b" " * (4 * 1024 * 1024) + b"}", "body too large"),
     ],
 )
 def test_bad_bodies_give_a_reason(body: bytes, reason: str) -> None:
@@ -159,3 +169,37 @@ def test_resolve_jobs(target: AlertTarget, expected: list[JobKey]) -> None:
         job_of_pod=lambda ns, pod: PODS.get((ns, pod)),
     )
     assert found == expected
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    alerts=st.lists(st.dictionaries(
+        st.sampled_from(["labels", "annotations", "status", "startsAt", "endsAt", "fingerprint"]),
+        _JSON, max_size=6,
+    ), max_size=4),
+    top=st.dictionaries(st.sampled_from(["receiver", "status", "groupKey"]), _JSON, max_size=3),
+    wrap=st.integers(0, 400),
+)
+def test_fuzz_any_body_is_a_webhook_or_a_payload_error(
+    alerts: list[dict[str, object]], top: dict[str, object], wrap: int
+) -> None:
+    for alert in alerts[:1]:
+        alert.setdefault("labels", {"deep": "@DEEP@"})
+    deep = b"[" * wrap + b'"x"' + b"]" * wrap  # a value nested up to 400 deep
+    body = orjson.dumps({**top, "alerts": alerts}).replace(b'"@DEEP@"', deep)
+    try:
+        hook = parse_webhook(body)
+    except PayloadError as exc:
+        assert "\n" not in str(exc)
+        return
+    for alert in hook.alerts:
+        assert all(isinstance(v, str) for v in alert.labels.values())
+        assert isinstance(alert.starts_at, str) and isinstance(alert.fingerprint, str)

@@ -76,6 +76,12 @@ GPU = "nvidia.com/gpu"
         ([pod("w-0", phase=None, a={"requests": {GPU: "1"}})], 1),  # no status yet: pending, live
         ([pod("w-0", a={"requests": {GPU: "lots"}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
         ([pod("w-0", a={"requests": {"cpu": "4"}})], 0),
+        # hostile quantities count nothing: non-ASCII digits, negatives, beyond 64 bits
+        ([pod("w-0", a={"requests": {GPU: "٨"}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([pod("w-0", a={"requests": {GPU: "²"}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([pod("w-0", a={"requests": {GPU: "-3"}}), pod("w-1", a={"requests": {GPU: 1}})], 1),
+        ([pod("w-0", a={"requests": {GPU: -3}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([pod("w-0", a={"requests": {GPU: "9" * 30}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
     ],
 )
 def test_job_gpus(pods: list[dict[str, Any]], gpus: int) -> None:

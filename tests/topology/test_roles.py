@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from agent.model.cluster import Pod
 from agent.topology.jobs import find_jobs
+from agent.topology.roles import REPLICA_INDEX_LABEL, replica_index
 from tests.snapshot.kube_objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, load, node, pod
 
 N = [node("a1", "zone-a")]
@@ -59,3 +61,23 @@ def test_replica_type_from_v2beta1_role_and_name() -> None:
     (job,) = find_jobs(load(N + items).state)
     assert dict(job.replica_types) == {"m-launcher-abc": "launcher", "m-worker-3": "worker"}
     assert job.coordinator is not None and job.coordinator.name == "m-launcher-abc"
+
+
+@pytest.mark.parametrize(
+    ("name", "index_label", "expected"),
+    [
+        ("j-worker-3", "3", 3),
+        ("j-worker-3", None, 3),  # from the name
+        ("j-worker-3", "²", 3),  # "²".isdigit() is True but it is no index: the name decides
+        ("j-worker-3", "٨", 3),  # Arabic-Indic eight: not an ASCII digit
+        ("j-worker-3", "9" * 40, 3),  # beyond 64 bits
+        ("j-worker-3", "-1", 3),
+        ("j-worker-" + "9" * 5000, None, None),  # int() of 5,000 digits would raise
+        ("j-worker-٣", None, None),
+    ],
+)
+def test_replica_index_reads_ascii_digits_only(
+    name: str, index_label: str | None, expected: int | None
+) -> None:
+    labels = {REPLICA_INDEX_LABEL: index_label} if index_label is not None else {}
+    assert replica_index(Pod(namespace="ml", name=name, labels=labels)) == expected
