@@ -33,6 +33,11 @@ EXAMPLES: dict[str, list[str]] = {
         "zonemedic diagnose --snapshot examples/split-blocked.yaml"
         " --config examples/split-blocked.config.yaml --output json",
     ],
+    "config": ["zonemedic config check config.yaml"],
+    "config check": [
+        "zonemedic config check /etc/zonemedic/config/config.yaml",
+        "ZONEMEDIC_HTTP__PORT=9090 zonemedic config check config.yaml   # overrides are checked too",
+    ],
     "playbooks": ["zonemedic playbooks check playbooks/"],
     "playbooks check": ["zonemedic playbooks check playbooks/"],
     "incidents": [

@@ -91,10 +91,12 @@ def test_an_incident_no_longer_current_exits_1(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["approve", "abc"], "ID: expected an incident number, got 'abc'"),
-        (["approve", "-3"], "ID: expected a positive incident number, got '-3'"),
-        (["reject", "0"], "ID: expected a positive incident number, got '0'"),
-        (["approve", "1.5"], "ID: expected an incident number"),
+        (["approve", "abc"], "ID: expected a whole number from 1 to 2147483647, got 'abc'"),
+        (["approve", "-3"], "ID: expected a whole number from 1 to 2147483647, got '-3'"),
+        (["reject", "0"], "ID: must be from 1 to 2147483647, got 0"),
+        (["approve", "1.5"], "ID: expected a whole number"),
+        (["approve", "٨٠"], "ID: expected a whole number"),
+        (["approve", "99999999999"], "ID: must be from 1 to 2147483647"),
         (["snooze", "{id}", "--for", "soon"], "--for: expected a duration like"),
         (["snooze", "{id}", "--for", "0s"], "--for: expected a positive duration"),
         (["snooze", "{id}", "--for", "365d"], "snooze_for: expected a duration above 0 and at most"),

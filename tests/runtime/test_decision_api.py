@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.errors import InputError
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.runtime.decision_api import parse_decision
 from agent.runtime.http import build_app
@@ -122,8 +121,11 @@ def test_bearer_token(client: httpx.Client, store: IncidentStore, incident: int,
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [
-        ("abc", b'{"outcome": "approve", "by": "x"}', "incident id: expected a positive number"),
-        ("0", b'{"outcome": "approve", "by": "x"}', "incident id: expected a positive number"),
+        ("abc", b'{"outcome": "approve", "by": "x"}', "incident id: expected a whole number from 1"),
+        ("0", b'{"outcome": "approve", "by": "x"}', "incident id: must be from 1 to 2147483647"),
+        ("99999999999", b'{"outcome": "approve", "by": "x"}',
+         "incident id: must be from 1 to 2147483647"),
+        ("٨٠", b'{"outcome": "approve", "by": "x"}', "incident id: expected a whole number"),
         ("{id}", b"{nope", "body: not JSON"),
         ("{id}", b"[1, 2]", "body: expected a JSON object"),
         ("{id}", b'{"by": "x"}', "outcome: required"),
@@ -195,5 +197,12 @@ def test_parse_decision_builds_the_request() -> None:
     assert (request.incident_id, request.outcome, request.actor.id, request.actor.source,
             request.reason, request.snooze_for) == (
         12, DecisionOutcome.SNOOZE, "ana", DecisionSource.API, None, timedelta(hours=1))
-    with pytest.raises(InputError, match="body: at most"):
-        parse_decision("12", b" " * 20_000)
+
+
+def test_a_body_over_the_limit_is_413_unread(client: httpx.Client, store: IncidentStore,
+                                             incident: int) -> None:
+    response = client.post(f"/api/incidents/{incident}/decision", headers=AUTH,
+                           content=b" " * 20_000)
+    assert response.status_code == 413
+    assert "body too large" in response.json()["error"]
+    assert store.get_incident(incident).decisions == []
