@@ -14,6 +14,15 @@ labels and requested GPUs: `job_uid`, `job_labels`, `job_gpus`) and the Alertman
 - a Kubeflow job object -> that job. Owner objects (batch Jobs, ReplicaSets) change nothing.
 
 Objects are equal when their slim forms are equal, so status churn never reaches the detector.
+
+Gang completion: a job's expected pods are known in advance (the sum of a Kubeflow job's replica
+counts; for a configured generic group, the `replicas` of the Deployments and standalone
+ReplicaSets and the `parallelism` (capped by `completions`) of the batch Jobs of its namespace
+whose pod template matches the group's selector). A watch event that binds a pod and so brings
+the job's bound, live (not finished, not deleting) pods up to that number is reported with
+`gang_complete=True`: the detector hands it over without the debounce window. A relist never is
+(it is bulk, not the last bind of a gang); a job whose expected count is unknown (no job object
+cached, a workload missing) never is either, and keeps the debounce.
 Thread-safe (one lock); callbacks run outside the lock on the caller's thread. No I/O.
 """
 
@@ -26,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.model.cluster import GPU_RESOURCE
-from agent.settings import NamespaceFilter
+from agent.settings import GroupSpec, NamespaceFilter
 from agent.sources.jobkey import JobKey
 from agent.sources.resources import Resource, Role
 
@@ -59,12 +68,15 @@ class EventType:
 
 @dataclass(frozen=True)
 class Change:
-    """What a cache update affects; `everything` means re-diagnose all jobs."""
+    """What a cache update affects; `everything` means re-diagnose all jobs. `gang_complete`:
+    the update bound the last expected pod of the jobs (or generic groups of the namespaces) it
+    names, so it should be diagnosed at once rather than after the debounce window."""
 
     jobs: frozenset[JobKey] = frozenset()
     namespaces: frozenset[str] = frozenset()
     everything: bool = False
     reasons: tuple[str, ...] = field(default=(), compare=False)
+    gang_complete: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.namespaces or self.everything)
@@ -75,14 +87,32 @@ class Change:
             namespaces=self.namespaces | other.namespaces,
             everything=self.everything or other.everything,
             reasons=self.reasons + other.reasons,
+            gang_complete=self.gang_complete or other.gang_complete,
         )
 
+    def without(self, covered: Change) -> Change:
+        """This change minus what `covered` (a batch handled meanwhile) diagnoses anyway: its
+        jobs, and jobs of its namespaces. Cluster-wide changes and other namespaces stay."""
+        if self.everything or covered.everything:
+            return self if not covered.everything else Change()
+        jobs = frozenset(
+            j for j in self.jobs if j not in covered.jobs and j.namespace not in covered.namespaces
+        )
+        namespaces = self.namespaces - covered.namespaces
+        if jobs == self.jobs and namespaces == self.namespaces:
+            return self
+        return Change(jobs=jobs, namespaces=namespaces, reasons=self.reasons)
 
-def merge_all(changes: Iterable[Change], *, max_reasons: int = 20) -> Change:
-    """One Change for many (linear, unlike repeated `merge`)."""
+
+def merge_all(
+    changes: Iterable[Change], *, max_reasons: int = 20, gang_complete: bool | None = None
+) -> Change:
+    """One Change for many (linear, unlike repeated `merge`); `gang_complete` overrides the flag
+    (None: set when any change sets it)."""
     jobs: set[JobKey] = set()
     namespaces: set[str] = set()
     everything = False
+    complete = False
     reasons: list[str] = []
     for c in changes:
         if not c:
@@ -90,9 +120,16 @@ def merge_all(changes: Iterable[Change], *, max_reasons: int = 20) -> Change:
         jobs |= c.jobs
         namespaces |= c.namespaces
         everything = everything or c.everything
+        complete = complete or c.gang_complete
         if len(reasons) < max_reasons:
             reasons.extend(c.reasons)
-    return Change(frozenset(jobs), frozenset(namespaces), everything, tuple(reasons[:max_reasons]))
+    return Change(
+        frozenset(jobs),
+        frozenset(namespaces),
+        everything,
+        tuple(reasons[:max_reasons]),
+        gang_complete=complete if gang_complete is None else gang_complete,
+    )
 
 
 def _meta(obj: Obj) -> dict[str, Any]:
@@ -134,15 +171,73 @@ def _node_of(pod: Obj) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
+def _bound_live(pod: Obj | None) -> bool:
+    """Bound to a node, not finished, not being deleted: a pod that counts towards its gang."""
+    return (
+        pod is not None
+        and _node_of(pod) is not None
+        and _phase(pod) not in FINISHED_PHASES
+        and not _meta(pod).get("deletionTimestamp")
+    )
+
+
+def _count(value: object, default: int) -> int | None:
+    """A replica-like count (absent: `default`); None when it is not a non-negative integer."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def expected_job_pods(job_obj: Obj) -> int | None:
+    """Pods a Kubeflow job expects: the sum of its replica specs' `replicas` (default 1);
+    None when it has no replica spec or a count is unreadable."""
+    total = 0
+    found = False
+    for key, value in (job_obj.get("spec") or {}).items():
+        if not key.endswith("ReplicaSpecs") or not isinstance(value, dict):
+            continue
+        for rspec in value.values():
+            if not isinstance(rspec, dict):
+                continue
+            replicas = _count(rspec.get("replicas"), 1)
+            if replicas is None:
+                return None
+            total += replicas
+            found = True
+    return total if found and total > 0 else None
+
+
+def expected_workload_pods(kind: str, obj: Obj) -> int | None:
+    """Pods a workload keeps running: Deployment/ReplicaSet `replicas` (default 1), batch Job
+    `parallelism` (default 1) capped by `completions` when set; None when unreadable."""
+    spec = obj.get("spec") or {}
+    if kind == "Job":
+        parallelism = _count(spec.get("parallelism"), 1)
+        completions = _count(spec.get("completions"), 0) if "completions" in spec else None
+        if parallelism is None or ("completions" in spec and completions is None):
+            return None
+        return parallelism if completions is None else min(parallelism, completions)
+    return _count(spec.get("replicas"), 1)
+
+
+def _matches(selector: dict[str, str], labels: Any) -> bool:
+    return isinstance(labels, dict) and all(labels.get(k) == v for k, v in selector.items())
+
+
 class ClusterCache:
     def __init__(
         self,
         *,
         namespaces: NamespaceFilter | None = None,
         on_change: Callable[[Change], object] | None = None,
+        groups: Iterable[GroupSpec] = (),
     ) -> None:
         self.namespace_filter = namespaces or NamespaceFilter()
         self.on_change = on_change
+        self.groups = tuple(g for g in groups if g.selector)
+        self._loose_pods: dict[str, set[ObjKey]] = defaultdict(set)  # pods of no job, by namespace
         self._lock = threading.RLock()
         self._objects: dict[str, dict[ObjKey, Obj]] = defaultdict(dict)
         self._resources: dict[str, Resource] = {}
@@ -222,7 +317,7 @@ class ClusterCache:
                 if key not in fresh
             ]
             parts += [self._apply(resource, EventType.MODIFIED, obj) for obj in fresh.values()]
-            change = merge_all(parts)
+            change = merge_all(parts, gang_complete=False)  # bulk: keeps the debounce
             self._synced.add(resource.name)
         if change and self.on_change is not None:
             self.on_change(change)
@@ -272,7 +367,10 @@ class ClusterCache:
                 return Change()  # an empty new namespace, or one whose pods are gone already
             return Change(everything=True, reasons=(reason,))
         if role is Role.JOB:
-            return Change(jobs=frozenset({JobKey(resource.kind, key[0], key[1])}), reasons=(reason,))
+            job = JobKey(resource.kind, key[0], key[1])
+            # a job object arriving after its pods were all bound completes the gang as well
+            complete = new is not None and old is None and self._job_complete(job, new)
+            return Change(jobs=frozenset({job}), reasons=(reason,), gang_complete=complete)
         return Change()
 
     def _pods_change(self, pods: Iterable[ObjKey], reason: str) -> Change:
@@ -296,6 +394,12 @@ class ClusterCache:
                 members.discard(key)
                 if not members:
                     del self._pods_of_job[old_job]
+        else:
+            loose = self._loose_pods.get(key[0])
+            if loose is not None:
+                loose.discard(key)
+                if not loose:
+                    del self._loose_pods[key[0]]
         old_node = _node_of(old) if old else None
         if old_node:
             self._pods_on_node[old_node].discard(key)
@@ -307,13 +411,82 @@ class ClusterCache:
             if new_job is not None:
                 self._job_of_pod[key] = new_job
                 self._pods_of_job[new_job].add(key)
+            else:
+                self._loose_pods[key[0]].add(key)
             node = _node_of(new)
             if node:
                 self._pods_on_node[node].add(key)
+        newly_bound = _bound_live(new) and not _bound_live(old)
         jobs = frozenset(j for j in (old_job, new_job) if j is not None)
         if jobs:
-            return Change(jobs=jobs, reasons=(reason,))
-        return Change(namespaces=frozenset({key[0]}), reasons=(reason,))
+            complete = newly_bound and new_job is not None and self._job_complete(new_job)
+            return Change(jobs=jobs, reasons=(reason,), gang_complete=complete)
+        complete = newly_bound and new is not None and self._group_complete(key[0], new)
+        return Change(namespaces=frozenset({key[0]}), reasons=(reason,), gang_complete=complete)
+
+    # -- gang completion ----------------------------------------------------------------------
+
+    def _job_object(self, job: JobKey) -> Obj | None:
+        for version in KUBEFLOW_VERSIONS:
+            obj = self._objects.get(f"{job.kind.lower()}s.{version}.kubeflow.org", {}).get(
+                (job.namespace, job.name)
+            )
+            if obj is not None:
+                return obj
+        return None
+
+    def _job_complete(self, job: JobKey, job_obj: Obj | None = None) -> bool:
+        """All the pods the job's object expects are bound and live (unknown: False)."""
+        obj = job_obj if job_obj is not None else self._job_object(job)
+        expected = expected_job_pods(obj) if obj is not None else None
+        if expected is None:
+            return False
+        pods = self._objects.get("pods", {})
+        bound = sum(1 for k in self._pods_of_job.get(job, ()) if _bound_live(pods.get(k)))
+        return bound >= expected
+
+    def _group_complete(self, namespace: str, pod: Obj) -> bool:
+        """The pod belongs to a configured group whose expected pods are now all bound."""
+        labels = _meta(pod).get("labels")
+        for group in self.groups:
+            if group.namespace not in (None, namespace) or not _matches(group.selector, labels):
+                continue
+            expected = self._group_expected(namespace, group)
+            if expected is None:
+                continue
+            pods = self._objects.get("pods", {})
+            bound = 0
+            for k in self._loose_pods.get(namespace, ()):
+                other = pods.get(k)
+                if _bound_live(other) and _matches(group.selector, _meta(other or {}).get("labels")):
+                    bound += 1
+            if bound >= expected:
+                return True
+        return False
+
+    def _group_expected(self, namespace: str, group: GroupSpec) -> int | None:
+        """Pods the group's workloads expect: Deployments, ReplicaSets no Deployment owns, batch
+        Jobs of the namespace whose template labels match the selector (None: none found, or a
+        count unreadable)."""
+        total = 0
+        found = False
+        for r_name, r in self._resources.items():
+            if r.role is not Role.OWNER or r.kind not in ("Deployment", "ReplicaSet", "Job"):
+                continue
+            for (ns, _), obj in self._objects.get(r_name, {}).items():
+                if ns != namespace:
+                    continue
+                if r.kind == "ReplicaSet" and (_controller(obj) or {}).get("kind") == "Deployment":
+                    continue  # counted through its Deployment
+                template = (obj.get("spec") or {}).get("template") or {}
+                if not _matches(group.selector, (template.get("metadata") or {}).get("labels")):
+                    continue
+                count = expected_workload_pods(r.kind, obj)
+                if count is None:
+                    return None
+                total += count
+                found = True
+        return total if found and total > 0 else None
 
     # -- reads ---------------------------------------------------------------------------------
 

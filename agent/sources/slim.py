@@ -184,8 +184,24 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
     }
 
 
+OWNER_COUNTS = ("replicas", "parallelism", "completions")
+
+
 def slim_owner(obj: Obj, resource: Resource) -> Obj:
-    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": _meta(obj)}
+    """Ownership chain, plus what says how many pods the workload expects (Deployment and
+    ReplicaSet `replicas`, batch Job `parallelism`/`completions`) and its pod template's labels:
+    the cache knows from them when a generic group's last pod is bound."""
+    out: Obj = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": _meta(obj)}
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        out_spec: Obj = {k: spec[k] for k in OWNER_COUNTS if k in spec}
+        template = spec.get("template")
+        labels = (template.get("metadata") or {}).get("labels") if isinstance(template, dict) else None
+        if isinstance(labels, dict) and labels:
+            out_spec["template"] = {"metadata": {"labels": labels}}
+        if out_spec:
+            out["spec"] = out_spec
+    return out
 
 
 def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable[[Obj], Obj]:
