@@ -238,6 +238,7 @@ class ClusterCache:
         self.on_change = on_change
         self.groups = tuple(g for g in groups if g.selector)
         self._loose_pods: dict[str, set[ObjKey]] = defaultdict(set)  # pods of no job, by namespace
+        self._bulk = False  # inside `replace`
         self._lock = threading.RLock()
         self._objects: dict[str, dict[ObjKey, Obj]] = defaultdict(dict)
         self._resources: dict[str, Resource] = {}
@@ -311,12 +312,16 @@ class ClusterCache:
             self._resources[resource.name] = resource
             current = self._objects[resource.name]
             fresh = {obj_key(o): o for o in items}
-            parts = [
-                self._apply(resource, EventType.DELETED, current[key])
-                for key in list(current)
-                if key not in fresh
-            ]
-            parts += [self._apply(resource, EventType.MODIFIED, obj) for obj in fresh.values()]
+            self._bulk = True  # no gang-completion checks: a relist is bulk (and they would be
+            try:  # quadratic in a job's pods)
+                parts = [
+                    self._apply(resource, EventType.DELETED, current[key])
+                    for key in list(current)
+                    if key not in fresh
+                ]
+                parts += [self._apply(resource, EventType.MODIFIED, obj) for obj in fresh.values()]
+            finally:
+                self._bulk = False
             change = merge_all(parts, gang_complete=False)  # bulk: keeps the debounce
             self._synced.add(resource.name)
         if change and self.on_change is not None:
@@ -369,7 +374,9 @@ class ClusterCache:
         if role is Role.JOB:
             job = JobKey(resource.kind, key[0], key[1])
             # a job object arriving after its pods were all bound completes the gang as well
-            complete = new is not None and old is None and self._job_complete(job, new)
+            complete = (
+                not self._bulk and new is not None and old is None and self._job_complete(job, new)
+            )
             return Change(jobs=frozenset({job}), reasons=(reason,), gang_complete=complete)
         return Change()
 
@@ -416,7 +423,7 @@ class ClusterCache:
             node = _node_of(new)
             if node:
                 self._pods_on_node[node].add(key)
-        newly_bound = _bound_live(new) and not _bound_live(old)
+        newly_bound = not self._bulk and _bound_live(new) and not _bound_live(old)
         jobs = frozenset(j for j in (old_job, new_job) if j is not None)
         if jobs:
             complete = newly_bound and new_job is not None and self._job_complete(new_job)
