@@ -346,6 +346,12 @@ class ClusterCache:
         with self._lock:
             self._resources[resource.name] = resource
             current = self._objects[resource.name]
+            if not current and resource.role is Role.POD:
+                change = self._first_pods(resource, items)
+                self._synced.add(resource.name)
+                if change and self.on_change is not None:
+                    self.on_change(change)
+                return change
             fresh = {obj_key(o): o for o in items}
             self._bulk = True  # no gang-completion checks: a relist is bulk (and they would be
             try:  # quadratic in a job's pods)
@@ -362,6 +368,37 @@ class ClusterCache:
         if change and self.on_change is not None:
             self.on_change(change)
         return change
+
+    def _first_pods(self, resource: Resource, items: list[Obj]) -> Change:
+        """The first list of pods into an empty cache: the same indexes as `_apply`, without a
+        `Change` per pod (150,000 of them at start-up)."""
+        store = self._objects[resource.name]
+        jobs: set[JobKey] = set()
+        namespaces: set[str] = set()
+        for obj in items:
+            key = obj_key(obj)
+            if not self.admits_namespace(key[0]):
+                continue
+            store[key] = obj
+            self._touch(resource.name, key)
+            job = self._job_key_of_pod(obj)
+            if job is not None:
+                self._job_of_pod[key] = job
+                self._pods_of_job[job].add(key)
+                jobs.add(job)
+            else:
+                self._loose_pods[key[0]].add(key)
+                namespaces.add(key[0])
+            node = _node_of(obj)
+            if node:
+                self._pods_on_node[node].add(key)
+        if not jobs and not namespaces:
+            return Change()
+        return Change(
+            jobs=frozenset(jobs),
+            namespaces=frozenset(namespaces),
+            reasons=(f"{len(store)} {resource.kind}s listed",),
+        )
 
     def _apply(self, resource: Resource, event: str, obj: Obj) -> Change:
         self._resources[resource.name] = resource

@@ -23,9 +23,11 @@ Obj = dict[str, Any]
 
 
 class Sharer:
-    """Structural sharing of equal sub-objects (labels, containers, tolerations, owner refs,
-    status) across cached objects: thousands of pods of one job hold one copy. Shared values must
-    never be mutated (the cache and the core only read them). Bounded: cleared when full."""
+    """Structural sharing of equal sub-objects (containers, tolerations, owner refs, node
+    selectors, affinity) across cached objects: thousands of pods of one job hold one copy
+    (keyed by their JSON in the order listed: equal parts from one server list keys alike).
+    Shared values must never be mutated (the cache and the core only read them). Bounded:
+    cleared when full."""
 
     def __init__(self, capacity: int = 200_000) -> None:
         self.capacity = capacity
@@ -34,7 +36,7 @@ class Sharer:
     def __call__(self, value: Any) -> Any:
         if not value:
             return value
-        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        key = orjson.dumps(value)  # key order as listed: equal objects of one source agree
         found = self._table.get(key)
         if found is not None:
             return found
@@ -77,7 +79,12 @@ def _gpu_resources(resources: Any) -> Obj:
     for section in ("requests", "limits"):
         values = resources.get(section)
         if isinstance(values, dict):
-            kept = {k: v for k, v in values.items() if GPU_MARKER in k}
+            kept = None  # a plain loop: a comprehension per section costs a frame each
+            for k in values:
+                if GPU_MARKER in k:
+                    if kept is None:
+                        kept = {}
+                    kept[k] = values[k]
             if kept:
                 out[section] = kept
     return out
@@ -111,9 +118,22 @@ def slim_pod(obj: Obj, share: Callable[[Any], Any] = _same) -> Obj:
         "kind": "Pod",
         "metadata": _meta(obj, share=share),
         "spec": out_spec,
-        "status": share({"phase": status.get("phase") or "Pending"}),
+        "status": _status(status.get("phase") or "Pending"),
     }
     return out
+
+
+_STATUSES: dict[str, Obj] = {}
+
+
+def _status(phase: str) -> Obj:
+    """One shared `{"phase": ...}` per phase (never mutated)."""
+    found = _STATUSES.get(phase)
+    if found is None:
+        if len(_STATUSES) > 64:  # phases are a handful; an odd server cannot grow this
+            _STATUSES.clear()
+        found = _STATUSES[phase] = {"phase": phase}
+    return found
 
 
 def slim_node(obj: Obj) -> Obj:
