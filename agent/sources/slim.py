@@ -45,9 +45,27 @@ class Sharer:
         self._table[key] = value
         return value
 
+    def memo(self, tag: bytes, raw: Any, build: Callable[[], Any]) -> Any:
+        """The shared slim form of a raw sub-object: built once per distinct raw JSON (the
+        containers of a job's pods are slimmed once, not once per pod)."""
+        key = tag + orjson.dumps(raw)
+        found = self._table.get(key)
+        if found is None:
+            found = self(build())
+            if len(self._table) >= self.capacity:
+                self._table.clear()
+            self._table[key] = found
+        return found
+
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _memo(share: Callable[[Any], Any], tag: bytes, raw: Any, build: Callable[[], Any]) -> Any:
+    if isinstance(share, Sharer):
+        return share.memo(tag, raw, build)
+    return share(build())
 
 
 def _meta(obj: Obj, *, owners: bool = True, share: Callable[[Any], Any] = _same) -> Obj:
@@ -61,13 +79,17 @@ def _meta(obj: Obj, *, owners: bool = True, share: Callable[[Any], Any] = _same)
         out["labels"] = meta["labels"]
     if meta.get("deletionTimestamp"):
         out["deletionTimestamp"] = meta["deletionTimestamp"]
-    if owners and meta.get("ownerReferences"):
-        out["ownerReferences"] = share(
-            [
+    refs = meta.get("ownerReferences") if owners else None
+    if refs:
+        out["ownerReferences"] = _memo(
+            share,
+            b"o",
+            refs,
+            lambda: [
                 {k: ref[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in ref}
-                for ref in meta["ownerReferences"]
+                for ref in refs
                 if isinstance(ref, dict)
-            ]
+            ],
         )
     return out
 
@@ -109,7 +131,10 @@ def _container(c: Any) -> Obj:
 def slim_pod(obj: Obj, share: Callable[[Any], Any] = _same) -> Obj:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    out_spec: Obj = {"containers": share([_container(c) for c in spec.get("containers") or []])}
+    containers = spec.get("containers") or []
+    out_spec: Obj = {
+        "containers": _memo(share, b"c", containers, lambda: [_container(c) for c in containers])
+    }
     for key in ("nodeName", "serviceAccountName", "nodeSelector", "tolerations", "affinity"):
         if spec.get(key):
             out_spec[key] = spec[key] if key == "nodeName" else share(spec[key])
