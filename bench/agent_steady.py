@@ -25,14 +25,12 @@ Changes and their measured effect (150,000 pods, 2-core machine shared with othe
 from __future__ import annotations
 
 import gc
-import http.server
 import json
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import replace
@@ -44,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.results import Figure, Results, percentile, quick_mode  # noqa: E402
+from tests.support.proxy import CountingProxy  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -51,46 +50,6 @@ def rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-class CountingProxy:
-    """An HTTP proxy in front of Prometheus that counts the queries passing through."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream.rstrip("/")
-        self.queries = 0
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                if "/api/v1/query" in self.path:
-                    proxy.queries += 1
-                request = urllib.request.Request(
-                    proxy.upstream + self.path, data=body, method=self.command,
-                    headers={k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")},
-                )
-                with urllib.request.urlopen(request, timeout=30) as resp:
-                    data = resp.read()
-                    self.send_response(resp.status)
-                    self.send_header("Content-Type", resp.headers.get("Content-Type", "application/json"))
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                self._forward()
-
-            def do_POST(self) -> None:
-                self._forward()
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 def twin_post(api_url: str, path: str) -> Any:
@@ -175,7 +134,7 @@ def child(kubeconfig: str, api_url: str, prometheus: str, events: int) -> int:
         batches = [t for t, size in timings[before:]]
         pipeline = pipelines[0]
         twin_post(api_url, "/twin/stats/reset")
-        proxy.queries = 0
+        proxy.reset()
         t0 = time.perf_counter()
         summary = pipeline.sweep(None)
         sweep_s = time.perf_counter() - t0
@@ -184,6 +143,7 @@ def child(kubeconfig: str, api_url: str, prometheus: str, events: int) -> int:
         rss_after = rss_mb()
         agent.stop()
         store.close()
+        proxy.stop()
     print(json.dumps({
         "rss_mb": rss, "rss_after_events_mb": rss_after, "startup_s": startup, "batches": batches,
         "sweep_s": sweep_s, "sweep_jobs": summary["jobs"], "sweep_requests": requests,
