@@ -164,7 +164,8 @@ def seed(store: Any, pods: int) -> list[tuple[str, str]]:
     training: list[tuple[str, str]] = []
     for obj in items:
         group, _, version = obj["apiVersion"].rpartition("/")
-        plural = obj["kind"].lower() + ("ies" if obj["kind"].endswith("y") else "s")
+        kind = obj["kind"].lower()
+        plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
         rt = lookup(plural, group, version)
         store.create(rt, obj, namespace=obj["metadata"].get("namespace"))
         if obj["kind"] == "Pod" and "training.kubeflow.org/job-name" in obj["metadata"]["labels"]:
