@@ -18,7 +18,9 @@ Changes and their measured effect (2-core machine, shared):
 - before: every change waited for the 500 ms debounce window: median 501 ms, p95 510 ms
   (20 rounds, seed cluster alone).
 - the cache flags the watch event that binds a job's last expected pod (`Change.gang_complete`)
-  and the detector hands it over at once, without the window: see results.json.
+  and the detector hands it over at once, without the window: median 5.1 ms, p95 10.1 ms on the
+  seed cluster; 15.3 / 19.3 ms with 2,000 other jobs (load average ~3, before the incremental
+  mirror); the alert fired after 6,975 ms median (x1,378; x24,098 with the shipped `for: 2m`).
 Usage: `python bench/agent_detection.py [--quick] [ROUNDS]`.
 """
 

@@ -19,7 +19,10 @@ Changes and their measured effect (150,000 pods, 2-core machine shared with othe
   /tmp profiling of the same cluster.
 - the cache tracks changed keys (the mirror visits only those) and the mirror keeps the
   cluster-wide facts (mirror keys, GPUs used per node, free GPUs per zone, pods by namespace)
-  pod by pod (`agent.topology.facts`): ~20 ms in-process under load; see results.json.
+  pod by pod (`agent.topology.facts`): ~20 ms in-process; then zones, node zones and free GPUs
+  per zone from the facts too (no pass over the 5,000 nodes per batch): this benchmark, 150,000
+  pods, load average ~3: batch median 15.9 ms, p95 23.1 ms; RSS 486 MB; a sweep of 2,000 jobs
+  made 0 list requests (only the lease renewals) and 2 Prometheus queries.
 """
 
 from __future__ import annotations

@@ -15,7 +15,15 @@ Changes and their measured effect (150,000 pods, 2-core machine shared with othe
   classes 79.9 s (x5.4); memory growth 414 MB vs 4,568 MB (x11).
 - the next page is fetched on a helper thread while the current one is slimmed (the server's
   serialization and the transfer overlap the parse), and a relist skips the gang-completion
-  checks (quadratic in a job's pods): see results.json for this revision's figures.
+  checks (quadratic in a job's pods): slim 11.0 s vs 55.5 s (x5.1). Profiling (cProfile of the
+  child, and the twin's list alone) showed the twin sorting all 150,000 keys for every page:
+  5.7 s of the 6.8 s the server spent on the 30 pages.
+- the twin sorts a paged list's keys once per list (0.26 s); the first pod list indexes the
+  cache without a Change per pod; slimming shares `{"phase": ...}` by phase and filters GPU
+  resources without a comprehension per section: slim 5.41 s vs 47.9 s (x8.8), memory x13.8.
+- containers and owner references are slimmed once per distinct raw JSON (`Sharer.memo`):
+  slim 4.69 s vs 51.2 s (x10.9), RSS growth 321 MB vs 4,568 MB (x14.2); 30 pages, 7.0
+  pages/s, the largest page (5,000 pods) 305 ms from asking to slimmed. Load average ~3.
 """
 
 from __future__ import annotations

@@ -282,6 +282,16 @@ def generate(
     return items
 
 
+def peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM). Not `getrusage().ru_maxrss`: Linux carries the
+    parent's high-water mark over a (v)fork + exec into it, so a child spawned by a large parent
+    would report the parent's memory."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure(path: Path) -> dict[str, Any]:
     """Load and diagnose one snapshot file in this process; figures in seconds and MB."""
     from agent.commands.diagnose import load_snapshot
@@ -312,7 +322,7 @@ def measure(path: Path) -> dict[str, Any]:
         "diagnose_first_s": runs[0][0],
         "diagnose_s": min(r[0] for r in runs),
         "diagnose_cpu_s": min(r[1] for r in runs),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
         "verdicts": verdicts,
     }
 

@@ -112,8 +112,14 @@ class Results:
         keys = {(r["bench"], r["figure"], r["quick"]) for r in mine}
         kept = [r for r in existing if (r["bench"], r["figure"], r["quick"]) not in keys]
         rows = sorted(kept + mine, key=lambda r: (r["quick"], r["bench"], r["figure"]))
-        path.write_text(json.dumps({"figures": rows}, indent=1) + "\n")
+        write(rows, path)
         print(table(mine))
+
+
+def write(rows: list[dict[str, Any]], path: Path = RESULTS) -> None:
+    """One figure per line (small diffs when a benchmark runs again)."""
+    body = ",\n".join(json.dumps(r, sort_keys=True) for r in rows)
+    path.write_text('{"figures": [\n' + body + "\n]}\n")
 
 
 def load(path: Path = RESULTS) -> list[dict[str, Any]]:

@@ -4,12 +4,14 @@ Called by the composition root (`KubeSource.start()`, `wait_synced()`, `stop()`)
 `zonemedic sweep --once` (start, wait for sync, read the cache, stop). Each `Informer` lists with
 `limit`/`continue` paging (the next page is fetched on a helper thread while the current one is
 slimmed, so the server's serialization and the transfer overlap the parsing; each page's raw
-objects are dropped once slimmed, so memory holds one raw page at a time), then watches from the list's resourceVersion with `allowWatchBookmarks`
-and a server-side `timeoutSeconds`; a stream that ends or breaks resumes from the last
-resourceVersion seen (bookmarks included); a 410 Gone (as an HTTP answer or an `ERROR` event)
-relists; 5xx, 429 (Retry-After honoured) and network errors back off exponentially with full
-jitter. Bodies are parsed with orjson from unread responses (`_preload_content=False`) and slimmed
-before they reach the cache. What it does not do: diagnose, or write to the cluster.
+objects are dropped once slimmed, so memory holds one raw page at a time; `list_stats` tells the
+pages, objects, time and the largest page's cost), then watches from the list's resourceVersion
+with `allowWatchBookmarks` and a server-side `timeoutSeconds`; a stream that ends or breaks
+resumes from the last resourceVersion seen (bookmarks included); a 410 Gone (as an HTTP answer
+or an `ERROR` event) relists; 5xx, 429 (Retry-After honoured) and network errors back off
+exponentially with full jitter. Bodies are parsed with orjson from unread responses
+(`_preload_content=False`) and slimmed before they reach the cache. What it does not do:
+diagnose, or write to the cluster.
 """
 
 from __future__ import annotations
