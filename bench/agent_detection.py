@@ -21,6 +21,8 @@ Changes and their measured effect (2-core machine, shared):
   and the detector hands it over at once, without the window: median 5.1 ms, p95 10.1 ms on the
   seed cluster; 15.3 / 19.3 ms with 2,000 other jobs (load average ~3, before the incremental
   mirror); the alert fired after 6,975 ms median (x1,378; x24,098 with the shipped `for: 2m`).
+- with the incremental mirror (`bench/agent_steady.py`): 7.1 / 11.8 ms on the seed cluster,
+  9.9 / 12.0 ms with 2,000 other jobs; alert 6,984 ms (x979; x17,100 with `for: 2m`).
 Usage: `python bench/agent_detection.py [--quick] [ROUNDS]`.
 """
 
