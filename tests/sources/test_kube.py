@@ -184,3 +184,36 @@ def test_list_in_pages_matches_the_server(twin: tuple[Any, Any, KubeApi]) -> Non
     assert {(o["metadata"]["namespace"], o["metadata"]["name"]): slim(o) for o in server_items} == {
         k: cache.get("pods", *k) for k in cache.keys("pods")
     }
+
+
+def test_an_expired_continue_token_restarts_the_list(twin: tuple[Any, Any, KubeApi]) -> None:
+    store, server, api = twin
+    _seed(store, pods=23)
+    cache = ClusterCache()
+    pods = next(r for r in RESOURCES if r.name == "pods")
+    informer = Informer(api, pods, cache, page_size=5)
+    server.accounting.reset()
+    server.faults.set_latency(0.2)  # every request waits: the history expires mid-list
+
+    def expire_after_second_page() -> None:
+        deadline = time.monotonic() + 20
+        while server.accounting.snapshot().get("list pods", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        store.create(PODS, _pod(99, node="n-a"))  # a write, then the history is compacted:
+        store.compact()  # the tokens handed out so far are too old (410 Expired)
+
+    expirer = threading.Thread(target=expire_after_second_page)
+    expirer.start()
+    try:
+        informer.list()
+    finally:
+        expirer.join()
+        server.faults.clear()
+    lists = server.accounting.snapshot()["list pods"]
+    assert lists >= 2 + 5  # two pages, the expired one, then a whole new list of 24 pods
+    assert informer.list_stats.items == cache.count("pods") == 24
+    server_items, _ = store.list(PODS)
+    slim = slimmer(pods)
+    assert {(o["metadata"]["namespace"], o["metadata"]["name"]): slim(o) for o in server_items} == {
+        k: cache.get("pods", *k) for k in cache.keys("pods")
+    }
