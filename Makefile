@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint typecheck contracts test test-all bench clean lock
+.PHONY: install lint typecheck contracts test test-all bench bench-report clean lock
 
 install: $(STAMP)
 
@@ -39,8 +39,13 @@ test: lint typecheck contracts
 test-all: install
 	$(BIN)/pytest -q -p no:cacheprovider
 
+# every benchmark in bench/, one at a time, into bench/results.json (QUICK=1: reduced sizes, < 2 min)
 bench: install
-	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	$(BIN)/python bench/run.py $(if $(QUICK),--quick,)
+
+# regenerate the README's performance section from bench/results.json
+bench-report: install
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

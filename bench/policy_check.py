@@ -5,16 +5,22 @@ NetworkPolicies and CNPs, clusterwide CCNPs with deny rules and namespace-label 
 pods of 2,000 PyTorchJobs (1 master + 7 workers each, every pod a distinct Endpoint differing in
 `replica-index`). Prints parse and build time and calls/s for: cold checks (every pair a new
 projected identity), warm checks over every ordered pod pair of every job (the diagnosis's load),
-and checks with fresh Endpoint objects each call. Exits 0.
+and checks with fresh Endpoint objects each call. Figures go to bench/results.json. Exits 0.
+`--quick`: 200 jobs.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.model.network import Endpoint, PortRange
 from agent.policy import PolicySet, parse_policy
+from bench.results import Figure, Results, quick_mode
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 NAMESPACES = [f"team-{i:02d}" for i in range(50)]
@@ -90,12 +96,17 @@ def jobs() -> list[list[Endpoint]]:
 
 
 def main() -> int:
+    global JOBS
+    quick, _ = quick_mode(sys.argv[1:])
+    if quick:
+        JOBS = 200
     raw = manifests()
     t0 = time.perf_counter()
     parsed = [parse_policy(m) for m in raw]
     t1 = time.perf_counter()
     policies = PolicySet(parsed)
     t2 = time.perf_counter()
+    parse_ms = (t1 - t0) * 1000
     print(f"parse {len(parsed)} policies: {(t1 - t0) * 1000:.1f} ms; build set: {(t2 - t1) * 1000:.1f} ms")
 
     all_jobs = jobs()
@@ -110,6 +121,7 @@ def main() -> int:
             denied += not policies.check(pods[1], pods[0], ports).allowed
             cold += 1
     t1 = time.perf_counter()
+    cold_rate = cold / (t1 - t0)
     print(f"cold checks: {cold} in {(t1 - t0) * 1000:.1f} ms = {cold / (t1 - t0):,.0f} calls/s ({denied} denied)")
 
     # Warm: every ordered pod pair of every job, both ranges (the diagnosis's load).
@@ -124,6 +136,7 @@ def main() -> int:
                         check(a, b, ports)
                         calls += 1
     t1 = time.perf_counter()
+    t_warm = t1 - t0
     print(f"warm checks (every ordered pod pair of {JOBS} jobs): {calls:,} in {t1 - t0:.2f} s = {calls / (t1 - t0):,.0f} calls/s")
 
     # Fresh Endpoint objects per call (projection recomputed, verdict cache hit).
@@ -134,6 +147,12 @@ def main() -> int:
         check(fresh, all_jobs[0][0], ranges[0])
     t1 = time.perf_counter()
     print(f"fresh-endpoint checks: {len(sample)} in {(t1 - t0) * 1000:.1f} ms = {len(sample) / (t1 - t0):,.0f} calls/s")
+    out = Results("policy_check", quick=quick)
+    sizes = {"policies": len(parsed), "jobs": JOBS, "pods_per_job": WORKERS + 1}
+    out.add(Figure("parse policies", "ms", parse_ms, sizes=sizes))
+    out.add(Figure("cold checks", "calls/s", cold_rate, better="higher", sizes=sizes))
+    out.add(Figure("warm checks, every pod pair of every job", "calls/s", calls / (t_warm), better="higher", sizes=sizes))
+    out.save()
     return 0
 
 

@@ -6,7 +6,8 @@ NS/NAME` and `zonemedic incidents stats --since 30d` do: the repository call (wa
 of 30 runs) and the whole command in-process (flag parsing, settings, engine, schema check, query,
 rendering; median of 10). Target: each <= 200 ms on both backends. Prints the figures; exits 0.
 
-Run: .venv/bin/python bench/store_queries.py [--incidents N] [--events-per-incident K]
+Figures go to bench/results.json. `--quick`: 5,000 incidents, SQLite only.
+Run: .venv/bin/python bench/store_queries.py [--quick] [--incidents N] [--events-per-incident K]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine
 from agent.store.migrate import upgrade
 from agent.store.repository import open_store
+from bench.results import Figure, Results
 from tests.support.postgres import available, create_database, drop_database, url_for
 
 NAMESPACES = [f"team-{i:02d}" for i in range(50)]
@@ -175,7 +177,8 @@ def run_cli(argv: list[str]) -> None:
 
 
 def bench_backend(label: str, url: str, *, incidents: list[tuple[object, ...]],
-                  events: Callable[[], Iterator[tuple[object, ...]]], n_events: int) -> bool:
+                  events: Callable[[], Iterator[tuple[object, ...]]], n_events: int,
+                  results: Results) -> bool:
     loader = load_sqlite if label == "sqlite" else load_postgres
     start = time.perf_counter()
     loader(url, incidents=incidents, events=events)
@@ -198,6 +201,13 @@ def bench_backend(label: str, url: str, *, incidents: list[tuple[object, ...]],
             lambda: run_cli(["incidents", "stats", "--since", "30d", "--database", url]), 10),
     }
     store.close()
+    sizes = {"incidents": len(incidents), "events": n_events}
+    results.add(Figure(f"[{label}] bulk load", "s", load_s, sizes=sizes))
+    short = ["incidents list --job, repository", "incidents stats --since 30d, repository",
+             "incidents list --job, command", "incidents stats --since 30d, command"]
+    for label_short, (median, p95) in zip(short, figures.values(), strict=True):
+        results.add(Figure(f"[{label}] {label_short}", "ms", median, p95=p95, target=200.0,
+                           sizes=sizes))
     for what, (median, p95) in figures.items():
         verdict = "ok" if median <= 200 else "MISSED"
         ok = ok and median <= 200
@@ -211,7 +221,11 @@ def main() -> int:
     parser.add_argument("--incidents", type=int, default=100_000)
     parser.add_argument("--events-per-incident", type=int, default=10)
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="5,000 incidents, SQLite only")
     args = parser.parse_args()
+    if args.quick:
+        args.incidents, args.skip_postgres = 5_000, True
+    out = Results("store_queries", quick=args.quick)
     now = datetime.now(UTC)
     start = time.perf_counter()
     incidents, events = generate(args.incidents, args.events_per_incident, now=now)
@@ -220,7 +234,7 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         results.append(bench_backend("sqlite", f"sqlite:///{tmp}/bench.db", incidents=incidents,
-                                     events=events, n_events=n_events))
+                                     events=events, n_events=n_events, results=out))
     if args.skip_postgres:
         pass
     elif not available():
@@ -229,10 +243,11 @@ def main() -> int:
         name = create_database("zonemedic_bench")
         try:
             results.append(bench_backend("postgres", url_for(name), incidents=incidents,
-                                         events=events, n_events=n_events))
+                                         events=events, n_events=n_events, results=out))
         finally:
             drop_database(name)
     print("all targets met" if all(results) else "some targets MISSED (see above)")
+    out.save()
     return 0
 
 

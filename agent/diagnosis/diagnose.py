@@ -17,13 +17,16 @@ Scoped diagnosis (`only=JobScope(...)`): the findings of some jobs (named jobs, 
 some namespaces), each equal to that job's finding in a whole-cluster diagnosis. The parts a
 finding depends on across jobs stay cluster-wide (the zone-mirroring label detection, zones, free
 GPUs per zone counting every other job's pods); only the job grouping and the per-job work are
-limited to the scope's namespaces and jobs. Called by the `diagnose` command, the agent's sweep
-(whole cluster) and its event-driven detection (scoped). Pure: no I/O, no clock.
+limited to the scope's namespaces and jobs. Those cluster-wide parts may come precomputed
+(`facts=ClusterFacts`, kept up to date pod by pod by the agent: `agent.topology.facts`), so a
+scoped diagnosis costs the scope, not the cluster; they must then describe the same state.
+Called by the `diagnose` command, the agent's sweep (whole cluster) and its event-driven
+detection (scoped). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.diagnosis.impact import estimate_impact
@@ -36,9 +39,10 @@ from agent.model.verdict import Verdict
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
 from agent.topology.capacity import CapacityIndex
+from agent.topology.facts import ClusterFacts
 from agent.topology.flows import required_flows
 from agent.topology.jobs import find_jobs
-from agent.topology.zones import mirror_label_keys, pod_zone
+from agent.topology.zones import AUTO, mirror_label_keys, pod_zone
 
 DENIED_FLOWS_CAP = 50
 UNKNOWN_ZONE = "unknown"
@@ -90,22 +94,39 @@ def _denied_flows(groups: Sequence[DeniedPairs], cap: int) -> tuple[list[DeniedF
 
 class _Diagnoser:
     def __init__(
-        self, state: ClusterState, policies: PolicySet, *, settings: DiagnosisSettings
+        self,
+        state: ClusterState,
+        policies: PolicySet,
+        *,
+        settings: DiagnosisSettings,
+        facts: ClusterFacts | None = None,
     ) -> None:
         self.state = state
         self.settings = settings
-        self.mirror_keys = mirror_label_keys(
-            settings.pod_zone_label, pods=state.pods, nodes=state.nodes
-        )
+        if facts is not None and settings.pod_zone_label == AUTO:
+            self.mirror_keys = facts.mirror_keys
+        else:
+            self.mirror_keys = mirror_label_keys(
+                settings.pod_zone_label, pods=state.pods if facts is None else (), nodes=state.nodes
+            )
         self.reach = Reachability(
             policies,
             state.namespaces,
             label_keys=policies.pod_label_keys(),
             mirror_keys=self.mirror_keys,
         )
-        self.capacity = CapacityIndex(state.nodes, state.pods)
-        self.zones = state.zones()
-        self.node_zone = {name: node.zone for name, node in state.nodes.items()}
+        if facts is None:
+            self.capacity = CapacityIndex(state.nodes, state.pods)
+            self.zones = state.zones()
+            self.node_zone: Mapping[str, str | None] = {
+                name: node.zone for name, node in state.nodes.items()
+            }
+        else:
+            self.capacity = CapacityIndex(
+                state.nodes, (), used=facts.gpu_used, free=facts.zone_free
+            )
+            self.zones = list(facts.zones)
+            self.node_zone = facts.node_zone
 
     def _zone(self, pod: Pod) -> str | None:
         return pod_zone(pod, self.state.nodes)
@@ -210,14 +231,21 @@ def diagnose_cluster(
     *,
     settings: DiagnosisSettings,
     only: JobScope | None = None,
+    facts: ClusterFacts | None = None,
 ) -> Diagnosis:
     """One finding per job with live pods (Kubeflow jobs, then configured groups); with `only`,
-    just the covered jobs' findings, in the same order as in the whole-cluster result."""
-    diagnoser = _Diagnoser(state, policies, settings=settings)
+    just the covered jobs' findings, in the same order as in the whole-cluster result. `facts`:
+    the cluster-wide parts, precomputed for this same state."""
+    diagnoser = _Diagnoser(state, policies, settings=settings, facts=facts)
     if only is None:
         jobs = find_jobs(state, settings.groups)
     else:
-        in_namespaces = find_jobs(state, settings.groups, namespaces=only.touched_namespaces())
+        in_namespaces = find_jobs(
+            state,
+            settings.groups,
+            namespaces=only.touched_namespaces(),
+            pods_in=None if facts is None else facts.pods_in,
+        )
         jobs = [job for job in in_namespaces if only.covers(job.ref)]
     return Diagnosis(
         findings=tuple(diagnoser.diagnose(job) for job in jobs),

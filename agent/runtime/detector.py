@@ -7,6 +7,13 @@ Called by the composition root: the cache's `on_change` and the Alertmanager rec
 metric). So a 64-pod job bound pod by pod produces one diagnosis. `Debouncer` is the pure part
 (no clock: `now` is passed in). `stop()` lets the running step finish.
 
+A change that completes a gang (`Change.gang_complete`: the last expected pod of a job was bound)
+skips the window: it is due at once, as a batch of its own (the gang-complete changes that
+arrived together), and what it diagnoses anyway (its jobs, the jobs of its namespaces) is taken
+out of the changes still waiting. Everything else (relabels, policy churn, node events, pods of a
+gang still binding) keeps the debounce, so a burst still costs one diagnosis. A failed batch's
+backoff delays gang-complete changes too (the store is refusing writes either way).
+
 A batch whose handling raises `UnavailableError` (the incident store refused its writes, after the
 store's own retries) is not dropped: it goes back into the debouncer, due after an exponential
 backoff (`retry_base`, doubling, at most `retry_cap`), and changes arriving meanwhile merge into
@@ -39,10 +46,17 @@ class Debouncer:
         self._pending: list[Change] = []
         self.first_at = 0.0
         self.last_at = 0.0
+        self._urgent: list[Change] = []  # gang-complete changes: due at once
+        self.urgent_at = 0.0
         self._not_before: float | None = None  # a failed batch waits for its backoff
 
     def add(self, change: Change, now: float) -> None:
         if not change:
+            return
+        if change.gang_complete:
+            if not self._urgent:
+                self.urgent_at = now
+            self._urgent.append(change)
             return
         if not self._pending:
             self.first_at = now
@@ -61,18 +75,29 @@ class Debouncer:
         self._not_before = not_before
 
     def due_at(self) -> float | None:
-        if not self._pending:
+        dues = []
+        if self._urgent:
+            dues.append(self.urgent_at)
+        if self._pending:
+            dues.append(min(self.last_at + self.delay, self.first_at + self.max_delay))
+        if not dues:
             return None
-        due = min(self.last_at + self.delay, self.first_at + self.max_delay)
+        due = min(dues)
         return due if self._not_before is None else max(due, self._not_before)
 
     def take(self, now: float) -> tuple[Change, float] | None:
         due = self.due_at()
         if due is None or now < due:
             return None
+        self._not_before = None
+        if self._urgent:
+            urgent = merge_all(self._urgent)
+            batch = (urgent, self.urgent_at)
+            self._urgent = []
+            self._pending = [r for r in (c.without(urgent) for c in self._pending) if r]
+            return batch
         batch = (merge_all(self._pending), self.first_at)
         self._pending = []
-        self._not_before = None
         return batch
 
 

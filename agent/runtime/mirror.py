@@ -1,12 +1,16 @@
 """The core's view of the watch cache, kept up to date incrementally: parse only what changed.
 
-Called by `agent.runtime.pipeline` before each diagnosis. The cache replaces an object's dict when
-the object changes (slim dicts are never mutated), so an identity check tells which objects are new
-or changed: only those go through the core's manifest parsers (`agent.snapshot.manifests`,
-`agent.policy.parse_policy`); everything else reuses its parsed form. The `PolicySet` is rebuilt
-only when a policy changed. At 150,000 pods this turns a full re-parse (seconds) into an identity
-scan (tens of milliseconds). An object the core cannot parse is skipped with one warning (a bad
-object must not stop detection for everyone else). Not thread-safe: the pipeline's lock guards it.
+Called by `agent.runtime.pipeline` before each diagnosis. The mirror `track()`s the cache, so each
+`state()` visits only the objects stored, replaced or deleted since the previous one (the first
+call reads everything): those go through the core's manifest parsers (`agent.snapshot.manifests`,
+`agent.policy.parse_policy`); everything else keeps its parsed form, in persistent maps. The
+`PolicySet` is rebuilt only when a policy changed. Pods also feed a `FactsIndex` (zone-mirroring
+label keys, GPUs used per node, pods by namespace: `agent.topology.facts`), handed to the
+diagnosis with the state so a scoped diagnosis costs its scope, not the cluster; a node change
+(rare: its zone may have changed) rebuilds that index. At 150,000 pods a batch of a few pod
+events costs their parse and a few dictionary updates instead of a rescan of every object. An
+object the core cannot parse is skipped with one warning (a bad object must not stop detection
+for everyone else). Not thread-safe: the pipeline's lock guards it.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.errors import PolicyError
-from agent.model.cluster import ClusterState, ContainerPort, JobKind
-from agent.policy import Policy, PolicySet, parse_policy
+from agent.model.cluster import ClusterState, ContainerPort, JobKind, Node, Pod
+from agent.policy import PolicySet, parse_policy
 from agent.snapshot.manifests import (
     ManifestError,
     parse_namespace,
@@ -26,22 +30,41 @@ from agent.snapshot.manifests import (
     parse_pod,
     parse_training_job,
 )
-from agent.sources.cache import ClusterCache
+from agent.sources.cache import ClusterCache, ObjKey
 from agent.sources.resources import Resource, Role
+from agent.topology.facts import ClusterFacts, FactsIndex
 
 log = logging.getLogger(__name__)
 
 _JOB_KINDS = {k.value: k for k in JobKind if k is not JobKind.GROUP}
+Slot = tuple[str, ObjKey]  # (resource name, object key)
+
+
+def _identity(role: Role, parsed: Any) -> Any:
+    """Where a parsed object sits in the state's maps."""
+    if role in (Role.NODE, Role.NAMESPACE):
+        return parsed.name
+    if role is Role.POLICY:
+        return parsed.id
+    return (parsed.kind, parsed.namespace, parsed.name)
 
 
 class ModelMirror:
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
-        self._parsed: dict[str, dict[tuple[str, str], tuple[Any, Any]]] = {}
+        self._tracker = cache.track()
+        self._parsed: dict[Slot, tuple[Any, Any]] = {}  # slot -> (slim object, parsed)
         self._ports: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] = {}
+        self._pods: dict[Slot, Pod] = {}
+        self._pods_tuple: tuple[Pod, ...] | None = None
+        self._maps: dict[Role, dict[Any, Any]] = {
+            Role.NODE: {}, Role.NAMESPACE: {}, Role.POLICY: {}, Role.JOB: {}, Role.OWNER: {}
+        }
+        self._facts = FactsIndex({})
         self._policy_set: PolicySet | None = None
         self._warned: set[tuple[str, str, str]] = set()
         self.parsed_last = 0
+        self.visited_last = 0  # objects looked at by the last `state()`
 
     def _parser(self, resource: Resource) -> Callable[[dict[str, Any]], Any]:
         role = resource.role
@@ -58,69 +81,106 @@ class ModelMirror:
             return lambda item: parse_training_job(item, kind)
         return lambda item: parse_owned_object(item, resource.kind)
 
-    def _sync(self, resource: Resource) -> tuple[dict[tuple[str, str], Any], bool]:
-        """Parsed objects of one resource, re-parsing only the changed ones; and whether
-        anything changed. The previous slim object is held (not its id), so `is` is safe."""
-        previous = self._parsed.get(resource.name, {})
-        current: dict[tuple[str, str], tuple[Any, Any]] = {}
-        parse = self._parser(resource)
-        changed = False
-        for key, obj in self.cache.items_by_key(resource.name):
-            seen = previous.get(key)
-            if seen is not None and seen[0] is obj:
-                current[key] = seen
-                continue
-            changed = True
-            try:
-                parsed = parse(obj)
-            except (ManifestError, PolicyError) as exc:
-                warn_key = (resource.name, *key)
-                if warn_key not in self._warned:
-                    self._warned.add(warn_key)
-                    log.warning(
-                        "object skipped: the core cannot parse it",
-                        extra={"resource": resource.name, "object": "/".join(key), "error": str(exc)},
-                    )
-                continue
-            self.parsed_last += 1
-            current[key] = (obj, parsed)
-        changed = changed or len(current) != len(previous) or not current.keys() <= previous.keys()
-        self._parsed[resource.name] = current
-        return {k: v[1] for k, v in current.items()}, changed
+    def _parse(self, resource: Resource, key: ObjKey, obj: dict[str, Any]) -> Any:
+        try:
+            parsed = self._parser(resource)(obj)
+        except (ManifestError, PolicyError) as exc:
+            warn_key = (resource.name, *key)
+            if warn_key not in self._warned:
+                self._warned.add(warn_key)
+                log.warning(
+                    "object skipped: the core cannot parse it",
+                    extra={"resource": resource.name, "object": "/".join(key), "error": str(exc)},
+                )
+            return None
+        self.parsed_last += 1
+        return parsed
+
+    def _forget(self, slot: Slot, role: Role) -> None:
+        seen = self._parsed.pop(slot, None)
+        if seen is None:
+            return
+        if role is Role.POD:
+            del self._pods[slot]
+            self._facts.remove(slot)
+            self._pods_tuple = None
+        else:
+            identity = _identity(role, seen[1])
+            if self._maps[role].get(identity) is seen[1]:
+                del self._maps[role][identity]
+
+    def _update(self, resource: Resource, key: ObjKey) -> Role | None:
+        """Bring one object up to date; the role that changed, or None (nothing did)."""
+        slot = (resource.name, key)
+        obj = self.cache.get(resource.name, *key)
+        seen = self._parsed.get(slot)
+        if obj is not None and seen is not None and seen[0] is obj:
+            return None
+        role = resource.role
+        self._forget(slot, role)
+        if obj is None:
+            return role
+        parsed = self._parse(resource, key, obj)
+        if parsed is None:
+            return role
+        self._parsed[slot] = (obj, parsed)
+        if role is Role.POD:
+            self._pods[slot] = parsed
+            self._facts.add(slot, parsed)
+            self._pods_tuple = None
+        else:
+            self._maps[role][_identity(role, parsed)] = parsed
+        return role
+
+    def _rebuild_facts(self) -> None:
+        self._facts = FactsIndex(self._maps[Role.NODE])
+        for slot, pod in self._pods.items():
+            self._facts.add(slot, pod)
 
     def state(self) -> tuple[ClusterState, PolicySet]:
         """The cluster as the core sees it, and the policy set, from the cache's current objects."""
+        state, policies, _ = self.snapshot()
+        return state, policies
+
+    def snapshot(self) -> tuple[ClusterState, PolicySet, ClusterFacts]:
+        """`state()` plus the cluster-wide facts of that same state."""
         self.parsed_last = 0
-        nodes: dict[str, Any] = {}
-        namespaces: dict[str, Any] = {}
-        pods: list[Any] = []
-        jobs: dict[tuple[JobKind, str, str], Any] = {}
-        owned: dict[tuple[str, str, str], Any] = {}
-        policies: list[Policy] = []
-        policies_changed = False
-        for resource in self.cache.resources():
-            parsed, changed = self._sync(resource)
-            role = resource.role
-            if role is Role.POD:
-                pods.extend(parsed.values())
-            elif role is Role.NODE:
-                nodes.update((n.name, n) for n in parsed.values())
-            elif role is Role.NAMESPACE:
-                namespaces.update((n.name, n) for n in parsed.values())
-            elif role is Role.POLICY:
-                policies.extend(parsed.values())
-                policies_changed = policies_changed or changed
-            elif role is Role.JOB:
-                jobs.update(((j.kind, j.namespace, j.name), j) for j in parsed.values())
-            else:
-                owned.update(((o.kind, o.namespace, o.name), o) for o in parsed.values())
-        if self._policy_set is None or policies_changed:
-            self._policy_set = PolicySet(sorted(policies, key=lambda p: p.id))
+        everything, touched = self.cache.drain(self._tracker)
+        changed: set[Role] = set()
+        if everything:
+            slots = [
+                (r, key) for r in self.cache.resources() for key, _ in self.cache.items_by_key(r.name)
+            ]
+            stale = set(self._parsed) - {(r.name, key) for r, key in slots}
+            for slot in stale:
+                resource = self.cache.resource(slot[0])
+                self._forget(slot, resource.role if resource is not None else Role.OWNER)
+                changed.add(resource.role if resource is not None else Role.OWNER)
+        else:
+            slots = []
+            for name, key in touched:
+                resource = self.cache.resource(name)
+                if resource is not None:
+                    slots.append((resource, key))
+        self.visited_last = len(slots)
+        # nodes first: the facts index needs their zones before pods are counted
+        slots.sort(key=lambda s: s[0].role is not Role.NODE)
+        for resource, key in slots:
+            role = self._update(resource, key)
+            if role is not None:
+                changed.add(role)
+        if Role.NODE in changed or everything:
+            self._rebuild_facts()
+        if self._policy_set is None or Role.POLICY in changed:
+            self._policy_set = PolicySet(sorted(self._maps[Role.POLICY].values(), key=lambda p: p.id))
+        if self._pods_tuple is None:
+            self._pods_tuple = tuple(self._pods.values())
+        nodes: dict[str, Node] = dict(self._maps[Role.NODE])  # copies: the maps change later
         state = ClusterState(
             nodes=nodes,
-            namespaces=namespaces,
-            pods=tuple(pods),
-            job_objects=jobs,
-            owned_objects=owned,
+            namespaces=dict(self._maps[Role.NAMESPACE]),
+            pods=self._pods_tuple,
+            job_objects=dict(self._maps[Role.JOB]),
+            owned_objects=dict(self._maps[Role.OWNER]),
         )
-        return state, self._policy_set
+        return state, self._policy_set, self._facts.facts()

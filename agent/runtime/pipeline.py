@@ -361,8 +361,10 @@ class AgentPipeline:
 
     def diagnose(self, scope: JobScope | None = None) -> tuple[Finding, ...]:
         """Findings of every job, or of the jobs `scope` covers (each as in a full diagnosis)."""
-        state, policies = self.mirror.state()
-        result = diagnose_cluster(state, policies, settings=self.settings.diagnosis, only=scope)
+        state, policies, facts = self.mirror.snapshot()
+        result = diagnose_cluster(
+            state, policies, settings=self.settings.diagnosis, only=scope, facts=facts
+        )
         self.diagnoses += 1
         self.diagnosed_last = len(result.findings)
         return result.findings

@@ -87,7 +87,11 @@ class Root:
         self.api = KubeApi(
             api_client if api_client is not None else build_api_client(settings.kubernetes)
         )
-        self.cache = ClusterCache(namespaces=settings.kubernetes.namespaces, on_change=on_change)
+        self.cache = ClusterCache(
+            namespaces=settings.kubernetes.namespaces,
+            on_change=on_change,
+            groups=settings.diagnosis.groups,
+        )
         self.source = KubeSource(self.api, self.cache, on_restart=self.metrics.record_restart)
         self.prometheus = (
             PrometheusSource(settings.prometheus, on_query=self.metrics.record_prometheus_query)

@@ -24,7 +24,7 @@ from agent.model.cluster import (
     TrainingJobObject,
 )
 from agent.policy import Policy, parse_policy
-from agent.snapshot.documents import decode_items
+from agent.snapshot.documents import iter_items
 from agent.snapshot.manifests import (
     ManifestError,
     parse_namespace,
@@ -127,13 +127,11 @@ def parse_snapshot(files: Iterable[tuple[str, bytes]]) -> Snapshot:
     """Parse (name, content) pairs, in order, into one `Snapshot`."""
     builder = _Builder()
     for source, data in files:
-        items = decode_items(data, source=source)
-        for index, item in enumerate(items):
+        for index, item in enumerate(iter_items(data, source=source)):
             try:
                 builder.add(item)
             except ManifestError as exc:
                 raise SnapshotError(f"{source}: item {index} ({_describe(item)}): {exc}") from None
             except PolicyError as exc:
                 raise PolicyError(f"{source}: item {index}: {exc}") from None
-        del items
     return builder.build()

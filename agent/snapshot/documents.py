@@ -1,10 +1,14 @@
-"""Decode one snapshot file's bytes into a flat list of Kubernetes objects (plain dicts).
+"""Decode one snapshot file's bytes into a stream of Kubernetes objects (plain dicts).
 
 Accepts JSON (decoded with orjson) or YAML (one or many documents); a document may be a single
-object or a `kind: List` / `*List` with `items` (as `kubectl get -o yaml` prints). YAML passes the
-bounded-YAML check first (nesting, recursive anchors, alias bombs); Lists may nest at most
-`MAX_LIST_NESTING` deep. Called by
-`agent.snapshot.collection`. It does not interpret kinds; it only checks that every item is an
+object or a `kind: List` / `*List` with `items` (as `kubectl get -o yaml` prints). Called by
+`agent.snapshot.collection`. YAML goes through `agent.snapshot.yamlstream` (libyaml's C parser
+when PyYAML has it, a safe loader either way): the items of a List are handed out one at a time,
+never the whole document, so a large dump is parsed item by item. A YAML document whose
+top-level `items` sequence turns out (its `kind` read after `items`, as kubectl orders keys) not
+to be a `*List` is an error. YAML is bounded while it streams (nesting, recursive anchors, alias bombs:
+`agent.parsing.bounded_yaml`); Lists may nest at most `MAX_LIST_NESTING` deep. It does not
+interpret kinds; it only checks that every item is an
 object with a string `kind`. Errors are `SnapshotError` naming the file (and item or line).
 """
 
@@ -17,13 +21,8 @@ import orjson
 import yaml
 
 from agent.errors import SnapshotError
-from agent.parsing.bounded_yaml import YamlLimitError, check_yaml
-
-try:  # the C loader is ~10x faster; fall back to the pure-Python one when libyaml is absent
-    from yaml import CSafeLoader as _Loader
-except ImportError:  # pragma: no cover
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
-
+from agent.parsing.bounded_yaml import YamlLimitError
+from agent.snapshot.yamlstream import Part, iter_values
 
 # Lists (and `kind: List` items) inside lists: kubectl nests one level; anything past this is hostile
 MAX_LIST_NESTING = 16
@@ -34,11 +33,19 @@ def _looks_like_json(data: bytes) -> bool:
     return head[:1] in (b"{", b"[")
 
 
-def _decode(data: bytes, *, source: str) -> list[Any]:
-    """The file's top-level documents."""
+def _yaml_error(exc: yaml.YAMLError, *, source: str) -> SnapshotError:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" line {mark.line + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return SnapshotError(f"{source}:{where}: invalid YAML: {problem}")
+
+
+def _decode(data: bytes, *, source: str) -> Iterator[Any]:
+    """The file's top-level documents, or the items of its Lists one at a time."""
     if source.endswith(".json") or _looks_like_json(data):
         try:
-            return [orjson.loads(data)]
+            yield orjson.loads(data)
+            return
         except orjson.JSONDecodeError as exc:
             if source.endswith(".json"):
                 raise SnapshotError(f"{source}: invalid JSON: {exc}") from exc
@@ -47,16 +54,24 @@ def _decode(data: bytes, *, source: str) -> list[Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SnapshotError(f"{source}: not UTF-8 text: {exc.reason}") from exc
-    try:
-        check_yaml(text)  # depth, recursive anchors and alias bombs, before anything is built
-        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
-    except YamlLimitError as exc:
-        raise SnapshotError(f"{source}: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SnapshotError(f"{source}:{where}: invalid YAML: {problem}") from exc
+    values = iter_values(text)
+    while True:
+        try:
+            part, value = next(values)
+        except StopIteration:
+            return
+        except YamlLimitError as exc:
+            raise SnapshotError(f"{source}: {exc}") from None
+        except yaml.YAMLError as exc:
+            raise _yaml_error(exc, source=source) from exc
+        if part is Part.LIST_END:
+            if not _is_list(value):  # its items went out already: they were not a List's
+                raise SnapshotError(
+                    f"{source}: a document with a top-level `items` sequence must be a List "
+                    f"(kind: {value.get('kind')!r})"
+                )
+            continue
+        yield value
 
 
 def _is_list(doc: dict[str, Any]) -> bool:
@@ -99,10 +114,14 @@ def _flatten(
     yield doc
 
 
-def decode_items(data: bytes, *, source: str) -> list[dict[str, Any]]:
-    """Every object in the file, Lists flattened, in file order (the index used in errors)."""
+def iter_items(data: bytes, *, source: str) -> Iterator[dict[str, Any]]:
+    """Every object in the file, Lists flattened, in file order (the index used in errors),
+    one at a time."""
     counter = [0]
-    out: list[dict[str, Any]] = []
     for doc in _decode(data, source=source):
-        out.extend(_flatten(doc, source=source, counter=counter))
-    return out
+        yield from _flatten(doc, source=source, counter=counter)
+
+
+def decode_items(data: bytes, *, source: str) -> list[dict[str, Any]]:
+    """Every object in the file, as a list (see `iter_items`)."""
+    return list(iter_items(data, source=source))

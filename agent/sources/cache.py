@@ -14,6 +14,18 @@ labels and requested GPUs: `job_uid`, `job_labels`, `job_gpus`) and the Alertman
 - a Kubeflow job object -> that job. Owner objects (batch Jobs, ReplicaSets) change nothing.
 
 Objects are equal when their slim forms are equal, so status churn never reaches the detector.
+
+Gang completion: a job's expected pods are known in advance (the sum of a Kubeflow job's replica
+counts; for a configured generic group, the `replicas` of the Deployments and standalone
+ReplicaSets and the `parallelism` (capped by `completions`) of the batch Jobs of its namespace
+whose pod template matches the group's selector). A watch event that binds a pod and so brings
+the job's bound, live (not finished, not deleting) pods up to that number is reported with
+`gang_complete=True`: the detector hands it over without the debounce window. A relist never is
+(it is bulk, not the last bind of a gang); a job whose expected count is unknown (no job object
+cached, a workload missing) never is either, and keeps the debounce.
+Readers that keep derived state (the runtime's parsed mirror) `track()` the cache: a `Tracker`
+collects the keys of every object stored, replaced or deleted since its last `drain`, so they
+update only what changed instead of rescanning 150,000 pods.
 Thread-safe (one lock); callbacks run outside the lock on the caller's thread. No I/O.
 """
 
@@ -27,7 +39,7 @@ from typing import Any
 
 from agent.model.cluster import GPU_RESOURCE
 from agent.parsing.numbers import NumberError, parse_int
-from agent.settings import NamespaceFilter
+from agent.settings import GroupSpec, NamespaceFilter
 from agent.sources.jobkey import JobKey
 from agent.sources.resources import Resource, Role
 
@@ -61,12 +73,15 @@ class EventType:
 
 @dataclass(frozen=True)
 class Change:
-    """What a cache update affects; `everything` means re-diagnose all jobs."""
+    """What a cache update affects; `everything` means re-diagnose all jobs. `gang_complete`:
+    the update bound the last expected pod of the jobs (or generic groups of the namespaces) it
+    names, so it should be diagnosed at once rather than after the debounce window."""
 
     jobs: frozenset[JobKey] = frozenset()
     namespaces: frozenset[str] = frozenset()
     everything: bool = False
     reasons: tuple[str, ...] = field(default=(), compare=False)
+    gang_complete: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.namespaces or self.everything)
@@ -77,14 +92,32 @@ class Change:
             namespaces=self.namespaces | other.namespaces,
             everything=self.everything or other.everything,
             reasons=self.reasons + other.reasons,
+            gang_complete=self.gang_complete or other.gang_complete,
         )
 
+    def without(self, covered: Change) -> Change:
+        """This change minus what `covered` (a batch handled meanwhile) diagnoses anyway: its
+        jobs, and jobs of its namespaces. Cluster-wide changes and other namespaces stay."""
+        if self.everything or covered.everything:
+            return self if not covered.everything else Change()
+        jobs = frozenset(
+            j for j in self.jobs if j not in covered.jobs and j.namespace not in covered.namespaces
+        )
+        namespaces = self.namespaces - covered.namespaces
+        if jobs == self.jobs and namespaces == self.namespaces:
+            return self
+        return Change(jobs=jobs, namespaces=namespaces, reasons=self.reasons)
 
-def merge_all(changes: Iterable[Change], *, max_reasons: int = 20) -> Change:
-    """One Change for many (linear, unlike repeated `merge`)."""
+
+def merge_all(
+    changes: Iterable[Change], *, max_reasons: int = 20, gang_complete: bool | None = None
+) -> Change:
+    """One Change for many (linear, unlike repeated `merge`); `gang_complete` overrides the flag
+    (None: set when any change sets it)."""
     jobs: set[JobKey] = set()
     namespaces: set[str] = set()
     everything = False
+    complete = False
     reasons: list[str] = []
     for c in changes:
         if not c:
@@ -92,9 +125,16 @@ def merge_all(changes: Iterable[Change], *, max_reasons: int = 20) -> Change:
         jobs |= c.jobs
         namespaces |= c.namespaces
         everything = everything or c.everything
+        complete = complete or c.gang_complete
         if len(reasons) < max_reasons:
             reasons.extend(c.reasons)
-    return Change(frozenset(jobs), frozenset(namespaces), everything, tuple(reasons[:max_reasons]))
+    return Change(
+        frozenset(jobs),
+        frozenset(namespaces),
+        everything,
+        tuple(reasons[:max_reasons]),
+        gang_complete=complete if gang_complete is None else gang_complete,
+    )
 
 
 def _meta(obj: Obj) -> dict[str, Any]:
@@ -136,15 +176,84 @@ def _node_of(pod: Obj) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
+def _bound_live(pod: Obj | None) -> bool:
+    """Bound to a node, not finished, not being deleted: a pod that counts towards its gang."""
+    return (
+        pod is not None
+        and _node_of(pod) is not None
+        and _phase(pod) not in FINISHED_PHASES
+        and not _meta(pod).get("deletionTimestamp")
+    )
+
+
+def _count(value: object, default: int) -> int | None:
+    """A replica-like count (absent: `default`); None when it is not a non-negative integer."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def expected_job_pods(job_obj: Obj) -> int | None:
+    """Pods a Kubeflow job expects: the sum of its replica specs' `replicas` (default 1);
+    None when it has no replica spec or a count is unreadable."""
+    total = 0
+    found = False
+    for key, value in (job_obj.get("spec") or {}).items():
+        if not key.endswith("ReplicaSpecs") or not isinstance(value, dict):
+            continue
+        for rspec in value.values():
+            if not isinstance(rspec, dict):
+                continue
+            replicas = _count(rspec.get("replicas"), 1)
+            if replicas is None:
+                return None
+            total += replicas
+            found = True
+    return total if found and total > 0 else None
+
+
+def expected_workload_pods(kind: str, obj: Obj) -> int | None:
+    """Pods a workload keeps running: Deployment/ReplicaSet `replicas` (default 1), batch Job
+    `parallelism` (default 1) capped by `completions` when set; None when unreadable."""
+    spec = obj.get("spec") or {}
+    if kind == "Job":
+        parallelism = _count(spec.get("parallelism"), 1)
+        completions = _count(spec.get("completions"), 0) if "completions" in spec else None
+        if parallelism is None or ("completions" in spec and completions is None):
+            return None
+        return parallelism if completions is None else min(parallelism, completions)
+    return _count(spec.get("replicas"), 1)
+
+
+def _matches(selector: dict[str, str], labels: Any) -> bool:
+    return isinstance(labels, dict) and all(labels.get(k) == v for k, v in selector.items())
+
+
+class Tracker:
+    """What changed in a cache since the last `ClusterCache.drain`: (resource name, key) pairs in
+    the order first touched; `everything` until the first drain (read it all once)."""
+
+    def __init__(self) -> None:
+        self.touched: dict[tuple[str, ObjKey], None] = {}
+        self.everything = True
+
+
 class ClusterCache:
     def __init__(
         self,
         *,
         namespaces: NamespaceFilter | None = None,
         on_change: Callable[[Change], object] | None = None,
+        groups: Iterable[GroupSpec] = (),
     ) -> None:
         self.namespace_filter = namespaces or NamespaceFilter()
         self.on_change = on_change
+        self.groups = tuple(g for g in groups if g.selector)
+        self._loose_pods: dict[str, set[ObjKey]] = defaultdict(set)  # pods of no job, by namespace
+        self._bulk = False  # inside `replace`
+        self._trackers: list[Tracker] = []
         self._lock = threading.RLock()
         self._objects: dict[str, dict[ObjKey, Obj]] = defaultdict(dict)
         self._resources: dict[str, Resource] = {}
@@ -154,6 +263,28 @@ class ClusterCache:
         self._policies_in: dict[str, set[tuple[str, ObjKey]]] = defaultdict(set)
         self._synced: set[str] = set()
         self._expected: set[str] = set()
+
+    # -- change tracking ---------------------------------------------------------------------
+
+    def track(self) -> Tracker:
+        """A new tracker of this cache's changes (keep it: each one costs every update a set add)."""
+        with self._lock:
+            tracker = Tracker()
+            self._trackers.append(tracker)
+            return tracker
+
+    def drain(self, tracker: Tracker) -> tuple[bool, list[tuple[str, ObjKey]]]:
+        """(everything, touched keys) since the last drain of `tracker`; resets it."""
+        with self._lock:
+            everything, touched = tracker.everything, list(tracker.touched)
+            tracker.everything = False
+            tracker.touched = {}
+            return everything, touched
+
+    def _touch(self, resource_name: str, key: ObjKey) -> None:
+        for tracker in self._trackers:
+            if not tracker.everything:
+                tracker.touched[(resource_name, key)] = None
 
     # -- filters and readiness -------------------------------------------------------------
 
@@ -217,18 +348,59 @@ class ClusterCache:
         with self._lock:
             self._resources[resource.name] = resource
             current = self._objects[resource.name]
+            if not current and resource.role is Role.POD:
+                change = self._first_pods(resource, items)
+                self._synced.add(resource.name)
+                if change and self.on_change is not None:
+                    self.on_change(change)
+                return change
             fresh = {obj_key(o): o for o in items}
-            parts = [
-                self._apply(resource, EventType.DELETED, current[key])
-                for key in list(current)
-                if key not in fresh
-            ]
-            parts += [self._apply(resource, EventType.MODIFIED, obj) for obj in fresh.values()]
-            change = merge_all(parts)
+            self._bulk = True  # no gang-completion checks: a relist is bulk (and they would be
+            try:  # quadratic in a job's pods)
+                parts = [
+                    self._apply(resource, EventType.DELETED, current[key])
+                    for key in list(current)
+                    if key not in fresh
+                ]
+                parts += [self._apply(resource, EventType.MODIFIED, obj) for obj in fresh.values()]
+            finally:
+                self._bulk = False
+            change = merge_all(parts, gang_complete=False)  # bulk: keeps the debounce
             self._synced.add(resource.name)
         if change and self.on_change is not None:
             self.on_change(change)
         return change
+
+    def _first_pods(self, resource: Resource, items: list[Obj]) -> Change:
+        """The first list of pods into an empty cache: the same indexes as `_apply`, without a
+        `Change` per pod (150,000 of them at start-up)."""
+        store = self._objects[resource.name]
+        jobs: set[JobKey] = set()
+        namespaces: set[str] = set()
+        for obj in items:
+            key = obj_key(obj)
+            if not self.admits_namespace(key[0]):
+                continue
+            store[key] = obj
+            self._touch(resource.name, key)
+            job = self._job_key_of_pod(obj)
+            if job is not None:
+                self._job_of_pod[key] = job
+                self._pods_of_job[job].add(key)
+                jobs.add(job)
+            else:
+                self._loose_pods[key[0]].add(key)
+                namespaces.add(key[0])
+            node = _node_of(obj)
+            if node:
+                self._pods_on_node[node].add(key)
+        if not jobs and not namespaces:
+            return Change()
+        return Change(
+            jobs=frozenset(jobs),
+            namespaces=frozenset(namespaces),
+            reasons=(f"{len(store)} {resource.kind}s listed",),
+        )
 
     def _apply(self, resource: Resource, event: str, obj: Obj) -> Change:
         self._resources[resource.name] = resource
@@ -241,11 +413,13 @@ class ClusterCache:
             if old is None:
                 return Change()
             del store[key]
+            self._touch(resource.name, key)
             new = None
         else:
             if old == obj:
                 return Change()
             store[key] = obj
+            self._touch(resource.name, key)
             new = obj
             if resource.role is Role.POD and old is not None and _only_live_phase_changed(old, new):
                 return Change()  # Pending -> Running: nothing the diagnosis looks at
@@ -274,7 +448,12 @@ class ClusterCache:
                 return Change()  # an empty new namespace, or one whose pods are gone already
             return Change(everything=True, reasons=(reason,))
         if role is Role.JOB:
-            return Change(jobs=frozenset({JobKey(resource.kind, key[0], key[1])}), reasons=(reason,))
+            job = JobKey(resource.kind, key[0], key[1])
+            # a job object arriving after its pods were all bound completes the gang as well
+            complete = (
+                not self._bulk and new is not None and old is None and self._job_complete(job, new)
+            )
+            return Change(jobs=frozenset({job}), reasons=(reason,), gang_complete=complete)
         return Change()
 
     def _pods_change(self, pods: Iterable[ObjKey], reason: str) -> Change:
@@ -298,6 +477,12 @@ class ClusterCache:
                 members.discard(key)
                 if not members:
                     del self._pods_of_job[old_job]
+        else:
+            loose = self._loose_pods.get(key[0])
+            if loose is not None:
+                loose.discard(key)
+                if not loose:
+                    del self._loose_pods[key[0]]
         old_node = _node_of(old) if old else None
         if old_node:
             self._pods_on_node[old_node].discard(key)
@@ -309,13 +494,82 @@ class ClusterCache:
             if new_job is not None:
                 self._job_of_pod[key] = new_job
                 self._pods_of_job[new_job].add(key)
+            else:
+                self._loose_pods[key[0]].add(key)
             node = _node_of(new)
             if node:
                 self._pods_on_node[node].add(key)
+        newly_bound = not self._bulk and _bound_live(new) and not _bound_live(old)
         jobs = frozenset(j for j in (old_job, new_job) if j is not None)
         if jobs:
-            return Change(jobs=jobs, reasons=(reason,))
-        return Change(namespaces=frozenset({key[0]}), reasons=(reason,))
+            complete = newly_bound and new_job is not None and self._job_complete(new_job)
+            return Change(jobs=jobs, reasons=(reason,), gang_complete=complete)
+        complete = newly_bound and new is not None and self._group_complete(key[0], new)
+        return Change(namespaces=frozenset({key[0]}), reasons=(reason,), gang_complete=complete)
+
+    # -- gang completion ----------------------------------------------------------------------
+
+    def _job_object(self, job: JobKey) -> Obj | None:
+        for version in KUBEFLOW_VERSIONS:
+            obj = self._objects.get(f"{job.kind.lower()}s.{version}.kubeflow.org", {}).get(
+                (job.namespace, job.name)
+            )
+            if obj is not None:
+                return obj
+        return None
+
+    def _job_complete(self, job: JobKey, job_obj: Obj | None = None) -> bool:
+        """All the pods the job's object expects are bound and live (unknown: False)."""
+        obj = job_obj if job_obj is not None else self._job_object(job)
+        expected = expected_job_pods(obj) if obj is not None else None
+        if expected is None:
+            return False
+        pods = self._objects.get("pods", {})
+        bound = sum(1 for k in self._pods_of_job.get(job, ()) if _bound_live(pods.get(k)))
+        return bound >= expected
+
+    def _group_complete(self, namespace: str, pod: Obj) -> bool:
+        """The pod belongs to a configured group whose expected pods are now all bound."""
+        labels = _meta(pod).get("labels")
+        for group in self.groups:
+            if group.namespace not in (None, namespace) or not _matches(group.selector, labels):
+                continue
+            expected = self._group_expected(namespace, group)
+            if expected is None:
+                continue
+            pods = self._objects.get("pods", {})
+            bound = 0
+            for k in self._loose_pods.get(namespace, ()):
+                other = pods.get(k)
+                if _bound_live(other) and _matches(group.selector, _meta(other or {}).get("labels")):
+                    bound += 1
+            if bound >= expected:
+                return True
+        return False
+
+    def _group_expected(self, namespace: str, group: GroupSpec) -> int | None:
+        """Pods the group's workloads expect: Deployments, ReplicaSets no Deployment owns, batch
+        Jobs of the namespace whose template labels match the selector (None: none found, or a
+        count unreadable)."""
+        total = 0
+        found = False
+        for r_name, r in self._resources.items():
+            if r.role is not Role.OWNER or r.kind not in ("Deployment", "ReplicaSet", "Job"):
+                continue
+            for (ns, _), obj in self._objects.get(r_name, {}).items():
+                if ns != namespace:
+                    continue
+                if r.kind == "ReplicaSet" and (_controller(obj) or {}).get("kind") == "Deployment":
+                    continue  # counted through its Deployment
+                template = (obj.get("spec") or {}).get("template") or {}
+                if not _matches(group.selector, (template.get("metadata") or {}).get("labels")):
+                    continue
+                count = expected_workload_pods(r.kind, obj)
+                if count is None:
+                    return None
+                total += count
+                found = True
+        return total if found and total > 0 else None
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -330,6 +584,10 @@ class ClusterCache:
     def items_by_key(self, resource_name: str) -> list[tuple[ObjKey, Obj]]:
         with self._lock:
             return list(self._objects.get(resource_name, {}).items())
+
+    def resource(self, resource_name: str) -> Resource | None:
+        with self._lock:
+            return self._resources.get(resource_name)
 
     def resources(self) -> list[Resource]:
         """The resources the cache holds objects of (or expects), in a stable order."""

@@ -2,12 +2,16 @@
 
 Called by the composition root (`KubeSource.start()`, `wait_synced()`, `stop()`) and by
 `zonemedic sweep --once` (start, wait for sync, read the cache, stop). Each `Informer` lists with
-`limit`/`continue` paging, then watches from the list's resourceVersion with `allowWatchBookmarks`
-and a server-side `timeoutSeconds`; a stream that ends or breaks resumes from the last
-resourceVersion seen (bookmarks included); a 410 Gone (as an HTTP answer or an `ERROR` event)
-relists; 5xx, 429 (Retry-After honoured) and network errors back off exponentially with full
-jitter. Bodies are parsed with orjson from unread responses (`_preload_content=False`) and slimmed
-before they reach the cache. What it does not do: diagnose, or write to the cluster.
+`limit`/`continue` paging (the next page is fetched on a helper thread while the current one is
+slimmed, so the server's serialization and the transfer overlap the parsing; each page's raw
+objects are dropped once slimmed, so memory holds one raw page at a time; `list_stats` tells the
+pages, objects, time and the largest page's cost), then watches from the list's resourceVersion
+with `allowWatchBookmarks` and a server-side `timeoutSeconds`; a stream that ends or breaks
+resumes from the last resourceVersion seen (bookmarks included); a 410 Gone (as an HTTP answer
+or an `ERROR` event) relists; 5xx, 429 (Retry-After honoured) and network errors back off
+exponentially with full jitter. Bodies are parsed with orjson from unread responses
+(`_preload_content=False`) and slimmed before they reach the cache. What it does not do:
+diagnose, or write to the cluster.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -32,6 +38,22 @@ from agent.sources.slim import Sharer, slimmer
 log = logging.getLogger(__name__)
 
 LIST_PAGE = 5000
+
+
+@dataclass
+class ListStats:
+    """The last full list of an informer: pages, objects, wall seconds, and its largest page
+    (objects, and seconds from asking for it to having slimmed it)."""
+
+    pages: int = 0
+    items: int = 0
+    seconds: float = 0.0
+    largest_page_items: int = 0
+    largest_page_seconds: float = 0.0
+
+    @property
+    def pages_per_second(self) -> float:
+        return self.pages / self.seconds if self.seconds > 0 else 0.0
 
 
 class GoneError(Exception):
@@ -77,8 +99,10 @@ class Informer:
         request_timeout: float = 30.0,
         rand: Callable[[], float] = random.random,
         share: Callable[[Any], Any] | None = None,
+        page_size: int = LIST_PAGE,
     ) -> None:
         self.api = api
+        self.page_size = page_size
         self.resource = resource
         self.cache = cache
         self.on_restart = on_restart
@@ -89,6 +113,7 @@ class Informer:
         self.rand = rand
         self.resource_version: str | None = None
         self.lists = 0
+        self.list_stats = ListStats()
         self.watches = 0
         self._stop = threading.Event()
         self._response: Any = None
@@ -110,30 +135,56 @@ class Informer:
             if was_enabled:
                 gc.enable()
 
+    def _fetch_page(self, token: str | None) -> tuple[Any, float]:
+        """One page of the list (parsed) and when it was asked for."""
+        asked = time.perf_counter()
+        query = [("limit", str(self.page_size))]
+        if token:
+            query.append(("continue", token))
+        doc = self.api.json(
+            "GET", self.resource.list_path(), query=query, timeout=self.request_timeout * 4
+        )
+        return doc, asked
+
     def _list(self) -> str:
+        started = time.perf_counter()
+        stats = ListStats()
         items: list[dict[str, Any]] = []
         token: str | None = None
-        while True:
-            query = [("limit", str(LIST_PAGE))]
-            if token:
-                query.append(("continue", token))
-            try:
-                doc = self.api.json(
-                    "GET", self.resource.list_path(), query=query, timeout=self.request_timeout * 4
-                )
-            except KubeApiError as exc:
-                if exc.status == 410 and token:
-                    items, token = [], None  # continue token expired: start the list again
-                    continue
-                raise
-            for obj in doc.get("items") or []:
-                if isinstance(obj, dict):
-                    items.append(self.slim(obj))
-            meta = doc.get("metadata") or {}
-            token = meta.get("continue") or None
-            if not token:
-                break
+        with ThreadPoolExecutor(1, thread_name_prefix=f"list-{self.resource.name}") as pool:
+            pending: Future[tuple[Any, float]] = pool.submit(self._fetch_page, None)
+            while True:
+                try:
+                    doc, asked = pending.result()
+                except KubeApiError as exc:
+                    if exc.status == 410 and token:
+                        # continue token expired: start the list again
+                        items, token, stats = [], None, ListStats()
+                        pending = pool.submit(self._fetch_page, None)
+                        continue
+                    raise
+                meta = doc.get("metadata") or {}
+                token = meta.get("continue") or None
+                if token:  # the next page travels while this one is slimmed
+                    pending = pool.submit(self._fetch_page, token)
+                page = doc.get("items") or []
+                del doc
+                for obj in page:
+                    if isinstance(obj, dict):
+                        items.append(self.slim(obj))
+                stats.pages += 1
+                cost = time.perf_counter() - asked
+                if len(page) > stats.largest_page_items or (
+                    len(page) == stats.largest_page_items and cost > stats.largest_page_seconds
+                ):
+                    stats.largest_page_items, stats.largest_page_seconds = len(page), cost
+                del page
+                if not token:
+                    break
         self.cache.replace(self.resource, items)
+        stats.items = len(items)
+        stats.seconds = time.perf_counter() - started
+        self.list_stats = stats
         self.lists += 1
         return str(meta.get("resourceVersion") or "")
 

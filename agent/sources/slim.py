@@ -23,9 +23,11 @@ Obj = dict[str, Any]
 
 
 class Sharer:
-    """Structural sharing of equal sub-objects (labels, containers, tolerations, owner refs,
-    status) across cached objects: thousands of pods of one job hold one copy. Shared values must
-    never be mutated (the cache and the core only read them). Bounded: cleared when full."""
+    """Structural sharing of equal sub-objects (containers, tolerations, owner refs, node
+    selectors, affinity) across cached objects: thousands of pods of one job hold one copy
+    (keyed by their JSON in the order listed: equal parts from one server list keys alike).
+    Shared values must never be mutated (the cache and the core only read them). Bounded:
+    cleared when full."""
 
     def __init__(self, capacity: int = 200_000) -> None:
         self.capacity = capacity
@@ -34,7 +36,7 @@ class Sharer:
     def __call__(self, value: Any) -> Any:
         if not value:
             return value
-        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        key = orjson.dumps(value)  # key order as listed: equal objects of one source agree
         found = self._table.get(key)
         if found is not None:
             return found
@@ -43,9 +45,27 @@ class Sharer:
         self._table[key] = value
         return value
 
+    def memo(self, tag: bytes, raw: Any, build: Callable[[], Any]) -> Any:
+        """The shared slim form of a raw sub-object: built once per distinct raw JSON (the
+        containers of a job's pods are slimmed once, not once per pod)."""
+        key = tag + orjson.dumps(raw)
+        found = self._table.get(key)
+        if found is None:
+            found = self(build())
+            if len(self._table) >= self.capacity:
+                self._table.clear()
+            self._table[key] = found
+        return found
+
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _memo(share: Callable[[Any], Any], tag: bytes, raw: Any, build: Callable[[], Any]) -> Any:
+    if isinstance(share, Sharer):
+        return share.memo(tag, raw, build)
+    return share(build())
 
 
 def _meta(obj: Obj, *, owners: bool = True, share: Callable[[Any], Any] = _same) -> Obj:
@@ -59,13 +79,17 @@ def _meta(obj: Obj, *, owners: bool = True, share: Callable[[Any], Any] = _same)
         out["labels"] = meta["labels"]
     if meta.get("deletionTimestamp"):
         out["deletionTimestamp"] = meta["deletionTimestamp"]
-    if owners and meta.get("ownerReferences"):
-        out["ownerReferences"] = share(
-            [
+    refs = meta.get("ownerReferences") if owners else None
+    if refs:
+        out["ownerReferences"] = _memo(
+            share,
+            b"o",
+            refs,
+            lambda: [
                 {k: ref[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in ref}
-                for ref in meta["ownerReferences"]
+                for ref in refs
                 if isinstance(ref, dict)
-            ]
+            ],
         )
     return out
 
@@ -77,7 +101,12 @@ def _gpu_resources(resources: Any) -> Obj:
     for section in ("requests", "limits"):
         values = resources.get(section)
         if isinstance(values, dict):
-            kept = {k: v for k, v in values.items() if GPU_MARKER in k}
+            kept = None  # a plain loop: a comprehension per section costs a frame each
+            for k in values:
+                if GPU_MARKER in k:
+                    if kept is None:
+                        kept = {}
+                    kept[k] = values[k]
             if kept:
                 out[section] = kept
     return out
@@ -102,7 +131,10 @@ def _container(c: Any) -> Obj:
 def slim_pod(obj: Obj, share: Callable[[Any], Any] = _same) -> Obj:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    out_spec: Obj = {"containers": share([_container(c) for c in spec.get("containers") or []])}
+    containers = spec.get("containers") or []
+    out_spec: Obj = {
+        "containers": _memo(share, b"c", containers, lambda: [_container(c) for c in containers])
+    }
     for key in ("nodeName", "serviceAccountName", "nodeSelector", "tolerations", "affinity"):
         if spec.get(key):
             out_spec[key] = spec[key] if key == "nodeName" else share(spec[key])
@@ -111,9 +143,22 @@ def slim_pod(obj: Obj, share: Callable[[Any], Any] = _same) -> Obj:
         "kind": "Pod",
         "metadata": _meta(obj, share=share),
         "spec": out_spec,
-        "status": share({"phase": status.get("phase") or "Pending"}),
+        "status": _status(status.get("phase") or "Pending"),
     }
     return out
+
+
+_STATUSES: dict[str, Obj] = {}
+
+
+def _status(phase: str) -> Obj:
+    """One shared `{"phase": ...}` per phase (never mutated)."""
+    found = _STATUSES.get(phase)
+    if found is None:
+        if len(_STATUSES) > 64:  # phases are a handful; an odd server cannot grow this
+            _STATUSES.clear()
+        found = _STATUSES[phase] = {"phase": phase}
+    return found
 
 
 def slim_node(obj: Obj) -> Obj:
@@ -184,8 +229,24 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
     }
 
 
+OWNER_COUNTS = ("replicas", "parallelism", "completions")
+
+
 def slim_owner(obj: Obj, resource: Resource) -> Obj:
-    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": _meta(obj)}
+    """Ownership chain, plus what says how many pods the workload expects (Deployment and
+    ReplicaSet `replicas`, batch Job `parallelism`/`completions`) and its pod template's labels:
+    the cache knows from them when a generic group's last pod is bound."""
+    out: Obj = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": _meta(obj)}
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        out_spec: Obj = {k: spec[k] for k in OWNER_COUNTS if k in spec}
+        template = spec.get("template")
+        labels = (template.get("metadata") or {}).get("labels") if isinstance(template, dict) else None
+        if isinstance(labels, dict) and labels:
+            out_spec["template"] = {"metadata": {"labels": labels}}
+        if out_spec:
+            out["spec"] = out_spec
+    return out
 
 
 def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable[[Obj], Obj]:

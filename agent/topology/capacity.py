@@ -17,13 +17,25 @@ from agent.model.cluster import Node, Pod
 class CapacityIndex:
     """GPU allocatable and use per node, and free GPUs per zone, for a whole cluster."""
 
-    def __init__(self, nodes: Mapping[str, Node], pods: Iterable[Pod]) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[str, Node],
+        pods: Iterable[Pod],
+        *,
+        used: Mapping[str, int] | None = None,
+        free: Mapping[str, int] | None = None,
+    ) -> None:
+        """`used` (GPUs of live bound pods per node) and `free` (free GPUs per zone), when the
+        caller counted them already: then `pods` is not read, nor every node."""
         self._nodes = nodes
-        self._used: dict[str, int] = {}
-        for pod in pods:
+        self._used: dict[str, int] = dict(used) if used is not None else {}
+        for pod in pods if used is None else ():
             if pod.gpu_request and pod.node_name is not None and pod.live:
                 self._used[pod.node_name] = self._used.get(pod.node_name, 0) + pod.gpu_request
         self._free: dict[str, int] = {}
+        if used is not None and free is not None:
+            self._free.update(free)
+            return
         for node in nodes.values():
             zone = node.zone
             if zone is None:

@@ -164,14 +164,19 @@ def find_jobs(
     groups: Sequence[GroupSpec] = (),
     *,
     namespaces: Collection[str] | None = None,
+    pods_in: Mapping[str, Sequence[Pod]] | None = None,
 ) -> list[Job]:
     """Kubeflow jobs and configured groups with at least one live pod.
 
     `namespaces`: only the jobs of these namespaces (one pass to pick their pods, then the same
-    grouping as for the whole cluster); None: every namespace.
+    grouping as for the whole cluster); None: every namespace. `pods_in`: the state's pods by
+    namespace, in state order, when the caller has them (no pass over every pod then).
     """
     if namespaces is None:
         return kubeflow_jobs(state) + group_jobs(state.pods, groups)
     wanted = frozenset(namespaces)
-    pods = [p for p in state.pods if p.namespace in wanted]
+    if pods_in is not None:
+        pods = [p for ns in sorted(wanted) for p in pods_in.get(ns, ())]
+    else:
+        pods = [p for p in state.pods if p.namespace in wanted]
     return kubeflow_jobs(state, pods) + group_jobs(pods, groups)

@@ -53,6 +53,9 @@ class Store:
         self._clock = clock
         self._lock = threading.RLock()
         self._table = ObjectTable(self._lock, history_limit=history_limit)
+        # (resource, namespace) -> (resourceVersion, sorted keys): reused by the next pages of a
+        # paged list while nothing was written (one sort per list, not per page)
+        self._sorted_keys: dict[tuple[Any, str | None], tuple[int, builtins.list[Any]]] = {}
         self._hub = self._table.hub
         self._deletion = Deletion(self._table, self._lock, clock=clock)
         self._writes = Writes(self._table, self._deletion, clock=clock)
@@ -118,15 +121,24 @@ class Store:
             else:
                 self._hub.check_version(resource_version)
             bucket = self._table.objects.get(rt.key, {})
-            if namespace is not None and rt.namespaced:
-                keys = [k for k in bucket if k[0] == namespace]
-            else:
-                keys = builtins.list(bucket)
             rv = self._table.rv
-            keys.sort()
-            if start is not None:
-                keys = keys[bisect.bisect_right(keys, start) :]
-            objs = [bucket[k] for k in keys]
+            scope = namespace if rt.namespaced else None
+            cached = self._sorted_keys.get((rt.key, scope))
+            if cached is not None and cached[0] == rv:
+                keys = cached[1]  # no write since: the pages of one list sort once
+            else:
+                if scope is not None:
+                    keys = [k for k in bucket if k[0] == scope]
+                else:
+                    keys = builtins.list(bucket)
+                keys.sort()
+                self._sorted_keys[(rt.key, scope)] = (rv, keys)
+            first = bisect.bisect_right(keys, start) if start is not None else 0
+            if match is None and limit and limit > 0:
+                chosen = keys[first : first + limit + 1]  # one more: is there a next page?
+            else:
+                chosen = keys[first:] if first else keys
+            objs = [bucket[k] for k in chosen]
         if match is not None:
             objs = [o for o in objs if match(o)]
         token = None

@@ -104,3 +104,88 @@ def test_a_failing_step_does_not_kill_the_worker() -> None:
     finally:
         detector.stop()
     assert len(calls) == 2
+
+
+def gang(i: int) -> Change:
+    return Change(jobs=frozenset({JobKey("PyTorchJob", "ml", f"j{i}")}), gang_complete=True)
+
+
+def relabel_in(namespace: str) -> Change:
+    return Change(namespaces=frozenset({namespace}))
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "check_at", "expect_jobs", "expect_namespaces", "left_due"),
+    [
+        # a gang-complete change alone: due when it arrives, not after the window
+        ([(0.0, gang(1))], 0.0, {"j1"}, set(), None),
+        # it does not wait for a relabel of another job that arrived before it
+        ([(0.0, job(2)), (0.1, gang(1))], 0.1, {"j1"}, set(), 0.5),
+        # a relabel of the same job waiting in the window is covered by the gang's diagnosis
+        ([(0.0, job(1)), (0.1, gang(1))], 0.1, {"j1"}, set(), None),
+        # namespace-scoped changes stay unless the gang batch covers that namespace
+        ([(0.0, relabel_in("web")), (0.2, gang(1))], 0.2, {"j1"}, set(), 0.5),
+        # two gangs completing together form one batch
+        ([(0.0, gang(1)), (0.0, gang(2))], 0.0, {"j1", "j2"}, set(), None),
+    ],
+)
+def test_gang_complete_skips_the_window(
+    arrivals: list[tuple[float, Change]],
+    check_at: float,
+    expect_jobs: set[str],
+    expect_namespaces: set[str],
+    left_due: float | None,
+) -> None:
+    d = Debouncer(delay=0.5, max_delay=5.0)
+    for t, change in arrivals:
+        d.add(change, t)
+    batch = d.take(check_at)
+    assert batch is not None
+    change, first = batch
+    assert {j.name for j in change.jobs} == expect_jobs
+    assert set(change.namespaces) == expect_namespaces
+    assert first == check_at
+    assert d.due_at() == left_due
+
+
+def test_a_relabel_alone_still_waits_for_the_window() -> None:
+    d = Debouncer(delay=0.5, max_delay=5.0)
+    d.add(job(1), 0.0)
+    assert d.take(0.0) is None and d.take(0.49) is None
+    assert d.take(0.5) is not None
+
+
+def test_a_failed_batch_backoff_delays_a_gang_too() -> None:
+    d = Debouncer(delay=0.5, max_delay=5.0)
+    d.retry(job(3), 0.0, not_before=2.0)
+    d.add(gang(1), 1.0)
+    assert d.take(1.0) is None
+    batch = d.take(2.0)
+    assert batch is not None and {j.name for j in batch[0].jobs} == {"j1"}
+
+
+def test_worker_hands_a_gang_over_at_once_while_a_relabel_waits() -> None:
+    batches: list[tuple[Change, float]] = []
+    arrived = threading.Condition()
+
+    def handle(change: Change, first: float) -> None:
+        with arrived:
+            batches.append((change, first))
+            arrived.notify_all()
+
+    clock = SteppedClock()  # never advanced until the gang's batch is in: no window can pass
+    detector = Detector(debounce=0.5, max_delay=5.0, handle=handle, monotonic=clock)
+    detector.start()
+    try:
+        assert detector.submit(job(2))  # a relabel of another job
+        assert detector.submit(gang(1))
+        with arrived:
+            assert arrived.wait_for(lambda: len(batches) == 1, timeout=10)
+        assert {j.name for j in batches[0][0].jobs} == {"j1"}
+        assert batches[0][1] == 0.0
+        clock.now = 0.5  # the relabel's window is over
+        with arrived:
+            assert arrived.wait_for(lambda: len(batches) == 2, timeout=10)
+    finally:
+        detector.stop()
+    assert {j.name for j in batches[1][0].jobs} == {"j2"}

@@ -76,3 +76,57 @@ def test_unparsable_object_is_skipped_with_one_warning(mirror: tuple[ClusterCach
         m.state()
     assert len(state.pods) == 50
     assert [r.message for r in caplog.records].count("object skipped: the core cannot parse it") == 1
+
+
+def kube_pod(name: str, node: str, *, zone_label: str, gpus: int = 1) -> dict[str, Any]:
+    return slimmer(R["pods"])({
+        "metadata": {"name": name, "namespace": "ml", "labels": {
+            "training.kubeflow.org/job-name": "bert", "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            "training.kubeflow.org/replica-type": "master" if "master" in name else "worker",
+            "zone": zone_label}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "ports": [{"name": "pytorchjob-port", "containerPort": 23456}],
+                                                   "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": {"phase": "Running"},
+    })
+
+
+def test_incremental_state_and_facts_diagnose_like_a_fresh_mirror() -> None:
+    from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+    from agent.model.cluster import JobKind
+    from agent.model.job import JobRef
+    from agent.settings import DiagnosisSettings
+    from agent.sources.cache import EventType
+
+    node = slimmer(R["nodes"])
+    cache = ClusterCache()
+    cache.replace(R["nodes"], [node({"metadata": {"name": f"n-{z}", "labels": {"topology.kubernetes.io/zone": z}},
+                                     "status": {"allocatable": {"nvidia.com/gpu": "8"}}}) for z in "ab"])
+    cache.replace(R["pods"], [kube_pod("bert-master-0", "n-b", zone_label="b"),
+                              *(kube_pod(f"bert-worker-{i}", "n-a", zone_label="a") for i in range(3)),
+                              kube_pod("other-worker-0", "n-a", zone_label="a")])
+    cache.replace(CNP, [slimmer(CNP)({"metadata": {"name": f"zone-{z}", "namespace": "ml"}, "spec": {
+        "endpointSelector": {"matchLabels": {"zone": z}}, "ingress": [{"fromEndpoints": [{"matchLabels": {"zone": z}}]}]}})
+        for z in "ab"])
+    mirror = ModelMirror(cache)
+    mirror.snapshot()  # the first one reads everything
+    assert mirror.visited_last == 9
+    settings = DiagnosisSettings()
+    scope = JobScope(jobs=frozenset({JobRef(JobKind.PYTORCH, "ml", "bert")}))
+    events = [
+        (R["pods"], EventType.MODIFIED, kube_pod("bert-master-0", "n-a", zone_label="a")),  # co-located
+        (R["pods"], EventType.ADDED, kube_pod("bert-worker-9", "n-b", zone_label="b", gpus=8)),  # split again
+        (R["pods"], EventType.DELETED, kube_pod("other-worker-0", "n-a", zone_label="a")),
+        (R["nodes"], EventType.MODIFIED, node({"metadata": {"name": "n-b", "labels": {"topology.kubernetes.io/zone": "b"}},
+                                               "spec": {"unschedulable": True}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})),
+    ]
+    verdicts = []
+    for resource, event, obj in events:
+        cache.apply(resource, event, obj)
+        state, policies, facts = mirror.snapshot()
+        assert mirror.visited_last == 1  # only the changed object was looked at
+        got = diagnose_cluster(state, policies, settings=settings, only=scope, facts=facts)
+        fresh_state, fresh_policies = ModelMirror(cache).state()
+        want = diagnose_cluster(fresh_state, fresh_policies, settings=settings, only=scope)
+        assert got == want
+        verdicts.append(str(got.findings[0].verdict))
+    assert verdicts[0] == "healthy" and verdicts[1] == "zone_split_blocked"

@@ -59,6 +59,16 @@ def test_decodes(source: str, text: str, kinds: list[str]) -> None:
             r"^items\.yaml: item 0: List\.items: expected a list",
         ),
         ("latin1.yaml", b"kind: Pod\nname: \xe9\n", r"^latin1\.yaml: not UTF-8"),
+        (
+            "not-a-list.yaml",
+            "items:\n- {kind: Pod}\nkind: Thing\n",
+            r"^not-a-list\.yaml: a document with a top-level `items` sequence must be a List \(kind: 'Thing'\)",
+        ),
+        (
+            "unsafe.yaml",
+            "kind: List\nitems:\n- !!python/object/apply:os.system ['true']\n",
+            r"^unsafe\.yaml: line 3: invalid YAML: could not determine a constructor",
+        ),
     ],
 )
 def test_errors_name_file_and_item(source: str, text: str | bytes, message: str) -> None:

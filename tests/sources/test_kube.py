@@ -17,8 +17,9 @@ import pytest
 
 from agent.settings import KubernetesSettings
 from agent.sources.cache import ClusterCache
-from agent.sources.kube import KubeSource
+from agent.sources.kube import Informer, KubeSource
 from agent.sources.kubeapi import KubeApi, build_api_client
+from agent.sources.resources import RESOURCES
 from agent.sources.slim import slimmer
 from agent.twin import apiserver, kubeconfig
 from agent.twin.resources import lookup
@@ -164,3 +165,55 @@ def test_cache_recovers_from_cut_streams_410_storm_500s_and_429s(
         assert "error" in reasons, restarts
     finally:
         source.stop()
+
+
+def test_list_in_pages_matches_the_server(twin: tuple[Any, Any, KubeApi]) -> None:
+    store, server, api = twin
+    _seed(store, pods=23)
+    cache = ClusterCache()
+    pods = next(r for r in RESOURCES if r.name == "pods")
+    informer = Informer(api, pods, cache, page_size=5)
+    server.accounting.reset()
+    informer.list()
+    assert server.accounting.snapshot() == {"list pods": 5}  # 23 pods: 5 pages of <= 5
+    stats = informer.list_stats
+    assert (stats.pages, stats.items, stats.largest_page_items) == (5, 23, 5)
+    assert stats.pages_per_second > 0
+    server_items, _ = store.list(PODS)
+    slim = slimmer(pods)
+    assert {(o["metadata"]["namespace"], o["metadata"]["name"]): slim(o) for o in server_items} == {
+        k: cache.get("pods", *k) for k in cache.keys("pods")
+    }
+
+
+def test_an_expired_continue_token_restarts_the_list(twin: tuple[Any, Any, KubeApi]) -> None:
+    store, server, api = twin
+    _seed(store, pods=23)
+    cache = ClusterCache()
+    pods = next(r for r in RESOURCES if r.name == "pods")
+    informer = Informer(api, pods, cache, page_size=5)
+    server.accounting.reset()
+    server.faults.set_latency(0.2)  # every request waits: the history expires mid-list
+
+    def expire_after_second_page() -> None:
+        deadline = time.monotonic() + 20
+        while server.accounting.snapshot().get("list pods", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        store.create(PODS, _pod(99, node="n-a"))  # a write, then the history is compacted:
+        store.compact()  # the tokens handed out so far are too old (410 Expired)
+
+    expirer = threading.Thread(target=expire_after_second_page)
+    expirer.start()
+    try:
+        informer.list()
+    finally:
+        expirer.join()
+        server.faults.clear()
+    lists = server.accounting.snapshot()["list pods"]
+    assert lists >= 2 + 5  # two pages, the expired one, then a whole new list of 24 pods
+    assert informer.list_stats.items == cache.count("pods") == 24
+    server_items, _ = store.list(PODS)
+    slim = slimmer(pods)
+    assert {(o["metadata"]["namespace"], o["metadata"]["name"]): slim(o) for o in server_items} == {
+        k: cache.get("pods", *k) for k in cache.keys("pods")
+    }

@@ -116,6 +116,9 @@ def test_node_policy_job_and_owner() -> None:
     assert job["status"] == {"conditions": [{"type": "Succeeded", "status": "False"}]}
     owner = slimmer(BY_KIND[("Job", "v1")])({"metadata": {"name": "j", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}, "spec": {"x": 1}})
     assert owner == {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}}
+    # the pod counts a workload expects and its template's labels are kept (gang completion)
+    workers = slimmer(BY_KIND[("Job", "v1")])({"metadata": {"name": "w", "namespace": "ml"}, "spec": {"parallelism": 4, "completions": 4, "backoffLimit": 6, "template": {"metadata": {"labels": {"app": "x"}, "annotations": {"a": "b"}}, "spec": {"containers": []}}}})
+    assert workers["spec"] == {"parallelism": 4, "completions": 4, "template": {"metadata": {"labels": {"app": "x"}}}}
 
 
 def test_equal_parts_are_shared_across_pods_and_the_table_is_bounded() -> None:

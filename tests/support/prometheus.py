@@ -91,12 +91,16 @@ class PrometheusServer:
         return bool(active) and all(t.get("health") == "up" for t in active)
 
 
-def _write_config(path: Path, targets: Sequence[str], scrape_interval: str) -> None:
+def _write_config(
+    path: Path, targets: Sequence[str], scrape_interval: str, rule_files: Sequence[Path] = ()
+) -> None:
     lines = [
         "global:",
         f"  scrape_interval: {scrape_interval}",
         f"  evaluation_interval: {scrape_interval}",
     ]
+    if rule_files:
+        lines += ["rule_files:", *(f"  - '{f}'" for f in rule_files)]
     if not targets:
         lines.append("scrape_configs: []")
     else:
@@ -137,18 +141,20 @@ def running_prometheus(
     openmetrics: str | None = None,
     tls_cert_key: tuple[Path, Path] | None = None,
     start_timeout: float = 30.0,
+    rule_files: Sequence[Path] = (),
 ) -> Iterator[PrometheusServer]:
     """Run a real Prometheus for the duration of the block; always stopped afterwards.
 
     `scrape_targets` are `host:port` strings (loopback only) scraped with honor_labels.
     `openmetrics` is backfilled into the TSDB before start, for instant historical data.
     `tls_cert_key` (PEM certificate and key files) makes it serve HTTPS (`--web.config.file`).
+    `rule_files`: recording/alerting rule files it loads (evaluated every `scrape_interval`).
     """
     root = tmp_path / f"prometheus-{free_port()}"
     data_dir = root / "data"
     data_dir.mkdir(parents=True)
     config = root / "prometheus.yml"
-    _write_config(config, scrape_targets, scrape_interval)
+    _write_config(config, scrape_targets, scrape_interval, rule_files)
     if openmetrics is not None:
         backfill(openmetrics, data_dir)
     log_path = root / "prometheus.log"

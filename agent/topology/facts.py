@@ -1,0 +1,145 @@
+"""Cluster-wide facts a scoped diagnosis needs, kept up to date pod by pod.
+
+A scoped diagnosis (one job) still depends on the whole cluster in three ways: which pod label
+keys mirror the node zone (`auto` detection looks at every scheduled pod), how many GPUs the live
+pods use on each node (free capacity per zone), and which pods live in the job's namespace.
+Computing them from every pod costs hundreds of milliseconds at 150,000 pods. `FactsIndex` keeps
+them as counters that a caller updates with `add(key, pod)` / `remove(key)` as pods change
+(`agent.runtime.mirror` does, from the watch cache); `facts()` returns a `ClusterFacts` snapshot
+equal to what `cluster_facts` computes from scratch (a test holds them equal). Node zones are
+fixed for the life of an index: when a node's labels change, build a new one. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agent.model.cluster import ZONE_LABEL, Node, Pod
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """`mirror_keys`: label keys that mirror the node zone on every scheduled pod carrying them,
+    with >= 2 distinct values (the `auto` detection); `gpu_used`: GPUs requested by live pods
+    bound to each node; `pods_in`: the pods of each namespace, in cluster order; `zones`: every
+    zone a node names, sorted; `node_zone`: each node's zone; `zone_free`: free GPUs per zone
+    (as `CapacityIndex` counts them)."""
+
+    mirror_keys: tuple[str, ...] = ()
+    gpu_used: Mapping[str, int] = field(default_factory=dict)
+    pods_in: Mapping[str, tuple[Pod, ...]] = field(default_factory=dict)
+    zones: tuple[str, ...] = ()
+    node_zone: Mapping[str, str | None] = field(default_factory=dict)
+    zone_free: Mapping[str, int] = field(default_factory=dict)
+
+
+class FactsIndex:
+    """Counters behind `ClusterFacts`, for pods keyed by any hashable key (not thread-safe)."""
+
+    def __init__(self, nodes: Mapping[str, Node]) -> None:
+        self._nodes = dict(nodes)
+        self._node_zone = {name: n.zone for name, n in nodes.items()}
+        self._zones = tuple(sorted({z for z in self._node_zone.values() if z is not None}))
+        self._zone_free: dict[str, int] = dict.fromkeys(self._zones, 0)
+        for node in nodes.values():
+            if node.zone is not None and not node.unschedulable:
+                self._zone_free[node.zone] += node.gpu_allocatable
+        self._pods: dict[Hashable, Pod] = {}
+        self._by_namespace: dict[str, dict[Hashable, Pod]] = {}
+        self._namespace_tuples: dict[str, tuple[Pod, ...]] = {}
+        self._gpu_used: dict[str, int] = {}
+        self._mismatches: dict[str, int] = {}  # key -> scheduled pods whose value != zone
+        self._values: dict[str, dict[str, int]] = {}  # key -> {matching value: pods}
+        self._mirror_keys: tuple[str, ...] | None = None
+
+    def _zone(self, pod: Pod) -> str | None:
+        return self._node_zone.get(pod.node_name) if pod.node_name is not None else None
+
+    def _count(self, pod: Pod, step: int) -> None:
+        if pod.gpu_request and pod.node_name is not None and pod.live:
+            before = self._gpu_used.get(pod.node_name, 0)
+            used = before + step * pod.gpu_request
+            if used:
+                self._gpu_used[pod.node_name] = used
+            else:
+                self._gpu_used.pop(pod.node_name, None)
+            node = self._nodes.get(pod.node_name)
+            if node is not None and node.zone is not None and not node.unschedulable:
+                alloc = node.gpu_allocatable
+                self._zone_free[node.zone] += max(0, alloc - used) - max(0, alloc - before)
+        zone = self._zone(pod)
+        if zone is None:
+            return
+        self._mirror_keys = None
+        for key, value in pod.labels.items():
+            if key == ZONE_LABEL:
+                continue
+            if value != zone:
+                self._mismatches[key] = self._mismatches.get(key, 0) + step
+                continue
+            values = self._values.setdefault(key, {})
+            count = values.get(value, 0) + step
+            if count:
+                values[value] = count
+            else:
+                del values[value]
+
+    def add(self, key: Hashable, pod: Pod) -> None:
+        """Add a pod, or replace the pod of the same key."""
+        old = self._pods.get(key)
+        if old is not None:
+            self._count(old, -1)
+            if old.namespace != pod.namespace:
+                self._drop_from_namespace(key, old.namespace)
+        self._pods[key] = pod
+        self._count(pod, 1)
+        self._by_namespace.setdefault(pod.namespace, {})[key] = pod
+        self._namespace_tuples.pop(pod.namespace, None)
+
+    def remove(self, key: Hashable) -> None:
+        old = self._pods.pop(key, None)
+        if old is None:
+            return
+        self._count(old, -1)
+        self._drop_from_namespace(key, old.namespace)
+
+    def _drop_from_namespace(self, key: Hashable, namespace: str) -> None:
+        members = self._by_namespace.get(namespace)
+        if members is not None:
+            members.pop(key, None)
+            if not members:
+                del self._by_namespace[namespace]
+        self._namespace_tuples.pop(namespace, None)
+
+    def mirror_keys(self) -> tuple[str, ...]:
+        if self._mirror_keys is None:
+            self._mirror_keys = tuple(
+                sorted(
+                    key
+                    for key, values in self._values.items()
+                    if len(values) >= 2 and not self._mismatches.get(key)
+                )
+            )
+        return self._mirror_keys
+
+    def facts(self) -> ClusterFacts:
+        for namespace, members in self._by_namespace.items():
+            if namespace not in self._namespace_tuples:
+                self._namespace_tuples[namespace] = tuple(members.values())
+        return ClusterFacts(
+            mirror_keys=self.mirror_keys(),
+            gpu_used=dict(self._gpu_used),
+            pods_in=dict(self._namespace_tuples),
+            zones=self._zones,
+            node_zone=self._node_zone,
+            zone_free=dict(self._zone_free),
+        )
+
+
+def cluster_facts(nodes: Mapping[str, Node], pods: Iterable[Pod]) -> ClusterFacts:
+    """The facts of a whole cluster, computed from scratch."""
+    index = FactsIndex(nodes)
+    for i, pod in enumerate(pods):
+        index.add(i, pod)
+    return index.facts()

@@ -1,0 +1,188 @@
+"""Gang completion: the cache flags the watch event that binds a job's last expected pod (Kubeflow
+replica counts; a generic group's Deployments and batch Jobs), and nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent.settings import GroupSpec
+from agent.sources.cache import (
+    Change,
+    ClusterCache,
+    EventType,
+    expected_job_pods,
+    expected_workload_pods,
+)
+from agent.sources.jobkey import JobKey
+from agent.sources.resources import RESOURCES
+
+R = {r.name: r for r in RESOURCES}
+PODS, PYTORCH = R["pods"], R["pytorchjobs.v1.kubeflow.org"]
+DEPLOYMENTS, REPLICASETS, BATCH = R["deployments.v1.apps"], R["replicasets.v1.apps"], R["jobs.v1.batch"]
+BERT = JobKey("PyTorchJob", "ml", "bert")
+
+
+def pytorchjob(workers: Any = 2) -> dict[str, Any]:
+    specs: dict[str, Any] = {"Master": {"replicas": 1}}
+    if workers is not None:
+        specs["Worker"] = {"replicas": workers}
+    return {"metadata": {"name": "bert", "namespace": "ml"}, "spec": {"pytorchReplicaSpecs": specs}}
+
+
+def pod(name: str, *, node: str | None = None, labels: dict[str, str] | None = None,
+        owner: tuple[str, str] | None = ("PyTorchJob", "bert"), phase: str = "Pending",
+        ns: str = "ml", deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": dict(labels or {})}
+    if owner is not None:
+        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+        if owner[0] == "PyTorchJob":
+            meta["labels"]["training.kubeflow.org/job-name"] = owner[1]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    spec: dict[str, Any] = {"containers": []}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (pytorchjob(2)["spec"], 3),
+        (pytorchjob(None)["spec"], 1),
+        ({"pytorchReplicaSpecs": {"Master": {}, "Worker": {"replicas": 4}}}, 5),  # default 1
+        ({"mpiReplicaSpecs": {"Launcher": {"replicas": 1}, "Worker": {"replicas": 8}}}, 9),
+        ({"pytorchReplicaSpecs": {"Worker": {"replicas": "2"}}}, None),  # unreadable
+        ({"pytorchReplicaSpecs": {"Worker": {"replicas": 0}}}, None),
+        ({}, None),
+    ],
+)
+def test_expected_job_pods(spec: dict[str, Any], expected: int | None) -> None:
+    assert expected_job_pods({"spec": spec}) == expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "expected"),
+    [
+        ("Deployment", {"replicas": 3}, 3),
+        ("Deployment", {}, 1),
+        ("ReplicaSet", {"replicas": 2}, 2),
+        ("Job", {"parallelism": 4}, 4),
+        ("Job", {"parallelism": 4, "completions": 2}, 2),
+        ("Job", {}, 1),
+        ("Job", {"parallelism": -1}, None),
+        ("Deployment", {"replicas": True}, None),
+    ],
+)
+def test_expected_workload_pods(kind: str, spec: dict[str, Any], expected: int | None) -> None:
+    assert expected_workload_pods(kind, {"spec": spec}) == expected
+
+
+@pytest.fixture
+def bert() -> tuple[ClusterCache, list[Change]]:
+    seen: list[Change] = []
+    c = ClusterCache(on_change=seen.append)
+    c.replace(PYTORCH, [pytorchjob(2)])
+    c.replace(PODS, [pod("bert-master-0"), pod("bert-worker-0"), pod("bert-worker-1")])
+    seen.clear()
+    return c, seen
+
+
+def test_only_the_last_bind_completes_the_gang(bert: tuple[ClusterCache, list[Change]]) -> None:
+    c, seen = bert
+    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-0", node="n1"))
+    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-1", node="n1"))
+    assert [s.gang_complete for s in seen] == [False, False]
+    c.apply(PODS, EventType.MODIFIED, pod("bert-master-0", node="n2"))
+    assert seen[-1].gang_complete and seen[-1].jobs == frozenset({BERT})
+    # after the gang is complete: a relabel or a phase change is an ordinary change
+    c.apply(PODS, EventType.MODIFIED, pod("bert-master-0", node="n2", labels={"zone": "b"}))
+    assert seen[-1] and not seen[-1].gang_complete
+
+
+def test_pods_that_do_not_count(bert: tuple[ClusterCache, list[Change]]) -> None:
+    c, seen = bert
+    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-0", node="n1"))
+    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-1", node="n1", phase="Failed"))
+    c.apply(PODS, EventType.MODIFIED, pod("bert-master-0", node="n1", deleting=True))
+    assert not any(s.gang_complete for s in seen)
+    # the replacement pod of the failed worker binds: 3 of 3 live again... but the master is
+    # deleting, so still 2 of 3
+    c.apply(PODS, EventType.ADDED, pod("bert-worker-1b", node="n1"))
+    assert not seen[-1].gang_complete
+
+
+def test_a_relist_is_never_a_gang_completion() -> None:
+    seen: list[Change] = []
+    c = ClusterCache(on_change=seen.append)
+    c.replace(PYTORCH, [pytorchjob(1)])
+    c.replace(PODS, [pod("bert-master-0", node="n1"), pod("bert-worker-0", node="n1")])
+    assert seen[-1].jobs == frozenset({BERT}) and not seen[-1].gang_complete
+
+
+def test_unknown_expected_count_keeps_the_debounce() -> None:
+    seen: list[Change] = []
+    c = ClusterCache(on_change=seen.append)  # no job object cached: nothing known to expect
+    c.apply(PODS, EventType.ADDED, pod("bert-master-0", node="n1"))
+    assert seen[-1].jobs == frozenset({BERT}) and not seen[-1].gang_complete
+
+
+def test_the_job_object_arriving_last_completes_the_gang() -> None:
+    seen: list[Change] = []
+    c = ClusterCache(on_change=seen.append)
+    c.apply(PODS, EventType.ADDED, pod("bert-master-0", node="n1"))
+    c.apply(PODS, EventType.ADDED, pod("bert-worker-0", node="n1"))
+    c.apply(PYTORCH, EventType.ADDED, pytorchjob(1))
+    assert seen[-1].gang_complete
+    c.apply(PYTORCH, EventType.MODIFIED, {**pytorchjob(1), "status": {"conditions": []}})
+    assert not any(s.gang_complete for s in seen[3:])
+
+
+LAB = GroupSpec(name="llm", namespace="lab", selector={"app": "llm"},
+                coordinator={"role": "coordinator"}, workers={"role": "worker"})
+
+
+def workload(name: str, spec: dict[str, Any], *, labels: dict[str, str] | None = None,
+             owner: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "lab"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "Deployment", "name": owner, "controller": True}]
+    template = {"metadata": {"labels": labels if labels is not None else {"app": "llm"}}}
+    return {"metadata": meta, "spec": {**spec, "template": template}}
+
+
+def lab_cache(seen: list[Change], groups: tuple[GroupSpec, ...] = (LAB,)) -> ClusterCache:
+    c = ClusterCache(on_change=seen.append, groups=groups)
+    c.replace(DEPLOYMENTS, [workload("coord", {"replicas": 1})])
+    c.replace(REPLICASETS, [workload("coord-5d", {"replicas": 1}, owner="coord")])  # via its Deployment
+    c.replace(BATCH, [workload("workers", {"parallelism": 2, "completions": 2}),
+                      workload("other", {"parallelism": 9}, labels={"app": "web"})])
+    c.replace(PODS, [])
+    seen.clear()
+    return c
+
+
+def lab_pod(name: str, node: str | None = None, owner: tuple[str, str] = ("Job", "workers")) -> dict[str, Any]:
+    return pod(name, node=node, owner=owner, ns="lab", labels={"app": "llm"})
+
+
+def test_a_generic_group_completes_when_its_workloads_pods_are_bound() -> None:
+    seen: list[Change] = []
+    c = lab_cache(seen)
+    c.apply(PODS, EventType.ADDED, lab_pod("workers-a", "n1"))
+    c.apply(PODS, EventType.ADDED, lab_pod("coord-5d-x", "n2", owner=("ReplicaSet", "coord-5d")))
+    c.apply(PODS, EventType.ADDED, pod("web-1", node="n1", owner=None, ns="lab", labels={"app": "web"}))
+    assert not any(s.gang_complete for s in seen)
+    c.apply(PODS, EventType.ADDED, lab_pod("workers-b", "n1"))
+    assert seen[-1].gang_complete and seen[-1].namespaces == frozenset({"lab"})
+
+
+def test_no_group_configured_means_no_gang_for_loose_pods() -> None:
+    seen: list[Change] = []
+    c = lab_cache(seen, groups=())
+    for name in ("workers-a", "workers-b"):
+        c.apply(PODS, EventType.ADDED, lab_pod(name, "n1"))
+    c.apply(PODS, EventType.ADDED, lab_pod("coord-5d-x", "n2", owner=("ReplicaSet", "coord-5d")))
+    assert seen and not any(s.gang_complete for s in seen)
