@@ -173,8 +173,16 @@ def _gpus(value: object) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": [item]})
 
 
-ALIAS_BOMB = "kind: List\nitems:\n- &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"- &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
+# Items that are objects, each holding ten aliases of the one before: streamed item by item, the
+# expansion is refused as soon as it passes the cap, before the later items are built.
+ALIAS_BOMB = (
+    "kind: List\nitems:\n"
+    "- {apiVersion: v1, kind: ConfigMap, metadata: {name: c0}, data: {v: &a0 [x, x, x, x, x, x, x, x, x, x]}}\n"
+    + "".join(
+        f"- {{apiVersion: v1, kind: ConfigMap, metadata: {{name: c{i}}}, "
+        f"data: {{v: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]}}}}\n"
+        for i in range(1, 9)
+    )
 )
 
 BAD_POD = pod("p", node_name="a1")
