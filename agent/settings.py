@@ -78,6 +78,7 @@ class DiagnosisSettings:
     groups: list[GroupSpec] = field(default_factory=list)
     bytes_per_step: int = 0
     price_per_gb: float = 0.01
+    steps_per_day: float = 0.0  # training steps a job runs per day, for egress $/day (0: unknown)
 
 
 @dataclass(frozen=True)
