@@ -169,7 +169,9 @@ class AgentPipeline:
         self.mirror_keys: tuple[str, ...] = ()  # of the last diagnosis
         self._state: ClusterState | None = None  # of the last diagnosis
         self.previews = (
-            PlanPreviews(parts.api, store, now=now) if store is not None else None
+            PlanPreviews(parts.api, store, now=now)
+            if store is not None and parts.settings.remediation.preview
+            else None
         )
         self.diagnoses = 0
         self.diagnosed_last = 0  # findings of the last diagnosis (scoped or whole)
