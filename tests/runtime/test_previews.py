@@ -3,6 +3,7 @@ with another placement calls for a new one, and after a restart the latest previ
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,7 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 REF = JobRef(JobKind.PYTORCH, "ml", "resnet")
 
 
-def split(zones: dict[str, int], *, target: str | None = "zone-a",
+def split(zones: Mapping[str, int], *, target: str | None = "zone-a",
           verdict: Verdict = Verdict.ZONE_SPLIT_BLOCKED, remediable: bool = True) -> Finding:  # fmt: skip
     return Finding(job=REF, verdict=verdict, zones=zones, coordinator=None,
                    remediable=remediable, target_zone=target)  # fmt: skip
