@@ -15,6 +15,10 @@ recorded the same way. The API being away leaves no preview (logged); the next d
 incident tries again. The executor never applies a preview: on approval it re-reads, re-plans and
 records the plan it executes.
 
+Cost: per new (or moved) incident, one GET of the job, one LIST of its pods, and -- shared by the
+previews of one burst (`share_reads`, 5 s) -- one LIST of nodes and one LIST per target-zone node
+of the pods bound there. A sweep that opens no incident reads nothing.
+
 Recording is idempotent per process: the placement (target zone, pods per zone) of the latest
 preview of each incident is remembered, read once from the store after a restart, so a retried
 firing or a re-detection with an unchanged placement records nothing more.
@@ -23,6 +27,7 @@ firing or a re-detection with an unchanged placement records nothing more.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -80,6 +85,41 @@ class Preview:
                 "diff": plan.get("diff", ""), "target_zone": plan.get("target_zone")}  # fmt: skip
 
 
+class SharedReader(ClusterReader):
+    """A `ClusterReader` whose node list and pods-per-node lists are reused for `share_reads`
+    seconds: the previews of one burst (a start-up batch, a sweep) read them once."""
+
+    def __init__(self, api: KubeApi, *, timeout: float, share_reads: float,
+                 monotonic: Callable[[], float]) -> None:  # fmt: skip
+        super().__init__(api, timeout=timeout)
+        self.share_reads = share_reads
+        self.monotonic = monotonic
+        self._memo: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+
+    def _shared(self, key: str, read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        now = self.monotonic()
+        found = self._memo.get(key)
+        if found is not None and now - found[0] < self.share_reads:
+            return found[1]
+        if len(self._memo) > 10_000:
+            self._memo.clear()
+        value = read()
+        self._memo[key] = (now, value)
+        return value
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._shared("nodes", super().nodes)
+
+    def pods_on(self, node_names: Sequence[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for node in node_names:
+            out.extend(self._shared(f"pods_on:{node}", self._pods_on_one(node)))
+        return out
+
+    def _pods_on_one(self, node: str) -> Callable[[], list[dict[str, Any]]]:
+        return lambda: ClusterReader.pods_on(self, [node])
+
+
 class PlanPreviews:
     def __init__(
         self,
@@ -88,8 +128,11 @@ class PlanPreviews:
         *,
         now: Callable[[], datetime],
         timeout: float = 10.0,
+        share_reads: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.reader = ClusterReader(api, timeout=timeout)
+        self.reader = SharedReader(api, timeout=timeout, share_reads=share_reads,
+                                   monotonic=monotonic)  # fmt: skip
         self.store = store
         self.now = now
         self._latest: dict[int, PlacementKey | None] = {}  # incident -> placement previewed

@@ -205,6 +205,20 @@ def test_sweep_budget_no_list_request_and_at_most_3_prometheus_queries(degraded:
     counts = api.accounting.snapshot()
     after = queries()
     assert summary["jobs"] >= 6
-    assert not [k for k in counts if k.startswith("list ")], counts
+    # the diagnosis reads the cache only; the only reads are the plan previews of the incidents
+    # this sweep opened (the extra jobs): per incident the job and its pods, the nodes and the
+    # target zone's pods once for the whole burst
+    opened = summary["incidents_opened"]
+    lists = {k: v for k, v in counts.items() if k.startswith("list ")}
+    assert set(lists) <= {"list nodes", "list pods"}, counts
+    assert lists.get("list nodes", 0) <= opened, counts
+    zone_nodes = 2  # us-east-1a
+    assert lists.get("list pods", 0) <= opened * (1 + zone_nodes), counts
+    assert counts.get("get pytorchjobs", 0) <= opened, counts
     assert after - before <= 3
     assert summary["metrics"] == "ok"
+    # a sweep that opens nothing reads nothing from the API server
+    api.accounting.reset()
+    again = degraded.agent.pipeline.sweep(None)
+    assert again["incidents_opened"] == 0
+    assert not [k for k in api.accounting.snapshot() if k.startswith("list ")]
