@@ -291,8 +291,9 @@ def _fix_text(
     if fix is not None and fix.refusal is not None:
         zone = fix.target_zone or incident.target_zone or diagnosis.get("target_zone")
         return (f"*The fix cannot be applied:* {mrkdwn_escape(fix.refusal)}\n"
-                f"zonemedic changes nothing. Free room in zone `{zone}` (the job is planned "
-                "again when it is re-detected), or Reject / Snooze.")  # fmt: skip
+                f"zonemedic changes nothing and asks no approval. The fix (co-location in zone "
+                f"`{zone}`) is planned again when the job is re-detected elsewhere; Reject or "
+                "Snooze meanwhile.")  # fmt: skip
     if fix is not None and fix.summary:
         return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
     target = incident.target_zone or diagnosis.get("target_zone")
