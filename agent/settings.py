@@ -110,6 +110,8 @@ class DiagnosisSettings:
     groups: list[GroupSpec] = field(default_factory=list)
     bytes_per_step: Annotated[int, NOT_NEGATIVE] = 0
     price_per_gb: Annotated[float, Within(0.0, 1e6)] = 0.01
+    # training steps a job runs per day, for the egress $/day estimate (0: unknown)
+    steps_per_day: Annotated[float, Within(0.0, 1e9)] = 0.0
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,9 @@ class RemediationSettings:
     approved incidents and for approvals past their deadline; `retry_after`: the pause before the
     leader retries an incident whose remediation raised or stopped unfinished. Protected
     namespaces are `diagnosis.protected_namespaces`: never remediated, never auto-approved.
+    `preview`: when a remediable finding opens an incident, plan the fix at once (reading the
+    job, its pods, the nodes and the target zone's pods from the API) so the finding's message
+    and `incidents show` carry its diff, or why it cannot be applied.
     """
 
     suspend_timeout: timedelta = timedelta(minutes=2)
@@ -239,6 +244,7 @@ class RemediationSettings:
     max_conflict_retries: int = 3
     poll_interval: timedelta = timedelta(seconds=2)
     enabled: bool = True
+    preview: bool = True
     max_per_hour: int = 10
     pickup_interval: timedelta = timedelta(seconds=1)
     retry_after: timedelta = timedelta(seconds=30)

@@ -50,7 +50,6 @@ from agent.chatops.ports import ChatStore, Clock, Outbox
 from agent.chatops.render import (
     REFRESH_EVENTS,
     THREAD_EVENTS,
-    ProposedFix,
     Rendered,
     Utilization,
     digest_message,
@@ -66,7 +65,9 @@ from agent.model.incident import (
     OutboxMessage,
     TimelineEvent,
 )
-from agent.model.lifecycle import EventKind, MessageKind, MessageStatus, RemediationActionKind
+from agent.model.lifecycle import EventKind, MessageKind, MessageStatus
+from agent.model.proposal import ProposedFix
+from agent.model.proposal import proposed_fix as latest_fix
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +118,9 @@ def utilization_of(detail: IncidentDetail) -> Utilization:
 
 
 def proposed_fix(detail: IncidentDetail) -> ProposedFix | None:
-    """The latest recorded plan's words and diff (a `plan` action: its message and `plan.diff`)."""
-    plans = [a for a in detail.actions if a.kind is RemediationActionKind.PLAN]
-    if not plans:
-        return None
-    latest = plans[-1]
-    plan = latest.payload.get("plan")
-    diff = plan.get("diff") if isinstance(plan, Mapping) else None
-    summary = latest.message or ""
-    return ProposedFix(summary=summary, diff=str(diff or "")) if summary or diff else None
+    """The latest recorded plan or refusal (the preview before approval, then the executor's
+    plan): its words, diff and preconditions, or why the fix cannot be applied."""
+    return latest_fix(detail.actions)
 
 
 def story_event(event: TimelineEvent, detail: IncidentDetail) -> TimelineEvent:

@@ -10,9 +10,16 @@ value 2,000; the plain-text fallback at most 3,000 characters. Long lists (denie
 grouped by hop, reason and policy when there are many. Button values carry the incident id and
 nothing else.
 
+The fix: the latest recorded plan (`agent.model.proposal.ProposedFix`: the preview computed when
+the finding opened the incident, later the plan being executed) in words, and its patch as a
+unified diff in a code block cut to one section (a line says so, and where to read it whole).
+A preview the plan refused (no room in the target zone, Kueue-managed...) says the fix cannot be
+applied and why. Estimated waste per day comes with the finding (`waste`: GPU-hours and
+cross-zone egress dollars, each with its basis, or "unknown" and why).
+
 Approvals: Approve / Reject / Snooze 24h appear only while the incident can be decided (open or
-awaiting approval), the finding is remediable and approvers are configured. Not remediable: the
-reason and the recommendation, Reject / Snooze only. No approvers: no buttons and a line saying how
+awaiting approval), the finding is remediable, its fix was not refused and approvers are
+configured. Not remediable: the reason and the recommendation, Reject / Snooze only. No approvers: no buttons and a line saying how
 to enable approvals. Once decided, the buttons are replaced by the decision.
 
 What it does not do: send anything, read the store, or decide who may click.
@@ -35,6 +42,7 @@ from agent.model.incident import (
     TimelineEvent,
 )
 from agent.model.lifecycle import EventKind, IncidentStatus
+from agent.model.proposal import ProposedFix
 from agent.model.verdict import Verdict
 
 MAX_BLOCKS = 50
@@ -70,14 +78,6 @@ class Rendered:
 
     text: str
     blocks: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class ProposedFix:
-    """The remediation plan in words and its patch as a unified diff (empty when unknown)."""
-
-    summary: str
-    diff: str = ""
 
 
 @dataclass(frozen=True)
@@ -256,33 +256,26 @@ def _fit_lines(title: str, lines: Iterable[str]) -> str:
     return "\n".join(out)
 
 
-def waste_per_day(
-    incident: IncidentSummary, diagnosis: Mapping[str, Any], utilization: Utilization
-) -> tuple[float | None, str | None]:
-    """Estimated waste: (GPU-hours per day, egress cost text).
-
-    GPU-hours/day = GPUs x max(0, baseline - now) / 100 x 24 when utilization and its baseline are
-    known; a blocked split (training cannot start) wastes every GPU outside the target zone, x 24.
-    Egress: the impact's cost per day when it has a step rate, else its cost per step.
-    """
-    impact = diagnosis.get("impact") if isinstance(diagnosis.get("impact"), Mapping) else {}
-    assert isinstance(impact, Mapping)
-    gpus = incident.gpus if incident.gpus is not None else impact.get("gpus_total")
-    hours: float | None = None
-    if isinstance(gpus, int) and utilization.now is not None and utilization.baseline is not None:
-        hours = gpus * max(0.0, utilization.baseline - utilization.now) / 100.0 * 24.0
-    elif incident.verdict is Verdict.ZONE_SPLIT_BLOCKED and isinstance(
-        impact.get("gpus_outside_target"), int
-    ):
-        hours = float(impact["gpus_outside_target"]) * 24.0
-    egress: str | None = None
-    per_day = impact.get("cross_zone_cost_per_day_usd")
-    per_step = impact.get("cross_zone_cost_per_step_usd")
-    if isinstance(per_day, int | float):
-        egress = f"${per_day:,.2f}/day cross-zone egress"
-    elif isinstance(per_step, int | float):
-        egress = f"${per_step:,.4f} cross-zone egress per training step"
-    return hours, egress
+def waste_text(diagnosis: Mapping[str, Any]) -> str | None:
+    """The finding's estimated waste per day (`waste`, computed with the diagnosis): GPU-hours
+    and cross-zone egress dollars, each with its basis, or "unknown" and why."""
+    waste = diagnosis.get("waste")
+    if not isinstance(waste, Mapping):
+        return None
+    parts = []
+    hours = waste.get("gpu_hours_per_day")
+    hours_basis = mrkdwn_escape(str(waste.get("gpu_hours_basis") or ""))
+    if isinstance(hours, int | float):
+        parts.append(f"~{hours:,.1f} GPU-hours/day ({hours_basis})")
+    else:
+        parts.append(f"GPU-hours/day {hours_basis or 'unknown'}")
+    dollars = waste.get("egress_usd_per_day")
+    egress_basis = mrkdwn_escape(str(waste.get("egress_basis") or ""))
+    if isinstance(dollars, int | float):
+        parts.append(f"cross-zone egress ${dollars:,.2f}/day ({egress_basis})")
+    else:
+        parts.append(f"cross-zone egress $/day {egress_basis or 'unknown'}")
+    return "*Estimated waste:* " + "; ".join(parts)
 
 
 def _utilization_line(utilization: Utilization) -> str | None:
@@ -295,6 +288,12 @@ def _utilization_line(utilization: Utilization) -> str | None:
 def _fix_text(
     incident: IncidentSummary, diagnosis: Mapping[str, Any], fix: ProposedFix | None
 ) -> str:
+    if fix is not None and fix.refusal is not None:
+        zone = fix.target_zone or incident.target_zone or diagnosis.get("target_zone")
+        return (f"*The fix cannot be applied:* {mrkdwn_escape(fix.refusal)}\n"
+                f"zonemedic changes nothing and asks no approval. The fix (co-location in zone "
+                f"`{zone}`) is planned again when the job is re-detected elsewhere; Reject or "
+                "Snooze meanwhile.")  # fmt: skip
     if fix is not None and fix.summary:
         return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
     target = incident.target_zone or diagnosis.get("target_zone")
@@ -306,16 +305,33 @@ def _fix_text(
 
 
 def diff_block(diff: str, *, incident_id: int) -> str:
-    """The patch diff in a code block, cut to fit one section (the rest: the CLI shows it)."""
+    """The patch diff in a code block, cut at a line end to fit one section; a cut diff says
+    how many lines were left out and where to read it whole."""
     fence = "```"
-    more = f"\n_… cut; `zonemedic incidents show {incident_id}` has it all_"
-    room = MAX_SECTION - len("*Patch:*\n") - 2 * len(fence) - 2
     body = diff.replace(fence, "'''")
+    total = body.count("\n") + 1
+    room = MAX_SECTION - len("*Patch:*\n") - 2 * len(fence) - 2
     if len(body) > room:
+        more = (f"\n_… truncated: {total} lines in all; `zonemedic incidents show "
+                f"{incident_id}` prints the whole diff_")  # fmt: skip
         body = body[: room - len(more)]
         body = body[: body.rfind("\n")] if "\n" in body else body
         return f"*Patch:*\n{fence}{body}{fence}{more}"
     return f"*Patch:*\n{fence}{body}{fence}"
+
+
+def _preconditions_text(fix: ProposedFix) -> str | None:
+    pre = fix.preconditions
+    if not pre:
+        return None
+    placement = pre.get("placement")
+    pods = len(placement) if isinstance(placement, Mapping) else 0
+    what = "Previewed before approval" if fix.preview else "Planned"
+    return mrkdwn_escape(
+        f"{what} from uid {pre.get('uid') or '-'}, resourceVersion "
+        f"{pre.get('resource_version') or '-'}, verdict {pre.get('verdict')}, {pods} pod(s) "
+        "placed as diagnosed; re-read and re-checked before any change"
+    )
 
 
 def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
@@ -376,23 +392,22 @@ def incident_message(
     util = _utilization_line(utilization)
     if util:
         facts.append(util)
-    hours, egress = waste_per_day(incident, diagnosis, utilization)
-    waste = []
-    if hours is not None:
-        waste.append(f"~{hours:,.1f} GPU-hours/day")
-    if egress is not None:
-        waste.append(egress)
+    waste = waste_text(diagnosis)
     if waste:
-        facts.append("*Estimated waste:* " + ", ".join(waste))
+        facts.append(waste)
     blocks.append(section("\n".join(facts)))
     flows = denied_flows_text(diagnosis)
     if flows:
         blocks.append(section(flows))
     remediable = bool(diagnosis.get("remediable"))
+    applicable = remediable and (fix is None or fix.applicable)
     if remediable:
         blocks.append(section(_fix_text(incident, diagnosis, fix)))
-        if fix is not None and fix.diff:
+        if fix is not None and fix.applicable and fix.diff:
             blocks.append(section(diff_block(fix.diff, incident_id=incident.id)))
+            pre = _preconditions_text(fix)
+            if pre:
+                blocks.append(context(pre))
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
                               Verdict.POLICY_BLOCKED):
         blocks.append(section(_not_remediable(diagnosis)))
@@ -403,7 +418,7 @@ def incident_message(
             tail.append(context(ENABLE_APPROVALS))
         else:
             buttons = []
-            if remediable and proposed:
+            if applicable and proposed:
                 buttons.append(button("Approve", action=ButtonAction.APPROVE, value=value,
                                       style="primary"))
             buttons.append(button("Reject", action=ButtonAction.REJECT, value=value,
@@ -414,8 +429,10 @@ def incident_message(
         tail.append(context(_decision_text(incident, decision, snoozed_until)))
     status = _STATUS_WORDS[incident.status]
     text = f"zonemedic #{incident.id} [{status}]: {title} for {job}"
-    if incident.target_zone and remediable:
+    if incident.target_zone and applicable:
         text += f"; proposed fix: co-locate in {incident.target_zone}"
+    elif remediable and fix is not None and fix.refusal is not None:
+        text += f"; the fix cannot be applied: {fix.refusal}"
     return Rendered(text=fallback(text), blocks=cap_blocks([*blocks, *tail], keep_last=len(tail)))
 
 
@@ -519,7 +536,8 @@ THREAD_EVENTS = frozenset({
 })
 
 # Events after which the original message is re-rendered (its buttons become the decision).
-REFRESH_EVENTS = frozenset({*THREAD_EVENTS, EventKind.REDETECTED, EventKind.AWAITING_APPROVAL})
+REFRESH_EVENTS = frozenset({*THREAD_EVENTS, EventKind.REDETECTED, EventKind.AWAITING_APPROVAL,
+                            EventKind.PLAN_PREVIEWED})
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from agent.model.incident import (
     parse_incident_id,
 )
 from agent.model.lifecycle import IncidentStatus, to_jsonable
+from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.numbers import parse_duration, parse_int
 
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
             detail = store.get_incident(incident_id)
         finally:
             store.close()
-        print(_json(detail) if output == "json" else render_detail(detail))
+        print(_json(detail_document(detail)) if output == "json" else render_detail(detail))
         return 0
     since = _since(args.since, now)
     _, store = open_cli_store(args)
@@ -267,7 +268,56 @@ def render_detail(d: IncidentDetail) -> str:
         for m in d.messages:
             lines.append(f"  #{m.id} {m.kind.value} {m.status.value} attempts {m.attempts}"
                          f"  {m.channel or ''}  {m.last_error or ''}")
-    return "\n".join(_fit(line.rstrip(), WIDTH) for line in lines)
+    waste = d.diagnosis.get("waste")
+    if isinstance(waste, Mapping):
+        lines.append(f"Waste/day:   {_waste(waste)}")
+    out = [_fit(line.rstrip(), WIDTH) for line in lines]
+    # the fix's diff is printed whole: a cut patch line would misstate the patch
+    out.extend(line.rstrip() for line in _fix_lines(d))
+    return "\n".join(out)
+
+
+def _waste(waste: Mapping[str, Any]) -> str:
+    hours, dollars = waste.get("gpu_hours_per_day"), waste.get("egress_usd_per_day")
+    gpu = (f"~{hours:,.1f} GPU-hours ({waste.get('gpu_hours_basis')})"
+           if isinstance(hours, int | float) else f"GPU-hours {waste.get('gpu_hours_basis')}")
+    egress = (f"egress ${dollars:,.2f} ({waste.get('egress_basis')})"
+              if isinstance(dollars, int | float) else f"egress {waste.get('egress_basis')}")
+    return f"{gpu}; {egress}"
+
+
+def detail_document(d: IncidentDetail) -> dict[str, Any]:
+    """`incidents show --output json`: the incident with everything recorded, plus
+    `proposed_fix`, the latest plan (preview or executed) or refusal, or null."""
+    out: dict[str, Any] = to_jsonable(d)
+    fix = proposed_fix(d.actions)
+    out["proposed_fix"] = fix.to_dict() if fix is not None else None
+    return out
+
+
+def _fix_lines(d: IncidentDetail) -> list[str]:
+    """The proposed fix: words, preconditions and the whole diff (never cut), or the refusal."""
+    fix = proposed_fix(d.actions)
+    if fix is None:
+        return []
+    what = "preview, before approval" if fix.preview else "the plan being executed"
+    lines = ["", f"Proposed fix ({what}):"]
+    if fix.refusal is not None:
+        lines.append(f"  CANNOT BE APPLIED: {fix.refusal}")
+        return lines
+    lines.append(f"  {fix.summary}")
+    pre = fix.preconditions
+    if pre:
+        lines.append(f"  Preconditions: uid {pre.get('uid') or '-'}  resourceVersion "
+                     f"{pre.get('resource_version') or '-'}  verdict {pre.get('verdict') or '-'}")
+        placement = pre.get("placement")
+        if isinstance(placement, Mapping) and placement:
+            lines.append("  Placement:     " + ", ".join(
+                f"{pod}@{zone or 'unbound'}" for pod, zone in sorted(placement.items())))
+    if fix.diff:
+        lines.append("  Diff:")
+        lines.extend(f"    {line}" for line in fix.diff.splitlines())
+    return lines
 
 
 def _counts(counts: Mapping[str, int]) -> str:

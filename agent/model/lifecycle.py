@@ -181,6 +181,7 @@ class EventKind(StrEnum):
     SNOOZED = "snoozed"
     REMEDIATION_STARTED = "remediation_started"
     REMEDIATION_STEP = "remediation_step"
+    PLAN_PREVIEWED = "plan_previewed"  # the fix's plan (or why none) computed before approval
     VERIFYING = "verifying"
     VERIFIED = "verified"
     ROLLED_BACK = "rolled_back"

@@ -6,7 +6,8 @@ out, `now` passed in.
 
 The rules:
 - A finding that is not remediable (no target zone, a protected namespace, a kind zonemedic cannot
-  move) needs no decision: NONE (the incident stays `open`; people still see it).
+  move), or whose plan preview was refused (`proposed_fix.refusal`: no room in the target zone,
+  Kueue-managed, ...), needs no decision: NONE (the incident stays `open`; people still see it).
 - A namespace the playbook's approval policy lists in `auto_namespaces` is approved at once by
   zonemedic itself (AUTO: the one decision function with the `auto` source), unless it is a
   protected namespace, which is never auto-approved.
@@ -46,6 +47,13 @@ def remediable(finding: Mapping[str, Any]) -> bool:
     return finding.get("remediable") is True and bool(finding.get("target_zone"))
 
 
+def refusal(finding: Mapping[str, Any]) -> str | None:
+    """Why the previewed fix cannot be applied (`proposed_fix.refusal`), or None."""
+    fix = finding.get("proposed_fix")
+    reason = fix.get("refusal") if isinstance(fix, Mapping) else None
+    return str(reason) if reason else None
+
+
 def approval_step(
     *,
     namespace: str,
@@ -58,6 +66,9 @@ def approval_step(
     """What the incident of `finding` in `namespace` needs (see the module docstring)."""
     if not remediable(finding) or namespace in protected_namespaces:
         return ApprovalStep(ApprovalStepKind.NONE, reason="the finding is not remediable")
+    refused = refusal(finding)
+    if refused is not None:
+        return ApprovalStep(ApprovalStepKind.NONE, reason=f"the fix cannot be applied: {refused}")
     if policy.is_auto(namespace):
         return ApprovalStep(
             ApprovalStepKind.AUTO,

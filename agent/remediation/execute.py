@@ -48,7 +48,7 @@ from enum import StrEnum
 from typing import Any, cast
 
 from agent.errors import ClusterWriteError, WriteConflictError
-from agent.model.cluster import ZONE_LABEL, JobKind
+from agent.model.cluster import JobKind
 from agent.model.finding import SPLIT_VERDICTS
 from agent.model.incident import IncidentDetail, RemediationAction
 from agent.model.job import JobRef
@@ -57,7 +57,6 @@ from agent.remediation.observe import (
     ClusterReader,
     Rediagnose,
     Rediagnosis,
-    is_terminating,
     observe_pods,
 )
 from agent.remediation.plan import (
@@ -397,21 +396,9 @@ class Remediator:
     def _live(self, run: _Run, rediagnosis: Rediagnosis, job: Mapping[str, Any] | None) -> LiveObjects:
         finding = rediagnosis.finding
         assert finding is not None
-        nodes = self.reader.nodes()
-        zone_nodes = [
-            str(n["metadata"]["name"])
-            for n in nodes
-            if ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL) == finding.target_zone
-        ]
-        bound = self.reader.pods_on(zone_nodes) if finding.target_zone else []
-        if run.ref.kind is JobKind.GROUP:
-            pods = self.reader.pods_named(run.ref.namespace, rediagnosis.pods)
-            workloads = self.reader.workloads(run.ref.namespace)
-        else:
-            pods = self.reader.kubeflow_pods(run.ref)
-            workloads = []
-        pods = [p for p in pods if not is_terminating(p)]
-        return LiveObjects(job=job, pods=pods, nodes=nodes, bound_pods=bound, workloads=workloads)
+        return self.reader.live_objects(
+            run.ref, target_zone=finding.target_zone, job=job, pod_names=rediagnosis.pods
+        )
 
     def _superseded_reason(
         self, run: _Run, rediagnosis: Rediagnosis, job: Mapping[str, Any] | None

@@ -1,6 +1,7 @@
 """What the remediation reads from the cluster: the job, its pods, nodes, pods on nodes, workloads.
 
-Called by `agent.remediation.execute` before planning, while waiting and while verifying. Reads
+Called by `agent.remediation.execute` before planning, while waiting and while verifying, and by
+the agent's plan preview (`agent.runtime.previews`) when a finding opens an incident. Reads
 only (GET and LIST through `KubeApi`, JSON as the API returns it); the writes live in
 `agent.remediation.execute`. Also defines what a re-diagnosis hands back (`Rediagnosis`): the
 executor gets a callable producing one from its composition root, because diagnosing belongs to a
@@ -16,7 +17,7 @@ from typing import Any
 from agent.model.cluster import ZONE_LABEL, JobKind
 from agent.model.finding import Finding
 from agent.model.job import JobRef
-from agent.remediation.plan import JOB_NAME_LABEL, KUBEFLOW
+from agent.remediation.plan import JOB_NAME_LABEL, KUBEFLOW, LiveObjects
 from agent.remediation.verify import PodObservation
 from agent.sources.kubeapi import KubeApi, KubeApiError
 
@@ -112,6 +113,33 @@ class ClusterReader:
     def pods_named(self, namespace: str, names: Sequence[str]) -> list[Obj]:
         wanted = set(names)
         return [p for p in self._list(f"/api/v1/namespaces/{namespace}/pods") if _name(p) in wanted]
+
+    def live_objects(
+        self,
+        ref: JobRef,
+        *,
+        target_zone: str | None,
+        job: Mapping[str, Any] | None,
+        pod_names: Sequence[str] = (),
+    ) -> LiveObjects:
+        """What the plan reads for `ref`: every node, the live pods bound to the target zone's
+        nodes, the job's pods (a Kubeflow job's by its name label, a group's by `pod_names`;
+        Terminating ones left out) and, for a group, its namespace's workloads."""
+        nodes = self.nodes()
+        zone_nodes = [
+            _name(n)
+            for n in nodes
+            if ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL) == target_zone
+        ]
+        bound = self.pods_on(zone_nodes) if target_zone else []
+        if ref.kind is JobKind.GROUP:
+            pods = self.pods_named(ref.namespace, pod_names)
+            workloads = self.workloads(ref.namespace)
+        else:
+            pods = self.kubeflow_pods(ref)
+            workloads = []
+        pods = [p for p in pods if not is_terminating(p)]
+        return LiveObjects(job=job, pods=pods, nodes=nodes, bound_pods=bound, workloads=workloads)
 
     def workloads(self, namespace: str) -> list[Obj]:
         """Deployments, ReplicaSets and batch Jobs of a namespace (kind and apiVersion set)."""

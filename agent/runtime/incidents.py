@@ -4,7 +4,8 @@ decisions (`POST /api/incidents/{id}/decision`, through the one decision functio
 Built by the composition root and handed to `agent.runtime.http.build_app` as its
 `IncidentQueries` and `IncidentDecisions`. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
 since, limit) to the store's `IncidentQuery` and returns plain JSON data (the store's
-`to_jsonable`). A bad filter value is an `InputError` (400); a database that is away is the
+`to_jsonable`; an incident's detail adds `proposed_fix`, the latest plan or refusal recorded on
+it, see `agent.model.proposal`). A bad filter value is an `InputError` (400); a database that is away is the
 store's `StoreUnavailableError` (503). The only write is `decide`, which reads the clock (`now`)
 and hands the request to `agent.remediation.decision.decide`.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from agent.errors import InputError
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus, to_jsonable
+from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.remediation.decision import DecisionRequest, DecisionResult, decide
 from agent.runtime.http import IncidentFilter
@@ -62,6 +64,8 @@ class StoreIncidents:
         except IncidentNotFoundError:
             return None
         out: dict[str, Any] = to_jsonable(detail)
+        fix = proposed_fix(detail.actions)
+        out["proposed_fix"] = fix.to_dict() if fix is not None else None
         return out
 
     def decide(self, request: DecisionRequest) -> DecisionResult:

@@ -21,6 +21,11 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   requested GPUs come from the cache (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job
   found healthy resolves its open incidents; a job whose verdict changed class supersedes the
   other class's incident; a job that is gone (no live pods) supersedes its incidents.
+- A remediable split that opens an incident gets a plan preview (`agent.runtime.previews`: the
+  patches, their diff and preconditions, or why the fix cannot be applied), recorded before the
+  playbooks' messages are queued; a re-detection of an undecided incident with another placement
+  records a new one. A split finding also carries its estimated waste per day
+  (`agent.diagnosis.waste`: idle GPU-hours, cross-zone egress dollars) under `waste`.
 - Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
   for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents.
 - The database refusing writes: the work raises `UnavailableError` instead of dropping anything.
@@ -48,9 +53,10 @@ from enum import StrEnum
 from typing import Any
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+from agent.diagnosis.waste import estimate_waste
 from agent.errors import UnavailableError
-from agent.model.cluster import JobKind
-from agent.model.finding import Finding
+from agent.model.cluster import ClusterState, JobKind
+from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
 from agent.model.job import JobRef
 from agent.model.lifecycle import (
@@ -69,6 +75,7 @@ from agent.runtime.http import IncidentDecisions, IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
 from agent.runtime.playbooks import PlaybookActions
+from agent.runtime.previews import PlanPreviews, Preview
 from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
@@ -77,6 +84,7 @@ from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
 from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore
 from agent.store.resilience import deadline
+from agent.topology.jobs import find_jobs
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +166,13 @@ class AgentPipeline:
         self.report: MetricsReport | None = None
         self._evidence_recorded: set[JobKey] = set()
         self.mirror = ModelMirror(parts.cache)
+        self.mirror_keys: tuple[str, ...] = ()  # of the last diagnosis
+        self._state: ClusterState | None = None  # of the last diagnosis
+        self.previews = (
+            PlanPreviews(parts.api, store, now=now)
+            if store is not None and parts.settings.remediation.preview
+            else None
+        )
         self.diagnoses = 0
         self.diagnosed_last = 0  # findings of the last diagnosis (scoped or whole)
         self.follower_batches = 0  # detector batches left to the leader
@@ -169,6 +184,7 @@ class AgentPipeline:
             cluster=self.cluster,
             channel=parts.settings.slack.channel,
             approvals=self.approvals,
+            previews=self.previews,
             approval_ttl=parts.settings.slack.approval_ttl,
             now=now,
         )
@@ -365,6 +381,7 @@ class AgentPipeline:
         result = diagnose_cluster(
             state, policies, settings=self.settings.diagnosis, only=scope, facts=facts
         )
+        self.mirror_keys, self._state = result.mirror_keys, state
         self.diagnoses += 1
         self.diagnosed_last = len(result.findings)
         return result.findings
@@ -389,10 +406,20 @@ class AgentPipeline:
         document = finding.to_dict()
         document["job"]["uid"] = self.parts.cache.job_uid(key)
         document["metrics"] = self._evidence(key)
+        if finding.verdict in SPLIT_VERDICTS:
+            document["waste"] = self._waste(finding, document["metrics"])
         gpus = sum(finding.gpus.values()) if finding.gpus else None
         outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus)
         if outcome is None:
             return None
+        preview: Preview | None = None
+        if self.previews is not None:
+            if outcome.new:
+                preview = self._preview(finding)
+            elif self.previews.stale(outcome.incident, finding):
+                found = self._preview(finding)
+                if found is not None:
+                    self.previews.record(outcome.incident.id, found)
         if outcome.new and first_seen is not None:
             self.parts.metrics.detection_latency.observe(self.monotonic() - first_seen)
         if document["metrics"].get("status") == "ok":
@@ -411,8 +438,32 @@ class AgentPipeline:
                     Event(trigger, self.actions.subject(key, str(finding.verdict), gpus)),
                     outcome.incident,
                     document,
+                    preview=preview,
                 )
+            elif preview is not None and self.previews is not None:
+                self.previews.record(outcome.incident.id, preview)
         return outcome
+
+    def _waste(self, finding: Finding, metrics: dict[str, Any]) -> dict[str, Any]:
+        now, baseline = metrics.get("utilization_now"), metrics.get("utilization_baseline")
+        settings = self.settings.diagnosis
+        return estimate_waste(
+            verdict=finding.verdict, impact=finding.impact,
+            utilization_now=float(now) if isinstance(now, int | float) else None,
+            utilization_baseline=float(baseline) if isinstance(baseline, int | float) else None,
+            steps_per_day=settings.steps_per_day, price_per_gb=settings.price_per_gb,
+        ).to_dict()  # fmt: skip
+
+    def _preview(self, finding: Finding) -> Preview | None:
+        """The plan preview of a finding (None when there is nothing to preview)."""
+        assert self.previews is not None
+        pods: tuple[str, ...] = ()
+        if finding.job.kind is JobKind.GROUP and self._state is not None:
+            ref = finding.job
+            job = next((j for j in find_jobs(self._state, self.settings.diagnosis.groups,
+                                             namespaces={ref.namespace}) if j.ref == ref), None)
+            pods = tuple(p.name for p in job.pods) if job is not None else ()
+        return self.previews.compute(finding, mirror_keys=self.mirror_keys, pod_names=pods)
 
     def _record_document(
         self,

@@ -12,8 +12,12 @@ Nothing is lost when the store refuses a write: a firing whose messages could no
 is kept (in memory) and `retry_unfired` queues it again; the pipeline calls it before its next
 work, so the outbox gets the messages of an incident opened just before the database went away.
 
-A `propose_colocation` action first takes the incident's approval step (`ApprovalRequests`: a
-request with its deadline, or auto-approval where the playbook opts the namespace in).
+A firing that carries a plan preview (`agent.runtime.previews`) records it on the incident
+first, so the queued messages and `incidents show` carry the fix's diff (or why it cannot be
+applied); the preview rides along in the finding of the outbox payloads as plain data
+(`proposed_fix`). A `propose_colocation` action then takes the incident's approval step
+(`ApprovalRequests`: a request with its deadline, or auto-approval where the playbook opts the
+namespace in); a fix the preview refused needs no decision (nothing to approve).
 
 What it does not do: deliver messages (the chat layer reads the outbox) or record findings.
 """
@@ -32,6 +36,7 @@ from agent.playbook.matching import Event, Subject, fired
 from agent.playbook.model import Playbook, PlaybookActionKind
 from agent.remediation.approval import ApprovalStepKind
 from agent.runtime.approvals import ApprovalRequests
+from agent.runtime.previews import PlanPreviews, Preview
 from agent.sources.cache import ClusterCache
 from agent.sources.jobkey import JobKey
 from agent.store.repository import IncidentStore
@@ -51,6 +56,7 @@ class PlaybookActions:
         cluster: str,
         channel: str | None,
         approvals: ApprovalRequests | None = None,
+        previews: PlanPreviews | None = None,
         approval_ttl: timedelta,
         now: Callable[[], datetime],
     ) -> None:
@@ -60,10 +66,11 @@ class PlaybookActions:
         self.cluster = cluster
         self.channel = channel
         self.approvals = approvals
+        self.previews = previews
         self.approval_ttl = approval_ttl
         self.now = now
         # incident id -> a firing not (fully) queued yet, retried by `retry_unfired`
-        self._unfired: dict[int, tuple[Event, IncidentSummary, Mapping[str, Any]]] = {}
+        self._unfired: dict[int, tuple[Event, IncidentSummary, Mapping[str, Any], Preview | None]] = {}
 
     def subject(self, key: JobKey, verdict: str, gpus: int | None = None) -> Subject:
         """What playbook conditions match on; `gpus` defaults to what the job's live pods request."""
@@ -75,15 +82,23 @@ class PlaybookActions:
             verdict=verdict,
         )
 
-    def fire(self, event: Event, incident: IncidentSummary, document: Mapping[str, Any]) -> None:
-        """Queue the actions (digests aside) of every playbook the event fires, for this incident.
-        When the store refuses, the firing is kept for `retry_unfired` and the error raised."""
+    def fire(
+        self,
+        event: Event,
+        incident: IncidentSummary,
+        document: Mapping[str, Any],
+        *,
+        preview: Preview | None = None,
+    ) -> None:
+        """Record the plan preview (if any), then queue the actions (digests aside) of every
+        playbook the event fires, for this incident. When the store refuses, the firing is kept
+        for `retry_unfired` and the error raised."""
         if self.store is None:
             return
         try:
-            self._queue(self.store, event, incident, document)
+            self._queue(self.store, event, incident, document, preview)
         except UnavailableError:
-            self._unfired[incident.id] = (event, incident, document)
+            self._unfired[incident.id] = (event, incident, document, preview)
             raise
 
     def retry_unfired(self) -> int:
@@ -93,9 +108,9 @@ class PlaybookActions:
         if self.store is None:
             return 0
         done = 0
-        for incident_id, (event, incident, document) in sorted(self._unfired.items()):
+        for incident_id, (event, incident, document, preview) in sorted(self._unfired.items()):
             try:
-                self._queue(self.store, event, incident, document)
+                self._queue(self.store, event, incident, document, preview)
             except ZonemedicError as exc:
                 if isinstance(exc, UnavailableError):
                     raise
@@ -115,7 +130,12 @@ class PlaybookActions:
         event: Event,
         incident: IncidentSummary,
         document: Mapping[str, Any],
+        preview: Preview | None,
     ) -> None:
+        if preview is not None:
+            if self.previews is not None:
+                self.previews.record(incident.id, preview)
+            document = {**document, "proposed_fix": preview.to_dict()}
         for firing in fired(self.playbooks, event):
             for action in firing.actions:
                 if action.kind is PlaybookActionKind.DIGEST:

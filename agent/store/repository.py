@@ -263,9 +263,11 @@ class IncidentStore:
         message: str | None = None,
         utilization_before: float | None = None,
         utilization_after: float | None = None,
+        event: EventKind | None = None,
     ) -> int:
         """Record a remediation step (plan, dry run, apply, verify, rollback) and its timeline
-        event; `utilization_before` (measured at planning, kept only where the incident has none)
+        event (`event` when given, e.g. `plan_previewed` for a plan computed before approval);
+        `utilization_before` (measured at planning, kept only where the incident has none)
         and `utilization_after` (from verification) feed the GPU-hours estimate."""
         return self._write(
             f"record action on incident {incident_id}",
@@ -273,6 +275,7 @@ class IncidentStore:
                 conn, incident_id, kind, now=now, actor=actor, succeeded=succeeded,
                 payload=dict(payload or {}), message=message,
                 utilization_before=utilization_before, utilization_after=utilization_after,
+                event=event,
             ),
         )
 

@@ -108,9 +108,10 @@ def record_action(
     message: str | None,
     utilization_before: float | None = None,
     utilization_after: float | None = None,
+    event: EventKind | None = None,
 ) -> int:
-    """Insert a remediation step with its timeline event (`verified` for a successful verify,
-    `remediation_step` otherwise). `utilization_after` is stored on the incident;
+    """Insert a remediation step with its timeline event (`event` when given, else `verified`
+    for a successful verify, `remediation_step` otherwise). `utilization_after` is stored on the incident;
     `utilization_before` only where the incident has none yet (the detection's figure wins)."""
     values: dict[str, Any] = {"updated_at": now}
     if utilization_after is not None:
@@ -126,7 +127,7 @@ def record_action(
         .returning(ActionRow.id)
     ).scalar_one()
     verified = kind is RemediationActionKind.VERIFY and succeeded
-    event_kind = EventKind.VERIFIED if verified else EventKind.REMEDIATION_STEP
+    event_kind = event or (EventKind.VERIFIED if verified else EventKind.REMEDIATION_STEP)
     detail: dict[str, Any] = {"action": kind.value, "action_id": action_id, "succeeded": succeeded}
     if message:
         detail["message"] = message

@@ -33,7 +33,7 @@ from agent.chatops.render import (
     listing_reply,
     stats_reply,
     thread_update,
-    waste_per_day,
+    waste_text,
 )
 from agent.model.incident import (
     Decision,
@@ -85,6 +85,10 @@ def diagnosis(**changes: Any) -> dict[str, Any]:
         "reasons": [],
         "impact": {"gpus_total": 4, "gpus_outside_target": 1, "gpu_share_outside_target": 0.25,
                    "pods_outside_target": 1, "cross_zone_cost_per_step_usd": 0.005},
+        "waste": {"gpu_hours_per_day": 96.0,
+                  "gpu_hours_basis": "training blocked: 4 GPU(s) idle x 24 h",
+                  "egress_usd_per_day": 0.0,
+                  "egress_basis": "none while blocked: no training step completes"},
     }
     base.update(changes)
     return base
@@ -119,7 +123,8 @@ def assert_within_limits(r: Rendered) -> None:
          [ButtonAction.APPROVE, ButtonAction.REJECT, ButtonAction.SNOOZE],
          ["Zone split, traffic blocked", "PyTorchJob ml/resnet", "`zone-b`: 1 pod (coordinator `resnet-master-0`)",
           "denied at ingress (default_deny) by CiliumNetworkPolicy/ml/zone-b-only",
-          "~24.0 GPU-hours/day", "$0.0050 cross-zone egress per training step",
+          "~96.0 GPU-hours/day (training blocked: 4 GPU(s) idle x 24 h)",
+          "cross-zone egress $0.00/day (none while blocked",
           "co-located in zone `zone-a`"],
          [ENABLE_APPROVALS]),
         ("not remediable: reason and recommendation, no Approve", summary(),
@@ -159,26 +164,57 @@ def test_incident_message(
     assert_within_limits(r)
 
 
-def test_utilization_now_vs_baseline_sets_the_waste() -> None:
+def test_utilization_now_vs_baseline_is_shown() -> None:
     incident = summary(verdict=Verdict.ZONE_SPLIT_DEGRADED)
     r = incident_message(incident, diagnosis(verdict="zone_split_degraded"),
                          utilization=Utilization(now=40.0, baseline=85.0), approvals_enabled=True)
     assert "40% now (baseline 85%)" in all_text(r)
-    hours, _ = waste_per_day(incident, diagnosis(), Utilization(40.0, 85.0))
-    assert hours == pytest.approx(4 * 0.45 * 24)
 
 
 @pytest.mark.parametrize(
-    ("impact", "expected"),
+    ("waste", "expected"),
     [
-        ({"cross_zone_cost_per_day_usd": 12.5}, "$12.50/day cross-zone egress"),
-        ({"cross_zone_cost_per_step_usd": 0.005}, "$0.0050 cross-zone egress per training step"),
-        ({}, None),
+        ({"gpu_hours_per_day": 43.2, "gpu_hours_basis": "4 GPU(s) x (85% baseline - 40% now) x 24 h",
+          "egress_usd_per_day": 12.5, "egress_basis": "0.5 GB/step x 1,250 steps/day x $0.01/GB"},
+         "*Estimated waste:* ~43.2 GPU-hours/day (4 GPU(s) x (85% baseline - 40% now) x 24 h); "
+         "cross-zone egress $12.50/day (0.5 GB/step x 1,250 steps/day x $0.01/GB)"),
+        ({"gpu_hours_per_day": None, "gpu_hours_basis": "unknown: no utilization baseline",
+          "egress_usd_per_day": None, "egress_basis": "unknown: no step rate"},
+         "*Estimated waste:* GPU-hours/day unknown: no utilization baseline; "
+         "cross-zone egress $/day unknown: no step rate"),
+        (None, None),
     ],
 )
-def test_egress_text(impact: dict[str, Any], expected: str | None) -> None:
-    _, egress = waste_per_day(summary(), {"impact": impact}, Utilization(None, None))
-    assert egress == expected
+def test_waste_text(waste: dict[str, Any] | None, expected: str | None) -> None:
+    assert waste_text({"waste": waste} if waste is not None else {}) == expected
+
+
+def test_refused_fix_says_why_and_offers_no_approve() -> None:
+    fix = ProposedFix(summary="the fix cannot be applied: zone zone-a has no room",
+                      refusal="zone zone-a has no room for resnet-worker-0 (nvidia.com/gpu)",
+                      target_zone="zone-a")
+    r = incident_message(summary(), diagnosis(), fix=fix, approvals_enabled=True)
+    text = all_text(r)
+    assert "The fix cannot be applied:* zone zone-a has no room for resnet-worker-0" in text
+    assert "*Patch:*" not in text
+    assert [b["action_id"] for b in buttons(r)] == [ButtonAction.REJECT.value,
+                                                    ButtonAction.SNOOZE.value]
+    assert "the fix cannot be applied" in r.text
+
+
+def test_planned_fix_shows_words_diff_and_preconditions_with_approve() -> None:
+    diff = "# PyTorchJob ml/resnet: suspend\n--- a\n+++ b\n+nodeSelector:\n+  zone: zone-a"
+    fix = ProposedFix(summary="co-locate the job in zone zone-a: suspend PyTorchJob ml/resnet",
+                      diff=diff, target_zone="zone-a",
+                      preconditions={"uid": "u1", "resource_version": "42",
+                                     "verdict": "zone_split_blocked",
+                                     "placement": {"resnet-master-0": "zone-b"}})
+    r = incident_message(summary(), diagnosis(), fix=fix, approvals_enabled=True)
+    text = all_text(r)
+    assert "*Proposed fix:* co-locate the job in zone zone-a" in text
+    assert "```# PyTorchJob ml/resnet: suspend" in text and "+  zone: zone-a```" in text
+    assert "Previewed before approval from uid u1, resourceVersion 42" in text
+    assert buttons(r)[0]["action_id"] == ButtonAction.APPROVE.value
 
 
 def test_many_denied_flows_are_grouped_and_fit() -> None:
@@ -211,6 +247,10 @@ def test_diff_block_edges(length: int, cut: bool) -> None:
     text = diff_block(diff, incident_id=3)
     assert len(text) <= MAX_SECTION
     assert ("incidents show 3" in text) is cut
+    assert ("truncated: " in text) is cut
+    if cut:
+        kept = text.split("```")[1]
+        assert all(line == "+" + "a" * 99 for line in kept.splitlines()), "cut at a line end"
     assert text.count("```") == 2
 
 

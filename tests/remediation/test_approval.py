@@ -36,6 +36,15 @@ REMEDIABLE = {"remediable": True, "target_zone": "zone-a"}
         ("ml", {"remediable": True, "target_zone": None}, ApprovalPolicy(),
          ApprovalStepKind.NONE, None, ""),
         ("ml", {}, ApprovalPolicy(auto_namespaces=("ml",)), ApprovalStepKind.NONE, None, ""),
+        # the plan preview refused the fix: nothing to approve, not even automatically
+        ("ml", {**REMEDIABLE, "proposed_fix": {"refusal": "every node of zone zone-a is cordoned"}},
+         ApprovalPolicy(), ApprovalStepKind.NONE, None,
+         "the fix cannot be applied: every node of zone zone-a is cordoned"),
+        ("ml-sandbox", {**REMEDIABLE, "proposed_fix": {"refusal": "no room"}},
+         ApprovalPolicy(auto_namespaces=("ml-sandbox",)), ApprovalStepKind.NONE, None, "no room"),
+        # a previewed plan (no refusal) changes nothing
+        ("ml", {**REMEDIABLE, "proposed_fix": {"refusal": None, "diff": "+x"}}, ApprovalPolicy(),
+         ApprovalStepKind.REQUEST, NOW + TTL, "awaiting approval"),
     ],
 )
 def test_approval_step(namespace: str, finding: dict[str, Any], policy: ApprovalPolicy,

@@ -11,12 +11,14 @@ import httpx
 import pytest
 
 from agent.model.incident import FindingRecord
+from agent.model.lifecycle import EventKind, RemediationActionKind
 from agent.runtime.http import build_app
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.server import HttpServer
 from agent.settings import Settings
 from agent.store.migrate import upgrade_on_start
+from agent.store.repository import IncidentStore
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -31,7 +33,7 @@ def finding(name: str, verdict: str, ns: str = "ml") -> dict[str, object]:
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[httpx.Client]:
+def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, IncidentStore]]:
     settings = Settings(data_dir=str(tmp_path))
     settings = replace(settings, database=replace(settings.database, url=f"sqlite:///{tmp_path / 'zm.db'}"))
     store = upgrade_on_start(settings)
@@ -51,10 +53,15 @@ def client(tmp_path: Path) -> Iterator[httpx.Client]:
     server = HttpServer(app, host="127.0.0.1", port=0).start()
     try:
         with httpx.Client(base_url=server.url, timeout=10) as c:
-            yield c
+            yield c, store
     finally:
         server.stop()
         store.close()
+
+
+@pytest.fixture
+def client(served: tuple[httpx.Client, IncidentStore]) -> httpx.Client:
+    return served[0]
 
 
 @pytest.mark.parametrize(
@@ -85,3 +92,21 @@ def test_show_and_errors(client: httpx.Client) -> None:
     bad = client.get("/api/incidents", params={"status": "sleeping"})
     assert bad.status_code == 400 and "status: unknown value 'sleeping'" in bad.json()["error"]
     assert client.get("/readyz").json()["checks"] == {"database": True}
+
+
+def test_detail_carries_the_proposed_fix(served: tuple[httpx.Client, IncidentStore]) -> None:
+    client, store = served
+    listed = {i["name"]: i["id"] for i in client.get("/api/incidents").json()["incidents"]}
+    assert client.get(f"/api/incidents/{listed['bert']}").json()["proposed_fix"] is None
+    plan = {"diff": "--- live\n+++ planned\n+zone: a", "target_zone": "a", "pods": 4,
+            "preconditions": {"uid": "u1", "resource_version": "9", "verdict": "zone_split_blocked",
+                              "placement": {"resnet-master-0": "b"}}}
+    store.record_action(listed["resnet"], RemediationActionKind.PLAN, now=NOW, actor="zonemedic",
+                        payload={"preview": True, "plan": plan, "zones": {"a": 3, "b": 1}},
+                        message="co-locate the job in zone a", event=EventKind.PLAN_PREVIEWED)
+    detail = client.get(f"/api/incidents/{listed['resnet']}").json()
+    fix = detail["proposed_fix"]
+    assert (fix["summary"], fix["diff"], fix["preview"], fix["refusal"]) == (
+        "co-locate the job in zone a", plan["diff"], True, None)
+    assert fix["preconditions"]["resource_version"] == "9" and fix["pods"] == 4
+    assert detail["events"][-1]["kind"] == "plan_previewed"

@@ -92,6 +92,8 @@ class World:
             settings,
             database=replace(settings.database, url=f"sqlite:///{tmp_path / 'zm.db'}"),
             diagnosis=replace(settings.diagnosis, pod_zone_label="zone"),
+            # no API server here (the cache is fed directly): the plan preview reads one
+            remediation=replace(settings.remediation, preview=False),
             prometheus=PrometheusSettings(url="http://127.0.0.1:9") if prometheus else settings.prometheus,
         )
         self.store = upgrade_on_start(settings)

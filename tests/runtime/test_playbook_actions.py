@@ -12,14 +12,22 @@ from pathlib import Path
 
 import pytest
 
+from agent.model.cluster import JobKind
 from agent.model.incident import IncidentSummary
-from agent.model.lifecycle import MessageKind
+from agent.model.job import JobRef
+from agent.model.lifecycle import MessageKind, RemediationActionKind
 from agent.playbook.loader import load_playbooks
 from agent.playbook.matching import Event
 from agent.playbook.model import TriggerKind
+from agent.remediation.plan import Refusal
+from agent.remediation.preview import preview_action
+from agent.runtime.approvals import ApprovalRequests
 from agent.runtime.playbooks import PlaybookActions
+from agent.runtime.previews import PlanPreviews, Preview, placement_key
+from agent.settings import Settings
 from agent.sources.cache import ClusterCache
 from agent.sources.jobkey import JobKey
+from agent.sources.kubeapi import KubeApi
 from agent.store.errors import StoreUnavailableError
 from agent.store.repository import IncidentStore, open_store
 from tests.store.fixtures import TEST_DB_SETTINGS, sqlite_template  # noqa: F401 (a fixture)
@@ -107,3 +115,31 @@ def test_a_firing_rejected_for_good_is_dropped(store: IncidentStore) -> None:
     assert a.unfired == 2
     assert a.retry_unfired() == 2  # the gone one logged and dropped, the other queued
     assert a.unfired == 0 and posts(store, incident) == ["notify", "propose_colocation"]
+
+
+def test_a_preview_is_recorded_before_the_messages_once_even_when_the_store_refused(
+    store: IncidentStore,
+) -> None:
+
+    incident = store.record_finding(finding("resnet")).incident
+    previews = PlanPreviews(KubeApi(None), store, now=lambda: NOW)
+    a = PlaybookActions(
+        playbooks=load_playbooks(REPO / "playbooks"), store=store, cache=ClusterCache(),
+        cluster="prod", channel="#default", approval_ttl=timedelta(minutes=30), now=lambda: NOW,
+        approvals=ApprovalRequests(store, settings=Settings(), now=lambda: NOW),
+        previews=previews,
+    )  # fmt: skip
+    zones = {"zone-a": 3, "zone-b": 1}
+    refusal = Refusal(JobRef(JobKind.PYTORCH, "ml", "resnet"), "zone zone-a has no room")
+    preview = Preview(preview_action(refusal, zones=zones, target_zone="zone-a"),
+                      placement_key("zone-a", zones))  # fmt: skip
+    document = {"verdict": "zone_split_blocked", "remediable": True, "target_zone": "zone-a"}
+    with WriteLock(store), pytest.raises(StoreUnavailableError):
+        a.fire(split(a), incident, document, preview=preview)
+    assert a.retry_unfired() == 1
+    detail = store.get_incident(incident.id)
+    plans = [x for x in detail.actions if x.kind is RemediationActionKind.PLAN]
+    assert len(plans) == 1 and plans[0].payload["refusal"] == "zone zone-a has no room"
+    first_post = min((m for m in detail.messages), key=lambda m: m.id)
+    assert first_post.payload["finding"]["proposed_fix"]["refusal"] == "zone zone-a has no room"
+    assert detail.incident.status.value == "open", "a refused fix is not put up for approval"

@@ -1,0 +1,122 @@
+"""Estimated waste per day of a split job: idle GPU-hours and cross-zone egress dollars.
+
+Who calls it: the agent's pipeline when it records a finding (with the utilization evidence it
+holds), so the figures travel with the incident's diagnosis as plain data (`Waste.to_dict()` under
+`waste`) to the chat message, `incidents show` and the API. Pure: numbers in, numbers and the
+basis of each figure out; no I/O, no clock.
+
+GPU-hours per day = idle GPU share x the job's GPUs x 24 h, where the idle share is
+- utilization now and its pre-split baseline known: (baseline - now) / 100, at least 0: the share
+  the split costs against the job's own healthy figure;
+- else a blocked split (the job's traffic is denied, training cannot proceed): 1 - now / 100 when
+  utilization is known, else 1 (every GPU of the job waits);
+- else unknown (a degraded split with no baseline to compare with): no figure, said as such.
+
+Cross-zone egress dollars per day = cross-zone bytes per step x steps per day / 1e9 x price per GB
+x 2 (billed leaving one zone and entering the other), where
+- cross-zone bytes per step = `bytes_per_step` (configured) x pods outside the reference zone
+  (the impact's `cross_zone_bytes_per_step`);
+- steps per day = the configured estimate `steps_per_day`; nothing observed gives a step rate, so
+  without the estimate (0) the figure is unknown;
+- a blocked split completes no step: $0 per day while blocked (its traffic is dropped).
+What it does not do: read metrics or settings, or render text for people.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.diagnosis.impact import cross_zone_cost_usd
+from agent.model.finding import Impact
+from agent.model.verdict import Verdict
+
+HOURS_PER_DAY = 24.0
+
+
+@dataclass(frozen=True)
+class Waste:
+    """Per-day estimates; a figure is None when there is no basis, and its basis says why."""
+
+    gpu_hours_per_day: float | None
+    gpu_hours_basis: str
+    egress_usd_per_day: float | None
+    egress_basis: str
+    cross_zone_gb_per_day: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu_hours_per_day": self.gpu_hours_per_day, "gpu_hours_basis": self.gpu_hours_basis,
+            "egress_usd_per_day": self.egress_usd_per_day, "egress_basis": self.egress_basis,
+            "cross_zone_gb_per_day": self.cross_zone_gb_per_day,
+        }  # fmt: skip
+
+
+def idle_gpu_hours_per_day(
+    *,
+    verdict: Verdict,
+    gpus: int,
+    utilization_now: float | None,
+    utilization_baseline: float | None,
+) -> tuple[float | None, str]:
+    """GPU-hours per day lost to the split and the basis of the figure (see the module)."""
+    if gpus <= 0:
+        return None, "unknown: the job requests no GPUs"
+    if utilization_now is not None and utilization_baseline is not None:
+        share = max(0.0, utilization_baseline - utilization_now) / 100.0
+        basis = (f"{gpus} GPU(s) x ({utilization_baseline:.0f}% baseline - "
+                 f"{utilization_now:.0f}% now) x 24 h")  # fmt: skip
+        return round(gpus * share * HOURS_PER_DAY, 3), basis
+    if verdict is Verdict.ZONE_SPLIT_BLOCKED:
+        if utilization_now is not None:
+            share = max(0.0, 100.0 - utilization_now) / 100.0
+            basis = f"training blocked: {gpus} GPU(s) x {100 - utilization_now:.0f}% idle x 24 h"
+            return round(gpus * share * HOURS_PER_DAY, 3), basis
+        return gpus * HOURS_PER_DAY, f"training blocked: {gpus} GPU(s) idle x 24 h"
+    return None, "unknown: no utilization baseline to compare with"
+
+
+def egress_per_day(
+    *,
+    verdict: Verdict,
+    cross_zone_bytes_per_step: int | None,
+    steps_per_day: float,
+    price_per_gb: float,
+) -> tuple[float | None, float | None, str]:
+    """(dollars per day, GB per day, basis) of the cross-zone traffic (see the module)."""
+    if verdict is Verdict.ZONE_SPLIT_BLOCKED:
+        return 0.0, 0.0, "none while blocked: no training step completes"
+    if cross_zone_bytes_per_step is None:
+        return None, None, "unknown: set diagnosis.bytes_per_step"
+    if steps_per_day <= 0:
+        return None, None, "unknown: no step rate (set diagnosis.steps_per_day)"
+    crossing = cross_zone_bytes_per_step * steps_per_day
+    dollars = cross_zone_cost_usd(int(crossing), price_per_gb=price_per_gb)
+    basis = (f"{cross_zone_bytes_per_step / 1e9:.3g} GB/step x {steps_per_day:,.0f} steps/day "
+             f"x ${price_per_gb:g}/GB each way")  # fmt: skip
+    return round(dollars, 4), round(crossing / 1e9, 3), basis
+
+
+def estimate_waste(
+    *,
+    verdict: Verdict,
+    impact: Impact | None,
+    utilization_now: float | None,
+    utilization_baseline: float | None,
+    steps_per_day: float,
+    price_per_gb: float,
+) -> Waste:
+    """Both per-day figures of a split finding (see the module docstring)."""
+    gpus = impact.gpus_total if impact is not None else 0
+    hours, hours_basis = idle_gpu_hours_per_day(
+        verdict=verdict, gpus=gpus, utilization_now=utilization_now,
+        utilization_baseline=utilization_baseline,
+    )  # fmt: skip
+    dollars, gb, egress_basis = egress_per_day(
+        verdict=verdict,
+        cross_zone_bytes_per_step=impact.cross_zone_bytes_per_step if impact is not None else None,
+        steps_per_day=steps_per_day, price_per_gb=price_per_gb,
+    )  # fmt: skip
+    return Waste(gpu_hours_per_day=hours, gpu_hours_basis=hours_basis,
+                 egress_usd_per_day=dollars, egress_basis=egress_basis,
+                 cross_zone_gb_per_day=gb)  # fmt: skip

@@ -1,0 +1,110 @@
+"""The proposed fix of an incident as plain data: the plan (or why there is none) people are shown.
+
+Who uses it: the agent records a plan preview on an incident when a remediable finding opens it
+(or re-detects it with another placement) as a `plan` remediation action whose payload says
+`preview: true`; the remediation executor records the plan it executes as a `plan` action with a
+`step`. `proposed_fix(actions)` reads the latest of either back, for the chat message, `incidents
+show` (table and JSON) and the HTTP API's incident detail, none of which may import the
+remediation code: they read this shape only.
+
+Rules: the latest `plan` action wins (the executor's plan, once recorded, replaces the preview);
+a `plan` action carries either a plan (`payload.plan` with its `diff`, `preconditions`,
+`target_zone` and `pods`) or a refusal (`payload.refusal`: why the fix cannot be applied, the
+action not succeeded). What it does not do: build plans, read the store or render text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.model.incident import RemediationAction
+from agent.model.lifecycle import RemediationActionKind
+
+PREVIEW = "preview"  # payload flag of a plan recorded before approval
+REFUSAL = "refusal"  # payload key: why the fix cannot be applied
+ZONES = "zones"  # payload key: the placement (zone -> pods) the preview was computed for
+TARGET_ZONE = "target_zone"  # payload key: the zone the preview co-locates the job in
+
+
+@dataclass(frozen=True)
+class ProposedFix:
+    """One recorded plan (or refusal) of an incident.
+
+    `summary`: the fix in words. `diff`: the patches as a unified diff ("" for a refusal).
+    `preconditions`: what the plan was computed from (job uid, resourceVersion, verdict,
+    placement pod -> zone). `refusal`: why the fix cannot be applied (None when it can).
+    `preview`: recorded before approval (True) or the plan being executed (False).
+    """
+
+    summary: str
+    diff: str = ""
+    target_zone: str | None = None
+    pods: int | None = None
+    preconditions: Mapping[str, Any] = field(default_factory=dict)
+    refusal: str | None = None
+    preview: bool = True
+    zones: Mapping[str, int] = field(default_factory=dict)
+    action_id: int | None = None
+
+    @property
+    def applicable(self) -> bool:
+        return self.refusal is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary, "diff": self.diff, "target_zone": self.target_zone,
+            "pods": self.pods, "preconditions": dict(self.preconditions),
+            "refusal": self.refusal, "preview": self.preview, "zones": dict(self.zones),
+            "action_id": self.action_id,
+        }  # fmt: skip
+
+
+def from_action(action: RemediationAction) -> ProposedFix | None:
+    """The proposed fix a `plan` action records, or None for any other action."""
+    if action.kind is not RemediationActionKind.PLAN:
+        return None
+    payload = action.payload
+    preview = payload.get(PREVIEW) is True
+    zones = payload.get(ZONES)
+    zones = {str(k): int(v) for k, v in zones.items()} if isinstance(zones, Mapping) else {}
+    target = payload.get(TARGET_ZONE)
+    refusal = payload.get(REFUSAL)
+    if isinstance(refusal, str) and refusal:
+        return ProposedFix(summary=action.message or "", refusal=refusal, preview=preview,
+                           target_zone=str(target) if target else None, zones=zones,
+                           action_id=action.id)  # fmt: skip
+    plan = payload.get("plan")
+    if not isinstance(plan, Mapping):
+        return None
+    pre = plan.get("preconditions")
+    pods = plan.get("pods")
+    return ProposedFix(
+        summary=action.message or "",
+        diff=str(plan.get("diff") or ""),
+        target_zone=str(plan.get("target_zone") or target or "") or None,
+        pods=pods if isinstance(pods, int) else None,
+        preconditions=dict(pre) if isinstance(pre, Mapping) else {},
+        preview=preview,
+        zones=zones,
+        action_id=action.id,
+    )
+
+
+def proposed_fix(actions: Sequence[RemediationAction]) -> ProposedFix | None:
+    """The latest recorded plan or refusal of an incident (see the module docstring)."""
+    for action in reversed(sorted(actions, key=lambda a: a.id)):
+        found = from_action(action)
+        if found is not None:
+            return found
+    return None
+
+
+def latest_preview(actions: Sequence[RemediationAction]) -> ProposedFix | None:
+    """The latest preview (recorded before approval), ignoring the executor's plans."""
+    for action in reversed(sorted(actions, key=lambda a: a.id)):
+        found = from_action(action)
+        if found is not None and found.preview:
+            return found
+    return None

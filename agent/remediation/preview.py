@@ -1,0 +1,92 @@
+"""The plan preview: what a finding's fix would do, as the `plan` action recorded before approval.
+
+Who calls it: the agent's plan previews (`agent.runtime.previews`) when a remediable finding opens
+an incident or re-detects it with another placement; it plans with `plan_remediation` over the
+live objects it read and records what `preview_action` returns. Pure: a `Plan` or `Refusal` in,
+plain data out (`PreviewAction`: the action's message, payload and outcome, in the shape
+`agent.model.proposal` reads back).
+
+Rules: a plan is recorded with its whole `Plan.to_dict()` (diff, preconditions, patches), the
+fix in words as the message, `preview: true` and the placement it was computed for, and no
+outcome yet (`succeeded` None). A refusal is recorded as `refusal` with `succeeded` False and
+the message "the fix cannot be applied: <why>". The preview is never what the executor applies:
+the executor re-reads, re-plans and records its own plan (with a `step`) on approval.
+
+What it does not do: read the cluster, write anything, or decide approvals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agent.model.proposal import PREVIEW, REFUSAL, TARGET_ZONE, ZONES
+from agent.remediation.plan import Plan, Refusal, TargetAction
+
+_FIELD_WORDS = (
+    ("nodeSelector", "the zone nodeSelector"),
+    ("nodeSelectorTerms", "the zone in every nodeAffinity term"),
+    ("podAffinity", "podAffinity to the job's own pods on the zone key"),
+    ("tolerations", "tolerations for the zone's node taints"),
+    ("labels", "the zone label"),
+)
+
+
+@dataclass(frozen=True)
+class PreviewAction:
+    """What to record: a `plan` action with this message, payload and outcome."""
+
+    message: str
+    payload: dict[str, Any]
+    succeeded: bool | None
+
+
+def _fields(plan: Plan) -> str:
+    touched = {key for t in plan.targets for c in t.changes for key in c.after}
+    words = [w for key, w in _FIELD_WORDS if key in touched]
+    if not words:
+        return ""
+    if len(words) == 1:
+        return words[0]
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def describe(plan: Plan) -> str:
+    """The fix in words: which objects move how, what their templates get, where they land."""
+    zone = plan.target_zone
+    fields = _fields(plan)
+    parts: list[str] = []
+    for target in plan.targets:
+        where = f"{target.kind} {target.namespace}/{target.name}"
+        replicas = ", ".join(c.replica for c in target.changes)
+        if target.action is TargetAction.SUSPEND_RESUME:
+            parts.append(f"suspend {where}, set {fields} on its templates ({replicas}), then "
+                         f"resume it")  # fmt: skip
+        elif target.action is TargetAction.ROLLOUT:
+            parts.append(f"patch the template of {where} with {fields} (a rollout moves its pods)")
+        else:
+            parts.append(f"recreate {where} with {fields} (its template is immutable)")
+    return (f"co-locate the job in zone {zone}: " + "; ".join(parts)
+            + f"; {plan.pods} pod(s) start in {zone}")  # fmt: skip
+
+
+def preview_action(
+    result: Plan | Refusal, *, zones: Mapping[str, int], target_zone: str | None
+) -> PreviewAction:
+    """The `plan` action recording a preview of the fix for the placement `zones` (zone ->
+    pods) and `target_zone` (see the module docstring)."""
+    placement = {str(k): int(v) for k, v in sorted(zones.items())}
+    if isinstance(result, Refusal):
+        return PreviewAction(
+            message=f"the fix cannot be applied: {result.reason}",
+            payload={PREVIEW: True, REFUSAL: result.reason, ZONES: placement,
+                     TARGET_ZONE: target_zone},
+            succeeded=False,
+        )
+    return PreviewAction(
+        message=describe(result),
+        payload={PREVIEW: True, "plan": result.to_dict(), ZONES: placement,
+                 TARGET_ZONE: result.target_zone},
+        succeeded=None,
+    )

@@ -1,0 +1,187 @@
+"""Plan previews: the fix a finding's message and `incidents show` carry before anyone approves.
+
+Who calls it: the pipeline (`agent.runtime.pipeline`) when a remediable split finding opens an
+incident (the preview is computed before the playbooks fire, and recorded by the firing before
+its messages are queued, so the first Slack post carries the diff), and when a re-detection of
+an incident still awaiting a decision finds the job placed differently than the last preview.
+
+How: the watch cache keeps slim objects (no pod templates, CPU/memory requests or non-GPU
+allocatable), which the plan and its room check need, so the preview reads the job, its pods,
+the nodes and the pods bound to the target zone's nodes once from the API through the read-only
+`agent.remediation.observe.ClusterReader` (GET and LIST only; nothing is written), plans with the
+pure `plan_remediation` and records `agent.remediation.preview.preview_action` as a `plan` action
+with the `plan_previewed` timeline event. A refusal (no room, Kueue-managed, finished...) is
+recorded the same way. The API being away leaves no preview (logged); the next detection of the
+incident tries again. The executor never applies a preview: on approval it re-reads, re-plans and
+records the plan it executes.
+
+Cost: per new (or moved) incident, one GET of the job, one LIST of its pods, and -- shared by the
+previews of one burst (`share_reads`, 5 s) -- one LIST of nodes and one LIST per target-zone node
+of the pods bound there. A sweep that opens no incident reads nothing.
+
+Recording is idempotent per process: the placement (target zone, pods per zone) of the latest
+preview of each incident is remembered, read once from the store after a restart, so a retried
+firing or a re-detection with an unchanged placement records nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agent.model.cluster import JobKind
+from agent.model.finding import SPLIT_VERDICTS, Finding
+from agent.model.incident import IncidentSummary
+from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
+from agent.model.proposal import latest_preview
+from agent.remediation.observe import ClusterReader
+from agent.remediation.plan import plan_remediation
+from agent.remediation.preview import PreviewAction, preview_action
+from agent.sources.kubeapi import KubeApi, KubeApiError
+from agent.store.repository import IncidentStore
+
+log = logging.getLogger(__name__)
+
+ACTOR = "zonemedic"
+# An incident whose fix may still be decided: only these get (new) previews.
+UNDECIDED = frozenset(
+    {IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED}
+)
+PlacementKey = tuple[str | None, tuple[tuple[str, int], ...]]
+
+
+def placement_key(target_zone: str | None, zones: Any) -> PlacementKey:
+    """What a preview was computed for: the target zone and the pods per zone."""
+    pairs = tuple(sorted((str(k), int(v)) for k, v in dict(zones or {}).items()))
+    return target_zone, pairs
+
+
+def wanted(finding: Finding) -> bool:
+    """Only a remediable split with a target zone has a fix to preview."""
+    return (finding.verdict in SPLIT_VERDICTS and finding.remediable
+            and finding.target_zone is not None)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A computed preview waiting to be recorded on its incident."""
+
+    action: PreviewAction
+    key: PlacementKey
+
+    @property
+    def refusal(self) -> str | None:
+        found = self.action.payload.get("refusal")
+        return str(found) if found else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the finding document the playbooks' outbox payloads carry."""
+        plan = self.action.payload.get("plan") or {}
+        return {"summary": self.action.message, "refusal": self.refusal,
+                "diff": plan.get("diff", ""), "target_zone": plan.get("target_zone")}  # fmt: skip
+
+
+class SharedReader(ClusterReader):
+    """A `ClusterReader` whose node list and pods-per-node lists are reused for `share_reads`
+    seconds: the previews of one burst (a start-up batch, a sweep) read them once."""
+
+    def __init__(self, api: KubeApi, *, timeout: float, share_reads: float,
+                 monotonic: Callable[[], float]) -> None:  # fmt: skip
+        super().__init__(api, timeout=timeout)
+        self.share_reads = share_reads
+        self.monotonic = monotonic
+        self._memo: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+
+    def _shared(self, key: str, read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        now = self.monotonic()
+        found = self._memo.get(key)
+        if found is not None and now - found[0] < self.share_reads:
+            return found[1]
+        if len(self._memo) > 10_000:
+            self._memo.clear()
+        value = read()
+        self._memo[key] = (now, value)
+        return value
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._shared("nodes", super().nodes)
+
+    def pods_on(self, node_names: Sequence[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for node in node_names:
+            out.extend(self._shared(f"pods_on:{node}", self._pods_on_one(node)))
+        return out
+
+    def _pods_on_one(self, node: str) -> Callable[[], list[dict[str, Any]]]:
+        return lambda: ClusterReader.pods_on(self, [node])
+
+
+class PlanPreviews:
+    def __init__(
+        self,
+        api: KubeApi,
+        store: IncidentStore,
+        *,
+        now: Callable[[], datetime],
+        timeout: float = 10.0,
+        share_reads: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.reader = SharedReader(api, timeout=timeout, share_reads=share_reads,
+                                   monotonic=monotonic)  # fmt: skip
+        self.store = store
+        self.now = now
+        self._latest: dict[int, PlacementKey | None] = {}  # incident -> placement previewed
+
+    def compute(
+        self, finding: Finding, *, mirror_keys: Sequence[str], pod_names: Sequence[str] = ()
+    ) -> Preview | None:
+        """Read the live objects and plan; None when there is nothing to preview or the API
+        is away (logged)."""
+        if not wanted(finding):
+            return None
+        ref = finding.job
+        try:
+            job = None if ref.kind is JobKind.GROUP else self.reader.job(ref)
+            live = self.reader.live_objects(
+                ref, target_zone=finding.target_zone, job=job, pod_names=pod_names
+            )
+        except KubeApiError as exc:
+            log.warning("plan preview skipped: the API did not answer",
+                        extra={"job": str(ref), "error": str(exc)})  # fmt: skip
+            return None
+        result = plan_remediation(finding, live, mirror_keys=mirror_keys)
+        action = preview_action(result, zones=finding.zones, target_zone=finding.target_zone)
+        return Preview(action, placement_key(finding.target_zone, finding.zones))
+
+    def stale(self, incident: IncidentSummary, finding: Finding) -> bool:
+        """Whether a re-detection calls for a new preview: the incident is undecided, the
+        finding remediable, and the placement differs from the latest preview's."""
+        if incident.status not in UNDECIDED or not wanted(finding):
+            return False
+        if incident.id not in self._latest:
+            found = latest_preview(self.store.get_incident(incident.id).actions)
+            self._latest[incident.id] = (
+                placement_key(found.target_zone, found.zones)
+                if found is not None else None
+            )  # fmt: skip
+        return self._latest[incident.id] != placement_key(finding.target_zone, finding.zones)
+
+    def record(self, incident_id: int, preview: Preview) -> bool:
+        """Record the preview on the incident unless this placement's is recorded already."""
+        if self._latest.get(incident_id) == preview.key:
+            return False
+        action = preview.action
+        self.store.record_action(
+            incident_id, RemediationActionKind.PLAN, now=self.now(), actor=ACTOR,
+            succeeded=action.succeeded, payload=action.payload, message=action.message,
+            event=EventKind.PLAN_PREVIEWED,
+        )  # fmt: skip
+        self._latest[incident_id] = preview.key
+        log.info("plan preview recorded", extra={"incident": incident_id,
+                                                 "refused": preview.refusal is not None})
+        return True

@@ -1,0 +1,73 @@
+"""Plan previews over the real store (SQLite, migrated): recorded once per placement, a re-detection
+with another placement calls for a new one, and after a restart the latest preview is read back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agent.model.cluster import JobKind
+from agent.model.finding import Finding
+from agent.model.incident import FindingRecord
+from agent.model.job import JobRef
+from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
+from agent.model.verdict import Verdict
+from agent.remediation.plan import Refusal
+from agent.remediation.preview import preview_action
+from agent.runtime.previews import PlanPreviews, Preview, placement_key
+from agent.settings import Settings
+from agent.sources.kubeapi import KubeApi
+from agent.store.migrate import upgrade_on_start
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+REF = JobRef(JobKind.PYTORCH, "ml", "resnet")
+
+
+def split(zones: Mapping[str, int], *, target: str | None = "zone-a",
+          verdict: Verdict = Verdict.ZONE_SPLIT_BLOCKED, remediable: bool = True) -> Finding:  # fmt: skip
+    return Finding(job=REF, verdict=verdict, zones=zones, coordinator=None,
+                   remediable=remediable, target_zone=target)  # fmt: skip
+
+
+def refused(finding: Finding, reason: str) -> Preview:
+    action = preview_action(Refusal(REF, reason), zones=finding.zones,
+                            target_zone=finding.target_zone)  # fmt: skip
+    return Preview(action, placement_key(finding.target_zone, finding.zones))
+
+
+def test_recorded_once_per_placement_and_read_back_after_a_restart(tmp_path: Path) -> None:
+    settings = Settings(data_dir=str(tmp_path))
+    settings = replace(settings, database=replace(settings.database,
+                                                  url=f"sqlite:///{tmp_path / 'zm.db'}"))
+    store = upgrade_on_start(settings)
+    try:
+        first = split({"zone-a": 3, "zone-b": 1})
+        incident = store.record_finding(FindingRecord.from_finding(
+            {**first.to_dict(), "job": {"kind": "PyTorchJob", "namespace": "ml", "name": "resnet"}},
+            cluster="prod", detected_at=NOW)).incident  # fmt: skip
+        previews = PlanPreviews(KubeApi(None), store, now=lambda: NOW)
+        assert previews.stale(incident, first), "nothing previewed yet"
+        assert previews.record(incident.id, refused(first, "no room"))
+        assert not previews.record(incident.id, refused(first, "no room")), "a retried firing"
+        assert not previews.stale(incident, first)
+        moved = split({"zone-a": 2, "zone-b": 2})
+        assert previews.stale(incident, moved)
+        assert previews.stale(incident, split({"zone-a": 3, "zone-b": 1}, target="zone-b"))
+        # not previewable, or no longer undecided: no new preview
+        assert not previews.stale(incident, split(moved.zones, remediable=False))
+        assert not previews.stale(incident, split(moved.zones, verdict=Verdict.POLICY_BLOCKED))
+        assert not previews.stale(replace(incident, status=IncidentStatus.APPROVED), moved)
+
+        restarted = PlanPreviews(KubeApi(None), store, now=lambda: NOW)
+        assert not restarted.stale(incident, first), "the latest preview is read from the store"
+        assert restarted.stale(incident, moved)
+        assert restarted.record(incident.id, refused(moved, "still no room"))
+        detail = store.get_incident(incident.id)
+        plans = [a for a in detail.actions if a.kind is RemediationActionKind.PLAN]
+        assert [a.payload["refusal"] for a in plans] == ["no room", "still no room"]
+        assert [e.kind for e in detail.events].count(EventKind.PLAN_PREVIEWED) == 2
+        assert EventKind.REMEDIATION_STEP not in [e.kind for e in detail.events]
+    finally:
+        store.close()
