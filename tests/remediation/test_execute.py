@@ -91,8 +91,14 @@ def test_blocked_job_is_co_located_in_one_restart_and_resolved(tmp_path: Path, s
         seen: list[Step] = []
         status = lab.remediator(store, on_step=seen.append).run(incident_id)
         assert status is IncidentStatus.RESOLVED
-        assert seen == [Step.PLANNED, Step.DRY_RUN, Step.SUSPENDED, Step.PODS_GONE, Step.RESUMED,
-                        Step.BOUND, Step.VERIFIED]  # fmt: skip
+        # the operator's status writes may answer the dry run or the patch with a 409: each one
+        # re-plans (PLANNED again) before the one suspend; nothing else may repeat
+        planning = seen[:-6]
+        assert seen[-6:] == [Step.DRY_RUN, Step.SUSPENDED, Step.PODS_GONE, Step.RESUMED,
+                             Step.BOUND, Step.VERIFIED]  # fmt: skip
+        assert planning[0] is Step.PLANNED and planning[-1] is Step.PLANNED, seen
+        assert set(planning) <= {Step.PLANNED, Step.DRY_RUN}, seen
+        assert planning.count(Step.PLANNED) <= 1 + FAST.max_conflict_retries, seen
         live = job(lab)
         assert live["spec"]["runPolicy"]["suspend"] is False
         assert recorded_plan(store, incident_id).targets[0].state_of(live) is TemplateState.PLANNED

@@ -201,11 +201,16 @@ def test_a_split_during_the_outage_is_recorded_once_the_database_is_back(running
     assert incident.status.value in {"open", "awaiting_approval"}
     wait_for(lambda: run.readyz().status_code == 200, timeout=10, what="/readyz to recover")
     wait_for(lambda: run.agent.pipeline.actions.unfired == 0, timeout=10, what="playbook firings")
+
+    def posts() -> list[str]:
+        messages = run.direct.get_incident(incident.id).messages
+        return sorted(m.payload["action"] for m in messages if m.kind is MessageKind.POST)
+
+    # the firing (with its plan preview, read from the API) may still be under way
+    wait_for(lambda: len(posts()) >= 2, timeout=15, what="both playbook messages")
     # exactly once: one incident, each playbook message queued once
     assert len(run.incidents()) == 1
-    messages = run.direct.get_incident(incident.id).messages
-    posts = sorted(m.payload["action"] for m in messages if m.kind is MessageKind.POST)
-    assert posts == ["notify", "propose_colocation"]
+    assert posts() == ["notify", "propose_colocation"]
     final = run.direct.get_incident(incident.id).incident
     assert final.status.value == "awaiting_approval"
     assert final.approval_deadline is not None
