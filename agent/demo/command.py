@@ -26,7 +26,7 @@ SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "demo",
-        help="the whole story on this machine: twin, Prometheus, fake Slack, the agent (~1 min)",
+        help="the whole story on this machine: twin, Prometheus, fake Slack, the agent (~30 s)",
         description="Run the cluster twin with a split training job, a real Prometheus, a fake "
         "Slack and the agent, all on 127.0.0.1, and narrate detection, approval, co-location "
         "and recovery.",
@@ -73,20 +73,26 @@ def _ask(console: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.panel import Panel
 
-    from agent.demo.story import tell
     from agent.runtime.logging import configure_logging, verbosity_level
 
     # the story is the output: the agent's own log lines only for errors, unless -v
     configure_logging(verbosity_level(args.verbose) if args.verbose else "error",
                       fmt=args.log_format, timestamps=False)
+    return narrate(args, Console(stderr=args.json, highlight=False))
+
+
+def narrate(args: argparse.Namespace, console: Any) -> int:
+    """The story told on `console` (a rich Console), then the summary."""
+    from rich.panel import Panel
+
+    from agent.demo.story import tell
+
     chart = args.chart or Path.cwd() / f"zonemedic-demo-{args.scenario}.png"
-    if chart.parent and not chart.parent.is_dir():
+    if not chart.parent.is_dir():
         from agent.errors import InputError
 
         raise InputError(f"--chart {chart}: the directory {chart.parent} does not exist")
-    console = Console(stderr=args.json, highlight=False)
     if args.interactive and not sys.stdin.isatty():
         console.print("note: --interactive reads the answer from standard input")
 
@@ -124,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
         ", ".join(f"{z} ×{c}" for z, c in sorted(zones.items())) or "-"
         for zones in (summary.zones_before, summary.zones_after)))
     if summary.chart:
-        lines.append(f"chart: {summary.chart}")
+        shown = Path(summary.chart)
+        if shown.parent == Path.cwd():
+            shown = Path(shown.name)
+        lines.append(f"chart: {shown}")
     lines.append(f"the whole story took {summary.duration_s:.0f}s; next: `make test`, then "
                  "README.md for a real cluster")
     console.print(Panel("\n".join(lines), title="demo summary", title_align="left",
