@@ -64,10 +64,10 @@ class Narration:
     # -- the display -----------------------------------------------------------------------------
 
     def __rich__(self) -> RenderableType:
-        table = Table.grid(padding=(0, 1))
+        table = Table.grid(padding=(0, 1), expand=True)
         table.add_column(width=2)
-        table.add_column(no_wrap=True)
-        table.add_column(style="dim", justify="right", width=7)
+        table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+        table.add_column(style="dim", justify="right", width=6, no_wrap=True)
         for s in self.steps:
             if s.state is StepState.RUNNING:
                 mark: RenderableType = self._spinner
