@@ -176,6 +176,7 @@ class Stage:
         self.agent: Agent | None = None
         self.binds: dict[str, float] = {}  # pod name -> when it was first seen bound
         self.metrics_note = ""
+        self._workloads: list[dict[str, Any]] = []  # created by `apply_workloads`
         self._stack = ExitStack()
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ RESTARTED_STEPS = frozenset({"resumed"})  # a group: every workload moved
 SETTLE_SAMPLES = 3
 SETTLE_SPREAD = 5.0  # percentage points between the settled samples
 MIN_SAMPLES = 6  # scrapes looked at before and after the fix (a chart a person can read)
+READING_SECONDS = 3.0  # the demo approver reads the message before clicking (the story's pace)
 
 
 class DemoError(ZonemedicError):
@@ -76,6 +77,7 @@ class Summary:
     utilization_after: float | None = None
     incident_id: int | None = None
     incident_status: str | None = None
+    verdict: str | None = None  # the incident's latest verdict
     decided_by: str | None = None
     zones_before: dict[str, int] = field(default_factory=dict)
     zones_after: dict[str, int] = field(default_factory=dict)
@@ -119,6 +121,7 @@ class Story:
         self.started = time.time()
         self.detected_at: float | None = None
         self.marks: list[tuple[float, str]] = []
+        self.posted_at = 0.0
 
     # -- waiting -------------------------------------------------------------------------------
 
@@ -172,7 +175,7 @@ class Story:
         result = prometheus.query(utilization_expr(self.stage.target))
         return float(result[0]["value"][1]) if result else None
 
-    def settled_utilization(self, what: str, *, timeout: float) -> float | None:
+    def settled_utilization(self, *, timeout: float) -> float | None:
         """The mean of the first `SETTLE_SAMPLES` scrapes in a row that agree within
         `SETTLE_SPREAD` points (None when Prometheus has none within `timeout`)."""
         samples: list[float] = []
@@ -217,11 +220,12 @@ class Story:
 
         n.begin("posted", "the leader delivers the outbox")
         self.wait("the Slack post", lambda: self.chat.posted > 0, timeout=20)
+        self.posted_at = time.monotonic()
         n.done("posted", f"to {self.chat.channel_name}, with Approve / Reject / Snooze")
 
         if stage.prometheus is not None:
             n.begin("utilization", "measuring the split job's GPUs in Prometheus")
-            summary.utilization_before = self.settled_utilization("before", timeout=20)
+            summary.utilization_before = self.settled_utilization(timeout=20)
         awaiting = self.wait("the approval request",
                              lambda: self._status_in(incident.id, {S.AWAITING_APPROVAL}),
                              timeout=20)
@@ -241,7 +245,7 @@ class Story:
         n.done("colocated", zones_text(colocated))
         n.begin("resolved", "the agent verifies placement, flows and utilization")
         if stage.prometheus is not None:
-            summary.utilization_after = self.settled_utilization("after", timeout=30)
+            summary.utilization_after = self.settled_utilization(timeout=30)
             before, after_ = summary.utilization_before, summary.utilization_after
             if before is not None and after_ is not None:
                 n.done("utilization", f"{before:.0f}% → {after_:.0f}%")
@@ -259,6 +263,9 @@ class Story:
                 action = self.answer(incident)
         else:
             action = ButtonAction.APPROVE
+            while time.monotonic() < self.posted_at + READING_SECONDS:
+                self.pump()  # pacing for the reader of the story, not a synchronisation
+                time.sleep(0.1)
         message = next((m for m in self.stage.slack.messages() if m.thread_ts is None), None)
         response = self.stage.slack.click(
             self.stage.events_url, user=APPROVER, action_id=action.value, value=str(incident.id),
@@ -287,6 +294,7 @@ class Story:
         final = self.wait("the end of the remediation",
                           lambda: self._status_in(incident_id, ENDED), timeout=60)
         summary.incident_status = final.status.value
+        summary.verdict = final.verdict.value
         if final.status is S.RESOLVED:
             n.done("resolved", f"incident #{incident_id} resolved")
             # the thread's last reply (the follower looks every few seconds): shown, not required

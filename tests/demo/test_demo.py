@@ -41,16 +41,17 @@ def demo(tmp_path: Path, *args: str, stdin: str | None = None,
 
 
 @requires_prometheus
-@pytest.mark.parametrize(("scenario", "zones_before"), [
-    ("seed-degraded", {"us-east-1a": 4, "us-east-1b": 1}),
-    ("lab", {"zone-a": 4, "zone-b": 1}),
+@pytest.mark.parametrize(("scenario", "zones_before", "verdict"), [
+    ("seed-degraded", {"us-east-1a": 4, "us-east-1b": 1}, "zone_split_degraded"),
+    ("lab", {"zone-a": 4, "zone-b": 1}, "zone_split_blocked"),
 ])
 def test_the_story_ends_resolved_co_located_and_faster(
-    tmp_path: Path, scenario: str, zones_before: dict[str, int]
+    tmp_path: Path, scenario: str, zones_before: dict[str, int], verdict: str
 ) -> None:
     summary, story = demo(tmp_path, "--scenario", scenario)
     assert summary["scenario"] == scenario
     assert summary["incident_status"] == "resolved"
+    assert summary["verdict"] == verdict
     assert summary["detected_after_s"] is not None and 0 <= summary["detected_after_s"] < 10
     assert summary["zones_before"] == zones_before
     assert len(summary["zones_after"]) == 1 and sum(summary["zones_after"].values()) == 5
