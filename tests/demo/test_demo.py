@@ -1,6 +1,6 @@
 """`zonemedic demo` as a person runs it (a real process): the story end to end with `--json` on
-`seed-degraded` and `lab` (real Prometheus), without metrics, interactively rejected on
-`seed-blocked`, and Ctrl-C stopping every process it started and removing its files."""
+`seed-degraded` and `lab` (real Prometheus), interactively rejected on `seed-blocked` without
+metrics, and Ctrl-C stopping every process it started and removing its files."""
 
 from __future__ import annotations
 
@@ -67,22 +67,18 @@ def test_the_story_ends_resolved_co_located_and_faster(
         assert words in story, words
 
 
-def test_without_metrics_it_says_so_and_still_resolves(tmp_path: Path) -> None:
-    summary, story = demo(tmp_path, "--no-metrics")
-    assert summary["incident_status"] == "resolved"
+def test_interactive_without_metrics_sends_what_the_person_answered(tmp_path: Path) -> None:
+    summary, story = demo(tmp_path, "--scenario", "seed-blocked", "--interactive",
+                          "--no-metrics", stdin="maybe\nr\n")
+    assert "please answer a, r or s" in story
+    assert "rejected by dana" in story
+    assert summary["incident_status"] == "rejected"
+    assert summary["zones_after"] == {}
+    # without metrics it says so, and measures nothing
+    assert "metrics off" in story
     assert summary["metrics"] is False
     assert summary["utilization_before"] is None and summary["utilization_after"] is None
     assert summary["chart"] is None and not list(tmp_path.glob("*.png"))
-    assert "without metrics" in story or "metrics off" in story
-
-
-def test_interactive_reject_is_sent_as_the_person_answered(tmp_path: Path) -> None:
-    summary, story = demo(tmp_path, "--scenario", "seed-blocked", "--interactive",
-                          "--no-metrics", stdin="maybe\nr\n")
-    assert summary["incident_status"] == "rejected"
-    assert summary["zones_after"] == {}
-    assert "please answer a, r or s" in story
-    assert "rejected by dana" in story
 
 
 def children_of(pid: int) -> set[int]:
