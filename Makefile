@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint typecheck contracts test test-all bench bench-report clean lock
+.PHONY: install demo prometheus lint typecheck contracts test test-all bench bench-report clean lock
 
 install: $(STAMP)
 
@@ -13,6 +13,35 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# The README's first command: the whole story on this machine (the twin, a real Prometheus, a fake
+# Slack and the agent, ~30 s). Options: make demo DEMO="--scenario lab --interactive".
+DEMO ?=
+demo: install prometheus
+	$(BIN)/zonemedic demo $(DEMO)
+
+# Prometheus for the demo and the tests: the Debian package `prometheus`, installed when it is
+# missing and this user may (root, with apt-get); otherwise say so (the demo then runs without
+# metrics). The package starts a service of its own on :9090: stopped again (the demo and the
+# tests start their own Prometheus on free ports).
+PROMETHEUS_BIN ?= $(shell command -v prometheus 2>/dev/null || ls /usr/bin/prometheus 2>/dev/null)
+APT_GET ?= apt-get
+prometheus:
+	@if [ -z "$(PROMETHEUS_BIN)" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v $(APT_GET) >/dev/null 2>&1; then \
+	    echo "make: installing Prometheus (Debian package prometheus)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    if $(APT_GET) install -y -qq prometheus >/dev/null 2>&1 \
+	       || { $(APT_GET) update -qq && $(APT_GET) install -y -qq prometheus >/dev/null; }; then \
+	      { systemctl stop prometheus || service prometheus stop; } >/dev/null 2>&1 || true; \
+	    else \
+	      echo "make: could not install Prometheus: the demo runs without metrics"; \
+	    fi; \
+	  else \
+	    echo "make: Prometheus is not installed and cannot be installed here (needs root and"; \
+	    echo "      apt-get: sudo apt-get install prometheus); the demo runs without metrics"; \
+	  fi; \
+	fi
 
 # Regenerate the constraints file from a fresh resolve (run after changing dependencies).
 lock:
@@ -24,7 +53,7 @@ lock:
 # The dependency audit fails on a known vulnerability in the lock and only warns when the
 # vulnerability service cannot be reached (offline machines, a missing database).
 lint: install
-	$(BIN)/ruff check agent tests tools $(wildcard bench migrations)
+	$(BIN)/ruff check agent tests tools $(wildcard bench migrations docs)
 	$(BIN)/python tools/dependency_audit.py constraints.txt
 
 typecheck: install

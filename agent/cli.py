@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "incidents": "agent.commands.incidents",
     "db": "agent.commands.db",
     "diagnose": "agent.commands.diagnose",
+    "demo": "agent.demo.command",
 }
 
 # Commands that run the cluster twin: offered only where `agent.twin` is installed.

@@ -99,12 +99,13 @@ def test_dockerignore_patterns_match_as_docker_does(dockerignore: str, path: str
 def test_the_image_gets_the_agent_without_the_twin() -> None:
     assert (ROOT / "agent" / "twin" / "cluster.py").exists()  # the twin is in the repo (and wheel)
     files = image.context_files(ROOT / "deploy" / "Dockerfile", ROOT)
-    assert [f for f in files if f.startswith("agent/twin")] == []
+    assert [f for f in files if f.startswith(("agent/twin", "agent/demo"))] == []
     agent_files = {f for f in files if f.startswith("agent/")}
     in_repo = {
         p.relative_to(ROOT).as_posix()
         for p in (ROOT / "agent").rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and "twin" not in p.relative_to(ROOT / "agent").parts[:1]
+        if p.is_file() and "__pycache__" not in p.parts
+        and p.relative_to(ROOT / "agent").parts[0] not in ("twin", "demo")
     }
     assert agent_files == in_repo  # everything else of the agent is there
     assert files["agent/cli.py"] == "/src/agent/cli.py"
@@ -149,7 +150,7 @@ def test_the_agent_of_the_image_runs_without_the_twin(tmp_path: Path) -> None:
     assert where.stdout.strip() == str(src / "agent" / "__init__.py")  # not the repository's
     help_ = cli("--help")
     assert help_.returncode == 0, help_.stderr
-    assert "diagnose" in help_.stdout and "twin" not in help_.stdout
+    assert "diagnose" in help_.stdout and "twin" not in help_.stdout and "demo" not in help_.stdout
     twin = cli("twin", "up")
     assert twin.returncode == 2 and "invalid choice: 'twin'" in twin.stderr
     assert "Traceback" not in twin.stderr

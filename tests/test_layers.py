@@ -18,6 +18,7 @@ ADAPTERS = "The adapters do not know each other"
 PURE_EDGES = "Rendering, planning and verifying are pure"
 TWIN = "Only the CLI and the twin itself import the twin"
 PURE_CORE = "The pure core imports no I/O library and no adapter"
+DEMO = "Only the CLI imports the demo"
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -31,7 +32,7 @@ def verdicts(output: str) -> dict[str, str]:
     """Contract name prefix -> KEPT or BROKEN, from lint-imports' summary (names may wrap)."""
     flat = " ".join(output.split())
     found = {}
-    for name in (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE):
+    for name in (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO):
         at = flat.find(name)
         assert at >= 0, f"contract {name!r} not in the output:\n{output}"
         rest = flat[at:]
@@ -62,6 +63,8 @@ def test_the_real_tree_keeps_every_contract() -> None:
         # production code outside the CLI must not import the twin
         ("agent/runtime/app.py", "import agent.twin.cluster", {TWIN}),
         ("agent/snapshot/documents.py", "import agent.twin.resources", {TWIN, PURE_CORE}),
+        # nor the demo, which is not in the image either
+        ("agent/runtime/app.py", "import agent.demo.story", {DEMO, LAYERS}),
     ],
 )
 def test_a_wrong_import_breaks_its_contract(tmp_path: Path, module: str, line: str, broken: set[str]) -> None:

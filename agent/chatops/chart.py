@@ -32,9 +32,11 @@ def utilization_png(
     title: str,
     split_at: float | None = None,
     baseline: float | None = None,
+    marks: Sequence[tuple[float, str]] = (),
 ) -> bytes | None:
     """The chart as PNG bytes: utilization (0-100 %) against UTC time (`samples` are
-    (unix seconds, percent)); a vertical line at `split_at`, a dashed one at `baseline`."""
+    (unix seconds, percent)); a vertical line at `split_at`, a dashed one at `baseline`, and a
+    dotted vertical line at each of `marks` ((unix seconds, label), e.g. the approval)."""
     points = sorted(samples)
     if len(points) < MIN_SAMPLES:
         return None
@@ -49,6 +51,9 @@ def utilization_png(
     if split_at is not None and points[0][0] <= split_at <= points[-1][0]:
         axes.axvline(_days(split_at), color="#d62728", linewidth=1.5,
                      label="split detected")
+    for (at, label), color in zip(marks, ("#9467bd", "#ff7f0e", "#8c564b"), strict=False):
+        if points[0][0] <= at <= points[-1][0]:
+            axes.axvline(_days(at), color=color, linestyle=":", linewidth=1.5, label=label)
     axes.xaxis_date(tz=UTC)
     axes.set_ylim(0, 100)
     axes.set_ylabel("GPU utilization (%)")

@@ -65,6 +65,11 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "db current": ["zonemedic db current --config config.yaml"],
     "db purge": ["zonemedic db purge --config config.yaml --older-than 90d"],
+    "demo": [
+        "zonemedic demo                          # seed-degraded: ~40% GPU utilization, then ~85%",
+        "zonemedic demo --scenario lab --interactive",
+        "zonemedic demo --scenario seed-blocked --json",
+    ],
     "twin": ["zonemedic twin up --scenario seed-blocked --kubeconfig twin.kubeconfig"],
     "twin up": [
         "zonemedic twin up --scenario seed-blocked --kubeconfig twin.kubeconfig",

@@ -4,7 +4,8 @@ Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides) and the
 validates them as `zonemedic config check` does (every bad key, value or playbook stops start-up,
 each named, before anything is touched), configures logging, reaches and migrates the database
 (`database.migrate_on_start`), builds the agent (`agent.runtime.app.Agent`) with the leader's remediation executor and
-approval expiry as background jobs and the chat layer (Slack), and runs it until
+approval expiry as background jobs and the chat layer (Slack) (`agent.runtime.assembly`, shared
+with `zonemedic demo`), and runs it until
 SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
 """
 
@@ -27,11 +28,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.runtime import chat, executor, expiry
     from agent.runtime.app import Agent
+    from agent.runtime.assembly import AgentAssembly
     from agent.runtime.logging import configure_logging, verbosity_level
-    from agent.runtime.pipeline import AgentPipeline
-    from agent.runtime.root import Parts
     from agent.store.migrate import upgrade_on_start
 
     # the same validation as `zonemedic config check`, before anything is touched
@@ -39,26 +38,13 @@ def run(args: argparse.Namespace) -> int:
     level = verbosity_level(args.verbose) if args.verbose else settings.log_level  # -v wins
     configure_logging(level, fmt=args.log_format)
     store = upgrade_on_start(settings)
-
-    def pipeline(parts: Parts) -> AgentPipeline:
-        # the leader's background jobs: approved incidents to the remediator, deadlines expired
-        executor.register(parts, store, executor.live_remediator(parts, store))
-        expiry.register(parts, store)
-        agent_pipeline = AgentPipeline(parts, store)
-        # Slack: /slack/events on the HTTP server and the leader's outbox deliverer (or, disabled,
-        # one line saying the agent runs without chat)
-        chats.append(chat.wire_chat(parts, store=store,
-                                    sweep=chat.sweep_command(agent_pipeline.sweep)))
-        return agent_pipeline
-
-    chats: list[chat.Chat] = []
+    # the executor, the expiry and Slack, wired as `zonemedic demo` wires them
+    assembly = AgentAssembly(store)
     try:
-        agent = Agent(settings, pipeline_factory=pipeline, playbooks=playbooks)
-        for wired in chats:
-            wired.start()  # Socket Mode connects; HTTP mode has nothing to start
+        agent = Agent(settings, pipeline_factory=assembly.pipeline, playbooks=playbooks)
+        assembly.start()
         agent.run_until_signalled()
     finally:
-        for wired in chats:
-            wired.stop()
+        assembly.stop()
         store.close()
     return 0

@@ -1,8 +1,8 @@
 """Test harness: a real Prometheus server (the Debian `prometheus` binary) on a free loopback port.
 
 Who calls it: end-to-end tests and benchmarks that need real PromQL (the twin's exporter, the agent's
-Prometheus source). It starts `prometheus` with a generated config scraping the given targets, or with
-TSDB blocks backfilled from an OpenMetrics text by `promtool tsdb create-blocks-from openmetrics`
+Prometheus source). It starts `prometheus` (the package's `agent.demo.prometheus`, which the demo
+uses too) with a generated config scraping the given targets, or with TSDB blocks backfilled from an OpenMetrics text by `promtool tsdb create-blocks-from openmetrics`
 (instant data, no waiting for scrapes). What it does not do: install Prometheus (.ci/run does that)
 or talk to anything outside 127.0.0.1.
 """
@@ -10,20 +10,18 @@ or talk to anything outside 127.0.0.1.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
-import socket
-import ssl
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from agent.demo import prometheus as server
+from agent.demo.prometheus import free_port
+from agent.errors import UnavailableError
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -38,34 +36,8 @@ requires_prometheus = pytest.mark.skipif(
 )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class PrometheusServer:
-    url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def api(self, path: str, **params: str) -> Any:
-        query = urllib.parse.urlencode(params)
-        with _open(f"{self.url}{path}?{query}", timeout=10) as resp:
-            body = json.loads(resp.read())
-        if body.get("status") != "success":
-            raise AssertionError(f"Prometheus {path} failed: {body}")
-        return body["data"]
-
-    def query(self, promql: str, *, at: float | None = None) -> list[dict[str, Any]]:
-        """Instant query; returns the `result` list (vector samples with string values)."""
-        params = {"query": promql}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        data = self.api("/api/v1/query", **params)
-        result: list[dict[str, Any]] = data["result"]
-        return result
+class PrometheusServer(server.PrometheusServer):
+    """The package's server with the assertions tests wait on."""
 
     def wait_for(
         self,
@@ -89,31 +61,6 @@ class PrometheusServer:
         data = self.api("/api/v1/targets")
         active = data.get("activeTargets", [])
         return bool(active) and all(t.get("health") == "up" for t in active)
-
-
-def _write_config(
-    path: Path, targets: Sequence[str], scrape_interval: str, rule_files: Sequence[Path] = ()
-) -> None:
-    lines = [
-        "global:",
-        f"  scrape_interval: {scrape_interval}",
-        f"  evaluation_interval: {scrape_interval}",
-    ]
-    if rule_files:
-        lines += ["rule_files:", *(f"  - '{f}'" for f in rule_files)]
-    if not targets:
-        lines.append("scrape_configs: []")
-    else:
-        lines += [
-            "scrape_configs:",
-            "  - job_name: twin",
-            "    honor_labels: true",
-            f"    scrape_interval: {scrape_interval}",
-            f"    scrape_timeout: {scrape_interval}",
-            "    static_configs:",
-            "      - targets: [" + ", ".join(f"'{t}'" for t in targets) + "]",
-        ]
-    path.write_text("\n".join(lines) + "\n")
 
 
 def backfill(openmetrics: str, data_dir: Path) -> None:
@@ -153,75 +100,25 @@ def running_prometheus(
     root = tmp_path / f"prometheus-{free_port()}"
     data_dir = root / "data"
     data_dir.mkdir(parents=True)
-    config = root / "prometheus.yml"
-    _write_config(config, scrape_targets, scrape_interval, rule_files)
     if openmetrics is not None:
         backfill(openmetrics, data_dir)
-    log_path = root / "prometheus.log"
-    extra: list[str] = []
-    scheme = "http"
+    web_config = None
     if tls_cert_key is not None:
         web_config = root / "web.yml"
         cert, key = tls_cert_key
         web_config.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
-        extra.append(f"--web.config.file={web_config}")
-        scheme = "https"
-    for _attempt in range(3):
-        port = free_port()
-        log = log_path.open("wb")
-        process = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data_dir}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=30d",
-                "--log.level=warn",
-                *extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        server = PrometheusServer(f"{scheme}://127.0.0.1:{port}", process, log_path)
-        if _wait_ready(server, start_timeout):
-            break
-        _stop(process)
-        log.close()
-    else:
-        raise AssertionError(f"prometheus did not start: {log_path.read_text()[-2000:]}")
+    prom = PrometheusServer(root, binary=Path(PROMETHEUS), scrape_targets=scrape_targets,
+                            scrape_interval=scrape_interval, web_config=web_config,
+                            rule_files=rule_files)
     try:
-        yield server
+        prom.start(timeout=start_timeout)
+    except UnavailableError as exc:
+        raise AssertionError(str(exc)) from exc
+    try:
+        yield prom
     finally:
-        _stop(process)
-        log.close()
+        prom.stop()
 
 
-def _wait_ready(server: PrometheusServer, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            return False
-        try:
-            with _open(f"{server.url}/-/ready", timeout=2) as resp:
-                if resp.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.1)
-    return False
-
-
-def _open(url: str, *, timeout: float) -> Any:
-    """urlopen that accepts the harness's own self-signed certificate (the tests check TLS)."""
-    context = ssl._create_unverified_context() if url.startswith("https:") else None
-    return urllib.request.urlopen(url, timeout=timeout, context=context)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+__all__ = ["PROMETHEUS", "PROMTOOL", "PrometheusServer", "backfill", "free_port",
+           "prometheus_available", "requires_prometheus", "running_prometheus"]

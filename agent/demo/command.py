@@ -1,0 +1,141 @@
+"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab] [--interactive] [--json]`.
+
+Registered by `agent.cli` (offered only where the cluster twin is installed). Runs the story of
+`agent.demo.story` once: everything on 127.0.0.1, in one temporary directory, stopped and removed
+at the end, on an error, on Ctrl-C or SIGTERM (exit 130). It prints the story live on the terminal
+(on stderr with `--json`, whose stdout is one summary object) and writes the utilization chart
+(`--chart`, default `zonemedic-demo-<scenario>.png` in the working directory). `--interactive` asks
+the person at the terminal to approve, reject or snooze, and sends that click. Exit 0 when the
+story ran to its end, 1 when a step did not happen in time, 2 on bad flags.
+Heavy imports stay inside `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "demo",
+        help="the whole story on this machine: twin, Prometheus, fake Slack, the agent (~30 s)",
+        description="Run the cluster twin with a split training job, a real Prometheus, a fake "
+        "Slack and the agent, all on 127.0.0.1, and narrate detection, approval, co-location "
+        "and recovery.",
+    )
+    parser.add_argument("--scenario", choices=SCENARIOS, default="seed-degraded",
+                        help="seed-degraded (slow, ~40%% GPU utilization), seed-blocked (a "
+                        "policy blocks the job), lab (a Deployment + batch Job group); "
+                        "default: %(default)s")
+    parser.add_argument("--interactive", action="store_true",
+                        help="ask at the terminal before approving (approve, reject or snooze)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one summary object on stdout (the story goes to stderr)")
+    parser.add_argument("--chart", metavar="FILE", type=Path,
+                        help="where to write the utilization chart PNG "
+                        "(default: zonemedic-demo-SCENARIO.png in the working directory)")
+    parser.add_argument("--no-metrics", action="store_true",
+                        help="run without Prometheus (no utilization figures, no chart)")
+    parser.set_defaults(handler=run)
+
+
+def _ask(console: Any) -> Any:
+    from agent.chatops.render import ButtonAction
+
+    choices = {"a": ButtonAction.APPROVE, "approve": ButtonAction.APPROVE, "y": ButtonAction.APPROVE,
+               "r": ButtonAction.REJECT, "reject": ButtonAction.REJECT, "n": ButtonAction.REJECT,
+               "s": ButtonAction.SNOOZE, "snooze": ButtonAction.SNOOZE}
+
+    def answer(incident: Any) -> ButtonAction:
+        while True:
+            try:
+                reply = console.input(
+                    f"\n[bold]You are dana, an approver.[/bold] Co-locate "
+                    f"{incident.kind} {incident.namespace}/{incident.name} in "
+                    f"{incident.target_zone or 'one zone'}? [a]pprove / [r]eject / [s]nooze: ")
+            except EOFError:
+                return ButtonAction.REJECT
+            chosen = choices.get(reply.strip().lower())
+            if chosen is not None:
+                return chosen
+            console.print("please answer a, r or s")
+
+    return answer
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from agent.runtime.logging import configure_logging, verbosity_level
+
+    # the story is the output: the agent's own log lines only for errors, unless -v
+    configure_logging(verbosity_level(args.verbose) if args.verbose else "error",
+                      fmt=args.log_format, timestamps=False)
+    return narrate(args, Console(stderr=args.json, highlight=False))
+
+
+def narrate(args: argparse.Namespace, console: Any) -> int:
+    """The story told on `console` (a rich Console), then the summary."""
+    from rich.panel import Panel
+
+    from agent.demo.story import tell
+
+    chart = args.chart or Path.cwd() / f"zonemedic-demo-{args.scenario}.png"
+    if not chart.parent.is_dir():
+        from agent.errors import InputError
+
+        raise InputError(f"--chart {chart}: the directory {chart.parent} does not exist")
+    if args.interactive and not sys.stdin.isatty():
+        console.print("note: --interactive reads the answer from standard input")
+
+    interrupted = False
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if interrupted:  # a second Ctrl-C while stopping: stopping goes on
+            return
+        interrupted = True
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = tell(args.scenario, console=console,
+                       answer=_ask(console) if args.interactive else None,
+                       chart_path=chart, metrics=not args.no_metrics)
+    except KeyboardInterrupt:
+        console.print("demo interrupted: everything it started is stopped and its files removed")
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if args.json:
+        print(json.dumps(summary.to_dict()), flush=True)
+        return 0
+    lines = [f"[bold]{summary.job}[/bold]: incident {summary.incident_status}"]
+    if summary.detected_after_s is not None:
+        lines.append(f"split detected {summary.detected_after_s:.1f}s after the last pod was "
+                     "bound (before any GPU-second was wasted)")
+    if summary.utilization_before is not None and summary.utilization_after is not None:
+        lines.append(f"GPU utilization {summary.utilization_before:.0f}% → "
+                     f"{summary.utilization_after:.0f}%")
+    lines.append("pods per zone: " + " → ".join(
+        ", ".join(f"{z} ×{c}" for z, c in sorted(zones.items())) or "-"
+        for zones in (summary.zones_before, summary.zones_after)))
+    if summary.chart:
+        shown = Path(summary.chart)
+        if shown.parent == Path.cwd():
+            shown = Path(shown.name)
+        lines.append(f"chart: {shown}")
+    lines.append(f"the whole story took {summary.duration_s:.0f}s; next: `make test`, then "
+                 "README.md for a real cluster")
+    console.print(Panel("\n".join(lines), title="demo summary", title_align="left",
+                        border_style="green"))
+    return 0

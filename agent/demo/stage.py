@@ -1,0 +1,290 @@
+"""The demo's stage: every part of the story started on 127.0.0.1 in one temporary directory.
+
+Who calls it: `agent.demo.story` (the narrated run of `zonemedic demo`). `Stage` is a context
+manager; entering it creates the directory and starts, in order: the fake Slack (one demo
+approver), the cluster twin with the scenario's nodes, namespaces and policies but without its
+workloads (so the agent watches the pods being placed), a real Prometheus scraping the twin's
+exporter every second (when the binary is installed; else the story runs without metrics), and
+the agent itself: its configuration written to `config.yaml` in that directory and read by
+`load_settings` as `zonemedic run` reads it, its SQLite store migrated, its pipeline assembled by
+`agent.runtime.assembly` (the same wiring as `run`: remediation executor, approval expiry, Slack),
+started through `agent.runtime.app.Agent`. `apply_workloads` then creates the scenario's training
+jobs, Deployments and batch Jobs. Leaving it stops everything in reverse order and removes the
+directory, whatever happened (an error, Ctrl-C).
+
+The timings are the demo's, not production's: pods start in about a second, the agent's
+intervals are short, remediation polls every 100 ms.
+
+What it does not do: narrate, decide, or click (the story does); write anything outside its
+directory.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agent.chatops.fakeslack import FakeSlack
+from agent.chatops.slack import EVENTS_PATH
+from agent.demo.prometheus import PrometheusServer, find_binary
+from agent.errors import InputError
+from agent.playbook.loader import load_playbooks
+from agent.runtime.app import Agent
+from agent.runtime.assembly import AgentAssembly
+from agent.settings import Settings, load_settings
+from agent.store.migrate import upgrade_on_start
+from agent.store.repository import IncidentStore
+from agent.twin import kubeconfig
+from agent.twin.cluster import TwinCluster
+from agent.twin.groups import TrainingGroup
+from agent.twin.resources import lookup
+from agent.twin.scenario import ZONE_LABEL, Scenario, load_scenario
+
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
+KUBEFLOW_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
+WORKLOAD_KINDS = frozenset({*KUBEFLOW_KINDS, "Deployment", "Job"})
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+CHANNEL = "#ml-infra"
+APPROVER = "U0DEMO"
+APPROVER_NAME = "dana"
+PODS = lookup("pods")
+NODES = lookup("nodes")
+
+# The demo's playbook: the shipped zone-split playbook, approvals by the demo approver.
+PLAYBOOK = f"""\
+name: zone-split
+description: Pods of one training job are split across availability zones.
+triggers:
+  - type: zone_split
+conditions:
+  min_gpus: 1
+  verdicts: [zone_split_blocked, zone_split_degraded]
+actions:
+  - type: propose_colocation
+    channel: "{CHANNEL}"
+    approval:
+      approvers: [{APPROVER}]
+      expiry: 10m
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The training job (or generic group) the story follows."""
+
+    kind: str  # a Kubeflow kind, or "group"
+    namespace: str
+    name: str
+    pod_labels: Mapping[str, str]  # the labels every pod of it carries
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def story_target(scenario: Scenario) -> Target:
+    """The scenario's first Kubeflow job, else its first generic group."""
+    for obj in scenario.objects:
+        if obj.get("kind") in KUBEFLOW_KINDS:
+            meta = obj["metadata"]
+            return Target(str(obj["kind"]), str(meta.get("namespace", "default")),
+                          str(meta["name"]), {JOB_NAME_LABEL: str(meta["name"])})
+    for group in scenario.groups:
+        return Target("group", group.namespace, group.name, dict(group.selector))
+    raise InputError(f"scenario {scenario.name}: no training job or group to follow")
+
+
+def demo_scenario(name: str) -> Scenario:
+    """The packaged scenario with the demo's fast timings."""
+    if name not in SCENARIOS:
+        raise InputError(f"--scenario {name}: expected one of {', '.join(SCENARIOS)}")
+    base = load_scenario(name)
+    model = replace(
+        base.model,
+        pod_start_seconds=1.0,
+        pod_stop_seconds=0.2,
+        crash_backoff_seconds=0.3,
+        crash_backoff_max_seconds=0.6,
+        training=replace(base.model.training, connect_attempts=2, connect_retry_seconds=0.1),
+    )
+    return replace(base, model=model)
+
+
+def group_settings(group: TrainingGroup) -> dict[str, Any]:
+    """A twin group as the agent's `diagnosis.groups` entry."""
+    return {"name": group.name, "namespace": group.namespace, "selector": dict(group.selector),
+            "coordinator": dict(group.coordinator), "workers": dict(group.workers),
+            "ports": list(group.ports)}
+
+
+def agent_config(
+    directory: Path, *, prometheus_url: str | None, slack_url: str, groups: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The agent's configuration file for the demo (what `zonemedic run --config` reads)."""
+    config: dict[str, Any] = {
+        "cluster_name": "demo",
+        "data_dir": str(directory),
+        "log_level": "warning",
+        "kubernetes": {"kubeconfig": str(directory / "kubeconfig")},
+        "database": {"url": f"sqlite:///{directory / 'zonemedic.db'}"},
+        "http": {"host": "127.0.0.1", "port": 0},
+        "leader_election": {"enabled": False},  # one replica: always the leader
+        "playbooks_dir": str(directory / "playbooks"),
+        "diagnosis": {"groups": groups},
+        "detection": {"metrics_interval": "1s"},
+        "slack": {
+            "enabled": True, "mode": "http", "api_url": slack_url, "channel": CHANNEL,
+            "approvers": {"users": [APPROVER]}, "deliver_every": "200ms",
+            "bot_token_file": str(directory / "slack-bot-token"),
+            "signing_secret_file": str(directory / "slack-signing-secret"),
+        },
+        "remediation": {
+            "suspend_timeout": "20s", "schedule_timeout": "15s", "verify_window": "40s",
+            "poll_interval": "100ms", "pickup_interval": "250ms", "retry_after": "2s",
+        },
+    }
+    if prometheus_url:
+        config["prometheus"] = {"url": prometheus_url, "timeout": "3s", "retries": 0,
+                                "drop_duration": "20s", "baseline_offset": "5m"}
+    return config
+
+
+class Stage:
+    """The running parts of the demo (see the module docstring)."""
+
+    def __init__(self, scenario_name: str, *, metrics: bool = True,
+                 prometheus_binary: Path | None = None) -> None:
+        self.scenario = demo_scenario(scenario_name)
+        self.target = story_target(self.scenario)
+        self.want_metrics = metrics
+        self.prometheus_binary = prometheus_binary
+        self.directory = Path()
+        self.slack = FakeSlack()
+        self.cluster: TwinCluster | None = None
+        self.prometheus: PrometheusServer | None = None
+        self.settings: Settings | None = None
+        self.store: IncidentStore | None = None
+        self.agent: Agent | None = None
+        self.binds: dict[str, float] = {}  # pod name -> when it was first seen bound
+        self.metrics_note = ""
+        self._workloads: list[dict[str, Any]] = []  # created by `apply_workloads`
+        self._stack = ExitStack()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def __enter__(self) -> Stage:
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stack.close()
+
+    def _start(self) -> None:
+        stack = self._stack
+        self.directory = Path(tempfile.mkdtemp(prefix="zonemedic-demo-"))
+        stack.callback(shutil.rmtree, self.directory, True)
+        # the fake Slack: one workspace, one approver
+        self.slack = FakeSlack(signing_secret=secrets.token_hex(16),
+                               bot_token="xoxb-demo-" + secrets.token_hex(8),
+                               users={APPROVER: APPROVER_NAME})
+        self.slack.start()
+        stack.callback(self.slack.stop)
+        # the twin, without the workloads: the agent is watching when the pods are placed
+        held = [o for o in self.scenario.objects if o.get("kind") in WORKLOAD_KINDS]
+        scenario = replace(self.scenario,
+                           objects=[o for o in self.scenario.objects if o not in held])
+        self._workloads = held
+        cluster = TwinCluster(scenario)
+        self.cluster = cluster
+        unsubscribe = cluster.store.subscribe(PODS, self._on_pod)
+        stack.callback(cluster.stop)
+        stack.callback(unsubscribe)
+        cluster.start()
+        api = cluster.serve_api()
+        kubeconfig.write(self.directory / "kubeconfig", api.url)
+        # Prometheus, when installed
+        prometheus_url = self._start_prometheus(cluster.metrics.url.removeprefix("http://"))
+        # the agent, configured by a file as `zonemedic run --config` is
+        (self.directory / "playbooks").mkdir()
+        (self.directory / "playbooks" / "zone-split.yaml").write_text(PLAYBOOK)
+        (self.directory / "slack-bot-token").write_text(self.slack.bot_token)
+        (self.directory / "slack-signing-secret").write_text(self.slack.signing_secret)
+        config = agent_config(self.directory, prometheus_url=prometheus_url,
+                              slack_url=self.slack.base_url,
+                              groups=[group_settings(g) for g in self.scenario.groups])
+        config_path = self.directory / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.settings = settings = load_settings(config_path, {})
+        playbooks = load_playbooks(Path(settings.playbooks_dir))
+        store = upgrade_on_start(settings)
+        self.store = store
+        stack.callback(store.close)
+        assembly = AgentAssembly(store)
+        agent = Agent(settings, pipeline_factory=assembly.pipeline, playbooks=playbooks,
+                      sync_timeout=30.0)
+        self.agent = agent
+        stack.callback(assembly.stop)
+        stack.callback(agent.stop)
+        agent.start()
+        assembly.start()
+
+    def _start_prometheus(self, target: str) -> str | None:
+        if not self.want_metrics:
+            self.metrics_note = "metrics off (--no-metrics): no utilization figures, no chart"
+            return None
+        binary = self.prometheus_binary or find_binary()
+        if binary is None or not binary.exists():
+            self.metrics_note = ("Prometheus is not installed (Debian package `prometheus`): "
+                                 "the demo runs without metrics, no utilization figures, no chart")
+            return None
+        server = PrometheusServer(self.directory / "prometheus", binary=binary,
+                                  scrape_targets=[target], scrape_interval="1s",
+                                  retention="1d")
+        self._stack.callback(server.stop)
+        server.start()
+        self.prometheus = server
+        return server.url
+
+    def _on_pod(self, event: Any) -> None:
+        obj = event.object
+        if (obj.get("spec") or {}).get("nodeName"):
+            self.binds.setdefault(str(obj["metadata"]["name"]), time.time())
+
+    def apply_workloads(self) -> None:
+        assert self.cluster is not None
+        for obj in self._workloads:
+            self.cluster.apply(obj)
+
+    # -- what the story reads --------------------------------------------------------------------
+
+    @property
+    def events_url(self) -> str:
+        assert self.agent is not None
+        return self.agent.url + EVENTS_PATH
+
+    def target_pods(self) -> list[dict[str, Any]]:
+        """The live pods of the target (not being deleted), from the twin's store."""
+        assert self.cluster is not None
+        selector = ",".join(f"{k}={v}" for k, v in self.target.pod_labels.items())
+        pods = self.cluster.store.list(PODS, namespace=self.target.namespace,
+                                       label_selector=selector)[0]
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+    def zone_of_node(self, node: str) -> str | None:
+        assert self.cluster is not None
+        obj = self.cluster.store.get(NODES, node)
+        zone = (obj["metadata"].get("labels") or {}).get(ZONE_LABEL)
+        return str(zone) if zone else None

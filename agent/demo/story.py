@@ -1,0 +1,394 @@
+"""The demo's story, narrated: a split training job found, posted, approved, fixed and measured.
+
+Who calls it: `agent.demo.command` (`zonemedic demo`). `tell` enters the `Stage` (twin,
+Prometheus, fake Slack, the agent) and walks the story, waiting on each step with a deadline and
+showing it on the `Narration` checklist while every message the agent sends to Slack is printed as
+a person would read it (`agent.demo.chatview`):
+
+1. pods placed: the scenario's workloads are created; the twin's scheduler places the coordinator
+   in one zone and the GPU workers in the other (the pods per zone are `zones_before`);
+2. split detected: the agent records an incident (`detected_after_s`: from the last pod bound to
+   the incident stored);
+3. finding posted: the agent's message reaches Slack with Approve / Reject / Snooze;
+4. approval: the demo approver clicks Approve, a signed request from the fake Slack to the agent's
+   /slack/events (`interactive`: the person at the terminal answers, and the click follows);
+5. the fix: the remediation's steps (suspend and resume, or the Deployment's rollout) as the agent
+   records them;
+6. pods co-located: every pod in one zone (`zones_after`);
+7. GPU utilization before -> after, measured by the demo in Prometheus (the mean of the job's GPUs
+   while split, and once the co-located job settled);
+8. incident resolved.
+The chart of the job's GPU utilization over the story is written as a PNG (`chart`). Without
+Prometheus the story runs without utilization and chart, and says so.
+
+What it does not do: touch the cluster or the store itself; the agent does everything, the demo
+only watches, clicks and measures.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.text import Text
+
+from agent.chatops.chart import utilization_png
+from agent.chatops.render import ButtonAction
+from agent.demo.chatview import ChatView
+from agent.demo.narration import Narration
+from agent.demo.stage import APPROVER, APPROVER_NAME, Stage, Target
+from agent.errors import ZonemedicError
+from agent.model.incident import IncidentDetail, IncidentQuery, IncidentSummary
+from agent.model.lifecycle import IncidentStatus
+
+T = TypeVar("T")
+S = IncidentStatus
+ENDED = frozenset({S.RESOLVED, S.FAILED, S.ROLLED_BACK, S.REJECTED, S.EXPIRED, S.SNOOZED,
+                   S.SUPERSEDED})
+APPLIED_STEPS = frozenset({"suspended", "rolled_out", "job_deleted"})
+RESTARTED_STEPS = frozenset({"resumed"})  # a group: every workload moved
+SETTLE_SAMPLES = 3
+SETTLE_SPREAD = 5.0  # percentage points between the settled samples
+MIN_SAMPLES = 6  # scrapes looked at before and after the fix (a chart a person can read)
+READING_SECONDS = 3.0  # the demo approver reads the message before clicking (the story's pace)
+
+
+class DemoError(ZonemedicError):
+    """A step of the story did not happen in time (the message names it)."""
+
+
+Answer = Callable[[IncidentSummary], ButtonAction]
+
+
+@dataclass
+class Summary:
+    """What `--json` prints (utilization in percent; None without metrics)."""
+
+    scenario: str
+    job: str
+    detected_after_s: float | None = None
+    utilization_before: float | None = None
+    utilization_after: float | None = None
+    incident_id: int | None = None
+    incident_status: str | None = None
+    verdict: str | None = None  # the incident's latest verdict
+    decided_by: str | None = None
+    zones_before: dict[str, int] = field(default_factory=dict)
+    zones_after: dict[str, int] = field(default_factory=dict)
+    chart: str | None = None
+    metrics: bool = False
+    slack_messages: int = 0
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(self).items()}
+
+
+def utilization_expr(target: Target) -> str:
+    """PromQL: the mean GPU utilization (0-100) of the target's pods (DCGM joined with
+    kube-state-metrics' pod labels, so Kubeflow jobs and generic groups alike)."""
+    labels = ",".join(f'label_{_sanitize(k)}="{v}"' for k, v in sorted(target.pod_labels.items()))
+    pods = f'kube_pod_labels{{namespace="{target.namespace}",{labels}}}'
+    return (f'avg(DCGM_FI_DEV_GPU_UTIL{{namespace="{target.namespace}",pod!=""}} '
+            f"* on (namespace, pod) group_left max by (namespace, pod) ({pods}))")
+
+
+def _sanitize(key: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in key)
+
+
+def zones_text(zones: Mapping[str, int]) -> str:
+    return ", ".join(f"{zone} ×{count}" for zone, count in sorted(zones.items()))
+
+
+class Story:
+    def __init__(self, stage: Stage, narration: Narration, *, answer: Answer | None,
+                 chart_path: Path, timeout_scale: float = 1.0) -> None:
+        self.stage = stage
+        self.narration = narration
+        self.answer = answer
+        self.chart_path = chart_path
+        self.scale = timeout_scale
+        self.chat = ChatView(stage.slack)
+        self.summary = Summary(scenario=stage.scenario.name, job=stage.target.label,
+                               metrics=stage.prometheus is not None)
+        self.started = time.time()
+        self.detected_at: float | None = None
+        self.marks: list[tuple[float, str]] = []
+        self.posted_at = 0.0
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        for renderable in self.chat.new_renderables():
+            self.narration.say(renderable)
+
+    def wait(self, what: str, check: Callable[[], T | None], *, timeout: float,
+             interval: float = 0.1) -> T:
+        deadline = time.monotonic() + timeout * self.scale
+        while True:
+            self.pump()
+            value = check()
+            if value is not None and value is not False:
+                return value
+            if time.monotonic() > deadline:
+                raise DemoError(f"the demo stopped: {what} did not happen within {timeout:g}s")
+            time.sleep(interval)
+
+    # -- reading the parts -----------------------------------------------------------------------
+
+    def zones(self) -> dict[str, int]:
+        counts: collections.Counter[str] = collections.Counter()
+        for pod in self.stage.target_pods():
+            node = (pod.get("spec") or {}).get("nodeName")
+            zone = self.stage.zone_of_node(str(node)) if node else None
+            counts[zone or "(unscheduled)"] += 1
+        return dict(counts)
+
+    def pods_settled(self) -> list[dict[str, Any]] | None:
+        pods = self.stage.target_pods()
+        if pods and all((p.get("spec") or {}).get("nodeName") for p in pods):
+            return pods
+        return None
+
+    def incident(self) -> IncidentSummary | None:
+        store, target = self.stage.store, self.stage.target
+        assert store is not None
+        found = store.list_incidents(IncidentQuery(namespace=target.namespace, name=target.name,
+                                                   limit=5)).incidents
+        return found[0] if found else None
+
+    def detail(self, incident_id: int) -> IncidentDetail:
+        assert self.stage.store is not None
+        return self.stage.store.get_incident(incident_id)
+
+    def utilization_now(self) -> float | None:
+        prometheus = self.stage.prometheus
+        if prometheus is None:
+            return None
+        result = prometheus.query(utilization_expr(self.stage.target))
+        return float(result[0]["value"][1]) if result else None
+
+    def settled_utilization(self, *, timeout: float) -> float | None:
+        """The mean of the first `SETTLE_SAMPLES` scrapes in a row that agree within
+        `SETTLE_SPREAD` points (None when Prometheus has none within `timeout`)."""
+        samples: list[float] = []
+        deadline = time.monotonic() + timeout * self.scale
+        while time.monotonic() < deadline:
+            self.pump()
+            value = self.utilization_now()
+            if value is not None and (not samples or value != samples[-1]):
+                samples.append(value)
+                recent = samples[-SETTLE_SAMPLES:]
+                if (len(samples) >= MIN_SAMPLES and len(recent) == SETTLE_SAMPLES
+                        and max(recent) - min(recent) <= SETTLE_SPREAD):
+                    return statistics.fmean(recent)
+            time.sleep(0.5)
+        return statistics.fmean(samples[-SETTLE_SAMPLES:]) if samples else None
+
+    # -- the story -------------------------------------------------------------------------------
+
+    def tell(self) -> Summary:
+        n, stage, summary = self.narration, self.stage, self.summary
+        if stage.metrics_note:
+            n.say(Text(f"note: {stage.metrics_note}", style="yellow"))
+        n.begin("placed", f"creating {stage.target.label}")
+        stage.apply_workloads()
+        pods = self.wait("the pods' placement", self.pods_settled, timeout=20)
+        time.sleep(0.3)  # the rest of a batch of bindings
+        pods = self.wait("the pods' placement", self.pods_settled, timeout=20)
+        summary.zones_before = self.zones()
+        n.done("placed", f"{len(pods)} pods: {zones_text(summary.zones_before)}")
+
+        n.begin("detected", "the agent watches the pods")
+        incident = self.wait("the detection", self.incident, timeout=30)
+        bound = [stage.binds[p["metadata"]["name"]] for p in pods
+                 if p["metadata"]["name"] in stage.binds]
+        self.detected_at = incident.opened_at.timestamp()
+        if bound:
+            summary.detected_after_s = max(0.0, self.detected_at - max(bound))
+        summary.incident_id = incident.id
+        after = (f", {summary.detected_after_s:.1f}s after the last pod was bound"
+                 if summary.detected_after_s is not None else "")
+        n.done("detected", f"incident #{incident.id}: {incident.verdict.value}{after}")
+
+        n.begin("posted", "the leader delivers the outbox")
+        self.wait("the Slack post", lambda: self.chat.posted > 0, timeout=20)
+        self.posted_at = time.monotonic()
+        n.done("posted", f"to {self.chat.channel_name}, with Approve / Reject / Snooze")
+
+        if stage.prometheus is not None:
+            n.begin("utilization", "measuring the split job's GPUs in Prometheus")
+            summary.utilization_before = self.settled_utilization(timeout=20)
+        awaiting = self.wait("the approval request",
+                             lambda: self._status_in(incident.id, {S.AWAITING_APPROVAL}),
+                             timeout=20)
+        action = self.approve(awaiting)
+        if action is not ButtonAction.APPROVE:
+            return self.finish(incident.id)
+
+        self.wait("the fix", lambda: self._step_seen(incident.id, APPLIED_STEPS), timeout=40)
+        n.done("applied", self._applied_words())
+        n.begin("restarted")
+        self.wait("the restart", lambda: self._step_seen(incident.id, RESTARTED_STEPS), timeout=40)
+        n.done("restarted")
+        n.begin("colocated")
+        colocated = self.wait("the co-location", self._colocated, timeout=40)
+        summary.zones_after = colocated
+        self.marks.append((time.time(), "co-located"))
+        n.done("colocated", zones_text(colocated))
+        n.begin("resolved", "the agent verifies placement, flows and utilization")
+        if stage.prometheus is not None:
+            summary.utilization_after = self.settled_utilization(timeout=30)
+            before, after_ = summary.utilization_before, summary.utilization_after
+            if before is not None and after_ is not None:
+                n.done("utilization", f"{before:.0f}% → {after_:.0f}%")
+            else:
+                n.skip("utilization", "no samples of the job in Prometheus")
+        else:
+            n.skip("utilization", "no metrics (Prometheus is not running)")
+        return self.finish(incident.id)
+
+    def approve(self, incident: IncidentSummary) -> ButtonAction:
+        n = self.narration
+        n.begin("approved", f"waiting for {APPROVER_NAME}")
+        if self.answer is not None:
+            with n.pause():
+                action = self.answer(incident)
+        else:
+            action = ButtonAction.APPROVE
+            while time.monotonic() < self.posted_at + READING_SECONDS:
+                self.pump()  # pacing for the reader of the story, not a synchronisation
+                time.sleep(0.1)
+        message = next((m for m in self.stage.slack.messages() if m.thread_ts is None), None)
+        response = self.stage.slack.click(
+            self.stage.events_url, user=APPROVER, action_id=action.value, value=str(incident.id),
+            channel=message.channel if message else "C0DEMO",
+            message_ts=message.ts if message else "1.000001")
+        if response.status != 200:
+            raise DemoError(f"the agent answered the click with HTTP {response.status}")
+        status = self.wait("the decision",
+                           lambda: self._status_in(incident.id, set(S) - {S.AWAITING_APPROVAL,
+                                                                          S.OPEN}),
+                           timeout=20)
+        self.summary.decided_by = APPROVER_NAME
+        words = {ButtonAction.APPROVE: "approved", ButtonAction.REJECT: "rejected",
+                 ButtonAction.SNOOZE: "snoozed"}[action]
+        detail = (f"{words} by {APPROVER_NAME}: a signed click to /slack/events, "
+                  f"answered in {response.seconds * 1000:.0f} ms")
+        self.marks.append((time.time(), words))
+        if action is ButtonAction.APPROVE:
+            n.done("approved", detail)
+        else:
+            n.fail("approved", f"{detail} (status {status.status.value})")
+        return action
+
+    def finish(self, incident_id: int) -> Summary:
+        n, summary = self.narration, self.summary
+        final = self.wait("the end of the remediation",
+                          lambda: self._status_in(incident_id, ENDED), timeout=60)
+        summary.incident_status = final.status.value
+        summary.verdict = final.verdict.value
+        if final.status is S.RESOLVED:
+            n.done("resolved", f"incident #{incident_id} resolved")
+            # the thread's last reply (the follower looks every few seconds): shown, not required
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and not self._thread_says("Resolved"):
+                self.pump()
+                time.sleep(0.2)
+        else:
+            for step in self.narration.steps:
+                if step.at is None:
+                    n.skip(step.key)
+            n.fail("resolved", f"incident #{incident_id} ended {final.status.value}")
+        self.pump()
+        summary.chart = self.write_chart()
+        summary.slack_messages = len(self.stage.slack.messages())
+        summary.duration_s = time.time() - self.started
+        return summary
+
+    def write_chart(self) -> str | None:
+        prometheus = self.stage.prometheus
+        if prometheus is None:
+            return None
+        end = time.time()
+        result = prometheus.query_range(utilization_expr(self.stage.target),
+                                        start=self.started, end=end, step=1.0)
+        samples = [(float(t), float(v)) for series in result for t, v in series["values"]]
+        png = utilization_png(samples, title=f"{self.stage.target.label}: GPU utilization, "
+                              "split across zones then co-located", split_at=self.detected_at,
+                              marks=self.marks)
+        if png is None:
+            return None
+        self.chart_path.write_bytes(png)
+        return str(self.chart_path)
+
+    # -- conditions ------------------------------------------------------------------------------
+
+    def _status_in(self, incident_id: int, statuses: set[S] | frozenset[S]
+                   ) -> IncidentSummary | None:
+        summary = self.detail(incident_id).incident
+        return summary if summary.status in statuses else None
+
+    def _step_seen(self, incident_id: int, steps: frozenset[str]) -> bool:
+        detail = self.detail(incident_id)
+        if detail.incident.status in ENDED - {S.RESOLVED}:
+            raise DemoError(f"the remediation ended {detail.incident.status.value}: "
+                            f"{[dict(e.detail) for e in detail.events][-3:]}")
+        return any(str(a.payload.get("step")) in steps for a in detail.actions)
+
+    def _colocated(self) -> dict[str, int] | None:
+        pods = self.pods_settled()
+        if pods is None:
+            return None
+        zones = self.zones()
+        return zones if len(zones) == 1 else None
+
+    def _applied_words(self) -> str:
+        if self.stage.target.kind == "group":
+            return "the coordinator's Deployment patched (zone pin, toleration, zone label)"
+        return "suspended with the co-location patch (zone pin, toleration)"
+
+    def _thread_says(self, words: str) -> bool:
+        return any(m.thread_ts is not None and words in m.text
+                   for m in self.stage.slack.messages())
+
+
+def steps_for(target: Target) -> list[tuple[str, str]]:
+    group = target.kind == "group"
+    return [
+        ("placed", "Pods placed"),
+        ("detected", "Split detected"),
+        ("posted", "Finding posted to Slack"),
+        ("approved", "Approval"),
+        ("applied", "Fix applied" if group else "Job suspended"),
+        ("restarted", "Rollout done" if group else "Job resumed"),
+        ("colocated", "Pods co-located"),
+        ("utilization", "GPU utilization before → after"),
+        ("resolved", "Incident resolved"),
+    ]
+
+
+def tell(
+    scenario: str,
+    *,
+    console: Console,
+    answer: Answer | None = None,
+    chart_path: Path,
+    metrics: bool = True,
+    prometheus_binary: Path | None = None,
+) -> Summary:
+    """Run the whole story once (see the module docstring); everything is stopped and removed
+    when it returns or raises."""
+    with Stage(scenario, metrics=metrics, prometheus_binary=prometheus_binary) as stage:
+        narration = Narration(console, steps_for(stage.target),
+                              title=f"zonemedic demo: {stage.scenario.description}")
+        story = Story(stage, narration, answer=answer, chart_path=chart_path)
+        with narration.running():
+            return story.tell()
