@@ -55,7 +55,9 @@ log = logging.getLogger(__name__)
 class Pipeline(Protocol):
     """The glue from detection to the core and the store (see `agent.runtime.pipeline`)."""
 
-    def handle_change(self, change: Change, first_seen: float) -> None: ...
+    def handle_change(self, change: Change, first_seen: float) -> Change | None:
+        """Diagnose and record a batch; returns what to look at again after the debounce."""
+        ...
 
     def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None: ...
 
@@ -172,7 +174,9 @@ class Agent:
         return jobs
 
     def _handle_change(self, change: Change, first_seen: float) -> None:
-        self.pipeline.handle_change(change, first_seen)
+        again = self.pipeline.handle_change(change, first_seen)
+        if again is not None and not self._stopped.is_set():
+            self.detector.submit(again)  # not urgent: it waits for the debounce window
 
     def _on_alert(self, alert: Alert, jobs: list[JobKey]) -> bool:
         if self._stopped.is_set():

@@ -218,28 +218,64 @@ class AgentPipeline:
             return None
         return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
 
-    def handle_change(self, change: Change, first_seen: float) -> None:
+    def handle_change(self, change: Change, first_seen: float) -> Change | None:
         """Diagnose and record a detector batch. Raises `UnavailableError` when the store refuses
-        its writes: the detector retries the batch (recording again is safe: findings dedupe)."""
+        its writes: the detector retries the batch (recording again is safe: findings dedupe).
+
+        A gang-complete batch (diagnosed the moment the last pod was bound) records only the jobs
+        whose pods already carry the zone-mirroring label of their node's zone: the controller
+        that writes that label follows the bind, and until it has, the policies' view of the job
+        (and so the verdict) is not the one it will have. For the others the cache is told to
+        treat their pods' label updates as completing the gang again (diagnosed at once), and
+        they are returned, to be looked at again after the debounce window in any case."""
+        unsettled: set[JobKey] = set()
         with self._lock:
             if not self.parts.is_leader():
                 self.mirror.state()  # a follower keeps its parsed mirror warm; the leader records
                 self.follower_batches += 1
                 _freeze_long_lived(change)
-                return
+                return None
             with self._store_work(StoreWork.DETECTOR):
                 self.actions.retry_unfired()
                 findings = self.diagnose(None if change.everything else job_scope(change))
                 scoped = [f for f in findings if in_scope(job_key(f), change)]
                 present = {job_key(f) for f in findings}
                 for finding in scoped:
+                    if change.gang_complete and not self._zone_labels_settled(finding):
+                        unsettled.add(job_key(finding))
+                        continue
                     self.record(finding, first_seen=first_seen)
+                # the label updates of an unsettled gang complete it again (no debounce)
+                cache = self.parts.cache
+                cache.labels_settled(job_key(f) for f in scoped if job_key(f) not in unsettled)
+                cache.await_labels(unsettled)
                 for key in sorted(change.jobs - present):
                     self.close_job(key, reason="the job has no live pods")
                 if change.everything and self.parts.cache.synced:
                     self._reconcile(present)
             self._refresh_gauge_quietly()
             _freeze_long_lived(change)
+        if not unsettled:
+            return None
+        return Change(jobs=frozenset(unsettled), reasons=("zone labels not written yet",))
+
+    def _zone_labels_settled(self, finding: Finding) -> bool:
+        """Every bound pod of the finding's job carries each zone-mirroring label (when the
+        cluster mirrors one) with its node's zone."""
+        if not self.mirror_keys or self._state is None:
+            return True
+        ref = finding.job
+        job = next((j for j in find_jobs(self._state, self.settings.diagnosis.groups,
+                                         namespaces={ref.namespace}) if j.ref == ref), None)
+        if job is None:
+            return True
+        nodes = self._state.nodes
+        for pod in job.pods:
+            node = nodes.get(pod.node_name) if pod.node_name else None
+            zone = node.zone if node is not None else None
+            if zone is not None and any(pod.labels.get(k) != zone for k in self.mirror_keys):
+                return False
+        return True
 
     def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
         """Record an alert for its jobs (or resolve their alert incidents). The store calls are

@@ -259,6 +259,8 @@ class ClusterCache:
         self._resources: dict[str, Resource] = {}
         self._job_of_pod: dict[ObjKey, JobKey] = {}
         self._pods_of_job: dict[JobKey, set[ObjKey]] = defaultdict(set)
+        # complete gangs whose pods still wait for a label (see `await_labels`)
+        self._awaiting_labels: set[JobKey] = set()
         self._pods_on_node: dict[str, set[ObjKey]] = defaultdict(set)
         self._policies_in: dict[str, set[tuple[str, ObjKey]]] = defaultdict(set)
         self._synced: set[str] = set()
@@ -477,6 +479,7 @@ class ClusterCache:
                 members.discard(key)
                 if not members:
                     del self._pods_of_job[old_job]
+                    self._awaiting_labels.discard(old_job)
         else:
             loose = self._loose_pods.get(key[0])
             if loose is not None:
@@ -502,12 +505,31 @@ class ClusterCache:
         newly_bound = not self._bulk and _bound_live(new) and not _bound_live(old)
         jobs = frozenset(j for j in (old_job, new_job) if j is not None)
         if jobs:
-            complete = newly_bound and new_job is not None and self._job_complete(new_job)
+            relabelled = (
+                not self._bulk
+                and new_job in self._awaiting_labels
+                and _bound_live(new)
+                and _bound_live(old)
+                and _meta(old or {}).get("labels") != _meta(new or {}).get("labels")
+            )
+            complete = (newly_bound or relabelled) and new_job is not None and self._job_complete(new_job)
             return Change(jobs=jobs, reasons=(reason,), gang_complete=complete)
         complete = newly_bound and new is not None and self._group_complete(key[0], new)
         return Change(namespaces=frozenset({key[0]}), reasons=(reason,), gang_complete=complete)
 
     # -- gang completion ----------------------------------------------------------------------
+
+    def await_labels(self, jobs: Iterable[JobKey]) -> None:
+        """Complete gangs whose pods do not carry their labels yet (the zone-mirroring label is
+        written by a controller after the bind): a label change of one of their bound pods then
+        completes the gang again (`gang_complete`), until `labels_settled` says it is done."""
+        with self._lock:
+            self._awaiting_labels.update(jobs)
+
+    def labels_settled(self, jobs: Iterable[JobKey]) -> None:
+        """These jobs' labels no longer need watching (see `await_labels`)."""
+        with self._lock:
+            self._awaiting_labels.difference_update(jobs)
 
     def _job_object(self, job: JobKey) -> Obj | None:
         for version in KUBEFLOW_VERSIONS:

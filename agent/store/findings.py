@@ -24,7 +24,8 @@ from agent.store.rows import summary_by_id
 from agent.store.schema import IncidentRow
 from agent.store.timeline import fold_event, insert_event
 
-# Statuses before remediation starts: a re-detection may still refresh "utilization before".
+# Statuses before a decision: a re-detection still refreshes the verdict, the diagnosis and
+# "utilization before".
 _PRE_REMEDIATION = frozenset(
     {IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED}
 )
@@ -122,14 +123,19 @@ def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> 
     values: dict[str, Any] = {
         "updated_at": finding.detected_at,
         "detections": IncidentRow.detections + 1,
-        "verdict": finding.verdict.value,
-        "severity": finding.effective_severity.value,
-        "diagnosis": dict(finding.diagnosis),
     }
-    values.update(_known(target_zone=finding.target_zone, estimated_cost=finding.estimated_cost,
-                         gpus=finding.gpus))
-    if finding.utilization_now is not None and status in _PRE_REMEDIATION:
-        values["utilization_before"] = finding.utilization_now
+    # Before a decision the incident follows what is seen (a degraded split that starts being
+    # blocked is the same incident, now blocked). Once decided it keeps describing what was
+    # decided on: what a remediation's own pod moves look like (an old pod still terminating in
+    # the other zone) is a timeline event, never the incident's verdict.
+    if status in _PRE_REMEDIATION:
+        values.update(
+            verdict=finding.verdict.value,
+            severity=finding.effective_severity.value,
+            diagnosis=dict(finding.diagnosis),
+            **_known(target_zone=finding.target_zone, estimated_cost=finding.estimated_cost,
+                     gpus=finding.gpus, utilization_before=finding.utilization_now),
+        )
     conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
     # a flood of re-detections (one webhook body of 1,000 alerts) is one timeline row per window
     fold_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,

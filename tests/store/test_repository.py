@@ -41,6 +41,27 @@ def _to_awaiting(store: IncidentStore, incident_id: int) -> None:
     assert result.applied
 
 
+@pytest.mark.parametrize(
+    ("decided", "kept"),
+    [(False, Verdict.ZONE_SPLIT_BLOCKED), (True, Verdict.ZONE_SPLIT_DEGRADED)],
+)
+def test_a_redetection_changes_the_verdict_only_before_a_decision(
+    store: IncidentStore, decided: bool, kept: Verdict
+) -> None:
+    incident_id = store.record_finding(finding(verdict=Verdict.ZONE_SPLIT_DEGRADED)).incident.id
+    if decided:
+        _to_awaiting(store, incident_id)
+        assert store.record_decision(incident_id, DecisionOutcome.APPROVE, actor=ALICE,
+                                     now=T0).applied
+    again = store.record_finding(finding(verdict=Verdict.ZONE_SPLIT_BLOCKED, at=T0 + minutes(1)))
+    assert again.incident.id == incident_id  # the same split either way
+    detail = store.get_incident(incident_id)
+    assert detail.incident.verdict is kept
+    assert detail.incident.detections == 2
+    seen = [e.detail.get("verdict") for e in detail.events if e.kind is EventKind.REDETECTED]
+    assert seen == ["zone_split_blocked"]  # what was seen is on the timeline either way
+
+
 def test_record_finding_opens_then_redetects(store: IncidentStore) -> None:
     first = store.record_finding(finding(utilization_now=40.0, gpus=4))
     again = store.record_finding(
