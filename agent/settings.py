@@ -13,6 +13,10 @@ Environment overrides name the key path in upper case with `__` between levels:
 `ZONEMEDIC_DATABASE__URL=postgresql+psycopg://...`, `ZONEMEDIC_HTTP__PORT=9090`. Values are parsed as
 YAML scalars/flow collections, so `ZONEMEDIC_KUBERNETES__NAMESPACES__INCLUDE='[a, b]'` works.
 
+`read_secret_file` reads the secret a `*_file` key names (Slack's tokens, the HTTP API token,
+Prometheus' bearer token), for whoever needs it at start-up or per use: never at import, and the
+secret never enters `Settings`.
+
 What it does not do: validate that a URL answers or a file exists (the adapters do that at start).
 """
 
@@ -317,6 +321,20 @@ class EnvironmentSecrets:
             slack_signing_secret=get("SLACK_SIGNING_SECRET"),
             slack_app_token=get("SLACK_APP_TOKEN"),
         )
+
+
+def read_secret_file(path: str, *, key: str) -> str:
+    """The secret in the file `path` that the setting `key` names (`slack.bot_token_file`),
+    surrounding whitespace stripped; `ConfigError` naming the key and the file when it cannot be
+    read, is not UTF-8 or is empty."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror or exc
+        raise ConfigError(f"{key}: cannot read {path}: {reason}") from exc
+    if not value:
+        raise ConfigError(f"{key}: {path} is empty")
+    return value
 
 
 @dataclass(frozen=True)
