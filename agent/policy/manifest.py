@@ -129,6 +129,13 @@ class _Ctx:
         if unknown:
             raise self.error(f"{path}.{unknown[0]}", "unknown field")
 
+    def object(self, raw: Any, known: frozenset[str], *, path: str) -> Mapping[str, Any]:
+        """`raw` as an object whose fields are all in `known`."""
+        if not isinstance(raw, Mapping):
+            raise self.error(path, f"expected an object, got {type(raw).__name__}")
+        self.check_fields(raw, known, path=path)
+        return raw
+
     def optional_list(self, raw: Mapping[str, Any], field: str, *, path: str) -> list[Any] | None:
         """`raw[field]`: None when absent or null, else it must be a list."""
         value = raw.get(field)
@@ -250,9 +257,7 @@ def _bool_or_none(value: Any, *, path: str, ctx: _Ctx) -> bool | None:
 
 
 def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx) -> Subject:
-    if not isinstance(raw, Mapping):
-        raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
-    ctx.check_fields(raw, _CILIUM_SPEC_FIELDS, path=path)
+    raw = ctx.object(raw, _CILIUM_SPEC_FIELDS, path=path)
     endpoint_sel = raw.get("endpointSelector")
     node_sel = raw.get("nodeSelector")
     subject: LabelSelector | None
@@ -328,9 +333,7 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
 def _parse_cilium_peer_rule(
     raw: Any, namespace: str | None, *, ingress: bool, path: str, ctx: _Ctx
 ) -> Rule:
-    if not isinstance(raw, Mapping):
-        raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
-    ctx.check_fields(raw, _CILIUM_INGRESS_FIELDS if ingress else _CILIUM_EGRESS_FIELDS, path=path)
+    raw = ctx.object(raw, _CILIUM_INGRESS_FIELDS if ingress else _CILIUM_EGRESS_FIELDS, path=path)
     endpoints_field = "fromEndpoints" if ingress else "toEndpoints"
     entities_field = "fromEntities" if ingress else "toEntities"
     non_pod = _INGRESS_NON_POD_PEERS if ingress else _EGRESS_NON_POD_PEERS
@@ -374,11 +377,9 @@ def _parse_cilium_to_ports(raw: Any, *, path: str, ctx: _Ctx) -> tuple[PortMatch
     if not raw:
         return None
     out: list[PortMatch] = []
-    for i, port_rule in enumerate(raw):
+    for i, rule in enumerate(raw):
         where = f"{path}[{i}]"
-        if not isinstance(port_rule, Mapping):
-            raise ctx.error(where, f"expected an object, got {type(port_rule).__name__}")
-        ctx.check_fields(port_rule, _CILIUM_PORT_RULE_FIELDS, path=where)
+        port_rule = ctx.object(rule, _CILIUM_PORT_RULE_FIELDS, path=where)
         ports = port_rule.get("ports")
         if ports is None:
             out.append(PortMatch())
@@ -402,9 +403,7 @@ def _port_number(text: str, path: str, ctx: _Ctx) -> int:
 
 def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
     """One port entry: `{port, endPort, protocol}` (Cilium: protocol default ANY; k8s: TCP)."""
-    if not isinstance(raw, Mapping):
-        raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
-    ctx.check_fields(raw, _PORT_FIELDS, path=path)
+    raw = ctx.object(raw, _PORT_FIELDS, path=path)
     proto_raw = raw.get("protocol")
     if proto_raw is None or proto_raw == "":
         protocol = Protocol.ANY.value if cilium else Protocol.TCP.value
@@ -534,9 +533,7 @@ def _parse_k8s_spec(raw: Any, namespace: str, *, ctx: _Ctx) -> Subject:
 def _parse_k8s_rule(raw: Any, namespace: str, *, peer_field: str, path: str, ctx: _Ctx) -> Rule:
     if raw is None:
         raw = {}
-    if not isinstance(raw, Mapping):
-        raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
-    ctx.check_fields(raw, frozenset({peer_field, "ports"}), path=path)
+    raw = ctx.object(raw, frozenset({peer_field, "ports"}), path=path)
     ports_raw = ctx.optional_list(raw, "ports", path=path)
     ports: tuple[PortMatch, ...] | None = None
     if ports_raw:
@@ -548,11 +545,9 @@ def _parse_k8s_rule(raw: Any, namespace: str, *, peer_field: str, path: str, ctx
     if not peers_raw:
         return Rule(any_peer=True, ports=ports)
     peers: list[LabelSelector] = []
-    for i, peer in enumerate(peers_raw):
+    for i, item in enumerate(peers_raw):
         where = f"{path}.{peer_field}[{i}]"
-        if not isinstance(peer, Mapping):
-            raise ctx.error(where, f"expected an object, got {type(peer).__name__}")
-        ctx.check_fields(peer, _K8S_PEER_FIELDS, path=where)
+        peer = ctx.object(item, _K8S_PEER_FIELDS, path=where)
         has_pod = peer.get("podSelector") is not None
         has_ns = peer.get("namespaceSelector") is not None
         has_ip = peer.get("ipBlock") is not None
