@@ -37,7 +37,7 @@ import yaml
 
 from agent.errors import ConfigError
 from agent.parsing import numbers
-from agent.parsing.bounded_yaml import YamlLimitError, safe_load
+from agent.parsing.bounded_yaml import YamlLimitError, safe_load, syntax_error
 from agent.parsing.numbers import NumberError
 
 ENV_PREFIX = "ZONEMEDIC_"
@@ -524,9 +524,9 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except YamlLimitError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{line} invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        line, problem = syntax_error(exc)
+        where = f" line {line}" if line is not None else ""
+        raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
