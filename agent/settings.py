@@ -13,6 +13,10 @@ Environment overrides name the key path in upper case with `__` between levels:
 `ZONEMEDIC_DATABASE__URL=postgresql+psycopg://...`, `ZONEMEDIC_HTTP__PORT=9090`. Values are parsed as
 YAML scalars/flow collections, so `ZONEMEDIC_KUBERNETES__NAMESPACES__INCLUDE='[a, b]'` works.
 
+`read_secret_file` reads the secret a `*_file` key names (Slack's tokens, the HTTP API token,
+Prometheus' bearer token), for whoever needs it at start-up or per use: never at import, and the
+secret never enters `Settings`.
+
 What it does not do: validate that a URL answers or a file exists (the adapters do that at start).
 """
 
@@ -33,7 +37,7 @@ import yaml
 
 from agent.errors import ConfigError
 from agent.parsing import numbers
-from agent.parsing.bounded_yaml import YamlLimitError, safe_load
+from agent.parsing.bounded_yaml import YamlLimitError, safe_load, syntax_error
 from agent.parsing.numbers import NumberError
 
 ENV_PREFIX = "ZONEMEDIC_"
@@ -325,6 +329,20 @@ class EnvironmentSecrets:
         )
 
 
+def read_secret_file(path: str, *, key: str) -> str:
+    """The secret in the file `path` that the setting `key` names (`slack.bot_token_file`),
+    surrounding whitespace stripped; `ConfigError` naming the key and the file when it cannot be
+    read, is not UTF-8 or is empty."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror or exc
+        raise ConfigError(f"{key}: cannot read {path}: {reason}") from exc
+    if not value:
+        raise ConfigError(f"{key}: {path} is empty")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """The agent's whole configuration (one YAML file)."""
@@ -512,9 +530,9 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except YamlLimitError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{line} invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        line, problem = syntax_error(exc)
+        where = f" line {line}" if line is not None else ""
+        raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -8,8 +8,9 @@ starts when the approval is committed; "suspend patch sent" is when the merge pa
 `runPolicy.suspend: true` has been answered (the SUSPENDED step, recorded right after it).
 "Waiting for the cluster" is the time the executor spends in its poll sleeps (pods to go, pods to
 be bound, verification); the rest is agent time (reads, diagnosis, planning, writes, the store).
-Target: approval -> suspend patch sent <= 500 ms at p95.
-Usage: `python bench/remediation.py [ROUNDS]` (default 20).
+Target: approval -> suspend patch sent <= 500 ms at p95. Prints the figures, writes them to
+bench/results.json and exits 0 (a missed target is reported, not failed). `--quick`: 5 rounds.
+Usage: `python bench/remediation.py [--quick] [ROUNDS]` (default 20).
 """
 
 from __future__ import annotations
@@ -23,17 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.remediation.execute import Clock, Step
+from bench.results import Figure, Results, percentile, quick_mode
 from tests.remediation.harness import (
     approved_incident,
     migrated_template,
     new_store,
     running_lab,
 )
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 def one_round(directory: Path, template: Path) -> tuple[float, float, float]:
@@ -65,7 +62,8 @@ def one_round(directory: Path, template: Path) -> tuple[float, float, float]:
 
 
 def main() -> int:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    quick, args = quick_mode(sys.argv[1:])
+    rounds = int(args[0]) if args else 5 if quick else 20
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         template = migrated_template(root)
@@ -80,13 +78,17 @@ def main() -> int:
     agent = [t - w for t, w in zip(totals, waiting, strict=True)]
     print(f"rounds: {rounds} (seed-blocked with fast twin pod timings, fresh twin per round, "
           "SQLite, no Prometheus)")
-    print(f"approval -> suspend patch sent: median {statistics.median(to_suspend):.0f} ms, "
-          f"p95 {p95(to_suspend):.0f} ms, max {max(to_suspend):.0f} ms (target p95 <= 500 ms)")  # fmt: skip
-    print(f"whole remediation: median {statistics.median(totals):.2f} s, p95 {p95(totals):.2f} s")
-    print(f"  agent time: median {statistics.median(agent):.2f} s, p95 {p95(agent):.2f} s")
-    print(f"  waiting for the cluster: median {statistics.median(waiting):.2f} s, "
-          f"p95 {p95(waiting):.2f} s")  # fmt: skip
-    return 0 if p95(to_suspend) <= 500 else 1
+    out = Results("remediation", quick=quick)
+    sizes = {"rounds": rounds}
+    out.add(Figure("approval -> suspend patch sent", "ms", statistics.median(to_suspend),
+                   p95=percentile(to_suspend, 0.95), target=500.0, target_on="p95",
+                   note=f"max {max(to_suspend):.0f} ms", sizes=sizes))
+    for name, values in (("whole remediation", totals), ("agent time", agent),
+                         ("waiting for the cluster", waiting)):
+        out.add(Figure(name, "s", statistics.median(values), p95=percentile(values, 0.95),
+                       sizes=sizes))
+    out.save()
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Benchmark results: figures measured by the scripts in bench/, merged into bench/results.json.
 
-Every benchmark script builds a `Results` for its own name, adds `Figure`s (a median, a p95 where
-it applies, a unit and the target of the issues) and calls `save()`: the figures replace the ones
-of the same benchmark, name and mode (full or `--quick`) in `bench/results.json`, each stamped
-with the machine (CPUs, load average while measuring), the date and the git revision. `table()`
-prints them. Read by `bench/run.py` (the `make bench` harness) and `bench/report.py` (the README's
-performance section). A figure is a report, never a test: a missed target is shown, not raised.
+Every benchmark script builds a `Results` for its own name, adds `Figure`s (a median, a p95 and
+a p99 where they apply, a unit and the target of the issues) and calls `save()`: the figures
+replace the ones of the same benchmark, name and mode (full or `--quick`) in `bench/results.json`,
+each stamped with the machine (CPUs, load average while measuring), the date and the git
+revision. `table()` prints them. Read by `bench/run.py` (the `make bench` harness) and
+`bench/report.py` (the README's performance section). A figure is a report, never a test: a
+missed target is shown, not raised.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ RESULTS = ROOT / "bench" / "results.json"
 @dataclass
 class Figure:
     """One measured figure. `better` says which way the target points ("lower" or "higher");
-    `target_on` which statistic it applies to ("median" or "p95"); `sizes` the inputs it was
-    measured at (for the cost model)."""
+    `target_on` which statistic it applies to ("median", "p95" or "p99"); `sizes` the inputs it
+    was measured at (for the cost model)."""
 
     name: str
     unit: str
@@ -39,12 +40,15 @@ class Figure:
     note: str = ""
     sizes: dict[str, Any] = field(default_factory=dict)
     target_on: str = "median"
+    p99: float | None = None
 
     @property
     def met(self) -> bool | None:
         if self.target is None:
             return None
-        value = self.p95 if self.target_on == "p95" and self.p95 is not None else self.median
+        value = {"p95": self.p95, "p99": self.p99}.get(self.target_on)
+        if value is None:
+            value = self.median
         return value <= self.target if self.better == "lower" else value >= self.target
 
 
@@ -142,15 +146,16 @@ def target_text(row: dict[str, Any]) -> str:
     if row.get("target") is None:
         return "-"
     op = "<=" if row.get("better", "lower") == "lower" else ">="
-    on = " (p95)" if row.get("target_on") == "p95" and row.get("p95") is not None else ""
+    on_key = row.get("target_on")
+    on = f" ({on_key})" if on_key in ("p95", "p99") and row.get(on_key) is not None else ""
     return f"{op} {fmt(row['target'])}{on}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("bench", "figure", "unit", "median", "p95", "target", "met")
+    head = ("bench", "figure", "unit", "median", "p95", "p99", "target", "met")
     lines = [
         (
-            r["bench"], r["figure"], r["unit"], fmt(r["median"]), fmt(r.get("p95")),
+            r["bench"], r["figure"], r["unit"], fmt(r["median"]), fmt(r.get("p95")), fmt(r.get("p99")),
             target_text(r), {True: "yes", False: "MISS", None: ""}[r.get("met")],
         )
         for r in rows

@@ -21,8 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.results import load, quick_mode, table  # noqa: E402
 
-# in order: quick ones first; the remediation and Slack benchmarks (issues 10/11) join here, as
-# `remediation_cycle` and `slack_delivery`, once those branches land
+# in order: quick ones first
 BENCHMARKS = (
     "policy_check",
     "twin_idle",
@@ -31,14 +30,12 @@ BENCHMARKS = (
     "diagnose_yaml",
     "diagnose_scale",
     "cost_model",
+    "remediation",
+    "slack_clicks",
     "store_queries",
     "twin_apiserver",
     "agent_sync",
 )
-PENDING = {
-    "remediation_cycle": "issue 10 (remediation): approve -> job co-located and verified",
-    "slack_delivery": "issue 11 (Slack): finding -> message posted, button -> decision stored",
-}
 
 
 def main() -> int:
@@ -49,7 +46,8 @@ def main() -> int:
     for name in chosen:
         script = ROOT / "bench" / f"{name}.py"
         if not script.exists():
-            print(f"== {name}: not built yet ({PENDING.get(name, 'no such benchmark')})")
+            print(f"== {name}: no such benchmark (bench/{name}.py)")
+            failed.append(name)
             continue
         print(f"== {name}{' (quick)' if quick else ''}", flush=True)
         t0 = time.perf_counter()
@@ -60,9 +58,6 @@ def main() -> int:
               flush=True)
         if proc.returncode != 0:
             failed.append(name)
-    for name, what in PENDING.items():
-        if name not in BENCHMARKS:
-            print(f"== {name}: pending, {what}")
     rows = [
         r for r in load()
         if r["quick"] == quick and r["bench"] in chosen and r["date"] >= _iso(started)

@@ -16,11 +16,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -72,36 +74,42 @@ class ApproverDirectory:
                               "a user group of yours)")
 
     def _members(self, group: str) -> frozenset[str] | None:
-        now = self.clock()
-        with self._lock:
-            cached = self._groups.get(group)
-            if cached is not None and cached[1] > now:
-                return cached[0]
-        try:
-            response = self.client.usergroups_users_list(usergroup=group)
-        except (SlackApiError, SlackClientError, OSError) as exc:
-            log.warning("cannot read a Slack user group", extra={"usergroup": group,
-                                                                 "error": str(exc)})
-            return None
-        members = frozenset(str(u) for u in response.get("users") or [])
-        with self._lock:
-            self._groups[group] = (members, now + self.ttl)
-        return members
+        def fetch() -> frozenset[str] | None:
+            try:
+                response = self.client.usergroups_users_list(usergroup=group)
+            except (SlackApiError, SlackClientError, OSError) as exc:
+                log.warning("cannot read a Slack user group", extra={"usergroup": group,
+                                                                     "error": str(exc)})
+                return None
+            return frozenset(str(u) for u in response.get("users") or [])
+
+        return self._cached(self._groups, group, fetch)
 
     def name(self, user_id: str) -> str | None:
         """The user's Slack name (cached), or None when Slack cannot say."""
+
+        def fetch() -> str | None:
+            try:
+                response = self.client.users_info(user=user_id)
+            except (SlackApiError, SlackClientError, OSError):
+                return None
+            user = response.get("user") or {}
+            return str(user.get("name") or user.get("real_name") or "") or None
+
+        return self._cached(self._names, user_id, fetch)
+
+    def _cached(
+        self, table: dict[str, tuple[T, float]], key: str, fetch: Callable[[], T | None]
+    ) -> T | None:
+        """`table[key]` while its TTL runs; else what `fetch` says, kept for a TTL unless None
+        (Slack could not say: asked again next time). Slack is called outside the lock."""
         now = self.clock()
         with self._lock:
-            cached = self._names.get(user_id)
+            cached = table.get(key)
             if cached is not None and cached[1] > now:
                 return cached[0]
-        try:
-            response = self.client.users_info(user=user_id)
-        except (SlackApiError, SlackClientError, OSError):
-            return None
-        user = response.get("user") or {}
-        name = str(user.get("name") or user.get("real_name") or "") or None
-        if name is not None:
+        value = fetch()
+        if value is not None:
             with self._lock:
-                self._names[user_id] = (name, now + self.ttl)
-        return name
+                table[key] = (value, now + self.ttl)
+        return value

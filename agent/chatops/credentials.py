@@ -12,10 +12,9 @@ What it does not do: check a token with Slack (the Bolt app does that on its fir
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from agent.errors import ConfigError
-from agent.settings import EnvironmentSecrets, SlackMode, SlackSettings
+from agent.settings import EnvironmentSecrets, SlackMode, SlackSettings, read_secret_file
 
 
 @dataclass(frozen=True)
@@ -27,13 +26,7 @@ class SlackCredentials:
 
 def _secret(path: str | None, env_value: str | None, *, key: str, variable: str) -> str:
     if path:
-        try:
-            value = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"slack.{key}: cannot read {path}: {exc.strerror or exc}") from exc
-        if not value:
-            raise ConfigError(f"slack.{key}: {path} is empty")
-        return value
+        return read_secret_file(path, key=f"slack.{key}")
     if env_value:
         return env_value
     raise ConfigError(

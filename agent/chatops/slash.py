@@ -22,6 +22,7 @@ from enum import StrEnum
 from agent.errors import ConfigError, InputError
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus
+from agent.parsing.choices import parse_choice
 from agent.settings import parse_duration
 
 DEFAULT_SINCE = "7d"
@@ -106,13 +107,10 @@ def parse(text: str, *, now: datetime, cluster: str | None = None) -> SlashComma
         namespace, slash, name = pairs["job"].partition("/")
         if not slash or not namespace or not name or "/" in name:
             raise SlashError(f"job: expected NAMESPACE/NAME, got {pairs['job']!r}")
-    status = None
-    if "status" in pairs:
-        try:
-            status = IncidentStatus(pairs["status"])
-        except ValueError:
-            known = ", ".join(s.value for s in IncidentStatus)
-            raise SlashError(f"status: unknown value {pairs['status']!r} (one of: {known})") from None
+    try:
+        status = parse_choice(IncidentStatus, pairs.get("status"), field="status")
+    except InputError as e:
+        raise SlashError(str(e)) from None
     since_text = pairs.get("since", DEFAULT_SINCE)
     query = IncidentQuery(cluster=cluster, namespace=namespace, name=name, status=status,
                           since=_age(since_text, now), limit=LISTING_LIMIT)

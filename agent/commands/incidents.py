@@ -35,6 +35,7 @@ from agent.model.incident import (
 from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
+from agent.parsing.choices import parse_choice
 from agent.parsing.numbers import parse_duration, parse_int
 
 WIDTH = 100
@@ -102,16 +103,6 @@ def _limit(value: str) -> int:
     return parse_int(value, field="--limit", minimum=1, maximum=MAX_LIMIT)
 
 
-def _choice(enum: Any, value: str | None, *, flag: str) -> Any:
-    if value is None:
-        return None
-    try:
-        return enum(value)
-    except ValueError:
-        known = ", ".join(e.value for e in enum)
-        raise InputError(f"{flag}: unknown value {value!r} (one of: {known})") from None
-
-
 def _incident_id(value: str) -> int:
     return parse_incident_id(value, field="ID")
 
@@ -127,8 +118,8 @@ def build_query(args: argparse.Namespace, now: datetime) -> IncidentQuery:
     return IncidentQuery(
         namespace=namespace,
         name=name,
-        status=_choice(IncidentStatus, args.status, flag="--status"),
-        verdict=_choice(Verdict, args.verdict, flag="--verdict"),
+        status=parse_choice(IncidentStatus, args.status, field="--status"),
+        verdict=parse_choice(Verdict, args.verdict, field="--verdict"),
         since=_since(args.since, now) if args.since is not None else None,
         limit=_limit(args.limit),
     )

@@ -27,7 +27,7 @@ detection (scoped). Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent.diagnosis.impact import estimate_impact
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
@@ -163,31 +163,24 @@ class _Diagnoser:
         reasons: list[str] = []
         if UNKNOWN_ZONE in pods_by_zone:
             reasons.append(f"{pods_by_zone[UNKNOWN_ZONE]} pod(s) on nodes with no zone label")
+        # what every verdict below reports; each return adds its verdict, reasons and outcome
+        seen = Finding(
+            job=job.ref,
+            verdict=Verdict.POLICY_BLOCKED,
+            zones=zones_map,
+            coordinator=coordinator,
+            denied_flows=tuple(flows),
+            denied_flows_total=total,
+        )
         if len(known_zones) <= 1:
-            verdict = Verdict.POLICY_BLOCKED if denied else Verdict.HEALTHY
             if denied:
                 reasons.append("the job is in one zone: the denied flows need a policy change")
-            return Finding(
-                job=job.ref,
-                verdict=verdict,
-                zones=zones_map,
-                coordinator=coordinator,
-                denied_flows=tuple(flows),
-                denied_flows_total=total,
-                reasons=tuple(reasons),
-            )
+            verdict = Verdict.POLICY_BLOCKED if denied else Verdict.HEALTHY
+            return replace(seen, verdict=verdict, reasons=tuple(reasons))
         fixing = [z for z in self.zones if not self.reach.denied(pairs, zone=z, first_only=True)]
         if denied and not fixing:
             reasons.append("no single zone makes every required flow allowed: fix the policies")
-            return Finding(
-                job=job.ref,
-                verdict=Verdict.POLICY_BLOCKED,
-                zones=zones_map,
-                coordinator=coordinator,
-                denied_flows=tuple(flows),
-                denied_flows_total=total,
-                reasons=tuple(reasons),
-            )
+            return replace(seen, verdict=Verdict.POLICY_BLOCKED, reasons=tuple(reasons))
         verdict = Verdict.ZONE_SPLIT_BLOCKED if denied else Verdict.ZONE_SPLIT_DEGRADED
         need = job.gpu_request
         free = self.capacity.free_gpus(job.pods)
@@ -210,13 +203,9 @@ class _Diagnoser:
             bytes_per_step=self.settings.bytes_per_step,
             price_per_gb=self.settings.price_per_gb,
         )
-        return Finding(
-            job=job.ref,
+        return replace(
+            seen,
             verdict=verdict,
-            zones=zones_map,
-            coordinator=coordinator,
-            denied_flows=tuple(flows),
-            denied_flows_total=total,
             remediable=target is not None,
             target_zone=target,
             reasons=tuple(reasons),

@@ -7,7 +7,7 @@ Label mappings are never copied by the core and must not be mutated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -79,6 +79,11 @@ class Namespace:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
+def controller_of(owners: Sequence[OwnerRef]) -> OwnerRef | None:
+    """The owner reference marked `controller: true`, if any (at most one per object)."""
+    return next((owner for owner in owners if owner.controller), None)
+
+
 @dataclass(frozen=True, slots=True)
 class Pod:
     """A pod: identity (namespace, labels, service account), placement, phase, GPUs and ports."""
@@ -100,10 +105,7 @@ class Pod:
 
     @property
     def controller(self) -> OwnerRef | None:
-        for owner in self.owners:
-            if owner.controller:
-                return owner
-        return None
+        return controller_of(self.owners)
 
     def named_ports(self) -> dict[str, int]:
         """Container port name -> number, for the named ports of this pod."""
@@ -121,10 +123,7 @@ class OwnedObject:
 
     @property
     def controller(self) -> OwnerRef | None:
-        for owner in self.owners:
-            if owner.controller:
-                return owner
-        return None
+        return controller_of(self.owners)
 
 
 class JobKind(StrEnum):

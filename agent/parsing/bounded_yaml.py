@@ -14,7 +14,8 @@ installed) and refuses, with `YamlLimitError` naming the line:
 Only safe (standard tag) loading is offered. The check works on events, so it holds whatever loader
 then builds the objects (the pure-Python or the C loader, all at once or item by item). What it does
 not do: bound the size of the text (the caller reads at most its own size limit), or interpret the
-documents.
+documents. `syntax_error` gives the line and problem of PyYAML's own syntax errors, for the
+callers' messages.
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class YamlLimitError(InputError):
 
 
 _OPEN = (-1, -1)  # an anchor whose node is still being parsed: an alias to it is recursive
+
+
+def syntax_error(exc: yaml.YAMLError) -> tuple[int | None, str]:
+    """Where and what a YAML syntax error is, for a caller's one-line message: the line
+    (1-based; None when PyYAML does not say) and the problem (its first line)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return (mark.line + 1 if mark is not None else None), problem
 
 
 def _line(event: yaml.Event) -> int:

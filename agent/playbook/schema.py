@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import yaml
 
 from agent.errors import ConfigError, InputError
-from agent.parsing.bounded_yaml import YamlLimitError, check_yaml
+from agent.parsing.bounded_yaml import YamlLimitError, check_yaml, syntax_error
 from agent.parsing.numbers import NumberError, parse_int
 from agent.playbook.cron import parse_cron
 from agent.playbook.matchers import parse_matcher
@@ -285,9 +285,9 @@ def parse_playbook(text: str, *, path: Path) -> Playbook:
         except YamlLimitError as exc:
             raise PlaybookError(f"{path}:{exc.line}: {exc.problem}") from None
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f"{mark.line + 1}:" if mark is not None else ""
-            raise PlaybookError(f"{path}:{line} invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+            line, problem = syntax_error(exc)
+            where = f"{line}:" if line is not None else ""
+            raise PlaybookError(f"{path}:{where} invalid YAML: {problem}") from exc
         if root is None:
             raise PlaybookError(f"{path}: empty file")
         fields = reader.mapping(

@@ -129,6 +129,20 @@ class _Ctx:
         if unknown:
             raise self.error(f"{path}.{unknown[0]}", "unknown field")
 
+    def object(self, raw: Any, known: frozenset[str], *, path: str) -> Mapping[str, Any]:
+        """`raw` as an object whose fields are all in `known`."""
+        if not isinstance(raw, Mapping):
+            raise self.error(path, f"expected an object, got {type(raw).__name__}")
+        self.check_fields(raw, known, path=path)
+        return raw
+
+    def optional_list(self, raw: Mapping[str, Any], field: str, *, path: str) -> list[Any] | None:
+        """`raw[field]`: None when absent or null, else it must be a list."""
+        value = raw.get(field)
+        if value is not None and not isinstance(value, list):
+            raise self.error(f"{path}.{field}", f"expected a list, got {type(value).__name__}")
+        return value
+
 
 def parse_policy(obj: Mapping[str, Any]) -> Policy:
     """Parse one NetworkPolicy, CiliumNetworkPolicy or CiliumClusterwideNetworkPolicy manifest."""
@@ -243,9 +257,7 @@ def _bool_or_none(value: Any, *, path: str, ctx: _Ctx) -> bool | None:
 
 
 def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx) -> Subject:
-    if not isinstance(raw, Mapping):
-        raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
-    ctx.check_fields(raw, _CILIUM_SPEC_FIELDS, path=path)
+    raw = ctx.object(raw, _CILIUM_SPEC_FIELDS, path=path)
     endpoint_sel = raw.get("endpointSelector")
     node_sel = raw.get("nodeSelector")
     subject: LabelSelector | None
@@ -290,12 +302,10 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
         ("egress", False),
         ("egressDeny", False),
     ):
-        items = raw.get(field)
+        items = ctx.optional_list(raw, field, path=path)
         if items is None:
             sections[field] = ()
             continue
-        if not isinstance(items, list):
-            raise ctx.error(f"{path}.{field}", f"expected a list, got {type(items).__name__}")
         sections[field] = tuple(
             _parse_cilium_peer_rule(
                 item,
@@ -323,58 +333,31 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
 def _parse_cilium_peer_rule(
     raw: Any, namespace: str | None, *, ingress: bool, path: str, ctx: _Ctx
 ) -> Rule:
-    if not isinstance(raw, Mapping):
-        raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
-    ctx.check_fields(raw, _CILIUM_INGRESS_FIELDS if ingress else _CILIUM_EGRESS_FIELDS, path=path)
+    raw = ctx.object(raw, _CILIUM_INGRESS_FIELDS if ingress else _CILIUM_EGRESS_FIELDS, path=path)
     endpoints_field = "fromEndpoints" if ingress else "toEndpoints"
     entities_field = "fromEntities" if ingress else "toEntities"
     non_pod = _INGRESS_NON_POD_PEERS if ingress else _EGRESS_NON_POD_PEERS
     peers: list[LabelSelector] = []
-    present = False
-    explicitly_empty = False
-
-    endpoints = raw.get(endpoints_field)
-    if endpoints is not None:
-        present = True
-        if not isinstance(endpoints, list):
-            raise ctx.error(
-                f"{path}.{endpoints_field}", f"expected a list, got {type(endpoints).__name__}"
-            )
-        explicitly_empty |= not endpoints
-        for i, item in enumerate(endpoints):
-            peers.append(
-                _peer_selector(item, namespace, path=f"{path}.{endpoints_field}[{i}]", ctx=ctx)
-            )
-
-    entities = raw.get(entities_field)
-    if entities is not None:
-        present = True
-        if not isinstance(entities, list):
-            raise ctx.error(
-                f"{path}.{entities_field}", f"expected a list, got {type(entities).__name__}"
-            )
-        explicitly_empty |= not entities
-        for i, entity in enumerate(entities):
-            if not isinstance(entity, str):
-                raise ctx.error(f"{path}.{entities_field}[{i}]", "expected a string")
-            if entity in _POD_ENTITIES:
-                peers.append(LabelSelector())
-            elif entity not in _OTHER_ENTITIES:
-                raise ctx.error(f"{path}.{entities_field}[{i}]", f"unknown entity {entity!r}")
-
-    for field in non_pod:
-        value = raw.get(field)
-        if value is None:
-            continue
-        present = True
-        if not isinstance(value, list):
-            raise ctx.error(f"{path}.{field}", f"expected a list, got {type(value).__name__}")
-        explicitly_empty |= not value
+    endpoints = ctx.optional_list(raw, endpoints_field, path=path)
+    for i, item in enumerate(endpoints or ()):
+        peers.append(
+            _peer_selector(item, namespace, path=f"{path}.{endpoints_field}[{i}]", ctx=ctx)
+        )
+    entities = ctx.optional_list(raw, entities_field, path=path)
+    for i, entity in enumerate(entities or ()):
+        if not isinstance(entity, str):
+            raise ctx.error(f"{path}.{entities_field}[{i}]", "expected a string")
+        if entity in _POD_ENTITIES:
+            peers.append(LabelSelector())
+        elif entity not in _OTHER_ENTITIES:
+            raise ctx.error(f"{path}.{entities_field}[{i}]", f"unknown entity {entity!r}")
+    others = [ctx.optional_list(raw, field, path=path) for field in non_pod]
+    named = [value for value in (endpoints, entities, *others) if value is not None]
+    present = bool(named)
+    explicitly_empty = any(not value for value in named)
 
     ports = _parse_cilium_to_ports(raw.get("toPorts"), path=f"{path}.toPorts", ctx=ctx)
-    icmps = raw.get("icmps")
-    if icmps is not None and not isinstance(icmps, list):
-        raise ctx.error(f"{path}.icmps", f"expected a list, got {type(icmps).__name__}")
+    icmps = ctx.optional_list(raw, "icmps", path=path)
     if ports is None and icmps:
         ports = ()  # ICMP only: no TCP/UDP/SCTP port
     has_l4 = ports is not None
@@ -394,11 +377,9 @@ def _parse_cilium_to_ports(raw: Any, *, path: str, ctx: _Ctx) -> tuple[PortMatch
     if not raw:
         return None
     out: list[PortMatch] = []
-    for i, port_rule in enumerate(raw):
+    for i, rule in enumerate(raw):
         where = f"{path}[{i}]"
-        if not isinstance(port_rule, Mapping):
-            raise ctx.error(where, f"expected an object, got {type(port_rule).__name__}")
-        ctx.check_fields(port_rule, _CILIUM_PORT_RULE_FIELDS, path=where)
+        port_rule = ctx.object(rule, _CILIUM_PORT_RULE_FIELDS, path=where)
         ports = port_rule.get("ports")
         if ports is None:
             out.append(PortMatch())
@@ -422,9 +403,7 @@ def _port_number(text: str, path: str, ctx: _Ctx) -> int:
 
 def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
     """One port entry: `{port, endPort, protocol}` (Cilium: protocol default ANY; k8s: TCP)."""
-    if not isinstance(raw, Mapping):
-        raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
-    ctx.check_fields(raw, _PORT_FIELDS, path=path)
+    raw = ctx.object(raw, _PORT_FIELDS, path=path)
     proto_raw = raw.get("protocol")
     if proto_raw is None or proto_raw == "":
         protocol = Protocol.ANY.value if cilium else Protocol.TCP.value
@@ -520,12 +499,10 @@ def _parse_k8s_spec(raw: Any, namespace: str, *, ctx: _Ctx) -> Subject:
 
     sections: dict[str, tuple[Rule, ...]] = {}
     for field, peer_field in (("ingress", "from"), ("egress", "to")):
-        items = raw.get(field)
+        items = ctx.optional_list(raw, field, path="spec")
         if items is None:
             sections[field] = ()
             continue
-        if not isinstance(items, list):
-            raise ctx.error(f"spec.{field}", f"expected a list, got {type(items).__name__}")
         sections[field] = tuple(
             _parse_k8s_rule(
                 item, namespace, peer_field=peer_field, path=f"spec.{field}[{i}]", ctx=ctx
@@ -533,14 +510,12 @@ def _parse_k8s_spec(raw: Any, namespace: str, *, ctx: _Ctx) -> Subject:
             for i, item in enumerate(items)
         )
 
-    types_raw = raw.get("policyTypes")
-    if types_raw is None or types_raw == []:
+    types_raw = ctx.optional_list(raw, "policyTypes", path="spec")
+    if not types_raw:
         types = {"Ingress"}
         if sections["egress"]:
             types.add("Egress")
     else:
-        if not isinstance(types_raw, list):
-            raise ctx.error("spec.policyTypes", f"expected a list, got {type(types_raw).__name__}")
         types = set()
         for i, t in enumerate(types_raw):
             if t not in ("Ingress", "Egress"):
@@ -558,30 +533,21 @@ def _parse_k8s_spec(raw: Any, namespace: str, *, ctx: _Ctx) -> Subject:
 def _parse_k8s_rule(raw: Any, namespace: str, *, peer_field: str, path: str, ctx: _Ctx) -> Rule:
     if raw is None:
         raw = {}
-    if not isinstance(raw, Mapping):
-        raise ctx.error(path, f"expected an object, got {type(raw).__name__}")
-    ctx.check_fields(raw, frozenset({peer_field, "ports"}), path=path)
-    ports_raw = raw.get("ports")
+    raw = ctx.object(raw, frozenset({peer_field, "ports"}), path=path)
+    ports_raw = ctx.optional_list(raw, "ports", path=path)
     ports: tuple[PortMatch, ...] | None = None
-    if ports_raw is not None:
-        if not isinstance(ports_raw, list):
-            raise ctx.error(f"{path}.ports", f"expected a list, got {type(ports_raw).__name__}")
-        if ports_raw:
-            ports = tuple(
-                _parse_port(item, cilium=False, path=f"{path}.ports[{i}]", ctx=ctx)
-                for i, item in enumerate(ports_raw)
-            )
-    peers_raw = raw.get(peer_field)
-    if peers_raw is None or peers_raw == []:
+    if ports_raw:
+        ports = tuple(
+            _parse_port(item, cilium=False, path=f"{path}.ports[{i}]", ctx=ctx)
+            for i, item in enumerate(ports_raw)
+        )
+    peers_raw = ctx.optional_list(raw, peer_field, path=path)
+    if not peers_raw:
         return Rule(any_peer=True, ports=ports)
-    if not isinstance(peers_raw, list):
-        raise ctx.error(f"{path}.{peer_field}", f"expected a list, got {type(peers_raw).__name__}")
     peers: list[LabelSelector] = []
-    for i, peer in enumerate(peers_raw):
+    for i, item in enumerate(peers_raw):
         where = f"{path}.{peer_field}[{i}]"
-        if not isinstance(peer, Mapping):
-            raise ctx.error(where, f"expected an object, got {type(peer).__name__}")
-        ctx.check_fields(peer, _K8S_PEER_FIELDS, path=where)
+        peer = ctx.object(item, _K8S_PEER_FIELDS, path=where)
         has_pod = peer.get("podSelector") is not None
         has_ns = peer.get("namespaceSelector") is not None
         has_ip = peer.get("ipBlock") is not None

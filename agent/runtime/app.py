@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent.errors import ConfigError, UnavailableError
+from agent.errors import UnavailableError
 from agent.playbook.loader import load_playbooks
 from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
@@ -44,7 +44,7 @@ from agent.runtime.scheduler import (
     encode_ledger,
 )
 from agent.runtime.server import HttpServer
-from agent.settings import Settings
+from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
@@ -151,16 +151,7 @@ class Agent:
 
     def _api_token(self) -> str | None:
         path = self.settings.http.api_token_file
-        if not path:
-            return None
-        try:
-            token = Path(path).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror
-            raise ConfigError(f"http.api_token_file: cannot read {path}: {reason}") from exc
-        if not token:
-            raise ConfigError(f"http.api_token_file: {path} is empty")
-        return token
+        return read_secret_file(path, key="http.api_token_file") if path else None
 
     def _extra_jobs(self) -> Sequence[tuple[str, Any, Callable[[], None]]]:
         from apscheduler.triggers.interval import IntervalTrigger

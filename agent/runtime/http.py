@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -234,39 +234,33 @@ def build_app(
         outcome = await run_in_threadpool(alerts.handle, body)
         return JSONResponse(outcome.body, status_code=outcome.status)
 
-    async def list_incidents(request: Request) -> Response:
-        denied = authorized(request)
-        if denied is not None:
-            return denied
-        if incidents is None:
-            return _error(503, "the incident store is not available")
-        try:
-            filters = parse_filters(dict(request.query_params))
-        except InputError as exc:
-            return _error(400, str(exc))
-        try:
-            rows = await run_in_threadpool(incidents.list_incidents, filters)
-        except InputError as exc:
-            return _error(400, str(exc))
-        except UnavailableError as exc:
-            return _error(503, str(exc))
+    def incident_read(
+        read: Callable[[Request, IncidentQueries], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A read of the incidents API: refused without the caller's right (`authorized`) or
+        without a store (503); a bad parameter is answered 400 and a store that is away 503 by
+        the app's exception handlers."""
+
+        async def endpoint(request: Request) -> Response:
+            denied = authorized(request)
+            if denied is not None:
+                return denied
+            if incidents is None:
+                return _error(503, "the incident store is not available")
+            return await read(request, incidents)
+
+        return endpoint
+
+    @incident_read
+    async def list_incidents(request: Request, store: IncidentQueries) -> Response:
+        filters = parse_filters(dict(request.query_params))
+        rows = await run_in_threadpool(store.list_incidents, filters)
         return JSONResponse({"incidents": rows})
 
-    async def get_incident(request: Request) -> Response:
-        denied = authorized(request)
-        if denied is not None:
-            return denied
-        if incidents is None:
-            return _error(503, "the incident store is not available")
-        raw = request.path_params["incident_id"]
-        try:
-            incident_id = parse_incident_id(raw)
-        except InputError as exc:
-            return _error(400, str(exc))
-        try:
-            found = await run_in_threadpool(incidents.get_incident, incident_id)
-        except UnavailableError as exc:
-            return _error(503, str(exc))
+    @incident_read
+    async def get_incident(request: Request, store: IncidentQueries) -> Response:
+        incident_id = parse_incident_id(request.path_params["incident_id"])
+        found = await run_in_threadpool(store.get_incident, incident_id)
         if found is None:
             return _error(404, f"no incident {incident_id}")
         return JSONResponse(found)

@@ -16,25 +16,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from agent.errors import InputError
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
+from agent.parsing.choices import parse_choice
 from agent.remediation.decision import DecisionRequest, DecisionResult, decide
 from agent.runtime.http import IncidentFilter
 from agent.store.errors import IncidentNotFoundError
 from agent.store.repository import IncidentStore
-
-
-def _enum(enum: Any, value: str | None, name: str) -> Any:
-    if value is None:
-        return None
-    try:
-        return enum(value)
-    except ValueError:
-        known = ", ".join(e.value for e in enum)
-        raise InputError(f"{name}: unknown value {value!r} (known: {known})") from None
 
 
 class StoreIncidents:
@@ -50,8 +40,8 @@ class StoreIncidents:
             cluster=self.cluster,
             namespace=filters.job_namespace or filters.namespace,
             name=filters.job_name,
-            status=_enum(IncidentStatus, filters.status, "status"),
-            verdict=_enum(Verdict, filters.verdict, "verdict"),
+            status=parse_choice(IncidentStatus, filters.status, field="status"),
+            verdict=parse_choice(Verdict, filters.verdict, field="verdict"),
             since=self.now() - filters.since if filters.since else None,
             limit=filters.limit,
         )

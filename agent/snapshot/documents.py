@@ -21,7 +21,7 @@ import orjson
 import yaml
 
 from agent.errors import SnapshotError
-from agent.parsing.bounded_yaml import YamlLimitError
+from agent.parsing.bounded_yaml import YamlLimitError, syntax_error
 from agent.snapshot.yamlstream import Part, iter_values
 
 # Lists (and `kind: List` items) inside lists: kubectl nests one level; anything past this is hostile
@@ -34,9 +34,8 @@ def _looks_like_json(data: bytes) -> bool:
 
 
 def _yaml_error(exc: yaml.YAMLError, *, source: str) -> SnapshotError:
-    mark = getattr(exc, "problem_mark", None)
-    where = f" line {mark.line + 1}" if mark is not None else ""
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    line, problem = syntax_error(exc)
+    where = f" line {line}" if line is not None else ""
     return SnapshotError(f"{source}:{where}: invalid YAML: {problem}")
 
 

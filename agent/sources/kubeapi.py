@@ -81,6 +81,20 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
+def _drain(response: Any) -> bytes:
+    """The whole body of an urllib3 response, its connection handed back to the pool; a broken
+    transfer is a `KubeApiError` (status 0)."""
+    from urllib3.exceptions import HTTPError
+
+    try:
+        data: bytes = response.read()
+    except (HTTPError, OSError) as exc:
+        raise KubeApiError(0, f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        response.release_conn()
+    return data
+
+
 @dataclass
 class KubeApi:
     """One ApiClient; thread-safe as urllib3's pool is."""
@@ -118,11 +132,9 @@ class KubeApi:
         if 200 <= response.status < 300:
             return response
         try:
-            data = response.read()
-        except (HTTPError, OSError):
+            data = _drain(response)
+        except KubeApiError:
             data = b""
-        finally:
-            response.release_conn()
         try:
             status_body = orjson.loads(data) if data else {}
         except orjson.JSONDecodeError:
@@ -146,15 +158,7 @@ class KubeApi:
         body: Any = None,
         timeout: float | tuple[float, float] | None = None,
     ) -> Any:
-        from urllib3.exceptions import HTTPError
-
-        response = self.open(method, path, query=query, body=body, timeout=timeout)
-        try:
-            data = response.read()
-        except (HTTPError, OSError) as exc:
-            raise KubeApiError(0, f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            response.release_conn()
+        data = _drain(self.open(method, path, query=query, body=body, timeout=timeout))
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:

@@ -22,7 +22,6 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,7 +29,8 @@ import requests
 from urllib3.exceptions import InsecureRequestWarning
 from urllib3.util.retry import Retry
 
-from agent.settings import PrometheusSettings
+from agent.errors import ConfigError
+from agent.settings import PrometheusSettings, read_secret_file
 from agent.sources.drop import DropVerdict, detect_drop
 from agent.sources.jobkey import JobKey
 
@@ -165,12 +165,9 @@ class PrometheusSource:
         headers = dict(s.headers)
         if s.bearer_token_file:
             try:
-                token = Path(s.bearer_token_file).read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror
-                raise QueryFailedError(
-                    f"cannot read prometheus.bearer_token_file {s.bearer_token_file}: {reason}"
-                ) from exc
+                token = read_secret_file(s.bearer_token_file, key="prometheus.bearer_token_file")
+            except ConfigError as exc:
+                raise QueryFailedError(str(exc)) from exc
             headers["Authorization"] = f"Bearer {token}"
         session = requests.Session()
         session.verify = s.ca_file if (s.verify_tls and s.ca_file) else s.verify_tls

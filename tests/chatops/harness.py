@@ -105,7 +105,7 @@ class ChatRig:
             self.deliver()
             time.sleep(0.02)
 
-    def wait(self, done: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    def wait(self, done: Callable[[], bool], *, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while not done():
             if time.monotonic() > deadline:

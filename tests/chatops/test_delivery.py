@@ -79,7 +79,7 @@ def test_rate_limit_pauses_the_deliverer_for_retry_after(
         again = rig.deliver()
         assert again.paused and again.delivered == 0
         assert len(slack.calls("chat.postMessage")) == 1, "no call while paused"
-        rig.deliver_until(lambda: bool(slack.calls("chat.postMessage", ok_only=True)), timeout=10)
+        rig.deliver_until(lambda: bool(slack.calls("chat.postMessage", ok_only=True)), timeout=30)
     finally:
         rig.stop()
 

@@ -201,7 +201,7 @@ def test_a_job_deleted_after_the_approval_is_superseded(tmp_path: Path, store: I
         incident_id = approved_incident(lab, store)
         client.CustomObjectsApi(lab.api.api_client).delete_namespaced_custom_object(
             "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while pods(lab) and time.monotonic() < deadline:
             time.sleep(0.05)
         lab.reset_accounting()

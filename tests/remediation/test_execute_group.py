@@ -7,6 +7,7 @@ the Deployment and the Job."""
 from __future__ import annotations
 
 import urllib.request
+from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -45,10 +46,23 @@ def pods(lab: Lab) -> list[dict[str, Any]]:
             if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
 
 
+def node_zones(lab: Lab) -> dict[str, str]:
+    return {n["metadata"]["name"]: n["metadata"]["labels"][ZONE]
+            for n in lab.api.json("GET", "/api/v1/nodes")["items"]}  # fmt: skip
+
+
 def zones(lab: Lab) -> dict[str, str]:
-    nodes = {n["metadata"]["name"]: n["metadata"]["labels"][ZONE]
-             for n in lab.api.json("GET", "/api/v1/nodes")["items"]}  # fmt: skip
+    nodes = node_zones(lab)
     return {p["metadata"]["name"]: nodes[p["spec"]["nodeName"]] for p in pods(lab)}
+
+
+def bound(lab: Lab) -> dict[str, int]:
+    """Pods per zone, once every live pod of the namespace is bound (else empty)."""
+    live = pods(lab)
+    if not live or not all(p["spec"].get("nodeName") for p in live):
+        return {}
+    nodes = node_zones(lab)
+    return dict(Counter(nodes[p["spec"]["nodeName"]] for p in live))
 
 
 def gpu_utilization(lab: Lab) -> dict[str, float]:
@@ -96,6 +110,10 @@ def test_a_worker_job_outside_the_zone_is_recreated_and_rollback_restores_it(
     store, _ = new_store(migrated_template(tmp_path), tmp_path)
     with running_lab(tmp_path, "lab", diagnosis=GROUPS) as lab:
         batch = client.BatchV1Api(lab.api.api_client)
+        # the lab's own pods placed first: a worker of `llm-workers` (nodeSelector gpu=true, no
+        # zone) still pending when the zone-b GPU node appears may land there, and the job then
+        # has no single zone that allows every flow (its zone-a-labelled worker's egress)
+        assert lab.cluster.wait_until(lambda: bound(lab) == {"zone-a": 4, "zone-b": 1}, timeout=60), bound(lab)
         # a second worker Job whose two pods land on zone-b (a GPU node added there)
         core = client.CoreV1Api(lab.api.api_client)
         core.create_node({"metadata": {"name": "gpu-b-0", "labels": {ZONE: "zone-b", "gpu": "true",
@@ -114,8 +132,7 @@ def test_a_worker_job_outside_the_zone_is_recreated_and_rollback_restores_it(
                                                                     "nvidia.com/gpu": "1"},
                                                        "limits": {"nvidia.com/gpu": "1"}}}]}}},
         })  # fmt: skip
-        assert lab.cluster.wait_until(lambda: len(pods(lab)) == 7 and all(
-            p["spec"].get("nodeName") for p in pods(lab)), timeout=15)
+        assert lab.cluster.wait_until(lambda: bound(lab) == {"zone-a": 4, "zone-b": 3}, timeout=60), bound(lab)
         original = lab.api.json("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/llm-workers-b")
         incident_id = approved_incident(lab, store, ref=LAB)
 

@@ -98,7 +98,7 @@ def agents(tmp_path: Path, beats: Beats) -> Iterator[tuple[Agent, Agent]]:
         cluster.stop()
 
 
-def _wait(check: Any, timeout: float = 15.0) -> None:
+def _wait(check: Any, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
@@ -133,7 +133,7 @@ def test_a_scheduled_sweep_runs_once_across_replicas_and_a_hand_over(agents: tup
     assert follower.scheduler.skipped + follower.scheduler.already_done == 0  # paused: not even tried
     _wait(lambda: LEDGER_ANNOTATION in leader.elector.annotations())
     leader.stop()  # graceful: the ledger is on the Lease, the lease released
-    _wait(follower.elector.is_leader, timeout=5)
+    _wait(follower.elector.is_leader)
     _wait(lambda: findings(follower) > 0)  # the new leader catches up: one full diagnosis, recorded
     # the follower's paused scheduler still holds this minute's run as due: resuming must skip it
     _wait(lambda: follower.scheduler.already_done >= 1)
@@ -154,6 +154,6 @@ def test_a_background_job_runs_on_the_leader_only_then_on_the_new_leader(
     assert beats.of(follower) == 0 and follower.scheduler.skipped == 0
     leader.stop()
     stopped_at = beats.of(leader)
-    _wait(follower.elector.is_leader, timeout=5)
+    _wait(follower.elector.is_leader)
     _wait(lambda: beats.of(follower) >= 3)  # the new leader runs it
     assert beats.of(leader) == stopped_at  # and the old one, stopped, never again

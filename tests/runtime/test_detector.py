@@ -180,12 +180,12 @@ def test_worker_hands_a_gang_over_at_once_while_a_relabel_waits() -> None:
         assert detector.submit(job(2))  # a relabel of another job
         assert detector.submit(gang(1))
         with arrived:
-            assert arrived.wait_for(lambda: len(batches) == 1, timeout=10)
+            assert arrived.wait_for(lambda: len(batches) == 1, timeout=30)
         assert {j.name for j in batches[0][0].jobs} == {"j1"}
         assert batches[0][1] == 0.0
         clock.now = 0.5  # the relabel's window is over
         with arrived:
-            assert arrived.wait_for(lambda: len(batches) == 2, timeout=10)
+            assert arrived.wait_for(lambda: len(batches) == 2, timeout=30)
     finally:
         detector.stop()
     assert {j.name for j in batches[1][0].jobs} == {"j2"}

@@ -110,18 +110,18 @@ def test_the_leader_runs_a_cli_decision_and_the_next_leader_resumes_it(
     recorded_at = time.monotonic()
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"incident {incident_id} approved by carol\n"
-    _wait(lambda: incident_id in leader.remediator.calls, timeout=2.5)
+    _wait(lambda: incident_id in leader.remediator.calls, timeout=30)
     picked_up = time.monotonic() - recorded_at
-    assert picked_up < 2.5
+    assert picked_up < 2.5, f"picked up {picked_up:.1f} s after the approval"
     _wait(lambda: leader.store.get_incident(incident_id).incident.status is S.VERIFYING,
-          timeout=5)
+          timeout=30)
     assert follower.remediator.calls == [] and follower.executor.runs == 0
 
     # the leader goes away with the remediation in flight: the next leader resumes it
     leader.agent.stop()
-    _wait(follower.agent.elector.is_leader, timeout=10)
+    _wait(follower.agent.elector.is_leader, timeout=30)
     _wait(lambda: follower.store.get_incident(incident_id).incident.status is S.RESOLVED,
-          timeout=5)
+          timeout=30)
     assert follower.remediator.calls == [incident_id]
     assert leader.remediator.calls == [incident_id]
     again = _cli("incidents", "approve", str(incident_id), "--database", url)

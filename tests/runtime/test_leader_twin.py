@@ -43,7 +43,7 @@ class CountingLeaseClient(LeaseClient):
         return super().get(timeout=timeout)
 
 
-def wait_for(check: Any, timeout: float = 5.0) -> None:
+def wait_for(check: Any, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "condition not reached in time"

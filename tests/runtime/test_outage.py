@@ -185,7 +185,7 @@ def _not_ready_for_writes(run: Running) -> dict[str, Any] | None:
 def test_a_split_during_the_outage_is_recorded_once_the_database_is_back(running: Running) -> None:
     run = running
     run.outage.begin()
-    wait_for(lambda: _not_ready_for_writes(run), timeout=10, what="/readyz to say writes fail")
+    wait_for(lambda: _not_ready_for_writes(run), timeout=30, what="/readyz to say writes fail")
     run.cluster.apply(copy.deepcopy(run.job))  # the job arrives and splits while writes fail
     wait_for(
         lambda: run.counter("zonemedic_store_write_retries_total", work="detector") >= 2,
@@ -199,15 +199,15 @@ def test_a_split_during_the_outage_is_recorded_once_the_database_is_back(running
     (incident,) = wait_for(lambda: run.incidents("zone_split_blocked"), timeout=15, what="the incident")
     # the shipped zone-split playbook proposes the fix: the incident awaits an approval
     assert incident.status.value in {"open", "awaiting_approval"}
-    wait_for(lambda: run.readyz().status_code == 200, timeout=10, what="/readyz to recover")
-    wait_for(lambda: run.agent.pipeline.actions.unfired == 0, timeout=10, what="playbook firings")
+    wait_for(lambda: run.readyz().status_code == 200, timeout=30, what="/readyz to recover")
+    wait_for(lambda: run.agent.pipeline.actions.unfired == 0, timeout=30, what="playbook firings")
 
     def posts() -> list[str]:
         messages = run.direct.get_incident(incident.id).messages
         return sorted(m.payload["action"] for m in messages if m.kind is MessageKind.POST)
 
     # the firing (with its plan preview, read from the API) may still be under way
-    wait_for(lambda: len(posts()) >= 2, timeout=15, what="both playbook messages")
+    wait_for(lambda: len(posts()) >= 2, timeout=30, what="both playbook messages")
     # exactly once: one incident, each playbook message queued once
     assert len(run.incidents()) == 1
     assert posts() == ["notify", "propose_colocation"]
@@ -243,7 +243,7 @@ def test_alerts_posted_during_the_outage_are_503_then_recorded_exactly_once(runn
         assert "retry later" in response.json()["error"]
         assert took < 5.0, f"the webhook took {took:.1f}s to refuse"
     assert run.incidents("alert") == []
-    body = wait_for(lambda: _not_ready_for_writes(run), timeout=10, what="/readyz to say writes fail")
+    body = wait_for(lambda: _not_ready_for_writes(run), timeout=30, what="/readyz to say writes fail")
     assert body["ready"] is False
 
     run.outage.end()
@@ -263,4 +263,4 @@ def test_alerts_posted_during_the_outage_are_503_then_recorded_exactly_once(runn
     assert run.counter("zonemedic_alertmanager_alerts_total", outcome="unavailable") >= 2
     assert run.counter("zonemedic_store_write_failures_total", work="alert") >= 2
     assert run.counter("zonemedic_store_write_retries_total", work="alert") >= 1
-    wait_for(lambda: run.readyz().status_code == 200, timeout=10, what="/readyz to recover")
+    wait_for(lambda: run.readyz().status_code == 200, timeout=30, what="/readyz to recover")
