@@ -248,7 +248,17 @@ class AgentPipeline:
                 # the label updates of an unsettled gang complete it again (no debounce)
                 cache = self.parts.cache
                 cache.labels_settled(job_key(f) for f in scoped if job_key(f) not in unsettled)
-                cache.await_labels(unsettled)
+                if unsettled:
+                    cache.await_labels(unsettled)
+                    # labels written while this batch was diagnosed came before the cache
+                    # watched for them: look once more, now that it does
+                    again = Change(jobs=frozenset(unsettled), reasons=("zone labels",))
+                    for finding in self.diagnose(job_scope(again)):
+                        key = job_key(finding)
+                        if key in unsettled and self._zone_labels_settled(finding):
+                            self.record(finding, first_seen=first_seen)
+                            unsettled.discard(key)
+                            cache.labels_settled([key])
                 for key in sorted(change.jobs - present):
                     self.close_job(key, reason="the job has no live pods")
                 if change.everything and self.parts.cache.synced:
