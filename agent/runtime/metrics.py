@@ -83,6 +83,13 @@ class AgentMetrics:
             ["work"],
             registry=r,
         )
+        self.slack_refused = Counter(
+            "zonemedic_slack_refused_total",
+            "Slack requests refused, by reason (signature, other_team, unknown_action, "
+            "no_incident, other_cluster, not_approver).",
+            ["reason"],
+            registry=r,
+        )
         self.cache_objects = Gauge(
             "zonemedic_cache_objects", "Objects in the watch cache, by resource.", ["resource"],
             registry=r,
@@ -95,6 +102,9 @@ class AgentMetrics:
         self.prometheus_queries.labels(outcome="ok" if ok else "error").inc()
         if not ok:
             self.prometheus_query_errors.inc()
+
+    def record_slack_refusal(self, reason: str) -> None:
+        self.slack_refused.labels(reason=reason).inc()
 
     def set_leader(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)
