@@ -161,7 +161,8 @@ def test_signature_refusals_are_counted(
     elif tamper == "stale":
         headers = audited.slack.signed_headers(body, timestamp=int(time.time()) - 301)
     elif tamper == "replayed":
-        body = audited.slack.action_body(user="U1", action_id="reject", value=str(incident))
+        body = audited.slack.action_body(user="U1", action_id=ButtonAction.REJECT.value,
+                                              value=str(incident))
         headers = audited.slack.signed_headers(body)
         assert audited.slack.post(audited.url, body, headers).status == 200
         wait_for(lambda: audited.store.get_incident(incident).decisions)
