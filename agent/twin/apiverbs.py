@@ -24,8 +24,9 @@ from agent.twin.apierror import ApiError, bad_request
 from agent.twin.apiexchange import Exchange
 from agent.twin.apiquery import Query
 from agent.twin.apiwatch import serve_watch
-from agent.twin.auth import Attributes, UserInfo, access_review
+from agent.twin.auth import Attributes, UserInfo, access_review, forbidden
 from agent.twin.deletion import Propagation
+from agent.twin.faults import AuditEntry
 from agent.twin.patch import PatchType
 from agent.twin.scale import as_scale, replicas_of
 
@@ -122,7 +123,11 @@ class ResourceRequest:
             namespace=(route.name or "") if is_namespace else (self.namespace or ""),
             name=route.name or "",
         )
-        api.authorizer.authorize(self.user, attrs)
+        allowed = api.authorizer.allowed(self.user, attrs)
+        api.accounting.audit(AuditEntry(self.user.name, self.verb, rt.group, rt.plural, sub or "",
+                                        allowed))
+        if not allowed:
+            raise forbidden(self.user, attrs)
         api.accounting.record(self.verb, f"{rt.plural}/{sub}" if sub else rt.plural)
         failure = api.faults.take(self.verb, rt.plural)
         if failure is None:

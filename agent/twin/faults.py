@@ -1,7 +1,8 @@
 """Request accounting and fault injection for the twin's API server.
 
 `Accounting` counts API requests per verb and resource (what benchmarks read to measure an
-API-call budget). `Faults` holds injected faults: answer the next N requests with 500 or
+API-call budget) and keeps the request audit: each distinct (user, verb, API group, resource,
+subresource) tried, and whether RBAC allowed it (what the RBAC tests compare with a ClusterRole). `Faults` holds injected faults: answer the next N requests with 500 or
 429 + Retry-After (optionally only for one verb/resource), add latency to every request. Closing
 watch streams and expiring history act on the server and the store; the server exposes all of it
 under /twin/. Thread-safe; no HTTP here.
@@ -14,16 +15,40 @@ from collections import Counter
 from dataclasses import dataclass
 
 
+@dataclass(frozen=True, order=True)
+class AuditEntry:
+    """One kind of resource request a user tried, and whether it was allowed."""
+
+    user: str
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    allowed: bool
+
+
 class Accounting:
-    """Request counts keyed "verb resource" (e.g. "list pods", "patch pytorchjobs")."""
+    """Request counts keyed "verb resource" (e.g. "list pods", "patch pytorchjobs"), and the
+    audit of distinct requests per user (`audited`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._audit: Counter[AuditEntry] = Counter()
 
     def record(self, verb: str, resource: str) -> None:
         with self._lock:
             self._counts[f"{verb} {resource}"] += 1
+
+    def audit(self, entry: AuditEntry) -> None:
+        """Note one resource request as RBAC judged it (before it is served or failed)."""
+        with self._lock:
+            self._audit[entry] += 1
+
+    def audited(self) -> dict[AuditEntry, int]:
+        """Every distinct request audited so far, with how many times it was made."""
+        with self._lock:
+            return dict(sorted(self._audit.items()))
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -36,6 +61,7 @@ class Accounting:
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
+            self._audit.clear()
 
 
 @dataclass(frozen=True)
