@@ -13,6 +13,7 @@ Used by the HTTP handler (apihandler.py). It does not parse HTTP or resolve path
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -26,7 +27,7 @@ from agent.twin.apiquery import Query
 from agent.twin.apiwatch import serve_watch
 from agent.twin.auth import Attributes, UserInfo, access_review, forbidden
 from agent.twin.deletion import Propagation
-from agent.twin.faults import AuditEntry
+from agent.twin.faults import WRITE_VERBS, AuditEntry, WriteRecord
 from agent.twin.patch import PatchType
 from agent.twin.scale import as_scale, replicas_of
 
@@ -131,6 +132,12 @@ class ResourceRequest:
         api.accounting.record(self.verb, f"{rt.plural}/{sub}" if sub else rt.plural)
         failure = api.faults.take(self.verb, rt.plural)
         if failure is None:
+            if self.verb in WRITE_VERBS:
+                api.accounting.write(WriteRecord(
+                    time.time(), self.user.name, self.verb, rt.group,
+                    f"{rt.plural}/{sub}" if sub else rt.plural, self.namespace or "",
+                    route.name or "", self.dry_run,
+                ))
             return
         if failure.code == 429:
             raise ApiError(

@@ -19,7 +19,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,19 @@ class PrometheusServer:
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    command: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """Stop the server (a fault: queries fail until `restart`)."""
+        _stop(self.process)
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Start the stopped server again on the same port and data directory."""
+        _stop(self.process)
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        if not _wait_ready(self, timeout):
+            raise AssertionError(f"prometheus did not restart: {self.log_path.read_text()[-2000:]}")
 
     def api(self, path: str, **params: str) -> Any:
         query = urllib.parse.urlencode(params)
@@ -163,20 +176,17 @@ def running_prometheus(
     for _attempt in range(3):
         port = free_port()
         log = log_path.open("wb")
-        process = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data_dir}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=30d",
-                "--log.level=warn",
-                *extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        server = PrometheusServer(f"{scheme}://127.0.0.1:{port}", process, log_path)
+        command = [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data_dir}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=30d",
+            "--log.level=warn",
+            *extra,
+        ]
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        server = PrometheusServer(f"{scheme}://127.0.0.1:{port}", process, log_path, command)
         if _wait_ready(server, start_timeout):
             break
         _stop(process)
@@ -186,7 +196,7 @@ def running_prometheus(
     try:
         yield server
     finally:
-        _stop(process)
+        _stop(server.process)
         log.close()
 
 
