@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint typecheck contracts test test-all bench clean lock
+.PHONY: install lint typecheck contracts test test-all soak bench clean lock
 
 install: $(STAMP)
 
@@ -35,6 +35,11 @@ test: lint typecheck contracts
 
 test-all: install
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The 10-minute soak (tests/soak): faults, replicas, clicks; prints its seed and counts.
+# Replay a seed with ZONEMEDIC_SOAK_SEED=N make soak.
+soak: install
+	$(BIN)/pytest -q -s -m slow -p no:cacheprovider tests/soak
 
 bench: install
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
