@@ -127,10 +127,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
         out(f"soak: changes over ({workload.counts}); faults {dict(faults.log.counts)}; settling")
         settled = _settle(rig, store, approvers, observer, deadline=time.monotonic() + settle)
         out(f"soak: {'settled' if settled else 'NOT settled'}")
-        caches = {r.url: rig.metrics(r) for r in rig.live()}
-        names = sorted({line.split('"')[1] for text in caches.values()
-                        for line in text.splitlines()
-                        if line.startswith("zonemedic_cache_objects{")})
+        caches, twin_counts = _caches(rig)
         report = check(
             store=store,
             writes=rig.access.server.accounting.writes(),
@@ -141,7 +138,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
             twin_events=rig.cluster.store.list(EVENTS)[0],
             live_jobs=rig.cluster.store.list(PYTORCHJOBS)[0],
             caches=caches,
-            twin_counts=twin_counts_for(names, rig.cluster.store),
+            twin_counts=twin_counts,
         )
         report.counts["faults injected"] = sum(faults.log.counts.values())
         report.counts["faults"] = dict(faults.log.counts)
@@ -152,6 +149,21 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
         for line in report.lines():
             out(f"soak: {line}")
         return report
+
+
+def _caches(rig: Rig, *, wait: float = 15.0) -> tuple[dict[str, str], dict[str, int]]:
+    """Each live replica's /metrics and the twin's counts of the resources they cache, taken
+    again (for up to `wait` s) while they differ: the twin's controllers still move."""
+    deadline = time.monotonic() + wait
+    while True:
+        caches = {r.url: rig.metrics(r) for r in rig.live()}
+        held = [(line.split('"')[1], int(float(line.rsplit(" ", 1)[1])))
+                for text in caches.values() for line in text.splitlines()
+                if line.startswith("zonemedic_cache_objects{")]
+        counts = twin_counts_for(sorted({name for name, _ in held}), rig.cluster.store)
+        if all(counts.get(name, n) == n for name, n in held) or time.monotonic() > deadline:
+            return caches, counts
+        time.sleep(0.5)
 
 
 def _settle(rig: Rig, store: Any, approvers: Approvers, observer: SplitObserver, *,
@@ -182,14 +194,7 @@ def _quiet(rig: Rig, store: Any, approvers: Approvers) -> bool:
                 return False
     except ZonemedicError:
         return False
-    for replica in rig.live():
-        text = rig.metrics(replica)
-        names = [line.split('"')[1] for line in text.splitlines()
-                 if line.startswith("zonemedic_cache_objects{")]
-        want = twin_counts_for(names, rig.cluster.store)
-        for line in text.splitlines():
-            if line.startswith("zonemedic_cache_objects{"):
-                name = line.split('"')[1]
-                if name in want and int(float(line.rsplit(" ", 1)[1])) != want[name]:
-                    return False
-    return True
+    caches, counts = _caches(rig, wait=0)
+    return all(counts.get(line.split('"')[1], -1) in (-1, int(float(line.rsplit(" ", 1)[1])))
+               for text in caches.values() for line in text.splitlines()
+               if line.startswith("zonemedic_cache_objects{"))
