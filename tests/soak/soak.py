@@ -144,11 +144,26 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
         report.counts["faults"] = dict(faults.log.counts)
         report.counts["workload"] = vars(workload.counts)
         report.counts["approver retries"] = approvers.retried
+        report.counts["slack posts"] = len(rig.slack.calls("chat.postMessage", ok_only=True))
+        report.counts["findings posted twice"] = _posted_twice(rig)
         report.counts["replicas started"] = len(rig.replicas) + len(rig.retired)
         store.close()
         for line in report.lines():
             out(f"soak: {line}")
         return report
+
+
+def _posted_twice(rig: Rig) -> int:
+    """Findings whose message with buttons is in the channel more than once (at-least-once
+    delivery: a deliverer killed between Slack's answer and recording it posts again)."""
+    seen: dict[str, int] = {}
+    for message in rig.slack.messages():
+        if message.thread_ts is None:
+            for block in message.blocks:
+                if block.get("type") == "actions":
+                    value = str(block["elements"][0]["value"])
+                    seen[value] = seen.get(value, 0) + 1
+    return sum(1 for n in seen.values() if n > 1)
 
 
 def _caches(rig: Rig, *, wait: float = 15.0) -> tuple[dict[str, str], dict[str, int]]:
