@@ -7,7 +7,8 @@ fake Slack's records (clicks), plus the counts the soak prints.
    namespace); none in the protected namespace or on a Kueue-managed job; no decision by a
    non-approver recorded.
 2. At most one remediation per approval: per incident at most one `suspended` step; per job
-   (uid) no more suspends or resumes (the twin's events) than approved incidents of it.
+   (uid) no more suspends or resumes (the twin's events) than its approved incidents account for
+   (one each, two for one that rolled back after resuming: the restore suspends and resumes).
 3. Never left suspended: no job suspended at the end; no incident left approved, remediating or
    verifying.
 4. Nothing lost: every job seen split for SPLIT_SEEN seconds has an incident; no incident an
@@ -31,6 +32,7 @@ from agent.model.lifecycle import (
     EventKind,
     IncidentStatus,
     MessageStatus,
+    RemediationActionKind,
 )
 from agent.store.repository import IncidentStore
 from agent.twin.faults import WriteRecord
@@ -123,14 +125,19 @@ def check(
         if started and valid_approval_at(d) is None:
             report.violate("1 approval", f"#{d.incident.id} remediation started, never approved")
 
-    # 2. at most one remediation per approval
-    approved_of_uid: Counter[str] = Counter()
+    # 2. at most one remediation per approval (a remediation suspends and resumes the job once;
+    # a rollback after the resume suspends and resumes it once more to restore it)
+    allowed_of_uid: Counter[str] = Counter()
+    incidents_of_uid: dict[str, list[str]] = defaultdict(list)
     for d in details:
         steps = [str(a.payload.get("step")) for a in d.actions]
         if steps.count("suspended") > 1:
             report.violate("2 once", f"#{d.incident.id} suspended {steps.count('suspended')} times")
         if valid_approval_at(d) is not None and d.incident.uid:
-            approved_of_uid[d.incident.uid] += 1
+            rollback = any(a.kind is RemediationActionKind.ROLLBACK for a in d.actions)
+            allowed_of_uid[d.incident.uid] += 2 if rollback else 1
+            incidents_of_uid[d.incident.uid].append(
+                f"#{d.incident.id} {d.incident.status.value} steps {steps}")
     per_uid: dict[str, Counter[str]] = defaultdict(Counter)
     for e in twin_events:
         reason = str(e.get("reason") or "")
@@ -139,9 +146,10 @@ def check(
             per_uid[uid][reason] += int(e.get("count") or 1)
     for uid, seen in per_uid.items():
         for reason, n in seen.items():
-            if n > approved_of_uid[uid]:
-                report.violate("2 once", f"job {uid}: {n} x {reason}, "
-                                         f"{approved_of_uid[uid]} approved incident(s)")
+            if n > allowed_of_uid[uid]:
+                report.violate("2 once", f"job {uid}: {n} x {reason}, at most "
+                                         f"{allowed_of_uid[uid]} for its approved incidents "
+                                         f"{incidents_of_uid[uid]}")
 
     # 3. never left suspended
     for job in live_jobs:
@@ -155,8 +163,9 @@ def check(
     # 4. nothing lost
     for key, (first, last) in split_seen.items():
         if last - first >= SPLIT_SEEN and not by_job[key]:
-            report.violate("4 nothing lost", f"{key[0]}/{key[1]} split {last - first:.0f}s, "
-                                             "no incident")
+            since = datetime.fromtimestamp(first, UTC)
+            report.violate("4 nothing lost", f"{key[0]}/{key[1]} split {last - first:.0f}s "
+                                             f"from {since:%H:%M:%S}, no incident")
     decided = {c.incident for c in clicks if c.user in APPROVERS and c.status == 200}
     by_id = {d.incident.id: d for d in details}
     for incident in sorted(decided):

@@ -100,6 +100,7 @@ class Workload:
     healed: set[str] = field(default_factory=set)
     cordoned: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    log: list[str] = field(default_factory=list)
 
     def setup(self) -> None:
         store = self.cluster.store
@@ -113,7 +114,13 @@ class Workload:
         return [j for j in self.jobs if j.deleted is None]
 
     def step(self) -> str:
-        """One random change; returns what it did."""
+        """One random change; returns (and logs) what it did."""
+        done = self._step()
+        if done != "idle":
+            self.log.append(f"{time.strftime('%H:%M:%S')} {done}")
+        return done
+
+    def _step(self) -> str:
         roll = self.rng.random()
         live = self.live()
         if roll < 0.45 and len(live) < MAX_LIVE:
