@@ -153,21 +153,24 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
             out(f"soak: {line}")
         if report.violated:
             evidence = _evidence(tmp_path, report, rig, workload, faults)
-            out(f"soak: evidence in {evidence}")
+            for line in evidence.read_text().splitlines()[:400]:
+                out(f"soak evidence: {line[:600]}")
         return report
 
 
 def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
               faults: Faults) -> Path:
     """What a violated guarantee needs to be understood: the violations, the workload's and the
-    faults' timelines, and every agent log line that names a job the violations name."""
+    faults' timelines, every agent error and every agent log line that names a job the
+    violations name."""
     named = set(re.findall(r"job-\d+|llm-finetune", "\n".join(report.lines())))
     lines = ["== violations", *report.lines(), "== workload", *workload.log,
              "== faults", *faults.log.lines, "== agent log lines naming those jobs"]
     for replica in [*rig.retired, *rig.replicas]:
         for raw in replica.raw:
             text = raw.decode("utf-8", "replace").rstrip()
-            if any(re.search(rf"\b{name}\b", text) for name in named):
+            if '"level": "error"' in text or '"level":"error"' in text or any(
+                    re.search(rf"\b{name}\b", text) for name in named):
                 lines.append(f"[{replica.proc.pid}] {text}")
     path = tmp_path / "soak-evidence.txt"
     path.write_text("\n".join(lines) + "\n")
