@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo prometheus lint typecheck contracts test test-all bench bench-report clean lock
+.PHONY: install demo prometheus lint typecheck contracts test test-all soak bench bench-report clean lock
 
 install: $(STAMP)
 
@@ -67,6 +67,11 @@ test: lint typecheck contracts
 
 test-all: install
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The 10-minute soak (tests/soak): faults, replicas, clicks; prints its seed and counts.
+# Replay a seed with ZONEMEDIC_SOAK_SEED=N make soak.
+soak: install
+	$(BIN)/pytest -q -s -m slow -p no:cacheprovider tests/soak
 
 # every benchmark in bench/, one at a time, into bench/results.json (QUICK=1: reduced sizes, < 2 min)
 bench: install

@@ -47,6 +47,7 @@ def test_overlay_renders_with_the_agent_and_its_config(overlay: str) -> None:
 
 KUBEFLOW = ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
 READ = ("get", "list", "watch")
+WATCH = ("list", "watch")  # what the cache needs; no single reads
 
 
 @needs_kubectl
@@ -61,7 +62,6 @@ def test_cluster_role_writes_only_what_remediation_needs() -> None:
         for resource in rule["resources"]
     }
     assert writes == {
-        ("", "events", "create"),
         ("apps", "deployments", "patch"),
         ("batch", "jobs", "create"),
         ("batch", "jobs", "delete"),
@@ -164,16 +164,16 @@ def test_the_agent_of_the_image_runs_without_the_twin(tmp_path: Path) -> None:
 
 AGENT_USES = [
     # what the agent reads (list + watch for the cache, get for the remediator's re-reads)
-    *[(verb, "", resource, "ml", "") for verb in READ for resource in ("pods", "namespaces")],
-    *[(verb, "", "nodes", "", "") for verb in READ],
-    *[(verb, "networking.k8s.io", "networkpolicies", "ml", "") for verb in READ],
-    *[(verb, "cilium.io", "ciliumnetworkpolicies", "ml", "") for verb in READ],
-    *[(verb, "cilium.io", "ciliumclusterwidenetworkpolicies", "", "") for verb in READ],
+    *[(verb, "", "pods", "ml", "") for verb in WATCH],
+    *[(verb, "", "namespaces", "ml", "") for verb in READ],
+    *[(verb, "", "nodes", "", "") for verb in WATCH],
+    *[(verb, "networking.k8s.io", "networkpolicies", "ml", "") for verb in WATCH],
+    *[(verb, "cilium.io", "ciliumnetworkpolicies", "ml", "") for verb in WATCH],
+    *[(verb, "cilium.io", "ciliumclusterwidenetworkpolicies", "", "") for verb in WATCH],
     *[(verb, "kubeflow.org", r, "ml", "") for verb in (*READ, "patch") for r in KUBEFLOW],
     *[(verb, "apps", "deployments", "ml", "") for verb in (*READ, "patch")],
-    *[(verb, "apps", "replicasets", "ml", "") for verb in READ],
+    *[(verb, "apps", "replicasets", "ml", "") for verb in WATCH],
     *[(verb, "batch", "jobs", "ml", "") for verb in (*READ, "create", "delete")],
-    ("create", "", "events", "ml", ""),
     # its own Lease
     ("get", "coordination.k8s.io", "leases", "zonemedic", "zonemedic-leader"),
     ("update", "coordination.k8s.io", "leases", "zonemedic", "zonemedic-leader"),
@@ -181,6 +181,9 @@ AGENT_USES = [
 ]
 
 AGENT_NEVER = [
+    ("create", "", "events", "ml", ""),  # the timeline is in the store, not in Kubernetes events
+    ("get", "", "pods", "ml", "resnet-worker-0"),  # pods, nodes, policies: listed, never read one
+    ("get", "", "nodes", "", "node-1"),
     ("get", "", "secrets", "ml", ""),
     ("list", "", "configmaps", "ml", ""),
     ("delete", "", "pods", "ml", "resnet-worker-0"),

@@ -6,6 +6,13 @@ module-level Bolt app would call Slack on import).
 - HTTP mode: `events_route` is a Starlette route for POST /slack/events. It verifies the signature
   on the raw body (5-minute window, replays refused: `agent.chatops.verification`) and answers 401
   before any parsing or work; a genuine request is dispatched to Bolt off the event loop.
+- Every request Bolt dispatches (HTTP or Socket Mode) is screened first (`ChatHandlers.screen`): a
+  payload from another workspace than ours (the team id `auth.test` gave at start-up,
+  `agent.chatops.workspace`) or a click on an action id the agent never sends is answered 403 and
+  goes no further.
+- Every refusal is audited (`agent.chatops.audit`): a log line and a counted reason always, and a
+  `note` event on the incident's timeline when the request names an incident that exists. A click
+  on an incident that does not exist or that another cluster's agent recorded changes nothing.
 - Bolt runs with `process_before_response=True`: each handler's ack function runs inline and
   answers at once (well inside Slack's 3 seconds); the work runs after, as a lazy listener on a
   small thread pool, so a slow store or Slack never delays an acknowledgement.
@@ -23,13 +30,14 @@ What it does not do: decide, deliver queued messages (the deliverer does) or ren
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from slack_bolt import Ack, App, BoltRequest
+from slack_bolt import Ack, App, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -38,6 +46,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agent.chatops.approvers import ApproverDirectory
+from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.ports import ChatStore, Clock, Decide, Sweep
 from agent.chatops.render import (
     ButtonAction,
@@ -50,6 +59,7 @@ from agent.chatops.render import (
 )
 from agent.chatops.slash import SlashCommand, SlashError, Verb, parse
 from agent.chatops.verification import RequestGuard
+from agent.chatops.workspace import Workspace
 from agent.errors import InputError, ZonemedicError
 from agent.model.incident import Actor, IncidentDetail
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind
@@ -64,6 +74,7 @@ OUTCOMES: dict[str, DecisionOutcome] = {
     ButtonAction.REJECT.value: DecisionOutcome.REJECT,
     ButtonAction.SNOOZE.value: DecisionOutcome.SNOOZE,
 }
+SENT_ACTIONS = frozenset(action.value for action in ButtonAction)
 
 
 @dataclass
@@ -77,6 +88,49 @@ class ChatHandlers:
     follow: Callable[[int], object]  # queue the message update and thread replies of an incident
     decide: Decide | None = None  # None: decisions are not wired yet; clicks say so
     sweep: Sweep | None = None
+    workspace: Workspace | None = None  # None: no team check (tests of the handlers alone)
+    audit: RefusalAudit = field(default_factory=RefusalAudit)
+
+    # -- the screen every request passes -------------------------------------------------------
+
+    def screen(self, body: Mapping[str, Any]) -> tuple[RefusalReason, str] | None:
+        """None when the request may go on; else the reason and the detail of its refusal."""
+        team = _team(body)
+        if self.workspace is not None:
+            problem = self.workspace.check(team)
+            if problem is not None:
+                return RefusalReason.OTHER_TEAM, problem
+        if body.get("type") == "block_actions":
+            for action in body.get("actions") or [{}]:
+                action_id = str(action.get("action_id") or "")
+                if action_id not in SENT_ACTIONS:
+                    return RefusalReason.UNKNOWN_ACTION, f"action id {action_id!r} is never sent"
+        return None
+
+    def audit_screened(self, body: Mapping[str, Any], reason: RefusalReason, detail: str) -> None:
+        """Audit a screened-out request: the log line and count, and a `note` on the incident
+        its button names when that incident exists."""
+        user = str((body.get("user") or {}).get("id") or body.get("user_id") or "") or None
+        actions = body.get("actions") or [{}]
+        value = str(actions[0].get("value") or "") if actions else ""
+        incident_id = int(value) if value.isascii() and value.isdigit() else None
+        self.audit.refused(reason, detail=detail, user=user, team=_team(body),
+                           incident_id=incident_id)
+        if incident_id is not None:
+            self._note(incident_id, user=user, reason=reason, detail=detail)
+
+    def _note(self, incident_id: int, *, user: str | None, reason: RefusalReason,
+              detail: str, refused: str | None = None) -> None:
+        try:
+            self.store.add_event(
+                incident_id, EventKind.NOTE, now=self.clock(), actor=user,
+                detail={"refused": refused or reason.value, "user": user, "source": "slack",
+                        "reason": detail, "audit": reason.value},
+            )
+        except InputError:
+            pass  # no such incident: the log line and the counter are the audit
+        except ZonemedicError as exc:
+            log.warning("cannot record a refused request", extra={"error": str(exc)})
 
     # -- clicks --------------------------------------------------------------------------------
 
@@ -89,7 +143,9 @@ class ChatHandlers:
         outcome = OUTCOMES.get(action_id)
         if not user or outcome is None:
             return
-        if not value.isdigit() or int(value) < 1:
+        if not (value.isascii() and value.isdigit()) or len(value) > 18 or int(value) < 1:
+            self.audit.refused(RefusalReason.NO_INCIDENT, detail=f"button value {value[:40]!r}",
+                               user=user, team=_team(body))
             self._tell(client, channel, user, plain_reply("This button names no incident."))
             return
         incident_id = int(value)
@@ -97,10 +153,21 @@ class ChatHandlers:
         try:
             detail = self.store.get_incident(incident_id)
         except InputError:
+            self.audit.refused(RefusalReason.NO_INCIDENT, detail="no such incident", user=user,
+                               team=_team(body), incident_id=incident_id)
             self._tell(client, channel, user, plain_reply(f"There is no incident #{incident_id}."))
             return
         except ZonemedicError as exc:
             self._tell(client, channel, user, plain_reply(f"Nothing recorded: {exc}. Try again."))
+            return
+        if self.cluster is not None and detail.incident.cluster != self.cluster:
+            problem = (f"incident #{incident_id} belongs to cluster {detail.incident.cluster}, "
+                       f"not {self.cluster}")
+            self.audit.refused(RefusalReason.OTHER_CLUSTER, detail=problem, user=user,
+                               team=_team(body), incident_id=incident_id)
+            self._note(incident_id, user=user, reason=RefusalReason.OTHER_CLUSTER,
+                       detail=problem, refused=outcome.value)
+            self._tell(client, channel, user, plain_reply(f"Not recorded: {problem}."))
             return
         also = playbook_approvers(detail)
         if not (self.directory.configured or also):
@@ -109,6 +176,8 @@ class ChatHandlers:
             verdict = self.directory.check(user, also=also)
             refusal = "" if verdict.allowed else verdict.reason
         if refusal:
+            self.audit.refused(RefusalReason.NOT_APPROVER, detail=refusal, user=user,
+                               team=_team(body), incident_id=incident_id)
             try:
                 self.store.add_event(
                     incident_id, EventKind.NOTE, now=now, actor=user,
@@ -186,6 +255,19 @@ class ChatHandlers:
             log.warning("cannot send an ephemeral reply", extra={"error": str(exc)})
 
 
+def _team(body: Mapping[str, Any]) -> str | None:
+    """The workspace a payload says it comes from (interactions: `team.id`; commands: `team_id`)."""
+    team = body.get("team")
+    if isinstance(team, Mapping) and team.get("id"):
+        return str(team["id"])
+    if body.get("team_id"):
+        return str(body["team_id"])
+    user = body.get("user")
+    if isinstance(user, Mapping) and user.get("team_id"):
+        return str(user["team_id"])
+    return None
+
+
 def _channel(body: Mapping[str, Any]) -> str:
     channel = body.get("channel") or {}
     container = body.get("container") or {}
@@ -238,19 +320,33 @@ def build_app(
     def command(body: dict[str, Any], client: WebClient) -> None:
         handlers.command(body, client)
 
+    def screen(body: dict[str, Any], next: Callable[[], None]) -> BoltResponse | None:
+        refused = handlers.screen(body)
+        if refused is None:
+            next()
+            return None
+        reason, detail = refused
+        executor.submit(handlers.audit_screened, body, reason, detail)  # off the ack's path
+        return BoltResponse(status=403, body=json.dumps({"error": detail}),
+                            headers={"content-type": "application/json"})
+
+    app.use(screen)
     for action in ButtonAction:
         app.action(action.value)(ack=_ack, lazy=[click])
     app.command(COMMAND)(ack=_ack, lazy=[command])
     return app
 
 
-def events_route(app: App, guard: RequestGuard) -> Route:
-    """POST /slack/events: 401 for a forged, stale or replayed request, before any work."""
+def events_route(app: App, guard: RequestGuard, audit: RefusalAudit | None = None) -> Route:
+    """POST /slack/events: 401 for a forged, stale or replayed request, before any work (audited:
+    a log line and a count; the unverified body is not parsed)."""
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
         refusal = guard.check(body, request.headers)
         if refusal is not None:
+            if audit is not None:
+                audit.refused(RefusalReason.SIGNATURE, detail=refusal.value)
             return JSONResponse({"error": refusal.value}, status_code=401)
         bolt_request = BoltRequest(
             body=body.decode("utf-8", "replace"),

@@ -108,16 +108,18 @@ class PrometheusServer:
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
-    def start(self, *, timeout: float = 30.0) -> PrometheusServer:
-        """Start and wait until ready (retried on another port); `UnavailableError` if it never is."""
+    def start(self, *, timeout: float = 30.0, port: int | None = None) -> PrometheusServer:
+        """Start and wait until ready (retried on another port, unless `port` is given);
+        `UnavailableError` if it never is."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config.write_text(
             scrape_config(self.scrape_targets, self.scrape_interval, self.rule_files)
         )
         scheme = "https" if self.web_config is not None else "http"
         extra = [f"--web.config.file={self.web_config}"] if self.web_config is not None else []
-        for _attempt in range(START_ATTEMPTS):
-            port = free_port()
+        fixed = port
+        for _attempt in range(START_ATTEMPTS if fixed is None else 1):
+            port = fixed if fixed is not None else free_port()
             self._log = self.log_path.open("ab")
             self.process = subprocess.Popen(
                 [
@@ -153,6 +155,12 @@ class PrometheusServer:
                 pass
             time.sleep(0.1)
         return False
+
+    def restart(self, *, timeout: float = 30.0) -> PrometheusServer:
+        """Stop, then start again on the same port and TSDB (an outage that ends)."""
+        port = int(self.url.rsplit(":", 1)[1])
+        self.stop()
+        return self.start(timeout=timeout, port=port)
 
     def stop(self) -> None:
         """Terminate the process (kill it after 10 s); idempotent."""

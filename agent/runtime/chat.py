@@ -27,11 +27,13 @@ from slack_sdk import WebClient
 from starlette.routing import BaseRoute
 
 from agent.chatops.approvers import ApproverDirectory
+from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.credentials import load_credentials
 from agent.chatops.delivery import Deliverer, Follower, SeriesSource
 from agent.chatops.ports import Clock, DecisionReply, Sweep
 from agent.chatops.slack import ChatHandlers, build_app, events_route, playbook_approvers
 from agent.chatops.verification import RequestGuard
+from agent.chatops.workspace import Workspace
 from agent.model.incident import Actor, ClaimedMessage, IncidentDetail, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome
 from agent.playbook.model import Playbook
@@ -148,8 +150,11 @@ def build_chat(
     client: WebClient | None = None,
     series: SeriesSource | None = None,
     claim_lease: timedelta = CLAIM_LEASE,
+    on_refused: Callable[[RefusalReason], None] | None = None,
 ) -> Chat:
-    """Build the chat layer from `settings.slack` (nothing when disabled); see `wire_chat`."""
+    """Build the chat layer from `settings.slack` (nothing when disabled); see `wire_chat`.
+    Our workspace's team id is asked of `auth.test` here (again on a request if Slack is
+    unreachable now); `on_refused` counts each refused request by reason."""
     slack = settings.slack
     if not slack.enabled:
         log.info("slack is disabled: findings are recorded but not posted, and nobody can "
@@ -167,9 +172,13 @@ def build_chat(
     )
     cluster = settings.cluster_name
     follower = Follower(store, clock=clock, cluster=cluster)
+    workspace = Workspace(client)
+    workspace.resolve()
+    audit = RefusalAudit(on_refused)
     handlers = ChatHandlers(
         store=store, directory=directory, clock=clock, cluster=cluster,
         follow=follower.follow, decide=StoreDecide(store), sweep=sweep,
+        workspace=workspace, audit=audit,
     )
     executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="slack-work")
     app = build_app(client=client, signing_secret=credentials.signing_secret, handlers=handlers,
@@ -187,7 +196,7 @@ def build_chat(
                 executor=executor)
     if slack.mode is SlackMode.HTTP:
         assert credentials.signing_secret is not None
-        chat.routes.append(events_route(app, RequestGuard(credentials.signing_secret)))
+        chat.routes.append(events_route(app, RequestGuard(credentials.signing_secret), audit))
     else:
         from slack_bolt.adapter.socket_mode import SocketModeHandler
 
@@ -208,8 +217,13 @@ def wire_chat(
     `parts.extra_routes` (HTTP mode), its deliverer registered as a leader-gated background job
     (`slack.deliver_every`), the chart fed by `parts.prometheus`. Call it from the pipeline
     factory (before the agent builds its HTTP app); call `Chat.start` once the agent started."""
+    metrics = parts.metrics
+
+    def count(reason: RefusalReason) -> None:
+        metrics.record_slack_refusal(reason.value)
+
     chat = build_chat(parts.settings, store=store, sweep=sweep, clock=clock,
-                      series=prometheus_series(parts, clock))
+                      series=prometheus_series(parts, clock), on_refused=count)
     if chat.deliverer is None:
         return chat
     deliverer = chat.deliverer

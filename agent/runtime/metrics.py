@@ -9,6 +9,8 @@ several agents in one process independent. No I/O here; the HTTP app renders `ex
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -18,6 +20,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class AgentMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._cache_counts: Callable[[], Mapping[str, int]] | None = None
         r = self.registry
         self.incidents = Gauge(
             "zonemedic_incidents",
@@ -83,8 +86,15 @@ class AgentMetrics:
             ["work"],
             registry=r,
         )
+        self.slack_refused = Counter(
+            "zonemedic_slack_refused_total",
+            "Slack requests refused, by reason (signature, other_team, unknown_action, "
+            "no_incident, other_cluster, not_approver).",
+            ["reason"],
+            registry=r,
+        )
         self.cache_objects = Gauge(
-            "zonemedic_cache_objects", "Objects in the watch cache, by resource.", ["resource"],
+            "zonemedic_cache_objects", "Objects in the watch cache, by resource (its unique name: `pods`, `pytorchjobs.v1.kubeflow.org`).", ["resource"],
             registry=r,
         )
 
@@ -96,8 +106,19 @@ class AgentMetrics:
         if not ok:
             self.prometheus_query_errors.inc()
 
+    def record_slack_refusal(self, reason: str) -> None:
+        self.slack_refused.labels(reason=reason).inc()
+
     def set_leader(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)
 
+    def count_cache_with(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        """Refresh `zonemedic_cache_objects` from `counts()` (resource -> objects) at each
+        exposition: what a test compares with the cluster to see the cache converge."""
+        self._cache_counts = counts
+
     def exposition(self) -> bytes:
+        if self._cache_counts is not None:
+            for resource, n in self._cache_counts().items():
+                self.cache_objects.labels(resource=resource).set(n)
         return bytes(generate_latest(self.registry))

@@ -93,6 +93,10 @@ class Root:
             groups=settings.diagnosis.groups,
         )
         self.source = KubeSource(self.api, self.cache, on_restart=self.metrics.record_restart)
+        cache = self.cache
+        self.metrics.count_cache_with(
+            lambda: {r.name: cache.count(r.name) for r in cache.resources()}
+        )
         self.prometheus = (
             PrometheusSource(settings.prometheus, on_query=self.metrics.record_prometheus_query)
             if settings.prometheus.url

@@ -13,6 +13,7 @@ Used by the HTTP handler (apihandler.py). It does not parse HTTP or resolve path
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -24,8 +25,9 @@ from agent.twin.apierror import ApiError, bad_request
 from agent.twin.apiexchange import Exchange
 from agent.twin.apiquery import Query
 from agent.twin.apiwatch import serve_watch
-from agent.twin.auth import Attributes, UserInfo, access_review
+from agent.twin.auth import Attributes, UserInfo, access_review, forbidden
 from agent.twin.deletion import Propagation
+from agent.twin.faults import WRITE_VERBS, AuditEntry, WriteRecord
 from agent.twin.patch import PatchType
 from agent.twin.scale import as_scale, replicas_of
 
@@ -122,10 +124,20 @@ class ResourceRequest:
             namespace=(route.name or "") if is_namespace else (self.namespace or ""),
             name=route.name or "",
         )
-        api.authorizer.authorize(self.user, attrs)
+        allowed = api.authorizer.allowed(self.user, attrs)
+        api.accounting.audit(AuditEntry(self.user.name, self.verb, rt.group, rt.plural, sub or "",
+                                        allowed))
+        if not allowed:
+            raise forbidden(self.user, attrs)
         api.accounting.record(self.verb, f"{rt.plural}/{sub}" if sub else rt.plural)
         failure = api.faults.take(self.verb, rt.plural)
         if failure is None:
+            if self.verb in WRITE_VERBS:
+                api.accounting.write(WriteRecord(
+                    time.time(), self.user.name, self.verb, rt.group,
+                    f"{rt.plural}/{sub}" if sub else rt.plural, self.namespace or "",
+                    route.name or "", self.dry_run,
+                ))
             return
         if failure.code == 429:
             raise ApiError(

@@ -1,7 +1,9 @@
 """Request accounting and fault injection for the twin's API server.
 
 `Accounting` counts API requests per verb and resource (what benchmarks read to measure an
-API-call budget). `Faults` holds injected faults: answer the next N requests with 500 or
+API-call budget) and keeps the request audit: each distinct (user, verb, API group, resource,
+subresource) tried, and whether RBAC allowed it (what the RBAC tests compare with a ClusterRole), and
+a log of the allowed writes (who wrote which object when: what a soak checks its guarantees on). `Faults` holds injected faults: answer the next N requests with 500 or
 429 + Retry-After (optionally only for one verb/resource), add latency to every request. Closing
 watch streams and expiring history act on the server and the store; the server exposes all of it
 under /twin/. Thread-safe; no HTTP here.
@@ -10,20 +12,73 @@ under /twin/. Thread-safe; no HTTP here.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
+
+WRITE_LOG = 200_000  # writes remembered (a soak's worth)
+
+
+@dataclass(frozen=True, order=True)
+class AuditEntry:
+    """One kind of resource request a user tried, and whether it was allowed."""
+
+    user: str
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    allowed: bool
+
+
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    """One write request that RBAC allowed (dry runs included, flagged), in arrival order."""
+
+    at: float  # time.time() when it arrived
+    user: str
+    verb: str
+    group: str
+    resource: str
+    namespace: str
+    name: str
+    dry_run: bool
 
 
 class Accounting:
-    """Request counts keyed "verb resource" (e.g. "list pods", "patch pytorchjobs")."""
+    """Request counts keyed "verb resource" (e.g. "list pods", "patch pytorchjobs"), and the
+    audit of distinct requests per user (`audited`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._audit: Counter[AuditEntry] = Counter()
+        self._writes: deque[WriteRecord] = deque(maxlen=WRITE_LOG)
 
     def record(self, verb: str, resource: str) -> None:
         with self._lock:
             self._counts[f"{verb} {resource}"] += 1
+
+    def audit(self, entry: AuditEntry) -> None:
+        """Note one resource request as RBAC judged it (before it is served or failed)."""
+        with self._lock:
+            self._audit[entry] += 1
+
+    def write(self, record: WriteRecord) -> None:
+        """Note one allowed write (the log keeps the last WRITE_LOG)."""
+        with self._lock:
+            self._writes.append(record)
+
+    def writes(self) -> list[WriteRecord]:
+        with self._lock:
+            return list(self._writes)
+
+    def audited(self) -> dict[AuditEntry, int]:
+        """Every distinct request audited so far, with how many times it was made."""
+        with self._lock:
+            return dict(sorted(self._audit.items()))
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -36,6 +91,8 @@ class Accounting:
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
+            self._audit.clear()
+            self._writes.clear()
 
 
 @dataclass(frozen=True)

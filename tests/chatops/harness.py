@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from agent.chatops.audit import RefusalReason
 from agent.chatops.delivery import DeliveryReport, SeriesSource
 from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.slack import EVENTS_PATH
@@ -74,10 +75,10 @@ class ChatRig:
         return self.server.url + EVENTS_PATH
 
     def open_incident(self, name: str = "resnet", *, awaiting: bool = True,
-                      remediable: bool = True) -> int:
+                      remediable: bool = True, cluster: str = "default") -> int:
         doc = diagnosis(name, remediable=remediable)
         outcome = self.store.record_finding(FindingRecord.from_finding(
-            doc, cluster="default", detected_at=now(), gpus=4))
+            doc, cluster=cluster, detected_at=now(), gpus=4))
         incident = outcome.incident.id
         if awaiting:
             result = self.store.transition(incident, IncidentStatus.OPEN,
@@ -131,6 +132,7 @@ def start_rig(
     sweep: Callable[[], str] | None = None,
     mode: SlackMode = SlackMode.HTTP,
     shared_db: Path | None = None,
+    on_refused: Callable[[RefusalReason], None] | None = None,
 ) -> ChatRig:
     """A running chat layer; `shared_db`: another replica's database file (not copied)."""
     db = shared_db if shared_db is not None else tmp_path / "chat.db"
@@ -148,7 +150,7 @@ def start_rig(
                                    slack_app_token=slack.app_token),
     )
     chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep,
-                      claim_lease=FAST_LEASE)
+                      claim_lease=FAST_LEASE, on_refused=on_refused)
     if chat.deliverer is not None and chat.deliverer.follower is not None:
         chat.deliverer.follower.every = 0.0  # follow on every round: tests need no 5 s cadence
     server = None

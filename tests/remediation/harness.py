@@ -90,13 +90,14 @@ def quick(name: str) -> Scenario:
 
 @contextmanager
 def running_lab(
-    tmp_path: Path, scenario: str, *, prometheus: bool = False,
+    tmp_path: Path, scenario: str | Scenario, *, prometheus: bool = False,
     diagnosis: DiagnosisSettings | None = None, rbac: bool = False,
 ) -> Iterator[Lab]:  # fmt: skip
     """The twin serving `scenario`; with `rbac`, over TLS as the agent's ServiceAccount with
     exactly the rights deploy/base/rbac.yaml grants."""
     with ExitStack() as stack:
-        cluster = stack.enter_context(TwinCluster(quick(scenario)))
+        loaded = quick(scenario) if isinstance(scenario, str) else scenario
+        cluster = stack.enter_context(TwinCluster(loaded))
         if rbac:
             documents = read_manifests(
                 [DEPLOY / "rbac.yaml", DEPLOY / "serviceaccount.yaml"], namespace="zonemedic"

@@ -1,0 +1,265 @@
+"""The shipped ClusterRole against what the agent really does: every Kubernetes request of a
+representative end-to-end run, made as the agent's ServiceAccount with exactly deploy/base's RBAC,
+is audited by the twin (user, verb, API group, resource, allowed) and compared with the rules.
+
+The run: the full agent (`Agent`, leader election on its Lease in `zonemedic`, watches, sweep, the
+zone-split playbook, the remediation executor, Slack through the fake Slack) on `seed-blocked`,
+approved by a click and remediated to `resolved`; then the generic-group remediation of `lab` with
+a worker Job outside the zone (Deployment rollout, Job recreated) run by the Remediator. Nothing it
+used may be outside the rules (no 403 either), and every (verb, group, resource) the rules grant
+must have been used: a grant nobody uses is a grant to remove."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.chatops.fakeslack import FakeSlack
+from agent.chatops.render import ButtonAction
+from agent.chatops.slack import EVENTS_PATH
+from agent.model.cluster import JobKind
+from agent.model.job import JobRef
+from agent.model.lifecycle import IncidentStatus
+from agent.runtime import executor, expiry
+from agent.runtime.app import Agent
+from agent.runtime.chat import wire_chat
+from agent.runtime.pipeline import AgentPipeline
+from agent.runtime.root import Parts
+from agent.settings import EnvironmentSecrets, SlackApprovers, SlackSettings
+from agent.store.migrate import upgrade_on_start
+from agent.twin.access import read_manifests
+from agent.twin.cluster import TwinCluster
+from agent.twin.faults import AuditEntry
+from agent.twin.resources import lookup
+from agent.twin.scenario import Scenario
+from tests.remediation.harness import (
+    FAST,
+    ZONE,
+    approved_incident,
+    migrated_template,
+    new_store,
+    quick,
+    running_lab,
+)
+from tests.remediation.test_execute_group import GROUPS, LAB, NS, pods
+from tests.runtime.test_agent_e2e import agent_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "base"
+Triple = tuple[str, str, str]  # verb, API group, resource[/subresource]
+
+
+def deploy_rbac() -> list[dict[str, Any]]:
+    namespace = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["namespace"]
+    return read_manifests([DEPLOY / "serviceaccount.yaml", DEPLOY / "rbac.yaml"],
+                          namespace=namespace)
+
+
+def granted(documents: Iterable[Mapping[str, Any]]) -> set[Triple]:
+    """Every (verb, group, resource) the Roles and ClusterRoles grant (no wildcards allowed)."""
+    out: set[Triple] = set()
+    for doc in documents:
+        if doc.get("kind") not in ("Role", "ClusterRole"):
+            continue
+        for rule in doc.get("rules") or ():
+            for part in ("verbs", "apiGroups", "resources"):
+                assert "*" not in rule[part], f"a wildcard in {doc['metadata']['name']}: {rule}"
+            out |= {(verb, group, resource) for verb in rule["verbs"]
+                    for group in rule["apiGroups"] for resource in rule["resources"]}
+    return out
+
+
+def used(entries: Iterable[AuditEntry], user: str) -> dict[Triple, bool]:
+    out: dict[Triple, bool] = {}
+    for e in entries:
+        if e.user != user:
+            continue
+        resource = f"{e.resource}/{e.subresource}" if e.subresource else e.resource
+        key = (e.verb, e.group, resource)
+        out[key] = out.get(key, True) and e.allowed
+    return out
+
+
+def wait(check: Callable[[], Any], *, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def agent_run(tmp_path: Path) -> tuple[list[AuditEntry], str]:
+    """The full agent on seed-blocked as the ServiceAccount, approved from Slack, resolved."""
+    with FakeSlack(users={"U1": "alice"}) as slack, TwinCluster(quick("seed-blocked")) as cluster:
+        access = cluster.serve_api_as(deploy_rbac())
+        path = access.kubeconfig(tmp_path / "agent.kubeconfig")
+        settings = agent_settings(tmp_path, path, None)
+        remediation = replace(settings.remediation, **{
+            name: getattr(FAST, name) for name in (
+                "suspend_timeout", "schedule_timeout", "verify_window", "poll_interval")})
+        settings = replace(
+            settings, remediation=remediation,
+            leader_election=replace(settings.leader_election, namespace="zonemedic"),
+            slack=SlackSettings(enabled=True, api_url=slack.base_url, channel="C0FAKE",
+                                approvers=SlackApprovers(users=["U1"]),
+                                deliver_every=timedelta(milliseconds=200)),
+            secrets=EnvironmentSecrets(slack_bot_token=slack.bot_token,
+                                       slack_signing_secret=slack.signing_secret),
+        )
+        store = upgrade_on_start(settings)
+
+        def factory(parts: Parts) -> AgentPipeline:
+            executor.register(parts, store, executor.live_remediator(parts, store))
+            expiry.register(parts, store)
+            wire_chat(parts, store=store)
+            return AgentPipeline(parts, store)
+
+        agent = Agent(settings, pipeline_factory=factory)
+        agent.start()
+        try:
+            wait(agent.elector.is_leader)
+            message = wait(lambda: next((m for m in slack.messages() if m.thread_ts is None
+                                         and any(b["type"] == "actions" for b in m.blocks)), None))
+            incident = int(next(b for b in message.blocks if b["type"] == "actions")
+                           ["elements"][0]["value"])
+            answer = slack.click(agent.url + EVENTS_PATH, user="U1",
+                                 action_id=ButtonAction.APPROVE.value, value=str(incident),
+                                 channel=message.channel)
+            assert answer.status == 200
+            wait(lambda: store.get_incident(incident).incident.status is IncidentStatus.RESOLVED)
+        finally:
+            agent.stop()
+            store.close()
+        return list(access.server.accounting.audited()), access.user.name
+
+
+def lab_run(tmp_path: Path) -> list[AuditEntry]:
+    """The generic group `lab` remediated as the ServiceAccount: the coordinator's Deployment
+    rolled out and a worker Job outside the zone recreated."""
+    store, _ = new_store(migrated_template(tmp_path), tmp_path)
+    try:
+        with running_lab(tmp_path, "lab", diagnosis=GROUPS, rbac=True) as lab:
+            admin = lab.cluster.store  # the test's own setup goes to the store, not through RBAC
+            gpu_node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": "gpu-b-0", "labels": {ZONE: "zone-b", "gpu": "true",
+                                              "kubernetes.io/hostname": "gpu-b-0"}},
+                "spec": {}, "status": {"allocatable": {"cpu": "48", "memory": "512Gi", "pods": "110",
+                                                       "nvidia.com/gpu": "8"},
+                                       "capacity": {"cpu": "48", "memory": "512Gi", "pods": "110",
+                                                    "nvidia.com/gpu": "8"}}}  # fmt: skip
+            admin.create(lookup("nodes"), gpu_node)
+            admin.create(lookup("jobs", group="batch"), {
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "llm-workers-b", "namespace": NS,
+                             "labels": {"app": "llm-pretrain"}},
+                "spec": {"parallelism": 2, "completions": 2, "template": {
+                    "metadata": {"labels": {"app": "llm-pretrain", "role": "worker",
+                                            "zone": "zone-b"}},
+                    "spec": {"restartPolicy": "OnFailure",
+                             "nodeSelector": {"gpu": "true", ZONE: "zone-b"},
+                             "containers": [{"name": "main", "image": "registry.example.com/x:1",
+                                             "resources": {
+                                                 "requests": {"cpu": "4", "memory": "16Gi",
+                                                              "nvidia.com/gpu": "1"},
+                                                 "limits": {"nvidia.com/gpu": "1"}}}]}}},
+            }, namespace=NS)
+            assert lab.cluster.wait_until(lambda: len(pods(lab)) == 7 and all(
+                p["spec"].get("nodeName") for p in pods(lab)), timeout=15)
+            incident_id = approved_incident(lab, store, ref=LAB)
+            settings = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
+            status = lab.remediator(store, settings=settings).run(incident_id)
+            assert status is IncidentStatus.RESOLVED
+            assert lab.cluster.api is not None
+            return list(lab.cluster.api.accounting.audited())
+    finally:
+        store.close()
+
+
+# The seed-blocked job rewritten as each other Kubeflow kind: (kind, specs key, replica types for
+# the seed's Master and Worker, the kind's port name and number).
+OTHER_KINDS = {
+    JobKind.TF: ("tfReplicaSpecs", "Chief", "Worker", "tfjob-port", 2222),
+    JobKind.XGBOOST: ("xgbReplicaSpecs", "Master", "Worker", "xgboostjob-port", 9999),
+    JobKind.PADDLE: ("paddleReplicaSpecs", "Master", "Worker", "master", 36543),
+    JobKind.MPI: ("mpiReplicaSpecs", "Launcher", "Worker", "ssh", 22),
+    JobKind.JAX: ("jaxReplicaSpecs", None, "Worker", "jaxjob-port", 6666),
+}
+
+
+def as_kind(kind: JobKind) -> Scenario:
+    """seed-blocked with its PyTorchJob rewritten as `kind` (same pods, zones and policies)."""
+    key, master, worker, port_name, port = OTHER_KINDS[kind]
+    base = quick("seed-blocked")
+    objects = []
+    for obj in base.objects:
+        if obj.get("kind") != "PyTorchJob":
+            objects.append(obj)
+            continue
+        job = copy.deepcopy(obj)
+        job["kind"] = kind.value
+        specs = job["spec"].pop("pytorchReplicaSpecs")
+        renamed = {}
+        if master is not None:
+            renamed[master] = specs["Master"]
+        else:  # workers only: GPU-less ones that tolerate the GPU taint spread over both zones
+            specs["Worker"]["replicas"] += specs["Master"]["replicas"]
+            for container in specs["Worker"]["template"]["spec"]["containers"]:
+                container["resources"] = {"requests": {"cpu": "4", "memory": "8Gi"}}
+        renamed[worker] = specs["Worker"]
+        for spec in renamed.values():
+            for container in spec["template"]["spec"]["containers"]:
+                container["ports"] = [{"name": port_name, "containerPort": port}]
+        job["spec"][key] = renamed
+        objects.append(job)
+    return replace(base, objects=objects)
+
+
+def kind_run(tmp_path: Path, kind: JobKind) -> list[AuditEntry]:
+    """seed-blocked as another Kubeflow kind, remediated by the Remediator as the
+    ServiceAccount (its re-reads and patches of that kind)."""
+    store, _ = new_store(migrated_template(tmp_path), tmp_path)
+    try:
+        with running_lab(tmp_path, as_kind(kind), rbac=True) as lab:
+            ref = JobRef(kind, "ml", "llm-finetune")
+            incident_id = approved_incident(lab, store, ref=ref)
+            status = lab.remediator(store).run(incident_id)
+            detail = store.get_incident(incident_id)
+            assert status is IncidentStatus.RESOLVED, [dict(e.detail) for e in detail.events]
+            assert lab.cluster.api is not None
+            return list(lab.cluster.api.accounting.audited())
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[Triple, bool], set[Triple]]:
+    entries, user = agent_run(tmp_path_factory.mktemp("agent"))
+    entries += lab_run(tmp_path_factory.mktemp("lab"))
+    for kind in OTHER_KINDS:
+        entries += kind_run(tmp_path_factory.mktemp(kind.value), kind)
+    return used(entries, user), granted(deploy_rbac())
+
+
+def test_nothing_used_is_outside_the_cluster_role(
+    audit: tuple[dict[Triple, bool], set[Triple]],
+) -> None:
+    seen, rules = audit
+    denied = sorted(t for t, allowed in seen.items() if not allowed)
+    assert denied == [], f"requests RBAC refused: {denied}"
+    assert sorted(set(seen) - rules) == []
+
+
+def test_nothing_granted_is_unused(audit: tuple[dict[Triple, bool], set[Triple]]) -> None:
+    seen, rules = audit
+    unused = sorted(rules - set(seen))
+    assert unused == [], "\n".join(map(str, unused)) + "\nused: " + "\n".join(map(str, sorted(seen)))

@@ -1,0 +1,231 @@
+"""The soak's verdict: each guarantee checked against the twin's request audit (the agents'
+writes, in order, with time), the store (incidents, decisions, remediation steps, outbox) and the
+fake Slack's records (clicks), plus the counts the soak prints.
+
+1. No remediation without a valid approval: every agent write to a training job follows an
+   approval of an incident of that job by an approver (or the playbook's `auto` in its
+   namespace); none in the protected namespace or on a Kueue-managed job; no decision by a
+   non-approver recorded.
+2. At most one remediation per approval: per incident at most one `suspended` step; per job
+   (uid) no more suspends or resumes (the twin's events) than its approved incidents account for
+   (one each, two for one that rolled back after resuming: the restore suspends and resumes).
+3. Never left suspended: no job suspended at the end; no incident left approved, remediating or
+   verifying.
+4. Nothing lost: every job seen split for SPLIT_SEEN seconds has an incident; no incident an
+   approver clicked (HTTP 200) still awaits approval; every queued message delivered, each
+   incident's in the order queued.
+5. The caches converge: each replica's cache holds as many objects of each resource as the twin.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agent.model.incident import IncidentDetail, IncidentQuery
+from agent.model.lifecycle import (
+    DecisionOutcome,
+    DecisionSource,
+    EventKind,
+    IncidentStatus,
+    MessageStatus,
+    RemediationActionKind,
+)
+from agent.store.repository import IncidentStore
+from agent.twin.faults import WriteRecord
+from agent.twin.resources import UnknownResourceError, lookup
+from tests.soak.approvers import Click
+from tests.soak.rig import APPROVERS, NOT_APPROVER
+from tests.soak.workload import AUTO, PROTECTED, JobRecord
+
+S = IncidentStatus
+SPLIT_SEEN = 12.0  # a job split this long (seen by the soak) must have an incident
+ACTIVE = {S.APPROVED, S.REMEDIATING, S.VERIFYING}
+METRIC = re.compile(r'^zonemedic_cache_objects\{resource="([^"]+)"\} ([0-9.e+]+)$', re.M)
+
+
+@dataclass
+class Report:
+    violations: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    def violate(self, guarantee: str, what: str) -> None:
+        self.violations[guarantee].append(what)
+
+    @property
+    def violated(self) -> int:
+        return sum(len(v) for v in self.violations.values())
+
+    def lines(self) -> list[str]:
+        out = [f"{k}: {v}" for k, v in self.counts.items()]
+        out.append(f"guarantees violated: {self.violated}")
+        for guarantee, items in sorted(self.violations.items()):
+            out += [f"  {guarantee}: {item}" for item in items[:20]]
+        return out
+
+
+def all_incidents(store: IncidentStore) -> list[IncidentDetail]:
+    listing = store.list_incidents(IncidentQuery(limit=100_000))
+    return [store.get_incident(i.id) for i in listing.incidents]
+
+
+def valid_approval_at(detail: IncidentDetail) -> datetime | None:
+    """When the incident was validly approved (None: never)."""
+    for d in sorted(detail.decisions, key=lambda d: d.decided_at):
+        if d.outcome is not DecisionOutcome.APPROVE:
+            continue
+        if d.source is DecisionSource.SLACK and d.actor_id in APPROVERS:
+            return d.decided_at
+        if d.source is DecisionSource.AUTO and detail.incident.namespace == AUTO:
+            return d.decided_at
+    return None
+
+
+def check(
+    *,
+    store: IncidentStore,
+    writes: list[WriteRecord],
+    agent_user: str,
+    jobs: list[JobRecord],
+    split_seen: dict[tuple[str, str], tuple[float, float]],
+    clicks: list[Click],
+    twin_events: list[dict[str, Any]],
+    live_jobs: list[dict[str, Any]],
+    caches: dict[str, str],
+    twin_counts: dict[str, int],
+) -> Report:
+    report = Report()
+    details = all_incidents(store)
+    by_job: dict[tuple[str, str], list[IncidentDetail]] = defaultdict(list)
+    for d in details:
+        by_job[(d.incident.namespace, d.incident.name)].append(d)
+    kueue = {(j.namespace, j.name) for j in jobs if j.kueue}
+
+    # 1. no remediation without a valid approval
+    job_writes = [w for w in writes if w.user == agent_user and w.group == "kubeflow.org"]
+    for w in job_writes:
+        key = (w.namespace, w.name)
+        what = f"{w.verb} {w.resource} {w.namespace}/{w.name}{' (dry run)' if w.dry_run else ''}"
+        if w.namespace == PROTECTED:
+            report.violate("1 approval", f"{what} in the protected namespace")
+        if key in kueue:
+            report.violate("1 approval", f"{what} on a Kueue-managed job")
+        approvals = [a for a in (valid_approval_at(d) for d in by_job[key]) if a is not None]
+        at = datetime.fromtimestamp(w.at, UTC)
+        if not any(a <= at for a in approvals):
+            report.violate("1 approval", f"{what} at {at:%H:%M:%S.%f} with no approval before")
+    for d in details:
+        for decision in d.decisions:
+            if decision.actor_id == NOT_APPROVER:
+                report.violate("1 approval", f"#{d.incident.id} decision by a non-approver")
+        started = any(e.kind is EventKind.REMEDIATION_STARTED for e in d.events)
+        if started and valid_approval_at(d) is None:
+            report.violate("1 approval", f"#{d.incident.id} remediation started, never approved")
+
+    # 2. at most one remediation per approval (a remediation suspends and resumes the job once;
+    # a rollback after the resume suspends and resumes it once more to restore it)
+    allowed_of_uid: Counter[str] = Counter()
+    incidents_of_uid: dict[str, list[str]] = defaultdict(list)
+    for d in details:
+        steps = [str(a.payload.get("step")) for a in d.actions]
+        if steps.count("suspended") > 1:
+            report.violate("2 once", f"#{d.incident.id} suspended {steps.count('suspended')} times")
+        if valid_approval_at(d) is not None and d.incident.uid:
+            rollback = any(a.kind is RemediationActionKind.ROLLBACK for a in d.actions)
+            allowed_of_uid[d.incident.uid] += 2 if rollback else 1
+            incidents_of_uid[d.incident.uid].append(
+                f"#{d.incident.id} {d.incident.status.value} steps {steps}")
+    per_uid: dict[str, Counter[str]] = defaultdict(Counter)
+    for e in twin_events:
+        reason = str(e.get("reason") or "")
+        if reason in ("PyTorchJobSuspended", "PyTorchJobResumed"):
+            uid = str((e.get("involvedObject") or {}).get("uid") or "")
+            per_uid[uid][reason] += int(e.get("count") or 1)
+    for uid, seen in per_uid.items():
+        for reason, n in seen.items():
+            if n > allowed_of_uid[uid]:
+                report.violate("2 once", f"job {uid}: {n} x {reason}, at most "
+                                         f"{allowed_of_uid[uid]} for its approved incidents "
+                                         f"{incidents_of_uid[uid]}")
+
+    # 3. never left suspended
+    for job in live_jobs:
+        if (job["spec"].get("runPolicy") or {}).get("suspend"):
+            meta = job["metadata"]
+            report.violate("3 not suspended", f"{meta['namespace']}/{meta['name']} suspended")
+    for d in details:
+        if d.incident.status in ACTIVE:
+            report.violate("3 not suspended", f"#{d.incident.id} left {d.incident.status.value}")
+
+    # 4. nothing lost
+    for key, (first, last) in split_seen.items():
+        if last - first >= SPLIT_SEEN and not by_job[key]:
+            since = datetime.fromtimestamp(first, UTC)
+            report.violate("4 nothing lost", f"{key[0]}/{key[1]} split {last - first:.0f}s "
+                                             f"from {since:%H:%M:%S}, no incident")
+    decided = {c.incident for c in clicks if c.user in APPROVERS and c.status == 200}
+    by_id = {d.incident.id: d for d in details}
+    for incident in sorted(decided):
+        d = by_id.get(incident)
+        if d is None:
+            report.violate("4 nothing lost", f"#{incident} clicked but not in the store")
+        elif d.incident.status is S.AWAITING_APPROVAL:
+            report.violate("4 nothing lost", f"#{incident} approved in Slack, still awaiting")
+    undelivered = 0
+    for d in details:
+        ordered = sorted(d.messages, key=lambda m: m.id)
+        for m in ordered:
+            if m.status is not MessageStatus.DELIVERED:
+                undelivered += 1
+                report.violate("4 nothing lost", f"#{d.incident.id} message {m.id} "
+                                                 f"{m.kind.value} {m.status.value}: {m.last_error}")
+        times = [m.delivered_at for m in ordered if m.delivered_at is not None]
+        if times != sorted(times):
+            report.violate("4 nothing lost", f"#{d.incident.id} messages delivered out of order")
+
+    # 5. the caches converge
+    for replica, text in caches.items():
+        held = {name: int(float(n)) for name, n in METRIC.findall(text)}
+        if not held:
+            report.violate("5 cache", f"{replica}: no cache metrics")
+        for name, n in sorted(held.items()):
+            want = twin_counts.get(name)
+            if want is not None and want != n:
+                report.violate("5 cache", f"{replica}: {name} {n} cached, {want} in the cluster")
+
+    messages = [m for d in details for m in d.messages]
+    report.counts.update({
+        "jobs": len(jobs),
+        "splits": sum(1 for d in details if d.incident.verdict.value.startswith("zone_split")),
+        "incidents": len(details),
+        "decisions": sum(len(d.decisions) for d in details),
+        "remediations": sum(1 for d in details
+                            if any(e.kind is EventKind.REMEDIATION_STARTED for e in d.events)),
+        "outcomes": dict(Counter(d.incident.status.value for d in details)),
+        "ended because": dict(Counter(
+            str(next((e.detail.get("reason") for e in reversed(d.events)
+                      if e.detail.get("reason")), "?"))[:160]
+            for d in details if d.incident.status in (S.FAILED, S.ROLLED_BACK))),
+        "messages": len(messages),
+        "undelivered": undelivered,
+        "clicks": len(clicks),
+        "agent writes": len(job_writes),
+    })
+    return report
+
+
+def twin_counts_for(names: list[str], store: Any) -> dict[str, int]:
+    """The twin's object count of each cache resource name (`pods`, `jobs.v1.batch`)."""
+    out: dict[str, int] = {}
+    for name in names:
+        plural, _, rest = name.partition(".")
+        version, _, group = rest.partition(".")
+        try:
+            rt = lookup(plural, group or "", version or None) if rest else lookup(plural, "")
+        except UnknownResourceError:
+            continue
+        out[name] = len(store.list(rt)[0])
+    return out

@@ -1,0 +1,239 @@
+"""The soak itself: `run_soak(tmp_path, seconds=..., seed=...)` starts the rig (twin, private
+PostgreSQL, Prometheus, fake Slack, two `zonemedic run` replicas), then for `seconds` changes the
+workload, clicks like people do and injects faults, each at a bounded rate and from one seeded
+RNG (the seed is printed first: a failing run can be replayed, up to thread timing). Then it heals
+every fault, lets the agents settle (bounded), and checks the guarantees (guarantees.py); it prints
+the counts and returns the report.
+
+Rates: a workload change every 0.3-1 s; a fault every 2-5 s (a leader SIGKILL at most every 15 s,
+a database restart at most every 10 s); clicks as findings are posted.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from agent.errors import ZonemedicError
+from agent.model.incident import IncidentQuery
+from agent.model.lifecycle import IncidentStatus
+from agent.settings import DatabaseSettings
+from agent.store.repository import open_store
+from agent.twin.resources import lookup
+from tests.soak.approvers import Approvers
+from tests.soak.faults import Faults
+from tests.soak.guarantees import ACTIVE, Report, check, twin_counts_for
+from tests.soak.rig import APPROVERS, Rig, running_rig
+from tests.soak.workload import PYTORCHJOBS, ZONE, JobRecord, Workload
+
+PODS = lookup("pods")
+NODES = lookup("nodes")
+EVENTS = lookup("events")
+JOB_NAME = "training.kubeflow.org/job-name"
+
+
+class SplitObserver:
+    """Samples the twin: for each job, its longest run of samples with every pod running and the
+    pods in more than one zone (first, last time seen)."""
+
+    def __init__(self, rig: Rig, workload: Workload) -> None:
+        self.rig = rig
+        self.workload = workload
+        self.streak: dict[tuple[str, str], float] = {}
+        self.longest: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def sample(self) -> None:
+        store = self.rig.cluster.store
+        zones = {n["metadata"]["name"]: n["metadata"]["labels"].get(ZONE)
+                 for n in store.list(NODES)[0]}
+        now = time.time()
+        for job in self.workload.live():
+            key = (job.namespace, job.name)
+            pods = store.list(PODS, namespace=job.namespace,
+                              label_selector=f"{JOB_NAME}={job.name}")[0]
+            running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+                       and not p["metadata"].get("deletionTimestamp")]
+            split = (len(running) == 3 and len(running) == len(pods)
+                     and len({zones.get(p["spec"].get("nodeName")) for p in running}) > 1)
+            if not split:
+                self.streak.pop(key, None)
+                continue
+            start = self.streak.setdefault(key, now)
+            first, last = self.longest.get(key, (start, start))
+            if now - start >= last - first:
+                self.longest[key] = (start, now)
+
+
+def _every(seconds: float, last: float) -> bool:
+    return time.monotonic() - last >= seconds
+
+
+def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0,
+             out: Callable[[str], Any] = print) -> Report:
+    out(f"soak: seed {seed}, {seconds:.0f} s of workload changes, clicks and faults")
+    rng = random.Random(seed)
+    with running_rig(tmp_path) as rig:
+        workload = Workload(rig.cluster, random.Random(rng.random()))
+        workload.setup()
+        seed_job = rig.cluster.store.get(PYTORCHJOBS, "llm-finetune", namespace="ml")
+        workload.jobs.append(JobRecord("ml", "llm-finetune", seed_job["metadata"]["uid"],
+                                       time.time(), False))
+        faults = Faults(rig, random.Random(rng.random()))
+        store = open_store(DatabaseSettings(connect_timeout=timedelta(seconds=2),
+                                            write_retry=timedelta(seconds=2)), url=rig.pg.url)
+        approvers = Approvers(rig, random.Random(rng.random()), store)
+        observer = SplitObserver(rig, workload)
+        stop = threading.Event()
+        fault_errors: list[BaseException] = []
+
+        def inject() -> None:
+            while not stop.wait(faults.rng.uniform(2, 5)):
+                try:
+                    faults.inject()
+                except BaseException as exc:  # a fault that cannot be injected fails the soak
+                    fault_errors.append(exc)
+                    return
+
+        injector = threading.Thread(target=inject, name="soak-faults", daemon=True)
+        injector.start()
+        try:
+            end = time.monotonic() + seconds
+            marks = {"change": 0.0, "look": 0.0, "sample": 0.0}
+            change_every = 0.5
+            while time.monotonic() < end and not fault_errors:
+                if _every(change_every, marks["change"]):
+                    workload.step()
+                    marks["change"] = time.monotonic()
+                    change_every = workload.rng.uniform(0.3, 1.0)
+                if _every(0.3, marks["look"]):
+                    approvers.look()
+                    marks["look"] = time.monotonic()
+                if _every(1.0, marks["sample"]):
+                    observer.sample()
+                    marks["sample"] = time.monotonic()
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            injector.join(60)
+        if fault_errors:
+            raise fault_errors[0]
+        faults.heal()
+        workload.calm()
+        out(f"soak: changes over ({workload.counts}); faults {dict(faults.log.counts)}; settling")
+        settled = _settle(rig, store, approvers, observer, deadline=time.monotonic() + settle)
+        out(f"soak: {'settled' if settled else 'NOT settled'}")
+        caches, twin_counts = _caches(rig)
+        report = check(
+            store=store,
+            writes=rig.access.server.accounting.writes(),
+            agent_user=rig.access.user.name,
+            jobs=workload.jobs,
+            split_seen=observer.longest,
+            clicks=approvers.clicks,
+            twin_events=rig.cluster.store.list(EVENTS)[0],
+            live_jobs=rig.cluster.store.list(PYTORCHJOBS)[0],
+            caches=caches,
+            twin_counts=twin_counts,
+        )
+        report.counts["faults injected"] = sum(faults.log.counts.values())
+        report.counts["faults"] = dict(faults.log.counts)
+        report.counts["workload"] = vars(workload.counts)
+        report.counts["approver retries"] = approvers.retried
+        report.counts["slack posts"] = len(rig.slack.calls("chat.postMessage", ok_only=True))
+        report.counts["findings posted twice"] = _posted_twice(rig)
+        report.counts["replicas started"] = len(rig.replicas) + len(rig.retired)
+        store.close()
+        for line in report.lines():
+            out(f"soak: {line}")
+        if report.violated:
+            evidence = _evidence(tmp_path, report, rig, workload, faults)
+            for line in evidence.read_text().splitlines()[:400]:
+                out(f"soak evidence: {line[:600]}")
+        return report
+
+
+def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
+              faults: Faults) -> Path:
+    """What a violated guarantee needs to be understood: the violations, the workload's and the
+    faults' timelines, every agent error and every agent log line that names a job the
+    violations name."""
+    named = set(re.findall(r"job-\d+|llm-finetune", "\n".join(report.lines())))
+    lines = ["== violations", *report.lines(), "== workload", *workload.log,
+             "== faults", *faults.log.lines, "== agent log lines naming those jobs"]
+    for replica in [*rig.retired, *rig.replicas]:
+        for raw in replica.raw:
+            text = raw.decode("utf-8", "replace").rstrip()
+            if '"level": "error"' in text or '"level":"error"' in text or any(
+                    re.search(rf"\b{name}\b", text) for name in named):
+                lines.append(f"[{replica.proc.pid}] {text}")
+    path = tmp_path / "soak-evidence.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _posted_twice(rig: Rig) -> int:
+    """Findings whose message with buttons is in the channel more than once (at-least-once
+    delivery: a deliverer killed between Slack's answer and recording it posts again)."""
+    seen: dict[str, int] = {}
+    for message in rig.slack.messages():
+        if message.thread_ts is None:
+            for block in message.blocks:
+                if block.get("type") == "actions":
+                    value = str(block["elements"][0]["value"])
+                    seen[value] = seen.get(value, 0) + 1
+    return sum(1 for n in seen.values() if n > 1)
+
+
+def _caches(rig: Rig, *, wait: float = 15.0) -> tuple[dict[str, str], dict[str, int]]:
+    """Each live replica's /metrics and the twin's counts of the resources they cache, taken
+    again (for up to `wait` s) while they differ: the twin's controllers still move."""
+    deadline = time.monotonic() + wait
+    while True:
+        caches = {r.url: rig.metrics(r) for r in rig.live()}
+        held = [(line.split('"')[1], int(float(line.rsplit(" ", 1)[1])))
+                for text in caches.values() for line in text.splitlines()
+                if line.startswith("zonemedic_cache_objects{")]
+        counts = twin_counts_for(sorted({name for name, _ in held}), rig.cluster.store)
+        if all(counts.get(name, n) == n for name, n in held) or time.monotonic() > deadline:
+            return caches, counts
+        time.sleep(0.5)
+
+
+def _settle(rig: Rig, store: Any, approvers: Approvers, observer: SplitObserver, *,
+            deadline: float) -> bool:
+    """Keep clicking and observing until nothing is in flight and the caches match the twin."""
+    last_check = 0.0
+    while time.monotonic() < deadline:
+        approvers.look()
+        observer.sample()
+        if _every(2.0, last_check):
+            last_check = time.monotonic()
+            if _quiet(rig, store, approvers):
+                return True
+        time.sleep(0.3)
+    return False
+
+
+def _quiet(rig: Rig, store: Any, approvers: Approvers) -> bool:
+    try:
+        listing = store.list_incidents(IncidentQuery(limit=100_000)).incidents
+        if any(i.status in ACTIVE for i in listing):
+            return False
+        clicked = {c.incident for c in approvers.clicks if c.user in APPROVERS}
+        if any(i.id in clicked and i.status is IncidentStatus.AWAITING_APPROVAL for i in listing):
+            return False
+        for incident in listing:
+            if any(m.delivered_at is None for m in store.get_incident(incident.id).messages):
+                return False
+    except ZonemedicError:
+        return False
+    caches, counts = _caches(rig, wait=0)
+    return all(counts.get(line.split('"')[1], -1) in (-1, int(float(line.rsplit(" ", 1)[1])))
+               for text in caches.values() for line in text.splitlines()
+               if line.startswith("zonemedic_cache_objects{"))

@@ -1,0 +1,128 @@
+"""The soak's guarantee checks can fail: each is fed a recorded history (a real SQLite store, the
+twin's write log and events as data) that breaks it, and one that keeps it."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.model.incident import Actor, FindingRecord
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.settings import DatabaseSettings
+from agent.store.engine import make_engine
+from agent.store.repository import IncidentStore
+from agent.twin.faults import WriteRecord
+from tests.chatops.harness import diagnosis
+from tests.soak.approvers import Click
+from tests.soak.guarantees import Report, check
+from tests.soak.workload import PROTECTED, JobRecord
+from tests.store.fixtures import sqlite_template
+
+__all__ = ["sqlite_template"]
+AGENT = "system:serviceaccount:zonemedic:zonemedic"
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(sqlite_template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
+    shutil.copy(sqlite_template, tmp_path / "z.db")
+    opened = IncidentStore(make_engine(f"sqlite:///{tmp_path / 'z.db'}", DatabaseSettings()))
+    yield opened
+    opened.close()
+
+
+def incident(store: IncidentStore, namespace: str, name: str, *, approver: str | None) -> int:
+    doc = diagnosis(name)
+    doc["job"].update(namespace=namespace, uid=f"uid-{name}")
+    found = store.record_finding(FindingRecord.from_finding(doc, cluster="soak", detected_at=T0,
+                                                            gpus=4)).incident.id
+    assert store.transition(found, IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL,
+                            actor="zonemedic", now=T0).applied
+    if approver is not None:
+        assert store.record_decision(found, DecisionOutcome.APPROVE,
+                                     actor=Actor(approver, approver, DecisionSource.SLACK),
+                                     now=T0 + timedelta(seconds=1)).applied
+        steps = [IncidentStatus.APPROVED, IncidentStatus.REMEDIATING, IncidentStatus.VERIFYING,
+                 IncidentStatus.RESOLVED]
+        for before, after in itertools.pairwise(steps):
+            assert store.transition(found, before, after, actor="zonemedic",
+                                    now=T0 + timedelta(seconds=3)).applied
+    return found
+
+
+def write(namespace: str, name: str, *, after: float) -> WriteRecord:
+    return WriteRecord((T0 + timedelta(seconds=after)).timestamp(), AGENT, "patch",
+                       "kubeflow.org", "pytorchjobs", namespace, name, False)
+
+
+def run(store: IncidentStore, **given: Any) -> Report:
+    base: dict[str, Any] = {
+        "store": store, "writes": [], "agent_user": AGENT, "jobs": [], "split_seen": {},
+        "clicks": [], "twin_events": [], "live_jobs": [], "caches": {"r": 'zonemedic_cache_objects{resource="pods"} 3.0\n'},
+        "twin_counts": {"pods": 3},
+    }
+    return check(**{**base, **given})
+
+
+def test_a_clean_history_keeps_every_guarantee(store: IncidentStore) -> None:
+    incident(store, "soak-0", "a", approver="U1")
+    report = run(store, writes=[write("soak-0", "a", after=2)],
+                 twin_events=[{"reason": "PyTorchJobSuspended", "count": 1,
+                               "involvedObject": {"uid": "uid-a"}}])
+    assert report.violated == 0, report.lines()
+
+
+@pytest.mark.parametrize(
+    ("case", "guarantee"),
+    [
+        ("write_without_approval", "1 approval"),
+        ("write_before_the_approval", "1 approval"),
+        ("approved_by_a_non_approver", "1 approval"),
+        ("write_in_the_protected_namespace", "1 approval"),
+        ("write_on_a_kueue_job", "1 approval"),
+        ("suspended_twice_for_one_approval", "2 once"),
+        ("job_left_suspended", "3 not suspended"),
+        ("split_long_without_incident", "4 nothing lost"),
+        ("approved_click_still_awaiting", "4 nothing lost"),
+        ("cache_differs", "5 cache"),
+    ],
+)
+def test_a_broken_guarantee_is_reported(store: IncidentStore, case: str, guarantee: str) -> None:
+    given: dict[str, Any] = {}
+    if case == "write_without_approval":
+        incident(store, "soak-0", "a", approver=None)
+        given["writes"] = [write("soak-0", "a", after=2)]
+    elif case == "write_before_the_approval":
+        incident(store, "soak-0", "a", approver="U1")
+        given["writes"] = [write("soak-0", "a", after=0.5)]
+    elif case == "approved_by_a_non_approver":
+        incident(store, "soak-0", "a", approver="U9")
+    elif case == "write_in_the_protected_namespace":
+        incident(store, PROTECTED, "a", approver="U1")
+        given["writes"] = [write(PROTECTED, "a", after=2)]
+    elif case == "write_on_a_kueue_job":
+        incident(store, "soak-0", "a", approver="U1")
+        given["writes"] = [write("soak-0", "a", after=2)]
+        given["jobs"] = [JobRecord("soak-0", "a", "uid-a", 0.0, kueue=True)]
+    elif case == "suspended_twice_for_one_approval":
+        incident(store, "soak-0", "a", approver="U1")
+        given["twin_events"] = [{"reason": "PyTorchJobSuspended", "count": 2,
+                                 "involvedObject": {"uid": "uid-a"}}]
+    elif case == "job_left_suspended":
+        given["live_jobs"] = [{"metadata": {"namespace": "soak-0", "name": "a"},
+                               "spec": {"runPolicy": {"suspend": True}}}]
+    elif case == "split_long_without_incident":
+        given["split_seen"] = {("soak-0", "a"): (100.0, 130.0)}
+    elif case == "approved_click_still_awaiting":
+        found = incident(store, "soak-0", "a", approver=None)
+        given["clicks"] = [Click(0.0, "U1", "zonemedic_approve", found, 200)]
+    else:
+        given["twin_counts"] = {"pods": 4}
+    report = run(store, **given)
+    assert list(report.violations) == [guarantee], report.lines()

@@ -1,0 +1,42 @@
+"""The soak: the agent under a changing workload, people clicking and random faults, then every
+guarantee checked (tests/soak/guarantees.py). A 60-second run is part of `make test`; the
+10-minute run is marked slow (`make soak`). ZONEMEDIC_SOAK_SEED replays a seed."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.soak.soak import run_soak
+from tests.support import pgcluster
+from tests.support.prometheus import requires_prometheus
+
+needs_postgres_binaries = pytest.mark.skipif(
+    not pgcluster.available(), reason="no PostgreSQL binaries under /usr/lib/postgresql")
+
+
+def seed() -> int:
+    given = os.environ.get("ZONEMEDIC_SOAK_SEED", "")
+    return int(given) if given.isascii() and given.isdigit() else random.SystemRandom().randrange(2**32)
+
+
+@requires_prometheus
+@needs_postgres_binaries
+@pytest.mark.timeout(400)
+def test_soak_one_minute(tmp_path: Path) -> None:
+    report = run_soak(tmp_path, seconds=60, seed=seed(), settle=150)
+    assert report.counts["remediations"] >= 1 and report.counts["faults injected"] >= 5
+    assert report.violated == 0, "\n".join(report.lines())
+
+
+@pytest.mark.slow
+@requires_prometheus
+@needs_postgres_binaries
+@pytest.mark.timeout(1200)
+def test_soak_ten_minutes(tmp_path: Path) -> None:
+    report = run_soak(tmp_path, seconds=600, seed=seed(), settle=240)
+    assert report.counts["remediations"] >= 10 and report.counts["faults injected"] >= 100
+    assert report.violated == 0, "\n".join(report.lines())
