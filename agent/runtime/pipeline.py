@@ -270,8 +270,9 @@ class AgentPipeline:
         return Change(jobs=frozenset(unsettled), reasons=("zone labels not written yet",))
 
     def _zone_labels_settled(self, finding: Finding) -> bool:
-        """Every bound pod of the finding's job carries each zone-mirroring label (when the
-        cluster mirrors one) with its node's zone."""
+        """Every bound pod of the finding's job carries the zone-mirroring labels the job uses
+        (those of the cluster's mirror labels that some pod of the job carries) with its node's
+        zone. A job none of whose pods carries one does not use them."""
         if not self.mirror_keys or self._state is None:
             return True
         ref = finding.job
@@ -279,11 +280,12 @@ class AgentPipeline:
                                          namespaces={ref.namespace}) if j.ref == ref), None)
         if job is None:
             return True
+        used = [k for k in self.mirror_keys if any(k in pod.labels for pod in job.pods)]
         nodes = self._state.nodes
         for pod in job.pods:
             node = nodes.get(pod.node_name) if pod.node_name else None
             zone = node.zone if node is not None else None
-            if zone is not None and any(pod.labels.get(k) != zone for k in self.mirror_keys):
+            if zone is not None and any(pod.labels.get(k) != zone for k in used):
                 return False
         return True
 
