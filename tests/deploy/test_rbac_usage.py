@@ -49,7 +49,7 @@ from tests.remediation.harness import (
     quick,
     running_lab,
 )
-from tests.remediation.test_execute_group import GROUPS, LAB, NS, pods
+from tests.remediation.test_execute_group import GROUPS, LAB, NS, bound, pods
 from tests.runtime.test_agent_e2e import agent_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,6 +150,11 @@ def lab_run(tmp_path: Path) -> list[AuditEntry]:
     try:
         with running_lab(tmp_path, "lab", diagnosis=GROUPS, rbac=True) as lab:
             admin = lab.cluster.store  # the test's own setup goes to the store, not through RBAC
+            # the lab's own pods placed first: a worker of `llm-workers` (nodeSelector gpu=true)
+            # still pending when the zone-b GPU node appears may land there, and the group then
+            # has no single zone that allows every flow
+            assert lab.cluster.wait_until(lambda: bound(lab) == {"zone-a": 4, "zone-b": 1},
+                                          timeout=60), bound(lab)
             gpu_node = {"apiVersion": "v1", "kind": "Node", "metadata": {
                 "name": "gpu-b-0", "labels": {ZONE: "zone-b", "gpu": "true",
                                               "kubernetes.io/hostname": "gpu-b-0"}},

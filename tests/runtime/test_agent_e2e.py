@@ -186,6 +186,9 @@ def test_sweep_budget_no_list_request_and_at_most_3_prometheus_queries(degraded:
         extra["metadata"]["name"] = f"extra-{i}"
         degraded.cluster.apply(extra)
     degraded.wait(lambda: len(degraded.agent.cache.job_keys()) >= 6 and degraded.agent.cache.synced)
+    # every job has its pods (a sweep diagnoses the jobs with live pods) before anything is counted
+    cache = degraded.agent.cache
+    degraded.wait(lambda: all(cache.pods_of_job(k) for k in cache.job_keys()))
     # only the sweep may talk to the API server and Prometheus while it is measured: stop the
     # detector and the scheduler (its metric refresh), each after its running step
     degraded.agent.detector.stop()
@@ -204,7 +207,7 @@ def test_sweep_budget_no_list_request_and_at_most_3_prometheus_queries(degraded:
     summary = degraded.agent.pipeline.sweep(None)
     counts = api.accounting.snapshot()
     after = queries()
-    assert summary["jobs"] >= 6
+    assert summary["jobs"] >= 6, summary
     # the extra jobs' incidents may be opened by this sweep (then previewed) or the detector
     assert_only_preview_reads(counts, opened=summary["incidents_opened"])
     assert after - before <= 3
