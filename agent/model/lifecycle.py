@@ -20,6 +20,7 @@ Lifecycle
       +-> expired (an approval deadline was set and passed)
     snoozed -> awaiting_approval (the snooze ended) / expired
     open / awaiting_approval / snoozed / approved -> superseded (the job changed before remediation)
+    remediating -> superseded (the job changed after the plan, before anything was written to it)
     open / awaiting_approval / snoozed / verifying -> resolved (a re-diagnosis finds it healthy)
 
 An incident is decidable (approve, reject, snooze) while it is `open` or `awaiting_approval`.
@@ -133,7 +134,7 @@ TRANSITIONS: dict[IncidentStatus, frozenset[IncidentStatus]] = {
     ),
     S.SNOOZED: frozenset({S.AWAITING_APPROVAL, S.EXPIRED, S.RESOLVED, S.SUPERSEDED}),
     S.APPROVED: frozenset({S.REMEDIATING, S.FAILED, S.SUPERSEDED}),
-    S.REMEDIATING: frozenset({S.VERIFYING, S.FAILED, S.ROLLED_BACK}),
+    S.REMEDIATING: frozenset({S.VERIFYING, S.FAILED, S.ROLLED_BACK, S.SUPERSEDED}),
     S.VERIFYING: frozenset({S.RESOLVED, S.FAILED, S.ROLLED_BACK}),
     S.RESOLVED: frozenset(),
     S.REJECTED: frozenset(),

@@ -13,7 +13,8 @@ The story of one incident (each step is a store action plus its timeline event):
   with the plan's refusal (no room, Kueue-managed, finished...) -- in all three cases nothing was
   written. Else `approved -> remediating` (one winner among replicas) and the PLAN action records
   the plan (patches, restore patches, diff, utilization before) as JSON.
-- Kubeflow jobs: (1) re-read the job and check uid, placement and verdict again; (2) server-side
+- Kubeflow jobs: (1) re-read the job and check uid, placement and verdict again (a job changed
+  since the plan ends `remediating -> superseded`, nothing written); (2) server-side
   dry run of the patch; (3) ONE merge patch carrying `metadata.resourceVersion`,
   `runPolicy.suspend: true` and the new templates -- a 409 re-reads, re-plans and retries up to
   `max_conflict_retries` times; (4) wait for `Suspended=True` and no pod of the job left
@@ -118,6 +119,11 @@ class Clock:
 
 class _FailedError(Exception):
     """End the incident `failed` with this reason."""
+
+
+class _SupersededError(Exception):
+    """End the incident `superseded` with this reason: the job changed before anything was
+    written to it (gone, recreated, healed or moved since the plan)."""
 
 
 class _RollbackError(Exception):
@@ -483,7 +489,7 @@ class Remediator:
             job = self._job(run.ref)
             reason = self._superseded_reason(run, rediagnosis, job)
             if reason is not None:
-                raise _FailedError(f"superseded before any change: {reason}")
+                raise _SupersededError(reason)
             assert rediagnosis.finding is not None
             result = plan_remediation(
                 rediagnosis.finding, self._live(run, rediagnosis, job),
@@ -521,6 +527,8 @@ class Remediator:
                     return run.status
                 self._refresh(run)
             return self._verify(run)
+        except _SupersededError as exc:
+            return self._end(run, S.SUPERSEDED, str(exc))
         except _FailedError as exc:
             self._never_suspended(run)
             return self._end(run, S.FAILED, str(exc))
@@ -532,18 +540,17 @@ class Remediator:
         plan = run.plan
         assert plan is not None
         if plan.kubeflow and (job is None or _uid(job) != plan.preconditions.uid):
-            raise _FailedError("superseded: the job was deleted or recreated since the plan")
+            raise _SupersededError("the job was deleted or recreated since the plan")
         rediagnosis = self.diagnose(run.ref)
         finding = rediagnosis.finding
         if finding is None or finding.verdict not in SPLIT_VERDICTS:
             now = "gone" if finding is None else finding.verdict.value
-            raise _FailedError(f"superseded: the job is {now} since the plan")
+            raise _SupersededError(f"the job is {now} since the plan")
         live = self._live(run, rediagnosis, job)
         where = placement(live.pods, live.nodes)
         if where != dict(plan.preconditions.placement):
-            raise _FailedError(
-                f"superseded: placement changed since the plan ({dict(plan.preconditions.placement)}"
-                f" -> {where})"
+            raise _SupersededError(
+                f"placement changed since the plan ({dict(plan.preconditions.placement)} -> {where})"
             )
 
     def _replan(self, run: _Run) -> None:
@@ -551,7 +558,7 @@ class Remediator:
         rediagnosis = self.diagnose(run.ref)
         job = self._job(run.ref)
         if rediagnosis.finding is None:
-            raise _FailedError("superseded: the job has no live pods any more")
+            raise _SupersededError("the job has no live pods any more")
         result = plan_remediation(
             rediagnosis.finding, self._live(run, rediagnosis, job), mirror_keys=rediagnosis.mirror_keys
         )
@@ -573,11 +580,9 @@ class Remediator:
             job = self.reader.job(run.ref, api_version=target.api_version)
             suspended_recorded = run.has(Step.SUSPENDED)
             if job is None or _uid(job) != plan.preconditions.uid:
-                raise _FailedError(
-                    "the job was deleted or recreated during remediation"
-                    if suspended_recorded
-                    else "superseded: the job was deleted or recreated since the plan"
-                )
+                if suspended_recorded:
+                    raise _FailedError("the job was deleted or recreated during remediation")
+                raise _SupersededError("the job was deleted or recreated since the plan")
             state = target.state_of(job)
             if state is TemplateState.PLANNED and (_suspended(job) or suspended_recorded):
                 if not suspended_recorded:  # the patch landed; the process died before saying so

@@ -209,6 +209,31 @@ def test_a_job_deleted_after_the_approval_is_superseded(tmp_path: Path, store: I
         assert lab.writes() == {}
 
 
+def test_a_job_deleted_after_the_plan_ends_superseded_with_nothing_written(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        lab.reset_accounting()
+
+        def on_step(step: Step) -> None:
+            if step is Step.PLANNED:  # the job goes between the plan and the first write
+                client.CustomObjectsApi(lab.api.api_client).delete_namespaced_custom_object(
+                    "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune")
+                deadline = time.monotonic() + 30
+                while pods(lab) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+        assert lab.remediator(store, on_step=on_step).run(incident_id) is IncidentStatus.SUPERSEDED
+        detail = store.get_incident(incident_id)
+        kinds = [e.kind.value for e in detail.events]
+        assert kinds[-3:] == ["remediation_started", "remediation_step", "superseded"]  # the plan
+        assert detail.events[-1].detail["reason"] in (
+            "the job was deleted or recreated since the plan", "the job has no live pods any more")
+        assert lab.writes() == {"delete pytorchjobs": 1}  # the test's own delete, nothing else
+
+
 def test_a_kueue_managed_job_is_refused(tmp_path: Path, store: IncidentStore) -> None:
     with running_lab(tmp_path, "seed-degraded") as lab:
         split(lab)
