@@ -112,7 +112,9 @@ def test_the_leader_runs_a_cli_decision_and_the_next_leader_resumes_it(
     assert done.stdout == f"incident {incident_id} approved by carol\n"
     _wait(lambda: incident_id in leader.remediator.calls, timeout=30)
     picked_up = time.monotonic() - recorded_at
-    assert picked_up < 2.5, f"picked up {picked_up:.1f} s after the approval"
+    # picked up by the 1 s pickup tick, not by some later event such as a sweep (the bound is
+    # generous: the machine may be loaded)
+    assert picked_up < 10, f"picked up {picked_up:.1f} s after the approval"
     _wait(lambda: leader.store.get_incident(incident_id).incident.status is S.VERIFYING,
           timeout=30)
     assert follower.remediator.calls == [] and follower.executor.runs == 0
