@@ -21,6 +21,7 @@ Lifecycle
     snoozed -> awaiting_approval (the snooze ended) / expired
     open / awaiting_approval / snoozed / approved -> superseded (the job changed before remediation)
     remediating -> superseded (the job changed after the plan, before anything was written to it)
+    remediating / verifying -> superseded (the job was deleted or recreated: nothing to restore)
     open / awaiting_approval / snoozed / verifying -> resolved (a re-diagnosis finds it healthy)
 
 An incident is decidable (approve, reject, snooze) while it is `open` or `awaiting_approval`.
@@ -135,7 +136,7 @@ TRANSITIONS: dict[IncidentStatus, frozenset[IncidentStatus]] = {
     S.SNOOZED: frozenset({S.AWAITING_APPROVAL, S.EXPIRED, S.RESOLVED, S.SUPERSEDED}),
     S.APPROVED: frozenset({S.REMEDIATING, S.FAILED, S.SUPERSEDED}),
     S.REMEDIATING: frozenset({S.VERIFYING, S.FAILED, S.ROLLED_BACK, S.SUPERSEDED}),
-    S.VERIFYING: frozenset({S.RESOLVED, S.FAILED, S.ROLLED_BACK}),
+    S.VERIFYING: frozenset({S.RESOLVED, S.FAILED, S.ROLLED_BACK, S.SUPERSEDED}),
     S.RESOLVED: frozenset(),
     S.REJECTED: frozenset(),
     S.EXPIRED: frozenset(),

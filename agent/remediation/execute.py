@@ -27,7 +27,9 @@ The story of one incident (each step is a store action plus its timeline event):
 - Rollback (pods unschedulable past the timeout, not co-located, pods that never went away,
   verification failed): restore the original templates from the recorded plan and resume (for a
   group: restore the Deployment template, recreate the Jobs from their original manifests); the
-  incident ends `rolled_back` with the reason. A job is never left suspended.
+  incident ends `rolled_back` with the reason. A job is never left suspended. A Kubeflow job
+  deleted or recreated (another uid) by its owner meanwhile leaves nothing to restore: the incident
+  ends `superseded` with the reason.
 - Crash safety: every decision is made from the store's record plus the live objects, so a fresh
   Remediator resumes at any step: the planned templates already on a suspended job mean the
   suspend landed; planned templates on a running job after a recorded suspend mean the restart
@@ -122,8 +124,9 @@ class _FailedError(Exception):
 
 
 class _SupersededError(Exception):
-    """End the incident `superseded` with this reason: the job changed before anything was
-    written to it (gone, recreated, healed or moved since the plan)."""
+    """End the incident `superseded` with this reason: the incident no longer applies to the job
+    (gone, recreated, healed or moved since the plan, before anything was written to it; or
+    deleted or recreated by its owner after a write, leaving nothing to restore)."""
 
 
 class _RollbackError(Exception):
@@ -580,9 +583,11 @@ class Remediator:
             job = self.reader.job(run.ref, api_version=target.api_version)
             suspended_recorded = run.has(Step.SUSPENDED)
             if job is None or _uid(job) != plan.preconditions.uid:
-                if suspended_recorded:
-                    raise _FailedError("the job was deleted or recreated during remediation")
-                raise _SupersededError("the job was deleted or recreated since the plan")
+                raise _SupersededError(
+                    "the job was deleted or recreated during remediation: nothing to restore"
+                    if suspended_recorded
+                    else "the job was deleted or recreated since the plan"
+                )
             state = target.state_of(job)
             if state is TemplateState.PLANNED and (_suspended(job) or suspended_recorded):
                 if not suspended_recorded:  # the patch landed; the process died before saying so
@@ -830,6 +835,8 @@ class Remediator:
                 self._rollback_group(run)
             else:
                 self._rollback_kubeflow(run)
+        except _SupersededError as exc:
+            return self._end(run, S.SUPERSEDED, f"{reason}; {exc}")
         except _FailedError as exc:
             self._never_suspended(run)
             return self._end(run, S.FAILED, f"{reason}; rollback failed: {exc}")
@@ -843,7 +850,7 @@ class Remediator:
         for _attempt in range(self.settings.max_conflict_retries + 1):
             job = self.reader.job(run.ref, api_version=target.api_version)
             if job is None or _uid(job) != plan.preconditions.uid:
-                raise _FailedError("the job is gone: nothing to restore")
+                raise _SupersededError("the job was deleted or recreated meanwhile: nothing to restore")
             if target.state_of(job) is TemplateState.ORIGINAL:
                 # restored already (a previous attempt died after the patch): resume if needed
                 suspended = _suspended(job)

@@ -234,6 +234,25 @@ def test_a_job_deleted_after_the_plan_ends_superseded_with_nothing_written(
         assert lab.writes() == {"delete pytorchjobs": 1}  # the test's own delete, nothing else
 
 
+def test_a_job_deleted_by_its_owner_after_the_resume_ends_superseded_nothing_to_restore(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+
+        def on_step(step: Step) -> None:
+            if step is Step.RESUMED:  # the owner deletes the job while its pods come back
+                client.CustomObjectsApi(lab.api.api_client).delete_namespaced_custom_object(
+                    "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune")
+
+        assert lab.remediator(store, on_step=on_step).run(incident_id) is IncidentStatus.SUPERSEDED
+        detail = store.get_incident(incident_id)
+        reason = detail.events[-1].detail["reason"]
+        assert reason.endswith("; the job was deleted or recreated meanwhile: nothing to restore")
+        assert [a.payload.get("step") for a in detail.actions][-1] == "rollback_started"
+
+
 def test_a_kueue_managed_job_is_refused(tmp_path: Path, store: IncidentStore) -> None:
     with running_lab(tmp_path, "seed-degraded") as lab:
         split(lab)
