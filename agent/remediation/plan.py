@@ -13,8 +13,9 @@ kept as it is):
 - Kubeflow kinds only: a required `podAffinity` term on the zone key selecting the job's own pods
   (`training.kubeflow.org/job-name`), appended to the template's existing required terms;
 - tolerations: when no schedulable node of the target zone that matches the template's other
-  nodeSelector keys accepts the template as it is, the tolerations for those nodes' NoSchedule and
-  NoExecute taints (read from the nodes) are appended to the template's own;
+  nodeSelector keys and its (zone-pinned) required node affinity accepts the template as it is,
+  the tolerations for those nodes' NoSchedule and NoExecute taints (read from the nodes) are
+  appended to the template's own;
 - the zone-mirroring pod label (the resolved `diagnosis.pod_zone_label` keys) is set to the target
   zone where the template carries it;
 - a zone-keyed topologySpreadConstraint is never added; a template that already has a
@@ -32,14 +33,16 @@ server-set fields stripped; Jobs already in the target zone are left alone.
 
 Refusals (nothing may be written): the finding is not a remediable split, the job is Kueue-managed
 or finished, a template spreads across zones, or the target zone lacks room for every pod the plan
-(re)creates (see `agent.remediation.room`).
+(re)creates, judged on the pods as they will be after the patch: zone pin, added podAffinity and
+tolerations, mirror labels, and the operator's labels read from the live pods (see
+`agent.remediation.room`).
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -49,6 +52,7 @@ import yaml
 from agent.model.cluster import ZONE_LABEL, JobKind
 from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.job import JobRef
+from agent.model.scheduling import required_node_affinity_matches
 from agent.model.verdict import Verdict
 from agent.remediation.room import (
     PodNeed,
@@ -56,11 +60,12 @@ from agent.remediation.room import (
     blocking_taints,
     check_room,
     node_labels,
+    node_name,
     pod_spec_requests,
     schedulable,
-    selector_matches,
     tolerates,
 )
+from agent.topology.roles import JOB_ROLE_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -489,9 +494,14 @@ def _retarget(
     other_selector = {
         k: v for k, v in (spec.get("nodeSelector") or {}).items() if k != ZONE_LABEL
     }
+    placement: dict[str, Any] = {"nodeSelector": other_selector}
+    terms_after = after.get("nodeSelectorTerms", terms)
+    if terms_after is not None:
+        placement["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": terms_after}}}
     candidates = [
-        n for n in zone_nodes if schedulable(n) and selector_matches(n, other_selector)
-    ]
+        n for n in zone_nodes
+        if schedulable(n) and required_node_affinity_matches(placement, node_labels(n), node_name(n))
+    ]  # fmt: skip
     if candidates and not any(
         all(tolerates(tolerations, t) for t in blocking_taints(n)) for n in candidates
     ):
@@ -517,19 +527,55 @@ def _retarget(
 
 
 def _needs(
-    name: str, template: Mapping[str, Any], change: TemplateChange | None, count: int
+    name: str,
+    template: Mapping[str, Any],
+    change: TemplateChange | None,
+    count: int,
+    *,
+    namespace: str,
+    relabel: Mapping[str, str],
+    pod_labels: Callable[[int], Mapping[str, str]] = lambda _: {},
 ) -> list[PodNeed]:
+    """The pods a template makes, as they will be after the patch: its (patched) nodeSelector,
+    tolerations and affinity; labels = what the live pod `i` carries besides the template
+    (operator labels), the patched template's labels, then `relabel` (the zone-mirroring keys
+    set to the target zone) where the pod carries the key."""
     spec = template.get("spec") or {}
     values = apply_merge_patch(template, change.fragment()) if change is not None else template
     patched = values.get("spec") or {}
+    template_labels = _meta(values).get("labels") or {}
     requests = pod_spec_requests(spec)
     selector = dict(patched.get("nodeSelector") or {})
     tolerations = tuple(patched.get("tolerations") or ())
-    return [
-        PodNeed(name=f"{name}-{i}" if count > 1 else name, requests=requests,
-                node_selector=selector, tolerations=tolerations)
-        for i in range(count)
-    ]  # fmt: skip
+    affinity = dict(patched.get("affinity") or {})
+    out: list[PodNeed] = []
+    for i in range(count):
+        labels = {**pod_labels(i), **template_labels}
+        labels.update({k: v for k, v in relabel.items() if k in labels})
+        out.append(PodNeed(
+            name=f"{name}-{i}" if count > 1 else name, requests=requests, node_selector=selector,
+            tolerations=tolerations, namespace=namespace, labels=labels, affinity=affinity,
+        ))  # fmt: skip
+    return out
+
+
+def _replica_labels(
+    pods: Sequence[Mapping[str, Any]], *, job: str, replica: str
+) -> Callable[[int], Mapping[str, str]]:
+    """Labels of the Kubeflow pod `i` of `replica` as its operator sets them: the live pod's
+    (found by replica type or job role and index labels, or by its name `<job>-<type>-<i>`),
+    else the job-name label alone."""
+    rtype = replica.lower()
+    by_index: dict[str, Mapping[str, str]] = {}
+    for pod in pods:
+        labels: Mapping[str, str] = _meta(pod).get("labels") or {}
+        kind = labels.get(REPLICA_TYPE_LABEL) or labels.get(JOB_ROLE_LABEL)
+        name = str(_meta(pod).get("name"))
+        if kind is not None and kind.lower() == rtype:
+            by_index.setdefault(labels.get(REPLICA_INDEX_LABEL, "0"), labels)
+        elif kind is None and name.startswith(f"{job}-{rtype}-"):
+            by_index.setdefault(name.rpartition("-")[2], labels)
+    return lambda i: by_index.get(str(i)) or {JOB_NAME_LABEL: job}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -665,6 +711,7 @@ def _plan_kubeflow(
     if not specs:
         raise _RefusedError(f"the job has no {kind.specs_field}")
     zone_nodes = _zone_nodes(live.nodes, zone)
+    relabel = {k: zone for k in mirror_keys}
     changes: list[TemplateChange] = []
     needs: list[PodNeed] = []
     for replica, spec in specs.items():
@@ -677,7 +724,11 @@ def _plan_kubeflow(
         if change is not None:
             changes.append(change)
         count = int((spec or {}).get("replicas", 1) or 0)
-        needs.extend(_needs(f"{ref.name}-{str(replica).lower()}", template, change, count))
+        needs.extend(_needs(
+            f"{ref.name}-{str(replica).lower()}", template, change, count,
+            namespace=ref.namespace, relabel=relabel,
+            pod_labels=_replica_labels(live.pods, job=ref.name, replica=str(replica)),
+        ))  # fmt: skip
     replaced = frozenset(_pod_key(p) for p in live.pods)
     _room(needs, live, zone=zone, replaced=replaced)
     meta = _meta(job)
@@ -739,6 +790,7 @@ def _plan_group(
         (str(w.get("kind")), str(_meta(w).get("name"))): w for w in live.workloads
     }
     zone_nodes = _zone_nodes(live.nodes, zone)
+    relabel = {k: zone for k in mirror_keys}
     moving: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     pods_of: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for pod in live.pods:
@@ -794,7 +846,8 @@ def _plan_group(
             action = TargetAction.RECREATE
             original = recreatable_job(obj)
             manifest = apply_merge_patch(original, change.nested())
-        needs.extend(_needs(name, template, change, count))
+        needs.extend(_needs(name, template, change, count, namespace=ref.namespace,
+                            relabel=relabel))  # fmt: skip
         replaced.update(_pod_key(p) for p in owned)
         targets.append(
             Target(

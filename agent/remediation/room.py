@@ -1,21 +1,61 @@
-"""Does a zone have room for a job's pods: quantities, taints, tolerations and a first-fit packing.
+"""Does a zone have room for a job's pods, judged as kube-scheduler's filters would judge them.
 
-Called by `agent.remediation.plan` before it proposes any write. A zone has room when every pod the
-plan will (re)create fits on one of the zone's nodes that is schedulable (not cordoned), whose
-labels match the pod's nodeSelector and whose NoSchedule/NoExecute taints the pod tolerates, with
-free resources = allocatable minus the requests of the live pods already bound there (pods the plan
-replaces do not count). Every requested resource counts (cpu, memory, `nvidia.com/gpu`, any
-extended resource), plus one `pods` slot when the node declares a pod limit. Pods are packed first
-fit, largest GPU request first. Pure: plain dicts in, plain data out; it does not schedule anything.
+Called by `agent.remediation.plan` before it proposes any write, with the pods the plan will
+(re)create as they will be after the patch (`PodNeed`: requests, nodeSelector, tolerations,
+affinity, labels, namespace). Pure: plain dicts in, plain data out; it does not schedule anything.
+
+A pod fits on a node of the zone when, in this order:
+- the node is schedulable (not cordoned);
+- the node matches the pod's nodeSelector and its required node affinity
+  (`nodeSelectorTerms` ORed, requirements ANDed, In/NotIn/Exists/DoesNotExist/Gt/Lt,
+  `matchFields` on `metadata.name`, an empty term or term list matching nothing: the rules of
+  `agent.model.scheduling`, which the twin's scheduler shares); preferred terms do not count;
+- the pod tolerates the node's NoSchedule/NoExecute taints;
+- free resources suffice: allocatable minus the requests of the live pods bound there (pods the
+  plan replaces do not count); every requested resource counts (cpu, memory, `nvidia.com/gpu`,
+  any extended resource), plus one `pods` slot when the node declares a pod limit;
+- required pod affinity: every term's topologyKey is on the node and a pod the term selects sits
+  in the node's domain; or, as upstream, no pod matches any term and the pod matches all its own
+  terms (the first pod of a group, e.g. the plan's own job-name term on the zone key);
+- required pod anti-affinity both ways: no pod the pod's own terms select sits in the node's
+  domain of the term's topologyKey, and no pod whose terms select this pod sits in its term's
+  domain holding the node (the symmetric rule).
+The pods seen by (anti-)affinity are the live pods in `bound_pods` (except those the plan
+replaces) and the plan's pods packed earlier in the same check. Terms select pods by labelSelector
+(absent: none), matchLabelKeys/mismatchLabelKeys, and namespaces: the listed ones, the pod's own
+when none is listed and no namespaceSelector is set, every namespace for `namespaceSelector: {}`.
+Pods are packed first fit, largest GPU request first, onto the nodes in the given order.
+
+The refusal names the first pod that fits nowhere and each node's reason; its first words say
+why when every node refuses for one reason ("no node in zone Z matches the node affinity/selector
+of pod P", "anti-affinity: no node in zone Z may take pod P", "pod affinity: ..."), else "zone Z
+has no room for pod P (its requests)".
+
+Not checked: a non-empty `namespaceSelector` is not resolved (namespace labels are not read): it is
+taken to select every namespace (a refusal says so), which may refuse a zone the scheduler would
+accept for anti-affinity and accept one it would refuse for pod affinity. Only pods in
+`bound_pods` are seen (the caller reads the target zone's nodes): a pod elsewhere that shares a
+topology domain spanning zones, or that would deny the first-of-group exception of pod affinity,
+is not. topologySpreadConstraints other than the zone-keyed DoNotSchedule one the plan refuses,
+preferred terms, preemption, volume topology, host ports, and a rollout's surge (old pods still
+running) are not modelled; the scheduler's own order of pods and scoring may differ from first fit.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from agent.model.scheduling import (
+    PodAffinityTerm,
+    node_affinity_matches,
+    node_selector_matches,
+    pod_affinity_terms,
+    resolve_pod_affinity_term,
+)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -120,19 +160,21 @@ def schedulable(node: Mapping[str, Any]) -> bool:
     return not (node.get("spec") or {}).get("unschedulable")
 
 
-def selector_matches(node: Mapping[str, Any], node_selector: Mapping[str, str]) -> bool:
-    labels = node_labels(node)
-    return all(labels.get(k) == v for k, v in node_selector.items())
-
-
 @dataclass(frozen=True)
 class PodNeed:
-    """One pod the plan will (re)create: what it requests and where it may go."""
+    """One pod the plan will (re)create, as it will be: what it requests and where it may go.
+
+    `labels` and `namespace` are what other pods' (anti-)affinity terms see; `affinity` is the
+    pod spec's `affinity` (required node affinity, pod affinity and anti-affinity are read).
+    """
 
     name: str
     requests: Mapping[str, Decimal]
     node_selector: Mapping[str, str]
     tolerations: tuple[Mapping[str, Any], ...]
+    namespace: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    affinity: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _fmt(resource: str, amount: Decimal) -> str:
@@ -156,6 +198,159 @@ def _describe(need: PodNeed) -> str:
     return ", ".join(parts) or "no resources"
 
 
+# ------------------------------------------------------------------------------------------------
+# inter-pod affinity: who sits where, and what a pod's terms make of it
+
+
+@dataclass(frozen=True)
+class _Occupant:
+    """A pod on a node, for inter-pod affinity: a live pod, or a pod of the plan placed earlier."""
+
+    shown: str  # "pod ns/name" or "planned pod name"
+    namespace: str
+    labels: Mapping[str, str]
+    node: str
+    domains: Mapping[str, str]  # its node's labels
+    anti: tuple[PodAffinityTerm, ...]  # its required anti-affinity terms, resolved
+
+
+def _resolve(terms: Sequence[Mapping[str, Any]], *, namespace: str,
+             labels: Mapping[str, str]) -> tuple[PodAffinityTerm, ...]:  # fmt: skip
+    return tuple(
+        resolve_pod_affinity_term(t, namespace=namespace, labels=labels, namespace_labels=None)
+        for t in terms
+    )
+
+
+def _need_terms(need: PodNeed, kind: str) -> tuple[PodAffinityTerm, ...]:
+    """The need's required `kind` (podAffinity / podAntiAffinity) terms, resolved."""
+    terms = pod_affinity_terms({"affinity": need.affinity}, kind)
+    return _resolve(terms, namespace=need.namespace, labels=need.labels)
+
+
+def _occupants(
+    bound_pods: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, Mapping[str, Any]],
+    replaced: frozenset[tuple[str, str]],
+) -> list[_Occupant]:
+    out: list[_Occupant] = []
+    for pod in bound_pods:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        node = nodes.get(str(spec.get("nodeName") or ""))
+        if node is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        if key in replaced:
+            continue
+        labels: Mapping[str, str] = meta.get("labels") or {}
+        out.append(_Occupant(
+            shown=f"pod {key[0]}/{key[1]}", namespace=key[0], labels=labels,
+            node=node_name(node), domains=node_labels(node),
+            anti=_resolve(pod_affinity_terms(spec, "podAntiAffinity"), namespace=key[0],
+                          labels=labels),
+        ))  # fmt: skip
+    return out
+
+
+def _ns_note(term: PodAffinityTerm) -> str:
+    return " (its namespaceSelector taken as every namespace)" if term.unresolved else ""
+
+
+@dataclass
+class _InterPod:
+    """What one pod's inter-pod terms make of the pods placed so far (upstream PreFilter):
+    per own affinity term the matching pods per domain value, per own anti-affinity term a
+    matching pod per domain value, and the domains other pods' anti-affinity keeps it out of."""
+
+    affinity: list[tuple[PodAffinityTerm, dict[str, int]]]
+    first_of_group: bool
+    anti: list[tuple[PodAffinityTerm, dict[str, _Occupant]]]
+    kept_out: dict[tuple[str, str], tuple[_Occupant, PodAffinityTerm]]
+
+    @classmethod
+    def of(cls, need: PodNeed, occupants: Sequence[_Occupant]) -> _InterPod:
+        affinity: list[tuple[PodAffinityTerm, dict[str, int]]] = [
+            (t, {}) for t in _need_terms(need, "podAffinity")
+        ]
+        anti: list[tuple[PodAffinityTerm, dict[str, _Occupant]]] = [
+            (t, {}) for t in _need_terms(need, "podAntiAffinity")
+        ]
+        kept_out: dict[tuple[str, str], tuple[_Occupant, PodAffinityTerm]] = {}
+        any_match = False
+        for occ in occupants:
+            for term, counts in affinity:
+                if term.topology_key in occ.domains and term.matches(occ.namespace, occ.labels):
+                    value = occ.domains[term.topology_key]
+                    counts[value] = counts.get(value, 0) + 1
+                    any_match = True
+            for term, hits in anti:
+                if term.topology_key in occ.domains and term.matches(occ.namespace, occ.labels):
+                    hits.setdefault(occ.domains[term.topology_key], occ)
+            for term in occ.anti:
+                if term.topology_key in occ.domains and term.matches(need.namespace, need.labels):
+                    kept_out.setdefault((term.topology_key, occ.domains[term.topology_key]),
+                                        (occ, term))  # fmt: skip
+        # The first pod of a group with affinity to itself may go anywhere: no pod matches any
+        # of its terms and it matches all of them itself (upstream rule).
+        first = not any_match and all(
+            t.matches(need.namespace, need.labels) for t, _ in affinity
+        )
+        return cls(affinity=affinity, first_of_group=first, anti=anti, kept_out=kept_out)
+
+    def affinity_refusal(self, labels: Mapping[str, str]) -> str | None:
+        for term, _ in self.affinity:
+            if term.topology_key not in labels:
+                return f"pod affinity: the node has no {term.topology_key} label"
+        if self.first_of_group:
+            return None
+        for term, counts in self.affinity:
+            value = labels[term.topology_key]
+            if counts.get(value, 0) <= 0:
+                return (f"pod affinity: no pod its term selects in {term.topology_key}={value}"
+                        f"{_ns_note(term)}")  # fmt: skip
+        return None
+
+    def anti_refusal(self, labels: Mapping[str, str], need: PodNeed) -> str | None:
+        for term, hits in self.anti:
+            value = labels.get(term.topology_key)
+            if value is not None and value in hits:
+                return (f"anti-affinity: pod {need.name} may not share {term.topology_key}={value} "
+                        f"with {hits[value].shown}{_ns_note(term)}")  # fmt: skip
+        for (key, value), (occ, term) in self.kept_out.items():
+            if labels.get(key) == value:
+                return (f"anti-affinity of {occ.shown} (on {occ.node}) keeps pod {need.name} out "
+                        f"of {key}={value}{_ns_note(term)}")  # fmt: skip
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# the check
+
+NODE_AFFINITY = "node affinity"
+POD_AFFINITY = "pod affinity"
+ANTI_AFFINITY = "anti-affinity"
+OTHER = "other"
+MAX_NODES_SHOWN = 10  # per-node reasons quoted in a refusal; the rest are counted
+
+
+def _headline(zone: str, need: PodNeed, kinds: set[str]) -> str:
+    if kinds == {NODE_AFFINITY}:
+        return f"no node in zone {zone} matches the node affinity/selector of pod {need.name}"
+    if kinds == {ANTI_AFFINITY}:
+        return f"anti-affinity: no node in zone {zone} may take pod {need.name}"
+    if kinds == {POD_AFFINITY}:
+        return f"pod affinity: no node in zone {zone} satisfies the pod affinity of pod {need.name}"
+    return f"zone {zone} has no room for pod {need.name} ({_describe(need)})"
+
+
+def _refusal(zone: str, need: PodNeed, refusals: Sequence[tuple[str, str]]) -> str:
+    shown = [text for _, text in refusals[:MAX_NODES_SHOWN]]
+    if len(refusals) > MAX_NODES_SHOWN:
+        shown.append(f"{len(refusals) - MAX_NODES_SHOWN} more nodes refuse it too")
+    return _headline(zone, need, {kind for kind, _ in refusals}) + ": " + "; ".join(shown)
+
+
 def check_room(
     needs: Sequence[PodNeed],
     *,
@@ -168,7 +363,7 @@ def check_room(
     """None when every need fits in `zone`; else the reason naming the first pod that does not.
 
     `bound_pods`: live pods on nodes (any namespace); `replaced`: (namespace, name) of the pods
-    the plan deletes, whose requests are freed.
+    the plan deletes, whose requests are freed and which no (anti-)affinity term sees.
     """
     in_zone = [n for n in nodes if node_labels(n).get(zone_label) == zone]
     if not in_zone:
@@ -194,6 +389,7 @@ def check_room(
                 left[name] -= amount
         if "pods" in left:
             left["pods"] -= 1
+    occupants = _occupants(bound_pods, {node_name(n): n for n in nodes}, replaced)
     order = sorted(
         needs,
         key=lambda n: (
@@ -204,34 +400,51 @@ def check_room(
         ),
     )
     for need in order:
-        placed = False
-        refusals: list[str] = []
+        placement = {"nodeSelector": need.node_selector, "affinity": need.affinity}
+        inter = _InterPod.of(need, occupants)
+        chosen: Mapping[str, Any] | None = None
+        refusals: list[tuple[str, str]] = []
         for node in usable:
             name = node_name(node)
-            if not selector_matches(node, need.node_selector):
-                refusals.append(f"{name}: nodeSelector does not match")
+            labels = node_labels(node)
+            if not node_selector_matches(placement, labels):
+                refusals.append((NODE_AFFINITY, f"{name}: nodeSelector does not match"))
+                continue
+            if not node_affinity_matches(placement, labels, name):
+                refusals.append((NODE_AFFINITY, f"{name}: required node affinity does not match"))
                 continue
             untolerated = [t for t in blocking_taints(node) if not tolerates(need.tolerations, t)]
             if untolerated:
-                refusals.append(f"{name}: untolerated taint {untolerated[0].get('key')}")
+                refusals.append((OTHER, f"{name}: untolerated taint {untolerated[0].get('key')}"))
                 continue
             left = free[name]
             short = [r for r, amount in need.requests.items() if _short(left, r, amount)]
             if "pods" in left and left["pods"] < 1:
                 short.append("pods")
             if short:
-                refusals.append(f"{name}: not enough {', '.join(sorted(short))}")
+                refusals.append((OTHER, f"{name}: not enough {', '.join(sorted(short))}"))
                 continue
-            for r, amount in need.requests.items():
-                if r in left:
-                    left[r] -= amount
-            if "pods" in left:
-                left["pods"] -= 1
-            placed = True
+            why = inter.affinity_refusal(labels)
+            if why is not None:
+                refusals.append((POD_AFFINITY, f"{name}: {why}"))
+                continue
+            why = inter.anti_refusal(labels, need)
+            if why is not None:
+                refusals.append((ANTI_AFFINITY, f"{name}: {why}"))
+                continue
+            chosen = node
             break
-        if not placed:
-            return (
-                f"zone {zone} has no room for pod {need.name} ({_describe(need)}): "
-                + "; ".join(refusals)
-            )
+        if chosen is None:
+            return _refusal(zone, need, refusals)
+        left = free[node_name(chosen)]
+        for r, amount in need.requests.items():
+            if r in left:
+                left[r] -= amount
+        if "pods" in left:
+            left["pods"] -= 1
+        occupants.append(_Occupant(
+            shown=f"planned pod {need.name}", namespace=need.namespace, labels=need.labels,
+            node=node_name(chosen), domains=node_labels(chosen),
+            anti=_need_terms(need, "podAntiAffinity"),
+        ))  # fmt: skip
     return None

@@ -13,6 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.model.scheduling import (
+    PodAffinityTerm,
+    resolve_pod_affinity_term,
+    with_match_label_keys,
+)
+from agent.model.scheduling import pod_affinity_terms as scheduling_terms
 from agent.model.selector import LabelSelector
 from agent.twin.scheduler_resources import PODS, pod_requests
 from agent.twin.scheduler_snapshot import Snapshot, name_of, namespace_of
@@ -23,7 +29,6 @@ from agent.twin.scheduler_terms import (
     pod_labels,
     selector_matches,
     untolerated_taint,
-    with_match_label_keys,
 )
 
 Obj = Mapping[str, Any]
@@ -50,60 +55,27 @@ def taint_reason(taint: Obj) -> str:
 # --- pod (anti-)affinity terms -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AffinityTerm:
-    """A PodAffinityTerm resolved against its owner pod: selector with matchLabelKeys merged in."""
-
-    selector: LabelSelector | None  # None: no selector, matches no pod
-    namespaces: frozenset[str] | None  # None: every namespace
-    topology_key: str
-
-    def matches(self, pod: Obj) -> bool:
-        if self.namespaces is not None and namespace_of(pod) not in self.namespaces:
-            return False
-        return selector_matches(self.selector, pod_labels(pod))
-
-
 def resolve_term(
     term: Obj, owner: Obj, namespace_labels: Mapping[str, Mapping[str, str]]
-) -> AffinityTerm:
-    labels = pod_labels(owner)
-    selector = with_match_label_keys(term.get("labelSelector"), term.get("matchLabelKeys"), labels)
-    mismatch = [k for k in term.get("mismatchLabelKeys") or [] if k in labels]
-    if mismatch and selector is not None:
-        selector = dict(selector)
-        selector["matchExpressions"] = list(selector.get("matchExpressions") or []) + [
-            {"key": k, "operator": "NotIn", "values": [labels[k]]} for k in mismatch
-        ]
-    listed = set(term.get("namespaces") or [])
-    ns_selector = term.get("namespaceSelector")
-    namespaces: frozenset[str] | None
-    if (
-        ns_selector is not None
-        and not ns_selector.get("matchLabels")
-        and not ns_selector.get("matchExpressions")
-    ):
-        namespaces = None  # {} selects every namespace
-    else:
-        if ns_selector is not None:
-            parsed_ns = parse_selector(ns_selector)
-            listed |= {
-                ns for ns, lbls in namespace_labels.items() if selector_matches(parsed_ns, lbls)
-            }
-        if not listed and ns_selector is None:
-            listed = {namespace_of(owner)}
-        namespaces = frozenset(listed)
-    return AffinityTerm(parse_selector(selector), namespaces, str(term.get("topologyKey", "")))
+) -> PodAffinityTerm:
+    """A PodAffinityTerm of `owner` resolved by the core's rules, with the cached selector parser."""
+    return resolve_pod_affinity_term(
+        term, namespace=namespace_of(owner), labels=pod_labels(owner),
+        namespace_labels=namespace_labels, parse=parse_selector,
+    )  # fmt: skip
+
+
+def term_matches(term: PodAffinityTerm, pod: Obj) -> bool:
+    return term.matches(namespace_of(pod), pod_labels(pod))
 
 
 def pod_affinity_terms(pod: Obj, kind: str, mode: str) -> list[Obj]:
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}
-    return list(affinity.get(mode) or [])
+    return scheduling_terms(pod.get("spec") or {}, kind, mode)
 
 
 def required_terms(
     pod: Obj, kind: str, namespace_labels: Mapping[str, Mapping[str, str]]
-) -> list[AffinityTerm]:
+) -> list[PodAffinityTerm]:
     return [
         resolve_term(t, pod, namespace_labels)
         for t in pod_affinity_terms(pod, kind, "requiredDuringSchedulingIgnoredDuringExecution")
@@ -130,8 +102,8 @@ class FilterState:
     requests: dict[str, int]
     spread: list[SpreadConstraint]
     spread_keys: list[str]
-    affinity: list[AffinityTerm]
-    anti_affinity: list[AffinityTerm]
+    affinity: list[PodAffinityTerm]
+    anti_affinity: list[PodAffinityTerm]
     affinity_counts: dict[Pair, int]
     anti_counts: dict[Pair, int]
     existing_anti: set[Pair]
@@ -207,15 +179,15 @@ def prefilter(pod: Obj, snapshot: Snapshot) -> FilterState:
     for node, other in snapshot.all_pods():
         nl = node_labels(node)
         for term in affinity:
-            if term.topology_key in nl and term.matches(other):
+            if term.topology_key in nl and term_matches(term, other):
                 pair = (term.topology_key, nl[term.topology_key])
                 affinity_counts[pair] = affinity_counts.get(pair, 0) + 1
         for term in anti:
-            if term.topology_key in nl and term.matches(other):
+            if term.topology_key in nl and term_matches(term, other):
                 pair = (term.topology_key, nl[term.topology_key])
                 anti_counts[pair] = anti_counts.get(pair, 0) + 1
         for term in required_terms(other, "podAntiAffinity", ns_labels):
-            if term.topology_key in nl and term.matches(pod):
+            if term.topology_key in nl and term_matches(term, pod):
                 existing_anti.add((term.topology_key, nl[term.topology_key]))
     return FilterState(
         requests=pod_requests(pod),
@@ -293,7 +265,7 @@ def filter_inter_pod_affinity(pod: Obj, state: FilterState, node: Obj) -> list[s
             # The first pod of a group with affinity to itself may go anywhere (upstream rule):
             # no pod in the cluster matches any term, and the pod matches all its own terms.
             first_of_group = not state.affinity_counts and all(
-                t.matches(pod) for t in state.affinity
+                term_matches(t, pod) for t in state.affinity
             )
             if not first_of_group:
                 return [REASON_AFFINITY]

@@ -12,16 +12,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from agent.model.scheduling import node_selector_term_matches
 from agent.twin.scheduler_filters import (
     FilterState,
     pod_affinity_terms,
     resolve_term,
     spread_constraints_of,
     spread_counts,
+    term_matches,
 )
 from agent.twin.scheduler_resources import CPU, MEMORY
 from agent.twin.scheduler_snapshot import Snapshot, name_of
-from agent.twin.scheduler_terms import node_labels, node_selector_term_matches, untolerated_taint
+from agent.twin.scheduler_terms import node_labels, untolerated_taint
 
 Obj = Mapping[str, Any]
 MAX_SCORE = 100
@@ -92,7 +94,7 @@ def score_inter_pod_affinity(pod: Obj, node: Obj, snapshot: Snapshot) -> float:
                 continue
             value = labels[term.topology_key]
             for other_node, other in snapshot.all_pods():
-                if node_labels(other_node).get(term.topology_key) == value and term.matches(other):
+                if node_labels(other_node).get(term.topology_key) == value and term_matches(term, other):
                     total += sign * int(weighted.get("weight", 0))
     return total
 

@@ -3,10 +3,11 @@
 Called by the scheduler's filters and scores (`scheduler_filters`, `scheduler_scores`). Works on
 plain Kubernetes JSON (dicts) as the twin's store holds them. metav1.LabelSelector objects (pod
 affinity, spread, namespace and workload selectors) are parsed by the core's
-`agent.model.selector.parse_label_selector` and matched by its `LabelSelector`; parsed selectors are
-cached, since the scheduler resolves the same selectors for every pod in every cycle. Node selector
-terms (Gt, Lt, matchFields) have their own matcher here. Pure: no I/O, no clock; the parse cache
-is its only state. It does not decide placement; it only answers "does this match".
+`agent.model.scheduling.parse_selector_or_none` and matched by its `LabelSelector`; parsed
+selectors are cached, since the scheduler resolves the same selectors for every pod in every cycle.
+Node selector terms and required node affinity are matched by the core's `agent.model.scheduling`.
+Pure: no I/O, no clock; the parse cache is its only state. It does not decide placement; it only
+answers "does this match".
 """
 
 from __future__ import annotations
@@ -14,38 +15,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from agent.errors import PolicyError
-from agent.model.selector import LabelSelector, parse_label_selector
+from agent.model.scheduling import parse_selector_or_none, required_node_affinity_matches
+from agent.model.selector import LabelSelector
 
 Labels = Mapping[str, str]
 Obj = Mapping[str, Any]
 SELECTOR_CACHE_SIZE = 4096  # distinct selectors kept parsed; the cache is emptied when full
 _parsed: dict[Hashable, LabelSelector | None] = {}
-
-
-def _node_requirement_matches(expr: Obj, labels: Labels) -> bool:
-    """One NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt); unknown: False."""
-    key = str(expr.get("key", ""))
-    op = str(expr.get("operator", ""))
-    values = [str(v) for v in expr.get("values") or []]
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
 
 
 def _cache_key(selector: Obj) -> Hashable:
@@ -64,13 +40,6 @@ def _cache_key(selector: Obj) -> Hashable:
     )
 
 
-def _parse(selector: Obj) -> LabelSelector | None:
-    try:
-        return parse_label_selector(selector, where="labelSelector")
-    except PolicyError:
-        return None  # the API server would have refused it; an invalid selector matches nothing
-
-
 def parse_selector(selector: Obj | None) -> LabelSelector | None:
     """A metav1.LabelSelector object parsed by the core; None for no selector or an invalid one."""
     if selector is None:
@@ -79,12 +48,12 @@ def parse_selector(selector: Obj | None) -> LabelSelector | None:
         key = _cache_key(selector)
         hash(key)
     except (AttributeError, TypeError):
-        return _parse(selector)
+        return parse_selector_or_none(selector)
     try:
         return _parsed[key]
     except KeyError:
         pass
-    parsed = _parse(selector)
+    parsed = parse_selector_or_none(selector)
     if len(_parsed) >= SELECTOR_CACHE_SIZE:
         _parsed.clear()
     _parsed[key] = parsed
@@ -101,51 +70,10 @@ def label_selector_matches(selector: Obj | None, labels: Labels) -> bool:
     return selector_matches(parse_selector(selector), labels)
 
 
-def with_match_label_keys(
-    selector: Obj | None, keys: list[str] | None, pod_labels: Labels
-) -> Obj | None:
-    """Add `key In (pod's value)` for each matchLabelKeys key the pod carries (as upstream does)."""
-    if not keys or selector is None:
-        return selector
-    extra = [
-        {"key": k, "operator": "In", "values": [pod_labels[k]]} for k in keys if k in pod_labels
-    ]
-    merged = dict(selector)
-    merged["matchExpressions"] = list(selector.get("matchExpressions") or []) + extra
-    return merged
-
-
-def node_selector_term_matches(term: Obj, node_labels: Labels, node_name: str) -> bool:
-    """One NodeSelectorTerm: its matchExpressions and matchFields ANDed; an empty term matches none."""
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    if not all(_node_requirement_matches(e, node_labels) for e in exprs):
-        return False
-    for f in fields:
-        if f.get("key") != "metadata.name":
-            return False
-        if not _node_requirement_matches(f, {"metadata.name": node_name}):
-            return False
-    return True
-
-
 def node_matches_required_affinity(pod: Obj, node: Obj) -> bool:
-    """nodeSelector (every pair) AND required node affinity (terms ORed)."""
-    labels = node_labels(node)
-    spec = pod.get("spec") or {}
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or None
-    if required is None:
-        return True
-    terms = required.get("nodeSelectorTerms") or []
+    """nodeSelector (every pair) AND required node affinity (terms ORed), as upstream matches them."""
     name = str((node.get("metadata") or {}).get("name", ""))
-    return any(node_selector_term_matches(t, labels, name) for t in terms)
+    return required_node_affinity_matches(pod.get("spec") or {}, node_labels(node), name)
 
 
 def node_labels(node: Obj) -> dict[str, str]:

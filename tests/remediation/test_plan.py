@@ -156,7 +156,8 @@ def test_existing_selector_affinity_and_tolerations_are_merged_and_every_term_ge
     for n in nodes:
         n["metadata"]["labels"]["disk"] = "ssd"
     obj = job("PyTorchJob", coordinator_spec=coordinator)
-    plan = a_plan("PyTorchJob", obj, nodes=nodes)
+    cache = pod("cache-0", node_name="gpu-a-0", labels={"cache": "warm"})  # what its podAffinity wants
+    plan = a_plan("PyTorchJob", obj, nodes=nodes, bound=[cache])
     patched = apply_merge_patch(obj, plan.job_patch(resource_version=None, suspend=True))
     master = templates(patched, "PyTorchJob")["Master"]["spec"]
     assert master["nodeSelector"] == {"disk": "ssd", ZONE: "zone-a"}
@@ -344,3 +345,78 @@ def test_group_pod_without_a_movable_controller_is_refused() -> None:
     live_ = LiveObjects(job=None, pods=pods, nodes=base.nodes, bound_pods=pods, workloads=base.workloads)
     result = plan_remediation(finding(JobKind.GROUP, name="lab"), live_)
     assert isinstance(result, Refusal) and "stray" in result.reason
+
+
+# --- room: affinity, judged on the pods as they will be after the patch --------------------------
+
+HOST = "kubernetes.io/hostname"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def operator_pods(workers: int) -> list[dict[str, Any]]:
+    """The PyTorchJob's pods labelled as training-operator labels them."""
+    pods = job_pods("PyTorchJob", workers=workers)
+    for p in pods:
+        rtype, index = p["metadata"]["name"].split("-")[1:]
+        p["metadata"]["labels"].update({"training.kubeflow.org/replica-type": rtype,
+                                        "training.kubeflow.org/replica-index": index})  # fmt: skip
+    return pods
+
+
+def one_worker_per_node(workers: int) -> Plan | Refusal:
+    anti = {"podAntiAffinity": {REQUIRED: [{"topologyKey": HOST, "labelSelector": {"matchLabels": {
+        JOB_NAME: "train", "training.kubeflow.org/replica-type": "worker"}}}]}}  # fmt: skip
+    obj = job("PyTorchJob", workers=workers, worker_spec={"affinity": anti})
+    pods = operator_pods(workers)
+    return plan_remediation(finding(JobKind.PYTORCH), LiveObjects(
+        job=obj, pods=pods, nodes=cluster_nodes(), bound_pods=pods))  # fmt: skip
+
+
+def test_anti_affinity_between_the_jobs_own_workers_is_judged_with_their_operator_labels() -> None:
+    assert isinstance(one_worker_per_node(2), Plan)  # two GPU nodes in zone-a: one worker each
+    refused = one_worker_per_node(3)
+    assert isinstance(refused, Refusal)
+    assert refused.reason.startswith(
+        "anti-affinity: no node in zone zone-a may take pod train-worker-2: gpu-a-0: anti-affinity: "
+        "pod train-worker-2 may not share kubernetes.io/hostname=gpu-a-0 with planned pod "
+        "train-worker-"
+    ), refused.reason
+
+
+def worker_terms(*exprs: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": list(exprs)}]}}}
+
+
+def test_node_affinity_no_node_of_the_zone_matches_is_refused_with_the_reason() -> None:
+    obj = job("PyTorchJob", worker_spec={"affinity": worker_terms(
+        {"key": "gpu-model", "operator": "In", "values": ["h100"]})})  # fmt: skip
+    reason = refusal("PyTorchJob", obj)
+    assert reason == (
+        "no node in zone zone-a matches the node affinity/selector of pod train-worker-0: "
+        "gpu-a-0: required node affinity does not match; gpu-a-1: required node affinity does "
+        "not match"
+    )
+
+
+def test_node_affinity_is_judged_after_the_zone_pin_replaced_the_terms_zone() -> None:
+    # live, the term wants zone-b; the plan pins zone-a into it, so zone-a's GPU nodes match
+    obj = job("PyTorchJob", worker_spec={"affinity": worker_terms(
+        {"key": ZONE, "operator": "In", "values": ["zone-b"]},
+        {"key": "gpu", "operator": "In", "values": ["true"]})})  # fmt: skip
+    plan = a_plan("PyTorchJob", obj)
+    patched = apply_merge_patch(obj, plan.job_patch(resource_version=None, suspend=True))
+    worker = templates(patched, "PyTorchJob")["Worker"]["spec"]
+    (term,) = worker["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+    assert {"key": ZONE, "operator": "In", "values": ["zone-a"]} in term["matchExpressions"]
+
+
+def test_tolerations_come_from_the_nodes_the_templates_node_affinity_admits() -> None:
+    # zone-a also has an untainted CPU node; the coordinator's node affinity wants a GPU node,
+    # so it gets the GPU nodes' toleration (the CPU node's lack of taints is beside the point)
+    nodes = [*cluster_nodes(), node("cpu-a-0", "zone-a")]
+    obj = job("PyTorchJob", coordinator_spec={"affinity": worker_terms(
+        {"key": "gpu", "operator": "In", "values": ["true"]})})  # fmt: skip
+    plan = a_plan("PyTorchJob", obj, nodes=nodes)
+    patched = apply_merge_patch(obj, plan.job_patch(resource_version=None, suspend=True))
+    master = templates(patched, "PyTorchJob")["Master"]["spec"]
+    assert [t["key"] for t in master["tolerations"]] == ["nvidia.com/gpu"]

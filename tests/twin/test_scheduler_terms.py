@@ -5,13 +5,13 @@ from typing import Any
 
 import pytest
 
+from agent.model.scheduling import with_match_label_keys
 from agent.model.selector import LabelSelector, parse_label_selector
 from agent.twin.scheduler_terms import (
     label_selector_matches,
     node_matches_required_affinity,
     parse_selector,
     toleration_tolerates,
-    with_match_label_keys,
 )
 from tests.twin.scheduler_tables import node, pod
 
@@ -75,6 +75,38 @@ def _expr(key: str, op: str, *values: str) -> dict[str, Any]:
         ({"affinity": _affinity(_expr("gpu", "In", "h100"), _expr("gpu", "In", "a100"))}, True),
         # an empty term matches nothing
         ({"affinity": _affinity({})}, False),
+        # as kube-scheduler matches them: no terms, or a required selector without
+        # any, matches no node
+        ({"affinity": _affinity()}, False),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}, False),
+        # an invalid requirement makes its term match nothing; the other terms still count
+        ({"affinity": _affinity(_expr("gpu", "NotIn"))}, False),
+        ({"affinity": _affinity(_expr("gpu", "Exists", "a100"))}, False),
+        ({"affinity": _affinity(_expr("cores", "Gt", "1_0"))}, False),
+        ({"affinity": _affinity(_expr("cores", "Gt", "+10"))}, True),
+        ({"affinity": _affinity(_expr("gpu", "NotIn"), _expr("gpu", "In", "a100"))}, True),
+        (
+            {"affinity": _affinity({"matchFields": [{"key": "metadata.name", "operator": "Exists"}]})},
+            False,
+        ),
+        (
+            {
+                "affinity": _affinity(
+                    {"matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}
+                    ]}
+                )
+            },
+            False,
+        ),
+        (
+            {
+                "affinity": _affinity(
+                    {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n2"]}]}
+                )
+            },
+            True,
+        ),
         (
             {
                 "affinity": _affinity(
