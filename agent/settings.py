@@ -197,6 +197,9 @@ class DetectionSettings:
     max_delay: Annotated[timedelta, POSITIVE] = timedelta(seconds=2)
     metrics_interval: Annotated[timedelta, POSITIVE] = timedelta(minutes=1)
     sweep_misfire_grace: timedelta = timedelta(minutes=5)
+    # A cluster-wide diagnosis this often on the leader, whatever the events said: what a lost
+    # event or a batch dropped by an unexpected error missed is recorded within this.
+    resync: Annotated[timedelta, POSITIVE] = timedelta(minutes=10)
 
 
 class SlackMode(StrEnum):

@@ -33,7 +33,7 @@ from agent.errors import UnavailableError
 from agent.playbook.loader import load_playbooks
 from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
-from agent.runtime.detector import Detector
+from agent.runtime.detector import BatchOutcome, Detector
 from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
 from agent.runtime.leader import AlwaysLeader, LeaderElector
 from agent.runtime.root import Parts, Root
@@ -100,6 +100,7 @@ class Agent:
             debounce=settings.detection.debounce.total_seconds(),
             max_delay=settings.detection.max_delay.total_seconds(),
             handle=self._handle_change,
+            outcome=self._batch_outcome,
         )
         self.root = Root(
             settings, playbooks=self.playbooks, api_client=api_client, on_change=self.detector.submit
@@ -160,9 +161,19 @@ class Agent:
         if self.prometheus is not None:
             seconds = max(1.0, self.settings.detection.metrics_interval.total_seconds())
             jobs.append(("metrics-refresh", IntervalTrigger(seconds=seconds), self.pipeline.refresh_metrics))
+        resync = max(1.0, self.settings.detection.resync.total_seconds())
+        jobs.append(("detection-resync", IntervalTrigger(seconds=resync), self._resync))
         for job in self.parts.background_jobs:
             jobs.append((job.name, IntervalTrigger(seconds=job.every.total_seconds()), job.run))
         return jobs
+
+    def _resync(self) -> None:
+        """The leader's periodic cluster-wide diagnosis (`detection.resync`), on the detector."""
+        if not self._stopped.is_set():
+            self.detector.submit(Change(everything=True, reasons=("resync",)))
+
+    def _batch_outcome(self, outcome: BatchOutcome) -> None:
+        self.metrics.detection_batches.labels(outcome=outcome.value).inc()
 
     def _handle_change(self, change: Change, first_seen: float) -> None:
         again = self.pipeline.handle_change(change, first_seen)

@@ -20,8 +20,9 @@ backoff (`retry_base`, doubling, at most `retry_cap`), and changes arriving mean
 it; so the retried batch covers both scopes, and its `first_seen` stays the earliest. Retried until
 it is handled; the backoff restarts after a success. Handling is safe to repeat (the store dedupes
 findings by fingerprint). Any other error is a bug: logged, and the batch dropped (the next
-cluster-wide diagnosis covers it). What it does not do: diagnose or store (the `handle` callback
-glues the core and the store).
+cluster-wide diagnosis covers it: the leader's periodic resync at the latest). `outcome` hears each
+batch's `BatchOutcome`. What it does not do: diagnose or store (the `handle` callback glues the core
+and the store), or schedule the resync.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from enum import StrEnum
 
 from agent.errors import UnavailableError
 from agent.model.lifecycle import retry_delay
@@ -101,6 +103,12 @@ class Debouncer:
         return batch
 
 
+class BatchOutcome(StrEnum):
+    OK = "ok"
+    RETRIED = "retried"  # the store refused its writes: put back with backoff
+    ERROR = "error"  # an unexpected error: logged, the batch dropped
+
+
 class Detector:
     def __init__(
         self,
@@ -111,8 +119,10 @@ class Detector:
         monotonic: Callable[[], float] = time.monotonic,
         retry_base: timedelta = timedelta(seconds=1),
         retry_cap: timedelta = timedelta(seconds=10),
+        outcome: Callable[[BatchOutcome], None] = lambda _: None,
     ) -> None:
         self.handle = handle
+        self.outcome = outcome
         self.monotonic = monotonic
         self.retry_base = retry_base
         self.retry_cap = retry_cap
@@ -151,9 +161,14 @@ class Detector:
                 self.handle(change, first_seen)
             except UnavailableError as exc:
                 self._put_back(change, first_seen, exc)
+                self.outcome(BatchOutcome.RETRIED)
                 continue
             except Exception:  # top-level loop: log it, keep detecting
-                log.exception("detection step failed", extra={"reasons": list(change.reasons[:5])})
+                log.exception("detection step failed; the batch is left to the next cluster-wide "
+                              "diagnosis", extra={"reasons": list(change.reasons[:5])})
+                self.outcome(BatchOutcome.ERROR)
+            else:
+                self.outcome(BatchOutcome.OK)
             self._failures = 0
 
     def _put_back(self, change: Change, first_seen: float, error: UnavailableError) -> None:

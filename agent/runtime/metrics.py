@@ -60,6 +60,14 @@ class AgentMetrics:
             buckets=(0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
             registry=r,
         )
+        self.detection_batches = Counter(
+            "zonemedic_detection_batches_total",
+            "Detector batches handled, by outcome: ok, retried (the store refused its writes; put "
+            "back with backoff), error (an unexpected error, logged; the batch dropped and left to "
+            "the next cluster-wide diagnosis).",
+            ["outcome"],
+            registry=r,
+        )
         self.sweeps = Counter(
             "zonemedic_sweeps_total", "Sweeps run, by outcome.", ["outcome"], registry=r
         )

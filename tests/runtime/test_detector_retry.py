@@ -1,6 +1,7 @@
 """A detector batch whose store writes fail is retried, not dropped: back into the debouncer after
 a backoff (pure: `Debouncer.retry`), merged with the changes that arrive meanwhile, its first-seen
-time kept; retried until handled. Any other error is a bug: the batch is dropped."""
+time kept; retried until handled. Any other error is a bug: the batch is dropped (the leader's
+periodic resync covers it). Each batch's outcome is reported."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from agent.errors import UnavailableError
-from agent.runtime.detector import Debouncer, Detector
+from agent.runtime.detector import BatchOutcome, Debouncer, Detector
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
 
@@ -71,8 +72,9 @@ def test_a_batch_is_retried_with_backoff_until_the_store_takes_it() -> None:
             raise UnavailableError("database away")
         handled.set()
 
+    outcomes: list[BatchOutcome] = []
     detector = Detector(
-        debounce=0.01, max_delay=1.0, handle=handle,
+        debounce=0.01, max_delay=1.0, handle=handle, outcome=outcomes.append,
         retry_base=timedelta(milliseconds=50), retry_cap=timedelta(milliseconds=200),
     )
     detector.start()
@@ -82,6 +84,7 @@ def test_a_batch_is_retried_with_backoff_until_the_store_takes_it() -> None:
     finally:
         detector.stop()
     assert len(calls) == failures + 1 and detector.retries == failures
+    assert outcomes == [BatchOutcome.RETRIED] * failures + [BatchOutcome.OK]
     first_seen = calls[0][1]
     assert all(first == first_seen for _, first, _ in calls)  # the detection latency's start
     assert calls[0][0].jobs == job(1).jobs
@@ -100,7 +103,8 @@ def test_a_bug_drops_the_batch_instead_of_retrying_it() -> None:
             raise RuntimeError("a bug")
         second.set()
 
-    detector = Detector(debounce=0.01, max_delay=1.0, handle=handle)
+    outcomes: list[BatchOutcome] = []
+    detector = Detector(debounce=0.01, max_delay=1.0, handle=handle, outcome=outcomes.append)
     detector.start()
     try:
         detector.submit(job(1))
@@ -112,3 +116,4 @@ def test_a_bug_drops_the_batch_instead_of_retrying_it() -> None:
     finally:
         detector.stop()
     assert [c.jobs for c in calls] == [job(1).jobs, job(2).jobs] and detector.retries == 0
+    assert outcomes == [BatchOutcome.ERROR, BatchOutcome.OK]
