@@ -1,0 +1,66 @@
+"""`make prometheus` (run by `make demo`): Prometheus missing, it is installed with apt-get when
+this user may (root), its own service stopped again; an install that fails, or a user who may not
+install, gets one clear message and the demo goes on without metrics. The machine's own apt-get,
+systemctl, service and id are not used: stand-ins first on PATH record how they were called."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MAKE = shutil.which("make")
+
+
+def stand_ins(bin_dir: Path, *, apt_ok: bool, uid: int) -> Path:
+    """apt-get, systemctl, service and id that log their arguments to calls.log."""
+    log = bin_dir / "calls.log"
+    bin_dir.mkdir()
+    scripts = {
+        "apt-get": f'echo "apt-get $*" >> {log}; exit {0 if apt_ok else 100}',
+        "systemctl": f'echo "systemctl $*" >> {log}; exit 0',
+        "service": f'echo "service $*" >> {log}; exit 0',
+        "id": f'echo {uid}',
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    return log
+
+
+def make_prometheus(bin_dir: Path) -> subprocess.CompletedProcess[str]:
+    assert MAKE is not None
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return subprocess.run(
+        [MAKE, "-s", "--no-print-directory", "prometheus", "PROMETHEUS_BIN=", "APT_GET=apt-get"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("apt_ok", "uid", "says", "calls"),
+    [
+        (True, 0, ["make: installing Prometheus (Debian package prometheus)"],
+         ["apt-get install -y -qq prometheus", "systemctl stop prometheus"]),
+        (False, 0, ["make: installing Prometheus (Debian package prometheus)",
+                    "make: could not install Prometheus: the demo runs without metrics"],
+         ["apt-get install -y -qq prometheus", "apt-get update -qq"]),
+        (True, 1000, ["make: Prometheus is not installed and cannot be installed here (needs root and",
+                      "      apt-get: sudo apt-get install prometheus); the demo runs without metrics"],
+         []),
+    ],
+    ids=["installed", "install-fails", "not-root"],
+)
+def test_make_prometheus_when_it_is_missing(
+    tmp_path: Path, apt_ok: bool, uid: int, says: list[str], calls: list[str]
+) -> None:
+    log = stand_ins(tmp_path / "bin", apt_ok=apt_ok, uid=uid)
+    done = make_prometheus(tmp_path / "bin")
+    assert done.returncode == 0, done.stderr  # the demo goes on either way
+    assert done.stdout.splitlines() == says
+    assert (log.read_text().splitlines() if log.exists() else []) == calls
