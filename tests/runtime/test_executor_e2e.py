@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +15,12 @@ import pytest
 
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus
-from agent.runtime import executor, expiry
-from agent.runtime.app import Agent
-from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Parts
-from agent.store.migrate import upgrade_on_start
 from agent.store.repository import IncidentStore
-from agent.twin import kubeconfig
 from agent.twin.cluster import TwinCluster
 from agent.twin.resources import lookup
-from tests.remediation.harness import FAST, ZONE, quick
-from tests.runtime.test_agent_e2e import agent_settings
+from tests.remediation.harness import ZONE
+from tests.support.agent_rig import RunningAgent, running_agent
+from tests.support.waiting import wait
 
 REPO = Path(__file__).resolve().parents[2]
 S = IncidentStatus
@@ -35,42 +28,10 @@ PODS = lookup("pods")
 PYTORCHJOBS = lookup("pytorchjobs")
 
 
-def _wait(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
-def running(tmp_path: Path) -> Iterator[tuple[TwinCluster, Agent, IncidentStore, str]]:
-    cluster = TwinCluster(quick("seed-blocked")).start()
-    try:
-        api = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
-        settings = agent_settings(tmp_path, path, None)
-        remediation = replace(settings.remediation, **{
-            name: getattr(FAST, name) for name in (
-                "suspend_timeout", "schedule_timeout", "verify_window", "poll_interval")})
-        settings = replace(settings, remediation=remediation)
-        store = upgrade_on_start(settings)
-
-        def pipeline(parts: Parts) -> AgentPipeline:
-            executor.register(parts, store, executor.live_remediator(parts, store))
-            expiry.register(parts, store)
-            return AgentPipeline(parts, store)
-
-        agent = Agent(settings, pipeline_factory=pipeline, identity="solo")
-        agent.start()
-        try:
-            yield cluster, agent, store, settings.database.url
-        finally:
-            agent.stop()
-            store.close()
-    finally:
-        cluster.stop()
+def running(tmp_path: Path) -> Iterator[RunningAgent]:
+    with running_agent(tmp_path, "seed-blocked", executor=True, identity="solo") as rig:
+        yield rig
 
 
 def _awaiting(store: IncidentStore) -> int | None:
@@ -86,14 +47,11 @@ def _pod_zones(cluster: TwinCluster) -> set[str]:
             if not p["metadata"].get("deletionTimestamp")}
 
 
-def test_a_cli_approval_is_remediated_by_the_leader(
-    running: tuple[TwinCluster, Agent, IncidentStore, str],
-) -> None:
-    cluster, agent, store, url = running
-    _wait(agent.elector.is_leader, 15, "the lease")
-    _wait(lambda: _awaiting(store) is not None, 30, "an incident awaiting approval")
-    incident_id = _awaiting(store)
-    assert incident_id is not None
+def test_a_cli_approval_is_remediated_by_the_leader(running: RunningAgent) -> None:
+    cluster, agent, store = running.cluster, running.agent, running.store
+    url = running.settings.database.url
+    wait(agent.elector.is_leader, timeout=15, what="the lease")
+    incident_id = wait(lambda: _awaiting(store), timeout=30, what="an incident awaiting approval")
     summary = store.get_incident(incident_id).incident
     assert summary.approval_deadline is not None and summary.target_zone is not None
     assert len(_pod_zones(cluster)) == 2  # split
@@ -103,8 +61,8 @@ def test_a_cli_approval_is_remediated_by_the_leader(
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode == 0, done.stderr
-    _wait(lambda: store.get_incident(incident_id).incident.status in (
-        S.RESOLVED, S.FAILED, S.ROLLED_BACK), 60, "the remediation to end")
+    wait(lambda: store.get_incident(incident_id).incident.status in (
+        S.RESOLVED, S.FAILED, S.ROLLED_BACK), timeout=60, what="the remediation to end")
     detail = store.get_incident(incident_id)
     assert detail.incident.status is S.RESOLVED, [
         (e.kind.value, dict(e.detail)) for e in detail.events]
