@@ -32,6 +32,7 @@ from agent.settings import (
 )
 from agent.store.engine import make_engine
 from agent.store.repository import IncidentStore, OutboxPolicy
+from tests.support.waiting import wait
 
 CHANNEL = "C0FAKE"
 FAST_OUTBOX = OutboxPolicy(base=timedelta(milliseconds=50), cap=timedelta(milliseconds=400),
@@ -107,11 +108,7 @@ class ChatRig:
             time.sleep(0.02)
 
     def wait(self, done: Callable[[], bool], *, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not done():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the expected state was not reached")
-            time.sleep(0.01)
+        wait(done, timeout=timeout, what="the expected state", interval=0.01)
 
     def stop(self) -> None:
         if self.server is not None:

@@ -12,9 +12,6 @@ for approval.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,60 +21,15 @@ from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
 from agent.cli import main
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
-from agent.runtime.app import Agent
-from agent.runtime.chat import wire_chat
-from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Parts
-from agent.settings import DiagnosisSettings, GroupSpec, KubernetesSettings, Settings
-from agent.sources.kubeapi import KubeApi, build_api_client
-from agent.store.migrate import upgrade_on_start
-from agent.store.repository import IncidentStore
-from agent.twin import cluster as twin_cluster
-from agent.twin import kubeconfig
-from tests.chatops.test_agent_chat import chat_settings, wait
-from tests.remediation.harness import quick
-from tests.runtime.test_agent_e2e import agent_settings
+from agent.settings import DiagnosisSettings, GroupSpec, Settings
+from agent.sources.kubeapi import KubeApi
+from tests.support.agent_rig import incident_of, running_agent
+from tests.support.waiting import wait
 
 LAB_GROUPS = [GroupSpec(
     name="llm-pretrain", namespace="ml-lab", selector={"app": "llm-pretrain"},
     coordinator={"role": "coordinator"}, workers={"role": "worker"}, ports=[29500],
 )]  # fmt: skip
-
-
-@contextmanager
-def agent_on(
-    tmp_path: Path, slack: FakeSlack, scenario: str, *,
-    diagnosis: DiagnosisSettings | None = None,
-    before_agent: Callable[[KubeApi], None] | None = None,
-) -> Iterator[tuple[Settings, IncidentStore]]:  # fmt: skip
-    cluster = twin_cluster.TwinCluster(quick(scenario)).start()
-    try:
-        api = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
-        settings = chat_settings(agent_settings(tmp_path, path, None), slack)
-        if diagnosis is not None:
-            settings = replace(settings, diagnosis=diagnosis)
-        if before_agent is not None:
-            client = build_api_client(KubernetesSettings(kubeconfig=str(path)))
-            try:
-                before_agent(KubeApi(client))
-            finally:
-                client.close()
-        store = upgrade_on_start(settings)
-
-        def factory(parts: Parts) -> AgentPipeline:
-            wire_chat(parts, store=store)
-            return AgentPipeline(parts, store)
-
-        agent = Agent(settings, pipeline_factory=factory)
-        agent.start()
-        try:
-            yield settings, store
-        finally:
-            agent.stop()
-            store.close()
-    finally:
-        cluster.stop()
 
 
 def first_post(slack: FakeSlack, job: str) -> dict[str, Any]:
@@ -90,7 +42,7 @@ def first_post(slack: FakeSlack, job: str) -> dict[str, Any]:
                 return args
         return None
 
-    posted: dict[str, Any] = wait(found)
+    posted: dict[str, Any] = wait(found, timeout=40, what=f"the first post of {job}")
     return posted
 
 
@@ -136,11 +88,13 @@ def test_the_first_post_carries_the_diff_and_approve_and_incidents_show_prints_i
     tmp_path: Path, slack: FakeSlack, capsys: pytest.CaptureFixture[str], scenario: str,
     job: str, diagnosis: DiagnosisSettings | None, in_diff: list[str],
 ) -> None:  # fmt: skip
-    with agent_on(tmp_path, slack, scenario, diagnosis=diagnosis) as (settings, store):
+    with running_agent(tmp_path, scenario, slack=slack, diagnosis=diagnosis,
+                       leader_election=False) as rig:  # fmt: skip
+        settings, store = rig.settings, rig.store
         args = first_post(slack, job)
         blocks = blocks_of(args)
         assert button_ids(blocks) == [a.value for a in ButtonAction], "Approve, Reject, Snooze"
-        incident = int(next(b for b in blocks if b["type"] == "actions")["elements"][0]["value"])
+        incident = incident_of(blocks)
         text = json.dumps(blocks)
         assert "*Proposed fix:* co-locate the job in zone" in text
         assert "Previewed before approval from" in text
@@ -188,7 +142,9 @@ def fill_zone_a_cpu(api: KubeApi) -> None:
 def test_no_room_in_the_target_zone_the_post_says_why_and_offers_no_approve(
     tmp_path: Path, slack: FakeSlack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with agent_on(tmp_path, slack, "seed-blocked", before_agent=fill_zone_a_cpu) as (settings, store):
+    with running_agent(tmp_path, "seed-blocked", slack=slack, before_agent=fill_zone_a_cpu,
+                       leader_election=False) as rig:  # fmt: skip
+        settings, store = rig.settings, rig.store
         args = first_post(slack, "llm-finetune")
         blocks = blocks_of(args)
         text = json.dumps(blocks)
@@ -199,7 +155,7 @@ def test_no_room_in_the_target_zone_the_post_says_why_and_offers_no_approve(
         assert ids == [ButtonAction.REJECT.value, ButtonAction.SNOOZE.value]
         assert "the fix cannot be applied" in str(args["text"])
 
-        incident = int(next(b for b in blocks if b["type"] == "actions")["elements"][0]["value"])
+        incident = incident_of(blocks)
         detail = store.get_incident(incident)
         assert detail.incident.status is IncidentStatus.OPEN, "nothing to approve"
         (preview,) = [a for a in detail.actions if a.kind is RemediationActionKind.PLAN]

@@ -26,6 +26,7 @@ from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
 from agent.model.lifecycle import EventKind, IncidentStatus
 from tests.chatops.harness import ChatRig, start_rig
+from tests.support.waiting import wait
 
 S = IncidentStatus
 APPROVE = ButtonAction.APPROVE.value
@@ -56,16 +57,6 @@ def audit_notes(rig: ChatRig, incident: int) -> list[dict[str, Any]]:
             if e.kind is EventKind.NOTE and "refused" in e.detail]
 
 
-def wait_for(check: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
-
-
 def unchanged(rig: ChatRig, incident: int) -> bool:
     detail = rig.store.get_incident(incident)
     return detail.incident.status is S.AWAITING_APPROVAL and not detail.decisions
@@ -79,7 +70,7 @@ def test_another_workspaces_click_is_refused_and_audited(
     payload["team"] = {"id": "T0THEIRS", "domain": "theirs"}
     payload["user"]["team_id"] = "T0THEIRS"
     assert signed_post(audited, payload) == 403
-    notes = wait_for(lambda: audit_notes(audited, incident))
+    notes = wait(lambda: audit_notes(audited, incident), timeout=10, what="the audit notes")
     assert notes[0]["audit"] == "other_team" and "T0THEIRS" in notes[0]["reason"]
     assert refusals[RefusalReason.OTHER_TEAM] == 1
     assert unchanged(audited, incident)
@@ -93,11 +84,11 @@ def test_another_workspaces_slash_command_is_refused(
         b"team_id=T0FAKE", b"team_id=T0THEIRS")
     assert b"T0THEIRS" in body
     assert audited.slack.post(audited.url, body, audited.slack.signed_headers(body)).status == 403
-    wait_for(lambda: refusals[RefusalReason.OTHER_TEAM] == 1)
+    wait(lambda: refusals[RefusalReason.OTHER_TEAM] == 1, timeout=10, what="the refusal")
     assert not audited.slack.ephemeral()
     # our own workspace's command is answered
     assert audited.slack.command(audited.url, user="U1", text="help").status == 200
-    wait_for(lambda: audited.slack.ephemeral("U1"))
+    wait(lambda: audited.slack.ephemeral("U1"), timeout=10, what="the ephemeral answer")
 
 
 def test_an_action_id_never_sent_is_refused_and_audited(
@@ -107,7 +98,7 @@ def test_an_action_id_never_sent_is_refused_and_audited(
     answer = audited.slack.click(audited.url, user="U1", action_id="force_remediate",
                                  value=str(incident))
     assert answer.status == 403 and b"never sent" in answer.body
-    notes = wait_for(lambda: audit_notes(audited, incident))
+    notes = wait(lambda: audit_notes(audited, incident), timeout=10, what="the audit notes")
     assert notes[0]["audit"] == "unknown_action"
     assert refusals[RefusalReason.UNKNOWN_ACTION] == 1
     assert unchanged(audited, incident)
@@ -118,7 +109,7 @@ def test_an_incident_that_does_not_exist_is_refused_and_counted(
 ) -> None:
     assert audited.slack.click(audited.url, user="U1", action_id=APPROVE, value="4242").status == 200
     audited.slack.click(audited.url, user="U1", action_id=APPROVE, value="٨٠")  # not ASCII digits
-    wait_for(lambda: len(audited.slack.ephemeral("U1")) == 2)
+    wait(lambda: len(audited.slack.ephemeral("U1")) == 2, timeout=10, what="two ephemeral answers")
     assert refusals[RefusalReason.NO_INCIDENT] == 2
     assert audited.store.list_incidents().incidents == []
 
@@ -128,7 +119,7 @@ def test_another_clusters_incident_is_refused_and_audited(
 ) -> None:
     theirs = audited.open_incident(cluster="eu-west")
     audited.slack.click(audited.url, user="U1", action_id=APPROVE, value=str(theirs))
-    wait_for(lambda: audited.slack.ephemeral("U1"))
+    wait(lambda: audited.slack.ephemeral("U1"), timeout=10, what="the ephemeral answer")
     assert "belongs to cluster eu-west" in audited.slack.ephemeral("U1")[0].text
     notes = audit_notes(audited, theirs)
     assert notes and notes[0]["audit"] == "other_cluster" and notes[0]["refused"] == "approve"
@@ -141,7 +132,7 @@ def test_a_non_approver_is_refused_audited_and_counted(
 ) -> None:
     incident = audited.open_incident()
     audited.slack.click(audited.url, user="U9", action_id=APPROVE, value=str(incident))
-    notes = wait_for(lambda: audit_notes(audited, incident))
+    notes = wait(lambda: audit_notes(audited, incident), timeout=10, what="the audit notes")
     assert notes[0]["user"] == "U9"
     assert refusals[RefusalReason.NOT_APPROVER] == 1
     assert unchanged(audited, incident)
@@ -165,7 +156,8 @@ def test_signature_refusals_are_counted(
                                               value=str(incident))
         headers = audited.slack.signed_headers(body)
         assert audited.slack.post(audited.url, body, headers).status == 200
-        wait_for(lambda: audited.store.get_incident(incident).decisions)
+        wait(lambda: audited.store.get_incident(incident).decisions, timeout=10,
+             what="the decision")
     else:
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
     assert audited.slack.post(audited.url, body, headers).status == 401
@@ -190,7 +182,7 @@ def test_the_workspace_is_unknown_while_slack_is_down_then_learned(
         rig.chat.handlers.workspace._asked_at = None  # the retry period has passed
         assert rig.slack.click(rig.url, user="U1", action_id=APPROVE,
                                value=str(incident)).status == 200
-        wait_for(lambda: rig.store.get_incident(incident).decisions)
+        wait(lambda: rig.store.get_incident(incident).decisions, timeout=10, what="the decision")
         assert refusals[RefusalReason.OTHER_TEAM] == 1
     finally:
         rig.stop()

@@ -22,6 +22,7 @@ import yaml
 from agent.twin import cluster as twin_cluster
 from agent.twin import kubeconfig
 from tests.support import postgres
+from tests.support.waiting import wait
 from tests.twin import twin_fixtures as fixtures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,16 +123,6 @@ def twin(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
         cluster.stop()
 
 
-def _wait(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _incidents(agent: AgentProcess) -> list[dict[str, Any]]:
     return list(agent.get("/api/incidents", job="ml/llm-finetune").json()["incidents"])
 
@@ -142,8 +133,10 @@ def test_graceful_sigterm_releases_the_lease(twin: tuple[Any, Path], tmp_path: P
     agent = AgentProcess(config)
     try:
         agent.wait_url()
-        _wait(lambda: agent.get("/readyz").status_code == 200, 30, "readiness")
-        _wait(lambda: [i for i in _incidents(agent) if i["verdict"] == "zone_split_blocked"], 30, "the incident")
+        wait(lambda: agent.get("/readyz").status_code == 200, timeout=30, what="readiness",
+             interval=0.1)
+        wait(lambda: [i for i in _incidents(agent) if i["verdict"] == "zone_split_blocked"],
+             timeout=30, what="the incident", interval=0.1)
         assert agent.leader()
         lease = cluster.store.get(twin_cluster.lookup("leases"), "zonemedic-leader", namespace="default")
         assert lease["spec"]["holderIdentity"]
@@ -167,17 +160,20 @@ def test_two_replicas_one_leader_takeover_and_no_duplicate(twin: tuple[Any, Path
         try:
             a.wait_url()
             b.wait_url()
-            _wait(lambda: a.leader() or b.leader(), 30, "a leader")
+            wait(lambda: a.leader() or b.leader(), timeout=30, what="a leader", interval=0.1)
             leader, follower = (a, b) if a.leader() else (b, a)
-            started = _wait(lambda: leader.logged("started leading"), 10, "the leader's log")
+            started = wait(lambda: leader.logged("started leading"), timeout=10,
+                           what="the leader's log", interval=0.1)
             # the other replica saw the lease held by the leader: it follows, it does not lead
-            _wait(lambda: follower.logged("following", holder=started["identity"]), 30, "a follower")
+            wait(lambda: follower.logged("following", holder=started["identity"]), timeout=30,
+                 what="a follower", interval=0.1)
             assert (leader.leader(), follower.leader()) == (True, False)
-            _wait(lambda: _incidents(follower), 30, "the incident (read by the follower)")
+            wait(lambda: _incidents(follower), timeout=30,
+                 what="the incident (read by the follower)", interval=0.1)
             leader.proc.kill()  # a crash: no release
             killed = time.monotonic()
             leader.proc.wait(10)
-            _wait(follower.leader, 10, "the takeover")
+            wait(follower.leader, timeout=10, what="the takeover", interval=0.1)
             took = time.monotonic() - killed
             assert took <= 3.0 + 2 * 0.5 + 1.0, took  # lease duration + retry periods + scrape slack
             incidents = _incidents(follower)

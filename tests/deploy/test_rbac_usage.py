@@ -12,31 +12,18 @@ must have been used: a grant nobody uses is a grant to remove."""
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from agent.chatops.fakeslack import FakeSlack
-from agent.chatops.render import ButtonAction
-from agent.chatops.slack import EVENTS_PATH
 from agent.model.cluster import JobKind
 from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
-from agent.runtime import executor, expiry
-from agent.runtime.app import Agent
-from agent.runtime.chat import wire_chat
-from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Parts
-from agent.settings import EnvironmentSecrets, SlackApprovers, SlackSettings
-from agent.store.migrate import upgrade_on_start
-from agent.twin.access import read_manifests
-from agent.twin.cluster import TwinCluster
 from agent.twin.faults import AuditEntry
 from agent.twin.resources import lookup
 from agent.twin.scenario import Scenario
@@ -44,23 +31,17 @@ from tests.remediation.harness import (
     FAST,
     ZONE,
     approved_incident,
+    deploy_rbac,
     migrated_template,
     new_store,
     quick,
     running_lab,
 )
 from tests.remediation.test_execute_group import GROUPS, LAB, NS, bound, pods
-from tests.runtime.test_agent_e2e import agent_settings
+from tests.support.agent_rig import approve_from_slack, running_agent
+from tests.support.waiting import wait
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy" / "base"
 Triple = tuple[str, str, str]  # verb, API group, resource[/subresource]
-
-
-def deploy_rbac() -> list[dict[str, Any]]:
-    namespace = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["namespace"]
-    return read_manifests([DEPLOY / "serviceaccount.yaml", DEPLOY / "rbac.yaml"],
-                          namespace=namespace)
 
 
 def granted(documents: Iterable[Mapping[str, Any]]) -> set[Triple]:
@@ -88,59 +69,19 @@ def used(entries: Iterable[AuditEntry], user: str) -> dict[Triple, bool]:
     return out
 
 
-def wait(check: Callable[[], Any], *, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")
-
-
 def agent_run(tmp_path: Path) -> tuple[list[AuditEntry], str]:
     """The full agent on seed-blocked as the ServiceAccount, approved from Slack, resolved."""
-    with FakeSlack(users={"U1": "alice"}) as slack, TwinCluster(quick("seed-blocked")) as cluster:
-        access = cluster.serve_api_as(deploy_rbac())
-        path = access.kubeconfig(tmp_path / "agent.kubeconfig")
-        settings = agent_settings(tmp_path, path, None)
-        remediation = replace(settings.remediation, **{
-            name: getattr(FAST, name) for name in (
-                "suspend_timeout", "schedule_timeout", "verify_window", "poll_interval")})
-        settings = replace(
-            settings, remediation=remediation,
-            leader_election=replace(settings.leader_election, namespace="zonemedic"),
-            slack=SlackSettings(enabled=True, api_url=slack.base_url, channel="C0FAKE",
-                                approvers=SlackApprovers(users=["U1"]),
-                                deliver_every=timedelta(milliseconds=200)),
-            secrets=EnvironmentSecrets(slack_bot_token=slack.bot_token,
-                                       slack_signing_secret=slack.signing_secret),
-        )
-        store = upgrade_on_start(settings)
-
-        def factory(parts: Parts) -> AgentPipeline:
-            executor.register(parts, store, executor.live_remediator(parts, store))
-            expiry.register(parts, store)
-            wire_chat(parts, store=store)
-            return AgentPipeline(parts, store)
-
-        agent = Agent(settings, pipeline_factory=factory)
-        agent.start()
-        try:
-            wait(agent.elector.is_leader)
-            message = wait(lambda: next((m for m in slack.messages() if m.thread_ts is None
-                                         and any(b["type"] == "actions" for b in m.blocks)), None))
-            incident = int(next(b for b in message.blocks if b["type"] == "actions")
-                           ["elements"][0]["value"])
-            answer = slack.click(agent.url + EVENTS_PATH, user="U1",
-                                 action_id=ButtonAction.APPROVE.value, value=str(incident),
-                                 channel=message.channel)
-            assert answer.status == 200
-            wait(lambda: store.get_incident(incident).incident.status is IncidentStatus.RESOLVED)
-        finally:
-            agent.stop()
-            store.close()
-        return list(access.server.accounting.audited()), access.user.name
+    with FakeSlack(users={"U1": "alice"}) as slack, running_agent(
+        tmp_path, "seed-blocked", slack=slack, rbac=True, executor=True
+    ) as rig:
+        store = rig.store
+        wait(rig.agent.elector.is_leader, timeout=60, what="the lease")
+        _, incident = approve_from_slack(rig, slack, timeout=60)
+        wait(lambda: store.get_incident(incident).incident.status is IncidentStatus.RESOLVED,
+             timeout=60, what="the incident resolved")
+    # read once the agent has stopped: its stop (the lease released) is audited too
+    assert rig.access is not None and rig.user is not None
+    return list(rig.access.server.accounting.audited()), rig.user
 
 
 def lab_run(tmp_path: Path) -> list[AuditEntry]:

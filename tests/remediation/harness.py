@@ -1,6 +1,7 @@
-"""A twin cluster (served over HTTP, optionally scraped by a real Prometheus), a migrated SQLite
-store, and an incident driven to `approved` through the store's public API, for remediation tests
-and the benchmark."""
+"""A twin cluster (served over HTTP, or as deploy/base's ServiceAccount with exactly its RBAC,
+optionally scraped by a real Prometheus), a migrated SQLite store, and an incident driven to
+`approved` through the store's public API, for remediation tests, the agent rig and the
+benchmark."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from agent.model.cluster import JobKind
 from agent.model.finding import Finding
@@ -82,6 +85,18 @@ class Lab:
         self.cluster.api.accounting.reset()
 
 
+def deploy_namespace() -> str:
+    """The namespace deploy/base's kustomization puts the agent in (its Lease is there)."""
+    return str(yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["namespace"])
+
+
+def deploy_rbac() -> list[dict[str, Any]]:
+    """deploy/base's ServiceAccount and RBAC objects, in the kustomization's namespace (as
+    kustomize renders them): what `TwinCluster.serve_api_as` loads to serve the agent's rights."""
+    return read_manifests([DEPLOY / "serviceaccount.yaml", DEPLOY / "rbac.yaml"],
+                          namespace=deploy_namespace())
+
+
 def quick(name: str) -> Scenario:
     """A packaged scenario with fast pods and quick connection give-up (see twin_fixtures.fast)."""
     scenario = fast(name)
@@ -99,10 +114,7 @@ def running_lab(
         loaded = quick(scenario) if isinstance(scenario, str) else scenario
         cluster = stack.enter_context(TwinCluster(loaded))
         if rbac:
-            documents = read_manifests(
-                [DEPLOY / "rbac.yaml", DEPLOY / "serviceaccount.yaml"], namespace="zonemedic"
-            )
-            path = cluster.serve_api_as(documents).kubeconfig(tmp_path / "kubeconfig")
+            path = cluster.serve_api_as(deploy_rbac()).kubeconfig(tmp_path / "kubeconfig")
         else:
             server = cluster.serve_api()
             path = kubeconfig.write(tmp_path / "kubeconfig", server.url)

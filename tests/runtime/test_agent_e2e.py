@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,46 +18,13 @@ import httpx
 import pytest
 
 from agent.runtime.app import Agent
-from agent.runtime.pipeline import AgentPipeline
-from agent.settings import Settings, load_settings
-from agent.store.migrate import upgrade_on_start
-from agent.twin import cluster as twin_cluster
-from agent.twin import kubeconfig
 from agent.twin.resources import lookup
-from tests.support.prometheus import requires_prometheus, running_prometheus
+from tests.support.agent_rig import running_agent
+from tests.support.prometheus import requires_prometheus
+from tests.support.waiting import wait
 from tests.twin import twin_fixtures as fixtures
 
-REPO = Path(__file__).resolve().parents[2]
 JOB = "llm-finetune"
-
-
-def agent_settings(tmp_path: Path, kubeconfig_path: Path, prometheus_url: str | None) -> Settings:
-    settings = load_settings(None, {})
-    return replace(
-        settings,
-        cluster_name="twin",
-        data_dir=str(tmp_path),
-        playbooks_dir=str(REPO / "playbooks"),
-        kubernetes=replace(settings.kubernetes, kubeconfig=str(kubeconfig_path)),
-        database=replace(settings.database, url=f"sqlite:///{tmp_path / 'zonemedic.db'}"),
-        http=replace(settings.http, host="127.0.0.1", port=0),
-        leader_election=replace(
-            settings.leader_election,
-            namespace="default",
-            lease_duration=timedelta(seconds=3),
-            renew_deadline=timedelta(seconds=2),
-            retry_period=timedelta(milliseconds=500),
-        ),
-        prometheus=replace(
-            settings.prometheus,
-            url=prometheus_url,
-            timeout=timedelta(seconds=3),
-            retries=0,
-            drop_duration=timedelta(seconds=20),
-            baseline_offset=timedelta(minutes=5),
-        ),
-        detection=replace(settings.detection, metrics_interval=timedelta(seconds=1)),
-    )
 
 
 class Running:
@@ -74,13 +40,8 @@ class Running:
         return list(self.http.get("/api/incidents", params={"job": f"ml/{JOB}"}).json()["incidents"])
 
     def wait(self, check: Any, timeout: float = 30.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = check()
-            if value:
-                return value
-            time.sleep(0.05)
-        raise AssertionError(f"timed out; last incidents: {self.incidents()}")
+        return wait(check, timeout=timeout,
+                    what=lambda: f"the check; last incidents: {self.incidents()}")
 
 
 def run_agent(tmp_path: Path, scenario: str) -> Iterator[Running]:
@@ -95,30 +56,20 @@ def run_agent(tmp_path: Path, scenario: str) -> Iterator[Running]:
 
     full = fixtures.fast(scenario)
     jobs = [o for o in full.objects if o.get("kind") == "PyTorchJob"]
-    cluster = twin_cluster.TwinCluster(replace(full, objects=[o for o in full.objects if o not in jobs]))
-    unsubscribe = cluster.store.subscribe(lookup("pods"), on_pod)
-    cluster.start()
-    try:
-        api = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
-        target = cluster.metrics.url.removeprefix("http://")
-        with running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s") as prom:
-            settings = agent_settings(tmp_path, path, prom.url)
-            store = upgrade_on_start(settings)
-            agent = Agent(settings, pipeline_factory=lambda parts: AgentPipeline(parts, store))
-            agent.start()
+    without_jobs = replace(full, objects=[o for o in full.objects if o not in jobs])
+    with running_agent(tmp_path, without_jobs, prometheus=True) as rig:
+        # no pod exists before its job: every bind is seen from here on
+        unsubscribe = rig.cluster.store.subscribe(lookup("pods"), on_pod)
+        try:
             for job in jobs:  # the job arrives while the agent watches
-                cluster.apply(job)
-            running = Running(cluster, agent, store, binds, jobs)
+                rig.cluster.apply(job)
+            running = Running(rig.cluster, rig.agent, rig.store, binds, jobs)
             try:
                 yield running
             finally:
                 running.http.close()
-                agent.stop()
-                store.close()
-    finally:
-        unsubscribe()
-        cluster.stop()
+        finally:
+            unsubscribe()
 
 
 @pytest.fixture

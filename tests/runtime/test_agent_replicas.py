@@ -8,7 +8,6 @@ new leader after a hand-over."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -25,7 +24,8 @@ from agent.runtime.scheduler import LEDGER_ANNOTATION
 from agent.store.migrate import upgrade_on_start
 from agent.twin import cluster as twin_cluster
 from agent.twin import kubeconfig
-from tests.runtime.test_agent_e2e import agent_settings
+from tests.support.agent_rig import agent_settings
+from tests.support.waiting import wait
 from tests.twin import twin_fixtures as fixtures
 
 JOB_ID = "sweep:sweep:* * * * *"
@@ -98,15 +98,6 @@ def agents(tmp_path: Path, beats: Beats) -> Iterator[tuple[Agent, Agent]]:
         cluster.stop()
 
 
-def _wait(check: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 def paused(agent: Agent) -> bool:
     return bool(agent.scheduler.scheduler.state == STATE_PAUSED)
 
@@ -118,27 +109,31 @@ def _fire_now(agent: Agent) -> None:
 
 def test_a_scheduled_sweep_runs_once_across_replicas_and_a_hand_over(agents: tuple[Agent, Agent]) -> None:
     a, b = agents
-    _wait(lambda: datetime.now(UTC).second <= 45, timeout=20)  # both fire times in one minute
-    _wait(lambda: a.elector.is_leader() or b.elector.is_leader())
+    # both fire times in one minute
+    wait(lambda: datetime.now(UTC).second <= 45, timeout=20, what="the first 45 s of a minute")
+    wait(lambda: a.elector.is_leader() or b.elector.is_leader(), timeout=30, what="a leader")
     leader, follower = (a, b) if a.elector.is_leader() else (b, a)
-    _wait(lambda: findings(leader) > 0)  # the leader recorded its start-up (or catch-up) batch
+    # the leader recorded its start-up (or catch-up) batch
+    wait(lambda: findings(leader) > 0, timeout=30, what="the leader's first findings")
     for agent in (a, b):  # the schedule fires on both replicas
         _fire_now(agent)
-    _wait(lambda: sweeps(leader) == 1)
+    wait(lambda: sweeps(leader) == 1, timeout=30, what="the leader's sweep")
     # the follower's scheduler is paused: its fired run stays due and unprocessed (the hand-over
     # below shows it was held, not run)
     assert not follower.elector.is_leader() and paused(follower)
     assert (sweeps(leader), sweeps(follower)) == (1, 0)
     assert findings(follower) == 0  # a follower records no detector batch
     assert follower.scheduler.skipped + follower.scheduler.already_done == 0  # paused: not even tried
-    _wait(lambda: LEDGER_ANNOTATION in leader.elector.annotations())
+    wait(lambda: LEDGER_ANNOTATION in leader.elector.annotations(), timeout=30,
+         what="the sweep ledger on the Lease")
     leader.stop()  # graceful: the ledger is on the Lease, the lease released
-    _wait(follower.elector.is_leader)
-    _wait(lambda: findings(follower) > 0)  # the new leader catches up: one full diagnosis, recorded
+    wait(follower.elector.is_leader, timeout=30, what="the follower to lead")
+    # the new leader catches up: one full diagnosis, recorded
+    wait(lambda: findings(follower) > 0, timeout=30, what="the new leader's findings")
     # the follower's paused scheduler still holds this minute's run as due: resuming must skip it
-    _wait(lambda: follower.scheduler.already_done >= 1)
+    wait(lambda: follower.scheduler.already_done >= 1, timeout=30, what="the held run skipped")
     _fire_now(follower)  # and firing it again for the same schedule time does nothing either
-    _wait(lambda: follower.scheduler.already_done >= 2)
+    wait(lambda: follower.scheduler.already_done >= 2, timeout=30, what="the fired run skipped")
     assert (sweeps(leader), sweeps(follower)) == (1, 0)
 
 
@@ -146,14 +141,16 @@ def test_a_background_job_runs_on_the_leader_only_then_on_the_new_leader(
     agents: tuple[Agent, Agent], beats: Beats
 ) -> None:
     a, b = agents
-    _wait(lambda: a.elector.is_leader() or b.elector.is_leader())
+    wait(lambda: a.elector.is_leader() or b.elector.is_leader(), timeout=30, what="a leader")
     leader, follower = (a, b) if a.elector.is_leader() else (b, a)
-    _wait(lambda: beats.of(leader) >= 3)  # every 100 ms on the leader
+    # every 100 ms on the leader
+    wait(lambda: beats.of(leader) >= 3, timeout=30, what="the leader's heartbeats")
     # the follower started its scheduler as early and holds the same job, paused: never run
     assert paused(follower) and "heartbeat" in dict(follower.scheduler.jobs())
     assert beats.of(follower) == 0 and follower.scheduler.skipped == 0
     leader.stop()
     stopped_at = beats.of(leader)
-    _wait(follower.elector.is_leader)
-    _wait(lambda: beats.of(follower) >= 3)  # the new leader runs it
+    wait(follower.elector.is_leader, timeout=30, what="the follower to lead")
+    # the new leader runs it
+    wait(lambda: beats.of(follower) >= 3, timeout=30, what="the new leader's heartbeats")
     assert beats.of(leader) == stopped_at  # and the old one, stopped, never again

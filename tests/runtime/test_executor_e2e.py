@@ -1,76 +1,43 @@
-"""The agent end to end on the twin with the real remediator: `seed-blocked` is detected, the
-zone-split playbook requests approval, a person approves from the CLI (another process), and the
-leader's executor co-locates the job: the incident ends `resolved`, every pod in the target zone,
-the job not suspended. The agent runs with leader election on a Lease, as in a cluster."""
+"""The agent end to end on the twin with the real remediator and a real Prometheus scraping the
+twin's exporter: `seed-blocked` is detected, the zone-split playbook requests approval, a person
+approves from the CLI (another process), and the leader's executor co-locates the job: the
+incident ends `resolved`, every pod in the target zone, the job not suspended, and the incident
+records the job's GPU utilization from Prometheus before (blocked, near 0%) and after (recovered,
+at least 80%). The agent runs with leader election on a Lease, as in a cluster."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent.model.incident import IncidentQuery
-from agent.model.lifecycle import IncidentStatus
-from agent.runtime import executor, expiry
-from agent.runtime.app import Agent
-from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Parts
-from agent.store.migrate import upgrade_on_start
+from agent.model.lifecycle import IncidentStatus, RemediationActionKind
+from agent.sources.prometheus import job_utilization_expr
 from agent.store.repository import IncidentStore
-from agent.twin import kubeconfig
 from agent.twin.cluster import TwinCluster
 from agent.twin.resources import lookup
-from tests.remediation.harness import FAST, ZONE, quick
-from tests.runtime.test_agent_e2e import agent_settings
+from tests.remediation.harness import ZONE
+from tests.support.agent_rig import RunningAgent, running_agent
+from tests.support.prometheus import requires_prometheus
+from tests.support.waiting import wait
 
 REPO = Path(__file__).resolve().parents[2]
 S = IncidentStatus
 PODS = lookup("pods")
 PYTORCHJOBS = lookup("pytorchjobs")
-
-
-def _wait(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+JOB = "llm-finetune"
 
 
 @pytest.fixture
-def running(tmp_path: Path) -> Iterator[tuple[TwinCluster, Agent, IncidentStore, str]]:
-    cluster = TwinCluster(quick("seed-blocked")).start()
-    try:
-        api = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
-        settings = agent_settings(tmp_path, path, None)
-        remediation = replace(settings.remediation, **{
-            name: getattr(FAST, name) for name in (
-                "suspend_timeout", "schedule_timeout", "verify_window", "poll_interval")})
-        settings = replace(settings, remediation=remediation)
-        store = upgrade_on_start(settings)
-
-        def pipeline(parts: Parts) -> AgentPipeline:
-            executor.register(parts, store, executor.live_remediator(parts, store))
-            expiry.register(parts, store)
-            return AgentPipeline(parts, store)
-
-        agent = Agent(settings, pipeline_factory=pipeline, identity="solo")
-        agent.start()
-        try:
-            yield cluster, agent, store, settings.database.url
-        finally:
-            agent.stop()
-            store.close()
-    finally:
-        cluster.stop()
+def running(tmp_path: Path) -> Iterator[RunningAgent]:
+    with running_agent(tmp_path, "seed-blocked", prometheus=True, executor=True,
+                       identity="solo") as rig:  # fmt: skip
+        yield rig
 
 
 def _awaiting(store: IncidentStore) -> int | None:
@@ -86,25 +53,36 @@ def _pod_zones(cluster: TwinCluster) -> set[str]:
             if not p["metadata"].get("deletionTimestamp")}
 
 
-def test_a_cli_approval_is_remediated_by_the_leader(
-    running: tuple[TwinCluster, Agent, IncidentStore, str],
+def _job_utilization(result: list[dict[str, Any]]) -> float | None:
+    for sample in result:
+        if sample["metric"].get("created_by_name") == JOB:
+            return float(sample["value"][1])
+    return None
+
+
+@requires_prometheus
+def test_a_cli_approval_is_remediated_by_the_leader_with_utilization_from_prometheus(
+    running: RunningAgent,
 ) -> None:
-    cluster, agent, store, url = running
-    _wait(agent.elector.is_leader, 15, "the lease")
-    _wait(lambda: _awaiting(store) is not None, 30, "an incident awaiting approval")
-    incident_id = _awaiting(store)
-    assert incident_id is not None
+    cluster, agent, store = running.cluster, running.agent, running.store
+    assert running.prometheus is not None
+    wait(agent.elector.is_leader, timeout=15, what="the lease")
+    incident_id = wait(lambda: _awaiting(store), timeout=30,
+                       what="an incident awaiting approval")
     summary = store.get_incident(incident_id).incident
     assert summary.approval_deadline is not None and summary.target_zone is not None
     assert len(_pod_zones(cluster)) == 2  # split
+    # the person approves once Prometheus shows the split job's utilization (what they look at)
+    running.prometheus.wait_for(job_utilization_expr(),
+                                lambda r: _job_utilization(r) is not None, timeout=30)
     done = subprocess.run(
         [sys.executable, "-m", "agent.cli", "incidents", "approve", str(incident_id),
-         "--by", "carol", "--reason", "co-locate it", "--database", url],
+         "--by", "carol", "--reason", "co-locate it", "--database", running.settings.database.url],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode == 0, done.stderr
-    _wait(lambda: store.get_incident(incident_id).incident.status in (
-        S.RESOLVED, S.FAILED, S.ROLLED_BACK), 60, "the remediation to end")
+    wait(lambda: store.get_incident(incident_id).incident.status in (
+        S.RESOLVED, S.FAILED, S.ROLLED_BACK), timeout=60, what="the remediation to end")
     detail = store.get_incident(incident_id)
     assert detail.incident.status is S.RESOLVED, [
         (e.kind.value, dict(e.detail)) for e in detail.events]
@@ -113,3 +91,17 @@ def test_a_cli_approval_is_remediated_by_the_leader(
     assert not (job["spec"].get("runPolicy") or {}).get("suspend")
     kinds = [e.kind.value for e in detail.events]
     assert kinds.index("approved") < kinds.index("remediation_started") < kinds.index("resolved")
+
+    # utilization from Prometheus, in the incident and in the executor's plan and verification
+    before, after = detail.incident.utilization_before, detail.incident.utilization_after
+    assert isinstance(before, float) and 0.0 <= before <= 5.0, before  # blocked: GPUs idle
+    assert isinstance(after, float) and after >= 80.0, after  # co-located: recovered
+    # the executor's plan (again after a 409 on the suspend write: it re-reads and re-plans)
+    plans = [a for a in detail.actions
+             if a.kind is RemediationActionKind.PLAN and a.payload.get("step") == "planned"]
+    assert plans and all(a.payload["utilization_before"] == before for a in plans), plans
+    verify = [a for a in detail.actions if a.kind is RemediationActionKind.VERIFY]
+    assert verify[-1].succeeded is True
+    assert verify[-1].payload["utilization_before"] == before
+    assert verify[-1].payload["utilization_after"] == after
+    assert ">= 80.0%" in (verify[-1].message or "")

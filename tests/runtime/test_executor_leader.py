@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +26,8 @@ from agent.store.repository import IncidentStore
 from agent.twin import kubeconfig
 from agent.twin.cluster import TwinCluster
 from tests.runtime.step_remediator import StepRemediator
-from tests.runtime.test_agent_e2e import agent_settings
+from tests.support.agent_rig import agent_settings
+from tests.support.waiting import wait
 from tests.twin import twin_fixtures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,15 +40,6 @@ class Replica:
     store: IncidentStore
     remediator: StepRemediator
     executor: executor.RemediationExecutor
-
-
-def _wait(check: Callable[[], object], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest.fixture
@@ -99,9 +91,11 @@ def test_the_leader_runs_a_cli_decision_and_the_next_leader_resumes_it(
     replicas: tuple[list[Replica], str],
 ) -> None:
     (a, b), url = replicas
-    _wait(lambda: a.agent.elector.is_leader() or b.agent.elector.is_leader())
+    wait(lambda: a.agent.elector.is_leader() or b.agent.elector.is_leader(), timeout=20,
+         what="a leader", interval=0.02)
     leader, follower = (a, b) if a.agent.elector.is_leader() else (b, a)
-    _wait(lambda: _open_incident(leader.store) is not None)
+    wait(lambda: _open_incident(leader.store) is not None, timeout=20, what="an open incident",
+         interval=0.02)
     incident_id = _open_incident(leader.store)
     assert incident_id is not None
     leader.remediator.stop_early.add(incident_id)  # it will stop while verifying
@@ -110,20 +104,21 @@ def test_the_leader_runs_a_cli_decision_and_the_next_leader_resumes_it(
     recorded_at = time.monotonic()
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"incident {incident_id} approved by carol\n"
-    _wait(lambda: incident_id in leader.remediator.calls, timeout=30)
+    wait(lambda: incident_id in leader.remediator.calls, timeout=30,
+         what="the leader's remediator called", interval=0.02)
     picked_up = time.monotonic() - recorded_at
     # picked up by the 1 s pickup tick, not by some later event such as a sweep (the bound is
     # generous: the machine may be loaded)
     assert picked_up < 10, f"picked up {picked_up:.1f} s after the approval"
-    _wait(lambda: leader.store.get_incident(incident_id).incident.status is S.VERIFYING,
-          timeout=30)
+    wait(lambda: leader.store.get_incident(incident_id).incident.status is S.VERIFYING,
+         timeout=30, what="the incident verifying", interval=0.02)
     assert follower.remediator.calls == [] and follower.executor.runs == 0
 
     # the leader goes away with the remediation in flight: the next leader resumes it
     leader.agent.stop()
-    _wait(follower.agent.elector.is_leader, timeout=30)
-    _wait(lambda: follower.store.get_incident(incident_id).incident.status is S.RESOLVED,
-          timeout=30)
+    wait(follower.agent.elector.is_leader, timeout=30, what="the follower to lead", interval=0.02)
+    wait(lambda: follower.store.get_incident(incident_id).incident.status is S.RESOLVED,
+         timeout=30, what="the incident resolved", interval=0.02)
     assert follower.remediator.calls == [incident_id]
     assert leader.remediator.calls == [incident_id]
     again = _cli("incidents", "approve", str(incident_id), "--database", url)

@@ -18,6 +18,7 @@ from agent.settings import KubernetesSettings
 from agent.sources.kubeapi import KubeApi, build_api_client
 from agent.twin import apiserver, kubeconfig
 from agent.twin.store import Store
+from tests.support.waiting import wait
 
 
 class SteppedClock:
@@ -41,13 +42,6 @@ class CountingLeaseClient(LeaseClient):
     def get(self, *, timeout: float) -> LeaseRecord | None:
         self.reads += 1
         return super().get(timeout=timeout)
-
-
-def wait_for(check: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -110,15 +104,16 @@ def test_release_hands_over_at_once_and_a_thread_runs_the_loop(api: KubeApi) -> 
     events: list[str] = []
     a, b = elector(api, "a", events), elector(api, "b", events)
     a.run_in_thread()
-    wait_for(a.is_leader)
+    wait(a.is_leader, timeout=30, what="a to lead", interval=0.02)
     b.run_in_thread()
     assert isinstance(b.client, CountingLeaseClient)
     reads = b.client.reads
-    wait_for(lambda: b.client.reads >= reads + 3)  # b read the held lease three times
+    # b read the held lease three times
+    wait(lambda: b.client.reads >= reads + 3, timeout=30, what="b's reads", interval=0.02)
     assert not b.is_leader() and a.is_leader()
     a.stop(timeout=5)  # graceful: releases
     started = time.monotonic()
-    wait_for(b.is_leader)
+    wait(b.is_leader, timeout=30, what="b to lead", interval=0.02)
     assert time.monotonic() - started < 1.0  # released: no waiting for expiry (2 s)
     b.stop(timeout=5)
     assert events == ["a+", "a-", "b+", "b-"]

@@ -16,10 +16,11 @@ import copy
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import httpx
 import orjson
@@ -29,19 +30,16 @@ from sqlalchemy.engine import make_url
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import MessageKind
 from agent.runtime.app import Agent
-from agent.runtime.pipeline import AgentPipeline
-from agent.settings import Settings, load_settings
-from agent.store.migrate import upgrade_on_start
+from agent.settings import Settings
 from agent.store.repository import IncidentStore, open_store
-from agent.twin import kubeconfig
 from agent.twin.cluster import TwinCluster
 from tests.store.fixtures import TEST_DB_SETTINGS, pg_database  # noqa: F401 (a fixture)
 from tests.store.tcp_proxy import TcpProxy
+from tests.support.agent_rig import running_agent
+from tests.support.waiting import wait
 from tests.twin import twin_fixtures
 
-REPO = Path(__file__).resolve().parents[2]
 JOB = "llm-finetune"
-T = TypeVar("T")
 
 
 class Outage(Protocol):
@@ -79,17 +77,6 @@ class ProxyCut:
         self.proxy.restore()
 
 
-def wait_for(check: Callable[[], T], *, timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
 class Running:
     def __init__(
         self, cluster: TwinCluster, agent: Agent, direct: IncidentStore, outage: Outage, job: dict[str, Any]
@@ -112,37 +99,38 @@ class Running:
         return self.http.get("/readyz")
 
 
-def settings_for(tmp_path: Path, kubeconfig_path: Path, url: str) -> Settings:
-    base = load_settings(None, {})
-    return replace(
-        base,
-        cluster_name="twin",
-        data_dir=str(tmp_path),
-        playbooks_dir=str(REPO / "playbooks"),
-        kubernetes=replace(base.kubernetes, kubeconfig=str(kubeconfig_path)),
-        database=replace(
-            base.database,
-            url=url,
-            write_retry=timedelta(seconds=1),
-            busy_timeout=timedelta(milliseconds=300),
-            connect_timeout=timedelta(seconds=1),
-        ),
-        http=replace(base.http, host="127.0.0.1", port=0, database_timeout=timedelta(seconds=1)),
-        leader_election=replace(base.leader_election, enabled=False),
-        detection=replace(base.detection, debounce=timedelta(milliseconds=200)),
-    )
+def outage_settings(url: str) -> Callable[[Settings], Settings]:
+    """The database at `url` with quick give-ups (a write retried after 1 s, SQLite's busy
+    timeout 300 ms, a 1 s connect timeout), /readyz's database check within 1 s, and a 200 ms
+    detection debounce."""
+
+    def change(base: Settings) -> Settings:
+        return replace(
+            base,
+            database=replace(
+                base.database,
+                url=url,
+                write_retry=timedelta(seconds=1),
+                busy_timeout=timedelta(milliseconds=300),
+                connect_timeout=timedelta(seconds=1),
+            ),
+            http=replace(base.http, database_timeout=timedelta(seconds=1)),
+            detection=replace(base.detection, debounce=timedelta(milliseconds=200)),
+        )
+
+    return change
+
+
+def close_retries(agent: Agent) -> None:
+    agent.detector.retry_cap = timedelta(seconds=1)  # keep the retries of a failed batch close
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def running(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Running]:
     scenario = twin_fixtures.fast("seed-blocked")
     (job,) = [o for o in scenario.objects if o.get("kind") == "PyTorchJob"]
-    cluster = TwinCluster(replace(scenario, objects=[o for o in scenario.objects if o is not job]))
-    cluster.start()
-    proxy: TcpProxy | None = None
-    try:
-        api = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
+    without_job = replace(scenario, objects=[o for o in scenario.objects if o is not job])
+    with ExitStack() as stack:
         outage: Outage
         if request.param == "sqlite":
             db = tmp_path / "zonemedic.db"
@@ -152,28 +140,20 @@ def running(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Running]
             direct_url = request.getfixturevalue("pg_database")
             parsed = make_url(direct_url)
             proxy = TcpProxy(parsed.host or "127.0.0.1", parsed.port or 5432)
+            stack.callback(proxy.close)
             url = parsed.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
             outage = ProxyCut(proxy)
-        settings = settings_for(tmp_path, path, url)
-        store = upgrade_on_start(settings)
+        rig = stack.enter_context(running_agent(
+            tmp_path, without_job, leader_election=False, settings_change=outage_settings(url),
+            before_start=close_retries,
+        ))  # fmt: skip
         direct = open_store(TEST_DB_SETTINGS, url=direct_url)
-        agent = Agent(settings, pipeline_factory=lambda parts: AgentPipeline(parts, store))
-        agent.detector.retry_cap = timedelta(seconds=1)  # keep the retries of a failed batch close
-        agent.start()
-        run = Running(cluster, agent, direct, outage, job)
-        try:
-            wait_for(lambda: run.readyz().status_code == 200, timeout=30, what="the agent to be ready")
-            yield run
-        finally:
-            outage.end()
-            run.http.close()
-            agent.stop()
-            store.close()
-            direct.close()
-    finally:
-        if proxy is not None:
-            proxy.close()
-        cluster.stop()
+        stack.callback(direct.close)
+        run = Running(rig.cluster, rig.agent, direct, outage, job)
+        stack.callback(run.http.close)
+        stack.callback(outage.end)  # before the agent stops: its last writes must go through
+        wait(lambda: run.readyz().status_code == 200, timeout=30, what="the agent to be ready")
+        yield run
 
 
 def _not_ready_for_writes(run: Running) -> dict[str, Any] | None:
@@ -185,9 +165,9 @@ def _not_ready_for_writes(run: Running) -> dict[str, Any] | None:
 def test_a_split_during_the_outage_is_recorded_once_the_database_is_back(running: Running) -> None:
     run = running
     run.outage.begin()
-    wait_for(lambda: _not_ready_for_writes(run), timeout=30, what="/readyz to say writes fail")
+    wait(lambda: _not_ready_for_writes(run), timeout=30, what="/readyz to say writes fail")
     run.cluster.apply(copy.deepcopy(run.job))  # the job arrives and splits while writes fail
-    wait_for(
+    wait(
         lambda: run.counter("zonemedic_store_write_retries_total", work="detector") >= 2,
         timeout=30,
         what="the failed detector batch to be retried",
@@ -196,18 +176,18 @@ def test_a_split_during_the_outage_is_recorded_once_the_database_is_back(running
     assert run.counter("zonemedic_store_write_failures_total", work="detector") >= 2
 
     run.outage.end()
-    (incident,) = wait_for(lambda: run.incidents("zone_split_blocked"), timeout=15, what="the incident")
+    (incident,) = wait(lambda: run.incidents("zone_split_blocked"), timeout=15, what="the incident")
     # the shipped zone-split playbook proposes the fix: the incident awaits an approval
     assert incident.status.value in {"open", "awaiting_approval"}
-    wait_for(lambda: run.readyz().status_code == 200, timeout=30, what="/readyz to recover")
-    wait_for(lambda: run.agent.pipeline.actions.unfired == 0, timeout=30, what="playbook firings")
+    wait(lambda: run.readyz().status_code == 200, timeout=30, what="/readyz to recover")
+    wait(lambda: run.agent.pipeline.actions.unfired == 0, timeout=30, what="playbook firings")
 
     def posts() -> list[str]:
         messages = run.direct.get_incident(incident.id).messages
         return sorted(m.payload["action"] for m in messages if m.kind is MessageKind.POST)
 
     # the firing (with its plan preview, read from the API) may still be under way
-    wait_for(lambda: len(posts()) >= 2, timeout=30, what="both playbook messages")
+    wait(lambda: len(posts()) >= 2, timeout=30, what="both playbook messages")
     # exactly once: one incident, each playbook message queued once
     assert len(run.incidents()) == 1
     assert posts() == ["notify", "propose_colocation"]
@@ -235,7 +215,7 @@ def _post(run: Running) -> tuple[httpx.Response, float]:
 def test_alerts_posted_during_the_outage_are_503_then_recorded_exactly_once(running: Running) -> None:
     run = running
     run.cluster.apply(copy.deepcopy(run.job))
-    wait_for(lambda: run.agent.cache.jobs_named("ml", JOB), timeout=15, what="the job in the cache")
+    wait(lambda: run.agent.cache.jobs_named("ml", JOB), timeout=15, what="the job in the cache")
     run.outage.begin()
     for _ in range(2):  # Alertmanager's first send and a re-send, both during the outage
         response, took = _post(run)
@@ -243,12 +223,12 @@ def test_alerts_posted_during_the_outage_are_503_then_recorded_exactly_once(runn
         assert "retry later" in response.json()["error"]
         assert took < 5.0, f"the webhook took {took:.1f}s to refuse"
     assert run.incidents("alert") == []
-    body = wait_for(lambda: _not_ready_for_writes(run), timeout=30, what="/readyz to say writes fail")
+    body = wait(lambda: _not_ready_for_writes(run), timeout=30, what="/readyz to say writes fail")
     assert body["ready"] is False
 
     run.outage.end()
     # Alertmanager keeps re-sending until it gets a 2xx
-    accepted = wait_for(
+    accepted = wait(
         lambda: (r := _post(run)[0]).status_code == 200 and r.json(), timeout=15, what="a 200"
     )
     assert (accepted["accepted"], accepted["duplicates"]) == (2, 0)
@@ -263,4 +243,4 @@ def test_alerts_posted_during_the_outage_are_503_then_recorded_exactly_once(runn
     assert run.counter("zonemedic_alertmanager_alerts_total", outcome="unavailable") >= 2
     assert run.counter("zonemedic_store_write_failures_total", work="alert") >= 2
     assert run.counter("zonemedic_store_write_retries_total", work="alert") >= 1
-    wait_for(lambda: run.readyz().status_code == 200, timeout=30, what="/readyz to recover")
+    wait(lambda: run.readyz().status_code == 200, timeout=30, what="/readyz to recover")

@@ -23,7 +23,7 @@ from agent.twin import kubeconfig
 from agent.twin.cluster import TwinCluster
 from agent.twin.resources import lookup
 from tests.remediation.harness import quick
-from tests.runtime.test_agent_e2e import agent_settings
+from tests.support.agent_rig import agent_settings
 
 
 class BuggyPipeline(AgentPipeline):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 
@@ -22,6 +22,7 @@ from agent.store.resilience import Readiness
 from tests.store.fixtures import TEST_DB_SETTINGS
 from tests.store.helpers import finding
 from tests.store.tcp_proxy import TcpProxy
+from tests.support.waiting import wait
 
 pytestmark = pytest.mark.postgres
 
@@ -55,14 +56,6 @@ class RecordingSleep:
     def __call__(self, seconds: float) -> None:
         self.delays.append(seconds)
         time.sleep(seconds)
-
-
-def _wait_until(check: Callable[[], bool], *, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_unreachable_at_start_is_a_clear_error_after_backoff(proxy: TcpProxy, pg_url: str) -> None:
@@ -100,7 +93,7 @@ def test_start_waits_for_the_database_then_migrates(proxy: TcpProxy, pg_url: str
 
     thread = threading.Thread(target=start)
     thread.start()
-    _wait_until(lambda: bool(readiness.reason), what="a first failed attempt")
+    wait(lambda: bool(readiness.reason), timeout=10, interval=0.02, what="a first failed attempt")
     assert not readiness.is_ready() and readiness.reason  # health endpoint: not ready
     proxy.restore()
     thread.join(timeout=30)
@@ -123,8 +116,9 @@ def test_database_away_mid_run_writes_are_retried(proxy: TcpProxy, pg_url: str) 
             target=lambda: outcome.append(store.record_finding(finding("during")))
         )
         thread.start()
-        _wait_until(lambda: not store.ready(), what="the store to notice the database is away")
-        _wait_until(lambda: len(sleep.delays) >= 3, what="three retries")
+        wait(lambda: not store.ready(), timeout=10, interval=0.02,
+             what="the store to notice the database is away")
+        wait(lambda: len(sleep.delays) >= 3, timeout=10, interval=0.02, what="three retries")
         assert outcome == [] and thread.is_alive()  # still retrying, not dropped
         proxy.restore()
         thread.join(timeout=30)
