@@ -143,6 +143,7 @@ def running_agent(
     settings_change: Callable[[Settings], Settings] | None = None,
     identity: str | None = None, leader_election: bool = True,
     before_start: Callable[[Agent], None] | None = None,
+    pipeline_class: type[AgentPipeline] = AgentPipeline,
 ) -> Iterator[RunningAgent]:  # fmt: skip
     """One agent on the twin serving `scenario` (a packaged scenario's name is loaded `quick`).
 
@@ -154,7 +155,8 @@ def running_agent(
     served API once the twin runs, before the agent starts. `settings_change`: applied last to
     the settings. `identity`: the agent's leader-election identity. `leader_election`: False
     turns the election off (the agent leads alone at once). `before_start`: called with the built
-    agent before it starts (to tune a part the settings do not reach).
+    agent before it starts (to tune a part the settings do not reach). `pipeline_class`: the
+    pipeline the agent runs (a test's subclass injects a fault).
     """
     with ExitStack() as stack:
         loaded = quick(scenario) if isinstance(scenario, str) else scenario
@@ -200,7 +202,7 @@ def running_agent(
                 expiry.register(parts, store)
             if slack is not None:
                 wire_chat(parts, store=store)
-            return AgentPipeline(parts, store)
+            return pipeline_class(parts, store)
 
         agent = Agent(settings, pipeline_factory=pipeline, identity=identity)
         if before_start is not None:
