@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from agent.errors import UnavailableError
 from agent.model.incident import IncidentSummary
 from agent.model.lifecycle import EventKind, IncidentStatus, ResumeAction, is_terminal
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
@@ -158,6 +159,11 @@ class RemediationExecutor:
         retry_at = self.monotonic() + self.settings.retry_after.total_seconds()
         try:
             status = self.remediator.run(incident.id)
+        except UnavailableError as exc:  # the API, the database or Prometheus away: resume later
+            log.warning("remediation paused: %s; resuming in %gs", exc,
+                        self.settings.retry_after.total_seconds(), extra={"incident": incident.id})
+            self._not_before[incident.id] = retry_at
+            return incident.id
         except Exception:  # top level of a background job: log, retry this incident later
             log.exception("remediation failed; retrying later", extra={"incident": incident.id})
             self._not_before[incident.id] = retry_at

@@ -25,6 +25,7 @@ class StepRemediator:
         self.name = name
         self.calls: list[int] = []
         self.fail: set[int] = set()
+        self.error: Callable[[int], Exception] = lambda i: RuntimeError(f"cluster said no to {i}")
         self.stop_early: set[int] = set()  # stop once verifying (as if the process died there)
         self._lock = threading.Lock()
 
@@ -32,7 +33,7 @@ class StepRemediator:
         with self._lock:
             self.calls.append(incident_id)
         if incident_id in self.fail:
-            raise RuntimeError(f"cluster said no to {incident_id}")
+            raise self.error(incident_id)
         status = self.store.get_incident(incident_id).incident.status
         path = PATH[: PATH.index(S.VERIFYING) + 1] if incident_id in self.stop_early else PATH
         for current, new in pairwise(path):

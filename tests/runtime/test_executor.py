@@ -4,6 +4,7 @@ refuse or defer, failures are retried after a pause."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -22,7 +23,7 @@ from agent.runtime.root import Parts
 from agent.settings import RemediationSettings, Settings
 from agent.sources.cache import ClusterCache
 from agent.sources.jobkey import JobKey
-from agent.sources.kubeapi import KubeApi
+from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.store.repository import IncidentStore
 from tests.runtime.step_remediator import StepRemediator
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store
@@ -121,11 +122,28 @@ def test_left_over_remediations_resume_first_and_ignore_the_cap(store: IncidentS
     assert remediator.calls == [left, waiting]
 
 
-def test_a_failing_remediation_is_retried_after_a_pause(store: IncidentStore) -> None:
+@pytest.mark.parametrize(
+    ("error", "level", "traceback"),
+    [
+        (RuntimeError("a bug"), logging.ERROR, True),
+        (KubeApiError(500, "Internal error occurred"), logging.WARNING, False),  # the API away
+    ],
+    ids=["bug", "unavailable"],
+)
+def test_a_failing_remediation_is_retried_after_a_pause(
+    store: IncidentStore, caplog: pytest.LogCaptureFixture, error: Exception, level: int,
+    traceback: bool,
+) -> None:
     executor, remediator, clock = _executor(store)
     broken = _approved(store, "broken")
     remediator.fail.add(broken)
-    assert executor.step() == broken
+    remediator.error = lambda _: error
+    with caplog.at_level(logging.INFO, logger="agent.runtime.executor"):
+        assert executor.step() == broken
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert record.levelno == level and (record.exc_info is not None) is traceback
+    if not traceback:  # one line that names the error
+        assert str(error) in record.getMessage()
     assert executor.step() is None  # not at every tick
     clock.advance(29)
     assert executor.step() is None

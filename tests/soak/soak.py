@@ -161,20 +161,35 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
 def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
               faults: Faults) -> Path:
     """What a violated guarantee needs to be understood: the violations, the workload's and the
-    faults' timelines, every agent error and every agent log line that names a job the
-    violations name."""
+    faults' timelines, every agent error, every agent log line that names a job the violations
+    name, and every agent line (any level) within 30 s before to 5 s after the violation windows
+    the report gives (`HH:MM:SS` ... `Ns`), replica by replica. The agents' whole logs are
+    written beside it (`agent-<pid>.log`)."""
     named = set(re.findall(r"job-\d+|llm-finetune", "\n".join(report.lines())))
+    windows = [(start - 30, start + float(length) + 5) for start, length in (
+        (_clock(m.group(2)), m.group(1)) for m in re.finditer(
+            r"split (\d+)s from (\d\d:\d\d:\d\d)", "\n".join(report.lines())))]
     lines = ["== violations", *report.lines(), "== workload", *workload.log,
-             "== faults", *faults.log.lines, "== agent log lines naming those jobs"]
+             "== faults", *faults.log.lines, "== agent log lines naming those jobs or in their window"]
     for replica in [*rig.retired, *rig.replicas]:
-        for raw in replica.raw:
-            text = raw.decode("utf-8", "replace").rstrip()
+        texts = [raw.decode("utf-8", "replace").rstrip() for raw in replica.raw]
+        (tmp_path / f"agent-{replica.proc.pid}.log").write_text("\n".join(texts) + "\n")
+        for text in texts:
+            stamp = re.search(r'"time": ?"[^"]*T(\d\d:\d\d:\d\d)', text)
+            at = _clock(stamp.group(1)) if stamp else None
             if '"level": "error"' in text or '"level":"error"' in text or any(
-                    re.search(rf"\b{name}\b", text) for name in named):
+                    re.search(rf"\b{name}\b", text) for name in named) or (
+                    at is not None and any(a <= at <= b for a, b in windows)):
                 lines.append(f"[{replica.proc.pid}] {text}")
     path = tmp_path / "soak-evidence.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _clock(hms: str) -> float:
+    """Seconds since midnight of an `HH:MM:SS` time (the soak's logs and the report use UTC)."""
+    h, m, s = (int(part) for part in hms.split(":"))
+    return float(h * 3600 + m * 60 + s)
 
 
 def _posted_twice(rig: Rig) -> int:
