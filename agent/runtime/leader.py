@@ -9,7 +9,9 @@ Conflict means another replica won the race, so optimistic concurrency makes it 
 
 Timing: the leader renews every `retry_period`; if it cannot renew for `renew_deadline` it stops
 leading (calls `on_stopped_leading`) and `is_leader()` turns false at the deadline even when the
-loop is stuck in a slow call. A follower takes over once the lease has not changed for
+loop is stuck in a slow call; a renewal that lands after the deadline (the lease still ours) ends
+that term and starts a new one (`on_stopped_leading`, then `on_started_leading`), so what leader
+work refused in between is caught up. A follower takes over once the lease has not changed for
 `lease_duration` (or at once when the holder released it); while it waits it logs `following` once
 per holder it sees. What it does not do: run leader work.
 """
@@ -329,7 +331,15 @@ class LeaderElector:
             self.on_stopped_leading()
 
     def step(self) -> None:
+        previous = self._last_renewed
         ok = self.try_acquire_or_renew()
+        if ok and self._leading and not leading(
+            previous, now=self.monotonic(), renew_deadline=self.renew_deadline
+        ):
+            # renewed only after the renew deadline: `is_leader()` said False meanwhile, so leader
+            # work was refused in between; that term ended, and the new one starts afresh
+            # (`on_started_leading` catches up what was refused)
+            self._set_leading(False)
         if ok:
             self._set_leading(True)
         elif self._leading and not leading(

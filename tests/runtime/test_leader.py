@@ -156,6 +156,53 @@ def test_leader_stops_within_renew_deadline_when_the_api_is_down() -> None:
     assert events == ["a+", "a-"]
 
 
+class SlowLeases(MemoryLeases):
+    """Each read takes `delay` seconds of the clock (a slow API server)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.delay = 0.0
+
+    def get(self, *, timeout: float) -> LeaseRecord | None:
+        self.clock.t += self.delay
+        return super().get(timeout=timeout)
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["api-down-then-back", "slow-renewal"])
+def test_a_renewal_after_the_deadline_ends_the_term_and_starts_a_new_one(slow: bool) -> None:
+    """is_leader() was False between the deadline and the late renewal (leader work refused), so
+    the renewal starts a new term: on_started_leading runs again and catches up."""
+    clock, events = Clock(), []
+    store = SlowLeases(clock)
+    a = elector(store, clock, "a", events)
+    a.step()
+    if slow:  # the renewal's read starts 9 s in and answers 2 s later, past the deadline
+        clock.t += 9
+        store.delay = 2
+        a.step()
+    else:  # the API is away past the deadline; the lease is still a's when it comes back
+        store.down = True
+        clock.t += 9
+        a.step()
+        clock.t += 1.5
+        assert not a.is_leader()
+        store.down = False
+        a.step()
+    assert a.is_leader()
+    assert events == ["a+", "a-", "a+"]
+    assert store.record is not None and store.record.holder == "a"
+
+
+def test_a_renewal_within_the_deadline_continues_the_term() -> None:
+    store, clock, events = MemoryLeases(), Clock(), []
+    a = elector(store, clock, "a", events)
+    for _ in range(5):
+        a.step()
+        clock.t += 9.9
+    assert a.is_leader() and events == ["a+"]
+
+
 def test_create_race_has_one_winner() -> None:
     store, clock, events = MemoryLeases(), Clock(), []
     a, b = elector(store, clock, "a", events), elector(store, clock, "b", events)
