@@ -241,7 +241,9 @@ class RemediationSettings:
     namespaces are `diagnosis.protected_namespaces`: never remediated, never auto-approved.
     `preview`: when a remediable finding opens an incident, plan the fix at once (reading the
     job, its pods, the nodes and the target zone's pods from the API) so the finding's message
-    and `incidents show` carry its diff, or why it cannot be applied.
+    and `incidents show` carry its diff, or why it cannot be applied. `auto_hold`: after a job's
+    co-location rolled back, its next incidents are not approved automatically for this long (a
+    person decides), so a fix that does not work is not retried in a loop.
     """
 
     suspend_timeout: timedelta = timedelta(minutes=2)
@@ -255,10 +257,11 @@ class RemediationSettings:
     max_per_hour: int = 10
     pickup_interval: timedelta = timedelta(seconds=1)
     retry_after: timedelta = timedelta(seconds=30)
+    auto_hold: timedelta = timedelta(hours=24)
 
     def __post_init__(self) -> None:
         for name in ("suspend_timeout", "schedule_timeout", "verify_window", "poll_interval",
-                     "pickup_interval", "retry_after"):
+                     "pickup_interval", "retry_after", "auto_hold"):
             if getattr(self, name) <= timedelta(0):
                 raise ConfigError(f"remediation.{name}: must be a positive duration")
         if self.max_per_hour < 0:

@@ -10,7 +10,9 @@ The rules:
   Kueue-managed, ...), needs no decision: NONE (the incident stays `open`; people still see it).
 - A namespace the playbook's approval policy lists in `auto_namespaces` is approved at once by
   zonemedic itself (AUTO: the one decision function with the `auto` source), unless it is a
-  protected namespace, which is never auto-approved.
+  protected namespace, which is never auto-approved, or the job's last co-location rolled back
+  less than `remediation.auto_hold` ago (`rolled_back`: when and why): then a person decides
+  (REQUEST, saying why), so a fix that does not work is not retried in a loop.
 - Otherwise REQUEST: the incident awaits approval until `now + expiry`, the policy's `expiry` when
   the playbook sets one, else the agent's `slack.approval_ttl`. Past that deadline a decision
   changes nothing and the leader's expiry job moves the incident to `expired`.
@@ -54,6 +56,14 @@ def refusal(finding: Mapping[str, Any]) -> str | None:
     return str(reason) if reason else None
 
 
+@dataclass(frozen=True)
+class RolledBack:
+    """A job's co-location that rolled back: when its incident closed, and why."""
+
+    at: datetime
+    reason: str
+
+
 def approval_step(
     *,
     namespace: str,
@@ -62,19 +72,29 @@ def approval_step(
     protected_namespaces: Collection[str],
     default_ttl: timedelta,
     now: datetime,
+    rolled_back: RolledBack | None = None,
+    auto_hold: timedelta = timedelta(0),
 ) -> ApprovalStep:
-    """What the incident of `finding` in `namespace` needs (see the module docstring)."""
+    """What the incident of `finding` in `namespace` needs (see the module docstring).
+    `rolled_back`: the job's most recent co-location that rolled back, if any."""
     if not remediable(finding) or namespace in protected_namespaces:
         return ApprovalStep(ApprovalStepKind.NONE, reason="the finding is not remediable")
     refused = refusal(finding)
     if refused is not None:
         return ApprovalStep(ApprovalStepKind.NONE, reason=f"the fix cannot be applied: {refused}")
-    if policy.is_auto(namespace):
-        return ApprovalStep(
-            ApprovalStepKind.AUTO,
-            reason=f"namespace {namespace} opts in to automatic co-location",
-        )
     ttl = policy.expiry if policy.expiry is not None else default_ttl
+    if policy.is_auto(namespace):
+        if rolled_back is None or now - rolled_back.at >= auto_hold:
+            return ApprovalStep(
+                ApprovalStepKind.AUTO,
+                reason=f"namespace {namespace} opts in to automatic co-location",
+            )
+        return ApprovalStep(
+            ApprovalStepKind.REQUEST, deadline=now + ttl,
+            reason=(f"automatic co-location held: the last one of this job rolled back at "
+                    f"{rolled_back.at:%Y-%m-%d %H:%M} UTC ({rolled_back.reason}); awaiting "
+                    f"approval for {_duration(ttl)}"),
+        )  # fmt: skip
     return ApprovalStep(ApprovalStepKind.REQUEST, deadline=now + ttl,
                         reason=f"awaiting approval for {_duration(ttl)}")
 

@@ -8,7 +8,9 @@ applies it to the store:
 - REQUEST: `open -> awaiting_approval` with the deadline (`store.request_approval`); past it, the
   leader's expiry job moves the incident to `expired` and decisions record nothing.
 - AUTO (a namespace the playbook opts in): the one decision function with the `auto` source, as
-  if a person had approved; the leader's executor then remediates it.
+  if a person had approved; the leader's executor then remediates it. Held when the same job's
+  (same uid) last co-location rolled back within `remediation.auto_hold`: a REQUEST instead, and
+  a note on the incident's timeline says why.
 - NONE (the finding is not remediable): nothing; the incident stays `open`.
 
 A second proposal for the same incident (two playbooks) changes nothing: the incident is no longer
@@ -22,10 +24,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from agent.model.incident import Actor, IncidentSummary
-from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.model.incident import Actor, IncidentQuery, IncidentSummary
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.playbook.model import ApprovalPolicy
-from agent.remediation.approval import ApprovalStep, ApprovalStepKind, approval_step
+from agent.remediation.approval import ApprovalStep, ApprovalStepKind, RolledBack, approval_step
 from agent.remediation.decision import DecisionRequest, decide
 from agent.settings import Settings
 from agent.store.repository import IncidentStore
@@ -40,9 +42,26 @@ class ApprovalRequests:
         self, store: IncidentStore, *, settings: Settings, now: Callable[[], datetime]
     ) -> None:
         self.store = store
+        self.cluster = settings.cluster_name
         self.protected = frozenset(settings.diagnosis.protected_namespaces)
         self.default_ttl = settings.slack.approval_ttl
+        self.auto_hold = settings.remediation.auto_hold
         self.now = now
+
+    def _rolled_back(self, incident: IncidentSummary) -> RolledBack | None:
+        """The job's most recent co-location that rolled back (the same uid when it is known)."""
+        listing = self.store.list_incidents(IncidentQuery(
+            cluster=self.cluster, namespace=incident.namespace, name=incident.name,
+            uid=incident.uid, status=IncidentStatus.ROLLED_BACK, limit=20,
+        ))  # fmt: skip
+        closed = [i for i in listing.incidents if i.kind == incident.kind and i.closed_at]
+        if not closed:
+            return None
+        last = max(closed, key=lambda i: i.closed_at or self.now())
+        reason = next((str(e.detail["reason"]) for e in reversed(self.store.get_incident(last.id).events)
+                       if e.detail.get("reason")), "no reason recorded")
+        assert last.closed_at is not None
+        return RolledBack(at=last.closed_at, reason=f"incident {last.id}: {reason}")
 
     def propose(
         self,
@@ -54,9 +73,11 @@ class ApprovalRequests:
     ) -> ApprovalStep:
         """Apply what the new incident needs; returns the step (its deadline for a request)."""
         now = self.now()
+        auto = policy.is_auto(incident.namespace) and incident.status is IncidentStatus.OPEN
         step = approval_step(
             namespace=incident.namespace, finding=finding, policy=policy,
             protected_namespaces=self.protected, default_ttl=self.default_ttl, now=now,
+            rolled_back=self._rolled_back(incident) if auto else None, auto_hold=self.auto_hold,
         )
         if incident.status is not IncidentStatus.OPEN or step.kind is ApprovalStepKind.NONE:
             return step  # not remediable, or already moved on (another playbook, a person)
@@ -78,6 +99,9 @@ class ApprovalRequests:
         requested = self.store.request_approval(
             incident.id, deadline=step.deadline, now=now, actor=ACTOR
         )
+        if auto and requested.applied:  # the automatic approval was held: say why
+            self.store.add_event(incident.id, EventKind.NOTE, now=now, actor=ACTOR,
+                                 detail={"reason": step.reason})
         log.info("approval requested", extra={"incident": incident.id, "playbook": playbook,
                                               "deadline": step.deadline.isoformat(),
                                               "applied": requested.applied})

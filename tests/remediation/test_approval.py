@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agent.playbook.model import ApprovalPolicy
-from agent.remediation.approval import ApprovalStepKind, approval_step
+from agent.remediation.approval import ApprovalStepKind, RolledBack, approval_step
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TTL = timedelta(minutes=30)
@@ -53,3 +53,37 @@ def test_approval_step(namespace: str, finding: dict[str, Any], policy: Approval
                          protected_namespaces=("kube-system",), default_ttl=TTL, now=NOW)
     assert (step.kind, step.deadline) == (kind, deadline)
     assert reason in step.reason
+
+
+HOLD = timedelta(hours=24)
+AUTO = ApprovalPolicy(auto_namespaces=("ml-sandbox",))
+
+
+@pytest.mark.parametrize(
+    ("rolled_back", "policy", "kind", "deadline", "reason"),
+    [
+        (None, AUTO, ApprovalStepKind.AUTO, None, "opts in"),
+        # the job's last co-location rolled back an hour ago: a person decides, told why
+        (RolledBack(NOW - timedelta(hours=1), "incident 7: GPU utilization did not recover"), AUTO,
+         ApprovalStepKind.REQUEST, NOW + TTL,
+         "automatic co-location held: the last one of this job rolled back at 2026-11-30 11:00 UTC "
+         "(incident 7: GPU utilization did not recover); awaiting approval for 30m"),
+        (RolledBack(NOW - HOLD + timedelta(seconds=1), "x"), AUTO, ApprovalStepKind.REQUEST,
+         NOW + TTL, "held"),
+        (RolledBack(NOW - HOLD, "x"), AUTO, ApprovalStepKind.AUTO, None, "opts in"),  # hold over
+        # a namespace that does not opt in asks a person anyway, with the usual reason
+        (RolledBack(NOW - timedelta(hours=1), "x"), ApprovalPolicy(), ApprovalStepKind.REQUEST,
+         NOW + TTL, "awaiting approval for 30m"),
+    ],
+)
+def test_auto_approval_is_held_after_a_rollback(
+    rolled_back: RolledBack | None, policy: ApprovalPolicy, kind: ApprovalStepKind,
+    deadline: datetime | None, reason: str,
+) -> None:
+    step = approval_step(namespace="ml-sandbox", finding=REMEDIABLE, policy=policy,
+                         protected_namespaces=(), default_ttl=TTL, now=NOW,
+                         rolled_back=rolled_back, auto_hold=HOLD)
+    assert (step.kind, step.deadline) == (kind, deadline)
+    assert reason in step.reason
+    if policy is not AUTO or kind is ApprovalStepKind.AUTO:
+        assert "held" not in step.reason

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.model.lifecycle import DecisionSource, IncidentStatus, MessageKind
+from agent.model.lifecycle import DecisionSource, EventKind, IncidentStatus, MessageKind
 from agent.playbook.schema import parse_playbook
 from agent.sources.cache import Change
 from tests.runtime.test_pipeline import JOB, NOW, World
@@ -79,6 +79,25 @@ def test_an_opted_in_namespace_is_approved_automatically(world: World) -> None:
     assert decision.comment is not None and "playbook colocate" in decision.comment
     (post,) = [m for m in detail.messages if m.kind is MessageKind.POST]
     assert post.payload["approval"]["auto"] is True and post.payload["approval"]["deadline"] is None
+
+
+def test_after_a_rollback_the_same_job_is_not_approved_automatically_again(world: World) -> None:
+    _use(world, playbook("approval: {auto_namespaces: [train]}"))
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    (first,) = world.incidents()
+    assert first.status is S.APPROVED
+    for old, new in ((S.APPROVED, S.REMEDIATING), (S.REMEDIATING, S.ROLLED_BACK)):
+        assert world.store.transition(first.id, old, new, actor="zonemedic", now=NOW,
+                                      detail={"reason": "GPU utilization did not recover"}).applied
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)  # split again: new incident
+    second = next(i for i in world.incidents() if i.id != first.id)
+    assert second.status is S.AWAITING_APPROVAL and second.approval_deadline is not None
+    detail = world.store.get_incident(second.id)
+    assert detail.decisions == []
+    (note,) = [e for e in detail.events if e.kind is EventKind.NOTE]
+    assert note.detail["reason"].startswith(
+        "automatic co-location held: the last one of this job rolled back at ")
+    assert f"(incident {first.id}: GPU utilization did not recover)" in note.detail["reason"]
 
 
 def test_a_finding_that_cannot_be_remediated_stays_open(world: World) -> None:
