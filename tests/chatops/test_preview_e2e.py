@@ -93,7 +93,7 @@ def test_the_first_post_carries_the_diff_and_approve_and_incidents_show_prints_i
         settings, store = rig.settings, rig.store
         args = first_post(slack, job)
         blocks = blocks_of(args)
-        assert button_ids(blocks) == [a.value for a in ButtonAction], "Approve, Reject, Snooze"
+        assert button_ids(blocks) == [a.value for a in ButtonAction], json.dumps(blocks)
         incident = incident_of(blocks)
         text = json.dumps(blocks)
         assert "*Proposed fix:* co-locate the job in zone" in text
