@@ -215,6 +215,7 @@ class LeaderElector:
         self._record: LeaseRecord | None = None
         self._seen = _Seen(None, monotonic())
         self.transitions_seen = 0
+        self.late_renewals = 0  # renewals that landed after the renew deadline (new terms)
         self._pending: dict[str, str] = {}
         self._pending_lock = threading.Lock()
         self._following = ""
@@ -339,6 +340,9 @@ class LeaderElector:
             # renewed only after the renew deadline: `is_leader()` said False meanwhile, so leader
             # work was refused in between; that term ended, and the new one starts afresh
             # (`on_started_leading` catches up what was refused)
+            log.warning("lease renewed after the renew deadline: a new term",
+                        extra={"identity": self.identity})
+            self.late_renewals += 1
             self._set_leading(False)
         if ok:
             self._set_leading(True)

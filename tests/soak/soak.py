@@ -148,6 +148,9 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
         report.counts["slack posts"] = len(rig.slack.calls("chat.postMessage", ok_only=True))
         report.counts["findings posted twice"] = _posted_twice(rig)
         report.counts["replicas started"] = len(rig.replicas) + len(rig.retired)
+        report.counts["leases renewed late (new terms)"] = sum(
+            b"renewed after the renew deadline" in raw
+            for replica in [*rig.retired, *rig.replicas] for raw in replica.raw)
         store.close()
         for line in report.lines():
             out(f"soak: {line}")
