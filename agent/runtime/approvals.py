@@ -54,14 +54,15 @@ class ApprovalRequests:
             cluster=self.cluster, namespace=incident.namespace, name=incident.name,
             uid=incident.uid, status=IncidentStatus.ROLLED_BACK, limit=20,
         ))  # fmt: skip
-        closed = [i for i in listing.incidents if i.kind == incident.kind and i.closed_at]
+        closed = [(i.closed_at, i.id) for i in listing.incidents
+                  if i.kind == incident.kind and i.closed_at is not None]
         if not closed:
             return None
-        last = max(closed, key=lambda i: i.closed_at or self.now())
-        reason = next((str(e.detail["reason"]) for e in reversed(self.store.get_incident(last.id).events)
-                       if e.detail.get("reason")), "no reason recorded")
-        assert last.closed_at is not None
-        return RolledBack(at=last.closed_at, reason=f"incident {last.id}: {reason}")
+        at, last = max(closed)
+        events = self.store.get_incident(last).events
+        reason = next((str(e.detail["reason"]) for e in reversed(events) if e.detail.get("reason")),
+                      "no reason recorded")
+        return RolledBack(at=at, reason=f"incident {last}: {reason}")
 
     def propose(
         self,

@@ -75,6 +75,15 @@ def patch_job(lab: Lab, patch: dict[str, Any]) -> None:
         "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune", patch)
 
 
+def delete_job(lab: Lab, *, until_pods_gone: bool = True) -> None:
+    """The job's owner deletes it (and, by default, the test waits until its pods are gone)."""
+    client.CustomObjectsApi(lab.api.api_client).delete_namespaced_custom_object(
+        "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune")
+    deadline = time.monotonic() + 30
+    while until_pods_gone and pods(lab) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def cordon(lab: Lab, zone: str) -> None:
     for node in lab.api.json("GET", "/api/v1/nodes")["items"]:
         if node["metadata"]["labels"].get(ZONE) == zone:
@@ -199,11 +208,7 @@ def test_a_job_deleted_after_the_approval_is_superseded(tmp_path: Path, store: I
     with running_lab(tmp_path, "seed-degraded") as lab:
         split(lab)
         incident_id = approved_incident(lab, store)
-        client.CustomObjectsApi(lab.api.api_client).delete_namespaced_custom_object(
-            "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune")
-        deadline = time.monotonic() + 30
-        while pods(lab) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        delete_job(lab)
         lab.reset_accounting()
         assert lab.remediator(store).run(incident_id) is IncidentStatus.SUPERSEDED
         assert lab.writes() == {}
@@ -219,11 +224,7 @@ def test_a_job_deleted_after_the_plan_ends_superseded_with_nothing_written(
 
         def on_step(step: Step) -> None:
             if step is Step.PLANNED:  # the job goes between the plan and the first write
-                client.CustomObjectsApi(lab.api.api_client).delete_namespaced_custom_object(
-                    "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune")
-                deadline = time.monotonic() + 30
-                while pods(lab) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                delete_job(lab)
 
         assert lab.remediator(store, on_step=on_step).run(incident_id) is IncidentStatus.SUPERSEDED
         detail = store.get_incident(incident_id)
@@ -243,8 +244,7 @@ def test_a_job_deleted_by_its_owner_after_the_resume_ends_superseded_nothing_to_
 
         def on_step(step: Step) -> None:
             if step is Step.RESUMED:  # the owner deletes the job while its pods come back
-                client.CustomObjectsApi(lab.api.api_client).delete_namespaced_custom_object(
-                    "kubeflow.org", "v1", "ml", "pytorchjobs", "llm-finetune")
+                delete_job(lab, until_pods_gone=False)
 
         assert lab.remediator(store, on_step=on_step).run(incident_id) is IncidentStatus.SUPERSEDED
         detail = store.get_incident(incident_id)
