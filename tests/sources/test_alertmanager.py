@@ -88,6 +88,8 @@ def test_lenient(body: dict[str, object], check: object) -> None:
         (b'{"alerts": [{"labels": ["a"]}]}', r"alerts\[0\]\.labels: expected an object"),
         # a label value nested 300 deep used to reach orjson.dumps (limit 254 levels): a 500
         (b'{"alerts": [{"labels": {"a": ' + b"[" * 300 + b"]" * 300 + b"}}]}", r"^alerts\[0\]\.labels\.a: expected a string, got a JSON list"),
+        # a key that is not a plain word is named JSON-quoted: the reason stays one line
+        (b'{"alerts": [{"labels": {"\\n": []}}]}', r'^alerts\[0\]\.labels\["\\n"\]: expected a string'),
         (b'{"alerts": [{"labels": {"a": "b"}, "annotations": {"s": {"x": {}}}}]}', r"^alerts\[0\]\.annotations\.s: expected a string"),
         # str() of a list nested 1,000 deep raises RecursionError
         (b'{"alerts": [{"labels": {}, "startsAt": ' + b"[" * 1000 + b"]" * 1000 + b"}]}", r"^alerts\[0\]\.startsAt: expected a string"),
