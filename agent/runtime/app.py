@@ -10,8 +10,8 @@ so the new leader diagnoses, records and reconciles everything once); the HTTP a
 metrics, the webhook and the incidents API.
 
 Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
-initial sync, the start-up change (one full diagnosis, queued before the detector runs so that its
-first batch merges it with what the sync reported), leader election's first step on this thread
+initial sync, the start-up change (one full diagnosis, due at once and queued before the detector
+runs so that its first batch merges it with what the sync reported), leader election's first step on this thread
 (so that first batch is already the leader's when the lease is free: one cluster-wide batch, not
 a follower's then the leader's), detector, scheduler. Stop order (SIGTERM):
 stop watches, let the detector and a running sweep finish their step, release the lease, stop HTTP.
@@ -216,7 +216,8 @@ class Agent:
         if self._detector_started and not self._stopped.is_set():
             # catch up: as a follower this replica recorded nothing; one full diagnosis, recorded
             # and reconciled, on the detector thread (not this one: it renews the lease)
-            self.detector.submit(Change(everything=True, reasons=("leadership acquired",)))
+            self.detector.submit(Change(everything=True, reasons=("leadership acquired",)),
+                                 at_once=True)
 
     def _stopped_leading(self) -> None:
         self.metrics.set_leader(False)
@@ -235,7 +236,7 @@ class Agent:
         self.source.start()
         if not self.source.wait_synced(self.sync_timeout):
             log.warning("caches not synced yet; continuing, /readyz says not ready")
-        self.detector.submit(Change(everything=True, reasons=("start-up",)))
+        self.detector.submit(Change(everything=True, reasons=("start-up",)), at_once=True)
         if isinstance(self.elector, LeaderElector):
             self.elector.run_in_thread(step_first=True)
         else:
