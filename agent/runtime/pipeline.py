@@ -12,9 +12,10 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   sweep (open incidents of jobs no longer found are superseded), once the caches are synced.
   A cluster-wide batch reads the cluster's open incidents once (not once per job: a job found
   healthy with none open costs no query) and records the problems that open a new incident
-  first, then re-detections, then the healthy jobs: at start-up or a new leader's first batch a
-  split that appeared meanwhile is recorded right after the diagnosis, not after every other
-  job's re-detection.
+  first, then re-detections, then the healthy jobs. A follower remembers the jobs of the last
+  changes it saw (at most `_FOLLOWED`); its first cluster-wide batch as the leader diagnoses and
+  records those before the diagnosis of every job, so a split that appeared during the hand-over
+  is recorded at the start of the new term, not after 150,000 pods are diagnosed.
 - Only the leader records detector batches (with leader election off every replica is the
   leader); a follower only keeps its parsed mirror warm, so a re-detection lands once in a
   timeline. The composition root submits a cluster-wide change when this replica acquires the
@@ -97,6 +98,7 @@ ACTOR = "zonemedic"
 TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
+_FOLLOWED = 500  # jobs (and namespaces) changed while following that a new term records first
 
 
 class StoreWork(StrEnum):
@@ -184,6 +186,9 @@ class AgentPipeline:
         self._failed_work: set[tuple[StoreWork, Hashable]] = set()  # work whose writes failed
         # a cluster-wide batch's one read of the open incidents, by job (None: query per job)
         self._open_now: dict[JobKey, list[IncidentSummary]] | None = None
+        # what changed last while this replica followed (most recent last): a new term's first
+        self._followed_jobs: dict[JobKey, None] = {}
+        self._followed_namespaces: dict[str, None] = {}
         self.actions = PlaybookActions(
             playbooks=parts.playbooks,
             store=store,
@@ -241,18 +246,23 @@ class AgentPipeline:
             if not self.parts.is_leader():
                 self.mirror.state()  # a follower keeps its parsed mirror warm; the leader records
                 self.follower_batches += 1
+                self._remember_followed(change)
                 _freeze_long_lived(change, collect=self.mirror.frozen_loads == loads)
                 return None
             with self._store_work(StoreWork.DETECTOR):
                 self.actions.retry_unfired()
-                findings = self.diagnose(None if change.everything else job_scope(change))
-                scoped = [f for f in findings if in_scope(job_key(f), change)]
-                present = {job_key(f) for f in findings}
+                done: set[JobKey] = set()
                 if change.everything:
                     self._open_now = self._open_by_job()
+                try:
+                    if change.everything:  # what changed last while following: recorded first
+                        done = self._record_followed(first_seen)
+                    findings = self.diagnose(None if change.everything else job_scope(change))
+                    scoped = [f for f in findings
+                              if in_scope(job_key(f), change) and job_key(f) not in done]
+                    present = {job_key(f) for f in findings}
                     if self._open_now is not None:
                         scoped.sort(key=self._recording_order)
-                try:
                     for finding in scoped:
                         if change.gang_complete and not self._zone_labels_settled(finding):
                             unsettled.add(job_key(finding))
@@ -559,6 +569,29 @@ class AgentPipeline:
         )
         return outcome
 
+    def _remember_followed(self, change: Change) -> None:
+        """A follower's batch: keep its jobs and namespaces, the latest `_FOLLOWED` of each (a new
+        leader records what changed last first: `_record_followed`)."""
+        _keep_latest(self._followed_jobs, change.jobs)
+        _keep_latest(self._followed_namespaces, change.namespaces)
+
+    def _record_followed(self, first_seen: float) -> set[JobKey]:
+        """At a cluster-wide batch (a new term, or the start-up), record the jobs of the changes
+        this replica saw last while it followed, before the diagnosis of every job (a split that
+        appeared during the hand-over is recorded at once). The jobs recorded."""
+        if not self._followed_jobs and not self._followed_namespaces:
+            return set()
+        recent = Change(jobs=frozenset(self._followed_jobs),
+                        namespaces=frozenset(self._followed_namespaces))
+        self._followed_jobs.clear()
+        self._followed_namespaces.clear()
+        found = [f for f in self.diagnose(job_scope(recent)) if in_scope(job_key(f), recent)]
+        if self._open_now is not None:
+            found.sort(key=self._recording_order)
+        for finding in found:
+            self.record(finding, first_seen=first_seen)
+        return {job_key(f) for f in found}
+
     def _open_by_job(self) -> dict[JobKey, list[IncidentSummary]] | None:
         """The cluster's open incidents by job, in one query; None when there are too many for
         one listing (the batch then asks per job)."""
@@ -709,6 +742,15 @@ def _count(values: Iterable[str]) -> dict[str, int]:
     for v in values:
         out[v] = out.get(v, 0) + 1
     return dict(sorted(out.items()))
+
+
+def _keep_latest(kept: dict[Any, None], keys: Iterable[Any]) -> None:
+    """Add `keys` to `kept` as its most recent, keeping the latest `_FOLLOWED`."""
+    for key in keys:
+        kept.pop(key, None)
+        kept[key] = None
+    while len(kept) > _FOLLOWED:
+        del kept[next(iter(kept))]
 
 
 def _freeze_long_lived(change: Change, *, collect: bool = True) -> None:

@@ -362,3 +362,35 @@ def test_the_first_cluster_wide_batch_records_what_a_sweep_records(tmp_path: Pat
     finally:
         batch.store.close()
         sweep.store.close()
+
+
+def test_a_new_leader_records_what_changed_while_it_followed_before_diagnosing_everything(world: World) -> None:
+    several_jobs(world)
+    world.pipeline.handle_change(Change(namespaces=frozenset({"dev", "lab"})), 0.0)  # open already
+    world.leading = False
+    # the split in `train` appears while this replica follows (and the old leader is gone)
+    world.load("pods", split_pods() + job_pods("dev", split=True) + job_pods("lab", split=True)
+               + job_pods("ok", split=False))
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    assert world.pipeline.follower_batches == 1 and world.incidents(namespace="train") == []
+    world.leading = True
+    calls = Calls(world)
+    diagnosed: list[int] = []
+    diagnose = world.pipeline.diagnose
+
+    def counting(scope: Any = None) -> Any:
+        found = diagnose(scope)
+        diagnosed.append(len(found))
+        return found
+
+    world.pipeline.diagnose = counting  # type: ignore[method-assign]
+    world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
+    # first the job it saw change (one job diagnosed), then every job; recorded once each
+    assert diagnosed == [1, 4]
+    assert calls.recorded == ["train", "dev", "lab"]
+    assert sorted((i.namespace, i.status.value) for i in world.incidents()) == [
+        ("dev", "awaiting_approval"), ("lab", "awaiting_approval"), ("train", "awaiting_approval")]
+    # remembered once: the next cluster-wide batch diagnoses everything in one go
+    diagnosed.clear()
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    assert diagnosed == [4]

@@ -144,11 +144,14 @@ DATA = st.recursive(
 )
 
 
-class LiteralDumper(yaml.SafeDumper):
+DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter: faster
+
+
+class LiteralDumper(DUMPER):  # type: ignore[misc,valid-type]
     """Multi-line strings as literal block scalars (kubectl prints them so)."""
 
 
-def _literal(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+def _literal(dumper: Any, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
@@ -157,7 +160,7 @@ LiteralDumper.add_representer(str, _literal)
 
 
 def dump(data: Any, options: dict[str, Any]) -> str:
-    dumper = LiteralDumper if options.pop("literal") else yaml.SafeDumper
+    dumper = LiteralDumper if options.pop("literal") else DUMPER
     return yaml.dump_all(data, Dumper=dumper, default_flow_style=False, **options)
 
 
@@ -171,13 +174,13 @@ OPTIONS = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=st.lists(DATA, min_size=1, max_size=3), options=OPTIONS)
 def test_generated_documents_read_as_yamlstream_reads_them(docs: list[Any], options: dict[str, Any]) -> None:
     same_as_yamlstream(dump(docs, options))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(items=st.lists(st.dictionaries(KEYS, DATA, min_size=1, max_size=5), max_size=5),
        options=OPTIONS)
 def test_generated_lists_read_as_yamlstream_reads_them(items: list[Any], options: dict[str, Any]) -> None:
@@ -192,12 +195,12 @@ KUBE = st.recursive(SIMPLE, lambda inner: st.lists(inner, max_size=3)
                     max_leaves=20)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(items=st.lists(st.dictionaries(PLAIN_WORDS.filter(lambda k: k[0].isalpha()), KUBE,
                                       min_size=1, max_size=5), max_size=4),
        width=st.sampled_from([20, 80]))
 def test_kubectl_like_dumps_are_read_by_the_line_reader(items: list[Any], width: int) -> None:
     # what kubectl prints (block style, plain words, long values folded) never needs yamlstream
-    text = yaml.dump({"apiVersion": "v1", "items": items, "kind": "List"}, Dumper=yaml.SafeDumper,
+    text = yaml.dump({"apiVersion": "v1", "items": items, "kind": "List"}, Dumper=DUMPER,
                      default_flow_style=False, width=width)
     assert same_as_yamlstream(text), text
