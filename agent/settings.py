@@ -536,7 +536,7 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except YamlLimitError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        line, problem = syntax_error(exc)
+        line, problem = syntax_error(exc, text=text)
         where = f" line {line}" if line is not None else ""
         raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
     if data is None:
