@@ -128,6 +128,12 @@ def test_bearer_token(client: httpx.Client, store: IncidentStore, incident: int,
         ("٨٠", b'{"outcome": "approve", "by": "x"}', "incident id: expected a whole number"),
         ("{id}", b"{nope", "body: not JSON"),
         ("{id}", b"[1, 2]", "body: expected a JSON object"),
+        # the last key used to win: a body that says two things is refused, naming the key
+        ("{id}", b'{"outcome": "reject", "by": "x", "outcome": "approve"}',
+         'body: duplicate key "outcome" in an object'),
+        ("{id}", b'{"outcome": "approve", "by": "\xff"}', "body: not UTF-8 (byte 0xff at offset 30)"),
+        ("{id}", b'{"outcome": "approve", "by": "\\ud800"}', "body: not JSON: no low surrogate"),
+        ("{id}", b'{"outcome": "approve", "by": "x", "reason": NaN}', "body: not JSON"),
         ("{id}", b'{"by": "x"}', "outcome: required"),
         ("{id}", b'{"outcome": "ship", "by": "x"}', "outcome: expected one of approve, reject, "
          "snooze, got 'ship'"),

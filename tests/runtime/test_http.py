@@ -115,6 +115,10 @@ def test_alertmanager_status_codes(served: tuple[World, httpx.Client]) -> None:
     world, client = served
     bad = client.post("/alertmanager", content=b"{nope")
     assert bad.status_code == 400 and "not JSON" in bad.json()["error"]
+    twice = client.post("/alertmanager", content=b'{"alerts": [], "alerts": [{"labels": {}}]}')
+    assert (twice.status_code, twice.json()) == (400, {"error": 'body: duplicate key "alerts" in an object'})
+    latin1 = client.post("/alertmanager", content='{"alerts": [{"labels": {"a": "é"}}]}'.encode("latin-1"))
+    assert latin1.status_code == 400 and latin1.json()["error"].startswith("body: not UTF-8")
     assert client.post("/alertmanager", content=_hook(ALERT)).status_code == 503  # not synced: retry
     world.ready["caches"] = True
     ok = client.post("/alertmanager", content=_hook(ALERT, {"labels": {"alertname": "X", "namespace": "ml", "pod": "resnet-worker-0"}}, {"labels": {"alertname": "Y"}}))
