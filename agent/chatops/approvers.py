@@ -73,6 +73,10 @@ class ApproverDirectory:
         return Verdict(False, "you are not an approver (ask for slack.approvers to list you or "
                               "a user group of yours)")
 
+    def members(self, group: str) -> frozenset[str] | None:
+        """The members of user group `group` (cached), or None when Slack cannot say now."""
+        return self._members(group)
+
     def _members(self, group: str) -> frozenset[str] | None:
         def fetch() -> frozenset[str] | None:
             try:

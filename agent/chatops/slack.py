@@ -16,10 +16,11 @@ module-level Bolt app would call Slack on import).
 - Bolt runs with `process_before_response=True`: each handler's ack function runs inline and
   answers at once (well inside Slack's 3 seconds); the work runs after, as a lazy listener on a
   small thread pool, so a slow store or Slack never delays an acknowledgement.
-- A button click trusts only the user id, the action id and the incident id in the value. Only an
-  approver (`agent.chatops.approvers`) may decide; anyone else gets an ephemeral refusal and the
-  incident gets an audit entry (a `note` event), nothing else changes. A decision goes through the
-  one decision function (`Decide`, injected): double clicks, concurrent approvers and replicas give
+- A button click trusts only the user id, the action id and the incident id in the value. A
+  decision goes through the one decision function (`Decide`, injected), which decides who may
+  decide from the approvers in force at click time (not those of the original post): anyone else
+  gets an ephemeral refusal, the incident an audit entry (a `note` event) and the refusal is
+  logged and counted; nothing else changes. Double clicks, concurrent approvers and replicas give
   exactly one decision, the others are told who decided. A recorded decision queues the message
   update and the thread reply through the outbox (`agent.chatops.delivery.Follower`).
 - `/zonemedic incidents|show|stats|sweep|help` replies ephemerally from the store's queries (the
@@ -61,7 +62,7 @@ from agent.chatops.slash import SlashCommand, SlashError, Verb, parse
 from agent.chatops.verification import RequestGuard
 from agent.chatops.workspace import Workspace
 from agent.errors import InputError, ZonemedicError
-from agent.model.incident import Actor, IncidentDetail
+from agent.model.incident import Actor
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind
 
 log = logging.getLogger(__name__)
@@ -169,25 +170,6 @@ class ChatHandlers:
                        detail=problem, refused=outcome.value)
             self._tell(client, channel, user, plain_reply(f"Not recorded: {problem}."))
             return
-        also = playbook_approvers(detail)
-        if not (self.directory.configured or also):
-            refusal = "approvals are off: no approvers are configured"
-        else:
-            verdict = self.directory.check(user, also=also)
-            refusal = "" if verdict.allowed else verdict.reason
-        if refusal:
-            self.audit.refused(RefusalReason.NOT_APPROVER, detail=refusal, user=user,
-                               team=_team(body), incident_id=incident_id)
-            try:
-                self.store.add_event(
-                    incident_id, EventKind.NOTE, now=now, actor=user,
-                    detail={"refused": outcome.value, "user": user, "source": "slack",
-                            "reason": refusal},
-                )
-            except ZonemedicError as exc:
-                log.warning("cannot record a refused click", extra={"error": str(exc)})
-            self._tell(client, channel, user, plain_reply(f"Not recorded: {refusal}."))
-            return
         if self.decide is None:
             self._tell(client, channel, user, plain_reply(
                 "Decisions from Slack are not wired in this agent yet; nothing was recorded."))
@@ -198,6 +180,9 @@ class ChatHandlers:
         except ZonemedicError as exc:
             self._tell(client, channel, user, plain_reply(f"Nothing recorded: {exc}. Try again."))
             return
+        if reply.refused:  # the decision function left the note on the timeline
+            self.audit.refused(RefusalReason.NOT_APPROVER, detail=reply.message, user=user,
+                               team=_team(body), incident_id=incident_id)
         if reply.recorded:
             self.follow(incident_id)
         self._tell(client, channel, user, plain_reply(reply.message))
@@ -272,16 +257,6 @@ def _channel(body: Mapping[str, Any]) -> str:
     channel = body.get("channel") or {}
     container = body.get("container") or {}
     return str(channel.get("id") or container.get("channel_id") or "")
-
-
-def playbook_approvers(detail: IncidentDetail) -> list[str]:
-    """User ids the incident's playbook lists as approvers (from its queued proposal)."""
-    out: list[str] = []
-    for message in detail.messages:
-        approval = message.payload.get("approval")
-        if isinstance(approval, Mapping):
-            out.extend(str(a) for a in approval.get("approvers") or [])
-    return out
 
 
 def _ack(ack: Ack) -> None:

@@ -7,7 +7,8 @@ snooze only, and any other key is refused. A bad body is an `InputError` naming 
 a body that is not UTF-8, not strict JSON or has a key twice is refused naming that
 (`agent.parsing.strict_json`).
 
-Status codes of a decision (`status_code`): 200 recorded; 404 no such incident; 409 already
+Status codes of a decision (`status_code`): 200 recorded; 403 `by` is not an approver in force
+now (the body says why; audited on the incident's timeline); 404 no such incident; 409 already
 decided, expired or no longer current (the body names who decided or closed it, and when).
 
 What it does not do: authenticate (the route checks the bearer token first) or decide (the one
@@ -33,6 +34,7 @@ MAX_BODY = 16_384
 _STATUS: dict[DecisionReason, int] = {
     DecisionReason.RECORDED: 200,
     DecisionReason.NOT_FOUND: 404,
+    DecisionReason.NOT_AUTHORIZED: 403,
     DecisionReason.ALREADY_DECIDED: 409,
     DecisionReason.EXPIRED: 409,
     DecisionReason.NOT_CURRENT: 409,

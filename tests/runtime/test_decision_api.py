@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.remediation.approvers import Authority
 from agent.runtime.decision_api import parse_decision
 from agent.runtime.http import build_app
 from agent.runtime.incidents import StoreIncidents
@@ -29,7 +30,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def _serve(store: IncidentStore, token: str | None) -> HttpServer:
-    incidents = StoreIncidents(store, cluster="prod", now=lambda: datetime.now(UTC))
+    incidents = StoreIncidents(store, cluster="prod", now=lambda: datetime.now(UTC),
+                               authority=Authority())
     app = build_app(metrics=AgentMetrics(), readiness=lambda: {}, incidents=incidents,
                     api_token=token, decisions=incidents)
     return HttpServer(app, host="127.0.0.1", port=0).start()
