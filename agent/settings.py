@@ -14,7 +14,7 @@ Environment overrides name the key path in upper case with `__` between levels:
 YAML scalars/flow collections, so `ZONEMEDIC_KUBERNETES__NAMESPACES__INCLUDE='[a, b]'` works.
 
 `read_secret_file` reads the secret a `*_file` key names (Slack's tokens, the HTTP API token,
-Prometheus' bearer token), for whoever needs it at start-up or per use: never at import, and the
+Prometheus' bearer token, the Alertmanager webhook's credentials), for whoever needs it at start-up or per use: never at import, and the
 secret never enters `Settings`.
 
 What it does not do: validate that a URL answers or a file exists (the adapters do that at start).
@@ -165,6 +165,34 @@ class HttpSettings:
     api_token_file: str | None = None
     # the longest a request (Alertmanager webhook, /readyz) waits for the database: then 503
     database_timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=2)
+
+
+@dataclass(frozen=True)
+class BasicAuthSettings:
+    """HTTP basic auth credentials: the user name, and a file holding the password."""
+
+    username: str
+    password_file: str
+
+    def __post_init__(self) -> None:
+        if not self.username or ":" in self.username:
+            raise ConfigError("alertmanager.basic_auth.username: expected a name without ':', "
+                              f"got {self.username!r}")
+
+
+@dataclass(frozen=True)
+class AlertmanagerSettings:
+    """The credentials `POST /alertmanager` requires: what Alertmanager's `http_config` sends, a
+    bearer token (`authorization.credentials_file`) or basic auth. Either is accepted when both
+    are set; neither: the webhook is open to anyone who reaches the HTTP port (`config check`
+    and start-up say so)."""
+
+    bearer_token_file: str | None = None
+    basic_auth: BasicAuthSettings | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.bearer_token_file is None and self.basic_auth is None
 
 
 @dataclass(frozen=True)
@@ -360,6 +388,7 @@ class Settings:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     playbooks_dir: str = "playbooks"
     diagnosis: DiagnosisSettings = field(default_factory=DiagnosisSettings)

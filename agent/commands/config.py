@@ -1,7 +1,8 @@
 """`zonemedic config check FILE`: validate a configuration the way `zonemedic run` does, changing nothing.
 
 Reads the file and the `ZONEMEDIC_` environment overrides (as `run` does), builds the typed settings
-and loads the playbook directory they name. Exit 0 with one `ok` line, or exit 2 with every problem
+and loads the playbook directory they name. Exit 0 with one `ok` line (and a warning line on stderr
+when the Alertmanager webhook takes alerts without credentials), or exit 2 with every problem
 on its own line on stderr, each naming its key (`http.port: must be at most 65535, got 70000`) or
 playbook file and line. `zonemedic run` calls `validated_settings` before it touches anything, so a
 configuration `config check` accepts is one `run` starts with. Called by `agent.cli`. What it does
@@ -63,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"zonemedic: error: {problem}", file=sys.stderr)
         return 2
+    from agent.runtime.webhook_credentials import open_warning
+
+    open_webhook = open_warning(settings.alertmanager)
+    if open_webhook is not None:
+        print(f"zonemedic: warning: alertmanager: {open_webhook}", file=sys.stderr)
     print(
         f"ok  {args.file}: cluster {settings.cluster_name}, {len(playbooks)} playbook(s) "
         f"from {settings.playbooks_dir}"

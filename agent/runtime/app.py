@@ -44,6 +44,7 @@ from agent.runtime.scheduler import (
     encode_ledger,
 )
 from agent.runtime.server import HttpServer
+from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.cache import Change
@@ -141,6 +142,7 @@ class Agent:
                 api_token=self._api_token(),
                 decisions=self.pipeline.decisions(),
                 extra_routes=self.parts.extra_routes,
+                webhook_credentials=WebhookCredentials.of(settings.alertmanager),
             ),
             host=settings.http.host,
             port=settings.http.port,

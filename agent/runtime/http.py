@@ -7,6 +7,8 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
   else 503 with the failing checks named;
 - `GET /metrics`: the agent's private prometheus_client registry;
 - `POST /alertmanager`: the Alertmanager webhook (`AlertReceiver` decides the status code);
+  with `webhook_credentials` a request without them (Alertmanager's bearer token or basic auth)
+  is 401 with `WWW-Authenticate` before its body is read;
 - `GET /api/incidents` (filters `job=NS/NAME`, `namespace`, `status`, `verdict`, `since=7d`,
   `limit`) and `GET /api/incidents/{id}`: bearer-token auth when `api_token` is set; without a
   token the API answers loopback clients only (403 otherwise), so it is off by default on loopback
@@ -51,6 +53,7 @@ from agent.remediation.decision import DecisionRequest, DecisionResult
 from agent.runtime import decision_api
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
+from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.sources.alertmanager import MAX_BODY
 
 log = logging.getLogger(__name__)
@@ -197,6 +200,7 @@ def build_app(
     decisions: IncidentDecisions | None = None,
     write_routes: Sequence[Route] = (),
     extra_routes: Sequence[BaseRoute] = (),
+    webhook_credentials: WebhookCredentials | None = None,
 ) -> Starlette:
     """The app. `write_routes` (API endpoints that change something) are mounted only when
     `api_token` is set, each behind the bearer token; without a token they do not exist (404)."""
@@ -228,6 +232,9 @@ def build_app(
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def alertmanager(request: Request) -> Response:
+        if webhook_credentials is not None and not webhook_credentials.allows(request.headers):
+            return _error(401, "missing or wrong credentials for the Alertmanager webhook",
+                          **{"WWW-Authenticate": webhook_credentials.challenge})
         if alerts is None:
             return _error(503, "alert handling is not configured")
         body = await read_body(request, limit=MAX_BODY)

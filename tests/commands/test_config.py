@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
+from agent.runtime.webhook_credentials import OPEN_WARNING
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,9 +38,33 @@ def test_a_good_configuration_is_ok(
     monkeypatch.delenv("ZONEMEDIC_HTTP__PORT", raising=False)
     path = _config(tmp_path, "cluster_name: prod\nhttp: {port: 9090}\n")
     code, out, err = cli(capsys, "config", "check", str(path))
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, f"zonemedic: warning: alertmanager: {OPEN_WARNING}\n")
     assert out.startswith(f"ok  {path}: cluster prod, ")
     assert not (tmp_path / "zm.db").exists()  # nothing touched
+
+
+@pytest.mark.parametrize("credentials", [
+    "alertmanager: {bearer_token_file: /etc/zonemedic/alertmanager/token}\n",
+    "alertmanager: {basic_auth: {username: am, password_file: /etc/zonemedic/am/password}}\n",
+])
+def test_a_webhook_with_credentials_is_not_warned_about(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, credentials: str
+) -> None:
+    code, out, err = cli(capsys, "config", "check", str(_config(tmp_path, credentials)))
+    assert (code, err) == (0, "") and out.startswith("ok  ")
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ("alertmanager: {basic_auth: {username: am}}\n",
+     "alertmanager.basic_auth.password_file: required key is missing"),
+    ("alertmanager: {basic_auth: {username: 'a:b', password_file: /p}}\n",
+     "alertmanager.basic_auth.username: expected a name without ':'"),
+    ("alertmanager: {token: x}\n", "alertmanager.token: unknown key"),
+])
+def test_bad_webhook_credentials_are_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                           body: str, problem: str) -> None:
+    code, _, err = cli(capsys, "config", "check", str(_config(tmp_path, body)))
+    assert code == 2 and problem in err
 
 
 def test_every_problem_is_listed_by_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
