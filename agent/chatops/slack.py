@@ -3,9 +3,11 @@
 Who calls it: the chat wiring (`agent.runtime.chat`) at start-up; nothing here runs at import (a
 module-level Bolt app would call Slack on import).
 
-- HTTP mode: `events_route` is a Starlette route for POST /slack/events. It verifies the signature
-  on the raw body (5-minute window, replays refused: `agent.chatops.verification`) and answers 401
-  before any parsing or work; a genuine request is dispatched to Bolt off the event loop.
+- HTTP mode: `events_route` is a Starlette route for POST /slack/events. It reads at most
+  `MAX_BODY` bytes (413 past it), verifies the signature on the raw body (5-minute window,
+  replays refused: `agent.chatops.verification`) and answers 401 before any parsing or work; a
+  genuine request is dispatched to Bolt on a worker thread, never on the event loop (the screen
+  may ask Slack's `auth.test`, which can hang for the client's timeout).
 - Every request Bolt dispatches (HTTP or Socket Mode) is screened first (`ChatHandlers.screen`): a
   payload from another workspace than ours (the team id `auth.test` gave at start-up,
   `agent.chatops.workspace`) or a click on an action id the agent never sends is answered 403 and
@@ -42,6 +44,7 @@ from slack_bolt import Ack, App, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -64,10 +67,12 @@ from agent.chatops.workspace import Workspace
 from agent.errors import InputError, ZonemedicError
 from agent.model.incident import Actor
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind
+from agent.parsing.bounded_body import BodyTooLargeError, read_bounded
 
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
+MAX_BODY = 1024 * 1024  # an interaction carries its message's blocks: far below this
 COMMAND = "/zonemedic"
 
 OUTCOMES: dict[str, DecisionOutcome] = {
@@ -317,7 +322,11 @@ def events_route(app: App, guard: RequestGuard, audit: RefusalAudit | None = Non
     a log line and a count; the unverified body is not parsed)."""
 
     async def endpoint(request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await read_bounded(request.headers.get("content-length"), request.stream(),
+                                      limit=MAX_BODY)
+        except BodyTooLargeError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=413)
         refusal = guard.check(body, request.headers)
         if refusal is not None:
             if audit is not None:
@@ -328,9 +337,10 @@ def events_route(app: App, guard: RequestGuard, audit: RefusalAudit | None = Non
             query=str(request.url.query),
             headers={k: v for k, v in request.headers.items()},
         )
-        # on the event loop: with acks inline, local authorization and the work handed to the
-        # lazy-listener pool, dispatching does no I/O and takes well under a millisecond
-        response = app.dispatch(bolt_request)
+        # off the event loop: the screen may ask Slack's auth.test (the team id not known yet),
+        # which blocks for the client's timeout when Slack hangs; acks stay inline, the work
+        # goes on to the lazy-listener pool
+        response = await run_in_threadpool(app.dispatch, bolt_request)
         return Response(
             status_code=response.status,
             content=response.body,

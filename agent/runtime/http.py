@@ -48,6 +48,7 @@ from starlette.routing import BaseRoute, Route
 from agent.errors import InputError, UnavailableError
 from agent.model.incident import parse_incident_id
 from agent.model.lifecycle import to_jsonable
+from agent.parsing.bounded_body import BodyTooLargeError, read_bounded
 from agent.parsing.numbers import parse_duration, parse_int
 from agent.remediation.decision import DecisionRequest, DecisionResult
 from agent.runtime import decision_api
@@ -119,26 +120,12 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
-class BodyTooLargeError(InputError):
-    """A request body is larger than the endpoint takes (answered 413, the rest left unread)."""
-
-
 async def read_body(request: Request, *, limit: int) -> bytes:
-    """The request body, at most `limit` bytes: a larger `Content-Length` is refused before
-    anything is read, and a chunked (or lying) body is refused as soon as it passes the limit."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        size = parse_int(declared, field="Content-Length")
-        if size > limit:
-            raise BodyTooLargeError(f"body too large ({size} bytes, limit {limit})")
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise BodyTooLargeError(f"body too large (more than {limit} bytes)")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The request body, at most `limit` bytes (`agent.parsing.bounded_body`): a larger
+    `Content-Length` is refused before anything is read, and a chunked (or lying) body is
+    refused as soon as it passes the limit."""
+    return await read_bounded(request.headers.get("content-length"), request.stream(),
+                              limit=limit)
 
 
 async def _client_error(request: Request, exc: Exception) -> Response:
@@ -229,7 +216,8 @@ def build_app(
         )
 
     async def metrics_endpoint(request: Request) -> Response:
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+        # the collectors read the cache's counts under its lock: off the event loop
+        return Response(await run_in_threadpool(metrics.exposition), media_type=CONTENT_TYPE)
 
     async def alertmanager(request: Request) -> Response:
         if webhook_credentials is not None and not webhook_credentials.allows(request.headers):
