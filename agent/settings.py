@@ -165,6 +165,27 @@ class HttpSettings:
     api_token_file: str | None = None
     # the longest a request (Alertmanager webhook, /readyz) waits for the database: then 503
     database_timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=2)
+    # What one client may hold (`agent.runtime.limits`): a request head must arrive within
+    # header_timeout, its body within body_timeout (then 408 and closed); an idle connection is
+    # closed after keep_alive_timeout; at most max_requests requests are handled at once (then
+    # 503; /healthz and /readyz always answer), at most max_connections are open (then 503 for
+    # every request); a request head is at most max_header_bytes.
+    header_timeout: Annotated[timedelta, Within(timedelta(milliseconds=10), timedelta(minutes=5))] = (
+        timedelta(seconds=10))
+    body_timeout: Annotated[timedelta, Within(timedelta(milliseconds=10), timedelta(minutes=10))] = (
+        timedelta(seconds=30))
+    keep_alive_timeout: Annotated[timedelta, Within(timedelta(seconds=1), timedelta(minutes=10))] = (
+        timedelta(seconds=5))
+    max_requests: Annotated[int, Within(1, 100_000)] = 100
+    max_connections: Annotated[int, Within(2, 1_000_000)] = 1000
+    max_header_bytes: Annotated[int, Within(1024, 1024 * 1024)] = 16 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_connections <= self.max_requests:
+            raise ConfigError(
+                "http.max_connections: must be more than max_requests "
+                f"({self.max_requests}), so the probes find a connection, got {self.max_connections}"
+            )
 
 
 @dataclass(frozen=True)

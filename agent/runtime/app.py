@@ -36,6 +36,7 @@ from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import BatchOutcome, Detector
 from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
 from agent.runtime.leader import AlwaysLeader, LeaderElector
+from agent.runtime.limits import HttpLimits
 from agent.runtime.root import Parts, Root
 from agent.runtime.scheduler import (
     LEDGER_ANNOTATION,
@@ -146,6 +147,7 @@ class Agent:
             ),
             host=settings.http.host,
             port=settings.http.port,
+            limits=HttpLimits.of(settings.http),
         )
         self._stopped = threading.Event()
         self._detector_started = False

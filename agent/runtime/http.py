@@ -53,6 +53,7 @@ from agent.parsing.numbers import parse_duration, parse_int
 from agent.remediation.decision import DecisionRequest, DecisionResult
 from agent.runtime import decision_api
 from agent.runtime.alerts import AlertReceiver
+from agent.runtime.limits import ReadDeadlineError
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
 from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.sources.alertmanager import MAX_BODY
@@ -129,6 +130,8 @@ async def read_body(request: Request, *, limit: int) -> bytes:
 
 
 async def _client_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ReadDeadlineError):  # the body is half read: close the connection
+        return _error(408, str(exc), Connection="close")
     status = 413 if isinstance(exc, BodyTooLargeError) else 400
     return _error(status, str(exc))
 
