@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
+from agent.parsing.printable import printable
 from agent.playbook.loader import check_directory
 from agent.playbook.model import Playbook
 from agent.playbook.schema import PlaybookError
@@ -62,15 +63,15 @@ def run(args: argparse.Namespace) -> int:
         settings, playbooks = validated_settings(args.file, os.environ)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(f"zonemedic: error: {problem}", file=sys.stderr)
+            print(f"zonemedic: error: {printable(problem)}", file=sys.stderr)
         return 2
     from agent.runtime.webhook_credentials import open_warning
 
     open_webhook = open_warning(settings.alertmanager)
     if open_webhook is not None:
         print(f"zonemedic: warning: alertmanager: {open_webhook}", file=sys.stderr)
-    print(
+    print(printable(
         f"ok  {args.file}: cluster {settings.cluster_name}, {len(playbooks)} playbook(s) "
         f"from {settings.playbooks_dir}"
-    )
+    ))
     return 0

@@ -34,6 +34,7 @@ from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import ConfigError, InputError
 from agent.model.incident import Actor, parse_incident_id
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, to_jsonable
+from agent.parsing.printable import printable
 from agent.settings import Settings, parse_duration
 
 if TYPE_CHECKING:  # the decision module pulls in the store (SQLAlchemy): imported when run
@@ -179,9 +180,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(to_jsonable(result), indent=2))
     elif status == 0:
-        print(result.message)
+        print(printable(result.message))
     elif status in (2, NOT_AN_APPROVER):
-        print(f"zonemedic: error: {result.message}", file=sys.stderr)
+        print(f"zonemedic: error: {printable(result.message)}", file=sys.stderr)
     else:
-        print(f"zonemedic: {result.message}", file=sys.stderr)
+        print(f"zonemedic: {printable(result.message)}", file=sys.stderr)
     return status

@@ -7,7 +7,9 @@ Who calls it: `agent.cli`. It validates flags itself (a bad `--since`, `--job`, 
 `--verdict`, `--limit` or `--output` is one line on stderr and exit 2, nothing read), opens the store
 the database flags select (`agent.commands.db`), calls the repository and prints. Rows the store
 cannot read are listed as warnings on stderr naming the incident; the listing goes on. Tables fit in
-100 columns. `now` is read here, at the edge, once per command.
+100 columns. Every line is printable (`agent.parsing.printable`): a control character in an
+actor's name, a comment or any other recorded text is shown as its escape, never obeyed by the
+terminal nor a line of its own. `now` is read here, at the edge, once per command.
 
 What it does not do: change anything (decisions go through `agent.commands.decisions`, Slack or
 the API).
@@ -37,6 +39,7 @@ from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
 from agent.parsing.numbers import parse_duration, parse_int
+from agent.parsing.printable import printable
 
 WIDTH = 100
 MAX_LIMIT = 10_000
@@ -165,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _warn(lines: Iterable[str]) -> None:
     for line in lines:
-        print(f"zonemedic: warning: {line}", file=sys.stderr)
+        print(f"zonemedic: warning: {printable(line)}", file=sys.stderr)
 
 
 def _json(value: Any) -> str:
@@ -211,7 +214,7 @@ def render_list(listing: IncidentListing) -> str:
         cells = (str(i.id), _time(i.opened_at), i.status.value, i.verdict.value)
         row = " ".join(f"{_fit(c, w):<{w}}" for c, (_, w) in zip(cells, _LIST_COLUMNS, strict=True))
         lines.append(f"{row} {_fit(f'{i.namespace}/{i.name}', job_width)}")
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(printable(line.rstrip()) for line in lines)
 
 
 def _pct(value: float | None) -> str:
@@ -262,9 +265,9 @@ def render_detail(d: IncidentDetail) -> str:
     waste = d.diagnosis.get("waste")
     if isinstance(waste, Mapping):
         lines.append(f"Waste/day:   {_waste(waste)}")
-    out = [_fit(line.rstrip(), WIDTH) for line in lines]
+    out = [_fit(printable(line.rstrip()), WIDTH) for line in lines]
     # the fix's diff is printed whole: a cut patch line would misstate the patch
-    out.extend(line.rstrip() for line in _fix_lines(d))
+    out.extend(printable(line.rstrip()) for line in _fix_lines(d))
     return "\n".join(out)
 
 
@@ -326,4 +329,4 @@ def render_stats(s: IncidentStats, period: str) -> str:
         f"GPU-hours recovered:    {s.gpu_hours_recovered:.1f} (estimate: GPUs x utilization gain"
         " x hours since the fix)",
     ]
-    return "\n".join(_fit(line, WIDTH) for line in lines)
+    return "\n".join(_fit(printable(line), WIDTH) for line in lines)
