@@ -4,7 +4,9 @@ Given the agent's `Parts` and its incident store, it builds the Slack client, th
 directory, the Bolt app and its handlers, mounts POST /slack/events on the agent's HTTP server
 (HTTP mode) and registers the outbox deliverer as a leader-gated background job. Clicks go through
 the one decision function (`agent.remediation.decision.decide`), adapted here to the chat layer's
-`Decide` port, so the chat layer never imports the remediation package.
+`Decide` port, so the chat layer never imports the remediation package; the function asks the
+agent's authority (`Parts.authority`: the approvers in force) who may decide, and the authority
+reads user group members through this chat layer's Slack client.
 
 With `slack.enabled: false` it logs once that the agent runs without chat (findings are still
 recorded and queued) and wires nothing. With Slack enabled and a secret missing it raises
