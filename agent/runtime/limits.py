@@ -8,8 +8,9 @@ head nor its body, and takes a head of any size that arrives in one piece. So:
 
 - `DeadlineH11Protocol` (the h11 protocol, with one more timer): a connection that is not inside
   a request the app is handling must complete its next request head within `header_timeout` of
-  its first byte (of connecting, for the first request): a client that trickles its headers, or
-  keeps sending the body of a request already answered, is answered 408 and closed.
+  its first byte (of connecting, for the first request): a client that trickles its headers is
+  answered 408 and closed, one that keeps sending the body of a request already answered is
+  closed.
 - `RequestLimits` (ASGI middleware): a request head (target and headers) larger than
   `max_header_bytes` is answered 431 and the connection closed; the whole body of a request must
   arrive within
@@ -121,8 +122,8 @@ class DeadlineH11Protocol(H11Protocol):
         log.info("closing a connection whose request head did not arrive in time",
                  extra={"client": f"{self.client[0]}:{self.client[1]}" if self.client else None,
                         "seconds": self.header_timeout})
-        if self.conn.our_state in (h11.IDLE, h11.DONE):
-            self.transport.write(TIMED_OUT)
+        if self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE:
+            self.transport.write(TIMED_OUT)  # a head never completed: say why before closing
         self.transport.close()
 
 
