@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.chatops.fakeslack import FakeSlack
 from agent.cli import main
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.store.repository import IncidentStore
@@ -161,3 +162,32 @@ def test_a_missing_playbook_directory_is_bad_input_when_the_incident_names_its_p
     assert code == 2 and err.startswith("zonemedic: error: playbooks_dir: ")
     assert "the approvers in force are read from the playbooks" in err
     assert store.get_incident(incident).decisions == []
+
+
+def test_a_user_group_in_force_is_asked_of_slack(
+    capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore, incident: int,
+    tmp_path: Path
+) -> None:
+    """`slack.approvers.usergroups` in force: the CLI asks Slack (the fake Slack Web API over
+    HTTP, with the configured bot token) who is in the group; a member decides, others exit 3."""
+    queue_proposal(store, incident, approvers=[])
+    zone_split("", directory=tmp_path / "playbooks")
+    with FakeSlack(usergroups={"S1": ["U3"]}) as slack:
+        (tmp_path / "bot-token").write_text(slack.bot_token)
+        (tmp_path / "signing-secret").write_text(slack.signing_secret)
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            f"playbooks_dir: {tmp_path / 'playbooks'}\n"
+            f"slack: {{enabled: true, api_url: '{slack.base_url}', "
+            f"bot_token_file: {tmp_path / 'bot-token'}, "
+            f"signing_secret_file: {tmp_path / 'signing-secret'}, "
+            "approvers: {usergroups: [S1]}}\n")
+        code, _, err = cli(capsys, "incidents", "reject", str(incident), "--by", "U9",
+                           "--config", str(config), "--database", db_url)
+        assert code == 3 and "U9 is not an approver" in err
+        code, _, err = cli(capsys, "incidents", "reject", str(incident), "--by", "U3",
+                           "--config", str(config), "--database", db_url)
+        assert (code, err) == (0, ""), err
+        # one look-up per command (each asks Slack afresh)
+        assert [c.args.get("usergroup") for c in slack.calls("usergroups.users.list")] == [
+            "S1", "S1"]
