@@ -344,11 +344,14 @@ def decide(
         if attempt == 0:
             verdict = authority.authorize(detail, request.actor)
             if not verdict.allowed:
-                store.add_event(
-                    request.incident_id, EventKind.NOTE, now=now, actor=request.actor.id,
-                    detail=refusal_note(request.actor, outcome=request.outcome.value,
-                                        reason=verdict.reason),
-                )
+                try:
+                    store.add_event(
+                        request.incident_id, EventKind.NOTE, now=now, actor=request.actor.id,
+                        detail=refusal_note(request.actor, outcome=request.outcome.value,
+                                            reason=verdict.reason),
+                    )
+                except IncidentNotFoundError:  # purged meanwhile: nothing left to audit on
+                    return not_found(request)
                 return not_authorized(request, state, verdict.reason)
         refusal = judge(state, request, now=now)
         if refusal is not None:
