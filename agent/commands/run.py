@@ -41,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
     settings, playbooks = validated_settings(args.config, os.environ)
     level = verbosity_level(args.verbose) if args.verbose else settings.log_level  # -v wins
     configure_logging(level, fmt=args.log_format)
+    store = upgrade_on_start(settings)
     from agent.runtime.webhook_credentials import open_warning
 
     open_webhook = open_warning(settings.alertmanager)
-    if open_webhook is not None:
+    if open_webhook is not None:  # said once the database is there, as the agent starts
         log.warning(open_webhook)
-    store = upgrade_on_start(settings)
     # the executor, the expiry and Slack, wired as `zonemedic demo` wires them
     assembly = AgentAssembly(store)
     try:
