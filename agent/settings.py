@@ -361,7 +361,8 @@ class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
-    playbooks_dir: str = "playbooks"
+    # None: the playbooks shipped with the package (`agent.playbook.loader.playbooks_directory`)
+    playbooks_dir: str | None = None
     diagnosis: DiagnosisSettings = field(default_factory=DiagnosisSettings)
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
