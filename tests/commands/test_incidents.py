@@ -14,6 +14,7 @@ from agent.model.incident import Actor, Verdict
 from agent.model.lifecycle import (
     DecisionOutcome,
     DecisionSource,
+    EventKind,
     IncidentStatus,
     RemediationActionKind,
 )
@@ -96,7 +97,8 @@ def test_list_filters(capsys: pytest.CaptureFixture[str], db_url: str,
 
 
 def test_list_table_fits_100_columns(capsys: pytest.CaptureFixture[str], db_url: str,
-                                     history: dict[str, int]) -> None:
+                                     history: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
     code, out, _ = cli(capsys, "incidents", "list", "--database", db_url)
     assert code == 0
     lines = out.splitlines()
@@ -132,7 +134,9 @@ def test_list_survives_an_unreadable_row(capsys: pytest.CaptureFixture[str], db_
     assert _ids(out) == [history["blocked"], history["resolved"], history["old"]]
 
 
-def test_show(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int]) -> None:
+def test_show(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int],
+              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
     code, out, err = cli(capsys, "incidents", "show", str(history["resolved"]), "--database", db_url)
     assert (code, err) == (0, "")
     assert out.startswith(f"Incident {history['resolved']}: zone_split_blocked [resolved]")
@@ -174,7 +178,9 @@ def test_show_corrupt_incident_is_named(capsys: pytest.CaptureFixture[str], db_u
     assert err.count("\n") == 1
 
 
-def test_stats(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int]) -> None:
+def test_stats(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int],
+               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
     code, out, _ = cli(capsys, "incidents", "stats", "--database", db_url, "--output", "json")
     assert code == 0
     data = json.loads(out)
@@ -263,3 +269,36 @@ def test_database_flag_overrides_environment(capsys: pytest.CaptureFixture[str],
     assert code == 1 and "/nonexistent/dir/x.db does not exist" in err
     code, out, _ = cli(capsys, "incidents", "list", "--database", db_url, "--limit", "1")
     assert code == 0 and _ids(out) == [history["blocked"]]
+
+
+def test_show_honours_the_output_width(capsys: pytest.CaptureFixture[str], db_url: str,
+                                       store: IncidentStore, history: dict[str, int],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    reason = "the coordinator cannot reach its workers " * 3  # the line: ~180 characters
+    store.add_event(history["resolved"], EventKind.NOTE, now=NOW, actor="agent",
+                    detail={"reason": reason.strip()})
+
+    def note_line(columns: str | None) -> str:
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", columns)
+        code, out, _ = cli(capsys, "incidents", "show", str(history["resolved"]), "--database", db_url)
+        assert code == 0
+        return next(line for line in out.splitlines() if " note " in line)
+
+    wide = note_line("200")
+    assert wide.endswith(reason.strip()) and 150 < len(wide) <= 200
+    narrow = note_line("100")
+    assert len(narrow) == 100 and narrow.endswith("…")
+    assert note_line(None) == wide  # a pipe (capsys) gets whole lines
+
+
+def test_list_honours_the_output_width(capsys: pytest.CaptureFixture[str], db_url: str,
+                                       history: dict[str, int],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = cli(capsys, "incidents", "list", "--database", db_url)
+    assert code == 0
+    job = "vision-research-team/a-training-job-with-a-very-long-name-that-will-not-fit-in-the-table"
+    assert any(line.endswith(job) for line in out.splitlines())
