@@ -8,7 +8,9 @@ Who calls it: `agent.cli`. It validates flags itself (a bad `--since`, `--job`, 
 the database flags select (`agent.commands.db`), calls the repository and prints. Rows the store
 cannot read are listed as warnings on stderr naming the incident; the listing goes on. Lines fit the
 output's width: `COLUMNS` when set, else the terminal's; output to a pipe or a file is not cut.
-`now` is read here, at the edge, once per command.
+`now` is read here, at the edge, once per command. `show` says when a queued message is not sent
+because the configuration read (`--config`, or a `ZONEMEDIC_SLACK__ENABLED` override) has Slack off,
+instead of a message that looks pending for ever.
 
 What it does not do: change anything (decisions go through `agent.commands.decisions`, Slack or
 the API).
@@ -22,6 +24,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from agent.commands import decisions
@@ -34,7 +37,7 @@ from agent.model.incident import (
     IncidentStats,
     parse_incident_id,
 )
-from agent.model.lifecycle import IncidentStatus, to_jsonable
+from agent.model.lifecycle import IncidentStatus, MessageStatus, to_jsonable
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
@@ -43,6 +46,15 @@ from agent.parsing.numbers import parse_duration, parse_int
 MIN_WIDTH = 40  # narrower than this, lines are not cut (a table would be unreadable anyway)
 MAX_LIMIT = 10_000
 OUTPUTS = ("table", "json")
+SLACK_OVERRIDE = "ZONEMEDIC_SLACK__ENABLED"
+
+
+class SlackState(StrEnum):
+    """Whether the configuration read has Slack on (UNKNOWN: no configuration was given)."""
+
+    ON = "on"
+    OFF = "off"
+    UNKNOWN = "unknown"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -148,13 +160,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if action == "show":
         incident_id = _incident_id(args.id)
-        _, store = open_cli_store(args)
+        settings, store = open_cli_store(args)
         try:
             detail = store.get_incident(incident_id)
         finally:
             store.close()
+        slack = SlackState.UNKNOWN
+        if args.config is not None or SLACK_OVERRIDE in os.environ:
+            slack = SlackState.ON if settings.slack.enabled else SlackState.OFF
         print(_json(detail_document(detail)) if output == "json"
-              else render_detail(detail, width=output_width()))
+              else render_detail(detail, width=output_width(), slack=slack))
         return 0
     since = _since(args.since, now)
     _, store = open_cli_store(args)
@@ -244,7 +259,9 @@ def _detail_text(detail: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in detail.items() if v is not None)
 
 
-def render_detail(d: IncidentDetail, *, width: int | None = None) -> str:
+def render_detail(
+    d: IncidentDetail, *, width: int | None = None, slack: SlackState = SlackState.UNKNOWN
+) -> str:
     i = d.incident
     lines = [
         f"Incident {i.id}: {i.verdict.value} [{i.status.value}]",
@@ -277,8 +294,13 @@ def render_detail(d: IncidentDetail, *, width: int | None = None) -> str:
         ok = {True: "ok", False: "FAILED", None: "-"}[a.succeeded]
         lines.append(f"  {_time(a.at, seconds=True)}  {a.kind.value:<9} {ok:<7} {a.message or ''}")
     if d.messages:
-        lines.append("Messages:")
+        lines.append("Messages:" if slack is not SlackState.OFF else
+                     "Messages:    Slack is off (slack.enabled: false): nothing is sent")
         for m in d.messages:
+            if slack is SlackState.OFF and m.status is MessageStatus.PENDING:
+                lines.append(f"  #{m.id} {m.kind.value} not sent: Slack is off; it waits in the "
+                             f"outbox  {m.channel or ''}")
+                continue
             lines.append(f"  #{m.id} {m.kind.value} {m.status.value} attempts {m.attempts}"
                          f"  {m.channel or ''}  {m.last_error or ''}")
     waste = d.diagnosis.get("waste")

@@ -16,6 +16,7 @@ from agent.model.lifecycle import (
     DecisionSource,
     EventKind,
     IncidentStatus,
+    MessageKind,
     RemediationActionKind,
 )
 from agent.store.repository import IncidentStore
@@ -302,3 +303,27 @@ def test_list_honours_the_output_width(capsys: pytest.CaptureFixture[str], db_ur
     assert code == 0
     job = "vision-research-team/a-training-job-with-a-very-long-name-that-will-not-fit-in-the-table"
     assert any(line.endswith(job) for line in out.splitlines())
+
+
+def test_show_says_a_queued_message_is_not_sent_while_slack_is_off(
+    capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore,
+    history: dict[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ZONEMEDIC_SLACK__ENABLED", raising=False)
+    incident = history["blocked"]
+    message = store.enqueue_message(MessageKind.POST, payload={"text": "split"}, now=NOW,
+                                    incident_id=incident, channel="#ml-infra")
+    off = tmp_path / "off.yaml"
+    off.write_text(f"database: {{url: '{db_url}'}}\nslack: {{enabled: false}}\n")
+    code, out, _ = cli(capsys, "incidents", "show", str(incident), "--config", str(off))
+    assert code == 0
+    lines = out.splitlines()
+    assert "Messages:    Slack is off (slack.enabled: false): nothing is sent" in lines
+    assert f"  #{message} post not sent: Slack is off; it waits in the outbox  #ml-infra" in lines
+    assert "pending attempts 0" not in out
+    code, out, _ = cli(capsys, "incidents", "show", str(incident), "--database", db_url)
+    assert code == 0  # no configuration read: whether Slack is on is not known, the row as it is
+    assert f"  #{message} post pending attempts 0  #ml-infra" in out.splitlines()
+    monkeypatch.setenv("ZONEMEDIC_SLACK__ENABLED", "true")
+    code, out, _ = cli(capsys, "incidents", "show", str(incident), "--config", str(off))
+    assert code == 0 and "Slack is off" not in out and "pending attempts 0" in out
