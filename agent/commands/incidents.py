@@ -10,7 +10,8 @@ cannot read are listed as warnings on stderr naming the incident; the listing go
 output's width: `COLUMNS` when set, else the terminal's; output to a pipe or a file is not cut.
 `now` is read here, at the edge, once per command. `show` says when a queued message is not sent
 because the configuration read (`--config`, or a `ZONEMEDIC_SLACK__ENABLED` override) has Slack off,
-instead of a message that looks pending for ever.
+instead of a message that looks pending for ever, and why no playbook posted an incident (the
+note the agent records when a playbook's conditions exclude it).
 
 What it does not do: change anything (decisions go through `agent.commands.decisions`, Slack or
 the API).
@@ -37,7 +38,7 @@ from agent.model.incident import (
     IncidentStats,
     parse_incident_id,
 )
-from agent.model.lifecycle import IncidentStatus, MessageStatus, to_jsonable
+from agent.model.lifecycle import EventKind, IncidentStatus, MessageStatus, to_jsonable
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
@@ -278,6 +279,10 @@ def render_detail(
         lines.append(f"Approval:    deadline {_time(i.approval_deadline, seconds=True)}")
     if d.snoozed_until is not None:
         lines.append(f"Snoozed:     until {_time(d.snoozed_until, seconds=True)}")
+    unposted = [e.detail["not_posted"] for e in d.events
+                if e.kind is EventKind.NOTE and e.detail.get("not_posted")]
+    if unposted:
+        lines.append(f"Not posted:  no playbook posts it: {unposted[-1]}")
     lines.append("")
     lines.append("Timeline:")
     for e in d.events:
