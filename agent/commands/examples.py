@@ -38,6 +38,8 @@ EXAMPLES: dict[str, list[str]] = {
     "config": ["zonemedic config check config.yaml"],
     "config check": [
         "zonemedic config check /etc/zonemedic/config/config.yaml",
+        "zonemedic config check deploy/base/config.yaml   # pod paths: checked against the pod's"
+        " layout",
         "ZONEMEDIC_HTTP__PORT=9090 zonemedic config check config.yaml   # overrides are checked too",
     ],
     "playbooks": ["zonemedic playbooks check playbooks/"],
@@ -76,6 +78,8 @@ EXAMPLES: dict[str, list[str]] = {
     "twin up": [
         "zonemedic twin up --scenario seed-blocked --kubeconfig twin.kubeconfig",
         "kubectl --kubeconfig twin.kubeconfig get pods -A -o wide",
+        "kubectl --kubeconfig twin.kubeconfig logs -n ml llm-finetune-worker-0 -p"
+        "   # the simulated workload's log",
     ],
     "twin apiserver": [
         "zonemedic twin apiserver --kubeconfig twin.kubeconfig --port 6443",
