@@ -43,6 +43,7 @@ from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
 from agent.parsing.numbers import parse_duration, parse_int
+from agent.playbook.matching import NOT_POSTED
 
 MIN_WIDTH = 40  # narrower than this, lines are not cut (a table would be unreadable anyway)
 MAX_LIMIT = 10_000
@@ -279,8 +280,8 @@ def render_detail(
         lines.append(f"Approval:    deadline {_time(i.approval_deadline, seconds=True)}")
     if d.snoozed_until is not None:
         lines.append(f"Snoozed:     until {_time(d.snoozed_until, seconds=True)}")
-    unposted = [e.detail["not_posted"] for e in d.events
-                if e.kind is EventKind.NOTE and e.detail.get("not_posted")]
+    unposted = [e.detail[NOT_POSTED] for e in d.events
+                if e.kind is EventKind.NOTE and e.detail.get(NOT_POSTED)]
     if unposted:
         lines.append(f"Not posted:  no playbook posts it: {unposted[-1]}")
     lines.append("")

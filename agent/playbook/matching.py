@@ -27,6 +27,8 @@ from agent.playbook.model import (
 
 # The actions that post an incident (a digest only lists it).
 POSTING_ACTIONS = frozenset({PlaybookActionKind.NOTIFY, PlaybookActionKind.PROPOSE_COLOCATION})
+# The detail key of the note an incident no playbook posts gets: `unposted_reason`'s words.
+NOT_POSTED = "not_posted"
 
 _VERDICT_TRIGGERS = {
     "zone_split_blocked": TriggerKind.ZONE_SPLIT,

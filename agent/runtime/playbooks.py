@@ -39,7 +39,14 @@ from agent.errors import UnavailableError, ZonemedicError
 from agent.model.cluster import JobKind
 from agent.model.incident import IncidentQuery, IncidentSummary
 from agent.model.lifecycle import EventKind, MessageKind, to_jsonable
-from agent.playbook.matching import Event, Subject, fired, trigger_for_verdict, unposted_reason
+from agent.playbook.matching import (
+    NOT_POSTED,
+    Event,
+    Subject,
+    fired,
+    trigger_for_verdict,
+    unposted_reason,
+)
 from agent.playbook.model import Playbook, PlaybookActionKind
 from agent.remediation.approval import ApprovalStepKind
 from agent.runtime.approvals import ApprovalRequests
@@ -51,7 +58,6 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 ACTOR = "agent"
-NOT_POSTED = "not_posted"  # the note's detail key: why no playbook posts the incident
 
 
 class PlaybookActions:
