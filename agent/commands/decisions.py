@@ -27,7 +27,6 @@ import json
 import os
 import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.commands.db import add_database_arguments, open_cli_store
@@ -150,14 +149,15 @@ def slack_members(settings: Settings) -> Members | None:
 
 def cli_authority(settings: Settings) -> Authority:
     """The approvers in force for the CLI: the given configuration's, its playbooks read from
-    `playbooks_dir` only when an incident names the playbook that proposed its fix."""
-    from agent.playbook.loader import load_playbooks
+    `playbooks_dir` (unset: the shipped ones) only when an incident names the playbook that proposed
+    its fix."""
+    from agent.playbook.loader import load_playbooks, playbooks_directory
     from agent.playbook.schema import PlaybookError
     from agent.remediation.approvers import Authority
 
     def playbooks() -> list[Playbook]:
         try:
-            return load_playbooks(Path(settings.playbooks_dir))
+            return load_playbooks(playbooks_directory(settings.playbooks_dir))
         except PlaybookError as exc:
             raise ConfigError(f"playbooks_dir: {exc} (the approvers in force are read from the "
                               "playbooks; --config names the agent's configuration)") from None
