@@ -2,7 +2,8 @@
 
 Who calls it: the outbox deliverer (`agent.chatops.delivery`), off the request path, before it
 uploads the chart into the incident's thread. It draws with matplotlib's Agg canvas on a private
-`Figure` (no pyplot global state, so two threads may draw at once) and returns the PNG bytes.
+`Figure` (no pyplot global state, so two threads may draw at once) and returns the PNG bytes;
+matplotlib is imported on the first chart, not with the agent (it costs most of a second).
 No metrics, no chart: `utilization_png` returns None for fewer than two samples.
 
 What it does not do: query Prometheus, upload, or read the clock.
@@ -13,9 +14,6 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from datetime import UTC
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 MIN_SAMPLES = 2
 SECONDS_PER_DAY = 86400.0
@@ -37,6 +35,9 @@ def utilization_png(
     """The chart as PNG bytes: utilization (0-100 %) against UTC time (`samples` are
     (unix seconds, percent)); a vertical line at `split_at`, a dashed one at `baseline`, and a
     dotted vertical line at each of `marks` ((unix seconds, label), e.g. the approval)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     points = sorted(samples)
     if len(points) < MIN_SAMPLES:
         return None
