@@ -1,9 +1,17 @@
-"""Regenerates the README's pictures of the demo from a real run: `docs/demo-terminal.png` (the
-terminal output of `zonemedic demo`, recorded by rich and drawn by `rsvg-convert` from the Debian
-package librsvg2-bin, with the fonts of fonts-dejavu-core and fonts-noto-color-emoji),
-`docs/demo-output.txt` (the same as text) and `docs/demo-chart.png` (the
-utilization chart the demo writes). Usage: `.venv/bin/python docs/screenshot.py` from the
-repository root. Needs the prometheus binary; it changes nothing else."""
+"""Regenerates the README's transcript and pictures of the demo from one real run of
+`zonemedic demo` (seed-degraded): `docs/demo-output.txt` (the story as text, as a pipe or a log
+shows it: `PIPE_WIDTH` columns, nothing wrapped), `docs/demo-chart.png` (the utilization chart
+the demo writes) and `docs/demo-terminal.png` (the same story drawn as a terminal: recorded by
+rich, drawn by `rsvg-convert` from the Debian package librsvg2-bin, with the fonts of
+fonts-dejavu-core and fonts-noto-color-emoji).
+
+Usage: `make demo-docs` (installs Prometheus and rsvg-convert where it may, then runs this), or
+`.venv/bin/python docs/screenshot.py` from the repository root. Needs the prometheus binary.
+Without rsvg-convert it writes the transcript and the chart, says what is missing and exits 1.
+It changes nothing else. The README's transcript is an excerpt of `demo-output.txt`: paste the
+lines it shows from there (`tests/demo` fails when the two disagree, and when a real run
+disagrees with them).
+"""
 
 from __future__ import annotations
 
@@ -18,20 +26,33 @@ from pathlib import Path
 
 from PIL import Image
 from rich.console import Console
+from rich.text import Text
 
-from agent.demo.command import narrate
+from agent.demo.command import PIPE_WIDTH, narrate
 from agent.runtime.logging import LogFormat, configure_logging
 
 DOCS = Path(__file__).resolve().parent
-WIDTH = 100  # terminal columns
+MISSING_RSVG = (
+    "rsvg-convert is missing (Debian package librsvg2-bin): docs/demo-output.txt and "
+    "docs/demo-chart.png are written, docs/demo-terminal.png is not. Install it with "
+    "`make rsvg` (as root) or `sudo apt-get install librsvg2-bin fonts-noto-color-emoji`, "
+    "then run this again."
+)
+
+
+def as_terminal(recorded: Console) -> Console:
+    """The recorded story as a terminal of `PIPE_WIDTH` columns shows it: a line longer than the
+    terminal (the transcript never wraps) continues on the next row."""
+    screen = Console(record=True, width=PIPE_WIDTH, file=io.StringIO(), force_terminal=True,
+                     color_system="truecolor", highlight=False)
+    for line in recorded.export_text(clear=False, styles=True).splitlines():
+        screen.print(Text.from_ansi(line))
+    return screen
 
 
 def main() -> int:
     rsvg = shutil.which("rsvg-convert")
-    if rsvg is None:
-        print("rsvg-convert is missing: apt-get install librsvg2-bin", file=sys.stderr)
-        return 1
-    console = Console(record=True, width=WIDTH, file=io.StringIO(), force_terminal=False,
+    console = Console(record=True, width=PIPE_WIDTH, file=io.StringIO(), force_terminal=False,
                       color_system="truecolor", highlight=False)
     os.chdir(DOCS)  # the chart lands where a person's would: in the working directory
     args = argparse.Namespace(scenario="seed-degraded", interactive=False, json=False,
@@ -44,17 +65,23 @@ def main() -> int:
     text = console.export_text(clear=False)
     (DOCS / "demo-output.txt").write_text(
         "\n".join(line.rstrip() for line in text.splitlines()) + "\n")
+    if rsvg is None:
+        print(MISSING_RSVG, file=sys.stderr)
+        return 1
     svg = DOCS / "demo-terminal.svg"
     # rich sizes each run of text to its cell width (textLength); rsvg-convert then squeezes runs
     # drawn in a fallback font, and drops a run's leading spaces: let the monospace font keep its
     # own width, and keep the spaces
-    drawn = re.sub(r' textLength="[^"]*"', "", console.export_svg(title="make demo"))
-    drawn = drawn.replace('<svg class="rich-terminal"', '<svg xml:space="preserve" class="rich-terminal"', 1)
+    drawn = re.sub(r' textLength="[^"]*"', "", as_terminal(console).export_svg(title="make demo"))
+    drawn = drawn.replace('<svg class="rich-terminal"',
+                          '<svg xml:space="preserve" class="rich-terminal"', 1)
     svg.write_text(drawn.replace('font-family: Fira Code, monospace',
                                  "font-family: 'DejaVu Sans Mono', monospace"))
     png = DOCS / "demo-terminal.png"
-    subprocess.run([rsvg, "--zoom", "0.75", "-o", str(png), str(svg)], check=True)
-    svg.unlink()
+    try:
+        subprocess.run([rsvg, "--zoom", "0.75", "-o", str(png), str(svg)], check=True)
+    finally:
+        svg.unlink()
     # a small file: 64 colours are plenty for a terminal (Pillow comes with matplotlib)
     Image.open(png).convert("RGB").quantize(colors=64).save(png, optimize=True)
     return 0
