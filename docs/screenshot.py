@@ -8,9 +8,10 @@ fonts-dejavu-core and fonts-noto-color-emoji).
 Usage: `make demo-docs` (installs Prometheus and rsvg-convert where it may, then runs this), or
 `.venv/bin/python docs/screenshot.py` from the repository root. Needs the prometheus binary.
 Without rsvg-convert it writes the transcript and the chart, says what is missing and exits 1.
-It changes nothing else. The README's transcript is an excerpt of `demo-output.txt`: paste the
-lines it shows from there (`tests/demo` fails when the two disagree, and when a real run
-disagrees with them).
+It also rewrites the README's transcript (the block after `<!-- demo-transcript -->`) as an
+excerpt of `demo-output.txt` (`readme_excerpt`: the patch diff, the executed plan's edit, most
+thread replies and the "still waiting" lines left out, each cut marked `...`); `tests/demo` fails
+when the two disagree, and when a real run disagrees with them. It changes nothing else.
 """
 
 from __future__ import annotations
@@ -33,11 +34,55 @@ from agent.runtime.logging import LogFormat, configure_logging
 
 DOCS = Path(__file__).resolve().parent
 MISSING_RSVG = (
-    "rsvg-convert is missing (Debian package librsvg2-bin): docs/demo-output.txt and "
-    "docs/demo-chart.png are written, docs/demo-terminal.png is not. Install it with "
-    "`make rsvg` (as root) or `sudo apt-get install librsvg2-bin fonts-noto-color-emoji`, "
-    "then run this again."
+    "rsvg-convert is missing (Debian package librsvg2-bin): docs/demo-output.txt, "
+    "docs/demo-chart.png and the README's transcript are written, docs/demo-terminal.png is "
+    "not. Install it with `make rsvg` (as root) or `sudo apt-get install librsvg2-bin "
+    "fonts-noto-color-emoji`, then run this again."
 )
+
+
+README = DOCS.parent / "README.md"
+MARKER = "<!-- demo-transcript -->"
+THREAD_SHOWN = ("Approved by", "Remediation started", "Plan recorded", "Dry run passed",
+                "Verified:", "Resolved:")
+CUT = "   ..."
+
+
+def readme_excerpt(transcript: str) -> str:
+    """The README's excerpt of the transcript (see the module docstring)."""
+    lines = transcript.splitlines()
+    out: list[str] = []
+    in_diff = in_plan_edit = False
+    for at, line in enumerate(lines):
+        if line.startswith("╭─ Slack · message edited") and any(
+                "│ Proposed fix: co-locate" in later for later in lines[at + 1:at + 3]):
+            in_plan_edit = True  # the plan the executor recorded: the preview's, re-planned
+        if in_plan_edit:
+            in_plan_edit = not line.startswith("╰")
+            continue
+        if line.startswith("│ --- ") and not in_diff and not any(
+                old.startswith("│ ...") for old in out):
+            in_diff = True
+            out.append("│ ..." + " " * (len(line) - 6) + "│")
+            continue
+        if in_diff:
+            in_diff = not line.startswith(("│ Previewed", "│ Planned"))
+            if in_diff:
+                continue
+        if line.startswith("… still"):
+            continue
+        if line.startswith("   ↳ thread") and not any(words in line for words in THREAD_SHOWN):
+            if out[-1] != CUT:
+                out.append(CUT)
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def with_excerpt(readme: str, excerpt: str) -> str:
+    """The README with its transcript block replaced by `excerpt`."""
+    start = readme.index("```text\n", readme.index(MARKER)) + len("```text\n")
+    return readme[:start] + excerpt + readme[readme.index("```", start):]
 
 
 def as_terminal(recorded: Console) -> Console:
@@ -63,8 +108,9 @@ def main() -> int:
         return status
     (DOCS / "zonemedic-demo-seed-degraded.png").replace(DOCS / "demo-chart.png")
     text = console.export_text(clear=False)
-    (DOCS / "demo-output.txt").write_text(
-        "\n".join(line.rstrip() for line in text.splitlines()) + "\n")
+    transcript = "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+    (DOCS / "demo-output.txt").write_text(transcript)
+    README.write_text(with_excerpt(README.read_text(), readme_excerpt(transcript)))
     if rsvg is None:
         print(MISSING_RSVG, file=sys.stderr)
         return 1

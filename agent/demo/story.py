@@ -10,8 +10,10 @@ a person would read it (`agent.demo.chatview`):
 2. split detected: the agent records an incident (`detected_after_s`: from the last pod bound to
    the incident stored);
 3. finding posted: the agent's message reaches Slack with Approve / Reject / Snooze;
-4. approval: the demo approver clicks Approve, a signed request from the fake Slack to the agent's
-   /slack/events (`interactive`: the person at the terminal answers, and the click follows);
+4. approval: once the message shows the job's measured utilization (a Kubeflow job with
+   Prometheus; waited for a few seconds at most), the demo approver clicks Approve, a signed
+   request from the fake Slack to the agent's /slack/events (`interactive`: the person at the
+   terminal answers, and the click follows);
 5. the fix: the remediation's steps (suspend and resume, or the Deployment's rollout) as the agent
    records them;
 6. pods co-located: every pod in one zone (`zones_after`);
@@ -31,6 +33,7 @@ only watches, clicks and measures.
 from __future__ import annotations
 
 import collections
+import json
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -59,7 +62,7 @@ APPLIED_STEPS = frozenset({"suspended", "rolled_out", "job_deleted"})
 RESTARTED_STEPS = frozenset({"resumed"})  # a group: every workload moved
 SETTLE_SAMPLES = 3
 SETTLE_SPREAD = 5.0  # percentage points between the settled samples
-MIN_SAMPLES = 6  # scrapes looked at before and after the fix (a chart a person can read)
+MIN_SAMPLES = 5  # scrapes looked at before and after the fix (a chart a person can read)
 READING_SECONDS = 3.0  # the demo approver reads the message before clicking (the story's pace)
 
 
@@ -272,6 +275,11 @@ class Story:
 
     def approve(self, incident: IncidentSummary) -> ButtonAction:
         n = self.narration
+        if self.stage.prometheus is not None and self.stage.target.kind != "group":
+            # the approver decides on the message with its measured utilization and waste (the
+            # agent measures a Kubeflow job's GPUs, not a generic group's)
+            n.begin("approved", "the agent adds the measured utilization to the message")
+            self.linger(self._utilization_shown, seconds=6)
         n.begin("approved", f"waiting for {APPROVER_NAME}")
         if self.answer is not None:
             with n.pause():
@@ -312,16 +320,17 @@ class Story:
         summary.verdict = final.verdict.value
         if final.status is S.RESOLVED:
             n.done("resolved", f"incident #{incident_id} resolved")
-            # the thread's last reply (the follower looks every few seconds): shown, not required
-            self.linger(lambda: self._thread_says("Resolved"))
+            # the thread's last reply and the message's last edit (the follower looks every few
+            # seconds): shown, not required
+            self.linger(lambda: self._thread_says("Resolved") and self._message_is("resolved"))
         else:
             for step in self.narration.steps:
                 if step.at is None and step.key != "resolved":
                     n.skip(step.key)
             if final.status in DECLINED:
                 # the decision's thread reply and the message showing it instead of the buttons
-                words = DECLINED[final.status]
-                self.linger(lambda: self._thread_says(f"{words} by") and self._buttons_gone())
+                words, status = DECLINED[final.status], final.status.value
+                self.linger(lambda: self._thread_says(f"{words} by") and self._message_is(status))
                 n.skip("resolved", f"incident #{incident_id} {final.status.value}: the job is "
                        "left as it is, split")
             else:
@@ -386,11 +395,16 @@ class Story:
         return any(m.thread_ts is not None and words in m.text
                    for m in self.stage.slack.messages())
 
-    def _buttons_gone(self) -> bool:
-        """The finding's message was edited: its buttons replaced by the decision."""
+    def _utilization_shown(self) -> bool:
+        """The finding's message shows the job's utilization (the agent's evidence arrived)."""
         posts = [m for m in self.stage.slack.messages() if m.thread_ts is None]
-        return bool(posts) and not any(
-            isinstance(b, Mapping) and b.get("type") == "actions" for b in posts[0].blocks)
+        return bool(posts) and "GPU utilization:" in json.dumps(posts[0].blocks)
+
+    def _message_is(self, status: str) -> bool:
+        """The finding's message was edited to say the incident is `status` (its fallback text
+        carries the status in brackets)."""
+        posts = [m for m in self.stage.slack.messages() if m.thread_ts is None]
+        return bool(posts) and f"[{status}]" in posts[0].text
 
 
 def chart_title(target: Target, summary: Summary) -> str:
