@@ -167,6 +167,8 @@ def summary_panel(summary: Summary) -> Panel:
     if summary.utilization_before is not None and summary.utilization_after is not None:
         lines.append(f"GPU utilization {summary.utilization_before:.0f}% → "
                      f"{summary.utilization_after:.0f}%")
+    elif summary.utilization_before is not None:
+        lines.append(f"GPU utilization {summary.utilization_before:.0f}%, split (not co-located)")
     lines.append("pods per zone: " + " → ".join(
         ", ".join(f"{z} ×{c}" for z, c in sorted(zones.items())) or "-"
         for zones in (summary.zones_before, summary.zones_after)))
