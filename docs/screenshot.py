@@ -100,7 +100,7 @@ def main() -> int:
     console = Console(record=True, width=PIPE_WIDTH, file=io.StringIO(), force_terminal=False,
                       color_system="truecolor", highlight=False)
     os.chdir(DOCS)  # the chart lands where a person's would: in the working directory
-    args = argparse.Namespace(scenario="seed-degraded", interactive=False, json=False,
+    args = argparse.Namespace(scenario="seed-degraded", interactive=False, output="text",
                               chart=None, no_metrics=False)
     configure_logging("error", fmt=LogFormat.TEXT, timestamps=False)
     status = narrate(args, console)

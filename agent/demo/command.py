@@ -1,10 +1,10 @@
-"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab] [--interactive] [--json]`.
+"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab] [--interactive] [--output json]`.
 
 Registered by `agent.cli` (offered only where the cluster twin is installed). Runs the story of
 `agent.demo.story` once: everything on 127.0.0.1, in one temporary directory, stopped and removed
 at the end, on an error, on Ctrl-C or SIGTERM (exit 130). It prints the story live on the terminal
-(on stderr with `--json`, whose stdout is one summary object; without a terminal at
-`PIPE_WIDTH` columns, lines never wrapped) and writes the utilization chart
+(on stderr with `--output json`, or its alias `--json`, whose stdout is one summary object;
+without a terminal at `PIPE_WIDTH` columns, lines never wrapped) and writes the utilization chart
 (`--chart`, default `zonemedic-demo-<scenario>.png` in the working directory). `--interactive` asks
 the person at the terminal to approve, reject or snooze, and sends that click. Exit 0 when the
 story ran to its end, 1 when a step did not happen in time, 2 on bad flags.
@@ -43,8 +43,10 @@ def register(subparsers: Any) -> None:
                         "default: %(default)s")
     parser.add_argument("--interactive", action="store_true",
                         help="ask at the terminal before approving (approve, reject or snooze)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one summary object on stdout (the story goes to stderr)")
+    parser.add_argument("--output", choices=("text", "json"), default="text",
+                        help="json: print one summary object on stdout (the story and its "
+                        "summary go to stderr); text (default): the story and its summary on the "
+                        "terminal")
     parser.add_argument("--chart", metavar="FILE", type=Path,
                         help="where to write the utilization chart PNG "
                         "(default: zonemedic-demo-SCENARIO.png in the working directory)")
@@ -113,12 +115,12 @@ def run(args: argparse.Namespace) -> int:
     # the story is the output: the agent's own log lines only for errors, unless -v
     configure_logging(verbosity_level(args.verbose) if args.verbose else "error",
                       fmt=args.log_format, timestamps=False)
-    return narrate(args, story_console(stderr=args.json))
+    return narrate(args, story_console(stderr=args.output == "json"))
 
 
 def narrate(args: argparse.Namespace, console: Any) -> int:
     """The story told on `console` (a rich Console), then the summary (also on stdout as one
-    JSON object with `--json`)."""
+    JSON object with `--output json`)."""
     from agent.demo.story import tell
 
     chart = args.chart or Path.cwd() / f"zonemedic-demo-{args.scenario}.png"
@@ -150,7 +152,7 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     console.print(summary_panel(summary))
-    if args.json:
+    if args.output == "json":
         print(json.dumps(summary.to_dict()), flush=True)
     return 0
 
