@@ -433,6 +433,13 @@ class Remediator:
         kind (the per-job query groups GPUs by their pods' Kubeflow owner)."""
         return self.prometheus is not None and ref.kind is not JobKind.GROUP
 
+    def _unmeasured(self, ref: JobRef) -> str:
+        """Why the job's utilization is not measured (when `_metrics` says it is not)."""
+        if self.prometheus is None:
+            return "no metrics configured"
+        return ("GPU utilization not measured for a generic group (the agent measures a "
+                "Kubeflow job's GPUs by their pods' owner)")  # fmt: skip
+
     def _utilization(self, ref: JobRef) -> tuple[float | None, float | None]:
         if self.prometheus is None or not self._metrics(ref):
             return None, None
@@ -717,7 +724,7 @@ class Remediator:
                 denied_flows=finding.denied_flows_total if finding is not None else 0,
                 metrics=self._metrics(run.ref), utilization_before=run.before,
                 utilization_baseline=run.baseline if run.baseline is not None else baseline,
-                utilization_after=after,
+                utilization_after=after, unmeasured=self._unmeasured(run.ref),
             )  # fmt: skip
             judgement = judge(obs, self.policy, elapsed=self.clock.now() - since)
             if judgement.done:

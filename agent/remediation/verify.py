@@ -14,7 +14,8 @@ finds every required flow allowed (verdict `healthy`), and, when Prometheus is c
 job's GPU utilization is at least `recovery_fraction` x the reference: the pre-split baseline when
 one is known and above the figure before the fix, else 100 (the GPUs' full capacity). A job with no
 utilization samples by the end of the window is verified on placement and flows alone (the reason
-says so). Anything not yet true is PENDING until the window ends, then FAILED with the reason.
+says so); so is a job whose utilization is not measured (`metrics` False: no Prometheus, or a
+generic group), the reason saying which (`unmeasured`). Anything not yet true is PENDING until the window ends, then FAILED with the reason.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class PodObservation:
 
 @dataclass(frozen=True)
 class Observation:
-    """What the agent saw at one poll. `metrics`: Prometheus is configured for the agent."""
+    """What the agent saw at one poll. `metrics`: the job's utilization is measured (Prometheus
+    configured, and a kind it measures); `unmeasured`: why not, when it is not."""
 
     target_zone: str
     expected_pods: int
@@ -58,6 +60,7 @@ class Observation:
     utilization_before: float | None = None
     utilization_baseline: float | None = None
     utilization_after: float | None = None
+    unmeasured: str = "no metrics configured"
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def judge(obs: Observation, policy: VerifyPolicy, *, elapsed: timedelta) -> Judg
         )
     flows = f"all {obs.expected_pods} pod(s) in {obs.target_zone}, every required flow allowed"
     if not obs.metrics:
-        return Judgement(Outcome.VERIFIED, f"{flows}; no metrics configured")
+        return Judgement(Outcome.VERIFIED, f"{flows}; {obs.unmeasured}")
     after = obs.utilization_after
     if after is None:
         if in_window:

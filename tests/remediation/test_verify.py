@@ -67,6 +67,8 @@ HEALTHY: dict[str, Any] = {"verdict": Verdict.HEALTHY}
     ("observation", "elapsed", "outcome", "reason"),
     [
         (obs("a", "a", **HEALTHY), 1 * S, Outcome.VERIFIED, "no metrics configured"),
+        (obs("a", "a", unmeasured="GPU utilization not measured for a generic group", **HEALTHY),
+         1 * S, Outcome.VERIFIED, "every required flow allowed; GPU utilization not measured for a generic group"),
         (obs("a", "a"), 1 * S, Outcome.PENDING, "waiting for the re-diagnosis"),
         (obs("a", "a"), 60 * S, Outcome.FAILED, "could not be re-diagnosed within 60s"),
         (obs("a", "a", verdict=Verdict.POLICY_BLOCKED, denied_flows=2), 10 * S, Outcome.PENDING,
