@@ -73,6 +73,7 @@ class Lab:
     def remediator(self, store: IncidentStore, **kw: Any) -> Remediator:
         kw.setdefault("settings", FAST)
         kw.setdefault("prometheus", self.source())
+        kw.setdefault("protected_namespaces", self.diagnose.settings.protected_namespaces)
         return Remediator(self.api, store, diagnose=self.diagnose, **kw)
 
     def writes(self) -> dict[str, int]:
@@ -83,6 +84,25 @@ class Lab:
     def reset_accounting(self) -> None:
         assert self.cluster.api is not None
         self.cluster.api.accounting.reset()
+
+
+class Terms:
+    """A replica's leadership terms as a test drives them: it leads in term 0 at first; `lose()`
+    ends the term, `lead()` starts the next one."""
+
+    def __init__(self) -> None:
+        self._term = 0
+        self._leading = True
+
+    def term(self) -> int | None:
+        return self._term if self._leading else None
+
+    def lose(self) -> None:
+        self._leading = False
+
+    def lead(self) -> None:
+        self._term += 1
+        self._leading = True
 
 
 def deploy_namespace() -> str:

@@ -23,6 +23,7 @@ from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from tests.remediation.harness import (
     FAST,
+    Terms,
     ZONE,
     Lab,
     approved_incident,
@@ -101,12 +102,13 @@ def test_blocked_job_is_co_located_in_one_restart_and_resolved(tmp_path: Path, s
         status = lab.remediator(store, on_step=seen.append).run(incident_id)
         assert status is IncidentStatus.RESOLVED
         # the operator's status writes may answer the dry run or the patch with a 409: each one
-        # re-plans (PLANNED again) before the one suspend; nothing else may repeat
-        planning = seen[:-6]
-        assert seen[-6:] == [Step.DRY_RUN, Step.SUSPENDED, Step.PODS_GONE, Step.RESUMED,
-                             Step.BOUND, Step.VERIFIED]  # fmt: skip
+        # re-plans (PLANNED again) before the one suspend; nothing else may repeat. The intent
+        # (SUSPENDING) is recorded before each patch sent.
+        planning = seen[:-7]
+        assert seen[-7:] == [Step.DRY_RUN, Step.SUSPENDING, Step.SUSPENDED, Step.PODS_GONE,
+                             Step.RESUMED, Step.BOUND, Step.VERIFIED]  # fmt: skip
         assert planning[0] is Step.PLANNED and planning[-1] is Step.PLANNED, seen
-        assert set(planning) <= {Step.PLANNED, Step.DRY_RUN}, seen
+        assert set(planning) <= {Step.PLANNED, Step.DRY_RUN, Step.SUSPENDING}, seen
         assert planning.count(Step.PLANNED) <= 1 + FAST.max_conflict_retries, seen
         live = job(lab)
         assert live["spec"]["runPolicy"]["suspend"] is False
@@ -176,8 +178,8 @@ def test_target_zone_cordoned_after_the_suspend_rolls_back_to_the_original_templ
         detail = store.get_incident(incident_id)
         reason = detail.events[-1].detail["reason"]
         assert "unschedulable after 1.5s" in reason and "node(s) were unschedulable" in reason
-        kinds = [a.kind for a in detail.actions]
-        assert kinds.count(RemediationActionKind.ROLLBACK) == 2
+        steps = [a.payload.get("step") for a in detail.actions if a.kind is RemediationActionKind.ROLLBACK]
+        assert steps == ["rollback_started", "restoring", "rolled_back"]  # the intent before the restore patch
 
 
 def test_a_conflicting_write_before_the_suspend_patch_is_re_planned_and_retried(
@@ -338,17 +340,18 @@ def test_a_lost_lease_stops_the_run_and_the_next_leader_resumes_it(
 ) -> None:
     with running_lab(tmp_path, "seed-blocked") as lab:
         incident_id = approved_incident(lab, store)
-        leading = [True]
+        lease = Terms()
 
         def on_step(step: Step) -> None:
             if step is Step.SUSPENDED:
-                leading[0] = False
+                lease.lose()
 
-        first = lab.remediator(store, on_step=on_step, active=lambda: leading[0])
+        first = lab.remediator(store, on_step=on_step, leadership=lease)
         assert first.run(incident_id) is IncidentStatus.REMEDIATING
         steps = [a.payload.get("step") for a in store.get_incident(incident_id).actions]
         assert steps[-1] == "suspended"  # nothing after the lease was lost
         assert job(lab)["spec"]["runPolicy"]["suspend"] is True
-        assert lab.remediator(store, active=lambda: True).run(incident_id) is IncidentStatus.RESOLVED
+        lease.lead()
+        assert lab.remediator(store, leadership=lease).run(incident_id) is IncidentStatus.RESOLVED
         assert job(lab)["spec"]["runPolicy"]["suspend"] is False
         assert resumes(lab) == 1
