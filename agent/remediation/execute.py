@@ -490,6 +490,7 @@ class Remediator:
         utilization_before: float | None = None,
         utilization_after: float | None = None,
     ) -> None:
+        self._still_active(run)  # a replica whose term ended records nothing more either
         payload = {"step": step.value, **(extra or {})}
         self.store.record_action(
             run.incident_id, kind, now=self.clock.now(), actor=self.actor, succeeded=succeeded,
@@ -913,6 +914,11 @@ class Remediator:
 
     def _verify(self, run: _Run) -> IncidentStatus:
         assert run.plan is not None
+        judged = run.step(Step.VERIFIED)
+        if judged is not None:  # judged already (the process stopped before ending it)
+            if judged.succeeded:
+                return self._end(run, S.RESOLVED, judged.message or "verified")
+            raise _RollbackError(f"verification failed: {judged.message}")
         started = [e for e in run.detail.events if e.kind is EventKind.VERIFYING]
         since = started[-1].at if started else self.clock.now()
         judgement: Judgement
@@ -1061,6 +1067,11 @@ class Remediator:
         while True:
             obj = self._workload(target)
             stamp = _stamp(obj)
+            gone = obj is None or (is_terminating(obj) and _uid(obj) == target.uid)
+            if (gone and not restore and run.has(Step.JOB_DELETING, target=target.name)
+                    and not run.has(Step.JOB_DELETED, target=target.name)):  # fmt: skip
+                self._record(run, A.APPLY, Step.JOB_DELETED, extra={"target": target.name, "uid": target.uid},
+                             message=f"Job {target.name}: found deleted (its deletion landed unrecorded)")  # fmt: skip
             if obj is None:
                 try:
                     self.writer.create_job(target.namespace, self._stamped(run, target, want),
@@ -1129,6 +1140,10 @@ class Remediator:
 
     def _rollback(self, run: _Run, reason: str) -> IncidentStatus:
         """Restore the original templates and resume; the incident ends `rolled_back`."""
+        done = run.step(Step.ROLLED_BACK)
+        if done is not None:  # restored already (the process stopped before ending it)
+            return self._end(run, S.ROLLED_BACK, (done.message or reason).removeprefix(
+                "original templates restored: "))  # fmt: skip
         if not run.has(Step.ROLLBACK_STARTED):
             self._record(run, A.ROLLBACK, Step.ROLLBACK_STARTED, succeeded=None, message=reason)
         notes: list[str] = []

@@ -43,6 +43,14 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
+def _pods(items: list[Obj]) -> list[Obj]:
+    """Listed pods with their kind and apiVersion set (a list's items carry neither)."""
+    for item in items:
+        item.setdefault("apiVersion", "v1")
+        item.setdefault("kind", "Pod")
+    return items
+
+
 def is_terminating(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
@@ -107,14 +115,15 @@ class ClusterReader:
 
     def kubeflow_pods(self, ref: JobRef) -> list[Obj]:
         """Every pod carrying the job's name label, Terminating ones included."""
-        return self._list(
+        return _pods(self._list(
             f"/api/v1/namespaces/{ref.namespace}/pods",
             [("labelSelector", f"{JOB_NAME_LABEL}={ref.name}")],
-        )
+        ))  # fmt: skip
 
     def pods_named(self, namespace: str, names: Sequence[str]) -> list[Obj]:
         wanted = set(names)
-        return [p for p in self._list(f"/api/v1/namespaces/{namespace}/pods") if _name(p) in wanted]
+        return _pods([p for p in self._list(f"/api/v1/namespaces/{namespace}/pods")
+                      if _name(p) in wanted])  # fmt: skip
 
     def live_objects(
         self,
