@@ -547,7 +547,8 @@ def test_a_worker_job_that_gave_up_is_recreated_and_resolved_only_once_the_whole
         def failed() -> bool:
             found = lab_job(lab, "llm-workers-b")
             return found is not None and any(
-                c["type"] == "Failed" and c["status"] == "True" for c in found["status"].get("conditions") or [])
+                c["type"] == "Failed" and c["status"] == "True"
+                for c in (found.get("status") or {}).get("conditions") or [])
 
         wait(failed, timeout=30, what="llm-workers-b failed (its workers gave up)")
         gave_up = lab_job(lab, "llm-workers-b")
