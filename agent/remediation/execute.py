@@ -972,6 +972,13 @@ class Remediator:
                 self._recreate(run, target, restore=False)
         self._record(run, A.APPLY, Step.RESUMED, message="every workload outside the zone moved")
 
+    def _changed(self, run: _Run, what: str) -> Exception:
+        """An object of the plan changed under the remediation: `superseded` while nothing was
+        written yet, else a rollback of what was."""
+        if not run.written():
+            return _SupersededError(f"{what} since the plan")
+        return _RollbackError(f"{what} during the remediation")
+
     def _stamped(self, run: _Run, target: Target, state: TemplateState) -> dict[str, Any]:
         """The Job to create from the plan (`state` PLANNED) or the original manifest, annotated
         with the incident and which of the two it is."""
@@ -1026,7 +1033,7 @@ class Remediator:
             if obj is None or _uid(obj) != target.uid:
                 if restore:
                     return f"{where} was deleted or recreated by its owner: nothing to restore"
-                raise _RollbackError(f"{where} was deleted or recreated during the remediation")
+                raise self._changed(run, f"{where} was deleted or recreated")
             state = target.state_of(obj)
             if state is want:
                 if not restore and not run.has(Step.ROLLED_OUT, target=target.name):
@@ -1036,7 +1043,7 @@ class Remediator:
             if state is TemplateState.OTHER:
                 if restore:
                     return f"{where}: its template was changed by someone else; left as it is"
-                raise _RollbackError(f"{where}: its template was changed by someone else")
+                raise self._changed(run, f"{where}: its template was changed by someone else")
             step = Step.RESTORING if restore else Step.ROLLING_OUT
             self._intend(run, step, target=target, obj=obj, write="patch",
                          message=f"{where}: template patch about to be sent")  # fmt: skip
@@ -1107,7 +1114,7 @@ class Remediator:
             if not ours:
                 if restore:
                     return f"{where} was replaced by someone else (uid {_uid(obj)}); left as it is"
-                raise _RollbackError(f"{where} was replaced by someone else (uid {_uid(obj)})")
+                raise self._changed(run, f"{where} was replaced by someone else (uid {_uid(obj)})")
             step = Step.RESTORING if restore else Step.JOB_DELETING
             self._intend(run, step, target=target, obj=obj, write="delete",
                          message=f"{where}: Foreground deletion about to be sent")  # fmt: skip

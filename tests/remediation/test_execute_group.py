@@ -599,3 +599,26 @@ def test_the_gang_not_running_is_never_resolved(tmp_path: Path, store: IncidentS
         assert status is IncidentStatus.ROLLED_BACK, reason
         assert "the gang is not running after 3s: 4 of 5 pod(s) running: " in reason, reason
         assert f"{crashed[0]} (CrashLoopBackOff)" in reason, reason
+
+
+def test_a_template_changed_by_its_owner_before_the_first_write_is_superseded_with_nothing_written(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """The Deployment's owner pins it elsewhere after the plan: the incident no longer applies;
+    nothing of zonemedic's lands on it (not a rollback of writes never made)."""
+    with running_lab(tmp_path, "lab", diagnosis=GROUPS) as lab:
+        incident_id = approved_incident(lab, store, ref=LAB)
+
+        def die_after_the_plan(step: Step) -> None:
+            if step is Step.PLANNED:
+                raise Killed("after the plan")
+
+        with pytest.raises(Killed):
+            lab.remediator(store, on_step=die_after_the_plan).run(incident_id)
+        client.AppsV1Api(lab.api.api_client).patch_namespaced_deployment("rendezvous", NS, {
+            "spec": {"template": {"metadata": {"labels": {"zone": "zone-c"}}}}})  # fmt: skip
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.SUPERSEDED
+        assert lab.writes() == {}
+        steps = recorded_steps(store, incident_id)
+        assert not {"rolling_out", "rollback_started"} & set(steps), steps
