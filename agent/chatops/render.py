@@ -479,13 +479,17 @@ def _reason(detail: Mapping[str, Any]) -> str:
 _STEP_WORDS = {
     "planned": "Plan recorded",
     "dry_run": "Dry run passed",
+    "suspending": "Suspending the job with the co-location patch",
     "suspended": "Job suspended with the co-location patch",
     "pods_gone": "Old pods gone",
     "resumed": "Job resumed",
+    "rolling_out": "Patching the Deployment's template",
     "rolled_out": "Deployment rolled out",
+    "job_deleting": "Deleting the Job for recreation",
     "job_deleted": "Job deleted for recreation",
     "job_created": "Job recreated",
     "rollback_started": "Rolling back",
+    "restoring": "Restoring",
     "rolled_back": "Rolled back",
     # older or other recorders
     "suspend": "Job suspended",
