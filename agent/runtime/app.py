@@ -118,7 +118,7 @@ class Agent:
             on_started_leading=self._started_leading,
             on_stopped_leading=self._stopped_leading,
         )
-        self.parts = self.root.parts(is_leader=self.elector.is_leader)
+        self.parts = self.root.parts(is_leader=self.elector.is_leader, leadership=self.elector)
         self.pipeline = pipeline_factory(self.parts)
         self.scheduler = SweepScheduler(
             self.playbooks,
