@@ -14,7 +14,7 @@ Environment overrides name the key path in upper case with `__` between levels:
 YAML scalars/flow collections, so `ZONEMEDIC_KUBERNETES__NAMESPACES__INCLUDE='[a, b]'` works.
 
 `read_secret_file` reads the secret a `*_file` key names (Slack's tokens, the HTTP API token,
-Prometheus' bearer token), for whoever needs it at start-up or per use: never at import, and the
+Prometheus' bearer token, the Alertmanager webhook's credentials), for whoever needs it at start-up or per use: never at import, and the
 secret never enters `Settings`.
 
 What it does not do: validate that a URL answers or a file exists (the adapters do that at start).
@@ -166,6 +166,55 @@ class HttpSettings:
     api_token_file: str | None = None
     # the longest a request (Alertmanager webhook, /readyz) waits for the database: then 503
     database_timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=2)
+    # What one client may hold (`agent.runtime.limits`): a request head must arrive within
+    # header_timeout, its body within body_timeout (then 408 and closed); an idle connection is
+    # closed after keep_alive_timeout; at most max_requests requests are handled at once (then
+    # 503; /healthz and /readyz always answer), at most max_connections are open (then 503 for
+    # every request); a request head is at most max_header_bytes.
+    header_timeout: Annotated[timedelta, Within(timedelta(milliseconds=10), timedelta(minutes=5))] = (
+        timedelta(seconds=10))
+    body_timeout: Annotated[timedelta, Within(timedelta(milliseconds=10), timedelta(minutes=10))] = (
+        timedelta(seconds=30))
+    keep_alive_timeout: Annotated[timedelta, Within(timedelta(seconds=1), timedelta(minutes=10))] = (
+        timedelta(seconds=5))
+    max_requests: Annotated[int, Within(1, 100_000)] = 100
+    max_connections: Annotated[int, Within(2, 1_000_000)] = 1000
+    max_header_bytes: Annotated[int, Within(1024, 1024 * 1024)] = 16 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_connections <= self.max_requests:
+            raise ConfigError(
+                "http.max_connections: must be more than max_requests "
+                f"({self.max_requests}), so the probes find a connection, got {self.max_connections}"
+            )
+
+
+@dataclass(frozen=True)
+class BasicAuthSettings:
+    """HTTP basic auth credentials: the user name, and a file holding the password."""
+
+    username: str
+    password_file: str
+
+    def __post_init__(self) -> None:
+        if not self.username or ":" in self.username:
+            raise ConfigError("alertmanager.basic_auth.username: expected a name without ':', "
+                              f"got {self.username!r}")
+
+
+@dataclass(frozen=True)
+class AlertmanagerSettings:
+    """The credentials `POST /alertmanager` requires: what Alertmanager's `http_config` sends, a
+    bearer token (`authorization.credentials_file`) or basic auth. Either is accepted when both
+    are set; neither: the webhook is open to anyone who reaches the HTTP port (`config check`
+    and start-up say so)."""
+
+    bearer_token_file: str | None = None
+    basic_auth: BasicAuthSettings | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.bearer_token_file is None and self.basic_auth is None
 
 
 @dataclass(frozen=True)
@@ -361,6 +410,7 @@ class Settings:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     # None: the playbooks shipped with the package (`agent.playbook.loader.playbooks_directory`)
     playbooks_dir: str | None = None
@@ -538,7 +588,7 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except YamlLimitError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        line, problem = syntax_error(exc)
+        line, problem = syntax_error(exc, text=text)
         where = f" line {line}" if line is not None else ""
         raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
     if data is None:

@@ -178,6 +178,15 @@ def test_slack_section_typed(tmp_path: Path) -> None:
         ({"prometheus": {"drop_threshold": float("nan")}}, r"^prometheus\.drop_threshold: expected a number"),
         ({"diagnosis": {"price_per_gb": float("inf")}}, r"^diagnosis\.price_per_gb: expected a number"),
         ({"detection": {"debounce": "٥s"}}, r"^detection\.debounce: expected a duration"),
+        # the HTTP server's bounds
+        ({"http": {"header_timeout": "0s"}}, r"^http\.header_timeout: must be at least 0.01s"),
+        ({"http": {"body_timeout": "1h"}}, r"^http\.body_timeout: must be at most 600s"),
+        ({"http": {"max_requests": 0}}, r"^http\.max_requests: must be at least 1"),
+        ({"http": {"max_requests": 50, "max_connections": 50}},
+         r"^http\.max_connections: must be more than max_requests \(50\)"),
+        ({"http": {"max_header_bytes": 10}}, r"^http\.max_header_bytes: must be at least 1024"),
+        ({"alertmanager": {"basic_auth": {"password_file": "/p"}}},
+         r"^alertmanager\.basic_auth\.username: required key is missing"),
     ],
 )
 def test_values_out_of_range_are_refused_naming_the_key(
@@ -294,7 +303,9 @@ _ANY_VALUE = st.recursive(
     max_leaves=10,
 )
 _SECTION_KEYS = {
-    "http": ["host", "port", "api_token_file", "database_timeout"],
+    "http": ["host", "port", "api_token_file", "database_timeout", "header_timeout",
+             "body_timeout", "max_requests", "max_connections", "max_header_bytes"],
+    "alertmanager": ["bearer_token_file", "basic_auth"],
     "database": ["url", "retention", "pool_size", "busy_timeout", "connect_timeout"],
     "prometheus": ["url", "timeout", "retries", "drop_threshold", "headers"],
     "leader_election": ["lease_duration", "renew_deadline", "retry_period", "enabled"],

@@ -4,7 +4,9 @@ Who calls it: the outbox deliverer (`agent.chatops.delivery`) and the Bolt handl
 (`agent.chatops.slack`). Pure: records in, `Rendered` (Block Kit blocks plus a short plain-text
 fallback) out; no I/O, no clock (times are passed in).
 
-Rules every message follows (Slack's limits): at most 50 blocks (the middle is cut and a line says
+Outside text (names, comments, reasons, labels) is escaped for mrkdwn (`mrkdwn_escape`: `&`, `<`,
+`>`, and every control character written as its escape), so no field can add a line, a link or a
+mention of its own. Rules every message follows (Slack's limits): at most 50 blocks (the middle is cut and a line says
 how much); a section's text at most 3,000 characters, a header 150, a button's text 75 and its
 value 2,000; the plain-text fallback at most 3,000 characters. Long lists (denied flows) are
 grouped by hop, reason and policy when there are many. Button values carry the incident id and
@@ -45,6 +47,7 @@ from agent.model.incident import (
 from agent.model.lifecycle import DECISION_STATUS, DecisionOutcome, EventKind, IncidentStatus
 from agent.model.proposal import ProposedFix
 from agent.model.verdict import Verdict
+from agent.parsing.printable import printable, printable_lines
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -101,8 +104,10 @@ def clip(text: str, limit: int) -> str:
 
 
 def mrkdwn_escape(text: str) -> str:
-    """Escape the three characters Slack's mrkdwn treats as control characters."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Escape the three characters Slack's mrkdwn treats as control characters, and write every
+    control character as its escape (`agent.parsing.printable`): a newline in a display name or
+    a comment cannot start a line of its own ("✅ Approved by ..." forged under the real one)."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def section(text: str) -> dict[str, Any]:
@@ -110,8 +115,8 @@ def section(text: str) -> dict[str, Any]:
 
 
 def header(text: str) -> dict[str, Any]:
-    return {"type": "header", "text": {"type": "plain_text", "text": clip(text, MAX_HEADER),
-                                       "emoji": True}}
+    return {"type": "header", "text": {"type": "plain_text",
+                                       "text": clip(printable(text), MAX_HEADER), "emoji": True}}
 
 
 def context(text: str) -> dict[str, Any]:
@@ -125,7 +130,7 @@ def button(
         raise ValueError(f"a button value has at most {MAX_BUTTON_VALUE} characters")
     out: dict[str, Any] = {
         "type": "button",
-        "text": {"type": "plain_text", "text": clip(text, MAX_BUTTON_TEXT)},
+        "text": {"type": "plain_text", "text": clip(printable(text), MAX_BUTTON_TEXT)},
         "action_id": action.value,
         "value": value,
     }
@@ -148,7 +153,8 @@ def cap_blocks(blocks: Sequence[dict[str, Any]], *, keep_last: int = 0) -> list[
 
 
 def fallback(text: str) -> str:
-    return clip(text, MAX_FALLBACK)
+    """The plain-text fallback (notifications, screen readers): one printable line."""
+    return clip(printable(text), MAX_FALLBACK)
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,13 +306,14 @@ def _fix_text(
         zone = fix.target_zone or incident.target_zone or diagnosis.get("target_zone")
         return (f"*The fix cannot be applied:* {mrkdwn_escape(fix.refusal)}\n"
                 f"zonemedic changes nothing and asks no approval. The fix (co-location in zone "
-                f"`{zone}`) is planned again when the job is re-detected elsewhere; Reject or "
+                f"`{mrkdwn_escape(str(zone))}`) is planned again when the job is re-detected elsewhere; Reject or "
                 "Snooze meanwhile.")  # fmt: skip
     if fix is not None and fix.summary:
         return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
     target = incident.target_zone or diagnosis.get("target_zone")
     return (
-        f"*Proposed fix:* restart the job co-located in zone `{target}`: a nodeAffinity on "
+        f"*Proposed fix:* restart the job co-located in zone `{mrkdwn_escape(str(target))}`: "
+        "a nodeAffinity on "
         "`topology.kubernetes.io/zone`, and a toleration so the coordinator may land on the GPU "
         "nodes there."
     )
@@ -316,7 +323,7 @@ def diff_block(diff: str, *, incident_id: int) -> str:
     """The patch diff in a code block, cut at a line end to fit one section; a cut diff says
     how many lines were left out and where to read it whole."""
     fence = "```"
-    body = diff.replace(fence, "'''")
+    body = printable_lines(diff).replace(fence, "'''")
     total = body.count("\n") + 1
     room = MAX_SECTION - len("*Patch:*\n") - 2 * len(fence) - 2
     if len(body) > room:
@@ -369,7 +376,8 @@ def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
     else:
         advice = ("make room for the whole job in one zone, or schedule it with Kueue "
                   "Topology Aware Scheduling (a zone-level topology request)")
-    return mrkdwn_escape(f"Not remediable automatically: {why}.") + f"\n*Recommendation:* {advice}"
+    return (mrkdwn_escape(f"Not remediable automatically: {why}.")
+            + f"\n*Recommendation:* {mrkdwn_escape(advice)}")
 
 
 def _decision_text(incident: IncidentSummary, decision: Decision | None,
@@ -641,7 +649,7 @@ def detail_reply(detail: IncidentDetail) -> Rendered:
     lines = [
         f"*#{i.id} {mrkdwn_escape(job_label(i))}* `{i.verdict.value}` [{_STATUS_WORDS[i.status]}]",
         f"opened {when(i.opened_at)} · detections {i.detections} · target zone "
-        f"{i.target_zone or '-'}",
+        f"{mrkdwn_escape(i.target_zone or '-')}",
     ]
     events = [
         mrkdwn_escape(f"• {when(e.at)} {e.kind.value} {e.actor or ''}".rstrip())

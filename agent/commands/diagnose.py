@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.errors import InputError, SnapshotError
 from agent.parsing.numbers import parse_size
+from agent.parsing.printable import printable
 
 DEFAULT_MAX_INPUT = "1G"  # all snapshot files together; YAML needs ~50x its size in memory, JSON ~5x
 
@@ -142,7 +143,7 @@ def _diagnose(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: S
     from agent.policy import PolicySet
 
     for warning in snapshot.warnings:
-        print(f"zonemedic: warning: {warning}", file=sys.stderr)
+        print(f"zonemedic: warning: {printable(str(warning))}", file=sys.stderr)
     result = diagnose_cluster(snapshot.state, PolicySet(snapshot.policies), settings=settings)
     if not result.findings:
         print(f"zonemedic: note: {no_jobs_hint(settings)}", file=sys.stderr)

@@ -2,7 +2,9 @@
 
 One row per job (kind, namespace/name, verdict, zones, coordinator, target), then, under a blocked
 job, its denied flows (at most `shown` of them, then a count) and the reasons. Colour (ANSI) only
-when the caller asks for it: the command decides from the TTY and NO_COLOR. Pure: returns text.
+when the caller asks for it: the command decides from the TTY and NO_COLOR. Every name and reason
+comes from the snapshot and is made printable (`agent.parsing.printable`) before any colour is
+added: a control character in a dump is shown as its escape. Pure: returns text.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from agent.model.finding import Finding
 from agent.model.verdict import Verdict
+from agent.parsing.printable import printable
 
 _COLOURS: Mapping[Verdict, str] = {
     Verdict.HEALTHY: "32",  # green
@@ -28,7 +31,8 @@ def _row(f: Finding) -> tuple[str, ...]:
         coord = f"{f.coordinator.pod}@{f.coordinator.zone or '?'}"
     zones = " ".join(f"{z}:{n}" for z, n in f.zones.items()) or "-"
     target = f.target_zone or ("not remediable" if f.verdict.startswith("zone_split") else "-")
-    return (f"{f.job.kind} {f.job.namespace}/{f.job.name}", str(f.verdict), zones, coord, target)
+    cells = (f"{f.job.kind} {f.job.namespace}/{f.job.name}", str(f.verdict), zones, coord, target)
+    return tuple(printable(cell) for cell in cells)
 
 
 def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: int = 10) -> str:
@@ -52,15 +56,15 @@ def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: in
         out.append(line(row, f.verdict))
         for flow in f.denied_flows[:shown]:
             policies = ", ".join(flow.policies) or "-"
-            out.append(
+            out.append(printable(
                 f"    denied {flow.from_pod} -> {flow.to_pod} {flow.ports.protocol}/{flow.ports}"
                 f" at {flow.hop} ({flow.reason}) by {policies}"
-            )
+            ))
         hidden = f.denied_flows_total - min(len(f.denied_flows), shown)
         if hidden > 0:
             out.append(f"    ... and {hidden} more denied pod pair(s)")
         for reason in f.reasons:
-            out.append(f"    note: {reason}")
+            out.append(printable(f"    note: {reason}"))
         impact = f.impact
         if impact is not None and (impact.gpus_outside_target or impact.pods_outside_target):
             text = (
@@ -72,5 +76,5 @@ def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: in
                     f"; ~{impact.cross_zone_bytes_per_step / 1e9:.3g} GB cross-zone per step"
                     f" (${impact.cross_zone_cost_per_step_usd:.4g}/step)"
                 )
-            out.append(text)
+            out.append(printable(text))
     return "\n".join(out) + "\n"

@@ -275,19 +275,29 @@ def _action(r: _Reader, node: yaml.Node, field: str) -> Action:
     return Action(kind=kind, channel=channel, approval=approval)
 
 
+def _invalid_yaml(path: Path, exc: yaml.YAMLError, text: str) -> PlaybookError:
+    """`FILE:LINE: invalid YAML: problem`, one line whatever PyYAML's error says."""
+    line, problem = syntax_error(exc, text=text)
+    where = f"{line}:" if line is not None else ""
+    return PlaybookError(f"{path}:{where} invalid YAML: {problem}")
+
+
 def parse_playbook(text: str, *, path: Path) -> Playbook:
     """Parse one playbook file's text; raise PlaybookError naming file, line and field."""
-    reader = _Reader(path, text)
+    try:
+        check_yaml(text)
+        # the loader reads the text when it is built: a character YAML forbids (NUL, ESC, ...)
+        # is a ReaderError here, a bad file like any other
+        reader = _Reader(path, text)
+    except YamlLimitError as exc:
+        raise PlaybookError(f"{path}:{exc.line}: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise _invalid_yaml(path, exc, text) from None
     try:
         try:
-            check_yaml(text)
             root = reader.loader.get_single_node()
-        except YamlLimitError as exc:
-            raise PlaybookError(f"{path}:{exc.line}: {exc.problem}") from None
         except yaml.YAMLError as exc:
-            line, problem = syntax_error(exc)
-            where = f"{line}:" if line is not None else ""
-            raise PlaybookError(f"{path}:{where} invalid YAML: {problem}") from exc
+            raise _invalid_yaml(path, exc, text) from None
         if root is None:
             raise PlaybookError(f"{path}: empty file")
         fields = reader.mapping(

@@ -214,12 +214,14 @@ class AgentPipeline:
     def incidents(self) -> IncidentQueries | None:
         if self.store is None:
             return None
-        return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
+        return StoreIncidents(self.store, cluster=self.cluster, now=self.now,
+                              authority=self.parts.approvers)
 
     def decisions(self) -> IncidentDecisions | None:
         if self.store is None:
             return None
-        return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
+        return StoreIncidents(self.store, cluster=self.cluster, now=self.now,
+                              authority=self.parts.approvers)
 
     def handle_change(self, change: Change, first_seen: float) -> Change | None:
         """Diagnose and record a detector batch. Raises `UnavailableError` when the store refuses
