@@ -4,7 +4,8 @@
 reads the files, parses them (`agent.snapshot`), runs the pure diagnosis and prints a table or one
 JSON object `{"findings": [...]}`. The files together may hold at most `--max-input-size` bytes
 (default 1G): a larger or endless input (`/dev/zero`) is refused with one line, having read no more
-than the limit. Warnings (skipped kinds) go to stderr, one line each. Exit 0
+than the limit. Warnings (skipped kinds, policies that cannot be read, Cilium policies a plain
+Kubernetes dataplane does not enforce) go to stderr, one line each. Exit 0
 whatever the verdicts; bad input raises `InputError` (the CLI prints one line, exit 2). It talks to
 no cluster.
 """
@@ -122,11 +123,11 @@ def _diagnose(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: S
 
     from agent.diagnosis.diagnose import diagnose_cluster
     from agent.diagnosis.report import render_table
-    from agent.policy import PolicySet
 
-    for warning in snapshot.warnings:
+    policies = snapshot.policy_set(settings)
+    for warning in (*snapshot.warnings, *policies.warnings()):
         print(f"zonemedic: warning: {warning}", file=sys.stderr)
-    result = diagnose_cluster(snapshot.state, PolicySet(snapshot.policies), settings=settings)
+    result = diagnose_cluster(snapshot.state, policies, settings=settings)
     if args.output == "json":
         body = {"findings": [f.to_dict() for f in result.findings]}
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")

@@ -1,7 +1,8 @@
 """Render findings as a table for people (the `diagnose --output table` text).
 
 One row per job (kind, namespace/name, verdict, zones, coordinator, target), then, under a blocked
-job, its denied flows (at most `shown` of them, then a count) and the reasons. Colour (ANSI) only
+job, its denied flows (at most `shown` of them, then a count), the reasons (uncertain policies and
+lying zone labels among them) and the caveats. Colour (ANSI) only
 when the caller asks for it: the command decides from the TTY and NO_COLOR. Pure: returns text.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from agent.model.finding import Finding
+from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.verdict import Verdict
 
 _COLOURS: Mapping[Verdict, str] = {
@@ -18,6 +19,7 @@ _COLOURS: Mapping[Verdict, str] = {
     Verdict.ZONE_SPLIT_DEGRADED: "33",  # yellow
     Verdict.ZONE_SPLIT_BLOCKED: "31;1",  # bold red
     Verdict.POLICY_BLOCKED: "35;1",  # bold magenta
+    Verdict.ZONE_LABEL_MISMATCH: "33;1",  # bold yellow
 }
 _HEADERS = ("JOB", "VERDICT", "ZONES", "COORDINATOR", "TARGET")
 
@@ -27,7 +29,7 @@ def _row(f: Finding) -> tuple[str, ...]:
     if f.coordinator is not None:
         coord = f"{f.coordinator.pod}@{f.coordinator.zone or '?'}"
     zones = " ".join(f"{z}:{n}" for z, n in f.zones.items()) or "-"
-    target = f.target_zone or ("not remediable" if f.verdict.startswith("zone_split") else "-")
+    target = f.target_zone or ("not remediable" if f.verdict in REMEDIABLE_VERDICTS else "-")
     return (f"{f.job.kind} {f.job.namespace}/{f.job.name}", str(f.verdict), zones, coord, target)
 
 
@@ -61,6 +63,8 @@ def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: in
             out.append(f"    ... and {hidden} more denied pod pair(s)")
         for reason in f.reasons:
             out.append(f"    note: {reason}")
+        for caveat in f.caveats:
+            out.append(f"    caveat: {caveat.policy} uses {caveat.feature}: {caveat.detail}")
         impact = f.impact
         if impact is not None and (impact.gpus_outside_target or impact.pods_outside_target):
             text = (

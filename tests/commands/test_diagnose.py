@@ -223,29 +223,6 @@ BAD_POD["metadata"]["labels"] = {"app": 7}
             None,
             r"item 0 \(Pod ml/p\): spec\.containers\[0\]\.ports\[0\]\.containerPort",
         ),
-        (
-            as_list(
-                [
-                    cnp(
-                        "weird",
-                        {
-                            "endpointSelector": {
-                                "matchExpressions": [
-                                    {"key": "a", "operator": "Near", "values": ["x"]}
-                                ]
-                            }
-                        },
-                    )
-                ]
-            ),
-            None,
-            r"bad\.yaml: item 0: .*weird.*",
-        ),
-        (
-            as_list([cnp("typed", {"endpointSelector": {"matchLabels": ["a"]}})]),
-            None,
-            r"bad\.yaml: item 0: .*typed.*",
-        ),
         (as_list([]), "pod_zone_labels: zone\n", r"pod_zone_labels: unknown key"),
         (
             as_list([]),

@@ -18,8 +18,8 @@ from agent.policy.identity import identity_labels, is_identity_label, selector_k
         ("zone", True),
         ("topology.kubernetes.io/zone", False),
         ("kubernetes.io/hostname", False),
-        ("io.kubernetes.pod.namespace", False),
-        ("io.cilium.k8s.policy.serviceaccount", False),
+        ("io.kubernetes.pod.namespace", True),  # the identity's own namespace label
+        ("io.cilium.k8s.policy.serviceaccount", True),
         ("pod-template-hash", False),
         ("controller-revision-hash", False),
         ("statefulset.kubernetes.io/pod-name", False),
