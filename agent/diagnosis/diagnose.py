@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from agent.diagnosis.impact import estimate_impact
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
 from agent.diagnosis.reachability import ClassPairs, DeniedPairs, Reachability
-from agent.model.cluster import ClusterState, Pod
+from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
 from agent.model.finding import (
     Coordinator,
     DeniedFlow,
@@ -127,11 +127,17 @@ class _Diagnoser:
                 settings.pod_zone_label, pods=state.pods if facts is None else (), nodes=state.nodes
             )
         self.policies = policies
+        # Under an identity that keeps the node zone label Kubernetes copies onto pods (plain
+        # Kubernetes; Cilium before 1.19), a policy may select on it: a moved pod carries the new
+        # zone there too (set by the API server at binding, never by a patch).
+        moving = self.mirror_keys
+        if ZONE_LABEL not in moving and ZONE_LABEL in policies.pod_label_keys():
+            moving = (*moving, ZONE_LABEL)
         self.reach = Reachability(
             policies,
             state.namespaces,
             label_keys=policies.pod_label_keys(),
-            mirror_keys=self.mirror_keys,
+            mirror_keys=moving,
         )
         self._selector_keys = policies.selector_label_keys()
         self._excluded: dict[str, str | None] = {}
