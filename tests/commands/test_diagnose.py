@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from agent.cli import main
-from tests.snapshot.kube_objects import as_list, cnp, job_pod, node, pod, zone_only
+from tests.snapshot.kube_objects import as_list, job_pod, node, pod, zone_only
 
 ZONES = {"a1": "zone-a", "b1": "zone-b"}
 
