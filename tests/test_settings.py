@@ -55,6 +55,9 @@ def test_parse_duration_rejects(bad: object) -> None:
         ({"diagnosis": {"groups": [{"name": "g", "selector": {"a": 1}, "coordinator": {},
                                     "workers": {}}]}}, r"selector\.a: expected a string"),
         ({"prometheus": []}, r"^prometheus: expected a mapping"),
+        # a key that is not a plain word is named JSON-quoted: the problem stays one line
+        ({"diagnosis": {"groups": [{"\n": None}]}}, r'^diagnosis\.groups\[0\]\["\\n"\]: unknown key'),
+        ({"a b": 1}, r'^\["a b"\]: unknown key'),
     ],
 )
 def test_build_rejects_naming_the_key(data: dict[str, object], message: str) -> None:
