@@ -263,6 +263,7 @@ class _Diagnoser:
         )
         if len(known_zones) <= 1:
             if denied and mislabelled:
+                seen = replace(seen, gpus=dict(sorted(gpus_by_zone.items())))
                 return self._mismatch(job, seen, pairs, known_zones, reasons)
             if denied:
                 reasons.append("the job is in one zone: the denied flows need a policy change")
