@@ -243,7 +243,7 @@ def identity_labels(
     endpoint: Endpoint, identity: IdentityFilter = CILIUM_DEFAULT
 ) -> dict[str, str]:
     """The label map the dataplane matches selectors against for this endpoint."""
-    labels = {k: v for k, v in endpoint.labels.items() if identity.keeps(k)}
+    labels = dict(endpoint.labels)
     labels[NAMESPACE_KEY] = endpoint.namespace
     for key, value in endpoint.namespace_labels.items():
         labels[NAMESPACE_LABELS_PREFIX + key] = value
@@ -251,5 +251,6 @@ def identity_labels(
     labels[SERVICE_ACCOUNT_KEY] = endpoint.service_account
     labels[CLUSTER_KEY] = DEFAULT_CLUSTER
     if identity.filters:
-        labels = {k: v for k, v in labels.items() if identity.keeps(k)}
+        keeps = identity.keeps
+        return {k: v for k, v in labels.items() if keeps(k)}
     return labels

@@ -300,3 +300,18 @@ def test_a_lying_zone_label_is_its_own_incident_with_its_playbook_and_resolves_r
     world.pipeline.handle_change(world.load("pods", relabelled), 0.0)
     (after,) = world.incidents()
     assert after.status.value == "resolved"
+
+
+def test_an_unreadable_policy_marks_the_recorded_finding_uncertain_and_stops_nothing(
+    world: World,
+) -> None:
+    broken = {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+              "metadata": {"name": "newer", "namespace": "train"},
+              "spec": {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}], "futureField": 1}]}}
+    world.load("ciliumnetworkpolicies.v2.cilium.io", [POLICY, broken])
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    assert incident.verdict is Verdict.ZONE_SPLIT_BLOCKED  # the readable policy still decides
+    uncertain = world.store.get_incident(incident.id).diagnosis["uncertain"]
+    assert uncertain == [{"policy": "CiliumNetworkPolicy/train/newer",
+                          "field": "spec.ingress[0].futureField", "problem": "unknown field"}]
