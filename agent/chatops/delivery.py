@@ -431,7 +431,9 @@ class Deliverer:
         open_now = self.store.list_incidents(
             IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
         ).incidents
-        rendered = digest_message(open_now, stats, period=self.digest_period)
+        not_posted = message.payload.get("not_posted")
+        rendered = digest_message(open_now, stats, period=self.digest_period,
+                                  not_posted=not_posted if isinstance(not_posted, dict) else None)
         response = self.client.chat_postMessage(channel=channel, text=rendered.text,
                                                 blocks=rendered.blocks)
         return f"{response.get('channel') or channel}{REF_SEPARATOR}{response['ts']}"

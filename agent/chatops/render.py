@@ -588,8 +588,12 @@ def _incident_line(i: IncidentSummary) -> str:
     )
 
 
-def _listing_section(title: str, incidents: Sequence[IncidentSummary]) -> str:
-    lines = [f"• {_incident_line(i)}" for i in incidents[:INCIDENTS_LISTED]]
+def _listing_section(
+    title: str, incidents: Sequence[IncidentSummary], notes: Mapping[str, str] | None = None
+) -> str:
+    lines = [f"• {_incident_line(i)}" + (f" · _not posted: {mrkdwn_escape(notes[str(i.id)])}_"
+                                          if notes and str(i.id) in notes else "")
+             for i in incidents[:INCIDENTS_LISTED]]
     if len(incidents) > INCIDENTS_LISTED:
         lines.append(f"_… and {len(incidents) - INCIDENTS_LISTED} more_")
     return _fit_lines(title, lines)
@@ -600,8 +604,10 @@ def digest_message(
     stats: IncidentStats,
     *,
     period: timedelta,
+    not_posted: Mapping[str, str] | None = None,
 ) -> Rendered:
-    """The daily digest: open incidents, resolved in the period, GPU-hours recovered."""
+    """The daily digest: open incidents, resolved in the period, GPU-hours recovered. An open
+    incident no playbook posts says why (`not_posted`: incident id -> the reason)."""
     resolved = stats.by_outcome.get(IncidentStatus.RESOLVED.value, 0)
     hours = period.total_seconds() / 3600
     span = f"{hours / 24:.0f}d" if hours >= 24 else f"{hours:.0f}h"
@@ -609,7 +615,7 @@ def digest_message(
                f"{resolved} · *GPU-hours recovered:* {stats.gpu_hours_recovered:,.1f}")
     blocks = [header("zonemedic digest"), section(summary)]
     if open_incidents:
-        blocks.append(section(_listing_section("*Open:*", open_incidents)))
+        blocks.append(section(_listing_section("*Open:*", open_incidents, not_posted)))
     text = (f"zonemedic digest: {len(open_incidents)} open, {resolved} resolved in the last {span}, "
             f"{stats.gpu_hours_recovered:,.1f} GPU-hours recovered")
     return Rendered(text=fallback(text), blocks=cap_blocks(blocks))

@@ -1,13 +1,13 @@
-"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab] [--interactive] [--json]`.
+"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab] [--interactive] [--output json]`.
 
 Registered by `agent.cli` (offered only where the cluster twin is installed). Runs the story of
 `agent.demo.story` once: everything on 127.0.0.1, in one temporary directory, stopped and removed
 at the end, on an error, on Ctrl-C or SIGTERM (exit 130). It prints the story live on the terminal
-(on stderr with `--json`, whose stdout is one summary object) and writes the utilization chart
-(`--chart`, default `zonemedic-demo-<scenario>.png` in the working directory). `--interactive` asks
-the person at the terminal to approve, reject or snooze, and sends that click. Exit 0 when the
-story ran to its end, 1 when a step did not happen in time, 2 on bad flags.
-Heavy imports stay inside `run`.
+(on stderr with `--output json`, or its alias `--json`, whose stdout is one summary object) and
+writes the utilization chart (`--chart`, default `zonemedic-demo-<scenario>.png` in the working
+directory). `--interactive` asks the person at the terminal to approve, reject or snooze, and sends
+that click. Exit 0 when the story ran to its end, 1 when a step did not happen in time, 2 on bad
+flags. Heavy imports stay inside `run`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def register(subparsers: Any) -> None:
                         "default: %(default)s")
     parser.add_argument("--interactive", action="store_true",
                         help="ask at the terminal before approving (approve, reject or snooze)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one summary object on stdout (the story goes to stderr)")
+    parser.add_argument("--output", choices=("text", "json"), default="text",
+                        help="json: print one summary object on stdout (the story goes to "
+                        "stderr); text (default): the story and its summary on the terminal")
     parser.add_argument("--chart", metavar="FILE", type=Path,
                         help="where to write the utilization chart PNG "
                         "(default: zonemedic-demo-SCENARIO.png in the working directory)")
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     # the story is the output: the agent's own log lines only for errors, unless -v
     configure_logging(verbosity_level(args.verbose) if args.verbose else "error",
                       fmt=args.log_format, timestamps=False)
-    return narrate(args, Console(stderr=args.json, highlight=False))
+    return narrate(args, Console(stderr=args.output == "json", highlight=False))
 
 
 def narrate(args: argparse.Namespace, console: Any) -> int:
@@ -116,7 +117,7 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if args.json:
+    if args.output == "json":
         print(json.dumps(summary.to_dict()), flush=True)
         return 0
     lines = [f"[bold]{summary.job}[/bold]: incident {summary.incident_status}"]

@@ -26,11 +26,10 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from agent.errors import UnavailableError
-from agent.playbook.loader import load_playbooks
+from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import BatchOutcome, Detector
@@ -94,7 +93,9 @@ class Agent:
         self.identity = identity or leader_identity()
         self.sync_timeout = sync_timeout
         self.playbooks = (
-            playbooks if playbooks is not None else load_playbooks(Path(settings.playbooks_dir))
+            playbooks
+            if playbooks is not None
+            else load_playbooks(playbooks_directory(settings.playbooks_dir))
         )
         self.detector = Detector(
             debounce=settings.detection.debounce.total_seconds(),

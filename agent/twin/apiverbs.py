@@ -3,7 +3,8 @@
 For a resolved route it names the verb (get, list, watch, create, update, patch, delete,
 deletecollection), authorizes it with RBAC attributes as the real server builds them, counts it,
 applies an injected fault, and serves it: objects or lists (JSON spliced from the store's
-per-object encoding, or a server-side Table for kubectl), the binding subresource, the three patch
+per-object encoding, or a server-side Table for kubectl), the binding subresource, the pods'
+streaming subresources (log, exec, attach, portforward: apipodstreams.py), the three patch
 content types (415 naming the accepted ones otherwise), DeleteOptions (propagationPolicy,
 gracePeriodSeconds, preconditions, dryRun) and `dryRun=All` on every write. SelfSubjectAccessReview
 is answered here too.
@@ -23,6 +24,7 @@ from agent.twin import tables
 from agent.twin.apidiscovery import Route
 from agent.twin.apierror import ApiError, bad_request
 from agent.twin.apiexchange import Exchange
+from agent.twin.apipodstreams import STREAMING, serve_pod_stream, verb_for
 from agent.twin.apiquery import Query
 from agent.twin.apiwatch import serve_watch
 from agent.twin.auth import Attributes, UserInfo, access_review, forbidden
@@ -76,11 +78,20 @@ class ResourceRequest:
         self.query = query
         self.user = user
         self.verb = verb_of(method, route, query)
+        self.streaming = (route.rt.key == ("", "v1", "pods") and route.name is not None
+                          and route.subresource in STREAMING)
+        if self.streaming and method in ("GET", "POST"):
+            self.verb = verb_for(route.subresource or "")
         self.namespace = route.namespace
         self.dry_run = "All" in query.all("dryRun")
 
     def serve(self) -> None:
         route, rt, sub = self.route, self.rt, self.route.subresource
+        if self.streaming and self.namespace is not None:
+            self._admit()
+            serve_pod_stream(self.api, self.ex, namespace=self.namespace, name=route.name or "",
+                             subresource=sub or "", method=self.method, query=self.query)
+            return
         if self.method == "POST" and route.name is not None and sub != "binding":
             raise ApiError(
                 405,

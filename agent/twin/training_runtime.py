@@ -14,8 +14,10 @@ group's port and its neighbour in the workers' all-reduce ring; the workers are 
 train only while the coordinator runs and every flow passes. A blocked group worker waits on the
 coordinator (a rendezvous that keeps retrying, each try a policy drop) instead of exiting, so it
 trains as soon as the coordinator is reachable. It accounts transmitted bytes per
-pod over model time. The exporter reads utilization, bytes and drops from here. It reacts to
-events and its own timers only (no polling) and does not write objects itself.
+pod over model time. The exporter reads utilization, bytes and drops from here, and the API
+server's `pods/log` what one pod's workload is doing (`activity`: the job's phase, the peers it
+fails to reach and how many times it tried, training progress). It reacts to events and its own
+timers only (no polling) and does not write objects itself.
 """
 
 from __future__ import annotations
@@ -84,6 +86,28 @@ class JobState:
     timing: StepTiming | None = None
     participants: tuple[str, ...] = ()
     denied: tuple[tuple[Flow, DropReason], ...] = ()
+
+
+@dataclass(frozen=True)
+class PodActivity:
+    """What the training model says one pod's workload is doing, for its log (model seconds)."""
+
+    job: str
+    phase: JobPhase
+    ranks: int  # the job's ranks running
+    participant: bool  # a rank of the job (an MPI launcher is not)
+    dials: tuple[tuple[str, int], ...]  # (peer, port) this pod dials and cannot reach
+    refused: tuple[str, ...]  # peers that dial this pod and cannot reach it
+    attempts: int  # failed connection attempts of the current container
+    crashed: tuple[str, int, int] | None  # the last run that gave up: (peer, port, attempts)
+    exits: bool  # False: it keeps retrying (a group worker waiting on its coordinator)
+    connect_attempts: int
+    retry_seconds: float
+    step_seconds: float | None
+    utilization: float  # 0..1
+    steps: float
+    target: float | None
+    speed: float
 
 
 @dataclass
@@ -206,6 +230,7 @@ class TrainingRuntime(Controller):
         self._attempts: dict[PodKey, _Attempts] = {}
         self._drops: dict[DropKey, int] = {}
         self._progress: dict[PodKey, _Progress] = {}
+        self._crashes: dict[PodKey, tuple[str, int, int]] = {}
 
     def start(self) -> None:
         self._dataplane.on_change(self._on_network_change)
@@ -245,6 +270,44 @@ class TrainingRuntime(Controller):
         with self._lock:
             return dict(self._drops)
 
+    def activity(self, pod: Mapping[str, Any]) -> PodActivity | None:
+        """What the pod's workload is doing, or None when it is no rank of a training job or
+        group the twin runs."""
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        key = (str(meta.get("namespace", "")), name)
+        generation = (str(meta.get("uid")), _restarts(pod))
+        now = self._clock.now()
+        with self._lock:
+            job = self._pod_job.get(key)
+            if job is None:
+                return None
+            state = self._jobs.get(job, JobState())
+            attempts = self._attempts.get(key)
+            progress = self._progress.get(job)
+            steps = progress.at(now) if progress is not None else 0.0
+            target = progress.target if progress is not None else None
+            crashed = self._crashes.get(key)
+        current = attempts is not None and attempts.generation == generation
+        return PodActivity(
+            job=job[1],
+            phase=state.phase,
+            ranks=len(state.participants),
+            participant=name in state.participants,
+            dials=tuple((f.peer, f.port) for f, _ in state.denied if f.dialer == name),
+            refused=tuple(sorted({f.dialer for f, _ in state.denied if f.peer == name})),
+            attempts=attempts.done if current and attempts is not None else 0,
+            crashed=crashed,
+            exits=attempts.exits if attempts is not None else True,
+            connect_attempts=self._params.connect_attempts,
+            retry_seconds=self._params.connect_retry_seconds,
+            step_seconds=state.timing.step if state.timing is not None else None,
+            utilization=gpu_utilization(state.phase, state.timing),
+            steps=steps,
+            target=target,
+            speed=self._clock.speed,
+        )
+
     # --- events ---------------------------------------------------------------------------------
 
     def _on_pod(self, event: WatchEvent) -> None:
@@ -257,6 +320,7 @@ class TrainingRuntime(Controller):
                 self._traffic.pop(key, None)
                 self._attempts.pop(key, None)
                 self._pod_job.pop(key, None)
+                self._crashes.pop(key, None)
         if job:
             self._queue.add(("job", key[0], str(job)))
             return
@@ -557,6 +621,7 @@ class TrainingRuntime(Controller):
             exits = attempts.exits
             if exits and done >= self._params.connect_attempts:
                 attempts.active = False
+                self._crashes[key] = (first.peer, first.port, done)
         if exits and done >= self._params.connect_attempts:
             self._kubelet.crash(
                 namespace, name,

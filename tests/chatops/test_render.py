@@ -354,6 +354,17 @@ def test_digest(open_count: int, listed: int) -> None:
     assert_within_limits(r)
 
 
+def test_digest_says_why_an_open_incident_was_not_posted() -> None:
+    incidents = [summary(id=1), summary(id=2)]
+    reason = "playbook zone-split: the job's pods request 0 GPU(s), fewer than conditions.min_gpus 1"
+    r = digest_message(incidents, stats(), period=timedelta(days=1), not_posted={"2": reason})
+    [listing] = [b["text"]["text"] for b in r.blocks if "*Open:*" in str(b)]
+    lines = [line for line in listing.splitlines() if "ml/resnet" in line]
+    assert "not posted" not in lines[0]
+    assert lines[1].endswith(f"· _not posted: {reason}_")
+    assert_within_limits(r)
+
+
 def test_slash_replies() -> None:
     assert "No incidents for job ml/x." in listing_reply(IncidentListing([]), filters="job ml/x").text
     listing = listing_reply(IncidentListing([summary(), summary(id=8)]), filters="")
