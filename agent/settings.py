@@ -23,6 +23,7 @@ What it does not do: validate that a URL answers or a file exists (the adapters 
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -92,6 +93,23 @@ class PodZoneLabelMode(StrEnum):
     AUTO = "auto"
 
 
+class DataplaneSetting(StrEnum):
+    """`diagnosis.dataplane`: learn it from the cluster, or say which dataplane enforces policy."""
+
+    AUTO = "auto"
+    CILIUM = "cilium"
+    KUBERNETES = "kubernetes"
+
+
+_CILIUM_VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,5})?")
+
+
+def cilium_release(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a Cilium version such as `1.18`, `v1.19.2` (None: not a version)."""
+    found = _CILIUM_VERSION.fullmatch(text.strip())
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 @dataclass(frozen=True)
 class GroupSpec:
     """A generic coordinator/worker group that is not a Kubeflow job (diagnosis config)."""
@@ -117,7 +135,31 @@ class DiagnosisSettings:
     price_per_gb: Annotated[float, Within(0.0, 1e6)] = 0.01
     # training steps a job runs per day, for the egress $/day estimate (0: unknown)
     steps_per_day: Annotated[float, Within(0.0, 1e9)] = 0.0
+    # which dataplane enforces network policies: auto (Cilium objects or cilium-config in the
+    # cluster mean Cilium, else plain Kubernetes NetworkPolicy), cilium, kubernetes
+    dataplane: DataplaneSetting = DataplaneSetting.AUTO
+    # Cilium's `labels` value (identity-relevant label patterns); null: read cilium-config
+    cilium_labels: str | None = None
+    # the Cilium release whose default label filter applies; null: detected, else the newest
+    cilium_version: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.cilium_version is not None and cilium_release(self.cilium_version) is None:
+            raise ConfigError(
+                f"diagnosis.cilium_version: expected a release like 1.19 or 1.18.4, "
+                f"got {self.cilium_version!r}"
+            )
+        for word in (self.cilium_labels or "").split():
+            rest = word.partition(":")[2] if ":" in word else word
+            regex = rest.removeprefix("!")
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise ConfigError(
+                    f"diagnosis.cilium_labels: pattern {word!r}: {exc}"
+                ) from None
+            if not regex:
+                raise ConfigError(f"diagnosis.cilium_labels: pattern {word!r} has no prefix")
 
 @dataclass(frozen=True)
 class NamespaceFilter:

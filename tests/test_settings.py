@@ -111,6 +111,10 @@ def test_environment_unknown_key_is_named(tmp_path: Path) -> None:
         ("a: [", "invalid YAML"),
         ("- 1\n- 2\n", "expected a mapping at the top level"),
         ("pod_zone_label: 3\n", "pod_zone_label: expected a string"),
+        ("dataplane: calico\n", "dataplane: expected one of auto, cilium, kubernetes"),
+        ("cilium_version: latest\n", "diagnosis.cilium_version: expected a release like 1.19"),
+        ("cilium_labels: 'k8s:app k8s:!('\n", r"diagnosis.cilium_labels: pattern 'k8s:!\('"),
+        ("cilium_labels: 'k8s:!'\n", "diagnosis.cilium_labels: pattern 'k8s:!' has no prefix"),
     ],
 )
 def test_diagnosis_config_errors_name_the_file_or_key(
@@ -125,6 +129,14 @@ def test_diagnosis_config_errors_name_the_file_or_key(
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_diagnosis_settings(tmp_path / "nope.yaml")
+
+
+def test_dataplane_settings_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("dataplane: kubernetes\ncilium_labels: 'k8s:app'\ncilium_version: v1.18.4\n")
+    settings = load_diagnosis_settings(path)
+    assert settings.dataplane.value == "kubernetes"
+    assert (settings.cilium_labels, settings.cilium_version) == ("k8s:app", "v1.18.4")
 
 
 def test_empty_diagnosis_config_gives_defaults(tmp_path: Path) -> None:

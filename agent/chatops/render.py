@@ -165,6 +165,7 @@ _VERDICT_TITLE: dict[Verdict, str] = {
     Verdict.ZONE_SPLIT_BLOCKED: "Zone split, traffic blocked",
     Verdict.ZONE_SPLIT_DEGRADED: "Zone split, training slowed",
     Verdict.POLICY_BLOCKED: "Blocked by network policy",
+    Verdict.ZONE_LABEL_MISMATCH: "Zone label disagrees with the node's zone",
     Verdict.GPU_UTILIZATION_DROP: "GPU utilization dropped",
     Verdict.ALERT: "Alert",
     Verdict.PENDING: "Pending",
@@ -254,6 +255,30 @@ def denied_flows_text(diagnosis: Mapping[str, Any]) -> str | None:
     return _fit_lines(title, lines)
 
 
+def trust_text(diagnosis: Mapping[str, Any]) -> str | None:
+    """What the verdict rests on that may be wrong: lying zone labels, unreadable policies that
+    may select the job, features of deciding rules that are not modelled exactly."""
+    lines: list[str] = []
+    for m in diagnosis.get("mislabelled_pods") or []:
+        if isinstance(m, Mapping):
+            lines.append(mrkdwn_escape(
+                f"• pod {m.get('pod')}: {m.get('label')}={m.get('value')}, its node is in "
+                f"{m.get('node_zone')}"
+            ))
+    for u in diagnosis.get("uncertain") or []:
+        if isinstance(u, Mapping):
+            where = f" ({u.get('field')})" if u.get("field") else ""
+            lines.append(mrkdwn_escape(
+                f"• uncertain: {u.get('policy')} cannot be read{where}: {u.get('problem')}"
+            ))
+    for c in diagnosis.get("caveats") or []:
+        if isinstance(c, Mapping):
+            lines.append(mrkdwn_escape(f"• caveat: {c.get('policy')} uses {c.get('feature')}"))
+    if not lines:
+        return None
+    return _fit_lines("*Notes:*", lines)
+
+
 def _fit_lines(title: str, lines: Iterable[str]) -> str:
     """`title` and as many whole lines as fit in one section, then how many were left out."""
     out = [title]
@@ -311,6 +336,12 @@ def _fix_text(
     if fix is not None and fix.summary:
         return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
     target = incident.target_zone or diagnosis.get("target_zone")
+    if incident.verdict is Verdict.ZONE_LABEL_MISMATCH:
+        return (
+            f"*Proposed fix:* relabel the pod template(s): the zone-mirroring label must be "
+            f"`{target}`, the zone the pods run in (pinned there). Fix the manifests a GitOps "
+            "sync or `kubectl apply` uses as well, or the next sync puts the wrong label back."
+        )
     return (
         f"*Proposed fix:* restart the job co-located in zone `{mrkdwn_escape(str(target))}`: "
         "a nodeAffinity on "
@@ -370,7 +401,10 @@ def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
         for f in diagnosis.get("denied_flows") or [] if isinstance(f, Mapping)
         for p in f.get("policies") or []
     })
-    if diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
+    if diagnosis.get("verdict") == Verdict.ZONE_LABEL_MISMATCH.value:
+        advice = ("set the zone-mirroring label of the pod template(s) to the node's zone (in "
+                  "the manifests a GitOps sync applies too) before changing any policy")
+    elif diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
         advice = (f"change {', '.join(policies[:5])} to allow the job's own traffic; "
                   "co-location does not help")
     else:
@@ -431,6 +465,9 @@ def incident_message(
     flows = denied_flows_text(diagnosis)
     if flows:
         blocks.append(section(flows))
+    trust = trust_text(diagnosis)
+    if trust:
+        blocks.append(section(trust))
     remediable = bool(diagnosis.get("remediable"))
     applicable = remediable and (fix is None or fix.applicable)
     if remediable:
@@ -441,7 +478,7 @@ def incident_message(
             if pre:
                 blocks.append(context(pre))
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
-                              Verdict.POLICY_BLOCKED):
+                              Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))
     tail: list[dict[str, Any]] = []
     value = str(incident.id)

@@ -12,7 +12,8 @@ Format (one playbook per file):
     description: ...
     enabled: true
     triggers:                      # any one fires the playbook
-      - type: zone_split            # zone_split | policy_blocked | gpu_utilization_drop
+      - type: zone_split            # zone_split | policy_blocked | zone_label_mismatch |
+                                    # gpu_utilization_drop
       - type: alert                 # label matchers, Alertmanager syntax, all must match
         matchers: ['alertname="GPUUtilizationLow"', 'severity=~"warning|critical"']
       - type: schedule
@@ -64,6 +65,7 @@ VERDICTS = (
     "healthy",
     "pending",
     "policy_blocked",
+    "zone_label_mismatch",
     "zone_split_blocked",
     "zone_split_degraded",
     "gpu_utilization_drop",

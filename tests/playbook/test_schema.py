@@ -42,7 +42,12 @@ actions:
 def test_shipped_playbooks_load() -> None:
     playbooks = load_playbooks(REPO / "playbooks")
     names = {p.name for p in playbooks}
-    assert names == {"zone-split", "policy-blocked", "gpu-utilization-drop", "daily-digest"}
+    assert names == {
+        "zone-split", "policy-blocked", "zone-label-mismatch", "gpu-utilization-drop",
+        "daily-digest",
+    }
+    mismatch = next(p for p in playbooks if p.name == "zone-label-mismatch")
+    assert [t.kind for t in mismatch.triggers] == [TriggerKind.ZONE_LABEL_MISMATCH]
     digest = next(p for p in playbooks if p.name == "daily-digest")
     assert digest.schedules() == ("0 8 * * 1-5",)
 
