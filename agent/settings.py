@@ -539,7 +539,7 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {numbers.shown(value)}")
         keys = _collect(partial(_convert, key_tp, k, key) for k in value)
-        values = _collect(partial(_convert, val_tp, v, f"{key}.{k}") for k, v in value.items())
+        values = _collect(partial(_convert, val_tp, v, member(key, str(k))) for k, v in value.items())
         return dict(zip(keys, values, strict=True))
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return build(tp, value, prefix=key)

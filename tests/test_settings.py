@@ -58,6 +58,7 @@ def test_parse_duration_rejects(bad: object) -> None:
         # a key that is not a plain word is named JSON-quoted: the problem stays one line
         ({"diagnosis": {"groups": [{"\n": None}]}}, r'^diagnosis\.groups\[0\]\["\\n"\]: unknown key'),
         ({"a b": 1}, r'^\["a b"\]: unknown key'),
+        ({"prometheus": {"headers": {"\n": 3}}}, r'^prometheus\.headers\["\\n"\]: expected a string'),
     ],
 )
 def test_build_rejects_naming_the_key(data: dict[str, object], message: str) -> None:

@@ -123,6 +123,11 @@ def _replace(old: str, new: str) -> str:
         ("name: x\ntriggers: []\nactions: [{type: digest}]\n", r"^demo\.yaml:2: triggers: needs at least one trigger"),
         ("name: x\ntriggers: [{type: zone_split}]\nactions: [{type: notify}\n", r"^demo\.yaml:\d+: invalid YAML"),
         ("", r"^demo\.yaml: empty file"),
+        # a tag no safe constructor knows is a located error, not a traceback (found by the fuzz test)
+        ("!0 :", r"^demo\.yaml:1: invalid YAML: could not determine a constructor for the tag '!0'$"),
+        (_replace("name: demo", "name: !!python/name:os.system x"), r"^demo\.yaml:1: name: invalid YAML: could not determine a constructor"),
+        # a field name that is not a plain word is JSON-quoted: the error stays one line
+        ('"a\\nb": 1\n', r'^demo\.yaml:1: \["a\\nb"\]: unknown field'),
         # hostile input: recursion, nesting, alias bombs and numbers that overflow
         (_replace("description:", "extra: &a [*a]\ndescription:"), r"^demo\.yaml:2: alias \*a refers to a node that contains it"),
         (_replace("description:", "x: &a {k: *a}\ndescription:"), r"^demo\.yaml:2: alias \*a refers to a node that contains it"),
