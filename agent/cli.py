@@ -5,13 +5,15 @@ Each command module exposes `register(subparsers) -> None`, which adds its parse
 the Kubernetes client) inside `run`, so that `zonemedic diagnose` does not pay for them. An
 `InputError` becomes one line on stderr (a `ConfigError` one line per problem) and exit status 2; no
 traceback reaches a user: any other exception (a bug) is one `internal error` line and exit 1, with
-the traceback only when `ZONEMEDIC_TRACEBACK=1` is set.
+the traceback only when `ZONEMEDIC_TRACEBACK=1` is set. Those lines are printable
+(`agent.parsing.printable`): a control character an error quotes is shown as its escape.
 
 The cluster twin (`agent.twin`) ships in the wheel but not in the production image: where it is not
 installed, the commands that run it are simply not offered (no import error at start-up).
 
 What every command shares is added here, not in the command modules: `-v/--verbose` and
-`--log-format json|text` on every command, an `examples:` epilog on every `--help`
+`--log-format json|text` on every command, `--json` as the alias of `--output json` on every
+command whose machine output `--output` selects, an `examples:` epilog on every `--help`
 (`agent.commands.examples`), `--version` from the installed package's metadata, and the logging
 set-up before the command runs: readable lines on stderr, warnings and errors only unless `-v`
 (`-vv`: debug), for the one-shot commands; JSON lines for the long-running ones (`run`) when stderr
@@ -33,6 +35,7 @@ from typing import Any
 import agent
 from agent.commands.examples import epilog
 from agent.errors import ConfigError, InputError, ZonemedicError
+from agent.parsing.printable import printable
 from agent.runtime.logging import (
     NOISY_LIBRARIES,
     LogFormat,
@@ -108,6 +111,20 @@ def _add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
+def _add_json_alias(parser: argparse.ArgumentParser) -> None:
+    """`--json` means `--output json`, on every command that has `--output` (one convention for
+    machine output: either spelling, whichever comes last wins)."""
+    output = parser._option_string_actions.get("--output")
+    if output is None or "--json" in parser._option_string_actions:
+        return
+    alias = parser.add_argument("--json", dest=output.dest, action="store_const", const="json",
+                                help="print JSON: the same as --output json")
+    for actions in (parser._actions, *(g._group_actions for g in parser._action_groups)):
+        if alias in actions and output in actions:  # listed right after --output
+            actions.remove(alias)
+            actions.insert(actions.index(output) + 1, alias)
+
+
 def command_parsers(
     parser: argparse.ArgumentParser, path: str = ""
 ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
@@ -137,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         if sub.epilog is None:
             sub.epilog = epilog(path)
         _add_common_options(sub, top=path == "")
+        _add_json_alias(sub)
     return parser
 
 
@@ -165,10 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         problems = exc.problems if isinstance(exc, ConfigError) else (str(exc),)
         for problem in problems or (str(exc),):
-            print(f"zonemedic: error: {problem}", file=sys.stderr)
+            print(f"zonemedic: error: {printable(problem)}", file=sys.stderr)
         return 2
     except ZonemedicError as exc:
-        print(f"zonemedic: {exc}", file=sys.stderr)
+        print(f"zonemedic: {printable(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -176,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("ZONEMEDIC_TRACEBACK"):
             raise
         print(
-            f"zonemedic: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:200]} "
+            f"zonemedic: internal error: {type(exc).__name__}: "
+            f"{printable(' '.join(str(exc).split())[:200])} "
             "(a bug; set ZONEMEDIC_TRACEBACK=1 to see where)",
             file=sys.stderr,
         )

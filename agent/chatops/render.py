@@ -4,7 +4,9 @@ Who calls it: the outbox deliverer (`agent.chatops.delivery`) and the Bolt handl
 (`agent.chatops.slack`). Pure: records in, `Rendered` (Block Kit blocks plus a short plain-text
 fallback) out; no I/O, no clock (times are passed in).
 
-Rules every message follows (Slack's limits): at most 50 blocks (the middle is cut and a line says
+Outside text (names, comments, reasons, labels) is escaped for mrkdwn (`mrkdwn_escape`: `&`, `<`,
+`>`, and every control character written as its escape), so no field can add a line, a link or a
+mention of its own. Rules every message follows (Slack's limits): at most 50 blocks (the middle is cut and a line says
 how much); a section's text at most 3,000 characters, a header 150, a button's text 75 and its
 value 2,000; the plain-text fallback at most 3,000 characters. Long lists (denied flows) are
 grouped by hop, reason and policy when there are many. Button values carry the incident id and
@@ -33,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from agent.model.cluster import JobKind
 from agent.model.incident import (
     Decision,
     IncidentDetail,
@@ -41,9 +44,10 @@ from agent.model.incident import (
     IncidentSummary,
     TimelineEvent,
 )
-from agent.model.lifecycle import EventKind, IncidentStatus
+from agent.model.lifecycle import DECISION_STATUS, DecisionOutcome, EventKind, IncidentStatus
 from agent.model.proposal import ProposedFix
 from agent.model.verdict import Verdict
+from agent.parsing.printable import printable, printable_lines
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -100,8 +104,10 @@ def clip(text: str, limit: int) -> str:
 
 
 def mrkdwn_escape(text: str) -> str:
-    """Escape the three characters Slack's mrkdwn treats as control characters."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Escape the three characters Slack's mrkdwn treats as control characters, and write every
+    control character as its escape (`agent.parsing.printable`): a newline in a display name or
+    a comment cannot start a line of its own ("✅ Approved by ..." forged under the real one)."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def section(text: str) -> dict[str, Any]:
@@ -109,8 +115,8 @@ def section(text: str) -> dict[str, Any]:
 
 
 def header(text: str) -> dict[str, Any]:
-    return {"type": "header", "text": {"type": "plain_text", "text": clip(text, MAX_HEADER),
-                                       "emoji": True}}
+    return {"type": "header", "text": {"type": "plain_text",
+                                       "text": clip(printable(text), MAX_HEADER), "emoji": True}}
 
 
 def context(text: str) -> dict[str, Any]:
@@ -124,7 +130,7 @@ def button(
         raise ValueError(f"a button value has at most {MAX_BUTTON_VALUE} characters")
     out: dict[str, Any] = {
         "type": "button",
-        "text": {"type": "plain_text", "text": clip(text, MAX_BUTTON_TEXT)},
+        "text": {"type": "plain_text", "text": clip(printable(text), MAX_BUTTON_TEXT)},
         "action_id": action.value,
         "value": value,
     }
@@ -147,7 +153,8 @@ def cap_blocks(blocks: Sequence[dict[str, Any]], *, keep_last: int = 0) -> list[
 
 
 def fallback(text: str) -> str:
-    return clip(text, MAX_FALLBACK)
+    """The plain-text fallback (notifications, screen readers): one printable line."""
+    return clip(printable(text), MAX_FALLBACK)
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,6 +165,7 @@ _VERDICT_TITLE: dict[Verdict, str] = {
     Verdict.ZONE_SPLIT_BLOCKED: "Zone split, traffic blocked",
     Verdict.ZONE_SPLIT_DEGRADED: "Zone split, training slowed",
     Verdict.POLICY_BLOCKED: "Blocked by network policy",
+    Verdict.ZONE_LABEL_MISMATCH: "Zone label disagrees with the node's zone",
     Verdict.GPU_UTILIZATION_DROP: "GPU utilization dropped",
     Verdict.ALERT: "Alert",
     Verdict.PENDING: "Pending",
@@ -177,6 +185,13 @@ _STATUS_WORDS: dict[IncidentStatus, str] = {
     IncidentStatus.FAILED: "failed",
     IncidentStatus.ROLLED_BACK: "rolled back",
     IncidentStatus.SUPERSEDED: "superseded",
+}
+
+
+_DECIDED: dict[DecisionOutcome, str] = {
+    DecisionOutcome.APPROVE: "Approved",
+    DecisionOutcome.REJECT: "Rejected",
+    DecisionOutcome.SNOOZE: "Snoozed",
 }
 
 
@@ -240,6 +255,30 @@ def denied_flows_text(diagnosis: Mapping[str, Any]) -> str | None:
     return _fit_lines(title, lines)
 
 
+def trust_text(diagnosis: Mapping[str, Any]) -> str | None:
+    """What the verdict rests on that may be wrong: lying zone labels, unreadable policies that
+    may select the job, features of deciding rules that are not modelled exactly."""
+    lines: list[str] = []
+    for m in diagnosis.get("mislabelled_pods") or []:
+        if isinstance(m, Mapping):
+            lines.append(mrkdwn_escape(
+                f"• pod {m.get('pod')}: {m.get('label')}={m.get('value')}, its node is in "
+                f"{m.get('node_zone')}"
+            ))
+    for u in diagnosis.get("uncertain") or []:
+        if isinstance(u, Mapping):
+            where = f" ({u.get('field')})" if u.get("field") else ""
+            lines.append(mrkdwn_escape(
+                f"• uncertain: {u.get('policy')} cannot be read{where}: {u.get('problem')}"
+            ))
+    for c in diagnosis.get("caveats") or []:
+        if isinstance(c, Mapping):
+            lines.append(mrkdwn_escape(f"• caveat: {c.get('policy')} uses {c.get('feature')}"))
+    if not lines:
+        return None
+    return _fit_lines("*Notes:*", lines)
+
+
 def _fit_lines(title: str, lines: Iterable[str]) -> str:
     """`title` and as many whole lines as fit in one section, then how many were left out."""
     out = [title]
@@ -292,13 +331,20 @@ def _fix_text(
         zone = fix.target_zone or incident.target_zone or diagnosis.get("target_zone")
         return (f"*The fix cannot be applied:* {mrkdwn_escape(fix.refusal)}\n"
                 f"zonemedic changes nothing and asks no approval. The fix (co-location in zone "
-                f"`{zone}`) is planned again when the job is re-detected elsewhere; Reject or "
+                f"`{mrkdwn_escape(str(zone))}`) is planned again when the job is re-detected elsewhere; Reject or "
                 "Snooze meanwhile.")  # fmt: skip
     if fix is not None and fix.summary:
         return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
     target = incident.target_zone or diagnosis.get("target_zone")
+    if incident.verdict is Verdict.ZONE_LABEL_MISMATCH:
+        return (
+            f"*Proposed fix:* relabel the pod template(s): the zone-mirroring label must be "
+            f"`{target}`, the zone the pods run in (pinned there). Fix the manifests a GitOps "
+            "sync or `kubectl apply` uses as well, or the next sync puts the wrong label back."
+        )
     return (
-        f"*Proposed fix:* restart the job co-located in zone `{target}`: a nodeAffinity on "
+        f"*Proposed fix:* restart the job co-located in zone `{mrkdwn_escape(str(target))}`: "
+        "a nodeAffinity on "
         "`topology.kubernetes.io/zone`, and a toleration so the coordinator may land on the GPU "
         "nodes there."
     )
@@ -308,7 +354,7 @@ def diff_block(diff: str, *, incident_id: int) -> str:
     """The patch diff in a code block, cut at a line end to fit one section; a cut diff says
     how many lines were left out and where to read it whole."""
     fence = "```"
-    body = diff.replace(fence, "'''")
+    body = printable_lines(diff).replace(fence, "'''")
     total = body.count("\n") + 1
     room = MAX_SECTION - len("*Patch:*\n") - 2 * len(fence) - 2
     if len(body) > room:
@@ -328,9 +374,22 @@ def _preconditions_text(fix: ProposedFix) -> str | None:
     pods = len(placement) if isinstance(placement, Mapping) else 0
     what = "Previewed before approval" if fix.preview else "Planned"
     return mrkdwn_escape(
-        f"{what} from uid {pre.get('uid') or '-'}, resourceVersion "
-        f"{pre.get('resource_version') or '-'}, verdict {pre.get('verdict')}, {pods} pod(s) "
+        f"{what} from {_planned_from(fix)}, verdict {pre.get('verdict')}, {pods} pod(s) "
         "placed as diagnosed; re-read and re-checked before any change"
+    )
+
+
+def _planned_from(fix: ProposedFix) -> str:
+    """The identity the plan was computed from: the job's uid and resourceVersion, or (a generic
+    group has no uid of its own) those of each object it changes."""
+    pre = fix.preconditions
+    if pre.get("uid") or not fix.objects:
+        return (f"uid {pre.get('uid') or '-'}, resourceVersion "
+                f"{pre.get('resource_version') or '-'}")  # fmt: skip
+    return "; ".join(
+        f"{o.kind} {o.namespace}/{o.name} (uid {o.uid or '-'}, resourceVersion "
+        f"{o.resource_version or '-'})"
+        for o in fix.objects
     )
 
 
@@ -342,13 +401,17 @@ def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
         for f in diagnosis.get("denied_flows") or [] if isinstance(f, Mapping)
         for p in f.get("policies") or []
     })
-    if diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
+    if diagnosis.get("verdict") == Verdict.ZONE_LABEL_MISMATCH.value:
+        advice = ("set the zone-mirroring label of the pod template(s) to the node's zone (in "
+                  "the manifests a GitOps sync applies too) before changing any policy")
+    elif diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
         advice = (f"change {', '.join(policies[:5])} to allow the job's own traffic; "
                   "co-location does not help")
     else:
         advice = ("make room for the whole job in one zone, or schedule it with Kueue "
                   "Topology Aware Scheduling (a zone-level topology request)")
-    return mrkdwn_escape(f"Not remediable automatically: {why}.") + f"\n*Recommendation:* {advice}"
+    return (mrkdwn_escape(f"Not remediable automatically: {why}.")
+            + f"\n*Recommendation:* {mrkdwn_escape(advice)}")
 
 
 def _decision_text(incident: IncidentSummary, decision: Decision | None,
@@ -356,10 +419,11 @@ def _decision_text(incident: IncidentSummary, decision: Decision | None,
     words = _STATUS_WORDS[incident.status]
     if decision is not None and incident.status not in DECIDABLE:
         who = decision.actor_name or decision.actor_id
-        text = f"*{decision.outcome.value.capitalize()}d* by {mrkdwn_escape(who)} at {when(decision.decided_at)}"
+        text = (f"*{_DECIDED[decision.outcome]}* by {mrkdwn_escape(who)} at "
+                f"{when(decision.decided_at)}")  # fmt: skip
         if incident.status is IncidentStatus.SNOOZED and snoozed_until is not None:
-            text += f", snoozed until {when(snoozed_until)}"
-        if incident.status.value != f"{decision.outcome.value}d" and incident.status is not IncidentStatus.SNOOZED:
+            text += f" until {when(snoozed_until)}"
+        if incident.status is not DECISION_STATUS[decision.outcome]:
             text += f" · now *{words}*"
         return text
     by = f" by {mrkdwn_escape(incident.status_by)}" if incident.status_by else ""
@@ -376,10 +440,12 @@ def incident_message(
     proposed: bool = True,
     decision: Decision | None = None,
     snoozed_until: datetime | None = None,
+    waste: Mapping[str, Any] | None = None,
 ) -> Rendered:
     """The finding's message: verdict and job, zones, denied flows, utilization, waste, the fix and
     its patch, and the decision buttons (or the decision, once made). `proposed`: a playbook
-    proposed the fix (only then is there an Approve button; a notification alone has none)."""
+    proposed the fix (only then is there an Approve button; a notification alone has none).
+    `waste`: the latest estimate (evidence may refine the finding's own)."""
     utilization = utilization or Utilization(incident.utilization_before, None)
     title = _VERDICT_TITLE.get(incident.verdict, incident.verdict.value)
     job = job_label(incident)
@@ -392,13 +458,16 @@ def incident_message(
     util = _utilization_line(utilization)
     if util:
         facts.append(util)
-    waste = waste_text(diagnosis)
-    if waste:
-        facts.append(waste)
+    wasted = waste_text({"waste": waste} if waste is not None else diagnosis)
+    if wasted:
+        facts.append(wasted)
     blocks.append(section("\n".join(facts)))
     flows = denied_flows_text(diagnosis)
     if flows:
         blocks.append(section(flows))
+    trust = trust_text(diagnosis)
+    if trust:
+        blocks.append(section(trust))
     remediable = bool(diagnosis.get("remediable"))
     applicable = remediable and (fix is None or fix.applicable)
     if remediable:
@@ -409,7 +478,7 @@ def incident_message(
             if pre:
                 blocks.append(context(pre))
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
-                              Verdict.POLICY_BLOCKED):
+                              Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))
     tail: list[dict[str, Any]] = []
     value = str(incident.id)
@@ -455,13 +524,17 @@ def _reason(detail: Mapping[str, Any]) -> str:
 _STEP_WORDS = {
     "planned": "Plan recorded",
     "dry_run": "Dry run passed",
+    "suspending": "Suspending the job with the co-location patch",
     "suspended": "Job suspended with the co-location patch",
     "pods_gone": "Old pods gone",
     "resumed": "Job resumed",
+    "rolling_out": "Patching the Deployment's template",
     "rolled_out": "Deployment rolled out",
+    "job_deleting": "Deleting the Job for recreation",
     "job_deleted": "Job deleted for recreation",
     "job_created": "Job recreated",
     "rollback_started": "Rolling back",
+    "restoring": "Restoring",
     "rolled_back": "Rolled back",
     # older or other recorders
     "suspend": "Job suspended",
@@ -469,7 +542,18 @@ _STEP_WORDS = {
     "apply": "Patch applied",
     "rollback": "Rolled back",
 }
+# A generic group (Deployments and batch Jobs) records `resumed` once every workload outside the
+# zone moved: no Job was suspended, so no Job resumes.
+_GROUP_STEP_WORDS = {"resumed": "Workloads moved"}
 _FAILED_WORDS = {"dry_run": "Dry run"}
+
+
+def _until(value: Any) -> str:
+    """A snooze's end as people read it (the recorded ISO timestamp, in UTC to the minute)."""
+    try:
+        return when(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return str(value)
 
 
 def thread_update(event: TimelineEvent) -> Rendered | None:
@@ -485,7 +569,7 @@ def thread_update(event: TimelineEvent) -> Rendered | None:
         text = f"✋ Rejected by {who}{_reason(d)}"
     elif kind is EventKind.SNOOZED:
         until = d.get("snoozed_until")
-        text = f"💤 Snoozed by {who}" + (f" until {until}" if until else "")
+        text = f"💤 Snoozed by {who}" + (f" until {_until(until)}" if until else "")
     elif kind is EventKind.EXPIRED:
         text = f"⌛ Approval expired{_reason(d)}"
     elif kind is EventKind.REMEDIATION_STARTED:
@@ -494,6 +578,8 @@ def thread_update(event: TimelineEvent) -> Rendered | None:
         step = str(d.get("step") or d.get("action") or "step")
         ok = d.get("succeeded")
         words = _STEP_WORDS.get(step, step.replace("_", " ").capitalize())
+        if d.get("job_kind") == JobKind.GROUP.value:
+            words = _GROUP_STEP_WORDS.get(step, words)
         zone = d.get("zone") or d.get("target_zone")
         if step in ("bound", "colocated", "co_located"):
             words = f"Pods co-located in zone {zone}" if zone else "Pods co-located"
@@ -551,8 +637,12 @@ def _incident_line(i: IncidentSummary) -> str:
     )
 
 
-def _listing_section(title: str, incidents: Sequence[IncidentSummary]) -> str:
-    lines = [f"• {_incident_line(i)}" for i in incidents[:INCIDENTS_LISTED]]
+def _listing_section(
+    title: str, incidents: Sequence[IncidentSummary], notes: Mapping[str, str] | None = None
+) -> str:
+    lines = [f"• {_incident_line(i)}" + (f" · _not posted: {mrkdwn_escape(notes[str(i.id)])}_"
+                                          if notes and str(i.id) in notes else "")
+             for i in incidents[:INCIDENTS_LISTED]]
     if len(incidents) > INCIDENTS_LISTED:
         lines.append(f"_… and {len(incidents) - INCIDENTS_LISTED} more_")
     return _fit_lines(title, lines)
@@ -563,8 +653,10 @@ def digest_message(
     stats: IncidentStats,
     *,
     period: timedelta,
+    not_posted: Mapping[str, str] | None = None,
 ) -> Rendered:
-    """The daily digest: open incidents, resolved in the period, GPU-hours recovered."""
+    """The daily digest: open incidents, resolved in the period, GPU-hours recovered. An open
+    incident no playbook posts says why (`not_posted`: incident id -> the reason)."""
     resolved = stats.by_outcome.get(IncidentStatus.RESOLVED.value, 0)
     hours = period.total_seconds() / 3600
     span = f"{hours / 24:.0f}d" if hours >= 24 else f"{hours:.0f}h"
@@ -572,7 +664,7 @@ def digest_message(
                f"{resolved} · *GPU-hours recovered:* {stats.gpu_hours_recovered:,.1f}")
     blocks = [header("zonemedic digest"), section(summary)]
     if open_incidents:
-        blocks.append(section(_listing_section("*Open:*", open_incidents)))
+        blocks.append(section(_listing_section("*Open:*", open_incidents, not_posted)))
     text = (f"zonemedic digest: {len(open_incidents)} open, {resolved} resolved in the last {span}, "
             f"{stats.gpu_hours_recovered:,.1f} GPU-hours recovered")
     return Rendered(text=fallback(text), blocks=cap_blocks(blocks))
@@ -594,7 +686,7 @@ def detail_reply(detail: IncidentDetail) -> Rendered:
     lines = [
         f"*#{i.id} {mrkdwn_escape(job_label(i))}* `{i.verdict.value}` [{_STATUS_WORDS[i.status]}]",
         f"opened {when(i.opened_at)} · detections {i.detections} · target zone "
-        f"{i.target_zone or '-'}",
+        f"{mrkdwn_escape(i.target_zone or '-')}",
     ]
     events = [
         mrkdwn_escape(f"• {when(e.at)} {e.kind.value} {e.actor or ''}".rstrip())

@@ -29,16 +29,16 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from agent.errors import UnavailableError
-from agent.playbook.loader import load_playbooks
+from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import BatchOutcome, Detector
 from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
 from agent.runtime.leader import LeaderElector
+from agent.runtime.limits import HttpLimits
 from agent.runtime.root import Parts, Root
 from agent.runtime.scheduler import (
     LEDGER_ANNOTATION,
@@ -47,6 +47,7 @@ from agent.runtime.scheduler import (
     encode_ledger,
 )
 from agent.runtime.server import HttpServer
+from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.cache import Change
@@ -97,7 +98,9 @@ class Agent:
         self.identity = identity or leader_identity()
         self.sync_timeout = sync_timeout
         self.playbooks = (
-            playbooks if playbooks is not None else load_playbooks(Path(settings.playbooks_dir))
+            playbooks
+            if playbooks is not None
+            else load_playbooks(playbooks_directory(settings.playbooks_dir))
         )
         self.detector = Detector(
             debounce=settings.detection.debounce.total_seconds(),
@@ -118,7 +121,7 @@ class Agent:
             on_started_leading=self._started_leading,
             on_stopped_leading=self._stopped_leading,
         )
-        self.parts = self.root.parts(is_leader=self.elector.is_leader)
+        self.parts = self.root.parts(is_leader=self.elector.is_leader, leadership=self.elector)
         self.pipeline = pipeline_factory(self.parts)
         self.scheduler = SweepScheduler(
             self.playbooks,
@@ -144,9 +147,11 @@ class Agent:
                 api_token=self._api_token(),
                 decisions=self.pipeline.decisions(),
                 extra_routes=self.parts.extra_routes,
+                webhook_credentials=WebhookCredentials.of(settings.alertmanager),
             ),
             host=settings.http.host,
             port=settings.http.port,
+            limits=HttpLimits.of(settings.http),
         )
         self._stopped = threading.Event()
         self._detector_started = False

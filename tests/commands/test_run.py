@@ -19,6 +19,7 @@ import orjson
 import pytest
 import yaml
 
+from agent.runtime.webhook_credentials import OPEN_WARNING
 from agent.twin import cluster as twin_cluster
 from agent.twin import kubeconfig
 from tests.support import postgres
@@ -54,11 +55,15 @@ def write_config(tmp_path: Path, kube: Path, database: str, **extra: Any) -> Pat
 class AgentProcess:
     """`zonemedic run --config` with its JSON log lines collected from stderr."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(
+        self, config: Path | None, *, cwd: Path = REPO, overrides: dict[str, str] | None = None
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZONEMEDIC_")}
+        env.update(overrides or {})
+        flags = ["--config", str(config)] if config is not None else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent.cli", "run", "--config", str(config)],
-            cwd=REPO,
+            [sys.executable, "-m", "agent.cli", "run", *flags],
+            cwd=cwd,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -147,6 +152,34 @@ def test_graceful_sigterm_releases_the_lease(twin: tuple[Any, Path], tmp_path: P
         messages = [line.get("message") for line in agent.lines]
         assert "stopping" in messages and "stopped" in messages
         assert all("level" in line and "time" in line for line in agent.lines)
+        # no alertmanager credentials configured: start-up says the webhook is open
+        warned = agent.logged(OPEN_WARNING)
+        assert warned is not None and warned["level"] == "warning"
+    finally:
+        agent.stop()
+
+
+def test_the_webhook_takes_only_the_configured_credentials(twin: tuple[Any, Path],
+                                                           tmp_path: Path) -> None:
+    _cluster, kube = twin
+    (tmp_path / "am-token").write_text("s3cret\n")
+    config = write_config(tmp_path, kube, f"sqlite:///{tmp_path / 'zm.db'}",
+                          alertmanager={"bearer_token_file": str(tmp_path / "am-token")})
+    agent = AgentProcess(config)
+    try:
+        agent.wait_url()
+        wait(lambda: agent.get("/readyz").status_code == 200, timeout=30, what="readiness",
+             interval=0.1)
+        hook = orjson.dumps({"version": "4", "status": "firing", "alerts": [{"labels": {
+            "alertname": "TrainingJobSplitAcrossZones", "namespace": "ml",
+            "training_job": "llm-finetune"}, "startsAt": "2026-11-30T12:00:00Z"}]})
+        refused = httpx.post(agent.url + "/alertmanager", content=hook, timeout=5)
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"] == 'Bearer realm="zonemedic"'
+        taken = httpx.post(agent.url + "/alertmanager", content=hook, timeout=5,
+                           headers={"Authorization": "Bearer s3cret"})
+        assert taken.status_code == 200 and taken.json()["accepted"] == 1, taken.text
+        assert agent.logged(OPEN_WARNING) is None
     finally:
         agent.stop()
 
@@ -203,3 +236,25 @@ def test_unknown_config_key_stops_start_up(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(config)], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert "leader_election.lease_duraton: unknown key" in proc.stderr
+
+
+def test_run_without_a_config_outside_the_repository_uses_the_shipped_playbooks(
+    twin: tuple[Any, Path], tmp_path: Path
+) -> None:
+    _, kube = twin
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    agent = AgentProcess(None, cwd=elsewhere, overrides={
+        "ZONEMEDIC_KUBERNETES__KUBECONFIG": str(kube),
+        "ZONEMEDIC_DATA_DIR": str(tmp_path / "data"),
+        "ZONEMEDIC_HTTP__HOST": "127.0.0.1",
+        "ZONEMEDIC_HTTP__PORT": "0",
+        "ZONEMEDIC_LEADER_ELECTION__NAMESPACE": "default",
+    })
+    try:
+        agent.wait_url()
+        wait(lambda: [i for i in _incidents(agent) if i["verdict"] == "zone_split_blocked"],
+             timeout=30, what="the incident", interval=0.1)
+        assert not list(elsewhere.iterdir())  # nothing looked up or written relative to the cwd
+    finally:
+        agent.stop()

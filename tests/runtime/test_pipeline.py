@@ -23,7 +23,7 @@ from agent.model.lifecycle import MessageKind
 from agent.playbook.loader import load_playbooks
 from agent.runtime.leader import AlwaysLeader
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.pipeline import AgentPipeline
+from agent.runtime.pipeline import AgentPipeline, steady_reading
 from agent.runtime.root import Parts
 from agent.settings import PrometheusSettings, Settings
 from agent.sources.alertmanager import Alert, AlertStatus
@@ -221,6 +221,10 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
         detail = world.store.get_incident(incident.id)
         evidence = [e.detail["metrics"] for e in detail.events if "metrics" in e.detail]
         assert evidence and evidence[-1]["utilization_now"] == 30.0 and evidence[-1]["utilization_baseline"] == 90.0
+        # the idle GPU-hours estimated again from the evidence (the finding had no sample)
+        (again,) = [e.detail["waste"] for e in detail.events if "waste" in e.detail]
+        assert again["gpu_hours_basis"] == "4 GPU(s) x (90% baseline - 30% now) x 24 h"
+        assert again["gpu_hours_per_day"] == pytest.approx(4 * 0.6 * 24)
         drops = world.incidents(verdict=Verdict.GPU_UTILIZATION_DROP)
         assert len(drops) == 1 and drops[0].utilization_before == 30.0
     finally:
@@ -228,6 +232,38 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
 
 
 DEV_JOB = JobKey("PyTorchJob", "dev", "gpt-small")
+T = NOW.timestamp()
+
+
+@pytest.mark.parametrize(
+    ("samples", "steady"),
+    [
+        ([], True),  # a baseline alone: nothing to wait for
+        ([(T - 3, 0.0), (T - 2, 0.0), (T - 1, 38.0)], False),  # the GPUs starting
+        ([(T - 4, 0.0), (T - 3, 39.0), (T - 2, 41.0), (T - 1, 40.0)], True),
+        ([(T - 2, 40.0), (T - 1, 41.0)], False),  # too few to tell
+        ([(T - 590, 10.0), (T - 300, 60.0), (T - 1, 20.0)], True),  # never settles: watched long enough
+    ],
+)
+def test_evidence_waits_for_a_steady_reading(samples: list[tuple[float, float]], steady: bool) -> None:
+    metrics = JobMetrics(now=samples[-1][1] if samples else None, baseline=80.0,
+                         drop=DropVerdict(False, "no drop"), samples=tuple(samples))
+    assert steady_reading(metrics, now=T, window=timedelta(minutes=10)) is steady
+
+
+def test_evidence_on_a_degraded_split_estimates_idle_gpu_hours_without_a_baseline(world: World) -> None:
+    world.load("pods", dev_pods())
+    world.pipeline.handle_change(Change(namespaces=frozenset({"dev"})), 0.0)
+    (incident,) = world.incidents()
+    detail = world.store.get_incident(incident.id)
+    assert detail.diagnosis["waste"]["gpu_hours_basis"] == "not measured yet: no utilization sample of the job yet"
+    world.pipeline.report = MetricsReport(available=True, at=NOW, jobs={
+        DEV_JOB: JobMetrics(now=40.0, baseline=None, drop=DropVerdict(False, "no baseline"))})
+    world.pipeline._attach_evidence(DEV_JOB)
+    events = world.store.get_incident(incident.id).events
+    (again,) = [e.detail["waste"] for e in events if "waste" in e.detail]
+    assert again == {"gpu_hours_per_day": pytest.approx(4 * 0.6 * 24), "gpu_hours_basis":
+                     "4 GPU(s) x 60% idle now x 24 h; no pre-split baseline, so an upper bound"}
 
 
 def dev_pods() -> list[dict[str, Any]]:
@@ -394,3 +430,36 @@ def test_a_new_leader_records_what_changed_while_it_followed_before_diagnosing_e
     diagnosed.clear()
     world.pipeline.handle_change(Change(everything=True), 0.0)
     assert diagnosed == [4]
+
+
+def test_a_lying_zone_label_is_its_own_incident_with_its_playbook_and_resolves_relabelled(
+    world: World,
+) -> None:
+    lying = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-b"), *split_pods()[1:]]
+    world.pipeline.handle_change(world.load("pods", lying), 0.0)
+    (incident,) = world.incidents()
+    assert (incident.verdict, incident.status.value, incident.target_zone) == (
+        Verdict.ZONE_LABEL_MISMATCH, "awaiting_approval", "zone-a")
+    detail = world.store.get_incident(incident.id)
+    assert detail.diagnosis["mislabelled_pods"][0]["pod"] == "gpt-small-master-0"
+    posts = {m.payload["playbook"] for m in detail.messages if m.kind is MessageKind.POST}
+    assert posts == {"zone-label-mismatch"}
+    relabelled = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
+    world.pipeline.handle_change(world.load("pods", relabelled), 0.0)
+    (after,) = world.incidents()
+    assert after.status.value == "resolved"
+
+
+def test_an_unreadable_policy_marks_the_recorded_finding_uncertain_and_stops_nothing(
+    world: World,
+) -> None:
+    broken = {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+              "metadata": {"name": "newer", "namespace": "train"},
+              "spec": {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}], "futureField": 1}]}}
+    world.load("ciliumnetworkpolicies.v2.cilium.io", [POLICY, broken])
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    assert incident.verdict is Verdict.ZONE_SPLIT_BLOCKED  # the readable policy still decides
+    uncertain = world.store.get_incident(incident.id).diagnosis["uncertain"]
+    assert uncertain == [{"policy": "CiliumNetworkPolicy/train/newer",
+                          "field": "spec.ingress[0].futureField", "problem": "unknown field"}]
