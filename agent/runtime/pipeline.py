@@ -580,7 +580,12 @@ class AgentPipeline:
 
     def _remember_followed(self, change: Change) -> None:
         """A follower's batch: keep its jobs and namespaces, the latest `_FOLLOWED` of each (a new
-        leader records what changed last first: `_record_followed`)."""
+        leader records what changed last first: `_record_followed`). A cluster-wide change (the
+        start-up's, with everything the sync reported) leaves nothing to put first."""
+        if change.everything:
+            self._followed_jobs.clear()
+            self._followed_namespaces.clear()
+            return
         _keep_latest(self._followed_jobs, change.jobs)
         _keep_latest(self._followed_namespaces, change.namespaces)
 
