@@ -22,10 +22,14 @@ batch (a full diagnosis, recorded: the split first, then every open incident's r
 took. A is restarted as the standby between the two cases. `--quick`: 6,000 pods.
 Usage: `python bench/agent_standby.py [--quick] [PODS]`.
 
-What keeps the new term fast (measured in this benchmark, 150,000 pods): the standby's mirror is
-parsed while it follows (its term starts with no parse), the term-start batch reads the open
-incidents once instead of once per job, and records problems with no open incident first, so the
-split that appeared during the hand-over is recorded right after the diagnosis of every job.
+What keeps the new term fast: the standby's mirror is parsed while it follows (its term starts
+with no parse); the term-start change is due at once (no debounce window); the follower
+remembers the jobs of the last changes it saw, and the term-start batch diagnoses and records
+those first, before the diagnosis of every job; it reads the open incidents once instead of once
+per job and records problems with no open incident before the re-detections. Measured here
+(150,000 pods, load ~10 from other helpers' suites) before the remembered jobs: the split was
+recorded 7.9 s into the term after a crash and 2.7 s after a release, behind the diagnosis of
+all 2,000 jobs (term-start batch 17.9 s and 8.9 s).
 """
 
 from __future__ import annotations
