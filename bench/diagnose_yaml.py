@@ -171,7 +171,7 @@ def main() -> int:
         pods = sizes_[1] if quick else sizes_[0]
         with tempfile.TemporaryDirectory() as tmp:
             path = (keep or Path(tmp)) / f"{name}-{pods}.yaml"
-            if not path.exists():
+            if not path.exists() or path.stat().st_size == 0:  # a kept dump cut short: again
                 started = time.perf_counter()
                 count = write_dump(path, pods=pods, compact_pods=compact_pods)
                 print(f"generated {count} objects ({pods} pods), {path.stat().st_size / 1e6:.1f} MB "
