@@ -24,8 +24,13 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
 - A remediable split that opens an incident gets a plan preview (`agent.runtime.previews`: the
   patches, their diff and preconditions, or why the fix cannot be applied), recorded before the
   playbooks' messages are queued; a re-detection of an undecided incident with another placement
-  records a new one. A split finding also carries its estimated waste per day
-  (`agent.diagnosis.waste`: idle GPU-hours, cross-zone egress dollars) under `waste`.
+  records a new one. A split finding also carries its waste per day (`agent.diagnosis.waste`:
+  idle GPU-hours, cross-zone egress dollars) under `waste`: the egress measured where the egress
+  meter's last answer (one query per metrics refresh, `agent.sources.egress`) attributes cross-zone
+  flows to the job's pods (`agent.diagnosis.egress`), else estimated, labelled as such; the dollars
+  go to the incident's `estimated_cost` (per day) and to the split-job gauges. A refresh that moves
+  a split job's figure (or its basis) diagnoses and records that job again, with an `evidence`
+  event in its timeline, so its chat message is re-rendered.
 - Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
   for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents.
 - The database refusing writes: the work raises `UnavailableError` instead of dropping anything.
@@ -53,12 +58,14 @@ from enum import StrEnum
 from typing import Any
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
-from agent.diagnosis.waste import estimate_waste
+from agent.diagnosis.egress import EgressIndex, job_ends
+from agent.diagnosis.waste import EgressBasis, estimate_waste, measured_egress_per_day
 from agent.errors import UnavailableError
 from agent.model.cluster import ClusterState, JobKind
+from agent.model.egress import MeasuredEgress
 from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
-from agent.model.job import JobRef
+from agent.model.job import Job, JobRef
 from agent.model.lifecycle import (
     EventKind,
     IncidentStatus,
@@ -84,6 +91,7 @@ from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
 from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore
 from agent.store.resilience import deadline
+from agent.topology.facts import ClusterFacts
 from agent.topology.jobs import find_jobs
 
 log = logging.getLogger(__name__)
@@ -92,6 +100,10 @@ ACTOR = "zonemedic"
 TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
+# a split job's egress figure is recorded again when the measurement moves this much (or its
+# basis changes): the finding, its chat message and the dashboard follow the measurement
+EGRESS_MOVE_SHARE = 0.2
+EGRESS_MOVE_USD = 0.01
 
 
 class StoreWork(StrEnum):
@@ -168,6 +180,10 @@ class AgentPipeline:
         self.mirror = ModelMirror(parts.cache)
         self.mirror_keys: tuple[str, ...] = ()  # of the last diagnosis
         self._state: ClusterState | None = None  # of the last diagnosis
+        self._facts: ClusterFacts | None = None  # of the last diagnosis
+        self._jobs_in: dict[str, dict[JobRef, Job]] = {}  # of `_state`, by namespace, as asked
+        self.egress: EgressIndex | None = None  # the last answer of the egress meter
+        self._egress_shown: dict[JobKey, tuple[EgressBasis, float | None]] = {}  # as recorded
         self.previews = (
             PlanPreviews(parts.api, store, now=now)
             if store is not None and parts.settings.remediation.preview
@@ -336,6 +352,7 @@ class AgentPipeline:
         if source is None:
             return
         report = source.fetch(self.now())
+        self._refresh_egress()
         with self._lock:
             self.report = report
             if not report.available:
@@ -429,7 +446,8 @@ class AgentPipeline:
         result = diagnose_cluster(
             state, policies, settings=self.settings.diagnosis, only=scope, facts=facts
         )
-        self.mirror_keys, self._state = result.mirror_keys, state
+        self.mirror_keys, self._state, self._facts = result.mirror_keys, state, facts
+        self._jobs_in = {}
         self.diagnoses += 1
         self.diagnosed_last = len(result.findings)
         return result.findings
@@ -446,6 +464,8 @@ class AgentPipeline:
         self.parts.metrics.findings.labels(verdict=str(finding.verdict)).inc()
         if finding.verdict is Verdict.PENDING:
             return None
+        if finding.verdict not in SPLIT_VERDICTS:
+            self._forget_egress(key)
         if finding.verdict is Verdict.HEALTHY:
             self.resolve(key, set(TOPOLOGY_CLASSES), reason="re-diagnosis found the job healthy")
             return None
@@ -460,6 +480,9 @@ class AgentPipeline:
         outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus)
         if outcome is None:
             return None
+        if "waste" in document:
+            self._show_egress(key, document["waste"], incident=outcome.incident.id,
+                              new=outcome.new)  # fmt: skip
         preview: Preview | None = None
         if self.previews is not None:
             if outcome.new:
@@ -495,12 +518,120 @@ class AgentPipeline:
     def _waste(self, finding: Finding, metrics: dict[str, Any]) -> dict[str, Any]:
         now, baseline = metrics.get("utilization_now"), metrics.get("utilization_baseline")
         settings = self.settings.diagnosis
+        measured, unmeasured = self._measured(finding.job)
         return estimate_waste(
             verdict=finding.verdict, impact=finding.impact,
             utilization_now=float(now) if isinstance(now, int | float) else None,
             utilization_baseline=float(baseline) if isinstance(baseline, int | float) else None,
             steps_per_day=settings.steps_per_day, price_per_gb=settings.price_per_gb,
+            measured=measured, unmeasured=unmeasured,
         ).to_dict()  # fmt: skip
+
+    # -- egress ----------------------------------------------------------------------------------
+
+    def _job(self, ref: JobRef) -> Job | None:
+        """The job of the last diagnosis (its namespace's jobs found once per diagnosis)."""
+        if self._state is None:
+            return None
+        found = self._jobs_in.get(ref.namespace)
+        if found is None:
+            pods_in = self._facts.pods_in if self._facts is not None else None
+            found = {j.ref: j for j in find_jobs(self._state, self.settings.diagnosis.groups,
+                                                 namespaces={ref.namespace}, pods_in=pods_in)}
+            self._jobs_in[ref.namespace] = found
+        return found.get(ref)
+
+    def _measured(self, ref: JobRef) -> tuple[MeasuredEgress | None, str | None]:
+        """The job's measured cross-zone bytes, or why there is no measurement."""
+        if self.parts.prometheus is None:
+            return None, "metrics not configured (prometheus.url is null)"
+        if self.parts.egress is None:
+            return None, "egress.source is none"
+        if self.egress is None:
+            return None, "not measured yet (the first egress query is pending)"
+        report = self.egress.report
+        if not report.available:
+            return None, report.error or UNAVAILABLE
+        if not report.measured:
+            if self.parts.egress.settings.query is not None:
+                return None, "egress.query answered no series"
+            return None, ("no cross-zone byte counter in Prometheus (Beyla's or OBI's "
+                          "*_network_inter_zone_bytes_total, or *_network_flow_bytes_total "
+                          "with src_zone)")  # fmt: skip
+        job = self._job(ref)
+        if job is None:
+            return None, "the job's pods are not known"
+        return self.egress.job(job_ends(ref.namespace, job.pods)), None
+
+    def _refresh_egress(self) -> None:
+        """The egress meter's one query for all jobs; the split jobs whose figure it moves (or
+        whose basis it changes) are diagnosed and recorded again, so findings follow it."""
+        meter = self.parts.egress
+        if meter is None:
+            return
+        report = meter.fetch(self.now())
+        if report is None:
+            return
+        with self._lock:
+            self.egress = EgressIndex(report)
+            moved = {key for key, shown in sorted(self._egress_shown.items())
+                     if self._egress_moved(key, shown)}  # fmt: skip
+            refs = frozenset(ref for ref in map(_job_ref, moved) if ref is not None)
+            if not refs:
+                return
+            for finding in self.diagnose(JobScope(jobs=refs)):
+                if job_key(finding) in moved:
+                    self.record(finding, first_seen=None)
+
+    def _egress_moved(self, key: JobKey, shown: tuple[EgressBasis, float | None]) -> bool:
+        ref = _job_ref(key)
+        if ref is None:
+            return False
+        measured, _ = self._measured(ref)
+        if measured is None:
+            return shown[0] is EgressBasis.MEASURED
+        now = measured_usd(measured, price_per_gb=self.settings.diagnosis.price_per_gb)
+        return egress_moved(shown, (EgressBasis.MEASURED, now))
+
+    def _show_egress(self, key: JobKey, waste: dict[str, Any], *, incident: int, new: bool) -> None:
+        """Remember what the finding says about egress, set the job's gauges, and add a timeline
+        event when a recorded figure moved (a re-render of its chat message follows)."""
+        source = EgressBasis(str(waste.get("egress_source") or EgressBasis.UNKNOWN.value))
+        usd = waste.get("egress_usd_per_day")
+        usd = float(usd) if isinstance(usd, int | float) else None
+        before = self._egress_shown.get(key)
+        self._egress_shown[key] = (source, usd)
+        self._egress_gauges(key, source, usd, waste.get("cross_zone_gb_per_day"), before)
+        if before is not None and not new and egress_moved(before, (source, usd)):
+            assert self.store is not None
+            self.store.add_event(incident, EventKind.EVIDENCE, now=self.now(), actor=ACTOR,
+                                 detail={"egress": {
+                                     "source": source.value, "usd_per_day": usd,
+                                     "gb_per_day": waste.get("cross_zone_gb_per_day"),
+                                     "basis": waste.get("egress_basis"),
+                                 }})  # fmt: skip
+
+    def _egress_gauges(
+        self, key: JobKey, source: EgressBasis, usd: float | None, gb: Any,
+        before: tuple[EgressBasis, float | None] | None,
+    ) -> None:  # fmt: skip
+        labels = {"namespace": key.namespace, "kind": key.kind, "job": key.name}
+        metrics = self.parts.metrics
+        if before is not None and (before[0] is not source or usd is None):
+            for gauge in (metrics.job_cross_zone_bytes, metrics.job_egress_cost):
+                gauge.remove(key.namespace, key.kind, key.name, before[0].value)
+        if usd is None or source is EgressBasis.UNKNOWN:
+            return
+        metrics.job_egress_cost.labels(**labels, source=source.value).set(usd)
+        per_second = float(gb) * 1e9 / 86_400 if isinstance(gb, int | float) else 0.0
+        metrics.job_cross_zone_bytes.labels(**labels, source=source.value).set(per_second)
+
+    def _forget_egress(self, key: JobKey) -> None:
+        before = self._egress_shown.pop(key, None)
+        if before is not None:
+            for gauge in (self.parts.metrics.job_cross_zone_bytes,
+                          self.parts.metrics.job_egress_cost):  # fmt: skip
+                gauge.remove(key.namespace, key.kind, key.name, before[0].value)
 
     def _preview(self, finding: Finding) -> Preview | None:
         """The plan preview of a finding (None when there is nothing to preview)."""
@@ -524,12 +655,14 @@ class AgentPipeline:
         if self.store is None:
             return None
         metrics = document.get("metrics") or {}
+        egress = (document.get("waste") or {}).get("egress_usd_per_day")
         record = FindingRecord.from_finding(
             document,
             cluster=self.cluster,
             detected_at=detected_at,
             utilization_now=metrics.get("utilization_now"),
             utilization_baseline=metrics.get("utilization_baseline"),
+            estimated_cost=float(egress) if isinstance(egress, int | float) else None,
             gpus=gpus,
         )
         outcome = self.store.record_finding(record)
@@ -585,6 +718,7 @@ class AgentPipeline:
         return closed
 
     def close_job(self, key: JobKey, *, reason: str) -> int:
+        self._forget_egress(key)
         return self.resolve(
             key,
             {*TOPOLOGY_CLASSES, VerdictClass.GPU_UTILIZATION_DROP},
@@ -651,6 +785,29 @@ class AgentPipeline:
     def post_digest(self, playbook: Playbook, summary: dict[str, Any]) -> int:
         """Queue the playbook's digest actions (see `PlaybookActions.post_digest`); how many."""
         return self.actions.post_digest(playbook, summary)
+
+
+def _job_ref(key: JobKey) -> JobRef | None:
+    try:
+        return JobRef(JobKind(key.kind), key.namespace, key.name)
+    except ValueError:
+        return None
+
+
+def measured_usd(measured: MeasuredEgress, *, price_per_gb: float) -> float:
+    return measured_egress_per_day(measured, price_per_gb=price_per_gb)[0]
+
+
+def egress_moved(
+    before: tuple[EgressBasis, float | None], after: tuple[EgressBasis, float | None]
+) -> bool:
+    """A split job's egress figure changed enough to record again: another basis, a figure
+    appearing or vanishing, or a move beyond `EGRESS_MOVE_SHARE` of it (and `EGRESS_MOVE_USD`)."""
+    if before[0] is not after[0] or (before[1] is None) != (after[1] is None):
+        return True
+    if before[1] is None or after[1] is None:
+        return False
+    return abs(after[1] - before[1]) > max(EGRESS_MOVE_USD, EGRESS_MOVE_SHARE * abs(before[1]))
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:

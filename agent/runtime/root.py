@@ -4,7 +4,8 @@ Called by `agent.runtime.app.Agent` (the long-running agent of `zonemedic run` a
 `demo`) and by `zonemedic sweep --once`. `Root` builds, once: the metrics registry, the Kubernetes
 API client (from the kubeconfig or the in-cluster service account, or a client handed in), the slim
 cluster cache and the list+watch source that fills it, the Prometheus source (only when
-`prometheus.url` is set) and, on request, the leader elector (a `coordination.k8s.io/v1` Lease when
+`prometheus.url` is set) with its egress meter (unless `egress.source` is none) and, on request,
+the leader elector (a `coordination.k8s.io/v1` Lease when
 `leader_election.enabled`, else always the leader). `parts()` hands them to a pipeline as `Parts`,
 what a pipeline may use; a pipeline factory registers its leader-gated background jobs there.
 
@@ -25,8 +26,9 @@ from agent.errors import ConfigError, UnavailableError
 from agent.playbook.model import Playbook
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
 from agent.runtime.metrics import AgentMetrics
-from agent.settings import Settings
+from agent.settings import EgressSource, Settings
 from agent.sources.cache import Change, ClusterCache
+from agent.sources.egress import EgressMeter
 from agent.sources.kube import KubeSource
 from agent.sources.kubeapi import KubeApi, build_api_client
 from agent.sources.prometheus import PrometheusSource
@@ -54,6 +56,7 @@ class Parts:
     api: KubeApi
     prometheus: PrometheusSource | None
     is_leader: Callable[[], bool]
+    egress: EgressMeter | None = None
     extra_routes: list[BaseRoute] = field(default_factory=list)
     background_jobs: list[BackgroundJob] = field(default_factory=list)
 
@@ -102,6 +105,11 @@ class Root:
             if settings.prometheus.url
             else None
         )
+        self.egress = (
+            EgressMeter(self.prometheus, settings.egress)
+            if self.prometheus is not None and settings.egress.source is not EgressSource.NONE
+            else None
+        )
 
     def elector(
         self,
@@ -134,6 +142,7 @@ class Root:
             api=self.api,
             prometheus=self.prometheus,
             is_leader=is_leader,
+            egress=self.egress,
         )
 
     def list_once(self, *, timeout: float) -> None:
