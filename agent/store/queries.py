@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, func, select, text
 
 from agent.model.incident import (
+    EgressTotals,
     IncidentDetail,
     IncidentListing,
     IncidentQuery,
@@ -30,6 +31,7 @@ from agent.model.lifecycle import (
     OPEN_STATUSES,
     IncidentStatus,
     ResumeAction,
+    egress_saved,
     gpu_hours_recovered,
     resume_action,
 )
@@ -134,7 +136,10 @@ def stats(conn: Connection, *, since: datetime, now: datetime) -> IncidentStats:
     Counts and durations come from one aggregate query grouped by verdict and status (served by the
     opened_at index). Time to detect: onset -> opened; to decide: opened -> first decision; to
     resolve: opened -> closed, for resolved incidents. GPU-hours: the figures of the resolved
-    incidents, summed with the model's `gpu_hours_recovered` (its one definition).
+    incidents, summed with the model's `gpu_hours_recovered` (its one definition). Egress: the
+    incidents with an egress figure (`estimated_cost`, dollars per day), apart by the basis their
+    diagnosis records (`waste.egress_source`; none recorded: estimated): per day for the open
+    ones, and the model's `egress_saved` for the resolved ones.
     """
     seconds = _seconds_between_sql(conn.dialect.name)
     window = (_dt("since", since), _dt("until", now))
@@ -167,6 +172,7 @@ def stats(conn: Connection, *, since: datetime, now: datetime) -> IncidentStats:
         mean_time_to_detect=means["ttd"], mean_time_to_decide=means["dec"],
         mean_time_to_resolve=means["ttr"],
         gpu_hours_recovered=_gpu_hours(conn, since=since, now=now),
+        **_egress(conn, since=since, now=now),
     )
 
 
@@ -182,6 +188,52 @@ def _gpu_hours(conn: Connection, *, since: datetime, now: datetime) -> float:
                              utilization_after=r.utilization_after, resolved_at=r.closed_at,
                              until=now) for r in rows),
         0.0,
+    )
+
+
+def _egress(conn: Connection, *, since: datetime, now: datetime) -> dict[str, EgressTotals]:
+    rows = conn.execute(
+        select(IncidentRow.id, IncidentRow.status, IncidentRow.closed_at,
+               IncidentRow.estimated_cost, IncidentRow.diagnosis)
+        .where(IncidentRow.opened_at >= since, IncidentRow.opened_at <= now,
+               IncidentRow.estimated_cost.is_not(None),
+               IncidentRow.status.in_([*(s.value for s in OPEN_STATUSES),
+                                       IncidentStatus.RESOLVED.value]))
+    )
+    sums: dict[str, dict[str, float]] = {"open": {}, "saved": {}}
+    for r in rows:
+        try:
+            waste = document(r.diagnosis, "diagnosis").get("waste")
+        except UnreadableError:
+            continue  # the listing names it
+        waste = waste if isinstance(waste, dict) else {}
+        basis = "measured" if waste.get("egress_source") == "measured" else "estimated"
+        gb = waste.get("cross_zone_gb_per_day")
+        gb = float(gb) if isinstance(gb, int | float) and not isinstance(gb, bool) else None
+        usd = float(r.estimated_cost)
+        if r.status == IncidentStatus.RESOLVED.value:
+            target = sums["saved"]
+            usd = egress_saved(usd, resolved_at=r.closed_at, until=now)
+            gb = egress_saved(gb, resolved_at=r.closed_at, until=now)
+        else:
+            target = sums["open"]
+        target[f"{basis}_usd"] = target.get(f"{basis}_usd", 0.0) + usd
+        target[f"{basis}_gb"] = target.get(f"{basis}_gb", 0.0) + (gb or 0.0)
+        target[f"{basis}_incidents"] = target.get(f"{basis}_incidents", 0) + 1
+    return {
+        "egress_per_day_open": _totals(sums["open"]),
+        "egress_saved": _totals(sums["saved"]),
+    }
+
+
+def _totals(sums: dict[str, float]) -> EgressTotals:
+    return EgressTotals(
+        measured_usd=round(sums.get("measured_usd", 0.0), 4),
+        measured_gb=round(sums.get("measured_gb", 0.0), 3),
+        measured_incidents=int(sums.get("measured_incidents", 0)),
+        estimated_usd=round(sums.get("estimated_usd", 0.0), 4),
+        estimated_gb=round(sums.get("estimated_gb", 0.0), 3),
+        estimated_incidents=int(sums.get("estimated_incidents", 0)),
     )
 
 
