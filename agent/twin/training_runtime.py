@@ -13,8 +13,11 @@ workers, e.g. a batch Job's pods) run the same way: every worker dials the coord
 group's port and its neighbour in the workers' all-reduce ring; the workers are the GPU ranks and
 train only while the coordinator runs and every flow passes. A blocked group worker waits on the
 coordinator (a rendezvous that keeps retrying, each try a policy drop) instead of exiting, so it
-trains as soon as the coordinator is reachable. It accounts transmitted bytes per
-pod over model time. The exporter reads utilization, bytes and drops from here. It reacts to
+trains as soon as the coordinator is reachable. It accounts transmitted bytes per pod and per
+pair of pods over model time: while a job trains, each participant sends its all-reduce bytes
+(`bytes_sent_per_step` per step) to the next participant of the ring (participants in name order),
+so pair (a, b) carries that rate when b follows a. The exporter reads utilization, bytes (per pod
+and per pair) and drops from here. It reacts to
 events and its own timers only (no polling) and does not write objects itself.
 """
 
@@ -60,6 +63,7 @@ COMPUTE_ANNOTATION = "twin.zonemedic.io/compute-seconds"
 STEPS_ANNOTATION = "twin.zonemedic.io/steps"  # the job succeeds after this many training steps
 GRADIENT_ANNOTATION = "twin.zonemedic.io/gradient-bytes"
 PodKey = tuple[str, str]
+PairKey = tuple[str, str, str]  # namespace, sending pod, receiving pod
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,12 @@ class TrainingRuntime(Controller):
         self._jobs: dict[PodKey, JobState] = {}
         self._pod_job: dict[PodKey, PodKey] = {}
         self._traffic: dict[PodKey, _Traffic] = {}
+        self._pairs: dict[PairKey, _Traffic] = {}
+        self._pairs_of_pod: dict[PodKey, set[PairKey]] = {}
+        self._pair_zones: dict[PairKey, tuple[str, str]] = {}
+        # bytes of pairs whose pod is gone, by (from zone, to zone): the zone totals never drop
+        self._retired_zone_bytes: dict[tuple[str, str], float] = {}
+        self._job_pairs: dict[PodKey, set[PairKey]] = {}
         self._attempts: dict[PodKey, _Attempts] = {}
         self._drops: dict[DropKey, int] = {}
         self._progress: dict[PodKey, _Progress] = {}
@@ -234,6 +244,28 @@ class TrainingRuntime(Controller):
         with self._lock:
             return {k: t.total + t.rate * (now - t.since) for k, t in self._traffic.items()}
 
+    def pair_bytes(self) -> dict[PairKey, tuple[float, str, str]]:
+        """Bytes each live pod has sent each ring neighbour (model time), and the two pods'
+        zones, by (namespace, from, to)."""
+        now = self._clock.now()
+        with self._lock:
+            return {
+                k: (t.total + t.rate * (now - t.since), *self._pair_zones.get(k, ("", "")))
+                for k, t in self._pairs.items()
+            }
+
+    def zone_bytes(self) -> dict[tuple[str, str], float]:
+        """Bytes sent from each zone to each other zone so far (model time), gone pods'
+        included: never decreasing, as an exporter's counter is."""
+        now = self._clock.now()
+        with self._lock:
+            totals = dict(self._retired_zone_bytes)
+            for key, t in self._pairs.items():
+                zones = self._pair_zones.get(key)
+                if zones is not None:
+                    totals[zones] = totals.get(zones, 0.0) + t.total + t.rate * (now - t.since)
+        return {z: b for z, b in totals.items() if z[0] and z[1] and z[0] != z[1]}
+
     def steps(self, namespace: str, job: str) -> float:
         """Training steps the job has completed (model time)."""
         now = self._clock.now()
@@ -257,6 +289,16 @@ class TrainingRuntime(Controller):
                 self._traffic.pop(key, None)
                 self._attempts.pop(key, None)
                 self._pod_job.pop(key, None)
+                for pair in self._pairs_of_pod.pop(key, set()):
+                    gone = self._pairs.pop(pair, None)
+                    zones = self._pair_zones.pop(pair, None)
+                    if gone is not None and zones is not None:
+                        sent = gone.total + gone.rate * (self._clock.now() - gone.since)
+                        self._retired_zone_bytes[zones] = (
+                            self._retired_zone_bytes.get(zones, 0.0) + sent
+                        )
+                    for end in pair[1:]:
+                        self._pairs_of_pod.get((pair[0], end), set()).discard(pair)
         if job:
             self._queue.add(("job", key[0], str(job)))
             return
@@ -444,17 +486,33 @@ class TrainingRuntime(Controller):
                 bytes_sent_per_step(len(state.participants), params.gradient_bytes)
                 / state.timing.step
             )
+        ring = sorted(state.participants)
+        zones = {_name(p): self._dataplane.zone_of(p) for p in pods if _name(p) in ring}
+        sending = {
+            (namespace, a, b): rate
+            for a, b in zip(ring, ring[1:] + ring[:1], strict=True)
+            if a != b and rate > 0
+        }
         with self._lock:
             self._jobs[(namespace, job_name)] = state
             for pod in pods:
                 key = (namespace, _name(pod))
                 self._pod_job[key] = (namespace, job_name)
                 traffic = self._traffic.setdefault(key, _Traffic(since=now))
-                new_rate = rate if key[1] in state.participants else 0.0
-                if new_rate != traffic.rate:
-                    traffic.total += traffic.rate * (now - traffic.since)
-                    traffic.since = now
-                    traffic.rate = new_rate
+                _set_rate(traffic, rate if key[1] in state.participants else 0.0, now)
+            known = self._job_pairs.setdefault((namespace, job_name), set())
+            for pair in known | set(sending):
+                found = self._pairs.get(pair)
+                if found is None:
+                    if pair not in sending:
+                        continue  # one of its pods is gone, and its counter with it
+                    found = self._pairs[pair] = _Traffic(since=now)
+                    self._pair_zones[pair] = (zones.get(pair[1], ""), zones.get(pair[2], ""))
+                    for end in pair[1:]:
+                        self._pairs_of_pod.setdefault((namespace, end), set()).add(pair)
+                _set_rate(found, sending.get(pair, 0.0), now)
+            known.intersection_update(self._pairs)
+            known.update(sending)
 
     def _track_progress(
         self, namespace: str, job_name: str, state: JobState, target: float | None, job_uid: str
@@ -565,6 +623,14 @@ class TrainingRuntime(Controller):
             )  # fmt: skip
             return None
         return self._params.connect_retry_seconds
+
+
+def _set_rate(traffic: _Traffic, rate: float, now: float) -> None:
+    """Change a counter's rate at `now`, keeping what it counted so far."""
+    if rate != traffic.rate:
+        traffic.total += traffic.rate * (now - traffic.since)
+        traffic.since = now
+        traffic.rate = rate
 
 
 def _is_launcher(pod: Mapping[str, Any]) -> bool:
