@@ -18,7 +18,14 @@ from typing import Any
 from agent.errors import PolicyError
 from agent.model.network import DenyReason, Endpoint, PortRange, Protocol
 from agent.policy import Policy, PolicySet, parse_policy
-from agent.twin.dataplane import ALLOWED, DropReason, FlowCheck, FlowResult, PodEndpoint
+from agent.twin.dataplane import (
+    ALLOWED,
+    DropHop,
+    DropReason,
+    FlowCheck,
+    FlowResult,
+    PodEndpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +73,7 @@ def compile_policies(
             if verdict.reason is DenyReason.DENY_RULE
             else DropReason.POLICY_DENIED
         )
-        return FlowResult(False, reason, verdict.policies)
+        hop = DropHop(verdict.hop.value) if verdict.hop is not None else DropHop.INGRESS
+        return FlowResult(False, reason, verdict.policies, hop)
 
     return check

@@ -6,7 +6,8 @@ coordinator, the all-reduce ring, an MPI launcher to its workers), asks the `Dat
 each may pass, and sets the job's phase: TRAINING (all pods running, every flow allowed; step time
 and GPU utilization from `training`), BLOCKED (a flow is denied) or WAITING. A pod that dials a
 denied peer retries `connect_attempts` times, each a Hubble policy drop, then exits with Error via
-the kubelet (which restarts it with back-off, CrashLoopBackOff).
+the kubelet (which restarts it with back-off, CrashLoopBackOff); each denied attempt goes to the
+drop event emitter (Cilium's `PacketDrop` Events), when one is given.
 
 Generic groups declared by the scenario (groups.py: a coordinator, e.g. a Deployment's pod, and
 workers, e.g. a batch Job's pods) run the same way: every worker dials the coordinator on the
@@ -33,6 +34,7 @@ from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
 from agent.twin.dataplane import Dataplane, DropReason
+from agent.twin.dropevents import DropEventEmitter
 from agent.twin.groups import GroupRole, TrainingGroup
 from agent.twin.kubelet import Kubelet
 from agent.twin.operator_kinds import (
@@ -196,8 +198,10 @@ class TrainingRuntime(Controller):
         kubelet: Kubelet,
         params: TrainingParams,
         groups: Sequence[TrainingGroup] = (),
+        drop_events: DropEventEmitter | None = None,
     ) -> None:
         super().__init__(store, name="training-runtime", clock=clock)
+        self._drop_events = drop_events
         self._groups = {(g.namespace, g.name): g for g in groups}
         self._clock = clock
         self._dataplane = dataplane
@@ -612,9 +616,12 @@ class TrainingRuntime(Controller):
             attempts.done += 1
             done = attempts.done
             first = attempts.flows[0][0]
+            flows = [flow for flow, _ in attempts.flows]
             exits = attempts.exits
             if exits and done >= self._params.connect_attempts:
                 attempts.active = False
+        if self._drop_events is not None:
+            self._emit_drops(namespace, pod, flows)
         if exits and done >= self._params.connect_attempts:
             self._kubelet.crash(
                 namespace, name,
@@ -623,6 +630,18 @@ class TrainingRuntime(Controller):
             )  # fmt: skip
             return None
         return self._params.connect_retry_seconds
+
+
+    def _emit_drops(self, namespace: str, pod: Mapping[str, Any], flows: Sequence[Flow]) -> None:
+        """Cilium's drop events of one denied attempt (the dataplane says at which hop)."""
+        assert self._drop_events is not None
+        for flow in flows:
+            try:
+                peer = self._store.get(PODS, flow.peer, namespace=namespace)
+            except ApiError:
+                continue
+            result = self._dataplane.check(pod, peer, flow.port)
+            self._drop_events.emit(pod, peer, port=flow.port, result=result)
 
 
 def _set_rate(traffic: _Traffic, rate: float, now: float) -> None:
