@@ -14,6 +14,8 @@ Rules:
 - Each row is a rate measured by one exporter from one counter; a job's figure is the sum of the
   rows of one (exporter, counter) pair, the first with any row in `PREFERENCE` (Beyla before OBI,
   the inter-zone counter before the flow counter), so two counters of the same bytes never add up.
+- No row of the job: nothing measured (the estimate applies, labelled as such): its traffic is not
+  seen yet, or there is none (a blocked split sends nothing; the estimate says $0 then).
 What it does not do: query Prometheus, or price the bytes (`agent.diagnosis.waste`).
 """
 
@@ -90,8 +92,8 @@ class EgressIndex:
                 self._by_owner[(flow.src.namespace, flow.src.owner)].append(flow)
 
     def job(self, ends: JobEnds) -> MeasuredEgress | None:
-        """The job's measured cross-zone bytes per second, or None when no exporter answered.
-        An exporter that answered with no row of the job measures 0 (by the first exporter)."""
+        """The job's measured cross-zone bytes per second, or None when no exporter answered or
+        no row is the job's (its traffic not seen yet, or none: a blocked split sends nothing)."""
         if not self.report.measured:
             return None
         rows: list[ZoneFlow] = []
@@ -112,5 +114,4 @@ class EgressIndex:
                 total, count = sums[key]
                 return MeasuredEgress(bytes_per_second=total, exporter=key[0], window=window,
                                       flows=count)  # fmt: skip
-        exporter = next(e for e, _ in PREFERENCE if e in self.report.exporters)
-        return MeasuredEgress(bytes_per_second=0.0, exporter=exporter, window=window, flows=0)
+        return None

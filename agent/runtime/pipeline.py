@@ -28,11 +28,16 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   idle GPU-hours, cross-zone egress dollars) under `waste`: the egress measured where the egress
   meter's last answer (one query per metrics refresh, `agent.sources.egress`) attributes cross-zone
   flows to the job's pods (`agent.diagnosis.egress`), else estimated, labelled as such; the dollars
-  go to the incident's `estimated_cost` (per day) and to the split-job gauges. A refresh that moves
-  a split job's figure (or its basis) diagnoses and records that job again, with an `evidence`
-  event in its timeline, so its chat message is re-rendered.
+  go to the incident's `estimated_cost` (per day) and to the split-job gauges. A refresh that starts
+  (or stops) measuring a split job diagnoses and records it again at once; a recorded figure that
+  moved (another basis, or beyond `EGRESS_MOVE_SHARE`) adds a `redetected` event of its own to the
+  timeline (`detail.egress`), so its chat message is re-rendered.
 - Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
   for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents.
+- Cilium's PacketDrop Events (`handle_packet_drops`): the pod an Event names is mapped to its job
+  (the cache's Kubeflow job, else the generic group of the last diagnosis); the message goes once
+  into the timeline of the job's open topology incidents (`evidence`, actor `cilium`), kept
+  (bounded) until one is open; the jobs are returned to be re-diagnosed at once.
 - The database refusing writes: the work raises `UnavailableError` instead of dropping anything.
   The detector retries the batch (recording again is safe: findings dedupe by fingerprint; a
   batch that failed half-way re-detects what it had recorded); the webhook answers 503, its
@@ -59,7 +64,7 @@ from typing import Any
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.diagnosis.egress import EgressIndex, job_ends
-from agent.diagnosis.waste import EgressBasis, estimate_waste, measured_egress_per_day
+from agent.diagnosis.waste import EgressBasis, estimate_waste
 from agent.errors import UnavailableError
 from agent.model.cluster import ClusterState, JobKind
 from agent.model.egress import MeasuredEgress
@@ -87,6 +92,7 @@ from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
+from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
 from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore
@@ -104,6 +110,10 @@ _MAX_FAILED_WORK = 10_000
 # basis changes): the finding, its chat message and the dashboard follow the measurement
 EGRESS_MOVE_SHARE = 0.2
 EGRESS_MOVE_USD = 0.01
+DROP_ACTOR = "cilium"  # the timeline actor of Cilium's PacketDrop messages
+MAX_PENDING_DROP_JOBS = 10_000  # jobs whose drop messages wait for an open incident
+MAX_PENDING_DROPS = 50  # messages one job keeps waiting
+MAX_WRITTEN_DROPS = 50_000  # (job, pod, message) written lately, not asked of the store again
 
 
 class StoreWork(StrEnum):
@@ -184,6 +194,9 @@ class AgentPipeline:
         self._jobs_in: dict[str, dict[JobRef, Job]] = {}  # of `_state`, by namespace, as asked
         self.egress: EgressIndex | None = None  # the last answer of the egress meter
         self._egress_shown: dict[JobKey, tuple[EgressBasis, float | None]] = {}  # as recorded
+        # Cilium's drop messages waiting for their job's open incident, and those written lately
+        self._pending_drops: dict[JobKey, dict[tuple[str, str], PacketDrop]] = {}
+        self._written_drops: dict[tuple[JobKey, str, str], None] = {}
         self.previews = (
             PlanPreviews(parts.api, store, now=now)
             if store is not None and parts.settings.remediation.preview
@@ -483,6 +496,8 @@ class AgentPipeline:
         if "waste" in document:
             self._show_egress(key, document["waste"], incident=outcome.incident.id,
                               new=outcome.new)  # fmt: skip
+        if key in self._pending_drops:
+            self._flush_drops([key])
         preview: Preview | None = None
         if self.previews is not None:
             if outcome.new:
@@ -527,19 +542,98 @@ class AgentPipeline:
             measured=measured, unmeasured=unmeasured,
         ).to_dict()  # fmt: skip
 
+    # -- Cilium's PacketDrop events -------------------------------------------------------------
+
+    def handle_packet_drops(self, drops: list[PacketDrop]) -> Change:
+        """Cilium's drop messages: each goes, once, into the timeline (an `evidence` event of
+        actor `cilium`) of the open topology incidents of the job whose pod it names (kept until
+        one is open, when the job has none yet; only the leader writes, a follower keeps them for
+        when it leads); returns the jobs to re-diagnose (a pod of no job: its namespace, where
+        generic groups live). A database refusing the writes keeps the messages for later."""
+        jobs: set[JobKey] = set()
+        namespaces: set[str] = set()
+        reasons: list[str] = []
+        counter = self.parts.metrics.packet_drops
+        with self._lock:
+            for drop in drops:
+                key = self._job_of_pod(drop.namespace, drop.pod)
+                if len(reasons) < 5:
+                    reasons.append(f"PacketDrop on {drop.where}")
+                if key is None:
+                    namespaces.add(drop.namespace)
+                    counter.labels(outcome="namespace").inc()
+                    continue
+                jobs.add(key)
+                counter.labels(outcome="job").inc()
+                if (key, drop.where, drop.message) not in self._written_drops:
+                    self._keep_drop(key, drop)
+            if self.parts.is_leader() and self.store is not None:
+                try:
+                    self._flush_drops(sorted(jobs & set(self._pending_drops)))
+                except UnavailableError as exc:
+                    log.warning("drop messages kept for later: %s", exc)
+        return Change(jobs=frozenset(jobs), namespaces=frozenset(namespaces),
+                      reasons=tuple(reasons))  # fmt: skip
+
+    def _job_of_pod(self, namespace: str, pod: str) -> JobKey | None:
+        """The job of a pod: the cache's Kubeflow job, else the generic group of the last
+        diagnosis that holds it."""
+        found = self.parts.cache.job_of_pod(namespace, pod)
+        if found is not None:
+            return found
+        for ref, job in self._jobs_of(namespace).items():
+            if ref.kind is JobKind.GROUP and any(p.name == pod for p in job.pods):
+                return JobKey(str(ref.kind), ref.namespace, ref.name)
+        return None
+
+    def _keep_drop(self, key: JobKey, drop: PacketDrop) -> None:
+        pending = self._pending_drops.get(key)
+        if pending is None:
+            if len(self._pending_drops) >= MAX_PENDING_DROP_JOBS:
+                del self._pending_drops[next(iter(self._pending_drops))]  # the oldest job's
+            pending = self._pending_drops[key] = {}
+        if len(pending) >= MAX_PENDING_DROPS:
+            del pending[next(iter(pending))]
+        pending[(drop.where, drop.message)] = drop
+
+    def _flush_drops(self, keys: Iterable[JobKey]) -> None:
+        """Write the kept drop messages of these jobs into their open topology incidents."""
+        if self.store is None or not self.parts.is_leader():
+            return
+        for key in keys:
+            incidents = [i for i in self._open_incidents(key) if _topology(i.verdict)]
+            if not incidents:
+                continue  # kept until the re-diagnosis opens one
+            for (where, message), drop in list(self._pending_drops.get(key, {}).items()):
+                detail = {"packet_drop": message, "pod": where, "count": drop.count,
+                          "event": drop.event, "at": drop.at}  # fmt: skip
+                for incident in incidents:
+                    self.store.add_event_once(incident.id, EventKind.EVIDENCE, now=self.now(),
+                                              actor=DROP_ACTOR, detail=detail,
+                                              same=("packet_drop", "pod"))  # fmt: skip
+                del self._pending_drops[key][(where, message)]
+                if len(self._written_drops) >= MAX_WRITTEN_DROPS:
+                    self._written_drops.clear()
+                self._written_drops[(key, where, message)] = None
+            if not self._pending_drops.get(key):
+                self._pending_drops.pop(key, None)
+
     # -- egress ----------------------------------------------------------------------------------
 
-    def _job(self, ref: JobRef) -> Job | None:
-        """The job of the last diagnosis (its namespace's jobs found once per diagnosis)."""
+    def _jobs_of(self, namespace: str) -> dict[JobRef, Job]:
+        """The jobs of a namespace in the last diagnosis (found once per diagnosis)."""
         if self._state is None:
-            return None
-        found = self._jobs_in.get(ref.namespace)
+            return {}
+        found = self._jobs_in.get(namespace)
         if found is None:
             pods_in = self._facts.pods_in if self._facts is not None else None
             found = {j.ref: j for j in find_jobs(self._state, self.settings.diagnosis.groups,
-                                                 namespaces={ref.namespace}, pods_in=pods_in)}
-            self._jobs_in[ref.namespace] = found
-        return found.get(ref)
+                                                 namespaces={namespace}, pods_in=pods_in)}
+            self._jobs_in[namespace] = found
+        return found
+
+    def _job(self, ref: JobRef) -> Job | None:
+        return self._jobs_of(ref.namespace).get(ref)
 
     def _measured(self, ref: JobRef) -> tuple[MeasuredEgress | None, str | None]:
         """The job's measured cross-zone bytes, or why there is no measurement."""
@@ -561,11 +655,18 @@ class AgentPipeline:
         job = self._job(ref)
         if job is None:
             return None, "the job's pods are not known"
-        return self.egress.job(job_ends(ref.namespace, job.pods)), None
+        found = self.egress.job(job_ends(ref.namespace, job.pods))
+        if found is None:
+            by = ", ".join(sorted(e.label for e in report.exporters))
+            return None, f"no cross-zone flow between the job's pods measured (by {by})"
+        return found, None
 
     def _refresh_egress(self) -> None:
-        """The egress meter's one query for all jobs; the split jobs whose figure it moves (or
-        whose basis it changes) are diagnosed and recorded again, so findings follow it."""
+        """The egress meter's one query for all jobs; the split jobs it starts (or stops)
+        measuring are diagnosed and recorded again at once, so their findings say so. A measured
+        figure that moves is recorded with the job's next diagnosis (`detection.resync` at the
+        latest): a rate over a window longer than the job's traffic grows until the window is
+        full, and each refresh must not re-record it."""
         meter = self.parts.egress
         if meter is None:
             return
@@ -575,7 +676,7 @@ class AgentPipeline:
         with self._lock:
             self.egress = EgressIndex(report)
             moved = {key for key, shown in sorted(self._egress_shown.items())
-                     if self._egress_moved(key, shown)}  # fmt: skip
+                     if self._measured_now(key) != (shown[0] is EgressBasis.MEASURED)}  # fmt: skip
             refs = frozenset(ref for ref in map(_job_ref, moved) if ref is not None)
             if not refs:
                 return
@@ -583,19 +684,14 @@ class AgentPipeline:
                 if job_key(finding) in moved:
                     self.record(finding, first_seen=None)
 
-    def _egress_moved(self, key: JobKey, shown: tuple[EgressBasis, float | None]) -> bool:
+    def _measured_now(self, key: JobKey) -> bool:
         ref = _job_ref(key)
-        if ref is None:
-            return False
-        measured, _ = self._measured(ref)
-        if measured is None:
-            return shown[0] is EgressBasis.MEASURED
-        now = measured_usd(measured, price_per_gb=self.settings.diagnosis.price_per_gb)
-        return egress_moved(shown, (EgressBasis.MEASURED, now))
+        return ref is not None and self._measured(ref)[0] is not None
 
     def _show_egress(self, key: JobKey, waste: dict[str, Any], *, incident: int, new: bool) -> None:
         """Remember what the finding says about egress, set the job's gauges, and add a timeline
-        event when a recorded figure moved (a re-render of its chat message follows)."""
+        event when a recorded figure moved: a `redetected` event of the agent's own (never folded
+        into the detector's), after which its chat message is re-rendered."""
         source = EgressBasis(str(waste.get("egress_source") or EgressBasis.UNKNOWN.value))
         usd = waste.get("egress_usd_per_day")
         usd = float(usd) if isinstance(usd, int | float) else None
@@ -604,7 +700,7 @@ class AgentPipeline:
         self._egress_gauges(key, source, usd, waste.get("cross_zone_gb_per_day"), before)
         if before is not None and not new and egress_moved(before, (source, usd)):
             assert self.store is not None
-            self.store.add_event(incident, EventKind.EVIDENCE, now=self.now(), actor=ACTOR,
+            self.store.add_event(incident, EventKind.REDETECTED, now=self.now(), actor=ACTOR,
                                  detail={"egress": {
                                      "source": source.value, "usd_per_day": usd,
                                      "gb_per_day": waste.get("cross_zone_gb_per_day"),
@@ -787,15 +883,18 @@ class AgentPipeline:
         return self.actions.post_digest(playbook, summary)
 
 
+def _topology(verdict: Verdict) -> bool:
+    try:
+        return verdict_class(verdict) in TOPOLOGY_CLASSES
+    except LifecycleError:
+        return False
+
+
 def _job_ref(key: JobKey) -> JobRef | None:
     try:
         return JobRef(JobKind(key.kind), key.namespace, key.name)
     except ValueError:
         return None
-
-
-def measured_usd(measured: MeasuredEgress, *, price_per_gb: float) -> float:
-    return measured_egress_per_day(measured, price_per_gb=price_per_gb)[0]
 
 
 def egress_moved(

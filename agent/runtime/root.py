@@ -152,7 +152,8 @@ class Root:
         try:
             if not self.source.wait_synced(timeout):
                 listed = self.cache.synced_resources()
-                missing = sorted({i.resource.name for i in self.source.informers} - listed)
+                cached = {i.resource.name for i in self.source.informers if i.cache is self.cache}
+                missing = sorted(cached - listed)
                 raise UnavailableError(
                     f"the cluster was not listed within {timeout:g}s: {missing}"
                 )

@@ -5,9 +5,9 @@ query whatever the number of jobs. `egress.source` picks the counters:
 - `beyla` / `obi`: Grafana Beyla's (`beyla_network_*`) or the OpenTelemetry eBPF Instrumentation's
   (`obi_network_*`) counters: the inter-zone counter (`*_network_inter_zone_bytes_total`, feature
   `network_inter_zone`) and the flow counter (`*_network_flow_bytes_total`, feature `network`)
-  where it carries `src_zone`; each summed as a rate over `egress.window` by
-  the ends' namespace, owner name and pod name (`k8s_{src,dst}_{namespace,owner_name,name}`) and
-  the two zones. A series whose two zones are equal is not cross-zone and is dropped here.
+  where it carries `src_zone`; each summed as a rate (`rate_expr`: over `egress.window`, or over
+  the part of it a flow has existed) by the ends' namespace, owner name and pod name
+  (`k8s_{src,dst}_{namespace,owner_name,name}`) and the two zones. A series whose two zones are equal is not cross-zone and is dropped here.
 - `auto`: both of them in one query (`or`).
 - `query`: `egress.query`, its `$window` replaced; the series must use the same label names.
 Each exporter's part also answers one unlabelled series while its counters exist at all, so "the
@@ -57,16 +57,33 @@ def _labelled(expr: str, label: str, value: str) -> str:
     return f'label_replace({expr}, "{label}", "{value}", "", "")'
 
 
+def resolution(window: timedelta) -> timedelta:
+    """The step of the subquery that finds a series' first sample: 1/60 of the window, >= 1 s."""
+    return max(timedelta(seconds=1), timedelta(seconds=int(window.total_seconds() / 60)))
+
+
+def rate_expr(selector: str, *, window: timedelta) -> str:
+    """Bytes per second of each counter over the window, or over the part of it the series has
+    existed (a flow younger than the window is not diluted by the time before it began): the
+    increase over the window divided by the time since its first sample in the window (found
+    by a subquery at `resolution`), between one step and the window."""
+    span, step = promql_duration(window), promql_duration(resolution(window))
+    low, high = resolution(window).total_seconds(), window.total_seconds()
+    return (f"increase({selector}[{span}]) / clamp(time() - min_over_time(timestamp({selector})"
+            f"[{span}:{step}]), {low:g}, {high:g})")  # fmt: skip
+
+
 def exporter_expr(exporter: EgressExporter, *, window: timedelta) -> str:
     """Cross-zone bytes per second of one eBPF exporter, by flow ends and zones (see the module)."""
     prefix = PREFIXES[exporter]
     by = ", ".join(FLOW_LABELS)
-    span = promql_duration(window)
     inter = f"{prefix}_network_inter_zone_bytes_total"
     flow = f"{prefix}_network_flow_bytes_total"
-    inter_rows = _labelled(f"sum by ({by}) (rate({inter}[{span}]))", COUNTER_LABEL,
+    inter_rate = rate_expr(inter, window=window)
+    flow_rate = rate_expr(f'{flow}{{src_zone!=""}}', window=window)
+    inter_rows = _labelled(f"sum by ({by}) ({inter_rate})", COUNTER_LABEL,
                            EgressCounter.INTER_ZONE.value)  # fmt: skip
-    flow_rows = _labelled(f'sum by ({by}) (rate({flow}{{src_zone!=""}}[{span}]))', COUNTER_LABEL,
+    flow_rows = _labelled(f"sum by ({by}) ({flow_rate})", COUNTER_LABEL,
                           EgressCounter.FLOW.value)  # fmt: skip
     presence = f"count({inter} or {flow}) * 0"
     return _labelled(f"({inter_rows} or {flow_rows} or {presence})", EXPORTER_LABEL,

@@ -2,7 +2,8 @@
 
 Called by `agent.sources.kube` to decide which list+watch loops to start: core kinds always; Cilium
 policies, Kubeflow kinds, batch/apps owners only when the server serves them (discovered through
-`/apis/{group}/{version}`). kubeflow.org/v2beta1 `mpijobs` (mpi-operator) is watched only when
+`/apis/{group}/{version}`). Cilium's PacketDrop Events (`PACKET_DROP_EVENTS`) are not in the table:
+they feed the drop event reader, not the cache, and only when `kubernetes.packet_drop_events`. kubeflow.org/v2beta1 `mpijobs` (mpi-operator) is watched only when
 kubeflow.org/v1 does not serve `mpijobs` (a cluster serves one). Pure table + `select_served`.
 """
 
@@ -22,6 +23,7 @@ class Role(StrEnum):
     POLICY = "policy"
     JOB = "job"  # Kubeflow training job objects
     OWNER = "owner"  # batch Jobs, ReplicaSets, Deployments: ownership chains only
+    EVENT = "event"  # core/v1 Events read as hints (Cilium's PacketDrop), never cached
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Resource:
     namespaced: bool
     role: Role
     optional: bool = True
+    field_selector: str | None = None  # listed and watched with this fieldSelector
 
     @property
     def api_version(self) -> str:
@@ -72,6 +75,13 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("Job", "batch", "v1", "jobs", True, Role.OWNER),
     Resource("ReplicaSet", "apps", "v1", "replicasets", True, Role.OWNER),
     Resource("Deployment", "apps", "v1", "deployments", True, Role.OWNER),
+)
+
+
+# Cilium's drop event emitter: Warning Events `PacketDrop` from component `cilium`, selected by the
+# server (kube-apiserver selects Events by `reason` and `source`, the source's component).
+PACKET_DROP_EVENTS = Resource(
+    "Event", "", "v1", "events", True, Role.EVENT, field_selector="reason=PacketDrop,source=cilium"
 )
 
 

@@ -1,6 +1,6 @@
 """Attribution of measured cross-zone flows to a job (pure): both ends must be the job's pods (by
-pod name, else by owner name), one (exporter, counter) pair per job, 0 when the exporter answered
-but the job crossed no zone, None when no exporter answered."""
+pod name, else by owner name), one (exporter, counter) pair per job; nothing measured (None) when
+no exporter answered or no row is the job's."""
 
 from __future__ import annotations
 
@@ -68,9 +68,6 @@ W0, W1, M0 = pod_end("resnet-worker-0"), pod_end("resnet-worker-1"), pod_end("re
         # Beyla before OBI when both run
         ((flow(W0, M0, 100.0, exporter=OBI), flow(W0, M0, 97.0)), {BEYLA, OBI}, 97.0, BEYLA, 1),
         ((flow(W0, M0, 100.0, exporter=OBI),), {BEYLA, OBI}, 100.0, OBI, 1),
-        # the exporter answered, the job crossed no zone: measured 0
-        ((flow(pod_end("bert-0", owner="bert"), pod_end("bert-1", owner="bert"), 3.0),), {OBI},
-         0.0, OBI, 0),
     ],
 )  # fmt: skip
 def test_a_jobs_measured_cross_zone_bytes(
@@ -86,8 +83,10 @@ def test_a_jobs_measured_cross_zone_bytes(
 
 @pytest.mark.parametrize(
     "answer",
-    [report(exporters=frozenset()), report(flow(W0, M0, 1.0), available=False)],
-    ids=["no counter exists", "the query failed"],
+    [report(exporters=frozenset()), report(flow(W0, M0, 1.0), available=False),
+     report(flow(pod_end("bert-0", owner="bert"), pod_end("bert-1", owner="bert"), 3.0),
+            exporters=frozenset({OBI}))],
+    ids=["no counter exists", "the query failed", "no row of the job"],
 )
 def test_nothing_is_measured_without_an_answering_exporter(answer: EgressReport) -> None:
     assert EgressIndex(answer).job(RESNET) is None

@@ -32,6 +32,7 @@ from agent.sources.drop import DropVerdict
 from agent.sources.egress import EgressMeter
 from agent.sources.jobkey import JobKey
 from agent.sources.kubeapi import KubeApi
+from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import JobMetrics, MetricsReport, PrometheusSource
 from agent.sources.resources import RESOURCES
 from agent.sources.slim import slimmer
@@ -310,9 +311,9 @@ def _beyla_openmetrics(now: int) -> str:
 @requires_prometheus
 def test_measured_egress_reaches_the_finding_the_timeline_and_the_gauges(tmp_path: Path) -> None:
     """Detected before any measurement (unknown: no step rate), then the egress meter measures the
-    job's own cross-zone flows: the finding is recorded again with the measured figure, an
-    evidence event says so, the incident's cost and the split-job gauges follow; co-located, the
-    gauges go."""
+    job's own cross-zone flows: the finding is recorded again with the measured figure, a
+    re-detection event says so (its chat message is re-rendered after it), the incident's cost
+    and the split-job gauges follow; co-located, the gauges go."""
     now = int(datetime.now(UTC).timestamp()) // 30 * 30
     with running_prometheus(tmp_path, openmetrics=_beyla_openmetrics(now)) as prom:
         world = World(tmp_path, prometheus=prom.url)
@@ -334,8 +335,9 @@ def test_measured_egress_reaches_the_finding_the_timeline_and_the_gauges(tmp_pat
             assert waste["egress_usd_per_day"] == pytest.approx(6.048, rel=0.05)
             assert waste["egress_basis"].startswith("measured by Beyla over the last 1h: 302 GB/day")
             assert detail.incident.estimated_cost == pytest.approx(6.048, rel=0.05)
-            (evidence,) = [e for e in detail.events if e.kind is EventKind.EVIDENCE]
-            assert evidence.detail["egress"]["source"] == "measured"
+            (moved,) = [e for e in detail.events if "egress" in e.detail]
+            assert moved.kind is EventKind.REDETECTED and moved.actor == "zonemedic"
+            assert moved.detail["egress"]["source"] == "measured"
             labels = {"namespace": "dev", "kind": "PyTorchJob", "job": "gpt-small", "source": "measured"}
             cost = world.metrics.registry.get_sample_value("zonemedic_job_egress_usd_per_day", labels)
             rate = world.metrics.registry.get_sample_value(
@@ -344,7 +346,7 @@ def test_measured_egress_reaches_the_finding_the_timeline_and_the_gauges(tmp_pat
 
             world.pipeline.refresh_metrics()  # the same figure: nothing recorded again
             after = world.store.get_incident(incident.id)
-            assert [e.kind for e in after.events].count(EventKind.EVIDENCE) == 1
+            assert len([e for e in after.events if "egress" in e.detail]) == 1
 
             co_located = dev_pods()
             co_located[0]["spec"]["nodeName"] = "gpu-a1"
@@ -354,3 +356,52 @@ def test_measured_egress_reaches_the_finding_the_timeline_and_the_gauges(tmp_pat
                 "zonemedic_job_egress_usd_per_day", labels) is None
         finally:
             world.store.close()
+
+
+DROP = PacketDrop("train", "gpt-small-master-0", "Incoming packet dropped (policy_denied) from "
+                  "train/gpt-small-worker-0 (10.0.1.4) TCP/23456.", count=1, event="m.1")
+
+
+def drop_events(world: World, incident: int) -> list[Any]:
+    return [e for e in world.store.get_incident(incident).events
+            if e.kind is EventKind.EVIDENCE and e.actor == "cilium"]
+
+
+def test_packet_drops_re_diagnose_their_job_and_reach_its_timeline_once(world: World) -> None:
+    # before the job's incident exists: a hint to diagnose it, the message kept
+    again = world.pipeline.handle_packet_drops([DROP])
+    assert again.jobs == {JOB} and not again.namespaces
+    assert world.incidents() == []
+    world.pipeline.handle_change(again, 0.0)
+    (incident,) = world.incidents()
+    (written,) = drop_events(world, incident.id)
+    assert written.detail["packet_drop"] == DROP.message
+    assert written.detail["pod"] == "train/gpt-small-master-0"
+    # the emitter's repeats (count bumped) and a relist add nothing, even after a restart
+    world.pipeline.handle_packet_drops([replace(DROP, count=2), DROP])
+    restarted = AgentPipeline(world.pipeline.parts, world.store, now=lambda: world.now)
+    restarted.handle_change(Change(everything=True), 0.0)
+    restarted.handle_packet_drops([replace(DROP, count=3)])
+    assert len(drop_events(world, incident.id)) == 1
+    # another message for the job: a second event
+    other = replace(DROP, pod="gpt-small-worker-1", message=DROP.message.replace("0 (", "2 ("))
+    restarted.handle_packet_drops([other])
+    assert [e.detail["pod"] for e in drop_events(world, incident.id)] == [
+        "train/gpt-small-master-0", "train/gpt-small-worker-1"]
+    # a pod of no job: its namespace is re-diagnosed (generic groups live there), nothing written
+    stray = restarted.handle_packet_drops([replace(DROP, pod="someone-else")])
+    assert (stray.jobs, stray.namespaces) == (frozenset(), frozenset({"train"}))
+    counts = {o: world.metrics.registry.get_sample_value("zonemedic_packet_drop_events_total",
+                                                         {"outcome": o}) for o in ("job", "namespace")}
+    assert counts == {"job": 5.0, "namespace": 1.0}
+
+
+def test_a_follower_keeps_drop_messages_for_when_it_leads(world: World) -> None:
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    (incident,) = world.incidents()
+    world.leading = False
+    assert world.pipeline.handle_packet_drops([DROP]).jobs == {JOB}
+    assert drop_events(world, incident.id) == []
+    world.leading = True
+    world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
+    assert [e.detail["packet_drop"] for e in drop_events(world, incident.id)] == [DROP.message]

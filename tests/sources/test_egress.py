@@ -132,6 +132,24 @@ def test_an_exporter_with_only_same_zone_traffic_measures_nothing_crossing(
         assert report.exporters == {EgressExporter.BEYLA} and report.flows == ()
 
 
+@requires_prometheus
+def test_a_flow_younger_than_the_window_reads_its_own_rate(tmp_path: Path) -> None:
+    """A job split 10 minutes ago, measured over the last hour: 2,000 B/s, not a sixth of it."""
+    now = int(time.time()) // STEP * STEP
+    labels = _pods("resnet-worker-0", "resnet-master-0") | {"src_zone": "a", "dst_zone": "b"}
+    text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    start = now - 600
+    lines = ["# TYPE beyla_network_flow_bytes counter"] + [
+        f"beyla_network_flow_bytes_total{{{text}}} {2000 * (t - start)} {t}"
+        for t in range(start, now + 1, STEP)]  # fmt: skip
+    with running_prometheus(tmp_path, openmetrics="\n".join(lines) + "\n# EOF\n") as prom:
+        report = _source(prom.url, source=EgressSource.BEYLA).fetch(
+            datetime.fromtimestamp(now, UTC))
+        assert report is not None
+        (row,) = report.flows
+        assert row.bytes_per_second == pytest.approx(2000.0, rel=0.1)
+
+
 def test_prometheus_down_is_unavailable_not_a_crash() -> None:
     report = _source(f"http://127.0.0.1:{free_port()}").fetch(datetime.now(UTC))
     assert report is not None and not report.available and not report.measured
