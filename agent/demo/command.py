@@ -126,6 +126,13 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
     if summary.utilization_before is not None and summary.utilization_after is not None:
         lines.append(f"GPU utilization {summary.utilization_before:.0f}% → "
                      f"{summary.utilization_after:.0f}%")
+    if summary.egress_usd_per_day is not None:
+        how = ("measured by Beyla" if summary.egress_source == "measured"
+               else f"{summary.egress_source}")  # fmt: skip
+        volume = (f"{summary.egress_gb_per_day:,.0f} GB/day, "
+                  if summary.egress_gb_per_day is not None else "")  # fmt: skip
+        lines.append(f"cross-zone egress while split: {volume}"
+                     f"${summary.egress_usd_per_day:,.2f}/day ({how})")
     lines.append("pods per zone: " + " → ".join(
         ", ".join(f"{z} ×{c}" for z, c in sorted(zones.items())) or "-"
         for zones in (summary.zones_before, summary.zones_after)))

@@ -1,4 +1,4 @@
-"""Waste per day of a split job: idle GPU-hours and cross-zone egress dollars, measured or estimated.
+"""Waste per day of a split job: idle GPU-hours and cross-zone egress dollars (measured, estimated).
 
 Who calls it: the agent's pipeline when it records a finding (with the utilization evidence it
 holds and the job's measured cross-zone bytes, if any), so the figures travel with the incident's
@@ -127,8 +127,9 @@ def egress_per_day(
         return None, None, "unknown: no step rate (set diagnosis.steps_per_day)"
     crossing = cross_zone_bytes_per_step * steps_per_day
     dollars = cross_zone_cost_usd(int(crossing), price_per_gb=price_per_gb)
-    basis = (f"estimated from diagnosis.steps_per_day: {cross_zone_bytes_per_step / 1e9:.3g} "
-             f"GB/step x {steps_per_day:,.0f} steps/day x ${price_per_gb:g}/GB each way")  # fmt: skip
+    per_step = cross_zone_bytes_per_step / 1e9
+    basis = (f"estimated from diagnosis.steps_per_day: {per_step:.3g} GB/step x "
+             f"{steps_per_day:,.0f} steps/day x ${price_per_gb:g}/GB each way")  # fmt: skip
     return round(dollars, 4), round(crossing / 1e9, 3), basis
 
 
@@ -139,8 +140,9 @@ def measured_egress_per_day(
     per_day = measured.bytes_per_second * SECONDS_PER_DAY
     dollars = cross_zone_cost_usd(int(per_day), price_per_gb=price_per_gb)
     gb = per_day / BYTES_PER_GB
+    volume = f"{gb:,.0f}" if gb >= 100 else f"{gb:.3g}"
     basis = (f"measured by {measured.exporter.label} over the last {span_text(measured.window)}: "
-             f"{gb:,.3g} GB/day x ${price_per_gb:g}/GB each way")  # fmt: skip
+             f"{volume} GB/day x ${price_per_gb:g}/GB each way")  # fmt: skip
     return round(dollars, 4), round(gb, 3), basis
 
 

@@ -1,11 +1,11 @@
 """Measured cross-zone traffic as plain data: flow rows from the cluster's exporter, per-job totals.
 
-Built by `agent.sources.egress` (one Prometheus answer per metrics refresh, for all jobs) and read by
-`agent.diagnosis.egress` (which attributes rows to a job) and `agent.diagnosis.waste` (which prices a
-job's measured bytes). An end of a flow is named the way Grafana Beyla and the OpenTelemetry eBPF
-Instrumentation label their network metrics: namespace (`k8s_src_namespace`), owner name
-(`k8s_src_owner_name`) and pod name (`k8s_src_name`), either of the names possibly unknown ("").
-What it does not do: query, attribute or price anything.
+Built by `agent.sources.egress` (one Prometheus answer per metrics refresh, for all jobs) and read
+by `agent.diagnosis.egress` (which attributes rows to a job) and `agent.diagnosis.waste` (which
+prices a job's measured bytes). An end of a flow is named the way Grafana Beyla and the
+OpenTelemetry eBPF Instrumentation label their network metrics: namespace (`k8s_src_namespace`),
+owner name (`k8s_src_owner_name`) and pod name (`k8s_src_name`), either of the names possibly
+unknown (""). What it does not do: query, attribute or price anything.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Built once by the composition root and passed to whoever records: the watch loops (restarts), the
 Prometheus source (query errors), the detector (detection latency, incidents), sweeps (duration),
 leader election (leader status), the Alertmanager endpoint, the pipeline (store writes that failed
-and were retried; split jobs' cross-zone bytes and egress dollars), the PacketDrop event reader. A private registry keeps tests and
-several agents in one process independent. No I/O here; the HTTP app renders `exposition()`.
+and were retried; split jobs' cross-zone bytes and egress dollars), the PacketDrop event reader. A
+private registry keeps tests and several agents in one process independent. No I/O here; the HTTP
+app renders `exposition()`.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class AgentMetrics:
         self.packet_drops = Counter(
             "zonemedic_packet_drop_events_total",
             "Cilium PacketDrop events read, by outcome: job (naming a job's pod: re-diagnosed), "
-            "namespace (a pod of no Kubeflow job: its namespace re-diagnosed), ignored (not a pod).",
+            "namespace (a pod of no Kubeflow job: its namespace re-diagnosed), ignored (not a "
+            "pod).",
             ["outcome"],
             registry=r,
         )

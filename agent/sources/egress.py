@@ -1,18 +1,19 @@
-"""Egress source: the cluster's measured cross-zone bytes per second, per flow, for all jobs at once.
+"""Egress source: the cluster's measured cross-zone bytes per second, per flow, all jobs at once.
 
 Called by the pipeline at each metrics refresh (after the utilization fetch): exactly one instant
 query whatever the number of jobs. `egress.source` picks the counters:
 - `beyla` / `obi`: Grafana Beyla's (`beyla_network_*`) or the OpenTelemetry eBPF Instrumentation's
   (`obi_network_*`) counters: the inter-zone counter (`*_network_inter_zone_bytes_total`, feature
-  `network_inter_zone`) and the flow counter (`*_network_flow_bytes_total`, feature `network`)
-  where it carries `src_zone`; each summed as a rate (`rate_expr`: over `egress.window`, or over
-  the part of it a flow has existed) by the ends' namespace, owner name and pod name
-  (`k8s_{src,dst}_{namespace,owner_name,name}`) and the two zones. A series whose two zones are equal is not cross-zone and is dropped here.
+  `network_inter_zone`) and the flow counter (`*_network_flow_bytes_total`, feature `network`) where
+  it carries `src_zone`; each summed as a rate (`rate_expr`: over `egress.window`, or, for a flow
+  younger than the window, over its own life) by the ends' namespace, owner name and pod name
+  (`k8s_{src,dst}_{namespace,owner_name,name}`) and the two zones. A series whose two zones are
+  equal is not cross-zone and is dropped here.
 - `auto`: both of them in one query (`or`).
 - `query`: `egress.query`, its `$window` replaced; the series must use the same label names.
 Each exporter's part also answers one unlabelled series while its counters exist at all, so "the
-exporter runs and this job crossed no zone" is told apart from "no counter exists" (then the
-finding falls back to the estimate, labelled as such). Rows are labelled (`label_replace`) by
+exporter runs but measured no flow of this job" is told apart from "no counter exists" (either
+way the finding falls back to the estimate, labelled as such, and says why). Rows are labelled (`label_replace`) by
 exporter (`zonemedic_exporter`) and counter (`zonemedic_counter`), so rows of two exporters or two
 counters never merge: a job's figure is read from one of them (`agent.diagnosis.egress`).
 
@@ -51,6 +52,7 @@ FLOW_LABELS = (
 )
 PREFIXES = {EgressExporter.BEYLA: "beyla", EgressExporter.OBI: "obi"}
 MAX_ROWS = 1_000_000  # an answer larger than this is refused (a misconfigured query)
+YOUNG_SHARE = 0.9  # a series that has existed for less of the window than this is young
 
 
 def _labelled(expr: str, label: str, value: str) -> str:
@@ -63,14 +65,19 @@ def resolution(window: timedelta) -> timedelta:
 
 
 def rate_expr(selector: str, *, window: timedelta) -> str:
-    """Bytes per second of each counter over the window, or over the part of it the series has
-    existed (a flow younger than the window is not diluted by the time before it began): the
-    increase over the window divided by the time since its first sample in the window (found
-    by a subquery at `resolution`), between one step and the window."""
-    span, step = promql_duration(window), promql_duration(resolution(window))
-    low, high = resolution(window).total_seconds(), window.total_seconds()
-    return (f"increase({selector}[{span}]) / clamp(time() - min_over_time(timestamp({selector})"
-            f"[{span}:{step}]), {low:g}, {high:g})")  # fmt: skip
+    """Bytes per second of each counter: `rate` over the window for a series that has existed
+    for (nearly) all of it; for a younger one, its increase since its first sample divided by the
+    time since that sample, without extrapolation (a flow younger than the window is neither
+    diluted by the time before it began nor inflated by `rate`'s extrapolation). The first sample
+    is found by a subquery at `resolution`."""
+    span, res = promql_duration(window), resolution(window)
+    step = promql_duration(res)
+    first_at = f"min_over_time(timestamp({selector})[{span}:{step}])"
+    full = YOUNG_SHARE * window.total_seconds()
+    old = f"(rate({selector}[{span}]) and (time() - {first_at}) >= {full:g})"
+    young = (f"(({selector} - min_over_time({selector}[{span}])) / clamp_min(timestamp({selector})"
+             f" - {first_at}, {res.total_seconds():g}) and (time() - {first_at}) < {full:g})")
+    return f"({old} or {young})"
 
 
 def exporter_expr(exporter: EgressExporter, *, window: timedelta) -> str:

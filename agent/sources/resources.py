@@ -3,8 +3,9 @@
 Called by `agent.sources.kube` to decide which list+watch loops to start: core kinds always; Cilium
 policies, Kubeflow kinds, batch/apps owners only when the server serves them (discovered through
 `/apis/{group}/{version}`). Cilium's PacketDrop Events (`PACKET_DROP_EVENTS`) are not in the table:
-they feed the drop event reader, not the cache, and only when `kubernetes.packet_drop_events`. kubeflow.org/v2beta1 `mpijobs` (mpi-operator) is watched only when
-kubeflow.org/v1 does not serve `mpijobs` (a cluster serves one). Pure table + `select_served`.
+they feed the drop event reader, not the cache, and only when `kubernetes.packet_drop_events`.
+kubeflow.org/v2beta1 `mpijobs` (mpi-operator) is watched only when kubeflow.org/v1 does not serve
+`mpijobs` (a cluster serves one). Pure table + `select_served`.
 """
 
 from __future__ import annotations

@@ -62,7 +62,9 @@ def has_event(
         select(IncidentEventRow.detail).where(
             IncidentEventRow.incident_id == incident_id,
             IncidentEventRow.kind == kind.value,
-            IncidentEventRow.actor == actor if actor is not None else IncidentEventRow.actor.is_(None),
+            IncidentEventRow.actor == actor
+            if actor is not None
+            else IncidentEventRow.actor.is_(None),
         )
     )
     for (found,) in rows:

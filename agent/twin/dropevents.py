@@ -90,7 +90,8 @@ class DropEventEmitter:
             if len(self._last) >= MAX_REMEMBERED:
                 self._last.clear()
             self._last[key] = now
-        involved_meta: dict[str, Any] = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+        involved_meta: dict[str, Any] = {"name": meta.get("name"),
+                                         "namespace": meta.get("namespace")}  # fmt: skip
         if result.hop is DropHop.EGRESS and meta.get("uid"):
             involved_meta["uid"] = meta["uid"]  # Cilium knows the local pod's uid
         involved = {"apiVersion": "v1", "kind": "Pod", "metadata": involved_meta}

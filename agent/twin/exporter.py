@@ -1,4 +1,4 @@
-"""The twin's metrics endpoint: DCGM, kube-state-metrics, cAdvisor network, Hubble and Beyla metrics.
+"""The twin's metrics endpoint: DCGM, kube-state-metrics, cAdvisor network, Hubble and Beyla.
 
 Started by `cluster.TwinCluster` on 127.0.0.1 (port 0 unless given); a real Prometheus scrapes
 `/metrics` in the text exposition format. Values are computed at scrape time from the store, the
@@ -233,7 +233,7 @@ class TwinCollector(Collector):
         yield drops
 
 
-    # --- Beyla -------------------------------------------------------------------------------------
+    # --- Beyla ----------------------------------------------------------------------------------
 
     def _beyla(self, pods: list[dict[str, Any]]) -> Iterable[Metric]:
         keys = ["k8s_cluster_name", *(f"k8s_src_{e}" for e in _FLOW_ENDS),
@@ -245,7 +245,8 @@ class TwinCollector(Collector):
         )
         owners = {(str(_meta(p).get("namespace")), str(_meta(p).get("name"))): beyla_owner(p)
                   for p in pods}  # fmt: skip
-        for (ns, src, dst), (sent, src_zone, dst_zone) in sorted(self._runtime.pair_bytes().items()):
+        pairs = sorted(self._runtime.pair_bytes().items())
+        for (ns, src, dst), (sent, src_zone, dst_zone) in pairs:
             a, b = owners.get((ns, src)), owners.get((ns, dst))
             if a is None or b is None:
                 continue

@@ -106,6 +106,10 @@ def test_estimate_waste_uses_the_impact() -> None:
          "measured by OpenTelemetry eBPF Instrumentation over the last 5m"),
         (EgressExporter.QUERY, 0.0, timedelta(seconds=90), 0.01, 0.0, 0.0,
          "measured by egress.query over the last 90s: 0 GB/day"),
+        (EgressExporter.BEYLA, 2.3e6, timedelta(hours=1), 0.01, 3.9744, 198.72,
+         "measured by Beyla over the last 1h: 199 GB/day"),
+        (EgressExporter.BEYLA, 2.3e9, timedelta(hours=1), 0.01, 3974.4, 198_720.0,
+         "measured by Beyla over the last 1h: 198,720 GB/day"),
     ],
 )  # fmt: skip
 def test_a_measured_rate_is_priced_and_labelled_with_its_exporter_and_window(
