@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, select, text
+from sqlalchemy import Connection, Float, String, and_, bindparam, column, func, select, text
 
 from agent.model.incident import (
     EgressTotals,
@@ -138,8 +138,8 @@ def stats(conn: Connection, *, since: datetime, now: datetime) -> IncidentStats:
     resolve: opened -> closed, for resolved incidents. GPU-hours: the figures of the resolved
     incidents, summed with the model's `gpu_hours_recovered` (its one definition). Egress: the
     incidents with an egress figure (`estimated_cost`, dollars per day), apart by the basis their
-    diagnosis records (`waste.egress_source`; none recorded: estimated): per day for the open
-    ones, and the model's `egress_saved` for the resolved ones.
+    diagnosis records (`waste.egress_source`, read by the database; none recorded: estimated):
+    per day for the open ones, and the model's `egress_saved` for the resolved ones.
     """
     seconds = _seconds_between_sql(conn.dialect.name)
     window = (_dt("since", since), _dt("until", now))
@@ -192,24 +192,24 @@ def _gpu_hours(conn: Connection, *, since: datetime, now: datetime) -> float:
 
 
 def _egress(conn: Connection, *, since: datetime, now: datetime) -> dict[str, EgressTotals]:
-    rows = conn.execute(
-        select(IncidentRow.id, IncidentRow.status, IncidentRow.closed_at,
-               IncidentRow.estimated_cost, IncidentRow.diagnosis)
-        .where(IncidentRow.opened_at >= since, IncidentRow.opened_at <= now,
-               IncidentRow.estimated_cost.is_not(None),
-               IncidentRow.status.in_([*(s.value for s in OPEN_STATUSES),
-                                       IncidentStatus.RESOLVED.value]))
-    )
+    """The egress figures of the window's incidents that have one: dollars per day from
+    `estimated_cost`, the basis and GB per day read from the diagnosis by the database (no
+    document leaves it); a document that is not valid JSON reads as an estimate without GB."""
+    source, gb_expr = _waste_fields_sql(conn.dialect.name)
+    statuses = [*(s.value for s in OPEN_STATUSES), IncidentStatus.RESOLVED.value]
+    statement = text(
+        f"SELECT status, closed_at, estimated_cost, {source} AS basis, {gb_expr} AS gb "
+        "FROM incidents WHERE opened_at >= :since AND opened_at <= :until "
+        "AND estimated_cost IS NOT NULL AND status IN :statuses"
+    ).bindparams(
+        _dt("since", since), _dt("until", now), bindparam("statuses", statuses, expanding=True)
+    ).columns(column("status", String()), column("closed_at", UTCDateTime()),
+              column("estimated_cost", Float()), column("basis", String()),
+              column("gb", Float()))  # fmt: skip
     sums: dict[str, dict[str, float]] = {"open": {}, "saved": {}}
-    for r in rows:
-        try:
-            waste = document(r.diagnosis, "diagnosis").get("waste")
-        except UnreadableError:
-            continue  # the listing names it
-        waste = waste if isinstance(waste, dict) else {}
-        basis = "measured" if waste.get("egress_source") == "measured" else "estimated"
-        gb = waste.get("cross_zone_gb_per_day")
-        gb = float(gb) if isinstance(gb, int | float) and not isinstance(gb, bool) else None
+    for r in conn.execute(statement):
+        basis = "measured" if r.basis == "measured" else "estimated"
+        gb = float(r.gb) if isinstance(r.gb, int | float) else None
         usd = float(r.estimated_cost)
         if r.status == IncidentStatus.RESOLVED.value:
             target = sums["saved"]
@@ -224,6 +224,21 @@ def _egress(conn: Connection, *, since: datetime, now: datetime) -> dict[str, Eg
         "egress_per_day_open": _totals(sums["open"]),
         "egress_saved": _totals(sums["saved"]),
     }
+
+
+def _waste_fields_sql(dialect: str) -> tuple[str, str]:
+    """SQL reading the diagnosis' `waste.egress_source` and numeric `waste.cross_zone_gb_per_day`,
+    per backend (NULL when the document is not valid JSON or the field is not there)."""
+    if dialect == "postgresql":
+        number = "jsonb_typeof(diagnosis #> '{waste,cross_zone_gb_per_day}') = 'number'"
+        return ("diagnosis #>> '{waste,egress_source}'",
+                f"CASE WHEN {number} THEN (diagnosis #>> '{{waste,cross_zone_gb_per_day}}')::float "
+                "END")  # fmt: skip
+    valid = "json_valid(diagnosis)"
+    gb = "json_extract(diagnosis, '$.waste.cross_zone_gb_per_day')"
+    return (f"CASE WHEN {valid} THEN json_extract(diagnosis, '$.waste.egress_source') END",
+            f"CASE WHEN {valid} AND json_type(diagnosis, '$.waste.cross_zone_gb_per_day') IN "
+            f"('real', 'integer') THEN {gb} END")  # fmt: skip
 
 
 def _totals(sums: dict[str, float]) -> EgressTotals:

@@ -215,13 +215,17 @@ def test_stats_egress_while_split_and_saved_once_fixed(
     _split(store, "vit", at=NOW - timedelta(hours=1), usd=0.5, gb=None, source=None)  # older
     gone = _split(store, "t5", at=NOW - timedelta(hours=1), usd=9.0, gb=1.0, source="measured")
     store.transition(gone, S.OPEN, S.SUPERSEDED, actor="zonemedic", now=NOW)  # not a fix
+    broken = _split(store, "bad", at=NOW - timedelta(hours=1), usd=0.25, gb=5.0, source="measured")
+    bad = "'[1, 2'" if store.engine.dialect.name == "sqlite" else "'[1, 2]'::jsonb"
+    with store.engine.begin() as conn:  # an unreadable document: an estimate without GB
+        conn.execute(text(f"UPDATE incidents SET diagnosis = {bad} WHERE id = :id"), {"id": broken})
 
     code, out, _ = cli(capsys, "incidents", "stats", "--database", db_url, "--output", "json")
     assert code == 0
     data = json.loads(out)
     assert data["egress_per_day_open"] == {
         "measured_usd": 2.5, "measured_gb": 125.0, "measured_incidents": 1,
-        "estimated_usd": 1.5, "estimated_gb": 50.0, "estimated_incidents": 2,
+        "estimated_usd": 1.75, "estimated_gb": 50.0, "estimated_incidents": 3,
     }
     saved = data["egress_saved"]  # $6/day and 300 GB/day x the ~2 days since the fix
     assert saved["measured_usd"] == pytest.approx(12.0, rel=0.01)
@@ -232,7 +236,7 @@ def test_stats_egress_while_split_and_saved_once_fixed(
     assert code == 0
     lines = out.splitlines()
     assert "Egress while split:     $2.50/day measured (125.0 GB/day, 1 incident)" in lines
-    assert f"{'':<24}$1.50/day estimated (50.0 GB/day, 2 incidents)" in lines
+    assert f"{'':<24}$1.75/day estimated (50.0 GB/day, 3 incidents)" in lines
     assert any(line.startswith("Egress saved by fixes:  $12.0") and "measured" in line
                for line in lines)
     assert all(len(line) <= 100 for line in lines)
