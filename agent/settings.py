@@ -38,6 +38,7 @@ import yaml
 from agent.errors import ConfigError
 from agent.parsing import numbers
 from agent.parsing.bounded_yaml import YamlLimitError, safe_load, syntax_error
+from agent.parsing.member import member
 from agent.parsing.numbers import NumberError
 
 ENV_PREFIX = "ZONEMEDIC_"
@@ -531,7 +532,7 @@ def build(cls: type[T], data: object, *, prefix: str = "") -> T:
     for raw_key, value in data.items():
         name = str(raw_key)
         given.add(name)
-        key = f"{prefix}.{name}" if prefix else name
+        key = member(prefix, name)
         if name in fields and fields[name].metadata.get("environment_only"):
             problems.append(f"{key}: not a config key (secrets come from files or the environment)")
             continue

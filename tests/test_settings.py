@@ -64,6 +64,9 @@ def test_parse_duration_rejects(bad: object) -> None:
         ({"egress": {"window": "5s"}}, r"^egress\.window: must be at least 10s, got '5s'"),
         ({"kubernetes": {"packet_drop_events": "yes"}},
          r"^kubernetes\.packet_drop_events: expected true or false"),
+        # a key that is not a plain word is named JSON-quoted: the problem stays one line
+        ({"diagnosis": {"groups": [{"\n": None}]}}, r'^diagnosis\.groups\[0\]\["\\n"\]: unknown key'),
+        ({"a b": 1}, r'^\["a b"\]: unknown key'),
     ],
 )
 def test_build_rejects_naming_the_key(data: dict[str, object], message: str) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from agent.errors import InputError
+from agent.parsing.member import member
 from agent.sources.jobkey import JobKey
 
 MAX_BODY = 4 * 1024 * 1024
@@ -81,15 +82,7 @@ def _strings(value: Any, where: str) -> dict[str, str]:
         return {}
     if not isinstance(value, dict):
         raise PayloadError(f"{where}: expected an object of strings")
-    return {str(k): _text(v, _member(where, str(k))) for k, v in value.items()}
-
-
-def _member(where: str, key: str) -> str:
-    """The path of an object member in an error: `labels.job`, or `labels["a b\\n"]` (JSON
-    quoted) for a key that is not a plain printable word, so an error is always one line."""
-    if key and key.isprintable() and not any(c in key for c in ' ."[]'):
-        return f"{where}.{key}"
-    return f"{where}[{orjson.dumps(key).decode()}]"
+    return {str(k): _text(v, member(where, str(k))) for k, v in value.items()}
 
 
 def _status(value: Any, default: AlertStatus) -> AlertStatus:
