@@ -49,6 +49,7 @@ from agent.demo.stage import APPROVER, APPROVER_NAME, Stage, Target
 from agent.errors import ZonemedicError
 from agent.model.incident import IncidentDetail, IncidentQuery, IncidentSummary
 from agent.model.lifecycle import IncidentStatus
+from agent.model.verdict import Verdict
 
 T = TypeVar("T")
 S = IncidentStatus
@@ -234,7 +235,7 @@ class Story:
         if stage.prometheus is not None:
             n.begin("utilization", "measuring the split job's GPUs in Prometheus")
             summary.utilization_before = self.settled_utilization(timeout=20)
-        self.egress(incident.id)
+        self.egress(incident)
         awaiting = self.wait("the approval request",
                              lambda: self._status_in(incident.id, {S.AWAITING_APPROVAL}),
                              timeout=20)
@@ -264,16 +265,17 @@ class Story:
             n.skip("utilization", "no metrics (Prometheus is not running)")
         return self.finish(incident.id)
 
-    def egress(self, incident_id: int) -> None:
-        """The finding's cross-zone egress: measured (waited for a while), else its estimate."""
+    def egress(self, incident: IncidentSummary) -> None:
+        """The finding's cross-zone egress: measured (waited for a while, unless the split is
+        blocked: then nothing crosses), else its estimate."""
         n, summary = self.narration, self.summary
         n.begin("egress", "the agent prices the job's cross-zone bytes")
 
         def waste() -> Mapping[str, Any]:
-            found = self.detail(incident_id).diagnosis.get("waste")
+            found = self.detail(incident.id).diagnosis.get("waste")
             return found if isinstance(found, Mapping) else {}
 
-        if self.stage.prometheus is not None:
+        if self.stage.prometheus is not None and incident.verdict is not Verdict.ZONE_SPLIT_BLOCKED:
             deadline = time.monotonic() + EGRESS_PATIENCE * self.scale
             while waste().get("egress_source") != "measured" and time.monotonic() < deadline:
                 self.pump()

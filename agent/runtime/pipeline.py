@@ -689,16 +689,19 @@ class AgentPipeline:
         return ref is not None and self._measured(ref)[0] is not None
 
     def _show_egress(self, key: JobKey, waste: dict[str, Any], *, incident: int, new: bool) -> None:
-        """Remember what the finding says about egress, set the job's gauges, and add a timeline
-        event when a recorded figure moved: a `redetected` event of the agent's own (never folded
-        into the detector's), after which its chat message is re-rendered."""
+        """Set the job's gauges, and add a timeline event when the figure moved from the one last
+        shown (a change of basis, or beyond `EGRESS_MOVE_SHARE`): a `redetected` event of the
+        agent's own (never folded into the detector's), after which its chat message is
+        re-rendered; that figure is then the one shown."""
         source = EgressBasis(str(waste.get("egress_source") or EgressBasis.UNKNOWN.value))
         usd = waste.get("egress_usd_per_day")
         usd = float(usd) if isinstance(usd, int | float) else None
         before = self._egress_shown.get(key)
-        self._egress_shown[key] = (source, usd)
+        moved = before is not None and not new and egress_moved(before, (source, usd))
         self._egress_gauges(key, source, usd, waste.get("cross_zone_gb_per_day"), before)
-        if before is not None and not new and egress_moved(before, (source, usd)):
+        if before is None or new or moved:  # else small moves add up against the last shown
+            self._egress_shown[key] = (source, usd)
+        if moved:
             assert self.store is not None
             self.store.add_event(incident, EventKind.REDETECTED, now=self.now(), actor=ACTOR,
                                  detail={"egress": {
@@ -713,7 +716,8 @@ class AgentPipeline:
     ) -> None:  # fmt: skip
         labels = {"namespace": key.namespace, "kind": key.kind, "job": key.name}
         metrics = self.parts.metrics
-        if before is not None and (before[0] is not source or usd is None):
+        if before is not None and (before[0] is not source or usd is None or
+                                   source is EgressBasis.UNKNOWN):
             for gauge in (metrics.job_cross_zone_bytes, metrics.job_egress_cost):
                 gauge.remove(key.namespace, key.kind, key.name, before[0].value)
         if usd is None or source is EgressBasis.UNKNOWN:

@@ -12,10 +12,11 @@ query whatever the number of jobs. `egress.source` picks the counters:
 - `auto`: both of them in one query (`or`).
 - `query`: `egress.query`, its `$window` replaced; the series must use the same label names.
 Each exporter's part also answers one unlabelled series while its counters exist at all, so "the
-exporter runs but measured no flow of this job" is told apart from "no counter exists" (either
-way the finding falls back to the estimate, labelled as such, and says why). Rows are labelled (`label_replace`) by
-exporter (`zonemedic_exporter`) and counter (`zonemedic_counter`), so rows of two exporters or two
-counters never merge: a job's figure is read from one of them (`agent.diagnosis.egress`).
+exporter runs but measured no flow of this job" is told apart from "no counter exists" (either way
+the finding falls back to the estimate, labelled as such, and says why). Rows are labelled
+(`label_replace`) by exporter (`zonemedic_exporter`) and counter (`zonemedic_counter`), so rows of
+two exporters or two counters never merge: a job's figure is read from one of them
+(`agent.diagnosis.egress`).
 
 Prometheus being down or answering garbage is an `EgressReport` with `available=False` and the
 reason, never an exception. What it does not do: attribute rows to jobs (`agent.diagnosis.egress`)
@@ -60,23 +61,26 @@ def _labelled(expr: str, label: str, value: str) -> str:
 
 
 def resolution(window: timedelta) -> timedelta:
-    """The step of the subquery that finds a series' first sample: 1/60 of the window, >= 1 s."""
-    return max(timedelta(seconds=1), timedelta(seconds=int(window.total_seconds() / 60)))
+    """The step of the subqueries that find a series' first sample in the window: 1/240 of the
+    window, from 1 s to 15 s (a flow is measured at most one step after its first scrape)."""
+    seconds = min(15, max(1, int(window.total_seconds() / 240)))
+    return timedelta(seconds=seconds)
 
 
 def rate_expr(selector: str, *, window: timedelta) -> str:
     """Bytes per second of each counter: `rate` over the window for a series that has existed
-    for (nearly) all of it; for a younger one, its increase since its first sample divided by the
-    time since that sample, without extrapolation (a flow younger than the window is neither
-    diluted by the time before it began nor inflated by `rate`'s extrapolation). The first sample
-    is found by a subquery at `resolution`."""
+    for (nearly) all of it; for a younger one, the slope from the sample current at the first
+    subquery step of its life to its latest sample (value and timestamp both read at that step,
+    so they agree; no extrapolation), so a flow younger than the window is neither diluted by
+    the time before it began nor inflated by `rate`'s extrapolation."""
     span, res = promql_duration(window), resolution(window)
-    step = promql_duration(res)
-    first_at = f"min_over_time(timestamp({selector})[{span}:{step}])"
+    grid = f"[{span}:{promql_duration(res)}]"
+    first_at = f"min_over_time(timestamp({selector}){grid})"
+    first_value = f"min_over_time({selector}{grid})"
     full = YOUNG_SHARE * window.total_seconds()
     old = f"(rate({selector}[{span}]) and (time() - {first_at}) >= {full:g})"
-    young = (f"(({selector} - min_over_time({selector}[{span}])) / clamp_min(timestamp({selector})"
-             f" - {first_at}, {res.total_seconds():g}) and (time() - {first_at}) < {full:g})")
+    young = (f"(({selector} - {first_value}) / clamp_min(timestamp({selector}) - {first_at}, "
+             f"{res.total_seconds():g}) and (time() - {first_at}) < {full:g})")
     return f"({old} or {young})"
 
 
