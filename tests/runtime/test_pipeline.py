@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
+from agent.diagnosis.waste import EgressBasis
 from agent.model.incident import IncidentQuery, Verdict
 from agent.model.lifecycle import EventKind, MessageKind
 from agent.playbook.loader import load_playbooks
 from agent.runtime.leader import AlwaysLeader
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.pipeline import AgentPipeline
+from agent.runtime.pipeline import AgentPipeline, egress_moved
 from agent.runtime.root import Parts
 from agent.settings import PrometheusSettings, Settings
 from agent.sources.alertmanager import Alert, AlertStatus
@@ -405,3 +406,20 @@ def test_a_follower_keeps_drop_messages_for_when_it_leads(world: World) -> None:
     world.leading = True
     world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
     assert [e.detail["packet_drop"] for e in drop_events(world, incident.id)] == [DROP.message]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "moved"),
+    [
+        ((EgressBasis.ESTIMATED, 10.0), (EgressBasis.MEASURED, 10.0), True),  # another basis
+        ((EgressBasis.UNKNOWN, None), (EgressBasis.ESTIMATED, 0.0), True),  # a figure appears
+        ((EgressBasis.MEASURED, 10.0), (EgressBasis.MEASURED, 11.9), False),  # within 20%
+        ((EgressBasis.MEASURED, 10.0), (EgressBasis.MEASURED, 12.5), True),
+        ((EgressBasis.MEASURED, 0.0), (EgressBasis.MEASURED, 0.005), False),  # below a cent
+        ((EgressBasis.MEASURED, 0.0), (EgressBasis.MEASURED, 0.5), True),
+        ((EgressBasis.UNKNOWN, None), (EgressBasis.UNKNOWN, None), False),
+    ],
+)
+def test_egress_moved(before: tuple[EgressBasis, float | None],
+                      after: tuple[EgressBasis, float | None], moved: bool) -> None:
+    assert egress_moved(before, after) is moved
