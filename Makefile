@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo prometheus lint typecheck contracts test test-all soak bench bench-report clean lock
+.PHONY: install demo prometheus rsvg demo-docs lint typecheck contracts test test-all soak bench bench-report clean lock
 
 install: $(STAMP)
 
@@ -42,6 +42,30 @@ prometheus:
 	    echo "      apt-get: sudo apt-get install prometheus); the demo runs without metrics"; \
 	  fi; \
 	fi
+
+# The README's transcript and pictures of the demo, from a real run (docs/screenshot.py):
+# docs/demo-output.txt, docs/demo-chart.png and docs/demo-terminal.png. The terminal picture is
+# drawn by rsvg-convert (Debian package librsvg2-bin, emoji from fonts-noto-color-emoji), installed
+# here as `make prometheus` installs Prometheus; without it the script writes the text and the
+# chart and says what is missing.
+RSVG_BIN ?= $(shell command -v rsvg-convert 2>/dev/null)
+RSVG_PACKAGES := librsvg2-bin fonts-noto-color-emoji
+rsvg:
+	@if [ -z "$(RSVG_BIN)" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v $(APT_GET) >/dev/null 2>&1; then \
+	    echo "make: installing rsvg-convert (Debian packages $(RSVG_PACKAGES))"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    $(APT_GET) install -y -qq $(RSVG_PACKAGES) >/dev/null 2>&1 \
+	      || { $(APT_GET) update -qq && $(APT_GET) install -y -qq $(RSVG_PACKAGES) >/dev/null; } \
+	      || echo "make: could not install rsvg-convert: no terminal picture (the text and the chart are written)"; \
+	  else \
+	    echo "make: rsvg-convert is not installed and cannot be installed here (needs root and"; \
+	    echo "      apt-get: sudo apt-get install $(RSVG_PACKAGES)); no terminal picture"; \
+	  fi; \
+	fi
+
+demo-docs: install prometheus rsvg
+	$(BIN)/python docs/screenshot.py
 
 # Regenerate the constraints file from a fresh resolve (run after changing dependencies).
 lock:

@@ -11,7 +11,8 @@ The cluster twin (`agent.twin`) ships in the wheel but not in the production ima
 installed, the commands that run it are simply not offered (no import error at start-up).
 
 What every command shares is added here, not in the command modules: `-v/--verbose` and
-`--log-format json|text` on every command, an `examples:` epilog on every `--help`
+`--log-format json|text` on every command, `--json` as the alias of `--output json` on every
+command whose machine output `--output` selects, an `examples:` epilog on every `--help`
 (`agent.commands.examples`), `--version` from the installed package's metadata, and the logging
 set-up before the command runs: readable lines on stderr, warnings and errors only unless `-v`
 (`-vv`: debug), for the one-shot commands; JSON lines for the long-running ones (`run`) when stderr
@@ -108,6 +109,20 @@ def _add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
+def _add_json_alias(parser: argparse.ArgumentParser) -> None:
+    """`--json` means `--output json`, on every command that has `--output` (one convention for
+    machine output: either spelling, whichever comes last wins)."""
+    output = parser._option_string_actions.get("--output")
+    if output is None or "--json" in parser._option_string_actions:
+        return
+    alias = parser.add_argument("--json", dest=output.dest, action="store_const", const="json",
+                                help="print JSON: the same as --output json")
+    for actions in (parser._actions, *(g._group_actions for g in parser._action_groups)):
+        if alias in actions and output in actions:  # listed right after --output
+            actions.remove(alias)
+            actions.insert(actions.index(output) + 1, alias)
+
+
 def command_parsers(
     parser: argparse.ArgumentParser, path: str = ""
 ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
@@ -137,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         if sub.epilog is None:
             sub.epilog = epilog(path)
         _add_common_options(sub, top=path == "")
+        _add_json_alias(sub)
     return parser
 
 

@@ -403,7 +403,8 @@ class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
-    playbooks_dir: str = "playbooks"
+    # None: the playbooks shipped with the package (`agent.playbook.loader.playbooks_directory`)
+    playbooks_dir: str | None = None
     diagnosis: DiagnosisSettings = field(default_factory=DiagnosisSettings)
     egress: EgressSettings = field(default_factory=EgressSettings)
     detection: DetectionSettings = field(default_factory=DetectionSettings)
@@ -625,6 +626,20 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
 
 
 def load_diagnosis_settings(path: Path | None) -> DiagnosisSettings:
-    """Read a `zonemedic diagnose --config` file (the keys of the agent's `diagnosis:` section)."""
+    """Read a `zonemedic diagnose --config` file: the keys of the agent's `diagnosis:` section,
+    bare or under `diagnosis:` (an agent configuration file, whose other sections are validated
+    as `load_settings` does and otherwise ignored). Both at once is refused, naming the keys."""
     data = read_yaml_mapping(path) if path is not None else {}
-    return build(DiagnosisSettings, data)
+    if "diagnosis" not in data:
+        return build(DiagnosisSettings, data)
+    bare = sorted(str(k) for k in data if str(k) in _field_names(DiagnosisSettings))
+    if bare:
+        raise ConfigError(
+            f"{path}: diagnosis keys both at the top level ({', '.join(bare)}) and under "
+            "diagnosis:; write them in one place"
+        )
+    return build(Settings, data).diagnosis
+
+
+def _field_names(cls: type[Any]) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}

@@ -142,3 +142,44 @@ def test_run_logs_text_on_a_terminal(tmp_path: Path) -> None:
     lines = b"".join(chunks).decode().splitlines()
     assert any(" warning database " in line for line in lines), lines
     assert not any(line.startswith("{") for line in lines)
+
+
+# --------------------------------------------------------------------------------------------
+# one convention for machine output: `--output json`, or its alias `--json`, on every command
+
+MACHINE_OUTPUT = {  # command path -> the arguments it needs besides the output flag
+    "diagnose": ["examples/split-blocked.yaml"],
+    "sweep": ["--once"],
+    "demo": [],
+    "incidents list": [],
+    "incidents show": ["1"],
+    "incidents stats": [],
+    "incidents approve": ["1"],
+    "incidents reject": ["1"],
+    "incidents snooze": ["1"],
+}
+
+
+def test_every_command_with_machine_output_takes_both_spellings() -> None:
+    parser = build_parser()
+    offered = {path: sub for path, sub in command_parsers(parser)}
+    with_output = {path for path, sub in offered.items() if "--output" in sub._option_string_actions}
+    assert with_output == set(MACHINE_OUTPUT)
+    for path, sub in offered.items():
+        assert ("--json" in sub._option_string_actions) == (path in with_output), path
+    for path, needed in MACHINE_OUTPUT.items():
+        long_form = parser.parse_args([*path.split(), *needed, "--output", "json"])
+        alias = parser.parse_args([*path.split(), *needed, "--json"])
+        assert long_form.output == alias.output == "json", path
+        assert "--json" in offered[path].format_help()
+
+
+def test_json_and_output_json_print_the_same(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'zm.db'}"
+    assert cli("db", "upgrade", "--database", database).returncode == 0
+    for argv in (["diagnose", "examples/split-blocked.yaml"],
+                 ["incidents", "list", "--database", database]):
+        long_form, alias = cli(*argv, "--output", "json"), cli(*argv, "--json")
+        assert (long_form.returncode, alias.returncode) == (0, 0), alias.stderr
+        assert alias.stdout == long_form.stdout != ""
+        orjson.loads(alias.stdout)

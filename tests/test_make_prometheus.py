@@ -5,41 +5,11 @@ systemctl, service and id are not used: stand-ins first on PATH record how they 
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-MAKE = shutil.which("make")
-
-
-def stand_ins(bin_dir: Path, *, apt_ok: bool, uid: int) -> Path:
-    """apt-get, systemctl, service and id that log their arguments to calls.log."""
-    log = bin_dir / "calls.log"
-    bin_dir.mkdir()
-    scripts = {
-        "apt-get": f'echo "apt-get $*" >> {log}; exit {0 if apt_ok else 100}',
-        "systemctl": f'echo "systemctl $*" >> {log}; exit 0',
-        "service": f'echo "service $*" >> {log}; exit 0',
-        "id": f'echo {uid}',
-    }
-    for name, body in scripts.items():
-        path = bin_dir / name
-        path.write_text(f"#!/bin/sh\n{body}\n")
-        path.chmod(0o755)
-    return log
-
-
-def make_prometheus(bin_dir: Path) -> subprocess.CompletedProcess[str]:
-    assert MAKE is not None
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    return subprocess.run(
-        [MAKE, "-s", "--no-print-directory", "prometheus", "PROMETHEUS_BIN=", "APT_GET=apt-get"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )
+from tests.support.installer import make_target, stand_ins
 
 
 @pytest.mark.parametrize(
@@ -60,7 +30,7 @@ def test_make_prometheus_when_it_is_missing(
     tmp_path: Path, apt_ok: bool, uid: int, says: list[str], calls: list[str]
 ) -> None:
     log = stand_ins(tmp_path / "bin", apt_ok=apt_ok, uid=uid)
-    done = make_prometheus(tmp_path / "bin")
+    done = make_target("prometheus", tmp_path / "bin", "PROMETHEUS_BIN=")
     assert done.returncode == 0, done.stderr  # the demo goes on either way
     assert done.stdout.splitlines() == says
     assert (log.read_text().splitlines() if log.exists() else []) == calls

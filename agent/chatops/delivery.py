@@ -117,6 +117,18 @@ def utilization_of(detail: IncidentDetail) -> Utilization:
     return Utilization(detail.incident.utilization_before, None)
 
 
+def waste_of(detail: IncidentDetail) -> Mapping[str, Any] | None:
+    """The latest waste estimate: the finding's, with what later evidence estimated again (an
+    event's `waste` replaces the figures it carries)."""
+    recorded = detail.diagnosis.get("waste")
+    waste: dict[str, Any] | None = dict(recorded) if isinstance(recorded, Mapping) else None
+    for event in sorted(detail.events, key=lambda e: e.id):
+        again = event.detail.get("waste")
+        if isinstance(again, Mapping) and waste is not None:
+            waste.update(again)
+    return waste
+
+
 def proposed_fix(detail: IncidentDetail) -> ProposedFix | None:
     """The latest recorded plan or refusal (the preview before approval, then the executor's
     plan): its words, diff and preconditions, or why the fix cannot be applied."""
@@ -124,8 +136,9 @@ def proposed_fix(detail: IncidentDetail) -> ProposedFix | None:
 
 
 def story_event(event: TimelineEvent, detail: IncidentDetail) -> TimelineEvent:
-    """The event with what its remediation action recorded (the step, figures) and the target
-    zone, for the thread reply."""
+    """The event with what its remediation action recorded (the step, figures), the target
+    zone and the incident's kind (`job_kind`: a generic group's steps read differently), for the
+    thread reply."""
     action_id = event.detail.get("action_id")
     action = next((a for a in detail.actions if a.id == action_id), None)
     if action is None:
@@ -136,6 +149,7 @@ def story_event(event: TimelineEvent, detail: IncidentDetail) -> TimelineEvent:
         merged["step"] = action.payload["step"]
     if detail.incident.target_zone:
         merged.setdefault("zone", detail.incident.target_zone)
+    merged.setdefault("job_kind", detail.incident.kind)
     return dataclasses.replace(event, detail=merged)
 
 
@@ -351,7 +365,7 @@ class Deliverer:
             detail.incident, detail.diagnosis, fix=proposed_fix(detail),
             utilization=utilization_of(detail), approvals_enabled=self.approvals(detail),
             proposed=any(m.payload.get("action") == PROPOSE for m in detail.messages),
-            decision=decision, snoozed_until=detail.snoozed_until,
+            decision=decision, snoozed_until=detail.snoozed_until, waste=waste_of(detail),
         )
 
     def _post(self, message: OutboxMessage, detail: IncidentDetail) -> str:
@@ -431,7 +445,9 @@ class Deliverer:
         open_now = self.store.list_incidents(
             IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
         ).incidents
-        rendered = digest_message(open_now, stats, period=self.digest_period)
+        not_posted = message.payload.get("not_posted")
+        rendered = digest_message(open_now, stats, period=self.digest_period,
+                                  not_posted=not_posted if isinstance(not_posted, dict) else None)
         response = self.client.chat_postMessage(channel=channel, text=rendered.text,
                                                 blocks=rendered.blocks)
         return f"{response.get('channel') or channel}{REF_SEPARATOR}{response['ts']}"

@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from agent.model.cluster import JobKind
 from agent.model.incident import (
     Decision,
     IncidentDetail,
@@ -41,7 +42,7 @@ from agent.model.incident import (
     IncidentSummary,
     TimelineEvent,
 )
-from agent.model.lifecycle import EventKind, IncidentStatus
+from agent.model.lifecycle import DECISION_STATUS, DecisionOutcome, EventKind, IncidentStatus
 from agent.model.proposal import ProposedFix
 from agent.model.verdict import Verdict
 
@@ -177,6 +178,13 @@ _STATUS_WORDS: dict[IncidentStatus, str] = {
     IncidentStatus.FAILED: "failed",
     IncidentStatus.ROLLED_BACK: "rolled back",
     IncidentStatus.SUPERSEDED: "superseded",
+}
+
+
+_DECIDED: dict[DecisionOutcome, str] = {
+    DecisionOutcome.APPROVE: "Approved",
+    DecisionOutcome.REJECT: "Rejected",
+    DecisionOutcome.SNOOZE: "Snoozed",
 }
 
 
@@ -332,9 +340,22 @@ def _preconditions_text(fix: ProposedFix) -> str | None:
     pods = len(placement) if isinstance(placement, Mapping) else 0
     what = "Previewed before approval" if fix.preview else "Planned"
     return mrkdwn_escape(
-        f"{what} from uid {pre.get('uid') or '-'}, resourceVersion "
-        f"{pre.get('resource_version') or '-'}, verdict {pre.get('verdict')}, {pods} pod(s) "
+        f"{what} from {_planned_from(fix)}, verdict {pre.get('verdict')}, {pods} pod(s) "
         "placed as diagnosed; re-read and re-checked before any change"
+    )
+
+
+def _planned_from(fix: ProposedFix) -> str:
+    """The identity the plan was computed from: the job's uid and resourceVersion, or (a generic
+    group has no uid of its own) those of each object it changes."""
+    pre = fix.preconditions
+    if pre.get("uid") or not fix.objects:
+        return (f"uid {pre.get('uid') or '-'}, resourceVersion "
+                f"{pre.get('resource_version') or '-'}")  # fmt: skip
+    return "; ".join(
+        f"{o.kind} {o.namespace}/{o.name} (uid {o.uid or '-'}, resourceVersion "
+        f"{o.resource_version or '-'})"
+        for o in fix.objects
     )
 
 
@@ -360,10 +381,11 @@ def _decision_text(incident: IncidentSummary, decision: Decision | None,
     words = _STATUS_WORDS[incident.status]
     if decision is not None and incident.status not in DECIDABLE:
         who = decision.actor_name or decision.actor_id
-        text = f"*{decision.outcome.value.capitalize()}d* by {mrkdwn_escape(who)} at {when(decision.decided_at)}"
+        text = (f"*{_DECIDED[decision.outcome]}* by {mrkdwn_escape(who)} at "
+                f"{when(decision.decided_at)}")  # fmt: skip
         if incident.status is IncidentStatus.SNOOZED and snoozed_until is not None:
-            text += f", snoozed until {when(snoozed_until)}"
-        if incident.status.value != f"{decision.outcome.value}d" and incident.status is not IncidentStatus.SNOOZED:
+            text += f" until {when(snoozed_until)}"
+        if incident.status is not DECISION_STATUS[decision.outcome]:
             text += f" · now *{words}*"
         return text
     by = f" by {mrkdwn_escape(incident.status_by)}" if incident.status_by else ""
@@ -380,10 +402,12 @@ def incident_message(
     proposed: bool = True,
     decision: Decision | None = None,
     snoozed_until: datetime | None = None,
+    waste: Mapping[str, Any] | None = None,
 ) -> Rendered:
     """The finding's message: verdict and job, zones, denied flows, utilization, waste, the fix and
     its patch, and the decision buttons (or the decision, once made). `proposed`: a playbook
-    proposed the fix (only then is there an Approve button; a notification alone has none)."""
+    proposed the fix (only then is there an Approve button; a notification alone has none).
+    `waste`: the latest estimate (evidence may refine the finding's own)."""
     utilization = utilization or Utilization(incident.utilization_before, None)
     title = _VERDICT_TITLE.get(incident.verdict, incident.verdict.value)
     job = job_label(incident)
@@ -396,9 +420,9 @@ def incident_message(
     util = _utilization_line(utilization)
     if util:
         facts.append(util)
-    waste = waste_text(diagnosis)
-    if waste:
-        facts.append(waste)
+    wasted = waste_text({"waste": waste} if waste is not None else diagnosis)
+    if wasted:
+        facts.append(wasted)
     blocks.append(section("\n".join(facts)))
     flows = denied_flows_text(diagnosis)
     if flows:
@@ -459,13 +483,17 @@ def _reason(detail: Mapping[str, Any]) -> str:
 _STEP_WORDS = {
     "planned": "Plan recorded",
     "dry_run": "Dry run passed",
+    "suspending": "Suspending the job with the co-location patch",
     "suspended": "Job suspended with the co-location patch",
     "pods_gone": "Old pods gone",
     "resumed": "Job resumed",
+    "rolling_out": "Patching the Deployment's template",
     "rolled_out": "Deployment rolled out",
+    "job_deleting": "Deleting the Job for recreation",
     "job_deleted": "Job deleted for recreation",
     "job_created": "Job recreated",
     "rollback_started": "Rolling back",
+    "restoring": "Restoring",
     "rolled_back": "Rolled back",
     # older or other recorders
     "suspend": "Job suspended",
@@ -473,7 +501,18 @@ _STEP_WORDS = {
     "apply": "Patch applied",
     "rollback": "Rolled back",
 }
+# A generic group (Deployments and batch Jobs) records `resumed` once every workload outside the
+# zone moved: no Job was suspended, so no Job resumes.
+_GROUP_STEP_WORDS = {"resumed": "Workloads moved"}
 _FAILED_WORDS = {"dry_run": "Dry run"}
+
+
+def _until(value: Any) -> str:
+    """A snooze's end as people read it (the recorded ISO timestamp, in UTC to the minute)."""
+    try:
+        return when(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return str(value)
 
 
 def thread_update(event: TimelineEvent) -> Rendered | None:
@@ -489,7 +528,7 @@ def thread_update(event: TimelineEvent) -> Rendered | None:
         text = f"✋ Rejected by {who}{_reason(d)}"
     elif kind is EventKind.SNOOZED:
         until = d.get("snoozed_until")
-        text = f"💤 Snoozed by {who}" + (f" until {until}" if until else "")
+        text = f"💤 Snoozed by {who}" + (f" until {_until(until)}" if until else "")
     elif kind is EventKind.EXPIRED:
         text = f"⌛ Approval expired{_reason(d)}"
     elif kind is EventKind.REMEDIATION_STARTED:
@@ -498,6 +537,8 @@ def thread_update(event: TimelineEvent) -> Rendered | None:
         step = str(d.get("step") or d.get("action") or "step")
         ok = d.get("succeeded")
         words = _STEP_WORDS.get(step, step.replace("_", " ").capitalize())
+        if d.get("job_kind") == JobKind.GROUP.value:
+            words = _GROUP_STEP_WORDS.get(step, words)
         zone = d.get("zone") or d.get("target_zone")
         if step in ("bound", "colocated", "co_located"):
             words = f"Pods co-located in zone {zone}" if zone else "Pods co-located"
@@ -555,8 +596,12 @@ def _incident_line(i: IncidentSummary) -> str:
     )
 
 
-def _listing_section(title: str, incidents: Sequence[IncidentSummary]) -> str:
-    lines = [f"• {_incident_line(i)}" for i in incidents[:INCIDENTS_LISTED]]
+def _listing_section(
+    title: str, incidents: Sequence[IncidentSummary], notes: Mapping[str, str] | None = None
+) -> str:
+    lines = [f"• {_incident_line(i)}" + (f" · _not posted: {mrkdwn_escape(notes[str(i.id)])}_"
+                                          if notes and str(i.id) in notes else "")
+             for i in incidents[:INCIDENTS_LISTED]]
     if len(incidents) > INCIDENTS_LISTED:
         lines.append(f"_… and {len(incidents) - INCIDENTS_LISTED} more_")
     return _fit_lines(title, lines)
@@ -567,8 +612,10 @@ def digest_message(
     stats: IncidentStats,
     *,
     period: timedelta,
+    not_posted: Mapping[str, str] | None = None,
 ) -> Rendered:
-    """The daily digest: open incidents, resolved in the period, GPU-hours recovered."""
+    """The daily digest: open incidents, resolved in the period, GPU-hours recovered. An open
+    incident no playbook posts says why (`not_posted`: incident id -> the reason)."""
     resolved = stats.by_outcome.get(IncidentStatus.RESOLVED.value, 0)
     hours = period.total_seconds() / 3600
     span = f"{hours / 24:.0f}d" if hours >= 24 else f"{hours:.0f}h"
@@ -576,7 +623,7 @@ def digest_message(
                f"{resolved} · *GPU-hours recovered:* {stats.gpu_hours_recovered:,.1f}")
     blocks = [header("zonemedic digest"), section(summary)]
     if open_incidents:
-        blocks.append(section(_listing_section("*Open:*", open_incidents)))
+        blocks.append(section(_listing_section("*Open:*", open_incidents, not_posted)))
     text = (f"zonemedic digest: {len(open_incidents)} open, {resolved} resolved in the last {span}, "
             f"{stats.gpu_hours_recovered:,.1f} GPU-hours recovered")
     return Rendered(text=fallback(text), blocks=cap_blocks(blocks))

@@ -1,12 +1,14 @@
 """`zonemedic diagnose`: diagnose every training job of offline snapshot files.
 
-`zonemedic diagnose --snapshot FILE [--snapshot FILE ...] [--config FILE] [--output table|json]`
-reads the files, parses them (`agent.snapshot`), runs the pure diagnosis and prints a table or one
-JSON object `{"findings": [...]}`. The files together may hold at most `--max-input-size` bytes
-(default 1G): a larger or endless input (`/dev/zero`) is refused with one line, having read no more
-than the limit. Warnings (skipped kinds) go to stderr, one line each. Exit 0
-whatever the verdicts; bad input raises `InputError` (the CLI prints one line, exit 2). It talks to
-no cluster.
+`zonemedic diagnose FILE [FILE ...] [--snapshot FILE ...] [--config FILE] [--output table|json]`
+reads the files (positional or `--snapshot`, both repeatable), parses them (`agent.snapshot`), runs
+the pure diagnosis and prints a table or one JSON object `{"findings": [...]}` (`--json` is
+`--output json`). The config file holds the agent's `diagnosis:` keys, bare or under `diagnosis:`
+(the agent's own config file works). The files together may hold at most `--max-input-size`
+bytes (default 1G): a larger or endless input (`/dev/zero`) is refused with one line, having read
+no more than the limit. Warnings (skipped kinds) go to stderr, one line each; when no training
+job is found, a note says how a coordinator/worker group is declared. Exit 0 whatever the
+verdicts; bad input raises `InputError` (the CLI prints one line, exit 2). It talks to no cluster.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.errors import SnapshotError
+from agent.errors import InputError, SnapshotError
 from agent.parsing.numbers import parse_size
 
 DEFAULT_MAX_INPUT = "1G"  # all snapshot files together; YAML needs ~50x its size in memory, JSON ~5x
@@ -37,14 +39,25 @@ def register(subparsers: Any) -> None:
         "zones, whether network policies block it, and where to co-locate it.",
     )
     parser.add_argument(
-        "--snapshot",
-        action="append",
-        required=True,
+        "files",
+        nargs="*",
         metavar="FILE",
         type=Path,
-        help="YAML or JSON file (kind: List, multi-document YAML, or a JSON List); repeatable",
+        help="YAML or JSON file (kind: List, multi-document YAML, or a JSON List)",
     )
-    parser.add_argument("--config", type=Path, metavar="FILE", help="diagnosis config (YAML)")
+    parser.add_argument(
+        "--snapshot",
+        action="append",
+        default=[],
+        metavar="FILE",
+        type=Path,
+        help="a snapshot file, as FILE; repeatable",
+    )
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE",
+        help="diagnosis config (YAML): the agent's diagnosis: keys (e.g. groups), bare or under "
+        "diagnosis:",
+    )
     parser.add_argument(
         "--max-input-size",
         metavar="SIZE",
@@ -109,10 +122,14 @@ def _use_colour() -> bool:
 def run(args: argparse.Namespace) -> int:
     from agent.settings import load_diagnosis_settings
 
+    files = [*args.files, *args.snapshot]
+    if not files:
+        raise InputError("diagnose: give a snapshot file: zonemedic diagnose FILE "
+                         "(kubectl get nodes,pods,... -A -o yaml > FILE)")
     max_input = parse_size(args.max_input_size, field="--max-input-size")
     settings = load_diagnosis_settings(args.config)
     try:
-        return _diagnose(args, settings, load_snapshot(args.snapshot, max_input=max_input))
+        return _diagnose(args, settings, load_snapshot(files, max_input=max_input))
     finally:
         gc.unfreeze()  # in-process callers (tests) get an ordinary heap back
 
@@ -127,6 +144,8 @@ def _diagnose(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: S
     for warning in snapshot.warnings:
         print(f"zonemedic: warning: {warning}", file=sys.stderr)
     result = diagnose_cluster(snapshot.state, PolicySet(snapshot.policies), settings=settings)
+    if not result.findings:
+        print(f"zonemedic: note: {no_jobs_hint(settings)}", file=sys.stderr)
     if args.output == "json":
         body = {"findings": [f.to_dict() for f in result.findings]}
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
@@ -134,3 +153,16 @@ def _diagnose(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: S
     else:
         sys.stdout.write(render_table(result.findings, colour=_use_colour()))
     return 0
+
+
+def no_jobs_hint(settings: DiagnosisSettings) -> str:
+    """What to do when a snapshot holds no training job: Kubeflow jobs are found by their pods'
+    labels; any other coordinator/worker group only once it is declared."""
+    if settings.groups:
+        names = ", ".join(g.name for g in settings.groups)
+        return (f"no live pods match the declared group(s) {names} (diagnosis.groups: check "
+                "their namespace and selector labels against the pods)")
+    return ("Kubeflow jobs are found by their pods' labels; a coordinator/worker group of "
+            "other workloads (a Deployment with a batch Job, ...) must be declared in "
+            "diagnosis.groups of the --config file, e.g. groups: [{name: lab, namespace: ml, "
+            "selector: {app: lab}, coordinator: {role: head}, workers: {role: worker}}]")

@@ -13,7 +13,7 @@ _CONFIG = "/etc/zonemedic/config/config.yaml"
 
 EXAMPLES: dict[str, list[str]] = {
     "": [
-        "zonemedic diagnose --snapshot cluster.yaml",
+        "zonemedic diagnose cluster.yaml",
         "zonemedic sweep --once --config config.yaml",
         "zonemedic incidents list --config config.yaml --since 7d",
         "zonemedic run --config config.yaml --log-format text -v",
@@ -29,13 +29,17 @@ EXAMPLES: dict[str, list[str]] = {
     "diagnose": [
         "kubectl get nodes,pods,pytorchjobs,networkpolicies,ciliumnetworkpolicies -A -o yaml"
         " > cluster.yaml",
-        "zonemedic diagnose --snapshot cluster.yaml",
-        "zonemedic diagnose --snapshot examples/split-blocked.yaml"
-        " --config examples/split-blocked.config.yaml --output json",
+        "zonemedic diagnose cluster.yaml",
+        "zonemedic diagnose examples/split-blocked.yaml"
+        " --config examples/split-blocked.config.yaml --json",
+        "zonemedic diagnose cluster.yaml --config /etc/zonemedic/config/config.yaml"
+        "   # the agent's config: its diagnosis: section (groups)",
     ],
     "config": ["zonemedic config check config.yaml"],
     "config check": [
         "zonemedic config check /etc/zonemedic/config/config.yaml",
+        "zonemedic config check deploy/base/config.yaml   # pod paths: checked against the pod's"
+        " layout",
         "ZONEMEDIC_HTTP__PORT=9090 zonemedic config check config.yaml   # overrides are checked too",
     ],
     "playbooks": ["zonemedic playbooks check playbooks/"],
@@ -46,7 +50,7 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "incidents list": [
         "zonemedic incidents list --config config.yaml --since 7d --verdict zone_split_blocked",
-        "zonemedic incidents list --database sqlite:///zonemedic.db --job ml/resnet --output json",
+        "zonemedic incidents list --database sqlite:///zonemedic.db --job ml/resnet --json",
     ],
     "incidents show": ["zonemedic incidents show 42 --config config.yaml"],
     "incidents stats": ["zonemedic incidents stats --config config.yaml --since 30d"],
@@ -68,12 +72,14 @@ EXAMPLES: dict[str, list[str]] = {
     "demo": [
         "zonemedic demo                          # seed-degraded: ~40% GPU utilization, then ~85%",
         "zonemedic demo --scenario lab --interactive",
-        "zonemedic demo --scenario seed-blocked --json",
+        "zonemedic demo --scenario seed-blocked --json   # the same as --output json",
     ],
     "twin": ["zonemedic twin up --scenario seed-blocked --kubeconfig twin.kubeconfig"],
     "twin up": [
         "zonemedic twin up --scenario seed-blocked --kubeconfig twin.kubeconfig",
         "kubectl --kubeconfig twin.kubeconfig get pods -A -o wide",
+        "kubectl --kubeconfig twin.kubeconfig logs -n ml llm-finetune-worker-0 -p"
+        "   # the simulated workload's log",
     ],
     "twin apiserver": [
         "zonemedic twin apiserver --kubeconfig twin.kubeconfig --port 6443",

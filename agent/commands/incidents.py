@@ -6,8 +6,12 @@ only adds their parsers.
 Who calls it: `agent.cli`. It validates flags itself (a bad `--since`, `--job`, `--status`,
 `--verdict`, `--limit` or `--output` is one line on stderr and exit 2, nothing read), opens the store
 the database flags select (`agent.commands.db`), calls the repository and prints. Rows the store
-cannot read are listed as warnings on stderr naming the incident; the listing goes on. Tables fit in
-100 columns. `now` is read here, at the edge, once per command.
+cannot read are listed as warnings on stderr naming the incident; the listing goes on. Lines fit the
+output's width: `COLUMNS` when set, else the terminal's; output to a pipe or a file is not cut.
+`now` is read here, at the edge, once per command. `show` says when a queued message is not sent
+because the configuration read (`--config`, or a `ZONEMEDIC_SLACK__ENABLED` override) has Slack off,
+instead of a message that looks pending for ever, and why no playbook posted an incident (the
+note the agent records when a playbook's conditions exclude it).
 
 What it does not do: change anything (decisions go through `agent.commands.decisions`, Slack or
 the API).
@@ -17,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from agent.commands import decisions
@@ -33,15 +39,25 @@ from agent.model.incident import (
     IncidentStats,
     parse_incident_id,
 )
-from agent.model.lifecycle import IncidentStatus, to_jsonable
+from agent.model.lifecycle import EventKind, IncidentStatus, MessageStatus, to_jsonable
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
 from agent.parsing.numbers import parse_duration, parse_int
+from agent.playbook.matching import NOT_POSTED
 
-WIDTH = 100
+MIN_WIDTH = 40  # narrower than this, lines are not cut (a table would be unreadable anyway)
 MAX_LIMIT = 10_000
 OUTPUTS = ("table", "json")
+SLACK_OVERRIDE = "ZONEMEDIC_SLACK__ENABLED"
+
+
+class SlackState(StrEnum):
+    """Whether the configuration read has Slack on (UNKNOWN: no configuration was given)."""
+
+    ON = "on"
+    OFF = "off"
+    UNKNOWN = "unknown"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -143,16 +159,20 @@ def run(args: argparse.Namespace) -> int:
             store.close()
         _warn(str(p) for p in listing.problems)
         print(_json({"incidents": listing.incidents, "problems": [str(p) for p in listing.problems]})
-              if output == "json" else render_list(listing))
+              if output == "json" else render_list(listing, width=output_width()))
         return 0
     if action == "show":
         incident_id = _incident_id(args.id)
-        _, store = open_cli_store(args)
+        settings, store = open_cli_store(args)
         try:
             detail = store.get_incident(incident_id)
         finally:
             store.close()
-        print(_json(detail_document(detail)) if output == "json" else render_detail(detail))
+        slack = SlackState.UNKNOWN
+        if args.config is not None or SLACK_OVERRIDE in os.environ:
+            slack = SlackState.ON if settings.slack.enabled else SlackState.OFF
+        print(_json(detail_document(detail)) if output == "json"
+              else render_detail(detail, width=output_width(), slack=slack))
         return 0
     since = _since(args.since, now)
     _, store = open_cli_store(args)
@@ -160,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
         stats = store.stats(since=since, now=now)
     finally:
         store.close()
-    print(_json(stats) if output == "json" else render_stats(stats, args.since))
+    print(_json(stats) if output == "json"
+          else render_stats(stats, args.since, width=output_width()))
     return 0
 
 
@@ -173,12 +194,30 @@ def _json(value: Any) -> str:
     return json.dumps(to_jsonable(value), indent=2, sort_keys=False)
 
 
+def output_width() -> int | None:
+    """How wide lines may be: `COLUMNS` when it is a number, else the terminal's width when
+    stdout is a terminal, else None (a pipe or a file gets whole lines)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isascii() and columns.isdigit():
+        width = int(columns)
+    elif sys.stdout.isatty():
+        try:
+            width = os.get_terminal_size(sys.stdout.fileno()).columns
+        except OSError:
+            return None
+    else:
+        return None
+    return width if width >= MIN_WIDTH else None
+
+
 # --------------------------------------------------------------------------------------------
-# rendering (pure string building; every line at most WIDTH columns)
+# rendering (pure string building; every line at most `width` columns, None: not cut)
 
 
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+def _fit(text: str, width: int | None) -> str:
+    if width is None or len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + "…"
 
 
 def _time(value: datetime | None, *, seconds: bool = False) -> str:
@@ -202,10 +241,10 @@ def _duration(value: timedelta | None) -> str:
 _LIST_COLUMNS = (("ID", 7), ("OPENED (UTC)", 17), ("STATUS", 18), ("VERDICT", 21))
 
 
-def render_list(listing: IncidentListing) -> str:
+def render_list(listing: IncidentListing, *, width: int | None = None) -> str:
     if not listing.incidents:
         return "no incidents"
-    job_width = WIDTH - sum(w + 1 for _, w in _LIST_COLUMNS)
+    job_width = None if width is None else max(12, width - sum(w + 1 for _, w in _LIST_COLUMNS))
     header = " ".join(f"{title:<{w}}" for title, w in _LIST_COLUMNS) + " JOB"
     lines = [header]
     for i in listing.incidents:
@@ -223,7 +262,9 @@ def _detail_text(detail: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in detail.items() if v is not None)
 
 
-def render_detail(d: IncidentDetail) -> str:
+def render_detail(
+    d: IncidentDetail, *, width: int | None = None, slack: SlackState = SlackState.UNKNOWN
+) -> str:
     i = d.incident
     lines = [
         f"Incident {i.id}: {i.verdict.value} [{i.status.value}]",
@@ -240,6 +281,10 @@ def render_detail(d: IncidentDetail) -> str:
         lines.append(f"Approval:    deadline {_time(i.approval_deadline, seconds=True)}")
     if d.snoozed_until is not None:
         lines.append(f"Snoozed:     until {_time(d.snoozed_until, seconds=True)}")
+    unposted = [e.detail[NOT_POSTED] for e in d.events
+                if e.kind is EventKind.NOTE and e.detail.get(NOT_POSTED)]
+    if unposted:
+        lines.append(f"Not posted:  no playbook posts it: {unposted[-1]}")
     lines.append("")
     lines.append("Timeline:")
     for e in d.events:
@@ -256,14 +301,19 @@ def render_detail(d: IncidentDetail) -> str:
         ok = {True: "ok", False: "FAILED", None: "-"}[a.succeeded]
         lines.append(f"  {_time(a.at, seconds=True)}  {a.kind.value:<9} {ok:<7} {a.message or ''}")
     if d.messages:
-        lines.append("Messages:")
+        lines.append("Messages:" if slack is not SlackState.OFF else
+                     "Messages:    Slack is off (slack.enabled: false): nothing is sent")
         for m in d.messages:
+            if slack is SlackState.OFF and m.status is MessageStatus.PENDING:
+                lines.append(f"  #{m.id} {m.kind.value} not sent: Slack is off; it waits in the "
+                             f"outbox  {m.channel or ''}")
+                continue
             lines.append(f"  #{m.id} {m.kind.value} {m.status.value} attempts {m.attempts}"
                          f"  {m.channel or ''}  {m.last_error or ''}")
     waste = d.diagnosis.get("waste")
     if isinstance(waste, Mapping):
         lines.append(f"Waste/day:   {_waste(waste)}")
-    out = [_fit(line.rstrip(), WIDTH) for line in lines]
+    out = [_fit(line.rstrip(), width) for line in lines]
     # the fix's diff is printed whole: a cut patch line would misstate the patch
     out.extend(line.rstrip() for line in _fix_lines(d))
     return "\n".join(out)
@@ -330,7 +380,7 @@ def _egress_lines(title: str, totals: EgressTotals, *, per_day: bool) -> list[st
     return [f"{title:<24}{first}", *(f"{'':<24}{line}" for line in rest)]
 
 
-def render_stats(s: IncidentStats, period: str) -> str:
+def render_stats(s: IncidentStats, period: str, *, width: int | None = None) -> str:
     lines = [
         f"Incidents opened since {_time(s.since)} UTC ({period}): {s.total}",
         f"By verdict:             {_counts(s.by_verdict) or '-'}",
@@ -345,4 +395,4 @@ def render_stats(s: IncidentStats, period: str) -> str:
     ]
     if s.egress_saved.measured_incidents or s.egress_saved.estimated_incidents:
         lines.append(f"{'':<24}(the egress rate before each fix x the time since)")
-    return "\n".join(_fit(line, WIDTH) for line in lines)
+    return "\n".join(_fit(line, width) for line in lines)

@@ -1,9 +1,10 @@
-"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab] [--interactive] [--json]`.
+"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab] [--interactive] [--output json]`.
 
 Registered by `agent.cli` (offered only where the cluster twin is installed). Runs the story of
 `agent.demo.story` once: everything on 127.0.0.1, in one temporary directory, stopped and removed
 at the end, on an error, on Ctrl-C or SIGTERM (exit 130). It prints the story live on the terminal
-(on stderr with `--json`, whose stdout is one summary object) and writes the utilization chart
+(on stderr with `--output json`, or its alias `--json`, whose stdout is one summary object;
+without a terminal at `PIPE_WIDTH` columns, lines never wrapped) and writes the utilization chart
 (`--chart`, default `zonemedic-demo-<scenario>.png` in the working directory). `--interactive` asks
 the person at the terminal to approve, reject or snooze, and sends that click. Exit 0 when the
 story ran to its end, 1 when a step did not happen in time, 2 on bad flags.
@@ -18,7 +19,12 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.panel import Panel
+
+    from agent.demo.story import Summary
 
 SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
 
@@ -37,8 +43,10 @@ def register(subparsers: Any) -> None:
                         "default: %(default)s")
     parser.add_argument("--interactive", action="store_true",
                         help="ask at the terminal before approving (approve, reject or snooze)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one summary object on stdout (the story goes to stderr)")
+    parser.add_argument("--output", choices=("text", "json"), default="text",
+                        help="json: print one summary object on stdout (the story and its "
+                        "summary go to stderr); text (default): the story and its summary on the "
+                        "terminal")
     parser.add_argument("--chart", metavar="FILE", type=Path,
                         help="where to write the utilization chart PNG "
                         "(default: zonemedic-demo-SCENARIO.png in the working directory)")
@@ -47,22 +55,39 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+CHOICES = "[a]pprove / [r]eject / [s]nooze"
+PIPE_WIDTH = 100  # columns of the story without a terminal (a pipe, a log), unless COLUMNS says
+
+
+def question(incident: Any) -> str:
+    """The interactive question, as console markup (the choices' brackets escaped, so they show)."""
+    from rich.markup import escape
+
+    job = escape(f"{incident.kind} {incident.namespace}/{incident.name}")
+    zone = escape(incident.target_zone or "one zone")
+    return (f"\n[bold]You are dana, an approver.[/bold] Co-locate {job} in {zone}? "
+            f"{escape(CHOICES)}: ")
+
+
 def _ask(console: Any) -> Any:
     from agent.chatops.render import ButtonAction
 
     choices = {"a": ButtonAction.APPROVE, "approve": ButtonAction.APPROVE, "y": ButtonAction.APPROVE,
                "r": ButtonAction.REJECT, "reject": ButtonAction.REJECT, "n": ButtonAction.REJECT,
                "s": ButtonAction.SNOOZE, "snooze": ButtonAction.SNOOZE}
+    echo = not sys.stdin.isatty()  # a piped answer is not echoed by a terminal: the story shows it
 
     def answer(incident: Any) -> ButtonAction:
         while True:
             try:
-                reply = console.input(
-                    f"\n[bold]You are dana, an approver.[/bold] Co-locate "
-                    f"{incident.kind} {incident.namespace}/{incident.name} in "
-                    f"{incident.target_zone or 'one zone'}? [a]pprove / [r]eject / [s]nooze: ")
+                # printed whole (a pipe's log keeps it on one line), then read
+                console.print(question(incident), end="", soft_wrap=True)
+                reply = console.input()
             except EOFError:
+                console.print("(no answer: end of input) reject", markup=False)
                 return ButtonAction.REJECT
+            if echo:
+                console.print(reply.strip(), markup=False, highlight=False)
             chosen = choices.get(reply.strip().lower())
             if chosen is not None:
                 return chosen
@@ -71,21 +96,31 @@ def _ask(console: Any) -> Any:
     return answer
 
 
-def run(args: argparse.Namespace) -> int:
+def story_console(*, stderr: bool) -> Any:
+    """The console the story is told on: a terminal's own width, else `PIPE_WIDTH` columns (not
+    rich's 80) unless COLUMNS is set."""
+    import os
+
     from rich.console import Console
 
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = PIPE_WIDTH
+    return console
+
+
+def run(args: argparse.Namespace) -> int:
     from agent.runtime.logging import configure_logging, verbosity_level
 
     # the story is the output: the agent's own log lines only for errors, unless -v
     configure_logging(verbosity_level(args.verbose) if args.verbose else "error",
                       fmt=args.log_format, timestamps=False)
-    return narrate(args, Console(stderr=args.json, highlight=False))
+    return narrate(args, story_console(stderr=args.output == "json"))
 
 
 def narrate(args: argparse.Namespace, console: Any) -> int:
-    """The story told on `console` (a rich Console), then the summary."""
-    from rich.panel import Panel
-
+    """The story told on `console` (a rich Console), then the summary (also on stdout as one
+    JSON object with `--output json`)."""
     from agent.demo.story import tell
 
     chart = args.chart or Path.cwd() / f"zonemedic-demo-{args.scenario}.png"
@@ -116,16 +151,26 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if args.json:
+    console.print(summary_panel(summary))
+    if args.output == "json":
         print(json.dumps(summary.to_dict()), flush=True)
-        return 0
-    lines = [f"[bold]{summary.job}[/bold]: incident {summary.incident_status}"]
+    return 0
+
+
+def summary_panel(summary: Summary) -> Panel:
+    """The story's last words: what happened, measured (a rich Panel)."""
+    from rich.markup import escape
+    from rich.panel import Panel
+
+    lines = [f"[bold]{escape(summary.job)}[/bold]: incident {summary.incident_status}"]
     if summary.detected_after_s is not None:
         lines.append(f"split detected {summary.detected_after_s:.1f}s after the last pod was "
                      "bound (before any GPU-second was wasted)")
     if summary.utilization_before is not None and summary.utilization_after is not None:
         lines.append(f"GPU utilization {summary.utilization_before:.0f}% → "
                      f"{summary.utilization_after:.0f}%")
+    elif summary.utilization_before is not None:
+        lines.append(f"GPU utilization {summary.utilization_before:.0f}%, split (not co-located)")
     if summary.egress_usd_per_day is not None:
         how = ("measured by Beyla" if summary.egress_source == "measured"
                else f"{summary.egress_source}")  # fmt: skip
@@ -140,9 +185,8 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
         shown = Path(summary.chart)
         if shown.parent == Path.cwd():
             shown = Path(shown.name)
-        lines.append(f"chart: {shown}")
+        lines.append(escape(f"chart: {shown}"))
     lines.append(f"the whole story took {summary.duration_s:.0f}s; next: `make test`, then "
                  "README.md for a real cluster")
-    console.print(Panel("\n".join(lines), title="demo summary", title_align="left",
-                        border_style="green"))
-    return 0
+    return Panel("\n".join(lines), title="demo summary", title_align="left",
+                 border_style="green")

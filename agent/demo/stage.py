@@ -37,7 +37,7 @@ from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.slack import EVENTS_PATH
 from agent.demo.prometheus import PrometheusServer, find_binary
 from agent.errors import InputError
-from agent.playbook.loader import load_playbooks
+from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.runtime.app import Agent
 from agent.runtime.assembly import AgentAssembly
 from agent.settings import Settings, load_settings
@@ -230,7 +230,7 @@ class Stage:
         config_path = self.directory / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.settings = settings = load_settings(config_path, {})
-        playbooks = load_playbooks(Path(settings.playbooks_dir))
+        playbooks = load_playbooks(playbooks_directory(settings.playbooks_dir))
         store = upgrade_on_start(settings)
         self.store = store
         stack.callback(store.close)

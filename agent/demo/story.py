@@ -13,16 +13,21 @@ a person would read it (`agent.demo.chatview`):
    cross-zone egress: the finding's egress figure, measured by Beyla (the twin exports Beyla's
    counters from its traffic model; the agent's message is updated once it is measured), or the
    estimate, labelled as such, when nothing was measured in time;
-4. approval: the demo approver clicks Approve, a signed request from the fake Slack to the agent's
-   /slack/events (`interactive`: the person at the terminal answers, and the click follows);
+4. approval: once the message shows the job's measured utilization (a Kubeflow job with
+   Prometheus; waited for a few seconds at most), the demo approver clicks Approve, a signed
+   request from the fake Slack to the agent's /slack/events (`interactive`: the person at the
+   terminal answers, and the click follows);
 5. the fix: the remediation's steps (suspend and resume, or the Deployment's rollout) as the agent
    records them;
 6. pods co-located: every pod in one zone (`zones_after`);
 7. GPU utilization before -> after, measured by the demo in Prometheus (the mean of the job's GPUs
    while split, and once the co-located job settled);
-8. incident resolved.
-The chart of the job's GPU utilization over the story is written as a PNG (`chart`). Without
-Prometheus the story runs without utilization and chart, and says so.
+8. incident resolved; after a rejection or a snooze, steps 5-8 are skipped once the decision's
+   thread reply and the message showing it have been shown.
+Each wait looks at its condition before printing what reached Slack meanwhile, so the checklist
+reads in the story's order (pods placed, then the post) whatever the timing. The chart of the
+job's GPU utilization over the story is written as a PNG (`chart`), titled by how the story ended.
+Without Prometheus the story runs without utilization and chart, and says so.
 
 What it does not do: touch the cluster or the store itself; the agent does everything, the demo
 only watches, clicks and measures.
@@ -31,6 +36,7 @@ only watches, clicks and measures.
 from __future__ import annotations
 
 import collections
+import json
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -55,11 +61,12 @@ T = TypeVar("T")
 S = IncidentStatus
 ENDED = frozenset({S.RESOLVED, S.FAILED, S.ROLLED_BACK, S.REJECTED, S.EXPIRED, S.SNOOZED,
                    S.SUPERSEDED})
+DECLINED = {S.REJECTED: "Rejected", S.SNOOZED: "Snoozed"}  # decisions that leave the job split
 APPLIED_STEPS = frozenset({"suspended", "rolled_out", "job_deleted"})
 RESTARTED_STEPS = frozenset({"resumed"})  # a group: every workload moved
 SETTLE_SAMPLES = 3
 SETTLE_SPREAD = 5.0  # percentage points between the settled samples
-MIN_SAMPLES = 6  # scrapes looked at before and after the fix (a chart a person can read)
+MIN_SAMPLES = 5  # scrapes looked at before and after the fix (a chart a person can read)
 EGRESS_PATIENCE = 15.0  # seconds to wait for the finding's measured egress
 READING_SECONDS = 3.0  # the demo approver reads the message before clicking (the story's pace)
 
@@ -135,19 +142,24 @@ class Story:
     # -- waiting -------------------------------------------------------------------------------
 
     def pump(self) -> None:
+        """Print what reached Slack since the last call, and a progress line when one is due."""
         for renderable in self.chat.new_renderables():
             self.narration.say(renderable)
+        self.narration.tick()
 
     def wait(self, what: str, check: Callable[[], T | None], *, timeout: float,
              interval: float = 0.1) -> T:
+        """`check()`'s first true value, looked at before the Slack messages are printed: a step
+        that already happened is ticked off before the messages that followed it (the story's
+        order, whatever the timing)."""
         deadline = time.monotonic() + timeout * self.scale
         while True:
-            self.pump()
             value = check()
             if value is not None and value is not False:
                 return value
             if time.monotonic() > deadline:
                 raise DemoError(f"the demo stopped: {what} did not happen within {timeout:g}s")
+            self.pump()
             time.sleep(interval)
 
     # -- reading the parts -----------------------------------------------------------------------
@@ -184,9 +196,10 @@ class Story:
         result = prometheus.query(utilization_expr(self.stage.target))
         return float(result[0]["value"][1]) if result else None
 
-    def settled_utilization(self, *, timeout: float) -> float | None:
+    def settled_utilization(self, *, timeout: float, step: str, what: str) -> float | None:
         """The mean of the first `SETTLE_SAMPLES` scrapes in a row that agree within
-        `SETTLE_SPREAD` points (None when Prometheus has none within `timeout`)."""
+        `SETTLE_SPREAD` points (None when Prometheus has none within `timeout`); the running
+        `step`'s detail says `what` is measured and how far it got."""
         samples: list[float] = []
         deadline = time.monotonic() + timeout * self.scale
         while time.monotonic() < deadline:
@@ -194,6 +207,7 @@ class Story:
             value = self.utilization_now()
             if value is not None and (not samples or value != samples[-1]):
                 samples.append(value)
+                self.narration.update(step, f"{what}: {len(samples)} sample(s), {value:.0f}% now")
                 recent = samples[-SETTLE_SAMPLES:]
                 if (len(samples) >= MIN_SAMPLES and len(recent) == SETTLE_SAMPLES
                         and max(recent) - min(recent) <= SETTLE_SPREAD):
@@ -233,8 +247,10 @@ class Story:
         n.done("posted", f"to {self.chat.channel_name}, with Approve / Reject / Snooze")
 
         if stage.prometheus is not None:
-            n.begin("utilization", "measuring the split job's GPUs in Prometheus")
-            summary.utilization_before = self.settled_utilization(timeout=20)
+            measuring = "measuring the split job's GPUs in Prometheus"
+            n.begin("utilization", measuring)
+            summary.utilization_before = self.settled_utilization(
+                timeout=20, step="utilization", what=measuring)
         self.egress(incident)
         awaiting = self.wait("the approval request",
                              lambda: self._status_in(incident.id, {S.AWAITING_APPROVAL}),
@@ -253,9 +269,11 @@ class Story:
         summary.zones_after = colocated
         self.marks.append((time.time(), "co-located"))
         n.done("colocated", zones_text(colocated))
-        n.begin("resolved", "the agent verifies placement, flows and utilization")
+        verifying = "the agent verifies placement, flows and utilization"
+        n.begin("resolved", verifying)
         if stage.prometheus is not None:
-            summary.utilization_after = self.settled_utilization(timeout=30)
+            summary.utilization_after = self.settled_utilization(
+                timeout=30, step="resolved", what="measuring the co-located job's GPUs")
             before, after_ = summary.utilization_before, summary.utilization_after
             if before is not None and after_ is not None:
                 n.done("utilization", f"{before:.0f}% → {after_:.0f}%")
@@ -294,6 +312,11 @@ class Story:
 
     def approve(self, incident: IncidentSummary) -> ButtonAction:
         n = self.narration
+        if self.stage.prometheus is not None and self.stage.target.kind != "group":
+            # the approver decides on the message with its measured utilization and waste (the
+            # agent measures a Kubeflow job's GPUs, not a generic group's)
+            n.begin("approved", "the agent adds the measured utilization to the message")
+            self.linger(self._utilization_shown, seconds=6)
         n.begin("approved", f"waiting for {APPROVER_NAME}")
         if self.answer is not None:
             with n.pause():
@@ -334,21 +357,35 @@ class Story:
         summary.verdict = final.verdict.value
         if final.status is S.RESOLVED:
             n.done("resolved", f"incident #{incident_id} resolved")
-            # the thread's last reply (the follower looks every few seconds): shown, not required
-            deadline = time.monotonic() + 8
-            while time.monotonic() < deadline and not self._thread_says("Resolved"):
-                self.pump()
-                time.sleep(0.2)
+            # the thread's last reply and the message's last edit (the follower looks every few
+            # seconds): shown, not required
+            self.linger(lambda: self._thread_says("Resolved") and self._message_is("resolved"))
         else:
             for step in self.narration.steps:
-                if step.at is None:
+                if step.at is None and step.key != "resolved":
                     n.skip(step.key)
-            n.fail("resolved", f"incident #{incident_id} ended {final.status.value}")
+            if final.status in DECLINED:
+                # the decision's thread reply and the message showing it instead of the buttons
+                words, status = DECLINED[final.status], final.status.value
+                self.linger(lambda: self._thread_says(f"{words} by") and self._message_is(status))
+                n.skip("resolved", f"incident #{incident_id} {final.status.value}: the job is "
+                       "left as it is, split")
+            else:
+                n.fail("resolved", f"incident #{incident_id} ended {final.status.value}")
         self.pump()
         summary.chart = self.write_chart()
         summary.slack_messages = len(self.stage.slack.messages())
         summary.duration_s = time.time() - self.started
         return summary
+
+    def linger(self, shown: Callable[[], bool], *, seconds: float = 8.0) -> None:
+        """Print Slack's messages until `shown()` (what the agent sends next, e.g. a thread
+        reply), for at most `seconds`: shown when it comes, not required."""
+        deadline = time.monotonic() + seconds * self.scale
+        while time.monotonic() < deadline and not shown():
+            self.pump()
+            time.sleep(0.2)
+        self.pump()
 
     def write_chart(self) -> str | None:
         prometheus = self.stage.prometheus
@@ -358,9 +395,8 @@ class Story:
         result = prometheus.query_range(utilization_expr(self.stage.target),
                                         start=self.started, end=end, step=1.0)
         samples = [(float(t), float(v)) for series in result for t, v in series["values"]]
-        png = utilization_png(samples, title=f"{self.stage.target.label}: GPU utilization, "
-                              "split across zones then co-located", split_at=self.detected_at,
-                              marks=self.marks)
+        png = utilization_png(samples, title=chart_title(self.stage.target, self.summary),
+                              split_at=self.detected_at, marks=self.marks)
         if png is None:
             return None
         self.chart_path.write_bytes(png)
@@ -395,6 +431,29 @@ class Story:
     def _thread_says(self, words: str) -> bool:
         return any(m.thread_ts is not None and words in m.text
                    for m in self.stage.slack.messages())
+
+    def _utilization_shown(self) -> bool:
+        """The finding's message shows the job's utilization (the agent's evidence arrived)."""
+        posts = [m for m in self.stage.slack.messages() if m.thread_ts is None]
+        return bool(posts) and "GPU utilization:" in json.dumps(posts[0].blocks)
+
+    def _message_is(self, status: str) -> bool:
+        """The finding's message was edited to say the incident is `status` (its fallback text
+        carries the status in brackets)."""
+        posts = [m for m in self.stage.slack.messages() if m.thread_ts is None]
+        return bool(posts) and f"[{status}]" in posts[0].text
+
+
+def chart_title(target: Target, summary: Summary) -> str:
+    """What the chart shows: the split, then the co-location, or how the story ended without
+    one."""
+    if summary.zones_after:
+        return f"{target.label}: GPU utilization, split across zones then co-located"
+    ended = {S.REJECTED.value: "the fix rejected", S.SNOOZED.value: "the fix snoozed",
+             S.EXPIRED.value: "the approval expired", S.FAILED.value: "the fix failed",
+             S.ROLLED_BACK.value: "the fix rolled back"}.get(summary.incident_status or "",
+                                                             "not co-located")
+    return f"{target.label}: GPU utilization, split across zones ({ended})"
 
 
 def steps_for(target: Target) -> list[tuple[str, str]]:

@@ -11,7 +11,12 @@ GPU-hours per day = idle GPU share x the job's GPUs x 24 h, where the idle share
   the split costs against the job's own healthy figure;
 - else a blocked split (the job's traffic is denied, training cannot proceed): 1 - now / 100 when
   utilization is known, else 1 (every GPU of the job waits);
-- else unknown (a degraded split with no baseline to compare with): no figure, said as such.
+- else a degraded split with utilization now but no baseline (a job split from its start has no
+  healthy past): 1 - now / 100, the share the GPUs sit idle now, said to be an upper bound of what
+  the split costs;
+- else unknown: a degraded split with no utilization sample yet (detected as its pods are bound,
+  before they report): no figure, said as such (the agent estimates again when the first samples
+  arrive).
 
 Cross-zone egress dollars per day = cross-zone bytes per day / 1e9 x price per GB x 2 (billed
 leaving one zone and entering the other), where the bytes per day are
@@ -108,7 +113,12 @@ def idle_gpu_hours_per_day(
             basis = f"training blocked: {gpus} GPU(s) x {100 - utilization_now:.0f}% idle x 24 h"
             return round(gpus * share * HOURS_PER_DAY, 3), basis
         return gpus * HOURS_PER_DAY, f"training blocked: {gpus} GPU(s) idle x 24 h"
-    return None, "unknown: no utilization baseline to compare with"
+    if utilization_now is not None:
+        share = max(0.0, 100.0 - utilization_now) / 100.0
+        basis = (f"{gpus} GPU(s) x {100 - utilization_now:.0f}% idle now x 24 h; no pre-split "
+                 "baseline, so an upper bound")  # fmt: skip
+        return round(gpus * share * HOURS_PER_DAY, 3), basis
+    return None, "not measured yet: no utilization sample of the job yet"
 
 
 def egress_per_day(

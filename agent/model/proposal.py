@@ -9,8 +9,9 @@ remediation code: they read this shape only.
 
 Rules: the latest `plan` action wins (the executor's plan, once recorded, replaces the preview);
 a `plan` action carries either a plan (`payload.plan` with its `diff`, `preconditions`,
-`target_zone` and `pods`) or a refusal (`payload.refusal`: why the fix cannot be applied, the
-action not succeeded). What it does not do: build plans, read the store or render text.
+`target_zone`, `pods` and its `targets`, each object it changes with the uid and resourceVersion
+it was planned from) or a refusal (`payload.refusal`: why the fix cannot be applied, the action
+not succeeded). What it does not do: build plans, read the store or render text.
 """
 
 from __future__ import annotations
@@ -29,6 +30,38 @@ TARGET_ZONE = "target_zone"  # payload key: the zone the preview co-locates the 
 
 
 @dataclass(frozen=True)
+class PlannedObject:
+    """One object a plan changes, as it was when planned (a generic group's plan has one per
+    Deployment or batch Job it moves, and no job uid of its own)."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str | None = None
+    resource_version: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "namespace": self.namespace, "name": self.name,
+                "uid": self.uid, "resource_version": self.resource_version}  # fmt: skip
+
+
+def _planned_objects(targets: Any) -> tuple[PlannedObject, ...]:
+    if not isinstance(targets, Sequence) or isinstance(targets, str):
+        return ()
+    out = []
+    for target in targets:
+        if not isinstance(target, Mapping) or not target.get("kind") or not target.get("name"):
+            continue
+        uid, version = target.get("uid"), target.get("resource_version")
+        out.append(PlannedObject(
+            kind=str(target["kind"]), namespace=str(target.get("namespace") or ""),
+            name=str(target["name"]), uid=str(uid) if uid else None,
+            resource_version=str(version) if version else None,
+        ))  # fmt: skip
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class ProposedFix:
     """One recorded plan (or refusal) of an incident.
 
@@ -36,6 +69,8 @@ class ProposedFix:
     `preconditions`: what the plan was computed from (job uid, resourceVersion, verdict,
     placement pod -> zone). `refusal`: why the fix cannot be applied (None when it can).
     `preview`: recorded before approval (True) or the plan being executed (False).
+    `objects`: the objects the plan changes, each with the uid and resourceVersion it was planned
+    from (a generic group has no job uid: these are its identity).
     """
 
     summary: str
@@ -47,6 +82,7 @@ class ProposedFix:
     preview: bool = True
     zones: Mapping[str, int] = field(default_factory=dict)
     action_id: int | None = None
+    objects: tuple[PlannedObject, ...] = ()
 
     @property
     def applicable(self) -> bool:
@@ -57,7 +93,7 @@ class ProposedFix:
             "summary": self.summary, "diff": self.diff, "target_zone": self.target_zone,
             "pods": self.pods, "preconditions": dict(self.preconditions),
             "refusal": self.refusal, "preview": self.preview, "zones": dict(self.zones),
-            "action_id": self.action_id,
+            "action_id": self.action_id, "objects": [o.to_dict() for o in self.objects],
         }  # fmt: skip
 
 
@@ -89,6 +125,7 @@ def from_action(action: RemediationAction) -> ProposedFix | None:
         preview=preview,
         zones=zones,
         action_id=action.id,
+        objects=_planned_objects(plan.get("targets")),
     )
 
 

@@ -33,7 +33,10 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   moved (another basis, or beyond `EGRESS_MOVE_SHARE`) adds a `redetected` event of its own to the
   timeline (`detail.egress`), so its chat message is re-rendered.
 - Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
-  for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents.
+  for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents once
+  the job's utilization is a steady reading (`steady_reading`), with the idle GPU-hours per day
+  estimated again from it: a split found as its pods are bound has no utilization sample when it
+  is recorded.
 - Cilium's PacketDrop Events (`handle_packet_drops`): the pod an Event names is mapped to its job
   (the cache's Kubeflow job, else the generic group of the last diagnosis); the message goes once
   into the timeline of the job's open topology incidents (`evidence`, actor `cilium`), kept
@@ -58,13 +61,13 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.diagnosis.egress import EgressIndex, job_ends
-from agent.diagnosis.waste import EgressBasis, estimate_waste
+from agent.diagnosis.waste import EgressBasis, estimate_waste, idle_gpu_hours_per_day
 from agent.errors import UnavailableError
 from agent.model.cluster import ClusterState, JobKind
 from agent.model.egress import MeasuredEgress
@@ -372,8 +375,10 @@ class AgentPipeline:
                 return
             for key, metrics in sorted(report.jobs.items()):
                 self._drop(key, metrics, report)
+            window = self.settings.prometheus.drop_duration
             for key in sorted(set(report.jobs) - self._evidence_recorded):
-                self._attach_evidence(key)
+                if steady_reading(report.jobs[key], now=report.at.timestamp(), window=window):
+                    self._attach_evidence(key)
 
     def sweep(self, playbook: Playbook | None) -> dict[str, Any]:
         """Diagnose every job from the cache, refresh metrics, reconcile, purge, digest."""
@@ -871,12 +876,17 @@ class AgentPipeline:
             except LifecycleError:
                 continue
             if topology:
+                evidence = metrics_evidence(self.report, key)
+                detail: dict[str, Any] = {"metrics": evidence}
+                waste = _gpu_hours_again(incident, evidence)
+                if waste is not None:
+                    detail["waste"] = waste
                 self.store.add_event(
                     incident.id,
                     EventKind.REDETECTED,
                     now=self.now(),
                     actor=ACTOR,
-                    detail={"metrics": metrics_evidence(self.report, key)},
+                    detail=detail,
                 )
                 self._evidence_recorded.add(key)
 
@@ -911,6 +921,38 @@ def egress_moved(
     if before[1] is None or after[1] is None:
         return False
     return abs(after[1] - before[1]) > max(EGRESS_MOVE_USD, EGRESS_MOVE_SHARE * abs(before[1]))
+
+
+READING_SAMPLES = 3  # the latest samples that must agree before a reading becomes evidence
+READING_SPREAD = 5.0  # percentage points between them
+
+
+def steady_reading(metrics: JobMetrics, *, now: float, window: timedelta) -> bool:
+    """Whether a job's utilization is a reading worth recording as evidence: its latest
+    `READING_SAMPLES` samples agree within `READING_SPREAD` points (a split found as its pods are
+    bound reads 0% while they start), or its samples cover the whole `window` (utilization that
+    never settles is recorded once it has been watched that long). A job with a baseline and no
+    samples is recorded at once (there is nothing to wait for)."""
+    samples = metrics.samples
+    if not samples:
+        return True
+    recent = [v for _, v in samples[-READING_SAMPLES:]]
+    if len(recent) == READING_SAMPLES and max(recent) - min(recent) <= READING_SPREAD:
+        return True
+    return samples[0][0] <= now - window.total_seconds() * 0.9
+
+
+def _gpu_hours_again(incident: IncidentSummary, evidence: dict[str, Any]) -> dict[str, Any] | None:
+    """The split's idle GPU-hours per day from utilization evidence (None without a figure now):
+    the part of the finding's `waste` that evidence changes."""
+    now, baseline = evidence.get("utilization_now"), evidence.get("utilization_baseline")
+    if incident.verdict not in SPLIT_VERDICTS or not isinstance(now, int | float):
+        return None
+    hours, basis = idle_gpu_hours_per_day(
+        verdict=incident.verdict, gpus=incident.gpus or 0, utilization_now=float(now),
+        utilization_baseline=float(baseline) if isinstance(baseline, int | float) else None,
+    )  # fmt: skip
+    return {"gpu_hours_per_day": hours, "gpu_hours_basis": basis}
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:

@@ -19,6 +19,12 @@ applied); the preview rides along in the finding of the outbox payloads as plain
 (`ApprovalRequests`: a request with its deadline, or auto-approval where the playbook opts the
 namespace in); a fix the preview refused needs no decision (nothing to approve).
 
+An incident no playbook posts (its conditions exclude the job, or no playbook has the trigger)
+gets a note saying why (`not_posted`), shown by `incidents show`; the digest's payload names the
+open incidents the current playbooks do not post, with the reason, for the digest to say so. A
+declared group (kind `Group`) is a training job whatever its pods request (`min_gpus` does not
+exclude it).
+
 What it does not do: deliver messages (the chat layer reads the outbox) or record findings.
 """
 
@@ -30,9 +36,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent.errors import UnavailableError, ZonemedicError
+from agent.model.cluster import JobKind
 from agent.model.incident import IncidentQuery, IncidentSummary
-from agent.model.lifecycle import MessageKind, to_jsonable
-from agent.playbook.matching import Event, Subject, fired
+from agent.model.lifecycle import EventKind, MessageKind, to_jsonable
+from agent.playbook.matching import (
+    NOT_POSTED,
+    Event,
+    Subject,
+    fired,
+    trigger_for_verdict,
+    unposted_reason,
+)
 from agent.playbook.model import Playbook, PlaybookActionKind
 from agent.remediation.approval import ApprovalStepKind
 from agent.runtime.approvals import ApprovalRequests
@@ -42,6 +56,8 @@ from agent.sources.jobkey import JobKey
 from agent.store.repository import IncidentStore
 
 log = logging.getLogger(__name__)
+
+ACTOR = "agent"
 
 
 class PlaybookActions:
@@ -80,6 +96,7 @@ class PlaybookActions:
             labels=self.cache.job_labels(key),
             gpus=self.cache.job_gpus(key) if gpus is None else gpus,
             verdict=verdict,
+            declared=key.kind == JobKind.GROUP,
         )
 
     def fire(
@@ -166,6 +183,29 @@ class PlaybookActions:
                     channel=action.channel or self.channel,
                     dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
                 )
+        reason = unposted_reason(self.playbooks, event)
+        if reason is not None:
+            store.add_event(incident.id, EventKind.NOTE, now=self.now(), actor=ACTOR,
+                            detail={NOT_POSTED: reason})
+            log.info("incident not posted", extra={"incident": incident.id, "reason": reason})
+
+    def not_posted(self, incidents: Sequence[IncidentSummary]) -> dict[str, str]:
+        """Incident id -> why the current playbooks do not post it, for those they do not (an
+        incident opened by a finding or a utilization drop; alerts are posted by their own
+        matchers)."""
+        out: dict[str, str] = {}
+        for incident in incidents:
+            trigger = trigger_for_verdict(incident.verdict.value)
+            if trigger is None:
+                continue
+            key = JobKey(incident.kind, incident.namespace, incident.name)
+            reason = unposted_reason(
+                self.playbooks,
+                Event(trigger, self.subject(key, incident.verdict.value, incident.gpus)),
+            )
+            if reason is not None:
+                out[str(incident.id)] = reason
+        return out
 
     def post_digest(self, playbook: Playbook, summary: Mapping[str, Any]) -> int:
         """Queue the playbook's digest actions (deduped per playbook and minute); how many."""
@@ -182,6 +222,7 @@ class PlaybookActions:
                 "playbook": playbook.name,
                 "summary": {k: v for k, v in summary.items() if k != "findings"},
                 "open_incidents": [to_jsonable(i) for i in open_now],
+                NOT_POSTED: self.not_posted(open_now),
             }
             self.store.enqueue_message(
                 MessageKind.DIGEST,

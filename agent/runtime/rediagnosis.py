@@ -7,21 +7,25 @@ pods, training jobs, Deployments/ReplicaSets/batch Jobs, CiliumNetworkPolicies, 
 and the CiliumClusterwideNetworkPolicies -- parses it with the snapshot parsers and runs the core's
 scoped diagnosis. It reads the API directly rather than the watch cache so that a remediation
 judges what the server says now. Zone-mirroring labels in `auto` mode are detected over the
-namespace's pods. A kind the server does not serve (404) is skipped. What it does not do: record
-anything, or write to the cluster.
+namespace's pods. For a generic group it also names the members that finished (pods matching the
+group's selector and a role, Succeeded or Failed: workers that gave up), which the plan needs to
+recreate a worker Job that failed. A kind the server does not serve (404) is skipped. What it does
+not do: record anything, or write to the cluster.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+from agent.model.cluster import ClusterState, JobKind
 from agent.model.job import JobRef
 from agent.policy import PolicySet
 from agent.remediation.observe import Rediagnosis
-from agent.settings import DiagnosisSettings
+from agent.settings import DiagnosisSettings, GroupSpec
 from agent.snapshot.collection import parse_snapshot
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.topology.jobs import find_jobs
@@ -41,6 +45,28 @@ _NAMESPACED = (
     ("cilium.io/v2", "ciliumnetworkpolicies", "CiliumNetworkPolicy"),
     ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy"),
 )
+
+
+def finished_members(
+    state: ClusterState, groups: Sequence[GroupSpec], ref: JobRef
+) -> tuple[str, ...]:
+    """The names of a group's pods that finished: its selector and a role's labels match, the
+    phase is Succeeded or Failed (none for a Kubeflow job)."""
+    if ref.kind is not JobKind.GROUP:
+        return ()
+    spec = next((g for g in groups if g.name == ref.name
+                 and g.namespace in (None, ref.namespace)), None)  # fmt: skip
+    if spec is None:
+        return ()
+
+    def matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in wanted.items())
+
+    return tuple(sorted(
+        p.name for p in state.pods
+        if p.namespace == ref.namespace and not p.live and matches(p.labels, spec.selector)
+        and (matches(p.labels, spec.coordinator) or matches(p.labels, spec.workers))
+    ))  # fmt: skip
 
 
 class ApiRediagnosis:
@@ -94,4 +120,5 @@ class ApiRediagnosis:
             (j for j in find_jobs(state, self.settings.groups, namespaces={ns}) if j.ref == ref), None
         )
         pods = tuple(p.name for p in job.pods) if job is not None else ()
-        return Rediagnosis(finding=finding, mirror_keys=diagnosis.mirror_keys, pods=pods)
+        return Rediagnosis(finding=finding, mirror_keys=diagnosis.mirror_keys, pods=pods,
+                           finished=finished_members(state, self.settings.groups, ref))  # fmt: skip

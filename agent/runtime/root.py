@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute
 
 from agent.errors import ConfigError, UnavailableError
 from agent.playbook.model import Playbook
+from agent.remediation.fence import Leadership
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
 from agent.runtime.metrics import AgentMetrics
 from agent.settings import EgressSource, Settings
@@ -57,6 +58,8 @@ class Parts:
     prometheus: PrometheusSource | None
     is_leader: Callable[[], bool]
     egress: EgressMeter | None = None
+    # the elector's terms, for the remediation's write fence (None: derived from `is_leader`)
+    leadership: Leadership | None = None
     extra_routes: list[BaseRoute] = field(default_factory=list)
     background_jobs: list[BackgroundJob] = field(default_factory=list)
 
@@ -133,7 +136,9 @@ class Root:
             on_stopped_leading=on_stopped_leading,
         )
 
-    def parts(self, *, is_leader: Callable[[], bool]) -> Parts:
+    def parts(
+        self, *, is_leader: Callable[[], bool], leadership: Leadership | None = None
+    ) -> Parts:
         return Parts(
             settings=self.settings,
             playbooks=self.playbooks,
@@ -143,6 +148,7 @@ class Root:
             prometheus=self.prometheus,
             is_leader=is_leader,
             egress=self.egress,
+            leadership=leadership,
         )
 
     def list_once(self, *, timeout: float) -> None:

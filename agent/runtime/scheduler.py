@@ -11,7 +11,11 @@ No sweep runs twice across a hand-over: each run records its schedule time in a 
 leader writes on its Lease (`LEDGER_ANNOTATION`, through the elector's next renewal); a new leader
 loads it before resuming, so a run its paused scheduler still holds as due (within the misfire
 grace) is skipped when the previous leader already did it, and run when it did not (a crash).
-What it does not do: sweep (the callback does).
+A scheduled job still running when its next run is due (a remediation holds the executor's
+pickup for minutes) is expected: APScheduler's own warning for each skipped run ("maximum number
+of running instances reached", every second) is dropped, and the overlap is logged once when it
+starts and once when the long run ends, with how many runs it skipped (`overlaps`: episodes so
+far, `overlap_skips`: runs skipped). What it does not do: sweep (the callback does).
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_EXECUTED,
+    EVENT_JOB_MAX_INSTANCES,
+    JobEvent,
+)
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
@@ -32,6 +42,25 @@ from agent.playbook.model import Playbook
 log = logging.getLogger(__name__)
 
 LEDGER_ANNOTATION = "zonemedic.io/sweeps-done"
+# APScheduler's own log lines, under `apscheduler` (its level and handlers apply) but apart, so the
+# filter below touches our schedulers only.
+APSCHEDULER_LOG = "apscheduler.scheduler.zonemedic"
+_SKIPPED_RUN = "maximum number of running instances reached"
+
+
+class SkippedRunFilter(logging.Filter):
+    """Drops APScheduler's warning for a run skipped because the previous one still runs (the
+    scheduler logs the overlap itself, once)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _SKIPPED_RUN not in str(record.msg)
+
+
+def _apscheduler_logger() -> logging.Logger:
+    logger = logging.getLogger(APSCHEDULER_LOG)
+    if not any(isinstance(f, SkippedRunFilter) for f in logger.filters):
+        logger.addFilter(SkippedRunFilter())
+    return logger
 
 
 def last_fire_time(trigger: CronTrigger, now: datetime, *, window: timedelta) -> datetime | None:
@@ -92,8 +121,13 @@ class SweepScheduler:
         self.ledger: dict[str, datetime] = {}
         self.triggers: dict[str, CronTrigger] = {}
         self._ledger_lock = threading.Lock()
+        self.overlaps = 0
+        self.overlap_skips = 0
+        self._overlapping: dict[str, int] = {}  # job id -> runs skipped in the current overlap
+        self._overlap_lock = threading.Lock()
         self.scheduler = BackgroundScheduler(
             timezone=UTC,
+            logger=_apscheduler_logger(),
             job_defaults={
                 "coalesce": True,
                 "misfire_grace_time": int(misfire_grace.total_seconds()),
@@ -116,6 +150,30 @@ class SweepScheduler:
                 )
         for job_id, trigger, fn in extra_jobs:
             self.scheduler.add_job(self._guarded_call, trigger=trigger, args=(fn,), id=job_id)
+        self.scheduler.add_listener(
+            self._on_job_event, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_EXECUTED | EVENT_JOB_ERROR
+        )
+
+    def _on_job_event(self, event: JobEvent) -> None:
+        """One log line when a job's run starts overlapping the next, one when it ends."""
+        with self._overlap_lock:
+            if event.code == EVENT_JOB_MAX_INSTANCES:
+                self.overlap_skips += 1
+                skipped = self._overlapping.get(event.job_id, 0) + 1
+                self._overlapping[event.job_id] = skipped
+                if skipped > 1:
+                    return
+                self.overlaps += 1
+            else:
+                skipped = self._overlapping.pop(event.job_id, 0)
+                if not skipped:
+                    return
+        if event.code == EVENT_JOB_MAX_INSTANCES:
+            log.info("scheduled job still running when due again: its runs are skipped until "
+                     "it ends", extra={"job": event.job_id})
+        else:
+            log.info("scheduled job ended; runs skipped while it ran",
+                     extra={"job": event.job_id, "skipped_runs": skipped})
 
     def load_ledger(self, ledger: dict[str, datetime]) -> None:
         """On gaining leadership: which scheduled runs a previous leader already did."""

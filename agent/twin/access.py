@@ -23,6 +23,7 @@ from typing import Any
 
 from agent.errors import InputError
 from agent.twin import kubeconfig
+from agent.twin.apipodstreams import PodActivitySource
 from agent.twin.apiserver import ApiServer
 from agent.twin.auth import (
     ADMIN,
@@ -107,11 +108,13 @@ def serve_as_service_account(
     *,
     port: int = 0,
     tls: bool = True,
+    pod_activity: PodActivitySource | None = None,
 ) -> Access:
     """Grant the manifests' rights and start an API server with a token for the ServiceAccount
     they bind and one for the admin (stop it with `access.server.stop()`)."""
     user = grant(store, documents)
     token, admin_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     authenticator = Authenticator({token: user, admin_token: ADMIN})
-    server = ApiServer(store, port=port, authenticator=authenticator, tls=tls).start()
+    server = ApiServer(store, port=port, authenticator=authenticator, tls=tls,
+                       pod_activity=pod_activity).start()
     return Access(server=server, user=user, token=token, admin_token=admin_token)

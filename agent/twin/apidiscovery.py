@@ -30,8 +30,13 @@ _SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
     "scale": ["get", "patch", "update"],
     "binding": ["create"],
+    "log": ["get"],
+    "exec": ["create", "get"],
+    "attach": ["create", "get"],
+    "portforward": ["create", "get"],
 }
-_SUBRESOURCE_KINDS = {"binding": "Binding", "scale": "Scale"}
+_SUBRESOURCE_KINDS = {"binding": "Binding", "scale": "Scale", "exec": "PodExecOptions",
+                      "attach": "PodAttachOptions", "portforward": "PodPortForwardOptions"}
 
 
 @dataclass(frozen=True)

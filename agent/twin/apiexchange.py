@@ -43,13 +43,17 @@ class Exchange(Protocol):
 
     def send_json(self, code: int, obj: Any) -> None: ...
 
-    def start_stream(self) -> None:
+    def start_stream(self, *, content_type: str = "application/json") -> None:
         """Send a 200 with chunked transfer encoding; then `chunk` each piece, then `end_stream`."""
         ...
 
     def chunk(self, data: bytes) -> None: ...
 
     def end_stream(self) -> None: ...
+
+    def client_gone(self) -> bool:
+        """Whether the client closed the connection (checked while a stream has nothing to send)."""
+        ...
 
     def drop_connection(self) -> None:
         """The client went away: close this connection after the current request."""

@@ -11,7 +11,9 @@ Used by `ApiServer` (apiserver.py). It does not know verb semantics or store obj
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import select
 import socket
 import ssl
 import time
@@ -109,9 +111,9 @@ class Handler(BaseHTTPRequestHandler):
     def send_json(self, code: int, obj: Any) -> None:
         self.send(code, orjson.dumps(obj))
 
-    def start_stream(self) -> None:
+    def start_stream(self, *, content_type: str = "application/json") -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
@@ -121,6 +123,24 @@ class Handler(BaseHTTPRequestHandler):
 
     def end_stream(self) -> None:
         self.wfile.write(b"0\r\n\r\n")
+
+    def client_gone(self) -> bool:
+        conn = self.connection
+        try:
+            readable, _, _ = select.select([conn], [], [], 0)
+            if not readable:
+                return False
+            conn.settimeout(0)
+            # nothing more is read from a streamed request: TLS may consume a byte, TCP peeks
+            data = conn.recv(1) if isinstance(conn, ssl.SSLSocket) else conn.recv(1, socket.MSG_PEEK)
+            return data == b""
+        except ssl.SSLWantReadError:
+            return False
+        except (OSError, ValueError):
+            return True
+        finally:
+            with contextlib.suppress(OSError):
+                conn.settimeout(None)
 
     def drop_connection(self) -> None:
         self.close_connection = True

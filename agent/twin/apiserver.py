@@ -4,7 +4,8 @@ A threading HTTP/1.1 server on 127.0.0.1 (keep-alive, chunked watch streams, orj
 request) in front of a `Store`: discovery and OpenAPI (apidiscovery.py), every verb on the resource
 table's kinds (apiverbs.py, watches in apiwatch.py), `kind: Status` errors, bearer-token
 authentication with RBAC (auth.py), SelfSubjectAccessReview, server-side Table printing for kubectl
-(tables.py), and twin-only endpoints under /twin/ for accounting and faults (apicontrol.py,
+(tables.py), the pods' log from the training model when one is given (`pod_activity`;
+apipodstreams.py), and twin-only endpoints under /twin/ for accounting and faults (apicontrol.py,
 faults.py). This module holds the server's parts and lifecycle; the request handler is
 apihandler.py.
 
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from agent.twin import tls as twin_tls
 from agent.twin.apidiscovery import Discovery
 from agent.twin.apihandler import Handler, HttpServer
+from agent.twin.apipodstreams import PodActivitySource
 from agent.twin.auth import Authenticator, Authorizer, UserInfo
 from agent.twin.faults import Accounting, Faults
 from agent.twin.store import Store
@@ -40,8 +42,11 @@ class ApiServer:
         bookmark_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
         tls: bool = False,
+        pod_activity: PodActivitySource | None = None,
     ) -> None:
         self.store = store
+        self.pod_activity = pod_activity  # None: no kubelet serves logs (a bare API server)
+        self.log_streams = 0  # `kubectl logs -f` streams open now
         self.authenticator = authenticator or Authenticator()
         self.authorizer = Authorizer(store)
         self.accounting = Accounting()

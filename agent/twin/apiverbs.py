@@ -3,10 +3,13 @@
 For a resolved route it names the verb (get, list, watch, create, update, patch, delete,
 deletecollection), authorizes it with RBAC attributes as the real server builds them, counts it,
 applies an injected fault, and serves it: objects or lists (JSON spliced from the store's
-per-object encoding, or a server-side Table for kubectl), the binding subresource, the three patch
+per-object encoding, or a server-side Table for kubectl), the binding subresource, the pods'
+streaming subresources (log, exec, attach, portforward: apipodstreams.py), the three patch
 content types (415 naming the accepted ones otherwise), DeleteOptions (propagationPolicy,
-gracePeriodSeconds, preconditions, dryRun) and `dryRun=All` on every write. SelfSubjectAccessReview
-is answered here too.
+gracePeriodSeconds, preconditions, dryRun) and `dryRun=All` on every write, and an injected
+admission refusal (a webhook's denial or an exhausted quota, 403 worded as the server words them;
+checked before the store, as admission runs before storage). SelfSubjectAccessReview is answered
+here too.
 
 Used by the HTTP handler (apihandler.py). It does not parse HTTP or resolve paths.
 """
@@ -21,13 +24,14 @@ import orjson
 from agent.twin import patch as patching
 from agent.twin import tables
 from agent.twin.apidiscovery import Route
-from agent.twin.apierror import ApiError, bad_request
+from agent.twin.apierror import ApiError, bad_request, qualified
 from agent.twin.apiexchange import Exchange
+from agent.twin.apipodstreams import STREAMING, serve_pod_stream, verb_for
 from agent.twin.apiquery import Query
 from agent.twin.apiwatch import serve_watch
 from agent.twin.auth import Attributes, UserInfo, access_review, forbidden
 from agent.twin.deletion import Propagation
-from agent.twin.faults import WRITE_VERBS, AuditEntry, WriteRecord
+from agent.twin.faults import WRITE_VERBS, AuditEntry, RefusalKind, WriteRecord
 from agent.twin.patch import PatchType
 from agent.twin.scale import as_scale, replicas_of
 
@@ -75,11 +79,20 @@ class ResourceRequest:
         self.query = query
         self.user = user
         self.verb = verb_of(method, route, query)
+        self.streaming = (route.rt.key == ("", "v1", "pods") and route.name is not None
+                          and route.subresource in STREAMING)
+        if self.streaming and method in ("GET", "POST"):
+            self.verb = verb_for(route.subresource or "")
         self.namespace = route.namespace
         self.dry_run = "All" in query.all("dryRun")
 
     def serve(self) -> None:
         route, rt, sub = self.route, self.rt, self.route.subresource
+        if self.streaming and self.namespace is not None:
+            self._admit()
+            serve_pod_stream(self.api, self.ex, namespace=self.namespace, name=route.name or "",
+                             subresource=sub or "", method=self.method, query=self.query)
+            return
         if self.method == "POST" and route.name is not None and sub != "binding":
             raise ApiError(
                 405,
@@ -149,6 +162,27 @@ class ResourceRequest:
         raise ApiError(
             failure.code, "InternalError", "Internal error occurred: injected fault (twin)"
         )
+
+    def _admission(self, name: str, *, dry_run: bool) -> None:
+        """Raise the admission refusal injected for this write, if one is due."""
+        refusal = self.api.faults.refusal(self.verb, self.rt.plural, name=name, dry_run=dry_run)
+        if refusal is None:
+            return
+        if refusal.kind is RefusalKind.WEBHOOK:
+            raise ApiError(
+                403, "Forbidden",
+                f'admission webhook "{refusal.source}" denied the request: {refusal.message}',
+            )  # fmt: skip
+        resource = qualified(self.rt)
+        used = len(self.api.store.list_refs(self.rt, namespace=self.namespace)[0])
+        counted = f"count/{resource}"
+        subject = f'{resource} "{name}"' if name else resource
+        raise ApiError(
+            403, "Forbidden",
+            f"{subject} is forbidden: exceeded quota: {refusal.source}, requested: {counted}=1, "
+            f"used: {counted}={used}, limited: {counted}={used}",
+            details={"name": name, "group": self.rt.group, "kind": self.rt.plural},
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ reads
 
@@ -226,6 +260,9 @@ class ResourceRequest:
                 {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
             )
             return
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        self._admission(name if isinstance(name, str) else "", dry_run=self.dry_run)
         created = store.create(
             self.rt, body, namespace=self.namespace, dry_run=self.dry_run, keep_status=False
         )
@@ -245,6 +282,7 @@ class ResourceRequest:
             rv = (body.get("metadata") or {}).get("resourceVersion")
             self._scale_to(replicas_of(body, name=name or ""), resource_version=rv)
             return
+        self._admission(self.route.name or "", dry_run=self.dry_run)
         updated = self.api.store.update(
             self.rt,
             body,
@@ -275,6 +313,7 @@ class ResourceRequest:
         if self.route.subresource == "scale":
             self._patch_scale(body, patch_type)
             return
+        self._admission(self.route.name or "", dry_run=self.dry_run)
         patched = self.api.store.patch(
             self.rt,
             self.route.name or "",
@@ -329,8 +368,12 @@ class ResourceRequest:
             policy = Propagation(propagation or "Background")
         except ValueError as exc:
             raise bad_request(f"propagationPolicy: Unsupported value: {propagation!r}") from exc
+        preconditions = options.get("preconditions")
+        if preconditions is not None and not isinstance(preconditions, dict):
+            raise bad_request("DeleteOptions.preconditions must be a JSON object")
         store, rt = self.api.store, self.rt
         if self.verb == "delete":
+            self._admission(self.route.name or "", dry_run=dry_run)
             result = store.delete(
                 rt,
                 self.route.name or "",
@@ -338,7 +381,7 @@ class ResourceRequest:
                 propagation=policy,
                 grace_period_seconds=grace,
                 dry_run=dry_run,
-                preconditions=options.get("preconditions"),
+                preconditions=preconditions,
             )
             self._object(200, result)
             return

@@ -115,7 +115,7 @@ class TwinCluster:
 
     def serve_api(self, *, port: int = 0) -> ApiServer:
         """The API over HTTP with no authentication (every request is the admin)."""
-        self.api = ApiServer(self.store, port=port).start()
+        self.api = ApiServer(self.store, port=port, pod_activity=self.runtime).start()
         return self.api
 
     def serve_api_as(
@@ -123,7 +123,8 @@ class TwinCluster:
     ) -> Access:
         """The API over HTTP(S) with RBAC: the manifests' RBAC objects loaded, a token for the
         ServiceAccount they bind and one for the admin (access.py)."""
-        access = serve_as_service_account(self.store, documents, port=port, tls=tls)
+        access = serve_as_service_account(self.store, documents, port=port, tls=tls,
+                                          pod_activity=self.runtime)
         self.api = access.server
         return access
 

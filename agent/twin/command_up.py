@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from agent.errors import InputError
+from agent.twin.scenario_registry import GENERATED_SPEC, scenario_names
 
 
 def register_up(twin: Any) -> None:
@@ -21,9 +22,9 @@ def register_up(twin: Any) -> None:
         help="run a twin cluster (API, scheduler, operators, dataplane, metrics) from a scenario",
         description="Run the cluster twin from a scenario until interrupted.",
     )
-    parser.add_argument("--scenario", required=True,
-                        help="a packaged scenario (seed-degraded, seed-blocked, healthy), a YAML "
-                        "path, or generated:nodes=N,zones=Z,jobs=J,workers=W,policies=P,seed=S")  # fmt: skip
+    parser.add_argument("--scenario", required=True, metavar="SCENARIO",
+                        help=f"a packaged scenario ({', '.join(scenario_names())}), a YAML path, "
+                        f"or {GENERATED_SPEC}")  # fmt: skip
     parser.add_argument("--port", type=int, default=0, help="API port on 127.0.0.1 (default: free)")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="metrics port on 127.0.0.1 (default: free)")  # fmt: skip

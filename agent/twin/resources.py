@@ -130,7 +130,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         True,
         "pod",
         ("po",),
-        ("status", "binding"),
+        ("status", "binding", "log", "exec", "attach", "portforward"),
         categories=("all",),
         field_labels=_POD_FIELDS,
     ),

@@ -35,6 +35,7 @@ import yaml
 
 from agent.errors import InputError
 from agent.twin.groups import GroupError, TrainingGroup, parse_groups
+from agent.twin.scenario_registry import GENERATED_PREFIX, scenario_names
 from agent.twin.training import Link, TrainingParams, ZoneModel
 
 Obj = dict[str, Any]
@@ -44,7 +45,6 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_GPU_MODEL = "NVIDIA A100-SXM4-80GB"
 GPU_MODEL_ANNOTATION = "twin.zonemedic.io/gpu-model"
-GENERATED_PREFIX = "generated"
 
 
 class ScenarioError(InputError):
@@ -76,11 +76,6 @@ class Scenario:
     namespaces: list[Obj]
     objects: list[Obj]
     groups: list[TrainingGroup] = field(default_factory=list)
-
-
-def scenario_names() -> list[str]:
-    folder = resources.files("agent.twin") / "scenarios"
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
 def _fail(where: str, message: str) -> ScenarioError:

@@ -5,21 +5,26 @@ Started by `cluster.TwinCluster`. For each Kubeflow job (pods labelled
 coordinator, the all-reduce ring, an MPI launcher to its workers), asks the `Dataplane` whether
 each may pass, and sets the job's phase: TRAINING (all pods running, every flow allowed; step time
 and GPU utilization from `training`), BLOCKED (a flow is denied) or WAITING. A pod that dials a
-denied peer retries `connect_attempts` times, each a Hubble policy drop, then exits with Error via
-the kubelet (which restarts it with back-off, CrashLoopBackOff); each denied attempt goes to the
-drop event emitter (Cilium's `PacketDrop` Events), when one is given.
+denied peer retries `connect_attempts` times `connect_retry_seconds` apart (the workload's own
+retry behaviour when its pod says so: annotations `twin.zonemedic.io/connect-attempts` and
+`twin.zonemedic.io/connect-retry-seconds`), each a Hubble policy drop (and a Cilium `PacketDrop`
+Event through the drop event emitter, when one is given), then gives up: it exits with Error via
+the kubelet, which restarts it with back-off (CrashLoopBackOff) or, under `restartPolicy: Never`,
+fails the pod (its controller replaces it until its backoffLimit is used up, then the batch Job
+fails).
 
 Generic groups declared by the scenario (groups.py: a coordinator, e.g. a Deployment's pod, and
 workers, e.g. a batch Job's pods) run the same way: every worker dials the coordinator on the
 group's port and its neighbour in the workers' all-reduce ring; the workers are the GPU ranks and
-train only while the coordinator runs and every flow passes. A blocked group worker waits on the
-coordinator (a rendezvous that keeps retrying, each try a policy drop) instead of exiting, so it
-trains as soon as the coordinator is reachable. It accounts transmitted bytes per pod and per
-pair of pods over model time: while a job trains, each participant sends its all-reduce bytes
+train only while the coordinator runs and every flow passes. A blocked group worker gives up as
+any worker does (per its retry behaviour). It accounts transmitted bytes per pod and per pair of
+pods over model time: while a job trains, each participant sends its all-reduce bytes
 (`bytes_sent_per_step` per step) to the next participant of the ring (participants in name order),
 so pair (a, b) carries that rate when b follows a. The exporter reads utilization, bytes (per pod
-and per pair) and drops from here. It reacts to
-events and its own timers only (no polling) and does not write objects itself.
+and per pair) and drops from here, and the API server's `pods/log` what one pod's workload is doing
+(`activity`: the job's phase, the peers it fails to reach and how many times it tried, training
+progress). It reacts to events and its own timers only (no polling) and does not write objects
+itself.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ BATCH_JOBS = lookup("jobs", group="batch")
 COMPUTE_ANNOTATION = "twin.zonemedic.io/compute-seconds"
 STEPS_ANNOTATION = "twin.zonemedic.io/steps"  # the job succeeds after this many training steps
 GRADIENT_ANNOTATION = "twin.zonemedic.io/gradient-bytes"
+ATTEMPTS_ANNOTATION = "twin.zonemedic.io/connect-attempts"  # a pod's tries before it gives up
+RETRY_ANNOTATION = "twin.zonemedic.io/connect-retry-seconds"  # ... and the wait between two
 PodKey = tuple[str, str]
 PairKey = tuple[str, str, str]  # namespace, sending pod, receiving pod
 
@@ -92,6 +99,28 @@ class JobState:
     denied: tuple[tuple[Flow, DropReason], ...] = ()
 
 
+@dataclass(frozen=True)
+class PodActivity:
+    """What the training model says one pod's workload is doing, for its log (model seconds)."""
+
+    job: str
+    phase: JobPhase
+    ranks: int  # the job's ranks running
+    participant: bool  # a rank of the job (an MPI launcher is not)
+    dials: tuple[tuple[str, int], ...]  # (peer, port) this pod dials and cannot reach
+    refused: tuple[str, ...]  # peers that dial this pod and cannot reach it
+    attempts: int  # failed connection attempts of the current container
+    crashed: tuple[str, int, int] | None  # the last run that gave up: (peer, port, attempts)
+    exits: bool  # False: it keeps retrying without giving up
+    connect_attempts: int
+    retry_seconds: float
+    step_seconds: float | None
+    utilization: float  # 0..1
+    steps: float
+    target: float | None
+    speed: float
+
+
 @dataclass
 class _Traffic:
     total: float = 0.0
@@ -115,10 +144,25 @@ class _Progress:
 @dataclass
 class _Attempts:
     generation: tuple[str, int]
+    limit: int  # tries before the pod gives up
+    retry_seconds: float
     done: int = 0
     flows: list[tuple[Flow, DropReason]] = field(default_factory=list)
-    exits: bool = True  # False: the pod keeps retrying (a group worker waiting on its coordinator)
     active: bool = False  # an attempt is queued
+
+
+def retry_behaviour(pod: Mapping[str, Any], params: TrainingParams) -> tuple[int, float]:
+    """(tries, seconds between two) for a pod dialling a denied peer: its annotations when set
+    and readable, else the scenario's training parameters."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    attempts, retry = params.connect_attempts, params.connect_retry_seconds
+    try:
+        attempts = max(1, int(annotations.get(ATTEMPTS_ANNOTATION, attempts)))
+        retry = max(0.0, float(annotations.get(RETRY_ANNOTATION, retry)))
+    except ValueError:
+        log.warning("pod %s: unreadable retry annotations %s",
+                    (pod.get("metadata") or {}).get("name"), dict(annotations))  # fmt: skip
+    return attempts, retry
 
 
 def _container_running(pod: Mapping[str, Any]) -> bool:
@@ -220,6 +264,7 @@ class TrainingRuntime(Controller):
         self._attempts: dict[PodKey, _Attempts] = {}
         self._drops: dict[DropKey, int] = {}
         self._progress: dict[PodKey, _Progress] = {}
+        self._crashes: dict[PodKey, tuple[str, int, int]] = {}
 
     def start(self) -> None:
         self._dataplane.on_change(self._on_network_change)
@@ -281,6 +326,45 @@ class TrainingRuntime(Controller):
         with self._lock:
             return dict(self._drops)
 
+    def activity(self, pod: Mapping[str, Any]) -> PodActivity | None:
+        """What the pod's workload is doing, or None when it is no rank of a training job or
+        group the twin runs."""
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        key = (str(meta.get("namespace", "")), name)
+        generation = (str(meta.get("uid")), _restarts(pod))
+        now = self._clock.now()
+        with self._lock:
+            job = self._pod_job.get(key)
+            if job is None:
+                return None
+            state = self._jobs.get(job, JobState())
+            attempts = self._attempts.get(key)
+            progress = self._progress.get(job)
+            steps = progress.at(now) if progress is not None else 0.0
+            target = progress.target if progress is not None else None
+            crashed = self._crashes.get(key)
+        current = attempts is not None and attempts.generation == generation
+        return PodActivity(
+            job=job[1],
+            phase=state.phase,
+            ranks=len(state.participants),
+            participant=name in state.participants,
+            dials=tuple((f.peer, f.port) for f, _ in state.denied if f.dialer == name),
+            refused=tuple(sorted({f.dialer for f, _ in state.denied if f.peer == name})),
+            attempts=attempts.done if current and attempts is not None else 0,
+            crashed=crashed,
+            exits=True,  # every workload gives up after its retries
+            connect_attempts=attempts.limit if attempts is not None else self._params.connect_attempts,
+            retry_seconds=(attempts.retry_seconds if attempts is not None
+                           else self._params.connect_retry_seconds),
+            step_seconds=state.timing.step if state.timing is not None else None,
+            utilization=gpu_utilization(state.phase, state.timing),
+            steps=steps,
+            target=target,
+            speed=self._clock.speed,
+        )
+
     # --- events ---------------------------------------------------------------------------------
 
     def _on_pod(self, event: WatchEvent) -> None:
@@ -293,6 +377,7 @@ class TrainingRuntime(Controller):
                 self._traffic.pop(key, None)
                 self._attempts.pop(key, None)
                 self._pod_job.pop(key, None)
+                self._crashes.pop(key, None)
                 for pair in self._pairs_of_pod.pop(key, set()):
                     gone = self._pairs.pop(pair, None)
                     zones = self._pair_zones.pop(pair, None)
@@ -422,7 +507,7 @@ class TrainingRuntime(Controller):
         self._account(namespace, job_name, pods, state, params)
         job_uid = str(((found[1] if found else {}).get("metadata") or {}).get("uid", ""))
         self._track_progress(namespace, job_name, state, target, job_uid)
-        self._schedule_attempts(namespace, pods, state, exits=True)
+        self._schedule_attempts(namespace, pods, state)
 
     def _denied(
         self, pods: Sequence[Mapping[str, Any]], flows: Sequence[Flow]
@@ -473,7 +558,7 @@ class TrainingRuntime(Controller):
             state = JobState(JobPhase.WAITING, None, names, ())
         self._account(namespace, group.name, members, state, self._params)
         self._track_progress(namespace, group.name, state, None, "")
-        self._schedule_attempts(namespace, members, state, exits=False)
+        self._schedule_attempts(namespace, members, state)
 
     def _account(
         self,
@@ -565,7 +650,7 @@ class TrainingRuntime(Controller):
         return None
 
     def _schedule_attempts(
-        self, namespace: str, pods: Sequence[Mapping[str, Any]], state: JobState, *, exits: bool
+        self, namespace: str, pods: Sequence[Mapping[str, Any]], state: JobState
     ) -> None:
         by_dialer: dict[str, list[tuple[Flow, DropReason]]] = {}
         for flow, reason in state.denied:
@@ -583,7 +668,8 @@ class TrainingRuntime(Controller):
                         current.flows = []
                     continue
                 if current is None or current.generation != generation:
-                    current = _Attempts(generation, 0, flows, exits)
+                    limit, retry = retry_behaviour(pod, self._params)
+                    current = _Attempts(generation, limit, retry, 0, flows)
                     self._attempts[key] = current
                 current.flows = flows
                 start = not current.active
@@ -617,19 +703,21 @@ class TrainingRuntime(Controller):
             done = attempts.done
             first = attempts.flows[0][0]
             flows = [flow for flow, _ in attempts.flows]
-            exits = attempts.exits
-            if exits and done >= self._params.connect_attempts:
+            gives_up = done >= attempts.limit
+            retry = attempts.retry_seconds
+            if gives_up:
                 attempts.active = False
+                self._crashes[key] = (first.peer, first.port, done)
         if self._drop_events is not None:
             self._emit_drops(namespace, pod, flows)
-        if exits and done >= self._params.connect_attempts:
+        if gives_up:
             self._kubelet.crash(
                 namespace, name,
                 message=f"RuntimeError: connect() to {first.peer}:{first.port} timed out "
                 f"after {done} attempts (network policy drop)",
             )  # fmt: skip
             return None
-        return self._params.connect_retry_seconds
+        return retry
 
 
     def _emit_drops(self, namespace: str, pod: Mapping[str, Any], flows: Sequence[Flow]) -> None:

@@ -8,7 +8,7 @@ import threading
 import pytest
 from matplotlib.image import imread
 
-from agent.chatops.chart import utilization_png
+from agent.chatops.chart import time_axis, utilization_png
 
 T = 1_780_000_000.0
 SAMPLES = [(T + 60 * i, 85.0 if i < 30 else 40.0) for i in range(60)]
@@ -49,3 +49,15 @@ def test_two_threads_draw_at_once() -> None:
     for t in threads:
         t.join(timeout=60)
     assert len(results) == 2 and all(r and r.startswith(b"\x89PNG") for r in results)
+
+
+@pytest.mark.parametrize(("span", "seconds_ticks"), [(3.0, True), (40.0, True), (3600.0, False)])
+def test_a_span_of_seconds_ticks_on_whole_seconds(span: float, seconds_ticks: bool) -> None:
+    from matplotlib.dates import DateFormatter, SecondLocator
+    from matplotlib.figure import Figure
+
+    axes = Figure().add_subplot()
+    time_axis(axes, span=span)
+    formatter, locator = axes.xaxis.get_major_formatter(), axes.xaxis.get_major_locator()
+    assert isinstance(locator, SecondLocator) is seconds_ticks
+    assert (isinstance(formatter, DateFormatter) and formatter.fmt == "%H:%M:%S") is seconds_ticks

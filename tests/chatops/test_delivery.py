@@ -90,13 +90,19 @@ def test_digest_posts_open_resolved_and_gpu_hours(
     rig = start_rig(slack, sqlite_template, tmp_path, serve=False)
     try:
         rig.open_incident("a")
-        rig.open_incident("b")
-        rig.store.enqueue_message(MessageKind.DIGEST, payload={"playbook": "daily-digest"},
-                                  now=now(), channel=CHANNEL, dedupe_key="digest:x")
+        unposted = rig.open_incident("b", awaiting=False)
+        reason = "playbook zone-split: the job's pods request 0 GPU(s), fewer than min_gpus 1"
+        rig.store.enqueue_message(MessageKind.DIGEST, payload={
+            "playbook": "daily-digest", "not_posted": {str(unposted): reason}},
+            now=now(), channel=CHANNEL, dedupe_key="digest:x")
         rig.deliver_until(lambda: any(c.args.get("text", "").startswith("zonemedic digest")
                                       for c in slack.calls("chat.postMessage", ok_only=True)))
         digest = next(c for c in slack.calls("chat.postMessage", ok_only=True)
                       if c.args["text"].startswith("zonemedic digest"))
         assert "2 open, 0 resolved in the last 1d, 0.0 GPU-hours recovered" in digest.args["text"]
+        blocks = str(digest.args["blocks"])  # the open incidents, one line each
+        assert blocks.count("not posted") == 1 and f"_not posted: {reason}_" in blocks
+        unposted_line = blocks[blocks.index(f"#{unposted} "):blocks.index("not posted")]
+        assert "\\n" not in unposted_line and "\n" not in unposted_line  # on b's own line
     finally:
         rig.stop()

@@ -50,6 +50,7 @@ from agent.model.lifecycle import (
     IncidentStatus,
     Severity,
 )
+from agent.model.proposal import PlannedObject
 from agent.model.verdict import Verdict
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -164,6 +165,32 @@ def test_incident_message(
     assert_within_limits(r)
 
 
+def decision(outcome: DecisionOutcome) -> Decision:
+    return Decision(1, 7, outcome, "U1", "dana", DecisionSource.SLACK, T0, None, "ml/resnet")
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome", "snoozed_until", "expected"),
+    [
+        (S.APPROVED, DecisionOutcome.APPROVE, None, "*Approved* by dana at 2026-11-30 12:00 UTC"),
+        (S.REMEDIATING, DecisionOutcome.APPROVE, None,
+         "*Approved* by dana at 2026-11-30 12:00 UTC · now *remediating*"),
+        (S.REJECTED, DecisionOutcome.REJECT, None, "*Rejected* by dana at 2026-11-30 12:00 UTC"),
+        (S.SNOOZED, DecisionOutcome.SNOOZE, T0 + timedelta(days=1),
+         "*Snoozed* by dana at 2026-11-30 12:00 UTC until 2026-12-01 12:00 UTC"),
+        (S.EXPIRED, DecisionOutcome.SNOOZE, None,
+         "*Snoozed* by dana at 2026-11-30 12:00 UTC · now *expired*"),
+    ],
+)
+def test_the_decision_replaces_the_buttons_in_words(
+    status: IncidentStatus, outcome: DecisionOutcome, snoozed_until: datetime | None, expected: str
+) -> None:
+    r = incident_message(summary(status=status), diagnosis(), approvals_enabled=True,
+                         decision=decision(outcome), snoozed_until=snoozed_until)
+    assert r.blocks[-1] == context(expected)
+    assert buttons(r) == []
+
+
 def test_utilization_now_vs_baseline_is_shown() -> None:
     incident = summary(verdict=Verdict.ZONE_SPLIT_DEGRADED)
     r = incident_message(incident, diagnosis(verdict="zone_split_degraded"),
@@ -203,6 +230,20 @@ def test_waste_text(waste: dict[str, Any] | None, expected: str | None) -> None:
     assert waste_text({"waste": waste} if waste is not None else {}) == expected
 
 
+def test_the_latest_waste_estimate_replaces_the_findings() -> None:
+    diag = diagnosis(waste={"gpu_hours_per_day": None, "gpu_hours_basis": "not measured yet: no "
+                            "utilization sample of the job yet", "egress_usd_per_day": None,
+                            "egress_basis": "unknown: set diagnosis.bytes_per_step"})
+    first = all_text(incident_message(summary(), diag, approvals_enabled=True))
+    assert "GPU-hours/day not measured yet: no utilization sample of the job yet" in first
+    later = {**diag["waste"], "gpu_hours_per_day": 57.6,
+             "gpu_hours_basis": "4 GPU(s) x 60% idle now x 24 h; no pre-split baseline, so an upper bound"}
+    text = all_text(incident_message(summary(), diag, approvals_enabled=True, waste=later))
+    assert ("~57.6 GPU-hours/day (4 GPU(s) x 60% idle now x 24 h; no pre-split baseline, so an "
+            "upper bound); cross-zone egress $/day unknown: set diagnosis.bytes_per_step") in text
+    assert "not measured yet" not in text
+
+
 def test_refused_fix_says_why_and_offers_no_approve() -> None:
     fix = ProposedFix(summary="the fix cannot be applied: zone zone-a has no room",
                       refusal="zone zone-a has no room for resnet-worker-0 (nvidia.com/gpu)",
@@ -229,6 +270,23 @@ def test_planned_fix_shows_words_diff_and_preconditions_with_approve() -> None:
     assert "```# PyTorchJob ml/resnet: suspend" in text and "+  zone: zone-a```" in text
     assert "Previewed before approval from uid u1, resourceVersion 42" in text
     assert buttons(r)[0]["action_id"] == ButtonAction.APPROVE.value
+
+
+def test_a_group_plan_names_the_objects_it_was_planned_from() -> None:
+    """A generic group has no job uid: the preview names each object it changes instead."""
+    fix = ProposedFix(summary="co-locate the job in zone zone-a: patch Deployment ml/coord",
+                      diff="--- a\n+++ b", target_zone="zone-a",
+                      preconditions={"uid": None, "resource_version": None,
+                                     "verdict": "zone_split_blocked",
+                                     "placement": {"coord-1": "zone-b", "w-1": "zone-a"}},
+                      objects=(PlannedObject("Deployment", "ml", "coord", "d-uid", "28"),
+                               PlannedObject("Job", "ml", "workers", "j-uid", "31")))
+    text = all_text(incident_message(summary(kind="Group"), diagnosis(), fix=fix,
+                                     approvals_enabled=True))
+    assert ("Previewed before approval from Deployment ml/coord (uid d-uid, resourceVersion 28); "
+            "Job ml/workers (uid j-uid, resourceVersion 31), verdict zone_split_blocked, 2 pod(s)"
+            ) in text
+    assert "uid -" not in text
 
 
 def test_many_denied_flows_are_grouped_and_fit() -> None:
@@ -303,10 +361,20 @@ def event(kind: EventKind, actor: str | None = "alice", **detail: Any) -> Timeli
     [
         (event(EventKind.APPROVED), "Approved by alice"),
         (event(EventKind.REJECTED, reason="not now"), "Rejected by alice: not now"),
-        (event(EventKind.SNOOZED, snoozed_until="2026-12-01T12:00:00+00:00"), "Snoozed by alice until 2026-12-01"),
+        (event(EventKind.SNOOZED, snoozed_until="2026-12-01T12:00:07.003076+00:00"),
+         "💤 Snoozed by alice until 2026-12-01 12:00 UTC"),
+        (event(EventKind.SNOOZED, snoozed_until="tomorrow"), "Snoozed by alice until tomorrow"),
         (event(EventKind.REMEDIATION_STEP, step="dry_run", succeeded=True), "Dry run passed"),
         (event(EventKind.REMEDIATION_STEP, step="suspend", succeeded=True), "Job suspended"),
         (event(EventKind.REMEDIATION_STEP, step="resume", succeeded=True), "Job resumed"),
+        (event(EventKind.REMEDIATION_STEP, step="resumed", succeeded=True, job_kind="PyTorchJob"),
+         "• Job resumed"),
+        # a generic group resumes no Job: its workloads moved
+        (event(EventKind.REMEDIATION_STEP, step="resumed", succeeded=True, job_kind="Group",
+               message="every workload outside the zone moved"),
+         "• Workloads moved (every workload outside the zone moved)"),
+        (event(EventKind.REMEDIATION_STEP, step="rolled_out", succeeded=True, job_kind="Group"),
+         "• Deployment rolled out"),
         (event(EventKind.REMEDIATION_STEP, step="dry_run", succeeded=False, message="denied"), "Dry run failed: denied"),
         (event(EventKind.REMEDIATION_STEP, step="suspended", succeeded=True), "Job suspended with the co-location patch"),
         (event(EventKind.REMEDIATION_STEP, step="bound", zone="zone-a", message="4 pods bound"), "Pods co-located in zone zone-a (4 pods bound)"),
@@ -346,6 +414,17 @@ def test_digest(open_count: int, listed: int) -> None:
     assert f"{open_count} open, 2 resolved in the last 1d, 12.3 GPU-hours recovered" in r.text
     assert text.count("zone_split_blocked ml/resnet") == listed
     assert ("more" in text) is (open_count > listed)
+    assert_within_limits(r)
+
+
+def test_digest_says_why_an_open_incident_was_not_posted() -> None:
+    incidents = [summary(id=1), summary(id=2)]
+    reason = "playbook zone-split: the job's pods request 0 GPU(s), fewer than conditions.min_gpus 1"
+    r = digest_message(incidents, stats(), period=timedelta(days=1), not_posted={"2": reason})
+    [listing] = [b["text"]["text"] for b in r.blocks if "*Open:*" in str(b)]
+    lines = [line for line in listing.splitlines() if "ml/resnet" in line]
+    assert "not posted" not in lines[0]
+    assert lines[1].endswith(f"· _not posted: {reason}_")
     assert_within_limits(r)
 
 

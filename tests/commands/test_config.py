@@ -4,6 +4,8 @@ same way before it touches anything (no database file is created)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
+from agent.commands.config import validated_settings
+from agent.playbook.schema import parse_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,3 +139,90 @@ def test_run_refuses_the_same_file_before_touching_anything(tmp_path: Path) -> N
         "got 'banana'",
     ]
     assert not (tmp_path / "zm.db").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# the shipped configuration, checked against the pod's layout
+
+
+def test_the_shipped_config_passes_its_own_check(capsys: pytest.CaptureFixture[str]) -> None:
+    shipped = REPO / "deploy" / "base" / "config.yaml"
+    code, out, err = cli(capsys, "config", "check", str(shipped))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    books = sorted(p.name for p in (REPO / "playbooks").glob("*.yaml"))
+    assert f"{len(books)} playbook(s) from /etc/zonemedic/playbooks (in the pod: ConfigMap " \
+        "zonemedic-playbooks" in lines[0]
+    notes = [line for line in lines[1:] if line.startswith("note: ")]
+    assert len(notes) == len(lines) - 1
+    by_key = {line.split()[1]: line for line in notes}
+    assert "exists only in the pod (Secret zonemedic-slack mounted at /etc/zonemedic/slack, " \
+        "optional)" in by_key["slack.bot_token_file"]
+    assert "emptyDir volume data mounted at /var/lib/zonemedic" in by_key["data_dir"]
+    assert "playbooks_dir" not in by_key  # checked, not merely noted
+
+
+def _shipped_copy(tmp_path: Path) -> Path:
+    """deploy/base and playbooks/ copied with their relative layout kept; the config's path."""
+    for sub in ("deploy/base", "playbooks"):
+        shutil.copytree(REPO / sub, tmp_path / sub)
+    return tmp_path / "deploy" / "base" / "config.yaml"
+
+
+def test_a_bad_playbook_of_the_pods_configmap_fails_naming_the_repository_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = _shipped_copy(tmp_path)
+    bad = tmp_path / "playbooks" / "zone-split.yaml"
+    bad.write_text(bad.read_text().replace("type: zone_split\n", "type: zone_splitt\n"))
+    stray = tmp_path / "playbooks" / "not-in-the-configmap.yaml"
+    stray.write_text("not: a playbook\n")  # not listed by the generator: the pod never sees it
+    code, _, err = cli(capsys, "config", "check", str(config))
+    assert code == 2
+    assert err.splitlines() == [
+        f"zonemedic: error: {bad}:6: triggers[0].type: 'zone_splitt' is not one of zone_split, "
+        "policy_blocked, gpu_utilization_drop, alert, schedule"
+    ]
+
+
+def test_a_file_the_pods_configmap_lacks_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = _shipped_copy(tmp_path)
+    config.write_text(config.read_text().replace(
+        "  api_token_file: null", "  api_token_file: /etc/zonemedic/config/api-token"))
+    code, _, err = cli(capsys, "config", "check", str(config))
+    assert code == 2
+    assert err == (
+        "zonemedic: error: http.api_token_file: /etc/zonemedic/config/api-token: not in the pod: "
+        "ConfigMap zonemedic-config mounted at /etc/zonemedic/config has no key 'api-token' "
+        "(its keys: config.yaml)\n"
+    )
+
+
+def test_outside_a_kustomization_pod_paths_are_checked_here(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    shutil.copy(REPO / "deploy" / "base" / "config.yaml", config)
+    code, _, err = cli(capsys, "config", "check", str(config))
+    assert code == 2
+    assert err == "zonemedic: error: playbooks_dir: /etc/zonemedic/playbooks: not a directory\n"
+
+
+def test_no_playbooks_dir_means_the_shipped_playbooks_wherever_run_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # not the repository: no relative default may be looked up here
+    for key in [k for k in os.environ if k.startswith("ZONEMEDIC_")]:
+        monkeypatch.delenv(key)
+    settings, playbooks = validated_settings(None, {})
+    assert settings.playbooks_dir is None
+    assert sorted(p.name for p in playbooks) == sorted(
+        parse_playbook((REPO / "playbooks" / f).read_text(), path=REPO / "playbooks" / f).name
+        for f in os.listdir(REPO / "playbooks") if f.endswith(".yaml"))
+    (tmp_path / "empty.yaml").write_text("cluster_name: here\n")
+    code, out, err = cli(capsys, "config", "check", "empty.yaml")
+    assert (code, err) == (0, "")
+    assert out == f"ok  empty.yaml: cluster here, {len(playbooks)} playbook(s) from " \
+        f"{REPO / 'playbooks'}\n"

@@ -396,3 +396,83 @@ def test_a_bad_input_limit_is_refused(
     assert main(["diagnose", "--snapshot", str(snapshot), "--max-input-size", size]) == 2
     _, err = capsys.readouterr()
     assert err.startswith("zonemedic: error: --max-input-size: ") and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# what people type first: a positional FILE, the agent's `diagnosis:` section, an undeclared group
+
+
+def _group_cluster() -> list[dict[str, Any]]:
+    """A coordinator Deployment's pod in zone-b and batch Job workers in zone-a, requesting no
+    GPUs (the seed lab's workload): not a Kubeflow job, found only once declared."""
+    items = [node("a1", "zone-a"), node("b1", "zone-b")]
+    items.append(pod("lab-head", node_name="b1", labels={"app": "lab", "role": "head"},
+                     owner=("apps/v1", "ReplicaSet", "lab-head-5d8")))
+    items += [pod(f"lab-worker-{i}", node_name="a1", labels={"app": "lab", "role": "worker"},
+                  owner=("batch/v1", "Job", "lab-workers")) for i in range(2)]
+    return items
+
+
+GROUP = "groups: [{name: lab, namespace: ml, selector: {app: lab}, coordinator: {role: head}, " \
+    "workers: {role: worker}}]\n"
+
+
+def test_a_positional_file_is_the_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = _write(tmp_path, "c.json", as_list(_cluster()))
+    assert main(["diagnose", "--snapshot", str(snap), "--output", "json"]) == 0
+    flagged = capsys.readouterr().out
+    assert main(["diagnose", str(snap), "--json"]) == 0
+    assert capsys.readouterr().out == flagged
+    nodes, pods = as_list(_cluster()[:4]), as_list(_cluster()[4:])
+    a, b = _write(tmp_path, "nodes.json", nodes), _write(tmp_path, "pods.json", pods)
+    assert main(["diagnose", str(a), "--snapshot", str(b), "--json"]) == 0  # both ways at once
+    assert json.loads(capsys.readouterr().out) == json.loads(flagged)
+
+
+def test_no_file_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("zonemedic: error: diagnose: give a snapshot file: zonemedic diagnose "
+                          "FILE") and err.count("\n") == 1
+
+
+def test_the_config_may_be_the_agents_diagnosis_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snap = _write(tmp_path, "c.yaml", as_list(_group_cluster()))
+    bare = _write(tmp_path, "bare.yaml", GROUP)
+    wrapped = _write(tmp_path, "agent.yaml", "cluster_name: lab\ndiagnosis:\n  " + GROUP)
+    outputs = []
+    for config in (bare, wrapped):
+        assert main(["diagnose", str(snap), "--config", str(config), "--json"]) == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1]
+    assert [(f["job"]["kind"], f["job"]["name"]) for f in outputs[0]["findings"]] == [("Group", "lab")]
+    mixed = _write(tmp_path, "mixed.yaml", "pod_zone_label: zone\ndiagnosis:\n  " + GROUP)
+    assert main(["diagnose", str(snap), "--config", str(mixed)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"zonemedic: error: {mixed}: diagnosis keys both at the top level "
+                   "(pod_zone_label) and under diagnosis:; write them in one place\n")
+    bad_agent_key = _write(tmp_path, "typo.yaml", "http: {port: 70000}\ndiagnosis:\n  " + GROUP)
+    assert main(["diagnose", str(snap), "--config", str(bad_agent_key)]) == 2
+    assert "http.port: must be at most 65535" in capsys.readouterr().err
+
+
+def test_no_training_job_found_says_that_groups_must_be_declared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snap = _write(tmp_path, "c.yaml", as_list(_group_cluster()))
+    assert main(["diagnose", str(snap)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "no training jobs with live pods found\n"
+    assert err.startswith("zonemedic: note: Kubeflow jobs are found by their pods' labels; a "
+                          "coordinator/worker group")
+    assert "must be declared in diagnosis.groups of the --config file" in err
+    other = _write(tmp_path, "other.yaml", GROUP.replace("app: lab", "app: elsewhere"))
+    assert main(["diagnose", str(snap), "--config", str(other), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"findings": []}
+    assert err == ("zonemedic: note: no live pods match the declared group(s) lab "
+                   "(diagnosis.groups: check their namespace and selector labels against the "
+                   "pods)\n")

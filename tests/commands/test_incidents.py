@@ -15,7 +15,9 @@ from agent.model.incident import Actor, Verdict
 from agent.model.lifecycle import (
     DecisionOutcome,
     DecisionSource,
+    EventKind,
     IncidentStatus,
+    MessageKind,
     RemediationActionKind,
 )
 from agent.store.repository import IncidentStore
@@ -97,7 +99,8 @@ def test_list_filters(capsys: pytest.CaptureFixture[str], db_url: str,
 
 
 def test_list_table_fits_100_columns(capsys: pytest.CaptureFixture[str], db_url: str,
-                                     history: dict[str, int]) -> None:
+                                     history: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
     code, out, _ = cli(capsys, "incidents", "list", "--database", db_url)
     assert code == 0
     lines = out.splitlines()
@@ -133,7 +136,9 @@ def test_list_survives_an_unreadable_row(capsys: pytest.CaptureFixture[str], db_
     assert _ids(out) == [history["blocked"], history["resolved"], history["old"]]
 
 
-def test_show(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int]) -> None:
+def test_show(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int],
+              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
     code, out, err = cli(capsys, "incidents", "show", str(history["resolved"]), "--database", db_url)
     assert (code, err) == (0, "")
     assert out.startswith(f"Incident {history['resolved']}: zone_split_blocked [resolved]")
@@ -175,7 +180,9 @@ def test_show_corrupt_incident_is_named(capsys: pytest.CaptureFixture[str], db_u
     assert err.count("\n") == 1
 
 
-def test_stats(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int]) -> None:
+def test_stats(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int],
+               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
     code, out, _ = cli(capsys, "incidents", "stats", "--database", db_url, "--output", "json")
     assert code == 0
     data = json.loads(out)
@@ -321,3 +328,60 @@ def test_database_flag_overrides_environment(capsys: pytest.CaptureFixture[str],
     assert code == 1 and "/nonexistent/dir/x.db does not exist" in err
     code, out, _ = cli(capsys, "incidents", "list", "--database", db_url, "--limit", "1")
     assert code == 0 and _ids(out) == [history["blocked"]]
+
+
+def test_show_honours_the_output_width(capsys: pytest.CaptureFixture[str], db_url: str,
+                                       store: IncidentStore, history: dict[str, int],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    reason = "the coordinator cannot reach its workers " * 3  # the line: ~180 characters
+    store.add_event(history["resolved"], EventKind.NOTE, now=NOW, actor="agent",
+                    detail={"reason": reason.strip()})
+
+    def note_line(columns: str | None) -> str:
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", columns)
+        code, out, _ = cli(capsys, "incidents", "show", str(history["resolved"]), "--database", db_url)
+        assert code == 0
+        return next(line for line in out.splitlines() if " note " in line)
+
+    wide = note_line("200")
+    assert wide.endswith(reason.strip()) and 150 < len(wide) <= 200
+    narrow = note_line("100")
+    assert len(narrow) == 100 and narrow.endswith("…")
+    assert note_line(None) == wide  # a pipe (capsys) gets whole lines
+
+
+def test_list_honours_the_output_width(capsys: pytest.CaptureFixture[str], db_url: str,
+                                       history: dict[str, int],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = cli(capsys, "incidents", "list", "--database", db_url)
+    assert code == 0
+    job = "vision-research-team/a-training-job-with-a-very-long-name-that-will-not-fit-in-the-table"
+    assert any(line.endswith(job) for line in out.splitlines())
+
+
+def test_show_says_a_queued_message_is_not_sent_while_slack_is_off(
+    capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore,
+    history: dict[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ZONEMEDIC_SLACK__ENABLED", raising=False)
+    incident = history["blocked"]
+    message = store.enqueue_message(MessageKind.POST, payload={"text": "split"}, now=NOW,
+                                    incident_id=incident, channel="#ml-infra")
+    off = tmp_path / "off.yaml"
+    off.write_text(f"database: {{url: '{db_url}'}}\nslack: {{enabled: false}}\n")
+    code, out, _ = cli(capsys, "incidents", "show", str(incident), "--config", str(off))
+    assert code == 0
+    lines = out.splitlines()
+    assert "Messages:    Slack is off (slack.enabled: false): nothing is sent" in lines
+    assert f"  #{message} post not sent: Slack is off; it waits in the outbox  #ml-infra" in lines
+    assert "pending attempts 0" not in out
+    code, out, _ = cli(capsys, "incidents", "show", str(incident), "--database", db_url)
+    assert code == 0  # no configuration read: whether Slack is on is not known, the row as it is
+    assert f"  #{message} post pending attempts 0  #ml-infra" in out.splitlines()
+    monkeypatch.setenv("ZONEMEDIC_SLACK__ENABLED", "true")
+    code, out, _ = cli(capsys, "incidents", "show", str(incident), "--config", str(off))
+    assert code == 0 and "Slack is off" not in out and "pending attempts 0" in out

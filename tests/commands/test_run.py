@@ -54,11 +54,15 @@ def write_config(tmp_path: Path, kube: Path, database: str, **extra: Any) -> Pat
 class AgentProcess:
     """`zonemedic run --config` with its JSON log lines collected from stderr."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(
+        self, config: Path | None, *, cwd: Path = REPO, overrides: dict[str, str] | None = None
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZONEMEDIC_")}
+        env.update(overrides or {})
+        flags = ["--config", str(config)] if config is not None else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent.cli", "run", "--config", str(config)],
-            cwd=REPO,
+            [sys.executable, "-m", "agent.cli", "run", *flags],
+            cwd=cwd,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -203,3 +207,25 @@ def test_unknown_config_key_stops_start_up(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(config)], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert "leader_election.lease_duraton: unknown key" in proc.stderr
+
+
+def test_run_without_a_config_outside_the_repository_uses_the_shipped_playbooks(
+    twin: tuple[Any, Path], tmp_path: Path
+) -> None:
+    _, kube = twin
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    agent = AgentProcess(None, cwd=elsewhere, overrides={
+        "ZONEMEDIC_KUBERNETES__KUBECONFIG": str(kube),
+        "ZONEMEDIC_DATA_DIR": str(tmp_path / "data"),
+        "ZONEMEDIC_HTTP__HOST": "127.0.0.1",
+        "ZONEMEDIC_HTTP__PORT": "0",
+        "ZONEMEDIC_LEADER_ELECTION__NAMESPACE": "default",
+    })
+    try:
+        agent.wait_url()
+        wait(lambda: [i for i in _incidents(agent) if i["verdict"] == "zone_split_blocked"],
+             timeout=30, what="the incident", interval=0.1)
+        assert not list(elsewhere.iterdir())  # nothing looked up or written relative to the cwd
+    finally:
+        agent.stop()

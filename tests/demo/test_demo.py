@@ -1,6 +1,10 @@
 """`zonemedic demo` as a person runs it (a real process): the story end to end with `--json` on
-`seed-degraded` and `lab` (real Prometheus), interactively rejected on `seed-blocked` without
-metrics, and Ctrl-C stopping every process it started and removing its files."""
+`seed-degraded` and `lab` (real Prometheus), interactively rejected on `seed-blocked` and snoozed on
+`lab` without metrics (side by side), and Ctrl-C stopping every process it started and removing its files.
+
+The story goes to stderr, a pipe: it reads as a log does (lines never wrapped, the steps in the
+story's order, what it waits for said), and the seed-degraded run is the README's transcript in
+substance (`tests.support.transcript`)."""
 
 from __future__ import annotations
 
@@ -10,34 +14,95 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.prometheus import requires_prometheus
+from tests.support.transcript import disagreements, readme_transcript
 
 REPO = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def demo(tmp_path: Path, *args: str, stdin: str | None = None,
-         timeout: float = 120) -> tuple[dict[str, Any], str]:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir(exist_ok=True)
+@dataclass
+class Run:
+    """One `zonemedic demo --json` process, started with its standard input written; `finish`
+    waits for it and checks it."""
+
+    directory: Path
+    process: subprocess.Popen[str]
+    started: float
+
+    def finish(self, timeout: float = 120) -> tuple[dict[str, Any], str]:
+        try:
+            out, story = self.process.communicate(timeout=timeout)
+        finally:
+            self.stop()
+        assert self.process.returncode == 0, story[-4000:]
+        assert time.monotonic() - self.started < 120, "the demo must finish within 2 minutes"
+        assert list((self.directory / "tmp").iterdir()) == [], "the demo leaves no temporary files"
+        assert "Traceback" not in story
+        summary: dict[str, Any] = json.loads(out)
+        return summary, story
+
+    def stop(self) -> None:
+        """Kill it if it still runs (a test that failed before its `finish`)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+
+def start(directory: Path, *args: str, stdin: str | None = None) -> Run:
+    tmp = directory / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TMPDIR": str(tmp)}
-    started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "demo", "--json", *args],
-        cwd=tmp_path, env=env, input=stdin, capture_output=True, text=True, timeout=timeout,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert time.monotonic() - started < 120, "the demo must finish within 2 minutes"
-    assert list(tmp.iterdir()) == [], "the demo leaves no temporary files"
-    assert "Traceback" not in proc.stderr
-    summary: dict[str, Any] = json.loads(proc.stdout)
-    return summary, proc.stderr
+    answers = directory / "answers.txt"  # read when the demo asks (not a terminal)
+    answers.write_text(stdin or "")
+    with answers.open() as given:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agent.cli", "demo", "--json", *args], cwd=directory, env=env,
+            stdin=given, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+    return Run(directory, process, time.monotonic())
+
+
+def demo(tmp_path: Path, *args: str, stdin: str | None = None) -> tuple[dict[str, Any], str]:
+    return start(tmp_path, *args, stdin=stdin).finish()
+
+
+# What the story says, beyond the steps every run shows, and what it must never say.
+SAYS = {
+    "seed-degraded": (
+        # the waste once the split job's GPUs were measured (none when the pods were just bound)
+        ["GPU-hours/day not measured yet: no utilization sample of the job yet", "% idle now x 24 h"],
+        []),
+    "lab": (
+        # a group: its preview names the Deployment, its steps are no Job's, and the agent says
+        # why it did not measure utilization (Prometheus is there)
+        ["Previewed before approval from Deployment ml-lab/rendezvous (uid",
+         "• Workloads moved (every workload outside the zone moved)",
+         "GPU utilization not measured for a generic group"],
+        ["uid -", "resourceVersion -", "no metrics configured", "Job resumed"]),
+}
+KNOWN_STARTS = ("zonemedic demo:", "✔", "✘", "–", "…", "╭", "│", "╰", "   ↳ thread",
+                "   (only visible to you)", "note:", "You are dana", "please answer")
+
+
+def outside_boxes(story: str) -> list[str]:
+    return [line for line in story.splitlines() if line and not line.startswith(("│", "╭", "╰"))]
+
+
+def assert_reads_as_a_log(story: str) -> None:
+    """Lines whole (a wrapped line would continue on a line of its own), the steps in order."""
+    strays = [line for line in story.splitlines()
+              if line and not line.startswith(KNOWN_STARTS)]
+    assert strays == [], "lines wrapped or unexplained"
+    assert story.index("✔ Pods placed") < story.index("✔ Split detected") < story.index(
+        "╭─ Slack #ml-infra") < story.index("✔ Finding posted to Slack")
+    assert story.index("… waiting for dana") < story.index("✔ Approval")
 
 
 @requires_prometheus
@@ -69,22 +134,50 @@ def test_the_story_ends_resolved_co_located_and_faster(
         assert summary["egress_source"] == "estimated" and summary["egress_usd_per_day"] == 0
     # the story as a person reads it: the steps, and the agent's Slack message with its buttons
     for words in ("Pods placed", "Split detected", "Finding posted to Slack", "approved by dana",
-                  "Pods co-located", "Incident resolved", "[ Approve ]"):
+                  "Pods co-located", "Incident resolved", "[ Approve ]", "╭─ demo summary"):
         assert words in story, words
+    says, never = SAYS[scenario]
+    assert [w for w in says if w not in story] == [], story
+    assert [w for w in never if w in story] == [], story
+    assert_reads_as_a_log(story)
+    if scenario == "seed-degraded":
+        # the README's transcript is what a run prints, in substance
+        excerpt = readme_transcript((REPO / "README.md").read_text())
+        assert disagreements(excerpt, story) == [], story
+
+
+ANSWERS = [  # scenario, answer, status, the thread's reply, the message's edit
+    ("seed-blocked", "r", "rejected", "↳ thread  ✋ Rejected by dana", "│ Rejected by dana at "),
+    ("lab", "s", "snoozed", "↳ thread  💤 Snoozed by dana until ", "│ Snoozed by dana at "),
+]
 
 
 def test_interactive_without_metrics_sends_what_the_person_answered(tmp_path: Path) -> None:
-    summary, story = demo(tmp_path, "--scenario", "seed-blocked", "--interactive",
-                          "--no-metrics", stdin="maybe\nr\n")
-    assert "please answer a, r or s" in story
-    assert "rejected by dana" in story
-    assert summary["incident_status"] == "rejected"
-    assert summary["zones_after"] == {}
-    # without metrics it says so, and measures nothing
-    assert "metrics off" in story
-    assert summary["metrics"] is False
-    assert summary["utilization_before"] is None and summary["utilization_after"] is None
-    assert summary["chart"] is None and not list(tmp_path.glob("*.png"))
+    # both answers at once (two demos side by side, each in its own directory): the wall time of one
+    runs = [start(tmp_path / answer, "--scenario", scenario, "--interactive", "--no-metrics",
+                  stdin=f"maybe\n{answer}\n")
+            for scenario, answer, *_ in ANSWERS]
+    try:
+        results = [run.finish() for run in runs]
+    finally:
+        for run in runs:
+            run.stop()
+    for (_, answer, status, thread, edited), (summary, story), run in zip(ANSWERS, results, runs, strict=True):
+        # the question as it reads (the choices' brackets shown), the answers echoed from the pipe
+        assert "? [a]pprove / [r]eject / [s]nooze: maybe\nplease answer a, r or s" in story
+        assert f"[s]nooze: {answer}\n" in story
+        assert f"{status} by dana" in story
+        assert summary["incident_status"] == status
+        # the decision in the thread and in the message, instead of its buttons
+        assert thread in story and edited in story, story
+        assert "Rejectd" not in story
+        assert "– Incident resolved  incident #1" in story and "✘ Incident resolved" not in story
+        assert summary["zones_after"] == {}
+        # without metrics it says so, and measures nothing
+        assert "metrics off" in story
+        assert summary["metrics"] is False
+        assert summary["utilization_before"] is None and summary["utilization_after"] is None
+        assert summary["chart"] is None and not list(run.directory.glob("*.png"))
 
 
 def children_of(pid: int) -> set[int]:

@@ -29,8 +29,11 @@ DEGRADED = Verdict.ZONE_SPLIT_DEGRADED
     [
         (DEGRADED, 4, 40.0, 85.0, 4 * 0.45 * 24, "4 GPU(s) x (85% baseline - 40% now) x 24 h"),
         (DEGRADED, 8, 90.0, 85.0, 0.0, "(85% baseline - 90% now)"),  # above baseline: no waste
-        (DEGRADED, 4, 40.0, None, None, "unknown: no utilization baseline"),
-        (DEGRADED, 4, None, None, None, "unknown: no utilization baseline"),
+        # no pre-split baseline: the share idle now, an upper bound
+        (DEGRADED, 4, 40.0, None, 4 * 0.6 * 24,
+         "4 GPU(s) x 60% idle now x 24 h; no pre-split baseline, so an upper bound"),
+        (DEGRADED, 4, None, None, None, "not measured yet: no utilization sample of the job yet"),
+        (DEGRADED, 4, None, 85.0, None, "not measured yet: no utilization sample of the job yet"),
         (BLOCKED, 4, None, None, 96.0, "training blocked: 4 GPU(s) idle x 24 h"),
         (BLOCKED, 4, 2.0, None, 4 * 0.98 * 24, "training blocked: 4 GPU(s) x 98% idle x 24 h"),
         (BLOCKED, 4, 2.0, 85.0, 4 * 0.83 * 24, "(85% baseline - 2% now)"),

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from agent.playbook.matchers import matches, parse_matcher
-from agent.playbook.matching import Event, Subject, admits, fired, trigger_for_verdict
+from agent.playbook.matching import (
+    Event,
+    Subject,
+    admits,
+    fired,
+    refusal,
+    trigger_for_verdict,
+    unposted_reason,
+)
 from agent.playbook.model import Conditions, TriggerKind
 from agent.playbook.schema import parse_playbook
 
@@ -107,3 +115,39 @@ def test_fired(event: Event, expected: list[str]) -> None:
 )
 def test_trigger_for_verdict(verdict: str, trigger: TriggerKind | None) -> None:
     assert trigger_for_verdict(verdict) is trigger
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({}, None),
+        ({"namespace": "other"}, "namespace other is not in conditions.namespaces.include (ml, ml-b)"),
+        ({"namespace": "ml-b"}, "namespace ml-b is in conditions.namespaces.exclude"),
+        ({"kind": "TFJob"}, "kind TFJob is not in conditions.job_kinds (PyTorchJob)"),
+        ({"labels": {}}, "the job lacks the label team=vision (conditions.labels)"),
+        ({"gpus": 0}, "the job's pods request 0 GPU(s), fewer than conditions.min_gpus 4"),
+        ({"gpus": 0, "declared": True}, None),  # a declared group: a training job by declaration
+        ({"verdict": "policy_blocked"},
+         "verdict policy_blocked is not in conditions.verdicts (zone_split_blocked, zone_split_degraded)"),
+        ({"verdict": None}, "verdict none is not in conditions.verdicts (zone_split_blocked, "
+                            "zone_split_degraded)"),
+    ],
+)
+def test_refusal_names_the_condition(change: dict[str, object], why: str | None) -> None:
+    pb = parse_playbook(PLAYBOOK, path=Path("p.yaml"))
+    subject = Subject(**{**SUBJECT.__dict__, **change})  # type: ignore[arg-type]
+    assert refusal(pb.conditions, subject) == why
+    assert admits(pb.conditions, subject) is (why is None)
+
+
+def test_unposted_reason() -> None:
+    pb = parse_playbook(PLAYBOOK, path=Path("p.yaml"))
+    digest_only = parse_playbook(
+        "name: quiet\ntriggers: [{type: zone_split}]\nactions: [{type: digest}]\n", path=Path("q.yaml"))
+    assert unposted_reason([pb], Event(TriggerKind.ZONE_SPLIT, SUBJECT)) is None
+    poor = Subject(**{**SUBJECT.__dict__, "gpus": 1})
+    assert unposted_reason([pb, digest_only], Event(TriggerKind.ZONE_SPLIT, poor)) == (
+        "playbook split: the job's pods request 1 GPU(s), fewer than conditions.min_gpus 4; "
+        "playbook quiet: it has no notify action")
+    assert unposted_reason([pb], Event(TriggerKind.POLICY_BLOCKED, SUBJECT)) == (
+        "no enabled playbook has a policy_blocked trigger")

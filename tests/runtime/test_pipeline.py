@@ -24,7 +24,7 @@ from agent.model.lifecycle import EventKind, MessageKind
 from agent.playbook.loader import load_playbooks
 from agent.runtime.leader import AlwaysLeader
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.pipeline import AgentPipeline, egress_moved
+from agent.runtime.pipeline import AgentPipeline, egress_moved, steady_reading
 from agent.runtime.root import Parts
 from agent.settings import PrometheusSettings, Settings
 from agent.sources.alertmanager import Alert, AlertStatus
@@ -229,6 +229,10 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
         detail = world.store.get_incident(incident.id)
         evidence = [e.detail["metrics"] for e in detail.events if "metrics" in e.detail]
         assert evidence and evidence[-1]["utilization_now"] == 30.0 and evidence[-1]["utilization_baseline"] == 90.0
+        # the idle GPU-hours estimated again from the evidence (the finding had no sample)
+        (again,) = [e.detail["waste"] for e in detail.events if "waste" in e.detail]
+        assert again["gpu_hours_basis"] == "4 GPU(s) x (90% baseline - 30% now) x 24 h"
+        assert again["gpu_hours_per_day"] == pytest.approx(4 * 0.6 * 24)
         drops = world.incidents(verdict=Verdict.GPU_UTILIZATION_DROP)
         assert len(drops) == 1 and drops[0].utilization_before == 30.0
     finally:
@@ -236,6 +240,38 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
 
 
 DEV_JOB = JobKey("PyTorchJob", "dev", "gpt-small")
+T = NOW.timestamp()
+
+
+@pytest.mark.parametrize(
+    ("samples", "steady"),
+    [
+        ([], True),  # a baseline alone: nothing to wait for
+        ([(T - 3, 0.0), (T - 2, 0.0), (T - 1, 38.0)], False),  # the GPUs starting
+        ([(T - 4, 0.0), (T - 3, 39.0), (T - 2, 41.0), (T - 1, 40.0)], True),
+        ([(T - 2, 40.0), (T - 1, 41.0)], False),  # too few to tell
+        ([(T - 590, 10.0), (T - 300, 60.0), (T - 1, 20.0)], True),  # never settles: watched long enough
+    ],
+)
+def test_evidence_waits_for_a_steady_reading(samples: list[tuple[float, float]], steady: bool) -> None:
+    metrics = JobMetrics(now=samples[-1][1] if samples else None, baseline=80.0,
+                         drop=DropVerdict(False, "no drop"), samples=tuple(samples))
+    assert steady_reading(metrics, now=T, window=timedelta(minutes=10)) is steady
+
+
+def test_evidence_on_a_degraded_split_estimates_idle_gpu_hours_without_a_baseline(world: World) -> None:
+    world.load("pods", dev_pods())
+    world.pipeline.handle_change(Change(namespaces=frozenset({"dev"})), 0.0)
+    (incident,) = world.incidents()
+    detail = world.store.get_incident(incident.id)
+    assert detail.diagnosis["waste"]["gpu_hours_basis"] == "not measured yet: no utilization sample of the job yet"
+    world.pipeline.report = MetricsReport(available=True, at=NOW, jobs={
+        DEV_JOB: JobMetrics(now=40.0, baseline=None, drop=DropVerdict(False, "no baseline"))})
+    world.pipeline._attach_evidence(DEV_JOB)
+    events = world.store.get_incident(incident.id).events
+    (again,) = [e.detail["waste"] for e in events if "waste" in e.detail]
+    assert again == {"gpu_hours_per_day": pytest.approx(4 * 0.6 * 24), "gpu_hours_basis":
+                     "4 GPU(s) x 60% idle now x 24 h; no pre-split baseline, so an upper bound"}
 
 
 def dev_pods() -> list[dict[str, Any]]:

@@ -143,3 +143,40 @@ def test_a_preview_is_recorded_before_the_messages_once_even_when_the_store_refu
     first_post = min((m for m in detail.messages), key=lambda m: m.id)
     assert first_post.payload["finding"]["proposed_fix"]["refusal"] == "zone zone-a has no room"
     assert detail.incident.status.value == "open", "a refused fix is not put up for approval"
+
+
+# --------------------------------------------------------------------------------------------
+# declared groups, and incidents no playbook posts
+
+
+def test_a_declared_group_is_posted_whatever_its_pods_request(store: IncidentStore) -> None:
+    record = replace(finding("lab", namespace="ml-lab"), kind="Group")
+    incident = store.record_finding(record).incident
+    a = actions(store)
+    group = JobKey("Group", "ml-lab", "lab")  # simulates its GPUs: a taint and a node selector
+    a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(group, "zone_split_blocked", gpus=0)),
+           incident, {"verdict": "zone_split_blocked"})
+    assert posts(store, incident) == ["notify", "propose_colocation"]
+    assert not [e for e in store.get_incident(incident.id).events if "not_posted" in e.detail]
+    assert a.not_posted([incident]) == {}
+
+
+def test_an_incident_no_playbook_posts_says_why_in_show_and_the_digest(store: IncidentStore) -> None:
+    from agent.commands.incidents import render_detail
+
+    incident = store.record_finding(finding("cpu-only")).incident
+    a = actions(store)
+    a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(KEY._replace(name="cpu-only"),
+                                                   "zone_split_blocked", gpus=0)),
+           incident, {"verdict": "zone_split_blocked"})
+    assert posts(store, incident) == []
+    reason = ("playbook zone-split: the job's pods request 0 GPU(s), fewer than "
+              "conditions.min_gpus 1")
+    detail = store.get_incident(incident.id)
+    assert [e.detail["not_posted"] for e in detail.events if "not_posted" in e.detail] == [reason]
+    assert f"Not posted:  no playbook posts it: {reason}" in render_detail(detail).splitlines()
+    digest = next(p for p in a.playbooks if p.name == "daily-digest")
+    assert a.post_digest(digest, {"at": NOW.isoformat(), "jobs": 1}) == 1
+    [claimed] = store.claim_messages(now=NOW, lease=timedelta(minutes=1))
+    assert claimed.message.kind is MessageKind.DIGEST
+    assert claimed.message.payload["not_posted"] == {str(incident.id): reason}

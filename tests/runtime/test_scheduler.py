@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -99,3 +100,45 @@ def test_ledger_skips_a_run_a_previous_leader_did_and_runs_one_it_missed() -> No
     assert ran == ["0 8 * * *"]
     assert persisted[-1] == {job_id: datetime(2026, 11, 28, 8, 0, tzinfo=UTC)}
     assert decode_ledger("not json") == {} and decode_ledger(None) == {}
+
+
+def _ended(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if str(r.msg).startswith("scheduled job ended")]
+
+
+def test_a_long_run_overlapping_its_next_runs_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    from tests.support.waiting import wait
+
+    release = threading.Event()
+    runs: list[int] = []
+
+    def long_job() -> None:  # a remediation holding the executor's pickup
+        runs.append(1)
+        release.wait(20)
+
+    sched = SweepScheduler([], run_sweep=lambda p, e: None, is_leader=lambda: True,
+                           extra_jobs=[("remediation-executor", IntervalTrigger(seconds=0.05), long_job)])
+    caplog.set_level("INFO")
+    sched.start()
+    sched.resume()
+    try:
+        for episode in (1, 2):
+            release.clear()
+            skipped_before = sched.overlap_skips
+            wait(lambda before=skipped_before: sched.overlap_skips >= before + 5, timeout=20,
+                 what="runs skipped while the long one runs")
+            release.set()
+            wait(lambda n=episode: len(_ended(caplog)) == n, timeout=20, what="the end of the overlap")
+            assert sched.overlaps == episode
+    finally:
+        release.set()
+        sched.shutdown(wait=True)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "maximum number of running instances" in m]
+    starts = [r for r in caplog.records if r.msg.startswith("scheduled job still running")]
+    ends = _ended(caplog)
+    assert [r.__dict__["job"] for r in starts] == ["remediation-executor"] * 2  # once per overlap
+    assert len(ends) == 2 and all(r.__dict__["skipped_runs"] >= 5 for r in ends)
+    assert sum(r.__dict__["skipped_runs"] for r in ends) == sched.overlap_skips

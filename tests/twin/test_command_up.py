@@ -75,3 +75,16 @@ def test_twin_up_refuses_bad_input(tmp_path: Path) -> None:
         assert done.returncode == 2
         assert needle in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_twin_up_help_lists_every_packaged_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    from agent.cli import main
+    from agent.twin.scenario_registry import scenario_names
+
+    with pytest.raises(SystemExit):
+        main(["twin", "up", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    names = scenario_names()
+    assert "lab" in names and "seed-blocked" in names
+    listed = help_text.split("a packaged scenario (", 1)[1].split(")", 1)[0]
+    assert listed.replace("- ", "-").split(", ") == names  # argparse may break a line at a hyphen
