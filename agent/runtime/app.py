@@ -36,6 +36,7 @@ from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import BatchOutcome, Detector
 from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
 from agent.runtime.leader import AlwaysLeader, LeaderElector
+from agent.runtime.limits import HttpLimits
 from agent.runtime.root import Parts, Root
 from agent.runtime.scheduler import (
     LEDGER_ANNOTATION,
@@ -44,6 +45,7 @@ from agent.runtime.scheduler import (
     encode_ledger,
 )
 from agent.runtime.server import HttpServer
+from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.cache import Change
@@ -155,9 +157,11 @@ class Agent:
                 api_token=self._api_token(),
                 decisions=self.pipeline.decisions(),
                 extra_routes=self.parts.extra_routes,
+                webhook_credentials=WebhookCredentials.of(settings.alertmanager),
             ),
             host=settings.http.host,
             port=settings.http.port,
+            limits=HttpLimits.of(settings.http),
         )
         self._stopped = threading.Event()
         self._detector_started = False

@@ -149,9 +149,7 @@ class Informer:
     def _fetch_page(self, token: str | None) -> tuple[Any, float]:
         """One page of the list (parsed) and when it was asked for."""
         asked = time.perf_counter()
-        query = [("limit", str(self.page_size))]
-        if self.resource.field_selector:
-            query.append(("fieldSelector", self.resource.field_selector))
+        query = [*self.resource.query(), ("limit", str(self.page_size))]
         if token:
             query.append(("continue", token))
         doc = self.api.json(
@@ -207,13 +205,12 @@ class Informer:
         """Watch from `resource_version` until the stream ends; return the last version seen."""
         timeout = self.watch_timeout + int(self.watch_timeout * self.rand() * 0.2)
         query = [
+            *self.resource.query(),
             ("watch", "1"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(timeout)),
         ]
-        if self.resource.field_selector:
-            query.append(("fieldSelector", self.resource.field_selector))
         try:
             response = self.api.open(
                 "GET",
@@ -276,6 +273,9 @@ class Informer:
             except KubeApiError as exc:
                 self.on_restart(self.resource.name, RestartReason.ERROR)
                 delay = self.backoff.next(exc.retry_after)
+                if self.resource.best_effort and exc.status in (403, 404):
+                    self.cache.replace(self.resource, [])  # synced and empty; look again later
+                    version = None
                 log.warning(
                     "list/watch failed",
                     extra={"resource": self.resource.name, "error": str(exc), "retry_in": delay},
