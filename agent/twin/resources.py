@@ -30,6 +30,9 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     # Fields a fieldSelector may name besides metadata.name / metadata.namespace.
     field_labels: tuple[str, ...] = ()
+    # A field label that is not its own JSON path: the dotted paths whose first non-empty value
+    # it selects (an Event's `source` is `source.component`, else `reportingComponent`).
+    field_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # (header, JSON path as dotted keys) columns `kubectl get` shows after NAME.
     printer_columns: tuple[tuple[str, str], ...] = field(default=())
     verbs: tuple[str, ...] = (
@@ -135,7 +138,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         "", "v1", "services", "Service", True, "service", ("svc",), ("status",), categories=("all",)
     ),
     ResourceType(
-        "", "v1", "events", "Event", True, "event", ("ev",), (), field_labels=_EVENT_FIELDS
+        "", "v1", "events", "Event", True, "event", ("ev",), (), field_labels=_EVENT_FIELDS,
+        field_paths=(("source", ("source.component", "reportingComponent")),),
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
     ResourceType("", "v1", "secrets", "Secret", True, "secret"),
