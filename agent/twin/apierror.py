@@ -89,10 +89,11 @@ def invalid(rt: ResourceType, name: str, field: str, message: str) -> ApiError:
     found = details(rt, name)
     found["kind"] = rt.kind
     found["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": field}]
+    kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind  # errors.NewInvalid's GroupKind
     return ApiError(
         422,
         "Invalid",
-        f'{rt.kind} "{name}" is invalid: {field}: {message}'
+        f'{kind} "{name}" is invalid: {field}: {message}'
         if name
         else f"{qualified(rt)} is invalid: {field}: {message}",
         details=found,
