@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, cast
 
 from agent.twin.apierror import ApiError
@@ -40,6 +40,7 @@ LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation and label (1.28+)
 INDEX_ENV = "JOB_COMPLETION_INDEX"
 INDEXED = "Indexed"
+CREATE_RETRY_SECONDS = 0.2  # model seconds before a refused pod creation is tried again
 MUTABLE_WHEN_SUSPENDED = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
 
 
@@ -137,6 +138,7 @@ class JobController(Controller):
         job = self._get_live(JOBS, name, namespace=namespace)
         if job is None:
             return None
+        retry: float | None = None
         meta = job.get("metadata") or {}
         uid = str(meta.get("uid"))
         spec = job.get("spec") or {}
@@ -192,16 +194,18 @@ class JobController(Controller):
                 active = []
                 conditions = set_condition(conditions, "Failed", status=True, reason="BackoffLimitExceeded",
                                            message="Job has reached the specified backoff limit")  # fmt: skip
-            elif indexed:
-                running = {i for p in active if (i := completion_index(p)) is not None}
-                missing = [i for i in range(target) if i not in done_indexes | running]
-                for index in missing[: max(0, min(parallelism, target - succeeded) - len(active))]:
-                    active.append(self._create_pod(job, index=index))
-                new_status.setdefault("startTime", timestamp())
             else:
-                want = min(parallelism, target - succeeded) - len(active)
-                for _ in range(max(0, want)):
-                    active.append(self._create_pod(job))
+                room = max(0, min(parallelism, target - succeeded) - len(active))
+                wanted: Sequence[int | None] = [None] * room
+                if indexed:
+                    running = {i for p in active if (i := completion_index(p)) is not None}
+                    wanted = [i for i in range(target) if i not in done_indexes | running][:room]
+                for index in wanted:
+                    created = self._create_pod(job, index=index)
+                    if created is None:
+                        retry = CREATE_RETRY_SECONDS
+                        break
+                    active.append(created)
                 new_status.setdefault("startTime", timestamp())
         if indexed:
             new_status["completedIndexes"] = compress_indexes(done_indexes)
@@ -233,7 +237,7 @@ class JobController(Controller):
                                   subresource="status")  # fmt: skip
             except ApiError as exc:
                 log.debug("job status not written: %s", exc.message)
-        return None
+        return retry
 
     def _delete(self, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -242,7 +246,11 @@ class JobController(Controller):
         except ApiError:
             return
 
-    def _create_pod(self, job: Mapping[str, Any], *, index: int | None = None) -> dict[str, Any]:
+    def _create_pod(
+        self, job: Mapping[str, Any], *, index: int | None = None
+    ) -> dict[str, Any] | None:
+        """Create one pod; None when the API server refuses it (an admission webhook, say):
+        a Warning Event `FailedCreate`, as the Job controller records, and a retry later."""
         meta = job.get("metadata") or {}
         template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
         tmeta = template.get("metadata") or {}
@@ -275,7 +283,12 @@ class JobController(Controller):
             },
             "spec": spec,
         }  # fmt: skip
-        created = self._store.create(PODS, pod)
+        try:
+            created = self._store.create(PODS, pod)
+        except ApiError as exc:
+            self._events.record(job, reason="FailedCreate", warning=True,
+                                message=f"Error creating: {exc.message}")
+            return None
         self._events.record(
             job, reason="SuccessfulCreate", message=f"Created pod: {created['metadata']['name']}"
         )

@@ -72,7 +72,7 @@ def test_runtime_patches_merge(
     assert node["tolerations"] == tolerations
     assert node.get("affinity") == affinity
     assert [r["name"] for r in merged["replicatedJobs"]] == ["dataset-initializer", "node"]
-    assert SPEC == before
+    assert before == SPEC
 
 
 def test_runtime_patches_keep_the_runtime_order_and_merge_containers_by_name() -> None:
