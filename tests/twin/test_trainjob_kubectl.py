@@ -135,3 +135,17 @@ def test_patch_types_of_a_custom_resource(twin: Twin) -> None:
     assert ('The TrainJob "llm-pretrain" is invalid: spec.trainer: Invalid value: "object": '
             "field is immutable") in immutable.stderr
     twin.kubectl("label", "trainjob", "llm-pretrain", "-n", "ml", "team=research")
+
+
+def test_kubectl_relays_the_jobset_webhooks_refusal(twin: Twin) -> None:
+    affinity = ('{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":'
+                '{"nodeSelectorTerms":[{"matchExpressions":[{"key":"topology.kubernetes.io/zone",'
+                '"operator":"In","values":["us-east-1a"]}]}]}}}')
+    refused = twin.kubectl(
+        "patch", "jobset", "llm-pretrain", "-n", "ml", "--type=json", "-p",
+        '[{"op":"add","path":"/spec/replicatedJobs/1/template/spec/template/spec/affinity",'
+        f'"value":{affinity}}}]', check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        'The JobSet "llm-pretrain" is invalid: spec.replicatedJobs: Invalid value: '
+        "[]v1alpha2.ReplicatedJob{...}: field is immutable")
