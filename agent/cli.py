@@ -5,7 +5,8 @@ Each command module exposes `register(subparsers) -> None`, which adds its parse
 the Kubernetes client) inside `run`, so that `zonemedic diagnose` does not pay for them. An
 `InputError` becomes one line on stderr (a `ConfigError` one line per problem) and exit status 2; no
 traceback reaches a user: any other exception (a bug) is one `internal error` line and exit 1, with
-the traceback only when `ZONEMEDIC_TRACEBACK=1` is set.
+the traceback only when `ZONEMEDIC_TRACEBACK=1` is set. Those lines are printable
+(`agent.parsing.printable`): a control character an error quotes is shown as its escape.
 
 The cluster twin (`agent.twin`) ships in the wheel but not in the production image: where it is not
 installed, the commands that run it are simply not offered (no import error at start-up).
@@ -34,6 +35,7 @@ from typing import Any
 import agent
 from agent.commands.examples import epilog
 from agent.errors import ConfigError, InputError, ZonemedicError
+from agent.parsing.printable import printable
 from agent.runtime.logging import (
     NOISY_LIBRARIES,
     LogFormat,
@@ -181,10 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         problems = exc.problems if isinstance(exc, ConfigError) else (str(exc),)
         for problem in problems or (str(exc),):
-            print(f"zonemedic: error: {problem}", file=sys.stderr)
+            print(f"zonemedic: error: {printable(problem)}", file=sys.stderr)
         return 2
     except ZonemedicError as exc:
-        print(f"zonemedic: {exc}", file=sys.stderr)
+        print(f"zonemedic: {printable(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -192,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("ZONEMEDIC_TRACEBACK"):
             raise
         print(
-            f"zonemedic: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:200]} "
+            f"zonemedic: internal error: {type(exc).__name__}: "
+            f"{printable(' '.join(str(exc).split())[:200])} "
             "(a bug; set ZONEMEDIC_TRACEBACK=1 to see where)",
             file=sys.stderr,
         )

@@ -14,7 +14,7 @@ Environment overrides name the key path in upper case with `__` between levels:
 YAML scalars/flow collections, so `ZONEMEDIC_KUBERNETES__NAMESPACES__INCLUDE='[a, b]'` works.
 
 `read_secret_file` reads the secret a `*_file` key names (Slack's tokens, the HTTP API token,
-Prometheus' bearer token), for whoever needs it at start-up or per use: never at import, and the
+Prometheus' bearer token, the Alertmanager webhook's credentials), for whoever needs it at start-up or per use: never at import, and the
 secret never enters `Settings`.
 
 What it does not do: validate that a URL answers or a file exists (the adapters do that at start).
@@ -23,6 +23,7 @@ What it does not do: validate that a URL answers or a file exists (the adapters 
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -92,6 +93,23 @@ class PodZoneLabelMode(StrEnum):
     AUTO = "auto"
 
 
+class DataplaneSetting(StrEnum):
+    """`diagnosis.dataplane`: learn it from the cluster, or say which dataplane enforces policy."""
+
+    AUTO = "auto"
+    CILIUM = "cilium"
+    KUBERNETES = "kubernetes"
+
+
+_CILIUM_VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,5})?")
+
+
+def cilium_release(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a Cilium version such as `1.18`, `v1.19.2` (None: not a version)."""
+    found = _CILIUM_VERSION.fullmatch(text.strip())
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 @dataclass(frozen=True)
 class GroupSpec:
     """A generic coordinator/worker group that is not a Kubeflow job (diagnosis config)."""
@@ -117,7 +135,31 @@ class DiagnosisSettings:
     price_per_gb: Annotated[float, Within(0.0, 1e6)] = 0.01
     # training steps a job runs per day, for the egress $/day estimate (0: unknown)
     steps_per_day: Annotated[float, Within(0.0, 1e9)] = 0.0
+    # which dataplane enforces network policies: auto (Cilium objects or cilium-config in the
+    # cluster mean Cilium, else plain Kubernetes NetworkPolicy), cilium, kubernetes
+    dataplane: DataplaneSetting = DataplaneSetting.AUTO
+    # Cilium's `labels` value (identity-relevant label patterns); null: read cilium-config
+    cilium_labels: str | None = None
+    # the Cilium release whose default label filter applies; null: detected, else the newest
+    cilium_version: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.cilium_version is not None and cilium_release(self.cilium_version) is None:
+            raise ConfigError(
+                f"diagnosis.cilium_version: expected a release like 1.19 or 1.18.4, "
+                f"got {self.cilium_version!r}"
+            )
+        for word in (self.cilium_labels or "").split():
+            rest = word.partition(":")[2] if ":" in word else word
+            regex = rest.removeprefix("!")
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise ConfigError(
+                    f"diagnosis.cilium_labels: pattern {word!r}: {exc}"
+                ) from None
+            if not regex:
+                raise ConfigError(f"diagnosis.cilium_labels: pattern {word!r} has no prefix")
 
 @dataclass(frozen=True)
 class NamespaceFilter:
@@ -166,6 +208,55 @@ class HttpSettings:
     api_token_file: str | None = None
     # the longest a request (Alertmanager webhook, /readyz) waits for the database: then 503
     database_timeout: Annotated[timedelta, POSITIVE] = timedelta(seconds=2)
+    # What one client may hold (`agent.runtime.limits`): a request head must arrive within
+    # header_timeout, its body within body_timeout (then 408 and closed); an idle connection is
+    # closed after keep_alive_timeout; at most max_requests requests are handled at once (then
+    # 503; /healthz and /readyz always answer), at most max_connections are open (then 503 for
+    # every request); a request head is at most max_header_bytes.
+    header_timeout: Annotated[timedelta, Within(timedelta(milliseconds=10), timedelta(minutes=5))] = (
+        timedelta(seconds=10))
+    body_timeout: Annotated[timedelta, Within(timedelta(milliseconds=10), timedelta(minutes=10))] = (
+        timedelta(seconds=30))
+    keep_alive_timeout: Annotated[timedelta, Within(timedelta(seconds=1), timedelta(minutes=10))] = (
+        timedelta(seconds=5))
+    max_requests: Annotated[int, Within(1, 100_000)] = 100
+    max_connections: Annotated[int, Within(2, 1_000_000)] = 1000
+    max_header_bytes: Annotated[int, Within(1024, 1024 * 1024)] = 16 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_connections <= self.max_requests:
+            raise ConfigError(
+                "http.max_connections: must be more than max_requests "
+                f"({self.max_requests}), so the probes find a connection, got {self.max_connections}"
+            )
+
+
+@dataclass(frozen=True)
+class BasicAuthSettings:
+    """HTTP basic auth credentials: the user name, and a file holding the password."""
+
+    username: str
+    password_file: str
+
+    def __post_init__(self) -> None:
+        if not self.username or ":" in self.username:
+            raise ConfigError("alertmanager.basic_auth.username: expected a name without ':', "
+                              f"got {self.username!r}")
+
+
+@dataclass(frozen=True)
+class AlertmanagerSettings:
+    """The credentials `POST /alertmanager` requires: what Alertmanager's `http_config` sends, a
+    bearer token (`authorization.credentials_file`) or basic auth. Either is accepted when both
+    are set; neither: the webhook is open to anyone who reaches the HTTP port (`config check`
+    and start-up say so)."""
+
+    bearer_token_file: str | None = None
+    basic_auth: BasicAuthSettings | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.bearer_token_file is None and self.basic_auth is None
 
 
 @dataclass(frozen=True)
@@ -361,6 +452,7 @@ class Settings:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     # None: the playbooks shipped with the package (`agent.playbook.loader.playbooks_directory`)
     playbooks_dir: str | None = None
@@ -447,7 +539,7 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {numbers.shown(value)}")
         keys = _collect(partial(_convert, key_tp, k, key) for k in value)
-        values = _collect(partial(_convert, val_tp, v, f"{key}.{k}") for k, v in value.items())
+        values = _collect(partial(_convert, val_tp, v, member(key, str(k))) for k, v in value.items())
         return dict(zip(keys, values, strict=True))
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return build(tp, value, prefix=key)
@@ -538,7 +630,7 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except YamlLimitError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        line, problem = syntax_error(exc)
+        line, problem = syntax_error(exc, text=text)
         where = f" line {line}" if line is not None else ""
         raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
     if data is None:

@@ -58,6 +58,7 @@ def test_parse_duration_rejects(bad: object) -> None:
         # a key that is not a plain word is named JSON-quoted: the problem stays one line
         ({"diagnosis": {"groups": [{"\n": None}]}}, r'^diagnosis\.groups\[0\]\["\\n"\]: unknown key'),
         ({"a b": 1}, r'^\["a b"\]: unknown key'),
+        ({"prometheus": {"headers": {"\n": 3}}}, r'^prometheus\.headers\["\\n"\]: expected a string'),
     ],
 )
 def test_build_rejects_naming_the_key(data: dict[str, object], message: str) -> None:
@@ -111,6 +112,10 @@ def test_environment_unknown_key_is_named(tmp_path: Path) -> None:
         ("a: [", "invalid YAML"),
         ("- 1\n- 2\n", "expected a mapping at the top level"),
         ("pod_zone_label: 3\n", "pod_zone_label: expected a string"),
+        ("dataplane: calico\n", "dataplane: expected one of auto, cilium, kubernetes"),
+        ("cilium_version: latest\n", "diagnosis.cilium_version: expected a release like 1.19"),
+        ("cilium_labels: 'k8s:app k8s:!('\n", r"diagnosis.cilium_labels: pattern 'k8s:!\('"),
+        ("cilium_labels: 'k8s:!'\n", "diagnosis.cilium_labels: pattern 'k8s:!' has no prefix"),
     ],
 )
 def test_diagnosis_config_errors_name_the_file_or_key(
@@ -125,6 +130,14 @@ def test_diagnosis_config_errors_name_the_file_or_key(
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_diagnosis_settings(tmp_path / "nope.yaml")
+
+
+def test_dataplane_settings_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("dataplane: kubernetes\ncilium_labels: 'k8s:app'\ncilium_version: v1.18.4\n")
+    settings = load_diagnosis_settings(path)
+    assert settings.dataplane.value == "kubernetes"
+    assert (settings.cilium_labels, settings.cilium_version) == ("k8s:app", "v1.18.4")
 
 
 def test_empty_diagnosis_config_gives_defaults(tmp_path: Path) -> None:
@@ -178,6 +191,15 @@ def test_slack_section_typed(tmp_path: Path) -> None:
         ({"prometheus": {"drop_threshold": float("nan")}}, r"^prometheus\.drop_threshold: expected a number"),
         ({"diagnosis": {"price_per_gb": float("inf")}}, r"^diagnosis\.price_per_gb: expected a number"),
         ({"detection": {"debounce": "٥s"}}, r"^detection\.debounce: expected a duration"),
+        # the HTTP server's bounds
+        ({"http": {"header_timeout": "0s"}}, r"^http\.header_timeout: must be at least 0.01s"),
+        ({"http": {"body_timeout": "1h"}}, r"^http\.body_timeout: must be at most 600s"),
+        ({"http": {"max_requests": 0}}, r"^http\.max_requests: must be at least 1"),
+        ({"http": {"max_requests": 50, "max_connections": 50}},
+         r"^http\.max_connections: must be more than max_requests \(50\)"),
+        ({"http": {"max_header_bytes": 10}}, r"^http\.max_header_bytes: must be at least 1024"),
+        ({"alertmanager": {"basic_auth": {"password_file": "/p"}}},
+         r"^alertmanager\.basic_auth\.username: required key is missing"),
     ],
 )
 def test_values_out_of_range_are_refused_naming_the_key(
@@ -294,7 +316,9 @@ _ANY_VALUE = st.recursive(
     max_leaves=10,
 )
 _SECTION_KEYS = {
-    "http": ["host", "port", "api_token_file", "database_timeout"],
+    "http": ["host", "port", "api_token_file", "database_timeout", "header_timeout",
+             "body_timeout", "max_requests", "max_connections", "max_header_bytes"],
+    "alertmanager": ["bearer_token_file", "basic_auth"],
     "database": ["url", "retention", "pool_size", "busy_timeout", "connect_timeout"],
     "prometheus": ["url", "timeout", "retries", "drop_threshold", "headers"],
     "leader_election": ["lease_duration", "renew_deadline", "retry_period", "enabled"],

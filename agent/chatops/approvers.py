@@ -1,8 +1,11 @@
-"""Who may decide from Slack: listed users, or members of listed user groups.
+"""Slack's side of who may decide: members of user groups, display names, `slack.approvers`.
 
-Who calls it: the click and slash-command handlers (`agent.chatops.slack`). Group members come from
-Slack's `usergroups.users.list`, cached per group for a TTL; display names from `users.info`,
-cached too. A group that cannot be read right now (Slack down) counts as having no members, so a
+Who calls it: the decision authority reads user group members through `members` (wired by
+`agent.runtime.chat`: who may decide an incident is the one decision function's check,
+`agent.remediation.approvers`), the click handler reads display names (`name`) and the slash
+command's `sweep` asks `check` (approvers only). Group members come from Slack's
+`usergroups.users.list`, cached per group for a TTL; display names from `users.info`, cached
+too. A group that cannot be read right now (Slack down) counts as having no members, so a
 click is refused rather than trusted ("fail closed"), and the answer says it could not check.
 
 What it does not do: record anything or decide about incidents.
@@ -72,6 +75,10 @@ class ApproverDirectory:
                                   "try again in a minute")
         return Verdict(False, "you are not an approver (ask for slack.approvers to list you or "
                               "a user group of yours)")
+
+    def members(self, group: str) -> frozenset[str] | None:
+        """The members of user group `group` (cached), or None when Slack cannot say now."""
+        return self._members(group)
 
     def _members(self, group: str) -> frozenset[str] | None:
         def fetch() -> frozenset[str] | None:

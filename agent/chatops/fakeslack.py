@@ -7,7 +7,8 @@ Who uses it: the chat layer's tests, the benchmark and `zonemedic demo`. It bind
 (`files.getUploadURLExternal`, a POST of the bytes to the URL it returned, which is on this server,
 `files.completeUploadExternal`), `conversations.replies` and `apps.connections.open`, whose
 `ws://127.0.0.1` URL is a Socket Mode endpoint on this server (hello, envelopes out, acks in,
-ping/pong). Every request is recorded (method,
+ping/pong). `hang(methods)` makes methods wait before answering until `release()` (a Slack that
+does not answer). Every request is recorded (method,
 arguments, Host header, time) in a thread-safe list that tests query. `fail(...)` makes methods
 answer 429 (with `Retry-After`) or 500 for a period. Requests it sends to the agent carry real v0
 signatures (`v0:{timestamp}:{body}`, HMAC-SHA256 with the signing secret).
@@ -145,6 +146,10 @@ class FakeSlack:
         self._acks: dict[str, Any] = {}
         self._calls: list[Call] = []
         self._failures: list[_Failure] = []
+        self._hung: frozenset[str] = frozenset()
+        self._hang_for = 60.0
+        self._released = threading.Event()
+        self.hanging = 0  # requests waiting in `hang` right now
         self._messages: dict[tuple[str, str], _Message] = {}
         self._ephemeral: list[_Message] = []
         self._uploads: dict[str, bytes | None] = {}
@@ -226,6 +231,19 @@ class FakeSlack:
         with self._lock:
             self._failures.clear()
 
+    def hang(self, methods: Iterable[str], *, seconds: float = 60.0) -> None:
+        """Requests to `methods` wait (at most `seconds`) until `release()` before answering."""
+        with self._lock:
+            self._released.clear()
+            self._hung = frozenset(methods)
+            self._hang_for = seconds
+
+    def release(self) -> None:
+        """Let hung requests answer, and answer at once from now on."""
+        with self._lock:
+            self._hung = frozenset()
+        self._released.set()
+
     def _failure_for(self, method: str) -> _Failure | None:
         now = time.monotonic()
         self._failures = [f for f in self._failures if f.until > now]
@@ -296,6 +314,15 @@ class FakeSlack:
             return
         method = url.path[len("/api/"):]
         args = self._arguments(request, url.query, raw)
+        with self._lock:
+            hung = method in self._hung
+            if hung:
+                self.hanging += 1
+                self._changed.notify_all()
+        if hung:
+            self._released.wait(self._hang_for)
+            with self._lock:
+                self.hanging -= 1
         with self._lock:
             failure = self._failure_for(method)
             if failure is not None:

@@ -77,6 +77,7 @@ class DecisionReply:
     status: IncidentStatus | None
     decided_by: str | None
     message: str  # one line for the person who clicked
+    refused: bool = False  # the clicker is not an approver in force now (audited as a note)
 
 
 class Decide(Protocol):

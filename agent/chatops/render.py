@@ -4,7 +4,9 @@ Who calls it: the outbox deliverer (`agent.chatops.delivery`) and the Bolt handl
 (`agent.chatops.slack`). Pure: records in, `Rendered` (Block Kit blocks plus a short plain-text
 fallback) out; no I/O, no clock (times are passed in).
 
-Rules every message follows (Slack's limits): at most 50 blocks (the middle is cut and a line says
+Outside text (names, comments, reasons, labels) is escaped for mrkdwn (`mrkdwn_escape`: `&`, `<`,
+`>`, and every control character written as its escape), so no field can add a line, a link or a
+mention of its own. Rules every message follows (Slack's limits): at most 50 blocks (the middle is cut and a line says
 how much); a section's text at most 3,000 characters, a header 150, a button's text 75 and its
 value 2,000; the plain-text fallback at most 3,000 characters. Long lists (denied flows) are
 grouped by hop, reason and policy when there are many. Button values carry the incident id and
@@ -45,6 +47,7 @@ from agent.model.incident import (
 from agent.model.lifecycle import DECISION_STATUS, DecisionOutcome, EventKind, IncidentStatus
 from agent.model.proposal import ProposedFix
 from agent.model.verdict import Verdict
+from agent.parsing.printable import printable, printable_lines
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -101,8 +104,10 @@ def clip(text: str, limit: int) -> str:
 
 
 def mrkdwn_escape(text: str) -> str:
-    """Escape the three characters Slack's mrkdwn treats as control characters."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Escape the three characters Slack's mrkdwn treats as control characters, and write every
+    control character as its escape (`agent.parsing.printable`): a newline in a display name or
+    a comment cannot start a line of its own ("✅ Approved by ..." forged under the real one)."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def section(text: str) -> dict[str, Any]:
@@ -110,8 +115,8 @@ def section(text: str) -> dict[str, Any]:
 
 
 def header(text: str) -> dict[str, Any]:
-    return {"type": "header", "text": {"type": "plain_text", "text": clip(text, MAX_HEADER),
-                                       "emoji": True}}
+    return {"type": "header", "text": {"type": "plain_text",
+                                       "text": clip(printable(text), MAX_HEADER), "emoji": True}}
 
 
 def context(text: str) -> dict[str, Any]:
@@ -125,7 +130,7 @@ def button(
         raise ValueError(f"a button value has at most {MAX_BUTTON_VALUE} characters")
     out: dict[str, Any] = {
         "type": "button",
-        "text": {"type": "plain_text", "text": clip(text, MAX_BUTTON_TEXT)},
+        "text": {"type": "plain_text", "text": clip(printable(text), MAX_BUTTON_TEXT)},
         "action_id": action.value,
         "value": value,
     }
@@ -148,7 +153,8 @@ def cap_blocks(blocks: Sequence[dict[str, Any]], *, keep_last: int = 0) -> list[
 
 
 def fallback(text: str) -> str:
-    return clip(text, MAX_FALLBACK)
+    """The plain-text fallback (notifications, screen readers): one printable line."""
+    return clip(printable(text), MAX_FALLBACK)
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,6 +165,7 @@ _VERDICT_TITLE: dict[Verdict, str] = {
     Verdict.ZONE_SPLIT_BLOCKED: "Zone split, traffic blocked",
     Verdict.ZONE_SPLIT_DEGRADED: "Zone split, training slowed",
     Verdict.POLICY_BLOCKED: "Blocked by network policy",
+    Verdict.ZONE_LABEL_MISMATCH: "Zone label disagrees with the node's zone",
     Verdict.GPU_UTILIZATION_DROP: "GPU utilization dropped",
     Verdict.ALERT: "Alert",
     Verdict.PENDING: "Pending",
@@ -248,6 +255,30 @@ def denied_flows_text(diagnosis: Mapping[str, Any]) -> str | None:
     return _fit_lines(title, lines)
 
 
+def trust_text(diagnosis: Mapping[str, Any]) -> str | None:
+    """What the verdict rests on that may be wrong: lying zone labels, unreadable policies that
+    may select the job, features of deciding rules that are not modelled exactly."""
+    lines: list[str] = []
+    for m in diagnosis.get("mislabelled_pods") or []:
+        if isinstance(m, Mapping):
+            lines.append(mrkdwn_escape(
+                f"• pod {m.get('pod')}: {m.get('label')}={m.get('value')}, its node is in "
+                f"{m.get('node_zone')}"
+            ))
+    for u in diagnosis.get("uncertain") or []:
+        if isinstance(u, Mapping):
+            where = f" ({u.get('field')})" if u.get("field") else ""
+            lines.append(mrkdwn_escape(
+                f"• uncertain: {u.get('policy')} cannot be read{where}: {u.get('problem')}"
+            ))
+    for c in diagnosis.get("caveats") or []:
+        if isinstance(c, Mapping):
+            lines.append(mrkdwn_escape(f"• caveat: {c.get('policy')} uses {c.get('feature')}"))
+    if not lines:
+        return None
+    return _fit_lines("*Notes:*", lines)
+
+
 def _fit_lines(title: str, lines: Iterable[str]) -> str:
     """`title` and as many whole lines as fit in one section, then how many were left out."""
     out = [title]
@@ -300,13 +331,20 @@ def _fix_text(
         zone = fix.target_zone or incident.target_zone or diagnosis.get("target_zone")
         return (f"*The fix cannot be applied:* {mrkdwn_escape(fix.refusal)}\n"
                 f"zonemedic changes nothing and asks no approval. The fix (co-location in zone "
-                f"`{zone}`) is planned again when the job is re-detected elsewhere; Reject or "
+                f"`{mrkdwn_escape(str(zone))}`) is planned again when the job is re-detected elsewhere; Reject or "
                 "Snooze meanwhile.")  # fmt: skip
     if fix is not None and fix.summary:
         return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
     target = incident.target_zone or diagnosis.get("target_zone")
+    if incident.verdict is Verdict.ZONE_LABEL_MISMATCH:
+        return (
+            f"*Proposed fix:* relabel the pod template(s): the zone-mirroring label must be "
+            f"`{target}`, the zone the pods run in (pinned there). Fix the manifests a GitOps "
+            "sync or `kubectl apply` uses as well, or the next sync puts the wrong label back."
+        )
     return (
-        f"*Proposed fix:* restart the job co-located in zone `{target}`: a nodeAffinity on "
+        f"*Proposed fix:* restart the job co-located in zone `{mrkdwn_escape(str(target))}`: "
+        "a nodeAffinity on "
         "`topology.kubernetes.io/zone`, and a toleration so the coordinator may land on the GPU "
         "nodes there."
     )
@@ -316,7 +354,7 @@ def diff_block(diff: str, *, incident_id: int) -> str:
     """The patch diff in a code block, cut at a line end to fit one section; a cut diff says
     how many lines were left out and where to read it whole."""
     fence = "```"
-    body = diff.replace(fence, "'''")
+    body = printable_lines(diff).replace(fence, "'''")
     total = body.count("\n") + 1
     room = MAX_SECTION - len("*Patch:*\n") - 2 * len(fence) - 2
     if len(body) > room:
@@ -363,13 +401,17 @@ def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
         for f in diagnosis.get("denied_flows") or [] if isinstance(f, Mapping)
         for p in f.get("policies") or []
     })
-    if diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
+    if diagnosis.get("verdict") == Verdict.ZONE_LABEL_MISMATCH.value:
+        advice = ("set the zone-mirroring label of the pod template(s) to the node's zone (in "
+                  "the manifests a GitOps sync applies too) before changing any policy")
+    elif diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
         advice = (f"change {', '.join(policies[:5])} to allow the job's own traffic; "
                   "co-location does not help")
     else:
         advice = ("make room for the whole job in one zone, or schedule it with Kueue "
                   "Topology Aware Scheduling (a zone-level topology request)")
-    return mrkdwn_escape(f"Not remediable automatically: {why}.") + f"\n*Recommendation:* {advice}"
+    return (mrkdwn_escape(f"Not remediable automatically: {why}.")
+            + f"\n*Recommendation:* {mrkdwn_escape(advice)}")
 
 
 def _decision_text(incident: IncidentSummary, decision: Decision | None,
@@ -423,6 +465,9 @@ def incident_message(
     flows = denied_flows_text(diagnosis)
     if flows:
         blocks.append(section(flows))
+    trust = trust_text(diagnosis)
+    if trust:
+        blocks.append(section(trust))
     remediable = bool(diagnosis.get("remediable"))
     applicable = remediable and (fix is None or fix.applicable)
     if remediable:
@@ -433,7 +478,7 @@ def incident_message(
             if pre:
                 blocks.append(context(pre))
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
-                              Verdict.POLICY_BLOCKED):
+                              Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))
     tail: list[dict[str, Any]] = []
     value = str(incident.id)
@@ -479,13 +524,17 @@ def _reason(detail: Mapping[str, Any]) -> str:
 _STEP_WORDS = {
     "planned": "Plan recorded",
     "dry_run": "Dry run passed",
+    "suspending": "Suspending the job with the co-location patch",
     "suspended": "Job suspended with the co-location patch",
     "pods_gone": "Old pods gone",
     "resumed": "Job resumed",
+    "rolling_out": "Patching the Deployment's template",
     "rolled_out": "Deployment rolled out",
+    "job_deleting": "Deleting the Job for recreation",
     "job_deleted": "Job deleted for recreation",
     "job_created": "Job recreated",
     "rollback_started": "Rolling back",
+    "restoring": "Restoring",
     "rolled_back": "Rolled back",
     # older or other recorders
     "suspend": "Job suspended",
@@ -637,7 +686,7 @@ def detail_reply(detail: IncidentDetail) -> Rendered:
     lines = [
         f"*#{i.id} {mrkdwn_escape(job_label(i))}* `{i.verdict.value}` [{_STATUS_WORDS[i.status]}]",
         f"opened {when(i.opened_at)} · detections {i.detections} · target zone "
-        f"{i.target_zone or '-'}",
+        f"{mrkdwn_escape(i.target_zone or '-')}",
     ]
     events = [
         mrkdwn_escape(f"• {when(e.at)} {e.kind.value} {e.actor or ''}".rstrip())

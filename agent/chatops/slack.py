@@ -3,9 +3,11 @@
 Who calls it: the chat wiring (`agent.runtime.chat`) at start-up; nothing here runs at import (a
 module-level Bolt app would call Slack on import).
 
-- HTTP mode: `events_route` is a Starlette route for POST /slack/events. It verifies the signature
-  on the raw body (5-minute window, replays refused: `agent.chatops.verification`) and answers 401
-  before any parsing or work; a genuine request is dispatched to Bolt off the event loop.
+- HTTP mode: `events_route` is a Starlette route for POST /slack/events. It reads at most
+  `MAX_BODY` bytes (413 past it), verifies the signature on the raw body (5-minute window,
+  replays refused: `agent.chatops.verification`) and answers 401 before any parsing or work; a
+  genuine request is dispatched to Bolt on a worker thread, never on the event loop (the screen
+  may ask Slack's `auth.test`, which can hang for the client's timeout).
 - Every request Bolt dispatches (HTTP or Socket Mode) is screened first (`ChatHandlers.screen`): a
   payload from another workspace than ours (the team id `auth.test` gave at start-up,
   `agent.chatops.workspace`) or a click on an action id the agent never sends is answered 403 and
@@ -16,10 +18,11 @@ module-level Bolt app would call Slack on import).
 - Bolt runs with `process_before_response=True`: each handler's ack function runs inline and
   answers at once (well inside Slack's 3 seconds); the work runs after, as a lazy listener on a
   small thread pool, so a slow store or Slack never delays an acknowledgement.
-- A button click trusts only the user id, the action id and the incident id in the value. Only an
-  approver (`agent.chatops.approvers`) may decide; anyone else gets an ephemeral refusal and the
-  incident gets an audit entry (a `note` event), nothing else changes. A decision goes through the
-  one decision function (`Decide`, injected): double clicks, concurrent approvers and replicas give
+- A button click trusts only the user id, the action id and the incident id in the value. A
+  decision goes through the one decision function (`Decide`, injected), which decides who may
+  decide from the approvers in force at click time (not those of the original post): anyone else
+  gets an ephemeral refusal, the incident an audit entry (a `note` event) and the refusal is
+  logged and counted; nothing else changes. Double clicks, concurrent approvers and replicas give
   exactly one decision, the others are told who decided. A recorded decision queues the message
   update and the thread reply through the outbox (`agent.chatops.delivery.Follower`).
 - `/zonemedic incidents|show|stats|sweep|help` replies ephemerally from the store's queries (the
@@ -41,6 +44,7 @@ from slack_bolt import Ack, App, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -61,12 +65,14 @@ from agent.chatops.slash import SlashCommand, SlashError, Verb, parse
 from agent.chatops.verification import RequestGuard
 from agent.chatops.workspace import Workspace
 from agent.errors import InputError, ZonemedicError
-from agent.model.incident import Actor, IncidentDetail
+from agent.model.incident import Actor
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind
+from agent.parsing.bounded_body import BodyTooLargeError, read_bounded
 
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
+MAX_BODY = 1024 * 1024  # an interaction carries its message's blocks: far below this
 COMMAND = "/zonemedic"
 
 OUTCOMES: dict[str, DecisionOutcome] = {
@@ -169,25 +175,6 @@ class ChatHandlers:
                        detail=problem, refused=outcome.value)
             self._tell(client, channel, user, plain_reply(f"Not recorded: {problem}."))
             return
-        also = playbook_approvers(detail)
-        if not (self.directory.configured or also):
-            refusal = "approvals are off: no approvers are configured"
-        else:
-            verdict = self.directory.check(user, also=also)
-            refusal = "" if verdict.allowed else verdict.reason
-        if refusal:
-            self.audit.refused(RefusalReason.NOT_APPROVER, detail=refusal, user=user,
-                               team=_team(body), incident_id=incident_id)
-            try:
-                self.store.add_event(
-                    incident_id, EventKind.NOTE, now=now, actor=user,
-                    detail={"refused": outcome.value, "user": user, "source": "slack",
-                            "reason": refusal},
-                )
-            except ZonemedicError as exc:
-                log.warning("cannot record a refused click", extra={"error": str(exc)})
-            self._tell(client, channel, user, plain_reply(f"Not recorded: {refusal}."))
-            return
         if self.decide is None:
             self._tell(client, channel, user, plain_reply(
                 "Decisions from Slack are not wired in this agent yet; nothing was recorded."))
@@ -198,6 +185,9 @@ class ChatHandlers:
         except ZonemedicError as exc:
             self._tell(client, channel, user, plain_reply(f"Nothing recorded: {exc}. Try again."))
             return
+        if reply.refused:  # the decision function left the note on the timeline
+            self.audit.refused(RefusalReason.NOT_APPROVER, detail=reply.message, user=user,
+                               team=_team(body), incident_id=incident_id)
         if reply.recorded:
             self.follow(incident_id)
         self._tell(client, channel, user, plain_reply(reply.message))
@@ -274,16 +264,6 @@ def _channel(body: Mapping[str, Any]) -> str:
     return str(channel.get("id") or container.get("channel_id") or "")
 
 
-def playbook_approvers(detail: IncidentDetail) -> list[str]:
-    """User ids the incident's playbook lists as approvers (from its queued proposal)."""
-    out: list[str] = []
-    for message in detail.messages:
-        approval = message.payload.get("approval")
-        if isinstance(approval, Mapping):
-            out.extend(str(a) for a in approval.get("approvers") or [])
-    return out
-
-
 def _ack(ack: Ack) -> None:
     ack()
 
@@ -342,7 +322,11 @@ def events_route(app: App, guard: RequestGuard, audit: RefusalAudit | None = Non
     a log line and a count; the unverified body is not parsed)."""
 
     async def endpoint(request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await read_bounded(request.headers.get("content-length"), request.stream(),
+                                      limit=MAX_BODY)
+        except BodyTooLargeError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=413)
         refusal = guard.check(body, request.headers)
         if refusal is not None:
             if audit is not None:
@@ -353,9 +337,10 @@ def events_route(app: App, guard: RequestGuard, audit: RefusalAudit | None = Non
             query=str(request.url.query),
             headers={k: v for k, v in request.headers.items()},
         )
-        # on the event loop: with acks inline, local authorization and the work handed to the
-        # lazy-listener pool, dispatching does no I/O and takes well under a millisecond
-        response = app.dispatch(bolt_request)
+        # off the event loop: the screen may ask Slack's auth.test (the team id not known yet),
+        # which blocks for the client's timeout when Slack hangs; acks stay inline, the work
+        # goes on to the lazy-listener pool
+        response = await run_in_threadpool(app.dispatch, bolt_request)
         return Response(
             status_code=response.status,
             content=response.body,

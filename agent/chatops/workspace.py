@@ -4,7 +4,10 @@ Who calls it: the chat wiring resolves it at start-up (`agent.runtime.chat`); th
 (`agent.chatops.slack`) compares every payload's team id with it. If Slack cannot be reached at
 start-up the id stays unknown and is asked again (at most every `retry` seconds) when a request
 arrives; while it is unknown every request is refused ("fail closed"): a payload cannot prove it
-comes from our workspace.
+comes from our workspace. One request at a time asks: a request arriving while `auth.test` is
+under way does not wait for it (it is refused, the id not known yet), so a Slack that hangs
+holds one worker thread for the client's timeout, never a lock every request waits on. The
+screen runs off the event loop (`agent.chatops.slack.events_route`).
 
 What it does not do: verify signatures (`agent.chatops.verification`) or check users.
 """
@@ -33,33 +36,39 @@ class Workspace:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
-        self._retry = retry
+        self.retry = retry  # seconds between two auth.test calls while the id is unknown
         self._clock = clock
         self._lock = threading.Lock()
         self._team_id: str | None = None
         self._asked_at: float | None = None
+        self._asking = False
 
     def resolve(self) -> str | None:
-        """Our team id (asks `auth.test` when not known yet); None while Slack cannot say."""
+        """Our team id (asks `auth.test` when not known yet and nobody is asking); None while
+        Slack cannot say. The lock is never held while Slack is asked."""
         with self._lock:
             if self._team_id is not None:
                 return self._team_id
             now = self._clock()
-            if self._asked_at is not None and now - self._asked_at < self._retry:
+            if self._asking or (self._asked_at is not None and now - self._asked_at < self.retry):
                 return None
             self._asked_at = now
-            try:
-                answer = self._client.auth_test()
-            except (SlackApiError, SlackClientError, OSError) as exc:
-                log.warning("cannot learn the Slack team id (auth.test); requests are refused "
-                            "until it is known", extra={"error": str(exc)})
-                return None
-            team = str(answer.get("team_id") or "")
-            if not team:
+            self._asking = True
+        team: str | None = None
+        try:
+            answer = self._client.auth_test()
+            team = str(answer.get("team_id") or "") or None
+            if team is None:
                 log.warning("auth.test named no team id; requests are refused until it does")
-                return None
-            self._team_id = team
-            return team
+        except (SlackApiError, SlackClientError, OSError) as exc:
+            log.warning("cannot learn the Slack team id (auth.test); requests are refused "
+                        "until it is known", extra={"error": str(exc)})
+        finally:
+            with self._lock:
+                self._asking = False
+                if team is not None:
+                    self._team_id = team
+        return team
 
     def check(self, team_id: str | None) -> str | None:
         """None when `team_id` is ours; else why the payload is refused."""

@@ -2,7 +2,8 @@
 
 Reads the file and the `ZONEMEDIC_` environment overrides (as `run` does), builds the typed settings
 and loads the playbook directory they name. Exit 0 with one `ok` line (then one `note:` line per
-path that exists only in the pod), or exit 2 with every problem on its own line on stderr, each
+path that exists only in the pod; and a warning line on stderr when the Alertmanager webhook takes
+alerts without credentials), or exit 2 with every problem on its own line on stderr, each
 naming its key (`http.port: must be at most 65535, got 70000`) or playbook file and line.
 
 A configuration shipped in a kustomization (`deploy/base/config.yaml`: the kustomization beside it
@@ -31,6 +32,7 @@ from typing import Any
 
 from agent.commands.pod_layout import Mount, MountKind, PodLayout, read_pod_layout
 from agent.errors import ConfigError
+from agent.parsing.printable import printable
 from agent.playbook.loader import check_directory, check_files, playbooks_directory
 from agent.playbook.model import Playbook
 from agent.playbook.schema import PlaybookError
@@ -175,12 +177,17 @@ def run(args: argparse.Namespace) -> int:
         checked = check_config(args.file, os.environ)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(f"zonemedic: error: {problem}", file=sys.stderr)
+            print(f"zonemedic: error: {printable(problem)}", file=sys.stderr)
         return 2
-    print(
+    from agent.runtime.webhook_credentials import open_warning
+
+    open_webhook = open_warning(checked.settings.alertmanager)
+    if open_webhook is not None:
+        print(f"zonemedic: warning: alertmanager: {open_webhook}", file=sys.stderr)
+    print(printable(
         f"ok  {args.file}: cluster {checked.settings.cluster_name}, {len(checked.playbooks)} "
         f"playbook(s) from {checked.playbooks_from}"
-    )
+    ))
     for note in checked.notes:
-        print(f"note: {note}")
+        print(printable(f"note: {note}"))
     return 0

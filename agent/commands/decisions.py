@@ -4,11 +4,16 @@ Who calls it: `agent.commands.incidents` adds these parsers to `incidents`; `age
 Every flag is checked before anything is opened: a bad ID (not a positive number), an empty `--by`,
 a bad `--for` duration or `--output` is one line on stderr and exit 2, nothing read or written. The
 decision goes through the one decision function (`agent.remediation.decision.decide`), with the
-actor `--by` (default: the operating-system user) and source `cli`.
+actor `--by` (default: the operating-system user) and source `cli`, and the approvers in force
+in the configuration given (`--config`: its `slack.approvers`, and the playbooks of its
+`playbooks_dir`, read only when the incident names the playbook that proposed its fix; a user
+group's members are asked of Slack when Slack is enabled there). When approvers are configured
+for the incident, `--by` must name one of them (a Slack user id).
 
 Exit status: 0 when this call recorded the decision; 1 when it did not because the incident was
 already decided (the line names who decided and when), expired or is no longer current; 2 on bad
-input, an unknown incident included. `--output json` prints the result as one JSON object.
+input, an unknown incident included; 3 when `--by` is not an approver in force (the refusal is a
+`note` on the incident's timeline). `--output json` prints the result as one JSON object.
 
 What it does not do: touch the cluster. An approval only records `approved`; the leader's executor
 (a background job of `zonemedic run`) picks it up and remediates.
@@ -25,13 +30,18 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from agent.commands.db import add_database_arguments, open_cli_store
-from agent.errors import InputError
+from agent.errors import ConfigError, InputError
 from agent.model.incident import Actor, parse_incident_id
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, to_jsonable
-from agent.settings import parse_duration
+from agent.parsing.printable import printable
+from agent.settings import Settings, parse_duration
 
 if TYPE_CHECKING:  # the decision module pulls in the store (SQLAlchemy): imported when run
+    from agent.playbook.model import Playbook
+    from agent.remediation.approvers import Authority, Members
     from agent.remediation.decision import DecisionRequest, DecisionResult
+
+NOT_AN_APPROVER = 3
 
 OUTPUTS = ("text", "json")
 
@@ -104,7 +114,55 @@ def exit_status(result: DecisionResult) -> int:
         return 0
     if result.reason is DecisionReason.NOT_FOUND:
         return 2
+    if result.reason is DecisionReason.NOT_AUTHORIZED:
+        return NOT_AN_APPROVER
     return 1
+
+
+def slack_members(settings: Settings) -> Members | None:
+    """User group lookups through Slack when the configuration enables it (the client is built
+    on the first lookup); None otherwise: a group's members cannot be read, so only users listed
+    by id may decide."""
+    slack = settings.slack
+    if not slack.enabled or not slack.approvers.usergroups:
+        return None
+    from agent.chatops.approvers import ApproverDirectory
+    from agent.chatops.credentials import load_credentials
+
+    directory: list[ApproverDirectory] = []
+
+    def members(group: str) -> frozenset[str] | None:
+        if not directory:
+            from slack_sdk import WebClient
+
+            credentials = load_credentials(slack, settings.secrets)
+            kwargs: dict[str, object] = {"token": credentials.bot_token, "timeout": 10}
+            if slack.api_url:
+                kwargs["base_url"] = slack.api_url.rstrip("/") + "/"
+            directory.append(ApproverDirectory(
+                WebClient(**kwargs), users=slack.approvers.users,  # type: ignore[arg-type]
+                usergroups=slack.approvers.usergroups, ttl=slack.usergroup_cache_ttl))
+        return directory[0].members(group)
+
+    return members
+
+
+def cli_authority(settings: Settings) -> Authority:
+    """The approvers in force for the CLI: the given configuration's, its playbooks read from
+    `playbooks_dir` (unset: the shipped ones) only when an incident names the playbook that proposed
+    its fix."""
+    from agent.playbook.loader import load_playbooks, playbooks_directory
+    from agent.playbook.schema import PlaybookError
+    from agent.remediation.approvers import Authority
+
+    def playbooks() -> list[Playbook]:
+        try:
+            return load_playbooks(playbooks_directory(settings.playbooks_dir))
+        except PlaybookError as exc:
+            raise ConfigError(f"playbooks_dir: {exc} (the approvers in force are read from the "
+                              "playbooks; --config names the agent's configuration)") from None
+
+    return Authority.of(settings, playbooks, members=slack_members(settings))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,18 +171,18 @@ def run(args: argparse.Namespace) -> int:
     from agent.remediation.decision import decide
 
     request = build_request(args)
-    _, store = open_cli_store(args)
+    settings, store = open_cli_store(args)
     try:
-        result = decide(store, request, now=datetime.now(UTC))
+        result = decide(store, request, now=datetime.now(UTC), authority=cli_authority(settings))
     finally:
         store.close()
     status = exit_status(result)
     if args.output == "json":
         print(json.dumps(to_jsonable(result), indent=2))
     elif status == 0:
-        print(result.message)
-    elif status == 2:
-        print(f"zonemedic: error: {result.message}", file=sys.stderr)
+        print(printable(result.message))
+    elif status in (2, NOT_AN_APPROVER):
+        print(f"zonemedic: error: {printable(result.message)}", file=sys.stderr)
     else:
-        print(f"zonemedic: {result.message}", file=sys.stderr)
+        print(f"zonemedic: {printable(result.message)}", file=sys.stderr)
     return status

@@ -8,7 +8,9 @@ Who calls it: `agent.cli`. It validates flags itself (a bad `--since`, `--job`, 
 the database flags select (`agent.commands.db`), calls the repository and prints. Rows the store
 cannot read are listed as warnings on stderr naming the incident; the listing goes on. Lines fit the
 output's width: `COLUMNS` when set, else the terminal's; output to a pipe or a file is not cut.
-`now` is read here, at the edge, once per command. `show` says when a queued message is not sent
+Every line is printable (`agent.parsing.printable`): a control character in an actor's name, a
+comment or any other recorded text is shown as its escape, never obeyed by the terminal nor a
+line of its own. `now` is read here, at the edge, once per command. `show` says when a queued message is not sent
 because the configuration read (`--config`, or a `ZONEMEDIC_SLACK__ENABLED` override) has Slack off,
 instead of a message that looks pending for ever, and why no playbook posted an incident (the
 note the agent records when a playbook's conditions exclude it).
@@ -43,6 +45,7 @@ from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
 from agent.parsing.numbers import parse_duration, parse_int
+from agent.parsing.printable import printable
 from agent.playbook.matching import NOT_POSTED
 
 MIN_WIDTH = 40  # narrower than this, lines are not cut (a table would be unreadable anyway)
@@ -186,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _warn(lines: Iterable[str]) -> None:
     for line in lines:
-        print(f"zonemedic: warning: {line}", file=sys.stderr)
+        print(f"zonemedic: warning: {printable(line)}", file=sys.stderr)
 
 
 def _json(value: Any) -> str:
@@ -250,7 +253,7 @@ def render_list(listing: IncidentListing, *, width: int | None = None) -> str:
         cells = (str(i.id), _time(i.opened_at), i.status.value, i.verdict.value)
         row = " ".join(f"{_fit(c, w):<{w}}" for c, (_, w) in zip(cells, _LIST_COLUMNS, strict=True))
         lines.append(f"{row} {_fit(f'{i.namespace}/{i.name}', job_width)}")
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(printable(line.rstrip()) for line in lines)
 
 
 def _pct(value: float | None) -> str:
@@ -312,9 +315,9 @@ def render_detail(
     waste = d.diagnosis.get("waste")
     if isinstance(waste, Mapping):
         lines.append(f"Waste/day:   {_waste(waste)}")
-    out = [_fit(line.rstrip(), width) for line in lines]
+    out = [_fit(printable(line.rstrip()), width) for line in lines]
     # the fix's diff is printed whole: a cut patch line would misstate the patch
-    out.extend(line.rstrip() for line in _fix_lines(d))
+    out.extend(printable(line.rstrip()) for line in _fix_lines(d))
     return "\n".join(out)
 
 
@@ -376,4 +379,4 @@ def render_stats(s: IncidentStats, period: str, *, width: int | None = None) -> 
         f"GPU-hours recovered:    {s.gpu_hours_recovered:.1f} (estimate: GPUs x utilization gain"
         " x hours since the fix)",
     ]
-    return "\n".join(_fit(line, width) for line in lines)
+    return "\n".join(_fit(printable(line), width) for line in lines)

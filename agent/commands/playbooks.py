@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent.parsing.printable import printable
 from agent.playbook.loader import check_directory
 
 
@@ -32,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
         triggers = ",".join(t.kind.value for t in playbook.triggers)
         actions = ",".join(a.kind.value for a in playbook.actions)
         state = "" if playbook.enabled else " (disabled)"
-        print(f"ok  {playbook.name}{state}  triggers={triggers}  actions={actions}")
+        print(printable(f"ok  {playbook.name}{state}  triggers={triggers}  actions={actions}"))
     for error in errors:
-        print(f"zonemedic: error: {error}", file=sys.stderr)
+        print(f"zonemedic: error: {printable(str(error))}", file=sys.stderr)
     if not playbooks and not errors:
         print(f"zonemedic: error: {args.directory}: no *.yaml playbooks found", file=sys.stderr)
         return 2

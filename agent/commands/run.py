@@ -6,17 +6,21 @@ each named, before anything is touched), configures logging, reaches and migrate
 (`database.migrate_on_start`), builds the agent (`agent.runtime.app.Agent`) with the leader's remediation executor and
 approval expiry as background jobs and the chat layer (Slack) (`agent.runtime.assembly`, shared
 with `zonemedic demo`), and runs it until
-SIGTERM/SIGINT, then shuts down gracefully. Called by `agent.cli`. Heavy imports stay inside `run`.
+SIGTERM/SIGINT, then shuts down gracefully. A webhook without credentials (`alertmanager`) is a
+warning line at start-up. Called by `agent.cli`. Heavy imports stay inside `run`.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from agent.commands.config import validated_settings
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
@@ -38,6 +42,11 @@ def run(args: argparse.Namespace) -> int:
     level = verbosity_level(args.verbose) if args.verbose else settings.log_level  # -v wins
     configure_logging(level, fmt=args.log_format)
     store = upgrade_on_start(settings)
+    from agent.runtime.webhook_credentials import open_warning
+
+    open_webhook = open_warning(settings.alertmanager)
+    if open_webhook is not None:  # said once the database is there, as the agent starts
+        log.warning(open_webhook)
     # the executor, the expiry and Slack, wired as `zonemedic demo` wires them
     assembly = AgentAssembly(store)
     try:

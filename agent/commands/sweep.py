@@ -21,6 +21,7 @@ import orjson
 from agent.commands.config import validated_settings
 from agent.errors import InputError
 from agent.parsing.numbers import parse_float
+from agent.parsing.printable import printable
 
 MAX_SYNC_TIMEOUT = 86_400.0  # --sync-timeout: a day at most (inf or nan would wait forever)
 
@@ -59,7 +60,7 @@ def _table(summary: dict[str, Any]) -> str:
             f"  {job['kind']:<11} {job['namespace']}/{job['name']:<30} {finding['verdict']:<20}"
             f" {zones}{target}"
         )
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,16 +1,20 @@
 """Render findings as a table for people (the `diagnose --output table` text).
 
 One row per job (kind, namespace/name, verdict, zones, coordinator, target), then, under a blocked
-job, its denied flows (at most `shown` of them, then a count) and the reasons. Colour (ANSI) only
-when the caller asks for it: the command decides from the TTY and NO_COLOR. Pure: returns text.
+job, its denied flows (at most `shown` of them, then a count), the reasons (uncertain policies and
+lying zone labels among them) and the caveats. Colour (ANSI) only when the caller asks for it: the
+command decides from the TTY and NO_COLOR. Every name and reason comes from the snapshot and is made
+printable (`agent.parsing.printable`) before any colour is added: a control character in a dump is
+shown as its escape. Pure: returns text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from agent.model.finding import Finding
+from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.verdict import Verdict
+from agent.parsing.printable import printable
 
 _COLOURS: Mapping[Verdict, str] = {
     Verdict.HEALTHY: "32",  # green
@@ -18,6 +22,7 @@ _COLOURS: Mapping[Verdict, str] = {
     Verdict.ZONE_SPLIT_DEGRADED: "33",  # yellow
     Verdict.ZONE_SPLIT_BLOCKED: "31;1",  # bold red
     Verdict.POLICY_BLOCKED: "35;1",  # bold magenta
+    Verdict.ZONE_LABEL_MISMATCH: "33;1",  # bold yellow
 }
 _HEADERS = ("JOB", "VERDICT", "ZONES", "COORDINATOR", "TARGET")
 
@@ -27,8 +32,9 @@ def _row(f: Finding) -> tuple[str, ...]:
     if f.coordinator is not None:
         coord = f"{f.coordinator.pod}@{f.coordinator.zone or '?'}"
     zones = " ".join(f"{z}:{n}" for z, n in f.zones.items()) or "-"
-    target = f.target_zone or ("not remediable" if f.verdict.startswith("zone_split") else "-")
-    return (f"{f.job.kind} {f.job.namespace}/{f.job.name}", str(f.verdict), zones, coord, target)
+    target = f.target_zone or ("not remediable" if f.verdict in REMEDIABLE_VERDICTS else "-")
+    cells = (f"{f.job.kind} {f.job.namespace}/{f.job.name}", str(f.verdict), zones, coord, target)
+    return tuple(printable(cell) for cell in cells)
 
 
 def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: int = 10) -> str:
@@ -52,15 +58,17 @@ def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: in
         out.append(line(row, f.verdict))
         for flow in f.denied_flows[:shown]:
             policies = ", ".join(flow.policies) or "-"
-            out.append(
+            out.append(printable(
                 f"    denied {flow.from_pod} -> {flow.to_pod} {flow.ports.protocol}/{flow.ports}"
                 f" at {flow.hop} ({flow.reason}) by {policies}"
-            )
+            ))
         hidden = f.denied_flows_total - min(len(f.denied_flows), shown)
         if hidden > 0:
             out.append(f"    ... and {hidden} more denied pod pair(s)")
         for reason in f.reasons:
-            out.append(f"    note: {reason}")
+            out.append(printable(f"    note: {reason}"))
+        for caveat in f.caveats:
+            out.append(printable(f"    caveat: {caveat.policy} uses {caveat.feature}: {caveat.detail}"))
         impact = f.impact
         if impact is not None and (impact.gpus_outside_target or impact.pods_outside_target):
             text = (
@@ -72,5 +80,5 @@ def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: in
                     f"; ~{impact.cross_zone_bytes_per_step / 1e9:.3g} GB cross-zone per step"
                     f" (${impact.cross_zone_cost_per_step_usd:.4g}/step)"
                 )
-            out.append(text)
+            out.append(printable(text))
     return "\n".join(out) + "\n"

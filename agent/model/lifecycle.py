@@ -79,6 +79,7 @@ class LifecycleError(ZonemedicError):
 class VerdictClass(StrEnum):
     ZONE_SPLIT = "zone_split"
     POLICY_BLOCKED = "policy_blocked"
+    ZONE_LABEL_MISMATCH = "zone_label_mismatch"
     GPU_UTILIZATION_DROP = "gpu_utilization_drop"
     ALERT = "alert"
 
@@ -87,6 +88,7 @@ _VERDICT_CLASS: dict[Verdict, VerdictClass] = {
     Verdict.ZONE_SPLIT_BLOCKED: VerdictClass.ZONE_SPLIT,
     Verdict.ZONE_SPLIT_DEGRADED: VerdictClass.ZONE_SPLIT,
     Verdict.POLICY_BLOCKED: VerdictClass.POLICY_BLOCKED,
+    Verdict.ZONE_LABEL_MISMATCH: VerdictClass.ZONE_LABEL_MISMATCH,
     Verdict.GPU_UTILIZATION_DROP: VerdictClass.GPU_UTILIZATION_DROP,
     Verdict.ALERT: VerdictClass.ALERT,
 }
@@ -101,6 +103,7 @@ class Severity(StrEnum):
 _DEFAULT_SEVERITY: dict[Verdict, Severity] = {
     Verdict.ZONE_SPLIT_BLOCKED: Severity.CRITICAL,
     Verdict.POLICY_BLOCKED: Severity.CRITICAL,
+    Verdict.ZONE_LABEL_MISMATCH: Severity.CRITICAL,
     Verdict.ZONE_SPLIT_DEGRADED: Severity.WARNING,
     Verdict.GPU_UTILIZATION_DROP: Severity.WARNING,
     Verdict.ALERT: Severity.WARNING,

@@ -57,12 +57,18 @@ class YamlLimitError(InputError):
 _OPEN = (-1, -1)  # an anchor whose node is still being parsed: an alias to it is recursive
 
 
-def syntax_error(exc: yaml.YAMLError) -> tuple[int | None, str]:
+def syntax_error(exc: yaml.YAMLError, *, text: str | None = None) -> tuple[int | None, str]:
     """Where and what a YAML syntax error is, for a caller's one-line message: the line
-    (1-based; None when PyYAML does not say) and the problem (its first line)."""
+    (1-based; None when PyYAML does not say) and the problem (one line). A character YAML does
+    not allow (NUL, ESC, DEL, ...) is a reader error that knows only its position: with the
+    `text` it came from, its line is counted from that."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, exc.position) + 1 if text is not None else None
+        return line, " ".join(str(exc.reason).split()) + f" (character #x{exc.character:04x})" \
+            if isinstance(exc.character, int) else " ".join(str(exc.reason).split())
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return (mark.line + 1 if mark is not None else None), problem
+    return (mark.line + 1 if mark is not None else None), " ".join(str(problem).split())
 
 
 def _line(event: yaml.Event) -> int:

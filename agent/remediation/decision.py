@@ -16,6 +16,10 @@ store's decision method directly, so every path follows the same rules:
 - An incident that is closed without a decision (resolved by re-diagnosis, superseded because its
   job changed or went away) records nothing (`NOT_CURRENT`), naming who closed it and when.
 - An unknown id records nothing (`NOT_FOUND`).
+- A decider who is not an approver in force now (`agent.remediation.approvers`: the configured
+  approvers, read at decision time, never those recorded when the incident opened) records no
+  decision (`NOT_AUTHORIZED`, saying why); the refusal is audited as a `note` on the incident's
+  timeline. This is checked before the incident's state, for every source alike.
 - A snooze lasts `snooze_for` (24 hours when not given); only a snooze has a duration.
 
 The rules are pure (`validate`, `judge`, `recorded`): plain data in, a `DecisionResult` or None out,
@@ -23,22 +27,29 @@ The rules are pure (`validate`, `judge`, `recorded`): plain data in, a `Decision
 store's conditional transition; when it loses a race it reads again and judges again (the incident
 may only have moved from `open` to `awaiting_approval`, which is still decidable).
 
-What it does not do: check who may approve (the chat layer checks approvers, the HTTP API its
-token), execute a remediation (the leader's executor picks up `approved` incidents), or render
+What it does not do: authenticate (Slack's signature, the API's bearer token, access to the
+database are the callers'), execute a remediation (the leader's executor picks up `approved` incidents), or render
 anything beyond a one-line message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent.errors import InputError
 from agent.model.incident import Actor, Decision, IncidentDetail, TransitionResult
-from agent.model.lifecycle import DECIDABLE, DECISION_STATUS, DecisionOutcome, IncidentStatus
+from agent.model.lifecycle import (
+    DECIDABLE,
+    DECISION_STATUS,
+    DecisionOutcome,
+    EventKind,
+    IncidentStatus,
+)
+from agent.remediation.approvers import Authorization, refusal_note
 from agent.store.errors import IncidentNotFoundError
 
 S = IncidentStatus
@@ -76,6 +87,7 @@ class DecisionReason(StrEnum):
     NOT_CURRENT = "not_current"  # closed without a decision: resolved, superseded, ...
     EXPIRED = "expired"  # past its approval deadline, or already expired
     NOT_FOUND = "not_found"
+    NOT_AUTHORIZED = "not_authorized"  # the decider is not an approver in force now
 
 
 @dataclass(frozen=True)
@@ -140,10 +152,26 @@ class IncidentState:
         )
 
 
+class Authorizer(Protocol):
+    """Who may decide now (`agent.remediation.approvers.Authority`)."""
+
+    def authorize(self, detail: IncidentDetail, actor: Actor) -> Authorization: ...
+
+
 class DecisionStore(Protocol):
     """What `decide` uses of the incident store (`agent.store.repository.IncidentStore`)."""
 
     def get_incident(self, incident_id: int) -> IncidentDetail: ...
+
+    def add_event(
+        self,
+        incident_id: int,
+        kind: EventKind,
+        *,
+        now: datetime,
+        actor: str | None = ...,
+        detail: Mapping[str, Any] | None = ...,
+    ) -> Any: ...
 
     def record_decision(
         self,
@@ -267,6 +295,17 @@ def not_found(request: DecisionRequest) -> DecisionResult:
     )
 
 
+def not_authorized(request: DecisionRequest, state: IncidentState, reason: str) -> DecisionResult:
+    """The result of a decision refused because the decider is not an approver in force."""
+    return DecisionResult(
+        incident_id=request.incident_id, outcome=request.outcome, recorded=False,
+        reason=DecisionReason.NOT_AUTHORIZED, status=state.status, decided_by=None,
+        decided_at=None,
+        message=f"incident {request.incident_id} not {_PAST[request.outcome]}: {reason}; "
+        "nothing changed",
+    )
+
+
 def kept_moving(request: DecisionRequest, last: TransitionResult | None) -> DecisionResult:
     """The incident changed under every attempt (a pathological race): nothing was recorded."""
     status = last.status if last is not None else None
@@ -284,19 +323,36 @@ def kept_moving(request: DecisionRequest, last: TransitionResult | None) -> Deci
 # the store call (thin)
 
 
-def decide(store: DecisionStore, request: DecisionRequest, *, now: datetime) -> DecisionResult:
-    """Record `request` if the incident is decidable (one winner among concurrent deciders).
+def decide(
+    store: DecisionStore, request: DecisionRequest, *, now: datetime, authority: Authorizer
+) -> DecisionResult:
+    """Record `request` if its decider is an approver in force (`authority`) and the incident is
+    decidable (one winner among concurrent deciders).
 
     Raises `DecisionError` for a malformed request (nothing read) and the store's errors
-    (`StoreUnavailableError` when the database is away); every other outcome is a result.
+    (`StoreUnavailableError` when the database is away); every other outcome is a result. A
+    refused decider leaves a `note` on the incident's timeline.
     """
     validate(request)
     last: TransitionResult | None = None
-    for _ in range(ATTEMPTS):
+    for attempt in range(ATTEMPTS):
         try:
-            state = IncidentState.of(store.get_incident(request.incident_id))
+            detail = store.get_incident(request.incident_id)
         except IncidentNotFoundError:
             return not_found(request)
+        state = IncidentState.of(detail)
+        if attempt == 0:
+            verdict = authority.authorize(detail, request.actor)
+            if not verdict.allowed:
+                try:
+                    store.add_event(
+                        request.incident_id, EventKind.NOTE, now=now, actor=request.actor.id,
+                        detail=refusal_note(request.actor, outcome=request.outcome.value,
+                                            reason=verdict.reason),
+                    )
+                except IncidentNotFoundError:  # purged meanwhile: nothing left to audit on
+                    return not_found(request)
+                return not_authorized(request, state, verdict.reason)
         refusal = judge(state, request, now=now)
         if refusal is not None:
             return refusal

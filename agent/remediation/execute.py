@@ -12,39 +12,59 @@ The story of one incident (each step is a store action plus its timeline event):
   (uid), its verdict is no longer a split, or its placement differs from the incident's; `failed`
   with the plan's refusal (no room, Kueue-managed, finished...) -- in all three cases nothing was
   written. Else `approved -> remediating` (one winner among replicas) and the PLAN action records
-  the plan (patches, restore patches, diff, utilization before) as JSON.
-- Kubeflow jobs: (1) re-read the job and check uid, placement and verdict again (a job changed
-  since the plan ends `remediating -> superseded`, nothing written); (2) server-side
-  dry run of the patch; (3) ONE merge patch carrying `metadata.resourceVersion`,
+  the plan (patches, restore patches, diff, utilization before, the gang's size) as JSON.
+- Right before the first write, from live objects and the settings now in force: the job is
+  still the one planned, in the placement and with the verdict planned (else `superseded`), and
+  every guard holds again (protected namespaces, Kueue on every object the plan writes and their
+  pods, a Kubeflow job not finished: else `failed`; another remediation of the job in flight or
+  the hourly cap reached: the run waits, nothing written, and is retried). Then the server-side
+  dry run (`dryRun=All`) of every write the plan makes: patches, the DELETE of each batch Job to
+  recreate and the CREATE of its planned and of its original manifest (the server answers the
+  CREATE `AlreadyExists` only once every admission check passed, so a webhook's or a quota's
+  refusal shows here). A refusal ends `failed` with nothing written.
+- Kubeflow jobs: ONE merge patch carrying `metadata.uid`, `metadata.resourceVersion`,
   `runPolicy.suspend: true` and the new templates -- a 409 re-reads, re-plans and retries up to
-  `max_conflict_retries` times; (4) wait for `Suspended=True` and no pod of the job left
-  (Terminating included), within `suspend_timeout`; (5) patch `suspend: false`, wait until every
-  pod is bound and all share the target zone, within `schedule_timeout`.
-- Generic groups: the Deployment's template patch (a rollout), delete + recreate of each batch Job
-  outside the zone (Foreground deletion, then create), then the same wait for the pods.
-- `remediating -> verifying`: poll the pure judge (re-diagnosis, utilization) within
-  `verify_window`; VERIFIED records utilization after and ends `resolved`.
-- Rollback (pods unschedulable past the timeout, not co-located, pods that never went away,
-  verification failed): restore the original templates from the recorded plan and resume (for a
-  group: restore the Deployment template, recreate the Jobs from their original manifests); the
-  incident ends `rolled_back` with the reason. A job is never left suspended. A Kubeflow job
-  deleted or recreated (another uid) by its owner meanwhile leaves nothing to restore: the incident
-  ends `superseded` with the reason.
-- Crash safety: every decision is made from the store's record plus the live objects, so a fresh
-  Remediator resumes at any step: the planned templates already on a suspended job mean the
-  suspend landed; planned templates on a running job after a recorded suspend mean the restart
-  happened (it is never done twice); a recorded rollback start resumes the rollback.
+  `max_conflict_retries` times; wait for `Suspended=True` and no pod of the job left (Terminating
+  included), within `suspend_timeout`; patch `suspend: false`, wait until every pod is bound and
+  all share the target zone, within `schedule_timeout`.
+- Generic groups: the Deployment's template patch (a rollout; `metadata.uid` and
+  `resourceVersion` fence it to the Deployment planned), then each batch Job to recreate: DELETE
+  (Foreground, `preconditions.uid` and `resourceVersion` of the Job planned, as just read), wait
+  until it is gone, CREATE from the plan (annotated `zonemedic.io/recreated-by` with the incident
+  and which manifest it is); then the same wait for the pods. A CREATE the server refuses (an
+  admission webhook, a quota) recreates the original and ends `rolled_back`.
+- `remediating -> verifying`: poll the pure judge (re-diagnosis, the whole gang running,
+  utilization) within `verify_window`; VERIFIED records utilization after and ends `resolved`.
+- Rollback (pods unschedulable past the timeout, not co-located, pods that never went away, a
+  write refused, an object changed by someone else, verification failed): restore the original
+  templates from the recorded plan and resume (for a group: restore the Deployment template,
+  delete the Jobs zonemedic created and recreate the originals); the incident ends `rolled_back`
+  with the reason. A job is never left suspended. A Kubeflow job deleted or recreated (another
+  uid) by its owner meanwhile leaves nothing to restore: the incident ends `superseded`.
+- Crash safety: the intent of every destructive write (SUSPENDING, ROLLING_OUT, JOB_DELETING,
+  RESTORING) is recorded before the write is sent, and every step is decided from the recorded
+  plan plus the live objects, so a fresh Remediator resumes at any point, a write that landed but
+  was not recorded included: planned templates on a suspended job mean the suspend landed; the
+  planned template on the Deployment means it was patched; a planned Job that is missing means it
+  was deleted (create it from the plan); a Job annotated as created from the plan means it was
+  created; a recorded rollback start resumes the rollback. Once an intent is recorded the
+  "nothing was written" checks are never run again.
+- Fencing: every write is checked against this run's leadership term right before it is sent
+  (`agent.remediation.fence`): a replica that lost the lease, or was paused past it, sends
+  nothing more; a write already in flight is fenced by the object's uid and resourceVersion.
 
 Errors: `UnavailableError` (the API or the database away) propagates with the incident left in its
-state, to be resumed by a later run. What it does not do: decide approvals, guard rates or
-namespaces (the decision side does), or run a loop of its own.
+state, to be resumed by a later run. What it does not do: decide approvals, or run a loop of its
+own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -52,14 +72,17 @@ from typing import Any, cast
 
 from agent.errors import ClusterWriteError, WriteConflictError
 from agent.model.cluster import JobKind
-from agent.model.finding import SPLIT_VERDICTS
+from agent.model.finding import REMEDIABLE_VERDICTS
 from agent.model.incident import IncidentDetail, RemediationAction
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
+from agent.remediation.fence import SOLE_WRITER, Fence, FenceClosedError, Leadership, open_fence
+from agent.remediation.guard import ClearanceKind, GuardInput, clear
 from agent.remediation.observe import (
     ClusterReader,
     Rediagnose,
     Rediagnosis,
+    is_terminating,
     observe_pods,
 )
 from agent.remediation.plan import (
@@ -69,6 +92,7 @@ from agent.remediation.plan import (
     Target,
     TargetAction,
     TemplateState,
+    guard_reason,
     placement,
     plan_remediation,
 )
@@ -84,6 +108,7 @@ from agent.settings import RemediationSettings
 from agent.sources.jobkey import JobKey
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.sources.prometheus import PrometheusSource
+from agent.store.budget import remediations_started
 from agent.store.repository import IncidentStore
 
 log = logging.getLogger(__name__)
@@ -92,22 +117,30 @@ S = IncidentStatus
 A = RemediationActionKind
 MERGE_PATCH = "application/merge-patch+json"
 FIELD_MANAGER = "zonemedic"
+# On a batch Job zonemedic created: `incident/<id>/planned` or `incident/<id>/original`.
+RECREATED_ANNOTATION = "zonemedic.io/recreated-by"
+_IN_FLIGHT = frozenset({S.REMEDIATING, S.VERIFYING})
 
 
 class Step(StrEnum):
-    """The recorded steps (`payload.step` of the actions); `on_step` hears each once recorded."""
+    """The recorded steps (`payload.step` of the actions); `on_step` hears each once recorded.
+    The `-ing` steps are intents: recorded before a destructive write is sent."""
 
     PLANNED = "planned"
     DRY_RUN = "dry_run"
+    SUSPENDING = "suspending"  # intent: the suspend patch (templates + suspend) is about to go
     SUSPENDED = "suspended"  # the merge patch (templates + suspend) is on the job
     PODS_GONE = "pods_gone"
     RESUMED = "resumed"  # suspend: false sent (a group: every workload moved)
+    ROLLING_OUT = "rolling_out"  # intent: a group's Deployment template patch is about to go
     ROLLED_OUT = "rolled_out"  # a group's Deployment template patched
+    JOB_DELETING = "job_deleting"  # intent: a group's batch Job is about to be deleted
     JOB_DELETED = "job_deleted"  # a group's batch Job deleted for recreation
     JOB_CREATED = "job_created"  # ... and created with the patched template
     BOUND = "bound"
     VERIFIED = "verified"
     ROLLBACK_STARTED = "rollback_started"
+    RESTORING = "restoring"  # intent: a destructive write of the rollback is about to go
     ROLLED_BACK = "rolled_back"
 
 
@@ -137,6 +170,11 @@ class _StoppedError(Exception):
     """This process is no longer allowed to act (leadership lost): stop, record nothing more."""
 
 
+class _WaitError(Exception):
+    """A guard says not yet (another remediation of the job in flight, the hourly cap): nothing
+    was written; the incident stays `remediating` and a later run tries again."""
+
+
 # ------------------------------------------------------------------------------------------------
 # the writer
 
@@ -155,11 +193,35 @@ def _server_message(exc: Any) -> str:
     return str(getattr(exc, "reason", "") or exc)
 
 
+class WriteVerb(StrEnum):
+    PATCH = "patch"
+    DELETE = "delete"
+    CREATE = "create"
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write the server answered with success (what a `WriteObserver` is told)."""
+
+    verb: WriteVerb
+    kind: str
+    namespace: str
+    name: str
+    dry_run: bool
+
+
+WriteObserver = Callable[[Write], None]
+
+
 class ClusterWriter:
     """Every write zonemedic makes to a cluster: merge patches of Kubeflow jobs and Deployments,
-    batch Job delete and create. Each takes `dry_run` (server-side, `dryRun=All`)."""
+    batch Job delete and create. Each takes `dry_run` (server-side, `dryRun=All`) and the run's
+    `fence`, checked right before the request is sent (`FenceClosedError`: nothing sent).
+    `observer` hears each write the server accepted, right after its answer."""
 
-    def __init__(self, api_client: Any, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, api_client: Any, *, timeout: float = 10.0, observer: WriteObserver | None = None
+    ) -> None:
         from kubernetes import client
 
         self._api_client = api_client
@@ -167,13 +229,16 @@ class ClusterWriter:
         self._apps = client.AppsV1Api(api_client)
         self._batch = client.BatchV1Api(api_client)
         self._timeout = timeout
+        self._observer = observer
 
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+    def _call(self, write: Write, fence: Fence, fn: Callable[[], Any]) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        what = f"{write.verb.value} {write.kind} {write.namespace}/{write.name}"
+        fence.check(what)
         try:
-            return fn()
+            answer = fn()
         except ApiException as exc:
             status = int(exc.status or 0)
             message = _server_message(exc)
@@ -184,13 +249,18 @@ class ClusterWriter:
             raise KubeApiError(status, f"{what}: {message}") from exc
         except (HTTPError, OSError) as exc:
             raise KubeApiError(0, f"{what}: {type(exc).__name__}: {exc}") from exc
+        if self._observer is not None:
+            self._observer(write)
+        return answer
 
     def _dry(self, dry_run: bool) -> dict[str, Any]:
         return {"dry_run": "All"} if dry_run else {}
 
-    def patch_custom(self, target: Target, patch: Mapping[str, Any], *, dry_run: bool = False) -> Any:
+    def patch_custom(
+        self, target: Target, patch: Mapping[str, Any], *, fence: Fence, dry_run: bool = False
+    ) -> Any:
         return self._call(
-            f"patch {target.kind} {target.namespace}/{target.name}",
+            Write(WriteVerb.PATCH, target.kind, target.namespace, target.name, dry_run), fence,
             lambda: self._custom.patch_namespaced_custom_object(
                 target.group, target.version, target.namespace, target.plural, target.name,
                 dict(patch), field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH,
@@ -199,24 +269,36 @@ class ClusterWriter:
         )  # fmt: skip
 
     def patch_deployment(
-        self, namespace: str, name: str, patch: Mapping[str, Any], *, dry_run: bool = False
-    ) -> Any:
+        self, namespace: str, name: str, patch: Mapping[str, Any], *, fence: Fence,
+        dry_run: bool = False,
+    ) -> Any:  # fmt: skip
         return self._call(
-            f"patch Deployment {namespace}/{name}",
+            Write(WriteVerb.PATCH, "Deployment", namespace, name, dry_run), fence,
             lambda: self._apps.patch_namespaced_deployment(
                 name, namespace, dict(patch), field_manager=FIELD_MANAGER,
                 _content_type=MERGE_PATCH, _request_timeout=self._timeout, **self._dry(dry_run),
             ),
         )  # fmt: skip
 
-    def delete_job(self, namespace: str, name: str, *, dry_run: bool = False) -> None:
-        """Delete a batch Job with Foreground propagation (its pods go first); gone is fine."""
+    def delete_job(
+        self, namespace: str, name: str, *, uid: str | None, resource_version: str | None,
+        fence: Fence, dry_run: bool = False,
+    ) -> None:  # fmt: skip
+        """Delete a batch Job with Foreground propagation (its pods go first), only if it is the
+        object `uid` at `resource_version` (409 otherwise); gone is fine."""
+        from kubernetes import client
+
+        options = client.V1DeleteOptions(
+            propagation_policy="Foreground",
+            preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version),
+            dry_run=["All"] if dry_run else None,
+        )
         try:
             self._call(
-                f"delete Job {namespace}/{name}",
+                Write(WriteVerb.DELETE, "Job", namespace, name, dry_run), fence,
                 lambda: self._batch.delete_namespaced_job(
-                    name, namespace, propagation_policy="Foreground",
-                    _request_timeout=self._timeout, **self._dry(dry_run),
+                    name, namespace, body=options, _request_timeout=self._timeout,
+                    **self._dry(dry_run),
                 ),
             )  # fmt: skip
         except ClusterWriteError as exc:
@@ -224,10 +306,11 @@ class ClusterWriter:
                 raise
 
     def create_job(
-        self, namespace: str, manifest: Mapping[str, Any], *, dry_run: bool = False
+        self, namespace: str, manifest: Mapping[str, Any], *, fence: Fence, dry_run: bool = False
     ) -> Any:
+        name = str((manifest.get("metadata") or {}).get("name"))
         return self._call(
-            f"create Job {namespace}/{(manifest.get('metadata') or {}).get('name')}",
+            Write(WriteVerb.CREATE, "Job", namespace, name, dry_run), fence,
             lambda: self._batch.create_namespaced_job(
                 namespace, cast(Any, dict(manifest)), field_manager=FIELD_MANAGER,
                 _request_timeout=self._timeout, **self._dry(dry_run),
@@ -265,20 +348,37 @@ def _rv(obj: Mapping[str, Any]) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")
 
 
+def _fenced(patch: Mapping[str, Any], obj: Mapping[str, Any], *, locked: bool) -> dict[str, Any]:
+    """`patch` bound to the live object `obj`: its uid (a 409 if the name now holds another
+    object) and, when `locked`, the resourceVersion read (a 409 if it changed since)."""
+    out = copy.deepcopy(dict(patch))
+    meta: dict[str, Any] = {"uid": _uid(obj)}
+    if locked:
+        meta["resourceVersion"] = _rv(obj)
+    out["metadata"] = {**(out.get("metadata") or {}), **meta}
+    return out
+
+
+def _stamp(obj: Mapping[str, Any] | None) -> str | None:
+    if obj is None:
+        return None
+    found = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECREATED_ANNOTATION)
+    return str(found) if found is not None else None
+
+
 @dataclass
 class _Run:
-    """One incident being driven: its id, job, plan, status and what the store recorded."""
+    """One incident being driven: its id, job, plan, status, what the store recorded, and the
+    leadership term it writes in."""
 
     incident_id: int
     ref: JobRef
     status: IncidentStatus
     detail: IncidentDetail
+    fence: Fence
     plan: Plan | None = None
     before: float | None = None
     baseline: float | None = None
-
-    def steps(self) -> list[RemediationAction]:
-        return [a for a in self.detail.actions if a.payload.get("step")]
 
     def step(self, step: Step) -> RemediationAction | None:
         found = [a for a in self.detail.actions if a.payload.get("step") == step.value]
@@ -291,15 +391,27 @@ class _Run:
             for a in self.detail.actions
         )
 
+    def written(self) -> bool:
+        """Whether a write may have been sent: an APPLY (an intent included) or a rollback."""
+        return any(a.kind in (A.APPLY, A.ROLLBACK) for a in self.detail.actions)
+
+    def stamp(self, state: TemplateState) -> str:
+        """The annotation value of a Job this incident creates from the `state` manifest."""
+        return f"incident/{self.incident_id}/{state.value}"
+
 
 class Remediator:
     """Drives approved incidents to a terminal state (see the module docstring).
 
     `api`: the agent's `KubeApi` (reads; its `api_client` writes). `diagnose`: re-diagnoses one
     job from fresh cluster state. `prometheus`: optional, for utilization before/after.
-    `on_step`: called after each step is recorded (tests kill the process there). `active`:
-    asked after each recorded step and at each poll; once it answers False (the lease was lost)
-    `run` returns the incident's current status at once and the next leader resumes it.
+    `leadership`: this replica's leadership terms; a run starts only while it leads, writes only
+    in the term it started in, and once that term ends (checked before every write, after each
+    recorded step and at each poll) `run` returns the incident's current status at once and the
+    next leader resumes it. `protected_namespaces`: the guard settings now in force (with
+    `settings.max_per_hour`), re-checked before the first write. `on_step`: called after each
+    step is recorded; `on_write`: after each write the server accepted (tests kill the process
+    there).
     """
 
     def __init__(
@@ -312,18 +424,21 @@ class Remediator:
         prometheus: PrometheusSource | None = None,
         clock: Clock | None = None,
         on_step: Callable[[Step], None] | None = None,
-        active: Callable[[], bool] | None = None,
+        on_write: WriteObserver | None = None,
+        leadership: Leadership = SOLE_WRITER,
+        protected_namespaces: Collection[str] = (),
         actor: str = "zonemedic",
     ) -> None:
         self.reader = ClusterReader(api)
-        self.writer = ClusterWriter(api.api_client)
+        self.writer = ClusterWriter(api.api_client, observer=on_write)
         self.store = store
         self.diagnose = diagnose
         self.settings = settings
         self.prometheus = prometheus
         self.clock = clock or Clock()
         self.on_step = on_step
-        self.active = active
+        self.leadership = leadership
+        self.protected = frozenset(protected_namespaces)
         self.actor = actor
         self.policy = VerifyPolicy(
             schedule_timeout=settings.schedule_timeout,
@@ -341,16 +456,21 @@ class Remediator:
         status = summary.status
         if status not in (S.APPROVED, S.REMEDIATING, S.VERIFYING):
             return status
+        fence = open_fence(self.leadership)
+        if fence is None:
+            log.info("incident %s: this replica does not lead, not started", incident_id)
+            return status
         kind = _kind(summary.kind)
         if kind is None:
             return self._end_early(incident_id, status, S.FAILED, f"unknown job kind {summary.kind!r}")
-        run = _Run(incident_id, JobRef(kind, summary.namespace, summary.name), status, detail)
+        run = _Run(incident_id, JobRef(kind, summary.namespace, summary.name), status, detail, fence)
         try:
             if status is S.APPROVED and not self._start(run):
                 return run.status
             return self._drive(run)
-        except _StoppedError:
-            log.info("incident %s: no longer active, stopping at %s", incident_id, run.status.value)
+        except (_StoppedError, FenceClosedError) as exc:
+            log.info("incident %s: no longer active, stopping at %s (%s)", incident_id,
+                     run.status.value, exc or "leadership term ended")  # fmt: skip
             return run.status
 
     # -- store helpers ------------------------------------------------------------------------
@@ -370,6 +490,7 @@ class Remediator:
         utilization_before: float | None = None,
         utilization_after: float | None = None,
     ) -> None:
+        self._still_active(run)  # a replica whose term ended records nothing more either
         payload = {"step": step.value, **(extra or {})}
         self.store.record_action(
             run.incident_id, kind, now=self.clock.now(), actor=self.actor, succeeded=succeeded,
@@ -379,10 +500,24 @@ class Remediator:
         self._refresh(run)
         if self.on_step is not None:
             self.on_step(step)
-        self._still_active()
+        self._still_active(run)
 
-    def _still_active(self) -> None:
-        if self.active is not None and not self.active():
+    def _intend(
+        self, run: _Run, step: Step, *, target: Target, obj: Mapping[str, Any] | None,
+        message: str, write: str,
+    ) -> None:  # fmt: skip
+        """Record the intent of a destructive write to `obj` (its uid and resourceVersion now)
+        before it is sent; an intent identical to the last one recorded is not repeated."""
+        extra = {"target": target.name, "kind": target.kind, "write": write,
+                 "uid": _uid(obj), "resource_version": None if obj is None else _rv(obj)}  # fmt: skip
+        last = run.detail.actions[-1] if run.detail.actions else None
+        if last is not None and dict(last.payload) == {"step": step.value, **extra}:
+            return
+        kind = A.ROLLBACK if step is Step.RESTORING else A.APPLY
+        self._record(run, kind, step, succeeded=None, message=message, extra=extra)
+
+    def _still_active(self, run: _Run) -> None:
+        if not run.fence.holds():
             raise _StoppedError
 
     def _end_early(
@@ -400,14 +535,24 @@ class Remediator:
         run.status = self._end_early(run.incident_id, run.status, new, reason)
         return run.status
 
+    def _wait_note(self, run: _Run, reason: str) -> IncidentStatus:
+        """Note on the timeline (once per reason) why the first write waits; stay as it is."""
+        notes = [e for e in run.detail.events if e.kind is EventKind.NOTE]
+        if not notes or notes[-1].detail.get("waiting") != reason:
+            self.store.add_event(run.incident_id, EventKind.NOTE, now=self.clock.now(),
+                                 actor=self.actor, detail={"waiting": reason})  # fmt: skip
+        log.info("incident %s waits before its first write: %s", run.incident_id, reason)
+        return run.status
+
     # -- approved: check, plan, start ---------------------------------------------------------
 
     def _live(self, run: _Run, rediagnosis: Rediagnosis, job: Mapping[str, Any] | None) -> LiveObjects:
         finding = rediagnosis.finding
         assert finding is not None
         return self.reader.live_objects(
-            run.ref, target_zone=finding.target_zone, job=job, pod_names=rediagnosis.pods
-        )
+            run.ref, target_zone=finding.target_zone, job=job, pod_names=rediagnosis.pods,
+            finished_names=rediagnosis.finished,
+        )  # fmt: skip
 
     def _superseded_reason(
         self, run: _Run, rediagnosis: Rediagnosis, job: Mapping[str, Any] | None
@@ -421,7 +566,7 @@ class Remediator:
                 return f"{run.ref.kind} {run.ref.namespace}/{run.ref.name} is gone"
             if summary.uid and _uid(job) != summary.uid:
                 return f"the job was recreated (uid {_uid(job)}, the incident is about {summary.uid})"
-        if finding.verdict not in SPLIT_VERDICTS:
+        if finding.verdict not in REMEDIABLE_VERDICTS:
             return f"the job is now {finding.verdict.value}"
         recorded = run.detail.diagnosis.get("zones")
         if isinstance(recorded, Mapping) and dict(recorded) != dict(finding.zones):
@@ -523,10 +668,13 @@ class Remediator:
             if started is not None:
                 return self._rollback(run, started.message or "rollback")
             if run.status is S.REMEDIATING:
-                if run.ref.kind is JobKind.GROUP:
-                    self._apply_group(run)
-                else:
-                    self._apply_kubeflow(run)
+                try:
+                    if run.ref.kind is JobKind.GROUP:
+                        self._apply_group(run)
+                    else:
+                        self._apply_kubeflow(run)
+                except _WaitError as exc:
+                    return self._wait_note(run, str(exc))
                 self._wait_bound(run)
                 won = self.store.transition(
                     run.incident_id, S.REMEDIATING, S.VERIFYING, actor=self.actor,
@@ -545,15 +693,16 @@ class Remediator:
         except _RollbackError as exc:
             return self._rollback(run, str(exc))
 
-    def _check_preconditions(self, run: _Run, job: Mapping[str, Any] | None) -> None:
-        """Step 1: the job is the one planned, in the placement and with the verdict planned."""
+    def _check_preconditions(self, run: _Run, job: Mapping[str, Any] | None) -> LiveObjects:
+        """Before the first write: the job is the one planned, in the placement and with the
+        verdict planned; returns what was read."""
         plan = run.plan
         assert plan is not None
         if plan.kubeflow and (job is None or _uid(job) != plan.preconditions.uid):
             raise _SupersededError("the job was deleted or recreated since the plan")
         rediagnosis = self.diagnose(run.ref)
         finding = rediagnosis.finding
-        if finding is None or finding.verdict not in SPLIT_VERDICTS:
+        if finding is None or finding.verdict not in REMEDIABLE_VERDICTS:
             now = "gone" if finding is None else finding.verdict.value
             raise _SupersededError(f"the job is {now} since the plan")
         live = self._live(run, rediagnosis, job)
@@ -562,6 +711,67 @@ class Remediator:
             raise _SupersededError(
                 f"placement changed since the plan ({dict(plan.preconditions.placement)} -> {where})"
             )
+        return live
+
+    def _written_objects(self, run: _Run, live: LiveObjects) -> list[Mapping[str, Any]]:
+        """Every object the plan writes, as live now, and the pods they own (directly, or through
+        a Deployment's ReplicaSets)."""
+        plan = run.plan
+        assert plan is not None
+        if plan.kubeflow:
+            return [o for o in (live.job, *live.pods) if o is not None]
+        by_kind_name = {(str(w.get("kind")), str((w.get("metadata") or {}).get("name"))): w
+                        for w in live.workloads}  # fmt: skip
+        owners: dict[str, str] = {}  # uid of a written object or of its ReplicaSet -> target
+        out: list[Mapping[str, Any]] = []
+        for target in plan.targets:
+            obj = by_kind_name.get((target.kind, target.name))
+            if obj is None:
+                continue
+            out.append(obj)
+            owners[str(_uid(obj))] = target.name
+        for rs in live.workloads:
+            if rs.get("kind") == "ReplicaSet":
+                refs = (rs.get("metadata") or {}).get("ownerReferences") or []
+                if any(r.get("controller") and r.get("uid") in owners for r in refs):
+                    out.append(rs)
+                    owners[str(_uid(rs))] = "replicaset"
+        for pod in [*live.pods, *live.finished_pods]:
+            refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+            if any(r.get("controller") and r.get("uid") in owners for r in refs):
+                out.append(pod)
+        return out
+
+    def _check_guards(self, run: _Run, live: LiveObjects) -> None:
+        """Right before the first write, every guard again, from the live objects and the
+        settings now in force: protected namespace, Kueue on every object written and their
+        pods, a finished Kubeflow job (`failed`); another remediation of the job in flight, the
+        hourly cap (`_WaitError`: nothing written, a later run tries again)."""
+        summary = run.detail.incident
+        since = self.clock.now() - timedelta(hours=1)
+        started = remediations_started(self.store, cluster=summary.cluster, since=since)
+        if any(e.kind is EventKind.REMEDIATION_STARTED and e.at >= since for e in run.detail.events):
+            started -= 1  # this one's own start
+        busy = any(
+            i.id != run.incident_id and i.status in _IN_FLIGHT and i.cluster == summary.cluster
+            and (i.kind, i.namespace, i.name) == (summary.kind, summary.namespace, summary.name)
+            for i, _ in self.store.incidents_to_resume()
+        )  # fmt: skip
+        clearance = clear(
+            GuardInput(
+                namespace=run.ref.namespace, job=f"{run.ref.kind} {run.ref.namespace}/{run.ref.name}",
+                objects=self._written_objects(run, live), busy=busy, started_last_hour=started,
+            ),
+            protected_namespaces=self.protected, max_per_hour=self.settings.max_per_hour,
+        )  # fmt: skip
+        if clearance.kind is ClearanceKind.REFUSE:
+            raise _FailedError(f"{clearance.reason} (checked again before the first write)")
+        if clearance.kind is ClearanceKind.WAIT:
+            raise _WaitError(clearance.reason)
+        if live.job is not None:
+            finished = guard_reason(live.job)
+            if finished is not None:
+                raise _FailedError(f"{finished} (checked again before the first write)")
 
     def _replan(self, run: _Run) -> None:
         """After a 409: plan again from fresh objects and record the new plan."""
@@ -604,10 +814,12 @@ class Remediator:
                 raise _FailedError(
                     "the job's templates were changed by someone else during remediation"
                 )
-            self._check_preconditions(run, job)
-            patch = plan.job_patch(resource_version=_rv(job), suspend=True)
+            live = self._check_preconditions(run, job)
+            self._check_guards(run, live)
+            patch = _fenced(plan.job_patch(resource_version=_rv(job), suspend=True), job,
+                            locked=True)  # fmt: skip
             try:
-                self.writer.patch_custom(target, patch, dry_run=True)
+                self.writer.patch_custom(target, patch, fence=run.fence, dry_run=True)
             except WriteConflictError:
                 if attempt < retries:
                     self._replan(run)
@@ -616,8 +828,10 @@ class Remediator:
                 self._record(run, A.DRY_RUN, Step.DRY_RUN, succeeded=False, message=exc.message)
                 raise _FailedError(f"the server-side dry run refused the patch: {exc.message}") from None
             self._record(run, A.DRY_RUN, Step.DRY_RUN, message="dryRun=All accepted the patch")
+            self._intend(run, Step.SUSPENDING, target=target, obj=job, write="patch",
+                         message="suspend patch with the new templates about to be sent")  # fmt: skip
             try:
-                self.writer.patch_custom(target, patch)
+                self.writer.patch_custom(target, patch, fence=run.fence)
             except WriteConflictError:
                 if attempt < retries:
                     self._replan(run)
@@ -642,8 +856,8 @@ class Remediator:
             return timedelta(0)
         return self.clock.now() - action.at
 
-    def _pause(self) -> None:
-        self._still_active()
+    def _pause(self, run: _Run) -> None:
+        self._still_active(run)
         self.clock.sleep(self.settings.poll_interval.total_seconds())
 
     def _wait_gone(self, run: _Run, target: Target) -> None:
@@ -661,7 +875,7 @@ class Remediator:
                     f"{len(pods)} pod(s) of the job still present "
                     f"{self.settings.suspend_timeout.total_seconds():g}s after the suspend"
                 )
-            self._pause()
+            self._pause(run)
         self._record(run, A.APPLY, Step.PODS_GONE, message="Suspended=True and no pod left")
 
     def _resume(self, run: _Run, target: Target) -> None:
@@ -670,8 +884,9 @@ class Remediator:
             return
         job = self.reader.job(run.ref, api_version=target.api_version)
         if job is not None and _suspended(job):
+            resume = _fenced({"spec": {"runPolicy": {"suspend": False}}}, job, locked=False)
             try:
-                self.writer.patch_custom(target, {"spec": {"runPolicy": {"suspend": False}}})
+                self.writer.patch_custom(target, resume, fence=run.fence)
             except ClusterWriteError as exc:
                 raise _RollbackError(f"the resume patch was refused: {exc.message}") from None
         self._record(run, A.APPLY, Step.RESUMED, message="resumed (suspend: false)")
@@ -683,9 +898,7 @@ class Remediator:
 
     def _expected(self, run: _Run) -> int:
         assert run.plan is not None
-        if run.ref.kind is JobKind.GROUP:
-            return len(run.plan.preconditions.placement)
-        return run.plan.pods
+        return run.plan.members
 
     def _wait_bound(self, run: _Run) -> None:
         """Step 5b: every pod bound, all in the target zone, within `schedule_timeout`."""
@@ -703,11 +916,16 @@ class Remediator:
                 break
             if verdict.outcome is Outcome.FAILED:
                 raise _RollbackError(verdict.reason)
-            self._pause()
+            self._pause(run)
         self._record(run, A.APPLY, Step.BOUND, message=verdict.reason)
 
     def _verify(self, run: _Run) -> IncidentStatus:
         assert run.plan is not None
+        judged = run.step(Step.VERIFIED)
+        if judged is not None:  # judged already (the process stopped before ending it)
+            if judged.succeeded:
+                return self._end(run, S.RESOLVED, judged.message or "verified")
+            raise _RollbackError(f"verification failed: {judged.message}")
         started = [e for e in run.detail.events if e.kind is EventKind.VERIFYING]
         since = started[-1].at if started else self.clock.now()
         judgement: Judgement
@@ -729,7 +947,7 @@ class Remediator:
             judgement = judge(obs, self.policy, elapsed=self.clock.now() - since)
             if judgement.done:
                 break
-            self._pause()
+            self._pause(run)
         figures = {"utilization_before": run.before, "utilization_after": after}
         if judgement.outcome is Outcome.VERIFIED:
             self._record(run, A.VERIFY, Step.VERIFIED, message=judgement.reason, extra=figures,
@@ -750,8 +968,9 @@ class Remediator:
             return
         plan = run.plan
         assert plan is not None
-        if not any(a.kind is A.APPLY for a in run.detail.actions):
-            self._check_preconditions(run, None)
+        if not run.written():
+            live = self._check_preconditions(run, None)
+            self._check_guards(run, live)
             self._dry_run_group(run, plan)
         for target in plan.targets:
             if target.action is TargetAction.ROLLOUT:
@@ -760,67 +979,166 @@ class Remediator:
                 self._recreate(run, target, restore=False)
         self._record(run, A.APPLY, Step.RESUMED, message="every workload outside the zone moved")
 
+    def _changed(self, run: _Run, what: str) -> Exception:
+        """An object of the plan changed under the remediation: `superseded` while nothing was
+        written yet, else a rollback of what was."""
+        if not run.written():
+            return _SupersededError(f"{what} since the plan")
+        return _RollbackError(f"{what} during the remediation")
+
+    def _stamped(self, run: _Run, target: Target, state: TemplateState) -> dict[str, Any]:
+        """The Job to create from the plan (`state` PLANNED) or the original manifest, annotated
+        with the incident and which of the two it is."""
+        manifest = target.manifest if state is TemplateState.PLANNED else target.original
+        assert manifest is not None
+        out = copy.deepcopy(dict(manifest))
+        meta = out.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}),
+                               RECREATED_ANNOTATION: run.stamp(state)}  # fmt: skip
+        return out
+
     def _dry_run_group(self, run: _Run, plan: Plan) -> None:
+        """Every write the plan makes, server-side dry run: each Deployment patch; each Job's
+        DELETE and the CREATE of its planned and of its original manifest (`AlreadyExists` while
+        the Job to replace holds the name means every admission check passed)."""
+        fence = run.fence
         try:
             for target in plan.targets:
+                obj = self._workload(target)
+                if obj is None or _uid(obj) != target.uid:
+                    raise _SupersededError(
+                        f"{target.kind} {target.name} was deleted or recreated since the plan"
+                    )
                 if target.action is TargetAction.ROLLOUT:
-                    self.writer.patch_deployment(target.namespace, target.name,
-                                                 target.template_patch(), dry_run=True)  # fmt: skip
-                else:
-                    self.writer.delete_job(target.namespace, target.name, dry_run=True)
+                    patch = _fenced(target.template_patch(), obj, locked=False)
+                    self.writer.patch_deployment(target.namespace, target.name, patch,
+                                                 fence=fence, dry_run=True)  # fmt: skip
+                    continue
+                # a 409 on the DELETE: changed since read (a status write), the delete re-reads;
+                # on a CREATE: AlreadyExists, admitted; only the name is taken (the Job to replace)
+                with contextlib.suppress(WriteConflictError):
+                    self.writer.delete_job(target.namespace, target.name, uid=target.uid,
+                                           resource_version=_rv(obj), fence=fence, dry_run=True)  # fmt: skip
+                for state in (TemplateState.PLANNED, TemplateState.ORIGINAL):
+                    with contextlib.suppress(WriteConflictError):
+                        self.writer.create_job(target.namespace, self._stamped(run, target, state),
+                                               fence=fence, dry_run=True)  # fmt: skip
         except ClusterWriteError as exc:
             self._record(run, A.DRY_RUN, Step.DRY_RUN, succeeded=False, message=exc.message)
             raise _FailedError(f"the server-side dry run refused a change: {exc.message}") from None
         self._record(run, A.DRY_RUN, Step.DRY_RUN, message="dryRun=All accepted every change")
 
-    def _roll_out(self, run: _Run, target: Target, *, restore: bool) -> None:
+    def _roll_out(self, run: _Run, target: Target, *, restore: bool) -> str | None:
+        """Bring the Deployment's template to the planned (or, restoring, the original) one;
+        idempotent from the live template. Restoring returns a note when there was nothing it
+        could restore."""
         want = TemplateState.ORIGINAL if restore else TemplateState.PLANNED
+        where = f"Deployment {target.namespace}/{target.name}"
+        fail = _FailedError if restore else _RollbackError
         for _attempt in range(self.settings.max_conflict_retries + 1):
             obj = self._workload(target)
-            if obj is None:
-                raise _FailedError(f"Deployment {target.namespace}/{target.name} is gone")
-            if target.state_of(obj) is want:
-                return
-            patch = target.template_patch(restore=restore)
-            patch["metadata"] = {"resourceVersion": _rv(obj)}
+            if obj is None or _uid(obj) != target.uid:
+                if restore:
+                    return f"{where} was deleted or recreated by its owner: nothing to restore"
+                raise self._changed(run, f"{where} was deleted or recreated")
+            state = target.state_of(obj)
+            if state is want:
+                if not restore and not run.has(Step.ROLLED_OUT, target=target.name):
+                    self._record(run, A.APPLY, Step.ROLLED_OUT, extra={"target": target.name},
+                                 message=f"Deployment {target.name}: planned template found on it")  # fmt: skip
+                return None
+            if state is TemplateState.OTHER:
+                if restore:
+                    return f"{where}: its template was changed by someone else; left as it is"
+                raise self._changed(run, f"{where}: its template was changed by someone else")
+            step = Step.RESTORING if restore else Step.ROLLING_OUT
+            self._intend(run, step, target=target, obj=obj, write="patch",
+                         message=f"{where}: template patch about to be sent")  # fmt: skip
+            patch = _fenced(target.template_patch(restore=restore), obj, locked=True)
             try:
-                self.writer.patch_deployment(target.namespace, target.name, patch)
+                self.writer.patch_deployment(target.namespace, target.name, patch, fence=run.fence)
             except WriteConflictError:
                 continue
             except ClusterWriteError as exc:
-                raise _FailedError(f"the Deployment patch was refused: {exc.message}") from None
+                raise fail(f"the patch of {where} was refused: {exc.message}") from None
             if not restore:
                 self._record(run, A.APPLY, Step.ROLLED_OUT, extra={"target": target.name},
                              message=f"Deployment {target.name}: template patched (rollout)")  # fmt: skip
-            return
-        raise _FailedError(f"Deployment {target.name} kept changing (HTTP 409)")
+            return None
+        raise fail(f"{where} kept changing (HTTP 409)")
 
-    def _recreate(self, run: _Run, target: Target, *, restore: bool) -> None:
+    def _recreate(self, run: _Run, target: Target, *, restore: bool) -> str | None:
+        """Bring the batch Job to one created from the plan (or, restoring, the original Job or
+        one created from its manifest); idempotent from the live object: the Job planned (its
+        uid) is deleted, one being deleted is waited for, a missing one is created, one carrying
+        this incident's annotation is ours. Restoring returns a note when there was nothing it
+        could restore."""
         want = TemplateState.ORIGINAL if restore else TemplateState.PLANNED
-        manifest = target.original if restore else target.manifest
-        assert manifest is not None
-        obj = self._workload(target)
-        if obj is not None and target.state_of(obj) is want:
-            return
-        if obj is not None:
-            self.writer.delete_job(target.namespace, target.name)
-            if not restore:
-                self._record(run, A.APPLY, Step.JOB_DELETED, extra={"target": target.name},
-                             message=f"Job {target.name} deleted (Foreground) for recreation")  # fmt: skip
-            deadline = self.clock.now() + self.settings.suspend_timeout
-            while self._workload(target) is not None:
+        where = f"Job {target.namespace}/{target.name}"
+        fail = _FailedError if restore else _RollbackError
+        deadline = self.clock.now() + self.settings.suspend_timeout
+        conflicts = 0
+        while True:
+            obj = self._workload(target)
+            stamp = _stamp(obj)
+            gone = obj is None or (is_terminating(obj) and _uid(obj) == target.uid)
+            if (gone and not restore and run.has(Step.JOB_DELETING, target=target.name)
+                    and not run.has(Step.JOB_DELETED, target=target.name)):  # fmt: skip
+                self._record(run, A.APPLY, Step.JOB_DELETED, extra={"target": target.name, "uid": target.uid},
+                             message=f"Job {target.name}: found deleted (its deletion landed unrecorded)")  # fmt: skip
+            if obj is None:
+                try:
+                    self.writer.create_job(target.namespace, self._stamped(run, target, want),
+                                           fence=run.fence)  # fmt: skip
+                except WriteConflictError:
+                    conflicts += 1  # created meanwhile: look again
+                    if conflicts > self.settings.max_conflict_retries:
+                        raise fail(f"{where} kept reappearing (HTTP 409)") from None
+                    continue
+                except ClusterWriteError as exc:
+                    if restore:
+                        raise _FailedError(
+                            f"recreating {where} from its original manifest (recorded in the "
+                            f"plan) was refused: {exc.message}"
+                        ) from None
+                    raise _RollbackError(f"creating {where} was refused: {exc.message}") from None
+                if not restore:
+                    self._record(run, A.APPLY, Step.JOB_CREATED, extra={"target": target.name},
+                                 message=f"Job {target.name} recreated with the new template")  # fmt: skip
+                return None
+            if is_terminating(obj):
                 if self.clock.now() >= deadline:
-                    raise _RollbackError(f"Job {target.name} still present after its deletion")
-                self._pause()
-        try:
-            self.writer.create_job(target.namespace, manifest)
-        except WriteConflictError:
-            pass  # created meanwhile (a previous attempt's answer was lost): state is checked later
-        except ClusterWriteError as exc:
-            raise _FailedError(f"creating Job {target.name} was refused: {exc.message}") from None
-        if not restore:
-            self._record(run, A.APPLY, Step.JOB_CREATED, extra={"target": target.name},
-                         message=f"Job {target.name} recreated with the new template")  # fmt: skip
+                    raise fail(f"{where} still present "
+                               f"{self.settings.suspend_timeout.total_seconds():g}s after its deletion")  # fmt: skip
+                self._pause(run)
+                continue
+            if stamp == run.stamp(want) or (restore and _uid(obj) == target.uid):
+                if not restore and not run.has(Step.JOB_CREATED, target=target.name):
+                    self._record(run, A.APPLY, Step.JOB_CREATED, extra={"target": target.name},
+                                 message=f"Job {target.name}: the one created from the plan found")  # fmt: skip
+                return None
+            ours = stamp == run.stamp(TemplateState.PLANNED) if restore else _uid(obj) == target.uid
+            if not ours:
+                if restore:
+                    return f"{where} was replaced by someone else (uid {_uid(obj)}); left as it is"
+                raise self._changed(run, f"{where} was replaced by someone else (uid {_uid(obj)})")
+            step = Step.RESTORING if restore else Step.JOB_DELETING
+            self._intend(run, step, target=target, obj=obj, write="delete",
+                         message=f"{where}: Foreground deletion about to be sent")  # fmt: skip
+            try:
+                self.writer.delete_job(target.namespace, target.name, uid=_uid(obj),
+                                       resource_version=_rv(obj), fence=run.fence)  # fmt: skip
+            except WriteConflictError:
+                conflicts += 1  # changed since read (or replaced): look again
+                if conflicts > self.settings.max_conflict_retries:
+                    raise fail(f"{where} kept changing (HTTP 409)") from None
+                continue
+            except ClusterWriteError as exc:
+                raise fail(f"deleting {where} was refused: {exc.message}") from None
+            if not restore:
+                self._record(run, A.APPLY, Step.JOB_DELETED,
+                             extra={"target": target.name, "uid": _uid(obj)},
+                             message=f"Job {target.name} deleted (Foreground) for recreation")  # fmt: skip
 
     # -- rollback -----------------------------------------------------------------------------
 
@@ -831,15 +1149,21 @@ class Remediator:
         target = self._kubeflow_target(run)
         job = self.reader.job(run.ref, api_version=target.api_version)
         if job is not None and _suspended(job) and _uid(job) == run.plan.preconditions.uid:
-            self.writer.patch_custom(target, {"spec": {"runPolicy": {"suspend": False}}})
+            resume = _fenced({"spec": {"runPolicy": {"suspend": False}}}, job, locked=False)
+            self.writer.patch_custom(target, resume, fence=run.fence)
 
     def _rollback(self, run: _Run, reason: str) -> IncidentStatus:
         """Restore the original templates and resume; the incident ends `rolled_back`."""
+        done = run.step(Step.ROLLED_BACK)
+        if done is not None:  # restored already (the process stopped before ending it)
+            return self._end(run, S.ROLLED_BACK, (done.message or reason).removeprefix(
+                "original templates restored: "))  # fmt: skip
         if not run.has(Step.ROLLBACK_STARTED):
             self._record(run, A.ROLLBACK, Step.ROLLBACK_STARTED, succeeded=None, message=reason)
+        notes: list[str] = []
         try:
             if run.ref.kind is JobKind.GROUP:
-                self._rollback_group(run)
+                notes = self._rollback_group(run)
             else:
                 self._rollback_kubeflow(run)
         except _SupersededError as exc:
@@ -847,8 +1171,9 @@ class Remediator:
         except _FailedError as exc:
             self._never_suspended(run)
             return self._end(run, S.FAILED, f"{reason}; rollback failed: {exc}")
-        self._record(run, A.ROLLBACK, Step.ROLLED_BACK, message=f"original templates restored: {reason}")
-        return self._end(run, S.ROLLED_BACK, reason)
+        said = "; ".join([reason, *notes])
+        self._record(run, A.ROLLBACK, Step.ROLLED_BACK, message=f"original templates restored: {said}")
+        return self._end(run, S.ROLLED_BACK, said)
 
     def _rollback_kubeflow(self, run: _Run) -> None:
         plan = run.plan
@@ -862,9 +1187,12 @@ class Remediator:
                 # restored already (a previous attempt died after the patch): resume if needed
                 suspended = _suspended(job)
                 break
-            patch = plan.job_patch(resource_version=_rv(job), suspend=True, restore=True)
+            self._intend(run, Step.RESTORING, target=target, obj=job, write="patch",
+                         message="restore patch (original templates, suspended) about to be sent")  # fmt: skip
+            patch = _fenced(plan.job_patch(resource_version=_rv(job), suspend=True, restore=True),
+                            job, locked=True)  # fmt: skip
             try:
-                self.writer.patch_custom(target, patch)
+                self.writer.patch_custom(target, patch, fence=run.fence)
             except WriteConflictError:
                 continue
             except ClusterWriteError as exc:
@@ -876,15 +1204,20 @@ class Remediator:
         if suspended:
             deadline = self.clock.now() + self.settings.suspend_timeout
             while self.reader.kubeflow_pods(run.ref) and self.clock.now() < deadline:
-                self._pause()
-            self.writer.patch_custom(target, {"spec": {"runPolicy": {"suspend": False}}})
+                self._pause(run)
+            resume = _fenced({"spec": {"runPolicy": {"suspend": False}}}, job, locked=False)
+            self.writer.patch_custom(target, resume, fence=run.fence)
 
-    def _rollback_group(self, run: _Run) -> None:
+    def _rollback_group(self, run: _Run) -> list[str]:
+        """Restore every target (the last one written first); the notes say what could not be."""
         plan = run.plan
         assert plan is not None
-        for target in plan.targets:
+        notes: list[str] = []
+        for target in reversed(plan.targets):
             if target.action is TargetAction.ROLLOUT:
-                self._roll_out(run, target, restore=True)
+                note = self._roll_out(run, target, restore=True)
             else:
-                self._recreate(run, target, restore=True)
-
+                note = self._recreate(run, target, restore=True)
+            if note is not None:
+                notes.append(note)
+        return notes

@@ -27,11 +27,13 @@ Obj = dict[str, Any]
 @dataclass(frozen=True)
 class Rediagnosis:
     """A fresh diagnosis of one job: its finding (None when the job has no live pod), the
-    zone-mirroring label keys the diagnosis used, and the names of the job's live pods."""
+    zone-mirroring label keys the diagnosis used, the names of the job's live pods and, for a
+    generic group, of its members that finished (Succeeded or Failed: workers that gave up)."""
 
     finding: Finding | None
     mirror_keys: tuple[str, ...] = ()
     pods: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
 
 
 Rediagnose = Callable[[JobRef], Rediagnosis]
@@ -39,6 +41,14 @@ Rediagnose = Callable[[JobRef], Rediagnosis]
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _pods(items: list[Obj]) -> list[Obj]:
+    """Listed pods with their kind and apiVersion set (a list's items carry neither)."""
+    for item in items:
+        item.setdefault("apiVersion", "v1")
+        item.setdefault("kind", "Pod")
+    return items
 
 
 def is_terminating(pod: Mapping[str, Any]) -> bool:
@@ -105,14 +115,15 @@ class ClusterReader:
 
     def kubeflow_pods(self, ref: JobRef) -> list[Obj]:
         """Every pod carrying the job's name label, Terminating ones included."""
-        return self._list(
+        return _pods(self._list(
             f"/api/v1/namespaces/{ref.namespace}/pods",
             [("labelSelector", f"{JOB_NAME_LABEL}={ref.name}")],
-        )
+        ))  # fmt: skip
 
     def pods_named(self, namespace: str, names: Sequence[str]) -> list[Obj]:
         wanted = set(names)
-        return [p for p in self._list(f"/api/v1/namespaces/{namespace}/pods") if _name(p) in wanted]
+        return _pods([p for p in self._list(f"/api/v1/namespaces/{namespace}/pods")
+                      if _name(p) in wanted])  # fmt: skip
 
     def live_objects(
         self,
@@ -121,10 +132,12 @@ class ClusterReader:
         target_zone: str | None,
         job: Mapping[str, Any] | None,
         pod_names: Sequence[str] = (),
+        finished_names: Sequence[str] = (),
     ) -> LiveObjects:
         """What the plan reads for `ref`: every node, the live pods bound to the target zone's
         nodes, the job's pods (a Kubeflow job's by its name label, a group's by `pod_names`;
-        Terminating ones left out) and, for a group, its namespace's workloads."""
+        Terminating ones left out) and, for a group, its namespace's workloads and its finished
+        members (`finished_names`)."""
         nodes = self.nodes()
         zone_nodes = [
             _name(n)
@@ -132,14 +145,19 @@ class ClusterReader:
             if ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL) == target_zone
         ]
         bound = self.pods_on(zone_nodes) if target_zone else []
+        finished: list[Obj] = []
         if ref.kind is JobKind.GROUP:
-            pods = self.pods_named(ref.namespace, pod_names)
+            members = self.pods_named(ref.namespace, [*pod_names, *finished_names])
+            done = set(finished_names)
+            pods = [p for p in members if _name(p) not in done]
+            finished = [p for p in members if _name(p) in done]
             workloads = self.workloads(ref.namespace)
         else:
             pods = self.kubeflow_pods(ref)
             workloads = []
         pods = [p for p in pods if not is_terminating(p)]
-        return LiveObjects(job=job, pods=pods, nodes=nodes, bound_pods=bound, workloads=workloads)
+        return LiveObjects(job=job, pods=pods, nodes=nodes, bound_pods=bound, workloads=workloads,
+                           finished_pods=finished)  # fmt: skip
 
     def workloads(self, namespace: str) -> list[Obj]:
         """Deployments, ReplicaSets and batch Jobs of a namespace (kind and apiVersion set)."""
@@ -156,11 +174,23 @@ class ClusterReader:
         return out
 
 
+def waiting_reason(pod: Mapping[str, Any]) -> str | None:
+    """Why a container of the pod is not running (its waiting or terminated reason), or None
+    when every container runs (or the kubelet reported none yet)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = status.get("state") or {}
+        if "running" in state:
+            continue
+        detail = state.get("waiting") or state.get("terminated") or {}
+        return str(detail.get("reason") or "not running")
+    return None
+
+
 def observe_pods(
     pods: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]]
 ) -> tuple[PodObservation, ...]:
     """The judge's view of pods: zone of the node (None while unbound), phase, terminating,
-    the scheduler's message."""
+    the scheduler's message, why a container is not running."""
     zone_of = {
         _name(n): ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL) for n in nodes
     }
@@ -174,6 +204,7 @@ def observe_pods(
                 phase=str((pod.get("status") or {}).get("phase") or "Pending"),
                 terminating=is_terminating(pod),
                 unschedulable=unschedulable_message(pod),
+                waiting=waiting_reason(pod),
             )
         )
     return tuple(sorted(out, key=lambda p: p.name))

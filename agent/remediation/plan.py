@@ -29,10 +29,16 @@ launcher, mpi-operator re-syncs only nodeSelector and tolerations into its batch
 the zone pin (nodeSelector) is what moves it; its podAffinity and labels apply to new launchers. Generic groups move only
 what is outside the target zone: a Deployment's template is patched (its rollout moves the pods),
 a batch Job (template immutable) is recreated from its live manifest with the patched template,
-server-set fields stripped; Jobs already in the target zone are left alone.
+server-set fields stripped; Jobs already in the target zone are left alone, except a worker Job
+that finished (failed, e.g. its workers gave up while blocked, or completed) or has no live pod
+left: the gang cannot run without it, so it is recreated too (pinned to the target zone when its
+template is not). `Plan.gang` is how many pods the whole job runs once co-located: what
+verification waits for.
 
 Refusals (nothing may be written): the finding is not a remediable split, the job is Kueue-managed
-or finished, a template spreads across zones, or the target zone lacks room for every pod the plan
+(for a group: any Deployment or batch Job the plan writes, or a pod of theirs, carries Kueue's
+queue label or annotation, its managed label, or another controller's `managedBy`) or a Kubeflow
+job finished, a template spreads across zones, or the target zone lacks room for every pod the plan
 (re)creates, judged on the pods as they will be after the patch: zone pin, added podAffinity and
 tolerations, mirror labels, and the operator's labels read from the live pods (see
 `agent.remediation.room`).
@@ -50,10 +56,11 @@ from typing import Any
 import yaml
 
 from agent.model.cluster import ZONE_LABEL, JobKind
-from agent.model.finding import SPLIT_VERDICTS, Finding
+from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.job import JobRef
 from agent.model.scheduling import required_node_affinity_matches
 from agent.model.verdict import Verdict
+from agent.remediation.guard import kueue_reason
 from agent.remediation.room import (
     PodNeed,
     QuantityError,
@@ -200,7 +207,11 @@ class Target:
         return out
 
     def state_of(self, obj: Mapping[str, Any]) -> TemplateState:
+        """PLANNED or ORIGINAL when every change reads so on the live object (a target without
+        changes, a finished Job recreated as it is, reads PLANNED), else OTHER."""
         states = {c.state_of(obj) for c in self.changes}
+        if not states:
+            return TemplateState.PLANNED
         return states.pop() if len(states) == 1 else TemplateState.OTHER
 
     def to_dict(self) -> dict[str, Any]:
@@ -254,10 +265,19 @@ class Plan:
     diff: str
     mirror_keys: tuple[str, ...] = ()
     pods: int = 0  # pods the plan (re)creates
+    gang: int = 0  # pods the whole job runs once co-located (0: not recorded, see `members`)
 
     @property
     def kubeflow(self) -> bool:
         return self.job.kind is not JobKind.GROUP
+
+    @property
+    def members(self) -> int:
+        """The pods verification waits for: the gang, else (a plan recorded without it) every
+        pod the plan (re)creates for a Kubeflow job, the pods placed at planning for a group."""
+        if self.gang:
+            return self.gang
+        return self.pods if self.kubeflow else len(self.preconditions.placement)
 
     def job_patch(
         self, *, resource_version: str | None, suspend: bool, restore: bool = False
@@ -281,6 +301,7 @@ class Plan:
             "diff": self.diff,
             "mirror_keys": list(self.mirror_keys),
             "pods": self.pods,
+            "gang": self.gang,
         }  # fmt: skip
 
     @classmethod
@@ -294,6 +315,7 @@ class Plan:
             diff=str(data["diff"]),
             mirror_keys=tuple(data.get("mirror_keys") or ()),
             pods=int(data.get("pods") or 0),
+            gang=int(data.get("gang") or 0),
         )
 
 
@@ -315,7 +337,8 @@ class LiveObjects:
     `job`: the Kubeflow job object (None for a generic group). `workloads`: for a group, the
     Deployments, ReplicaSets and batch Jobs of its namespace. `pods`: the job's pods. `nodes`:
     every node. `bound_pods`: live pods bound to the target zone's nodes (any namespace), for the
-    room check.
+    room check. `finished_pods`: for a group, its members that finished (Succeeded or Failed):
+    how a worker Job that gave up is found.
     """
 
     job: Mapping[str, Any] | None
@@ -323,6 +346,7 @@ class LiveObjects:
     nodes: Sequence[Mapping[str, Any]]
     bound_pods: Sequence[Mapping[str, Any]]
     workloads: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    finished_pods: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
 
 
 class _RefusedError(Exception):
@@ -600,6 +624,8 @@ def render_diff(targets: Sequence[Target]) -> str:
             TargetAction.ROLLOUT: "patch the template (a rollout replaces its pods)",
             TargetAction.RECREATE: "delete and recreate (its template is immutable)",
         }[target.action]
+        if target.action is TargetAction.RECREATE and not target.changes:
+            how = "delete and recreate as it is (it finished or lost its pods; the gang needs them)"
         chunks.append(f"# {where}: {how}")
         for change in target.changes:
             label = f"{where} {change.replica}"
@@ -659,8 +685,9 @@ def plan_remediation(
 ) -> Plan | Refusal:
     """The plan that co-locates the finding's job in its target zone, or why there is none."""
     ref = finding.job
-    if finding.verdict not in SPLIT_VERDICTS:
-        return Refusal(ref, f"the job is {finding.verdict.value}, not split across zones")
+    if finding.verdict not in REMEDIABLE_VERDICTS:
+        return Refusal(ref, f"the job is {finding.verdict.value}, not split across zones "
+                            "nor mislabelled")  # fmt: skip
     if not finding.remediable or finding.target_zone is None:
         why = "; ".join(finding.reasons) or "no target zone"
         return Refusal(ref, f"not remediable: {why}")
@@ -750,6 +777,7 @@ def _plan_kubeflow(
         diff=render_diff((target,)),
         mirror_keys=tuple(mirror_keys),
         pods=len(needs),
+        gang=len(needs),
     )
 
 
@@ -779,6 +807,49 @@ def recreatable_job(job: Mapping[str, Any]) -> dict[str, Any]:
         }
     return {"apiVersion": job.get("apiVersion") or "batch/v1", "kind": "Job",
             "metadata": new_meta, "spec": spec}  # fmt: skip
+
+
+def job_finished(job: Mapping[str, Any]) -> bool:
+    """A batch Job whose Complete or Failed condition is True."""
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+def _job_pods_to_create(job: Mapping[str, Any]) -> int:
+    """How many pods a batch Job created anew runs at once: parallelism, at most completions."""
+    spec = job.get("spec") or {}
+    parallelism = int(spec.get("parallelism", 1) or 0)
+    completions = spec.get("completions")
+    return parallelism if completions is None else min(parallelism, int(completions))
+
+
+def _restarted_jobs(
+    live: LiveObjects,
+    by_kind_name: Mapping[tuple[str, str], Mapping[str, Any]],
+    live_owners: frozenset[tuple[str, str]],
+) -> list[str]:
+    """The group's batch Jobs to recreate because they finished or have no live pod left, found
+    from the group's finished pods."""
+    out: set[str] = set()
+    for pod in live.finished_pods:
+        owner = _controller(pod)
+        if owner is None or owner.get("kind") != "Job":
+            continue
+        name = str(owner.get("name"))
+        job = by_kind_name.get(("Job", name))
+        if job is None or _meta(job).get("uid") != owner.get("uid"):
+            continue  # the Job of that pod is gone (or another one took its name)
+        if job_finished(job) or ("Job", name) not in live_owners:
+            out.add(name)
+    return sorted(out)
+
+
+def _mislabelled(pod: Mapping[str, Any], mirror_keys: Sequence[str], zone: str) -> bool:
+    """True when a zone-mirroring label the pod carries names another zone than `zone`."""
+    labels = _meta(pod).get("labels") or {}
+    return any(k in labels and labels[k] != zone for k in mirror_keys)
 
 
 def _plan_group(
@@ -813,24 +884,30 @@ def _plan_group(
                 f"pod {name} is not owned by a Deployment or a batch Job: zonemedic cannot move it"
             )
         pods_of.setdefault(top, []).append(pod)
-        if zones[name] != zone:
+        if zones[name] != zone or _mislabelled(pod, mirror_keys, zone):
             moving.setdefault(top, []).append(pod)
-    if not moving:
-        raise _RefusedError(f"every pod is already in zone {zone}")
+    restarted = _restarted_jobs(live, by_kind_name, frozenset(pods_of))
+    if not moving and not restarted:
+        raise _RefusedError(f"every pod is already in zone {zone}, labelled for it")
     targets: list[Target] = []
     needs: list[PodNeed] = []
     replaced: set[tuple[str, str]] = set()
-    for kind, name in sorted(moving):
+    gang = len(zones)
+    for kind, name in sorted({*moving, *(("Job", n) for n in restarted)}):
         obj = by_kind_name.get((kind, name))
         if obj is None:
             raise _RefusedError(f"{kind} {ref.namespace}/{name} was not found")
+        guard = kueue_reason([obj, *pods_of.get((kind, name), ())])
+        if guard is not None:
+            raise _RefusedError(f"{guard}; zonemedic does not delete, recreate or patch it")
         template = (obj.get("spec") or {}).get("template") or {}
         path = ("spec", "template")
         change = _retarget(
             template, replica="template", path=path, zone=zone, zone_nodes=zone_nodes,
             mirror_keys=mirror_keys, affinity_to=None,
         )  # fmt: skip
-        if change is None:
+        finished = (kind, name) not in moving
+        if change is None and not finished:
             raise _RefusedError(
                 f"{kind} {name} already pins zone {zone} but has pods outside it"
             )
@@ -841,11 +918,12 @@ def _plan_group(
             action = TargetAction.ROLLOUT
             manifest = original = None
         else:
-            owned = moving[(kind, name)]
-            count = len(owned)
+            owned = moving.get((kind, name), [])
+            count = _job_pods_to_create(obj) if finished else len(owned)
+            gang += count if finished else 0
             action = TargetAction.RECREATE
             original = recreatable_job(obj)
-            manifest = apply_merge_patch(original, change.nested())
+            manifest = apply_merge_patch(original, change.nested()) if change else original
         needs.extend(_needs(name, template, change, count, namespace=ref.namespace,
                             relabel=relabel))  # fmt: skip
         replaced.update(_pod_key(p) for p in owned)
@@ -854,7 +932,8 @@ def _plan_group(
                 action=action, api_version=str(obj.get("apiVersion")), kind=kind,
                 plural="deployments" if kind == "Deployment" else "jobs",
                 namespace=ref.namespace, name=name, uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"), changes=(change,),
+                resource_version=meta.get("resourceVersion"),
+                changes=(change,) if change is not None else (),
                 manifest=manifest, original=original,
             )
         )  # fmt: skip
@@ -869,4 +948,5 @@ def _plan_group(
         diff=render_diff(targets),
         mirror_keys=tuple(mirror_keys),
         pods=len(needs),
+        gang=gang,
     )

@@ -9,8 +9,11 @@ Placement: every expected pod exists and is bound, and they all share the target
 unbound past `schedule_timeout` fails the remediation, naming the scheduler's reason (the pod's
 `PodScheduled=False` message); pods bound in another zone fail it at once (not co-located).
 
-Verification (within `verify_window` from its start): the placement still holds, the re-diagnosis
-finds every required flow allowed (verdict `healthy`), and, when Prometheus is configured, the
+Verification (within `verify_window` from its start): the placement still holds, the whole gang
+runs (every expected pod Running with its containers running: a pod that gave up, failed or waits
+in CrashLoopBackOff does not count, so a remediation is never verified while the job cannot
+train), the re-diagnosis finds every required flow allowed (verdict `healthy`), and, when
+Prometheus is configured, the
 job's GPU utilization is at least `recovery_fraction` x the reference: the pre-split baseline when
 one is known and above the figure before the fix, else 100 (the GPUs' full capacity). A job with no
 utilization samples by the end of the window is verified on placement and flows alone (the reason
@@ -37,13 +40,20 @@ class Outcome(StrEnum):
 @dataclass(frozen=True)
 class PodObservation:
     """One pod of the job as observed: `zone` None while unbound; `unschedulable` is the
-    scheduler's message when its PodScheduled condition says Unschedulable."""
+    scheduler's message when its PodScheduled condition says Unschedulable; `waiting` the reason a
+    container of a Running pod is not running."""
 
     name: str
     zone: str | None
     phase: str = "Pending"
     terminating: bool = False
     unschedulable: str | None = None
+    waiting: str | None = None  # why a container of it is not running (e.g. CrashLoopBackOff)
+
+    @property
+    def running(self) -> bool:
+        """Running with every container running: the pod takes part in the job."""
+        return self.phase == "Running" and not self.terminating and self.waiting is None
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,15 @@ def judge(obs: Observation, policy: VerifyPolicy, *, elapsed: timedelta) -> Judg
         return placed
     if placed.outcome is Outcome.PENDING:
         return placed if in_window else Judgement(Outcome.FAILED, f"{placed.reason} after {window}")
+    live = [p for p in obs.pods if not p.terminating and p.phase not in ("Succeeded", "Failed")]
+    running = [p for p in live if p.running]
+    if len(running) < obs.expected_pods:
+        idle = [f"{p.name} ({p.waiting or p.phase})" for p in live if not p.running]
+        shown = f": {', '.join(idle[:3])}" if idle else ""
+        gang = f"{len(running)} of {obs.expected_pods} pod(s) running{shown}"
+        if in_window:
+            return Judgement(Outcome.PENDING, f"waiting for the gang: {gang}")
+        return Judgement(Outcome.FAILED, f"the gang is not running after {window}: {gang}")
     if obs.verdict is None or obs.verdict is Verdict.PENDING:
         if in_window:
             return Judgement(Outcome.PENDING, "waiting for the re-diagnosis")

@@ -35,6 +35,7 @@ from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import BatchOutcome, Detector
 from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
 from agent.runtime.leader import AlwaysLeader, LeaderElector
+from agent.runtime.limits import HttpLimits
 from agent.runtime.root import Parts, Root
 from agent.runtime.scheduler import (
     LEDGER_ANNOTATION,
@@ -43,6 +44,7 @@ from agent.runtime.scheduler import (
     encode_ledger,
 )
 from agent.runtime.server import HttpServer
+from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.cache import Change
@@ -116,7 +118,7 @@ class Agent:
             on_started_leading=self._started_leading,
             on_stopped_leading=self._stopped_leading,
         )
-        self.parts = self.root.parts(is_leader=self.elector.is_leader)
+        self.parts = self.root.parts(is_leader=self.elector.is_leader, leadership=self.elector)
         self.pipeline = pipeline_factory(self.parts)
         self.scheduler = SweepScheduler(
             self.playbooks,
@@ -142,9 +144,11 @@ class Agent:
                 api_token=self._api_token(),
                 decisions=self.pipeline.decisions(),
                 extra_routes=self.parts.extra_routes,
+                webhook_credentials=WebhookCredentials.of(settings.alertmanager),
             ),
             host=settings.http.host,
             port=settings.http.port,
+            limits=HttpLimits.of(settings.http),
         )
         self._stopped = threading.Event()
         self._detector_started = False

@@ -28,7 +28,8 @@ from agent.model.incident import Actor, IncidentQuery, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.playbook.model import ApprovalPolicy
 from agent.remediation.approval import ApprovalStep, ApprovalStepKind, RolledBack, approval_step
-from agent.remediation.decision import DecisionRequest, decide
+from agent.remediation.approvers import Authority
+from agent.remediation.decision import Authorizer, DecisionRequest, decide
 from agent.settings import Settings
 from agent.store.repository import IncidentStore
 
@@ -39,9 +40,12 @@ ACTOR = "zonemedic"
 
 class ApprovalRequests:
     def __init__(
-        self, store: IncidentStore, *, settings: Settings, now: Callable[[], datetime]
+        self, store: IncidentStore, *, settings: Settings, now: Callable[[], datetime],
+        authority: Authorizer | None = None,
     ) -> None:
         self.store = store
+        # zonemedic itself (`auto`) may always decide; the authority is the one decisions pass
+        self.authority = authority if authority is not None else Authority.of(settings, ())
         self.cluster = settings.cluster_name
         self.protected = frozenset(settings.diagnosis.protected_namespaces)
         self.default_ttl = settings.slack.approval_ttl
@@ -90,7 +94,7 @@ class ApprovalRequests:
                     Actor(id=ACTOR, name=None, source=DecisionSource.AUTO),
                     reason=f"playbook {playbook}: {step.reason}",
                 ),
-                now=now,
+                now=now, authority=self.authority,
             )
             log.info("auto-approval", extra={"incident": incident.id, "playbook": playbook,
                                              "recorded": result.recorded})

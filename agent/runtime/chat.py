@@ -4,7 +4,9 @@ Given the agent's `Parts` and its incident store, it builds the Slack client, th
 directory, the Bolt app and its handlers, mounts POST /slack/events on the agent's HTTP server
 (HTTP mode) and registers the outbox deliverer as a leader-gated background job. Clicks go through
 the one decision function (`agent.remediation.decision.decide`), adapted here to the chat layer's
-`Decide` port, so the chat layer never imports the remediation package.
+`Decide` port, so the chat layer never imports the remediation package; the function asks the
+agent's authority (`Parts.authority`: the approvers in force) who may decide, and the authority
+reads user group members through this chat layer's Slack client.
 
 With `slack.enabled: false` it logs once that the agent runs without chat (findings are still
 recorded and queued) and wires nothing. With Slack enabled and a secret missing it raises
@@ -31,13 +33,14 @@ from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.credentials import load_credentials
 from agent.chatops.delivery import Deliverer, Follower, SeriesSource
 from agent.chatops.ports import Clock, DecisionReply, Sweep
-from agent.chatops.slack import ChatHandlers, build_app, events_route, playbook_approvers
+from agent.chatops.slack import ChatHandlers, build_app, events_route
 from agent.chatops.verification import RequestGuard
 from agent.chatops.workspace import Workspace
 from agent.model.incident import Actor, ClaimedMessage, IncidentDetail, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome
 from agent.playbook.model import Playbook
-from agent.remediation.decision import DecisionRequest, decide
+from agent.remediation.approvers import Authority
+from agent.remediation.decision import DecisionReason, DecisionRequest, decide
 from agent.runtime.root import Parts
 from agent.settings import Settings, SlackMode
 from agent.sources.jobkey import JobKey
@@ -74,20 +77,23 @@ class StoreOutbox:
 
 
 class StoreDecide:
-    """The chat layer's `Decide` port over the one decision function."""
+    """The chat layer's `Decide` port over the one decision function, with the agent's authority
+    (who may decide is read at click time from the approvers in force)."""
 
-    def __init__(self, store: IncidentStore) -> None:
+    def __init__(self, store: IncidentStore, authority: Authority) -> None:
         self.store = store
+        self.authority = authority
 
     def __call__(
         self, incident_id: int, outcome: DecisionOutcome, *, actor: Actor, now: datetime
     ) -> DecisionReply:
         result = decide(
             self.store, DecisionRequest(incident_id=incident_id, outcome=outcome, actor=actor),
-            now=now,
+            now=now, authority=self.authority,
         )
         return DecisionReply(recorded=result.recorded, status=result.status,
-                             decided_by=result.decided_by, message=result.message)
+                             decided_by=result.decided_by, message=result.message,
+                             refused=result.reason is DecisionReason.NOT_AUTHORIZED)
 
 
 @dataclass
@@ -151,10 +157,13 @@ def build_chat(
     series: SeriesSource | None = None,
     claim_lease: timedelta = CLAIM_LEASE,
     on_refused: Callable[[RefusalReason], None] | None = None,
+    authority: Authority | None = None,
 ) -> Chat:
     """Build the chat layer from `settings.slack` (nothing when disabled); see `wire_chat`.
     Our workspace's team id is asked of `auth.test` here (again on a request if Slack is
-    unreachable now); `on_refused` counts each refused request by reason."""
+    unreachable now); `on_refused` counts each refused request by reason. `authority`: who may
+    decide (the agent's; default: `settings`' approvers and no playbooks); from here on it reads
+    user groups through this chat layer's Slack client."""
     slack = settings.slack
     if not slack.enabled:
         log.info("slack is disabled: findings are recorded but not posted, and nobody can "
@@ -171,13 +180,16 @@ def build_chat(
         ttl=slack.usergroup_cache_ttl,
     )
     cluster = settings.cluster_name
+    if authority is None:
+        authority = Authority.of(settings, ())
+    authority.read_groups_with(directory.members)
     follower = Follower(store, clock=clock, cluster=cluster)
     workspace = Workspace(client)
     workspace.resolve()
     audit = RefusalAudit(on_refused)
     handlers = ChatHandlers(
         store=store, directory=directory, clock=clock, cluster=cluster,
-        follow=follower.follow, decide=StoreDecide(store), sweep=sweep,
+        follow=follower.follow, decide=StoreDecide(store, authority), sweep=sweep,
         workspace=workspace, audit=audit,
     )
     executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="slack-work")
@@ -185,7 +197,8 @@ def build_chat(
                     executor=executor)
 
     def approvals(detail: IncidentDetail) -> bool:
-        return directory.configured or bool(playbook_approvers(detail))
+        """Buttons only while someone may press them: the approvers in force now."""
+        return authority.approvers(detail).configured
 
     deliverer = Deliverer(
         outbox=StoreOutbox(store, lease=claim_lease), store=store, client=client, clock=clock, approvals=approvals,
@@ -223,7 +236,8 @@ def wire_chat(
         metrics.record_slack_refusal(reason.value)
 
     chat = build_chat(parts.settings, store=store, sweep=sweep, clock=clock,
-                      series=prometheus_series(parts, clock), on_refused=count)
+                      series=prometheus_series(parts, clock), on_refused=count,
+                      authority=parts.approvers)
     if chat.deliverer is None:
         return chat
     deliverer = chat.deliverer

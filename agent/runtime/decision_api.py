@@ -3,9 +3,12 @@
 Who calls it: `agent.runtime.http` (the route) and nothing else. The body is one JSON object:
 `{"outcome": "approve" | "reject" | "snooze", "by": "<who>", "reason": "<text>" | null,
 "snooze_for": "24h" | <seconds> | null}`; `outcome` and `by` are required, `snooze_for` is for a
-snooze only, and any other key is refused. A bad body is an `InputError` naming the field (400).
+snooze only, and any other key is refused. A bad body is an `InputError` naming the field (400);
+a body that is not UTF-8, not strict JSON or has a key twice is refused naming that
+(`agent.parsing.strict_json`).
 
-Status codes of a decision (`status_code`): 200 recorded; 404 no such incident; 409 already
+Status codes of a decision (`status_code`): 200 recorded; 403 `by` is not an approver in force
+now (the body says why; audited on the incident's timeline); 404 no such incident; 409 already
 decided, expired or no longer current (the body names who decided or closed it, and when).
 
 What it does not do: authenticate (the route checks the bearer token first) or decide (the one
@@ -21,6 +24,7 @@ from typing import Any
 from agent.errors import ConfigError, InputError
 from agent.model.incident import Actor, parse_incident_id
 from agent.model.lifecycle import DecisionOutcome, DecisionSource
+from agent.parsing.strict_json import parse_json
 from agent.remediation.decision import DecisionReason, DecisionRequest, DecisionResult, validate
 from agent.settings import parse_duration
 
@@ -30,6 +34,7 @@ MAX_BODY = 16_384
 _STATUS: dict[DecisionReason, int] = {
     DecisionReason.RECORDED: 200,
     DecisionReason.NOT_FOUND: 404,
+    DecisionReason.NOT_AUTHORIZED: 403,
     DecisionReason.ALREADY_DECIDED: 409,
     DecisionReason.EXPIRED: 409,
     DecisionReason.NOT_CURRENT: 409,
@@ -65,10 +70,7 @@ def _snooze_for(value: Any) -> timedelta | None:
 def parse_decision(raw_id: str, body: bytes) -> DecisionRequest:
     """The decision a request asks for; `InputError` names the bad field."""
     ident = incident_id(raw_id)
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise InputError("body: not JSON") from None
+    data = parse_json(body)  # UTF-8, strict JSON, no key twice: else 400 naming the problem
     if not isinstance(data, dict):
         raise InputError("body: expected a JSON object")
     unknown = sorted(set(data) - set(FIELDS))

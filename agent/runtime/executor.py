@@ -196,9 +196,12 @@ class RemediationExecutor:
 def live_remediator(parts: Parts, store: IncidentStore) -> Remediator:
     """The real remediator (`agent.remediation.execute.Remediator`) over the agent's clients: it
     re-diagnoses from the live API, writes through the only cluster writer, reads utilization
-    from Prometheus when configured, and stops (after its recorded step) once this replica is no
-    longer the leader, so the next leader resumes alone."""
+    from Prometheus when configured, re-checks the guards (this configuration's protected
+    namespaces and hourly cap) before its first write, and writes only in the leadership term it
+    started in: once this replica's term ends it stops (after its recorded step, before any
+    further write), so the next leader resumes alone."""
     from agent.remediation.execute import Remediator as LiveRemediator
+    from agent.remediation.fence import WhileLeading
     from agent.runtime.rediagnosis import ApiRediagnosis
 
     settings = parts.settings
@@ -207,7 +210,8 @@ def live_remediator(parts: Parts, store: IncidentStore) -> Remediator:
         diagnose=ApiRediagnosis(parts.api, settings.diagnosis),
         settings=settings.remediation,
         prometheus=parts.prometheus,
-        active=parts.is_leader,
+        leadership=parts.leadership or WhileLeading(parts.is_leader),
+        protected_namespaces=settings.diagnosis.protected_namespaces,
     )
 
 

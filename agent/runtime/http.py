@@ -7,6 +7,8 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
   else 503 with the failing checks named;
 - `GET /metrics`: the agent's private prometheus_client registry;
 - `POST /alertmanager`: the Alertmanager webhook (`AlertReceiver` decides the status code);
+  with `webhook_credentials` a request without them (Alertmanager's bearer token or basic auth)
+  is 401 with `WWW-Authenticate` before its body is read;
 - `GET /api/incidents` (filters `job=NS/NAME`, `namespace`, `status`, `verdict`, `since=7d`,
   `limit`) and `GET /api/incidents/{id}`: bearer-token auth when `api_token` is set; without a
   token the API answers loopback clients only (403 otherwise), so it is off by default on loopback
@@ -46,11 +48,14 @@ from starlette.routing import BaseRoute, Route
 from agent.errors import InputError, UnavailableError
 from agent.model.incident import parse_incident_id
 from agent.model.lifecycle import to_jsonable
+from agent.parsing.bounded_body import BodyTooLargeError, read_bounded
 from agent.parsing.numbers import parse_duration, parse_int
 from agent.remediation.decision import DecisionRequest, DecisionResult
 from agent.runtime import decision_api
 from agent.runtime.alerts import AlertReceiver
+from agent.runtime.limits import ReadDeadlineError
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
+from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.sources.alertmanager import MAX_BODY
 
 log = logging.getLogger(__name__)
@@ -116,29 +121,17 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
-class BodyTooLargeError(InputError):
-    """A request body is larger than the endpoint takes (answered 413, the rest left unread)."""
-
-
 async def read_body(request: Request, *, limit: int) -> bytes:
-    """The request body, at most `limit` bytes: a larger `Content-Length` is refused before
-    anything is read, and a chunked (or lying) body is refused as soon as it passes the limit."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        size = parse_int(declared, field="Content-Length")
-        if size > limit:
-            raise BodyTooLargeError(f"body too large ({size} bytes, limit {limit})")
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise BodyTooLargeError(f"body too large (more than {limit} bytes)")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The request body, at most `limit` bytes (`agent.parsing.bounded_body`): a larger
+    `Content-Length` is refused before anything is read, and a chunked (or lying) body is
+    refused as soon as it passes the limit."""
+    return await read_bounded(request.headers.get("content-length"), request.stream(),
+                              limit=limit)
 
 
 async def _client_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ReadDeadlineError):  # the body is half read: close the connection
+        return _error(408, str(exc), Connection="close")
     status = 413 if isinstance(exc, BodyTooLargeError) else 400
     return _error(status, str(exc))
 
@@ -197,6 +190,7 @@ def build_app(
     decisions: IncidentDecisions | None = None,
     write_routes: Sequence[Route] = (),
     extra_routes: Sequence[BaseRoute] = (),
+    webhook_credentials: WebhookCredentials | None = None,
 ) -> Starlette:
     """The app. `write_routes` (API endpoints that change something) are mounted only when
     `api_token` is set, each behind the bearer token; without a token they do not exist (404)."""
@@ -225,9 +219,13 @@ def build_app(
         )
 
     async def metrics_endpoint(request: Request) -> Response:
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+        # the collectors read the cache's counts under its lock: off the event loop
+        return Response(await run_in_threadpool(metrics.exposition), media_type=CONTENT_TYPE)
 
     async def alertmanager(request: Request) -> Response:
+        if webhook_credentials is not None and not webhook_credentials.allows(request.headers):
+            return _error(401, "missing or wrong credentials for the Alertmanager webhook",
+                          **{"WWW-Authenticate": webhook_credentials.challenge})
         if alerts is None:
             return _error(503, "alert handling is not configured")
         body = await read_body(request, limit=MAX_BODY)

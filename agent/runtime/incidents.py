@@ -7,7 +7,8 @@ since, limit) to the store's `IncidentQuery` and returns plain JSON data (the st
 `to_jsonable`; an incident's detail adds `proposed_fix`, the latest plan or refusal recorded on
 it, see `agent.model.proposal`). A bad filter value is an `InputError` (400); a database that is away is the
 store's `StoreUnavailableError` (503). The only write is `decide`, which reads the clock (`now`)
-and hands the request to `agent.remediation.decision.decide`.
+and hands the request to `agent.remediation.decision.decide` with the agent's authority (the
+approvers in force now: a `by` who is not one is refused, 403).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
-from agent.remediation.decision import DecisionRequest, DecisionResult, decide
+from agent.remediation.decision import Authorizer, DecisionRequest, DecisionResult, decide
 from agent.runtime.http import IncidentFilter
 from agent.store.errors import IncidentNotFoundError
 from agent.store.repository import IncidentStore
@@ -29,11 +30,13 @@ from agent.store.repository import IncidentStore
 
 class StoreIncidents:
     def __init__(
-        self, store: IncidentStore, *, cluster: str | None, now: Callable[[], datetime]
+        self, store: IncidentStore, *, cluster: str | None, now: Callable[[], datetime],
+        authority: Authorizer,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.now = now
+        self.authority = authority
 
     def list_incidents(self, filters: IncidentFilter) -> list[dict[str, Any]]:
         query = IncidentQuery(
@@ -59,4 +62,4 @@ class StoreIncidents:
         return out
 
     def decide(self, request: DecisionRequest) -> DecisionResult:
-        return decide(self.store, request, now=self.now())
+        return decide(self.store, request, now=self.now(), authority=self.authority)

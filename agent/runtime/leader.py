@@ -1,7 +1,8 @@
 """Leader election on a `coordination.k8s.io/v1` Lease (the Python client ships no Lease lock).
 
 Called by the composition root: `LeaderElector.run_in_thread()` starts the loop; `is_leader()` gates
-sweeps and remediations; `stop()` releases the lease on shutdown. The decision is pure
+sweeps and remediations, `term()` numbers the terms (a remediation writes only in the term it
+started in); `stop()` releases the lease on shutdown. The decision is pure
 (`decide(record, ...)`: create, acquire, renew or wait, from the lease as last seen and how long ago
 it last changed by our own monotonic clock, as client-go does, so clock skew between replicas cannot
 make two leaders). The I/O is thin: read, create, replace with the record's resourceVersion (a 409
@@ -256,6 +257,12 @@ class LeaderElector:
             self._last_renewed, now=self.monotonic(), renew_deadline=self.renew_deadline
         )
 
+    def term(self) -> int | None:
+        """The leadership term this replica is in (it grows by one each time it starts leading,
+        a late renewal included), or None while it does not lead: what a remediation's write
+        fence compares (`agent.remediation.fence`)."""
+        return self.transitions_seen if self.is_leader() else None
+
     def _timeout(self) -> float:
         if self._leading and self._last_renewed is not None:
             left = self._last_renewed + self.renew_deadline - self.monotonic()
@@ -394,7 +401,10 @@ class LeaderElector:
 
 
 class AlwaysLeader:
-    """Leader election disabled (a single replica): always the leader."""
+    """Leader election disabled (a single replica): always the leader, in one term."""
 
     def is_leader(self) -> bool:
         return True
+
+    def term(self) -> int:
+        return 0

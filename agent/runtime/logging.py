@@ -9,6 +9,9 @@ Called once per process: by the CLI before any command runs (`agent.cli.main`), 
 - `LogFormat.TEXT`: `zonemedic: warning: message (key=value, ...)`, the way the CLI prints its own
   errors; with `timestamps` the line starts with the UTC time instead (a long-running agent watched in
   a terminal). A traceback is shown only at debug level; otherwise the exception is one line.
+  The message and every field are printable (`agent.parsing.printable`): a control character
+  in outside text (a user name, a reason, a file name) is shown as its escape, so a log line
+  a person reads is always one line, and never a sequence the terminal obeys.
 
 `verbosity_level` maps the CLI's `-v` count to a level: warnings and errors only by default, info
 with `-v`, debug with `-vv`. What it does not do: ship logs anywhere (the cluster's log collector
@@ -24,6 +27,8 @@ from enum import StrEnum
 from typing import Any, TextIO
 
 import orjson
+
+from agent.parsing.printable import printable, printable_lines
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 _LEVELS = ("warning", "info", "debug")
@@ -70,18 +75,19 @@ class TextFormatter(logging.Formatter):
         level = record.levelname.lower()
         if self.timestamps:
             when = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-            line = f"{when} {level:<7} {record.getMessage()}"
+            line = f"{when} {level:<7} {printable(record.getMessage())}"
         else:
-            line = f"zonemedic: {level}: {record.getMessage()}"
+            line = f"zonemedic: {level}: {printable(record.getMessage())}"
         extras = _extras(record)
         if extras:
-            line += " (" + ", ".join(f"{k}={_plain(v)}" for k, v in extras.items()) + ")"
+            line += " (" + ", ".join(f"{printable(str(k))}={printable(_plain(v))}"
+                                     for k, v in extras.items()) + ")"
         if record.exc_info and record.exc_info[1] is not None:
             if self.tracebacks:
-                line += "\n" + self.formatException(record.exc_info)
+                line += "\n" + printable_lines(self.formatException(record.exc_info))
             else:
                 exc = record.exc_info[1]
-                line += f": {type(exc).__name__}: {exc}"
+                line += f": {type(exc).__name__}: {printable(str(exc))}"
         return line
 
 

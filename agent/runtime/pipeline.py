@@ -92,7 +92,9 @@ from agent.topology.jobs import find_jobs
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
-TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
+TOPOLOGY_CLASSES = frozenset(
+    {VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED, VerdictClass.ZONE_LABEL_MISMATCH}
+)
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
 
@@ -168,7 +170,7 @@ class AgentPipeline:
         self._lock = threading.RLock()
         self.report: MetricsReport | None = None
         self._evidence_recorded: set[JobKey] = set()
-        self.mirror = ModelMirror(parts.cache)
+        self.mirror = ModelMirror(parts.cache, settings=parts.settings.diagnosis)
         self.mirror_keys: tuple[str, ...] = ()  # of the last diagnosis
         self._state: ClusterState | None = None  # of the last diagnosis
         self.previews = (
@@ -214,12 +216,14 @@ class AgentPipeline:
     def incidents(self) -> IncidentQueries | None:
         if self.store is None:
             return None
-        return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
+        return StoreIncidents(self.store, cluster=self.cluster, now=self.now,
+                              authority=self.parts.approvers)
 
     def decisions(self) -> IncidentDecisions | None:
         if self.store is None:
             return None
-        return StoreIncidents(self.store, cluster=self.cluster, now=self.now)
+        return StoreIncidents(self.store, cluster=self.cluster, now=self.now,
+                              authority=self.parts.approvers)
 
     def handle_change(self, change: Change, first_seen: float) -> Change | None:
         """Diagnose and record a detector batch. Raises `UnavailableError` when the store refuses

@@ -23,6 +23,8 @@ from starlette.routing import BaseRoute
 
 from agent.errors import ConfigError, UnavailableError
 from agent.playbook.model import Playbook
+from agent.remediation.approvers import Authority
+from agent.remediation.fence import Leadership
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
 from agent.runtime.metrics import AgentMetrics
 from agent.settings import Settings
@@ -45,7 +47,9 @@ class BackgroundJob:
 @dataclass
 class Parts:
     """What a pipeline may use: built by `Root.parts`, shared read-only after start. A pipeline
-    factory registers its leader-gated background jobs with `add_background_job`."""
+    factory registers its leader-gated background jobs with `add_background_job`. `authority`:
+    who may decide an incident now (the settings' `slack.approvers` and the loaded playbooks),
+    the one check of every decision path (Slack, the HTTP API)."""
 
     settings: Settings
     playbooks: list[Playbook]
@@ -54,8 +58,21 @@ class Parts:
     api: KubeApi
     prometheus: PrometheusSource | None
     is_leader: Callable[[], bool]
+    # the elector's terms, for the remediation's write fence (None: derived from `is_leader`)
+    leadership: Leadership | None = None
     extra_routes: list[BaseRoute] = field(default_factory=list)
     background_jobs: list[BackgroundJob] = field(default_factory=list)
+    authority: Authority | None = None
+
+    def __post_init__(self) -> None:
+        if self.authority is None:
+            self.authority = Authority.of(self.settings, self.playbooks)
+
+    @property
+    def approvers(self) -> Authority:
+        """The authority every decision of this agent goes through."""
+        assert self.authority is not None  # set by __post_init__
+        return self.authority
 
     def add_background_job(self, name: str, *, every: timedelta, run: Callable[[], None]) -> None:
         """Run `run` every `every` on the leader only (paused while this replica follows)."""
@@ -125,7 +142,9 @@ class Root:
             on_stopped_leading=on_stopped_leading,
         )
 
-    def parts(self, *, is_leader: Callable[[], bool]) -> Parts:
+    def parts(
+        self, *, is_leader: Callable[[], bool], leadership: Leadership | None = None
+    ) -> Parts:
         return Parts(
             settings=self.settings,
             playbooks=self.playbooks,
@@ -134,6 +153,7 @@ class Root:
             api=self.api,
             prometheus=self.prometheus,
             is_leader=is_leader,
+            leadership=leadership,
         )
 
     def list_once(self, *, timeout: float) -> None:

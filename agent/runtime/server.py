@@ -2,11 +2,14 @@
 
 Called by the composition root and by tests. Running uvicorn off the main thread leaves signal
 handling to the agent's main loop (graceful SIGTERM: stop watches, finish the current step, release
-the lease, then stop this server). What it does not do: build the app.
+the lease, then stop this server). Every app is served within `limits` (`agent.runtime.limits`:
+request head and body deadlines, idle connections, requests and connections at once, header
+size). What it does not do: build the app.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -14,18 +17,27 @@ from typing import Any
 import uvicorn
 
 from agent.errors import UnavailableError
+from agent.runtime.limits import HttpLimits, RequestLimits, protocol_class
 
 
 class HttpServer:
-    def __init__(self, app: Any, *, host: str, port: int) -> None:
+    def __init__(self, app: Any, *, host: str, port: int,
+                 limits: HttpLimits | None = None) -> None:
+        limits = limits or HttpLimits()
+        self.limits = limits
+        self._bounded = RequestLimits(app, limits)
         config = uvicorn.Config(
-            app,
+            self._bounded,
             host=host,
             port=port,
             log_config=None,
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            http=protocol_class(limits),
+            timeout_keep_alive=max(1, math.ceil(limits.keep_alive)),
+            limit_concurrency=limits.max_connections,
+            h11_max_incomplete_event_size=limits.max_header_bytes,
         )
         self.server = uvicorn.Server(config)
         self.host = host
@@ -40,6 +52,11 @@ class HttpServer:
                 raise UnavailableError(f"the HTTP server did not start on {self.host}")
             time.sleep(0.01)
         return self
+
+    @property
+    def in_flight(self) -> int:
+        """Requests in the app right now (the probes not counted)."""
+        return self._bounded.in_flight
 
     @property
     def port(self) -> int:

@@ -35,8 +35,8 @@ def _looks_like_json(data: bytes) -> bool:
 
 def _yaml_error(exc: yaml.YAMLError, *, source: str) -> SnapshotError:
     line, problem = syntax_error(exc)
-    where = f" line {line}" if line is not None else ""
-    return SnapshotError(f"{source}:{where}: invalid YAML: {problem}")
+    where = f" line {line}:" if line is not None else ""
+    return SnapshotError(f"{source}:{where} invalid YAML: {problem}")
 
 
 def _decode(data: bytes, *, source: str) -> Iterator[Any]:

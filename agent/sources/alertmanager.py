@@ -8,7 +8,9 @@ Lenient means: only `alerts` (a list of mappings each with a `labels` mapping) i
 fields are ignored; a missing per-alert `status` falls back to the group's, then to `firing`; a
 missing `fingerprint` is derived from the sorted labels (stable, no generated text); number, boolean
 and null label values are turned into strings, while a list or object where text belongs is refused
-(400) whatever its depth. Bodies past `MAX_BODY` are refused (the HTTP layer stops reading them). Alerts name their job through labels: `namespace` (or
+(400) whatever its depth. The body must be UTF-8 and strict JSON without a key twice
+(`agent.parsing.strict_json`): a duplicate label could otherwise mean one job to us and another
+to whoever reads the alert next. Bodies past `MAX_BODY` are refused (the HTTP layer stops reading them). Alerts name their job through labels: `namespace` (or
 `exported_namespace`, `destination_namespace`), then a job name (`training_job`, `job_name`,
 `label_training_kubeflow_org_job_name`, `created_by_name` with `created_by_kind`), else a pod
 (`pod`, `exported_pod`, `destination_pod`) that the caller resolves through its pod index.
@@ -27,6 +29,7 @@ import orjson
 
 from agent.errors import InputError
 from agent.parsing.member import member
+from agent.parsing.strict_json import JsonError, parse_json
 from agent.sources.jobkey import JobKey
 
 MAX_BODY = 4 * 1024 * 1024
@@ -101,9 +104,9 @@ def parse_webhook(body: bytes) -> Webhook:
     if len(body) > MAX_BODY:
         raise PayloadError(f"body too large ({len(body)} bytes, limit {MAX_BODY})")
     try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise PayloadError(f"body is not JSON: {exc}") from exc
+        data = parse_json(body)  # UTF-8, strict JSON, no key twice
+    except JsonError as exc:
+        raise PayloadError(str(exc)) from None
     if not isinstance(data, dict):
         raise PayloadError("body must be a JSON object")
     raw_alerts = data.get("alerts")

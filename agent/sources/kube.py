@@ -138,7 +138,7 @@ class Informer:
     def _fetch_page(self, token: str | None) -> tuple[Any, float]:
         """One page of the list (parsed) and when it was asked for."""
         asked = time.perf_counter()
-        query = [("limit", str(self.page_size))]
+        query = [*self.resource.query(), ("limit", str(self.page_size))]
         if token:
             query.append(("continue", token))
         doc = self.api.json(
@@ -194,6 +194,7 @@ class Informer:
         """Watch from `resource_version` until the stream ends; return the last version seen."""
         timeout = self.watch_timeout + int(self.watch_timeout * self.rand() * 0.2)
         query = [
+            *self.resource.query(),
             ("watch", "1"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
@@ -261,6 +262,9 @@ class Informer:
             except KubeApiError as exc:
                 self.on_restart(self.resource.name, RestartReason.ERROR)
                 delay = self.backoff.next(exc.retry_after)
+                if self.resource.best_effort and exc.status in (403, 404):
+                    self.cache.replace(self.resource, [])  # synced and empty; look again later
+                    version = None
                 log.warning(
                     "list/watch failed",
                     extra={"resource": self.resource.name, "error": str(exc), "retry_in": delay},

@@ -195,6 +195,19 @@ def slim_policy(obj: Obj, resource: Resource) -> Obj:
     return out
 
 
+def slim_config(obj: Obj, resource: Resource) -> Obj:
+    """A ConfigMap read for its string `data` only."""
+    data = obj.get("data")
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": _meta(obj, owners=False),
+        "data": {k: v for k, v in data.items() if isinstance(v, str)}
+        if isinstance(data, dict)
+        else {},
+    }
+
+
 def slim_job(obj: Obj, resource: Resource) -> Obj:
     spec = obj.get("spec") or {}
     out_spec: Obj = {}
@@ -261,4 +274,6 @@ def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable
         return lambda obj: slim_policy(obj, resource)
     if resource.role is Role.JOB:
         return lambda obj: slim_job(obj, resource)
+    if resource.role is Role.DATAPLANE:
+        return lambda obj: slim_config(obj, resource)
     return lambda obj: slim_owner(obj, resource)

@@ -1,8 +1,8 @@
 """The twin-only control endpoints under /twin/: request accounting and injected faults.
 
 GET /twin/stats (requests per verb and resource, objects, resourceVersion, open watches, pending
-failures, latency), POST /twin/stats/reset, POST /twin/faults/{fail,latency,close-watches,
-expire-history} and DELETE /twin/faults. Used by the HTTP handler (apihandler.py) for tests and
+failures, armed refusals, latency), POST /twin/stats/reset, POST /twin/faults/{fail,latency,
+refuse,close-watches,expire-history} and DELETE /twin/faults. Used by the HTTP handler (apihandler.py) for tests and
 benchmarks; a real API server has none of these. It does not authenticate (the twin's /twin/
 endpoints are open, on 127.0.0.1 only).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agent.twin.apierror import ApiError, bad_request
+from agent.twin.faults import RefusalKind
 
 if TYPE_CHECKING:
     from agent.twin.apiserver import ApiServer
@@ -28,6 +29,7 @@ def control(api: ApiServer, method: str, parts: list[str], body: Any) -> dict[st
             "resourceVersion": api.store.resource_version,
             "watches": api.watch_count(),
             "pendingFailures": api.faults.pending(),
+            "refusals": api.faults.refusals(),
             "latencySeconds": api.faults.latency_seconds,
         }
     if method == "POST" and parts == ["stats", "reset"]:
@@ -45,6 +47,27 @@ def control(api: ApiServer, method: str, parts: list[str], body: Any) -> dict[st
         except (TypeError, ValueError) as exc:
             raise bad_request(str(exc)) from exc
         return {"pendingFailures": api.faults.pending()}
+    if method == "POST" and parts == ["faults", "refuse"]:
+        dry_run = body.get("dryRun")
+        count = body.get("count")
+        try:
+            if dry_run is not None and not isinstance(dry_run, bool):
+                raise ValueError(f"dryRun must be true, false or absent, not {dry_run!r}")
+            api.faults.refuse(
+                verb=str(body.get("verb", "create")),
+                resource=str(body["resource"]),
+                kind=RefusalKind(str(body.get("kind", RefusalKind.WEBHOOK.value))),
+                source=body.get("source"),
+                message=str(body.get("message", "the request does not meet the cluster's policy")),
+                count=None if count is None else int(count),
+                name=body.get("name"),
+                dry_run=dry_run,
+            )
+        except KeyError as exc:
+            raise bad_request(f"missing key {exc.args[0]!r}") from exc
+        except (TypeError, ValueError) as exc:
+            raise bad_request(str(exc)) from exc
+        return {"refusals": api.faults.refusals()}
     if method == "POST" and parts == ["faults", "latency"]:
         try:
             api.faults.set_latency(float(body.get("seconds", 0)))

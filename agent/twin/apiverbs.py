@@ -7,8 +7,10 @@ per-object encoding, or a server-side Table for kubectl), the binding subresourc
 streaming subresources (log, exec, attach, portforward: apipodstreams.py), the three patch
 content types (415 naming the accepted ones otherwise), DeleteOptions (propagationPolicy,
 gracePeriodSeconds, preconditions, dryRun), `dryRun=All` and `fieldValidation` on every write
-(the server's warnings, e.g. a pruned unknown field, in `Warning` headers). SelfSubjectAccessReview
-is answered here too.
+(the server's warnings, e.g. a pruned unknown field, in `Warning` headers), and an injected
+admission refusal (a webhook's denial or an exhausted quota, 403 worded as the server words them;
+checked before the store, as admission runs before storage). SelfSubjectAccessReview is answered
+here too.
 
 Used by the HTTP handler (apihandler.py). It does not parse HTTP or resolve paths.
 """
@@ -23,16 +25,17 @@ import orjson
 from agent.twin import patch as patching
 from agent.twin import tables
 from agent.twin.apidiscovery import Route
-from agent.twin.apierror import ApiError, bad_request
+from agent.twin.apierror import ApiError, bad_request, qualified
 from agent.twin.apiexchange import Exchange
 from agent.twin.apipodstreams import STREAMING, serve_pod_stream, verb_for
 from agent.twin.apiquery import Query
 from agent.twin.apiwatch import serve_watch
 from agent.twin.auth import Attributes, UserInfo, access_review, forbidden
 from agent.twin.deletion import Propagation
-from agent.twin.faults import WRITE_VERBS, AuditEntry, WriteRecord
+from agent.twin.faults import WRITE_VERBS, AuditEntry, RefusalKind, WriteRecord
 from agent.twin.patch import PatchType
 from agent.twin.scale import as_scale, replicas_of
+from agent.twin.selectors import SelectorError, parse_fields
 
 if TYPE_CHECKING:
     from agent.twin.apiserver import ApiServer
@@ -130,6 +133,18 @@ class ResourceRequest:
         }
         handlers[self.verb]()
 
+    def _selected_name(self) -> str:
+        """A list or watch whose field selector requires `metadata.name=X` is about object X for
+        RBAC (as the real server's request info sets the name), so resourceNames may grant it."""
+        if self.verb not in ("list", "watch"):
+            return ""
+        try:
+            fields = parse_fields(self.query.one("fieldSelector"), ())
+        except SelectorError:
+            return ""
+        names = {f.value for f in fields if f.path == "metadata.name" and f.equal}
+        return names.pop() if len(names) == 1 else ""
+
     def _admit(self) -> None:
         """Authorize, count, and raise an injected fault if one is due."""
         api, rt, route = self.api, self.rt, self.route
@@ -142,7 +157,7 @@ class ResourceRequest:
             resource=rt.plural,
             subresource=sub or "",
             namespace=(route.name or "") if is_namespace else (self.namespace or ""),
-            name=route.name or "",
+            name=route.name or self._selected_name(),
         )
         allowed = api.authorizer.allowed(self.user, attrs)
         api.accounting.audit(AuditEntry(self.user.name, self.verb, rt.group, rt.plural, sub or "",
@@ -169,6 +184,27 @@ class ResourceRequest:
         raise ApiError(
             failure.code, "InternalError", "Internal error occurred: injected fault (twin)"
         )
+
+    def _admission(self, name: str, *, dry_run: bool) -> None:
+        """Raise the admission refusal injected for this write, if one is due."""
+        refusal = self.api.faults.refusal(self.verb, self.rt.plural, name=name, dry_run=dry_run)
+        if refusal is None:
+            return
+        if refusal.kind is RefusalKind.WEBHOOK:
+            raise ApiError(
+                403, "Forbidden",
+                f'admission webhook "{refusal.source}" denied the request: {refusal.message}',
+            )  # fmt: skip
+        resource = qualified(self.rt)
+        used = len(self.api.store.list_refs(self.rt, namespace=self.namespace)[0])
+        counted = f"count/{resource}"
+        subject = f'{resource} "{name}"' if name else resource
+        raise ApiError(
+            403, "Forbidden",
+            f"{subject} is forbidden: exceeded quota: {refusal.source}, requested: {counted}=1, "
+            f"used: {counted}={used}, limited: {counted}={used}",
+            details={"name": name, "group": self.rt.group, "kind": self.rt.plural},
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ reads
 
@@ -248,6 +284,9 @@ class ResourceRequest:
                 {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
             )
             return
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        self._admission(name if isinstance(name, str) else "", dry_run=self.dry_run)
         created = store.create(
             self.rt, body, namespace=self.namespace, dry_run=self.dry_run, keep_status=False,
             field_validation=self.field_validation, warnings=self.warnings,
@@ -268,6 +307,7 @@ class ResourceRequest:
             rv = (body.get("metadata") or {}).get("resourceVersion")
             self._scale_to(replicas_of(body, name=name or ""), resource_version=rv)
             return
+        self._admission(self.route.name or "", dry_run=self.dry_run)
         updated = self.api.store.update(
             self.rt,
             body,
@@ -300,6 +340,7 @@ class ResourceRequest:
         if self.route.subresource == "scale":
             self._patch_scale(body, patch_type)
             return
+        self._admission(self.route.name or "", dry_run=self.dry_run)
         patched = self.api.store.patch(
             self.rt,
             self.route.name or "",
@@ -356,8 +397,12 @@ class ResourceRequest:
             policy = Propagation(propagation or "Background")
         except ValueError as exc:
             raise bad_request(f"propagationPolicy: Unsupported value: {propagation!r}") from exc
+        preconditions = options.get("preconditions")
+        if preconditions is not None and not isinstance(preconditions, dict):
+            raise bad_request("DeleteOptions.preconditions must be a JSON object")
         store, rt = self.api.store, self.rt
         if self.verb == "delete":
+            self._admission(self.route.name or "", dry_run=dry_run)
             result = store.delete(
                 rt,
                 self.route.name or "",
@@ -365,7 +410,7 @@ class ResourceRequest:
                 propagation=policy,
                 grace_period_seconds=grace,
                 dry_run=dry_run,
-                preconditions=options.get("preconditions"),
+                preconditions=preconditions,
             )
             self._object(200, result)
             return

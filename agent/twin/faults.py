@@ -3,10 +3,13 @@
 `Accounting` counts API requests per verb and resource (what benchmarks read to measure an
 API-call budget) and keeps the request audit: each distinct (user, verb, API group, resource,
 subresource) tried, and whether RBAC allowed it (what the RBAC tests compare with a ClusterRole), and
-a log of the allowed writes (who wrote which object when: what a soak checks its guarantees on). `Faults` holds injected faults: answer the next N requests with 500 or
-429 + Retry-After (optionally only for one verb/resource), add latency to every request. Closing
+a log of the allowed writes (who wrote which object when: what a soak checks its guarantees on).
+`Faults` holds injected faults: answer the next N requests with 500 or 429 + Retry-After
+(optionally only for one verb/resource), add latency to every request, and refuse writes the way
+admission does (`refuse`: a validating webhook that denies, or an exhausted ResourceQuota; for one
+verb and resource, optionally one object name, dry runs only, real writes only, or both). Closing
 watch streams and expiring history act on the server and the store; the server exposes all of it
-under /twin/. Thread-safe; no HTTP here.
+under /twin/. Thread-safe; no HTTP here (the HTTP layer words a refusal as the server does).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass
+from enum import StrEnum
 
 WRITE_LOG = 200_000  # writes remembered (a soak's worth)
 
@@ -112,13 +116,87 @@ class _FailRule:
     resource: str | None
 
 
+class RefusalKind(StrEnum):
+    WEBHOOK = "webhook"  # a validating admission webhook denies the request
+    QUOTA = "quota"  # a ResourceQuota on object counts is exhausted
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """How admission refuses one request: a webhook's name and message, or a quota's name."""
+
+    kind: RefusalKind
+    source: str  # the webhook's or the ResourceQuota's name
+    message: str  # the webhook's own message (unused for a quota)
+
+
+@dataclass
+class _RefuseRule:
+    remaining: int | None  # None: every matching request until cleared
+    refusal: Refusal
+    verb: str
+    resource: str
+    name: str | None
+    dry_run: bool | None  # None: dry runs and real writes; True: dry runs only; False: real only
+
+
 class Faults:
-    """Injected faults; `take(verb, resource)` says whether to fail this request."""
+    """Injected faults; `take(verb, resource)` says whether to fail this request, `refusal(...)`
+    whether admission refuses this write."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rules: list[_FailRule] = []
+        self._refusals: list[_RefuseRule] = []
         self.latency_seconds = 0.0
+
+    def refuse(
+        self,
+        *,
+        verb: str,
+        resource: str,
+        kind: RefusalKind = RefusalKind.WEBHOOK,
+        source: str | None = None,
+        message: str = "the request does not meet the cluster's policy",
+        count: int | None = None,
+        name: str | None = None,
+        dry_run: bool | None = None,
+    ) -> None:
+        """Refuse matching writes as admission does (403 Forbidden, worded by the HTTP layer):
+        `count` of them (None: until `clear`), of object `name` (None: any), dry runs only
+        (`dry_run=True`), real writes only (False) or both (None)."""
+        if verb not in WRITE_VERBS:
+            raise ValueError(f"refusals apply to writes ({', '.join(sorted(WRITE_VERBS))}), not {verb!r}")
+        if count is not None and count < 1:
+            raise ValueError(f"refusal count must be at least 1, not {count}")
+        kind = RefusalKind(kind)
+        if kind is RefusalKind.QUOTA and verb != "create":
+            raise ValueError("an object-count quota refuses creates only")
+        default = "deny.twin.zonemedic.io" if kind is RefusalKind.WEBHOOK else "object-counts"
+        with self._lock:
+            self._refusals.append(_RefuseRule(
+                count, Refusal(kind, source or default, message), verb, resource, name, dry_run,
+            ))  # fmt: skip
+
+    def refusal(self, verb: str, resource: str, *, name: str, dry_run: bool) -> Refusal | None:
+        """The refusal due for this write, if any (a counted rule uses one up)."""
+        with self._lock:
+            for rule in self._refusals:
+                if (rule.verb, rule.resource) != (verb, resource) or rule.name not in (None, name):
+                    continue
+                if rule.dry_run is not None and rule.dry_run != dry_run:
+                    continue
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                    if rule.remaining <= 0:
+                        self._refusals.remove(rule)
+                return rule.refusal
+        return None
+
+    def refusals(self) -> int:
+        """Refusal rules still armed."""
+        with self._lock:
+            return len(self._refusals)
 
     def fail(
         self,
@@ -162,4 +240,5 @@ class Faults:
     def clear(self) -> None:
         with self._lock:
             self._rules.clear()
+            self._refusals.clear()
             self.latency_seconds = 0.0

@@ -34,7 +34,7 @@ from agent.twin.objects import ObjectTable
 from agent.twin.patch import PatchType
 from agent.twin.resources import ResourceType, lookup
 from agent.twin.watch import Matcher, WatchEvent, WatchStream
-from agent.twin.writes import Hook, Mutator, Writes, check_preconditions, copy
+from agent.twin.writes import Hook, Mutator, Writes, check_delete_preconditions, copy
 
 Obj = dict[str, Any]
 
@@ -264,7 +264,7 @@ class Store:
         with self._lock:
             current = self._table.must(rt, name, namespace)
             if preconditions:
-                check_preconditions(
+                check_delete_preconditions(
                     rt,
                     current,
                     rv=preconditions.get("resourceVersion"),

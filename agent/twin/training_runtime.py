@@ -5,8 +5,12 @@ Started by `cluster.TwinCluster`. For each Kubeflow job (pods labelled
 coordinator, the all-reduce ring, an MPI launcher to its workers), asks the `Dataplane` whether
 each may pass, and sets the job's phase: TRAINING (all pods running, every flow allowed; step time
 and GPU utilization from `training`), BLOCKED (a flow is denied) or WAITING. A pod that dials a
-denied peer retries `connect_attempts` times, each a Hubble policy drop, then exits with Error via
-the kubelet (which restarts it with back-off, CrashLoopBackOff).
+denied peer retries `connect_attempts` times `connect_retry_seconds` apart (the workload's own
+retry behaviour when its pod says so: annotations `twin.zonemedic.io/connect-attempts` and
+`twin.zonemedic.io/connect-retry-seconds`), each a Hubble policy drop, then gives up: it exits
+with Error via the kubelet, which restarts it with back-off (CrashLoopBackOff) or, under
+`restartPolicy: Never`, fails the pod (its controller replaces it until its backoffLimit is used
+up, then the batch Job fails).
 
 A JobSet's pods (labelled `jobset.sigs.k8s.io/jobset-name`: a Kubeflow TrainJob's, or a JobSet
 run on its own) run the same way, the gang as `jobset_gang` finds it: torch `node` ranks dial
@@ -17,13 +21,12 @@ gang; the model parameters (annotations below) come from the JobSet, or its Trai
 Generic groups declared by the scenario (groups.py: a coordinator, e.g. a Deployment's pod, and
 workers, e.g. a batch Job's pods) run the same way: every worker dials the coordinator on the
 group's port and its neighbour in the workers' all-reduce ring; the workers are the GPU ranks and
-train only while the coordinator runs and every flow passes. A blocked group worker waits on the
-coordinator (a rendezvous that keeps retrying, each try a policy drop) instead of exiting, so it
-trains as soon as the coordinator is reachable. It accounts transmitted bytes per
-pod over model time. The exporter reads utilization, bytes and drops from here, and the API
-server's `pods/log` what one pod's workload is doing (`activity`: the job's phase, the peers it
-fails to reach and how many times it tried, training progress). It reacts to events and its own
-timers only (no polling) and does not write objects itself.
+train only while the coordinator runs and every flow passes. A blocked group worker gives up as
+any worker does (per its retry behaviour). It accounts transmitted bytes per pod over model time.
+The exporter reads utilization, bytes and drops from here, and the API server's `pods/log` what one
+pod's workload is doing (`activity`: the job's phase, the peers it fails to reach and how many times
+it tried, training progress). It reacts to events and its own timers only (no polling) and does not
+write objects itself.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 COMPUTE_ANNOTATION = "twin.zonemedic.io/compute-seconds"
 STEPS_ANNOTATION = "twin.zonemedic.io/steps"  # the job succeeds after this many training steps
 GRADIENT_ANNOTATION = "twin.zonemedic.io/gradient-bytes"
+ATTEMPTS_ANNOTATION = "twin.zonemedic.io/connect-attempts"  # a pod's tries before it gives up
+RETRY_ANNOTATION = "twin.zonemedic.io/connect-retry-seconds"  # ... and the wait between two
 PodKey = tuple[str, str]
 
 
@@ -110,7 +115,7 @@ class PodActivity:
     refused: tuple[str, ...]  # peers that dial this pod and cannot reach it
     attempts: int  # failed connection attempts of the current container
     crashed: tuple[str, int, int] | None  # the last run that gave up: (peer, port, attempts)
-    exits: bool  # False: it keeps retrying (a group worker waiting on its coordinator)
+    exits: bool  # False: it keeps retrying without giving up
     connect_attempts: int
     retry_seconds: float
     step_seconds: float | None
@@ -143,10 +148,25 @@ class _Progress:
 @dataclass
 class _Attempts:
     generation: tuple[str, int]
+    limit: int  # tries before the pod gives up
+    retry_seconds: float
     done: int = 0
     flows: list[tuple[Flow, DropReason]] = field(default_factory=list)
-    exits: bool = True  # False: the pod keeps retrying (a group worker waiting on its coordinator)
     active: bool = False  # an attempt is queued
+
+
+def retry_behaviour(pod: Mapping[str, Any], params: TrainingParams) -> tuple[int, float]:
+    """(tries, seconds between two) for a pod dialling a denied peer: its annotations when set
+    and readable, else the scenario's training parameters."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    attempts, retry = params.connect_attempts, params.connect_retry_seconds
+    try:
+        attempts = max(1, int(annotations.get(ATTEMPTS_ANNOTATION, attempts)))
+        retry = max(0.0, float(annotations.get(RETRY_ANNOTATION, retry)))
+    except ValueError:
+        log.warning("pod %s: unreadable retry annotations %s",
+                    (pod.get("metadata") or {}).get("name"), dict(annotations))  # fmt: skip
+    return attempts, retry
 
 
 def _container_running(pod: Mapping[str, Any]) -> bool:
@@ -318,9 +338,10 @@ class TrainingRuntime(Controller):
             refused=tuple(sorted({f.dialer for f, _ in state.denied if f.peer == name})),
             attempts=attempts.done if current and attempts is not None else 0,
             crashed=crashed,
-            exits=attempts.exits if attempts is not None else True,
-            connect_attempts=self._params.connect_attempts,
-            retry_seconds=self._params.connect_retry_seconds,
+            exits=True,  # every workload gives up after its retries
+            connect_attempts=attempts.limit if attempts is not None else self._params.connect_attempts,
+            retry_seconds=(attempts.retry_seconds if attempts is not None
+                           else self._params.connect_retry_seconds),
             step_seconds=state.timing.step if state.timing is not None else None,
             utilization=gpu_utilization(state.phase, state.timing),
             steps=steps,
@@ -466,7 +487,7 @@ class TrainingRuntime(Controller):
         self._account(namespace, job_name, pods, state, params)
         job_uid = str(((found[1] if found else {}).get("metadata") or {}).get("uid", ""))
         self._track_progress(namespace, job_name, state, target, job_uid)
-        self._schedule_attempts(namespace, pods, state, exits=True)
+        self._schedule_attempts(namespace, pods, state)
 
     def _model_source(self, jobset: Mapping[str, Any]) -> Mapping[str, Any]:
         """The object whose twin annotations tune a JobSet's model: its TrainJob, if one owns
@@ -527,7 +548,7 @@ class TrainingRuntime(Controller):
                     state = JobState(JobPhase.WAITING, None, names, ())
         self._account(namespace, name, members, state, params)
         self._track_progress(namespace, name, state, target, job_uid)
-        self._schedule_attempts(namespace, members, state, exits=True)
+        self._schedule_attempts(namespace, members, state)
 
     def _target(self, source: Mapping[str, Any], namespace: str, name: str) -> float | None:
         raw = ((source.get("metadata") or {}).get("annotations") or {}).get(STEPS_ANNOTATION)
@@ -586,7 +607,7 @@ class TrainingRuntime(Controller):
             state = JobState(JobPhase.WAITING, None, names, ())
         self._account(namespace, group.name, members, state, self._params)
         self._track_progress(namespace, group.name, state, None, "")
-        self._schedule_attempts(namespace, members, state, exits=False)
+        self._schedule_attempts(namespace, members, state)
 
     def _account(
         self,
@@ -663,7 +684,7 @@ class TrainingRuntime(Controller):
         return None
 
     def _schedule_attempts(
-        self, namespace: str, pods: Sequence[Mapping[str, Any]], state: JobState, *, exits: bool
+        self, namespace: str, pods: Sequence[Mapping[str, Any]], state: JobState
     ) -> None:
         by_dialer: dict[str, list[tuple[Flow, DropReason]]] = {}
         for flow, reason in state.denied:
@@ -681,7 +702,8 @@ class TrainingRuntime(Controller):
                         current.flows = []
                     continue
                 if current is None or current.generation != generation:
-                    current = _Attempts(generation, 0, flows, exits)
+                    limit, retry = retry_behaviour(pod, self._params)
+                    current = _Attempts(generation, limit, retry, 0, flows)
                     self._attempts[key] = current
                 current.flows = flows
                 start = not current.active
@@ -714,18 +736,19 @@ class TrainingRuntime(Controller):
             attempts.done += 1
             done = attempts.done
             first = attempts.flows[0][0]
-            exits = attempts.exits
-            if exits and done >= self._params.connect_attempts:
+            gives_up = done >= attempts.limit
+            retry = attempts.retry_seconds
+            if gives_up:
                 attempts.active = False
                 self._crashes[key] = (first.peer, first.port, done)
-        if exits and done >= self._params.connect_attempts:
+        if gives_up:
             self._kubelet.crash(
                 namespace, name,
                 message=f"RuntimeError: connect() to {first.peer}:{first.port} timed out "
                 f"after {done} attempts (network policy drop)",
             )  # fmt: skip
             return None
-        return self._params.connect_retry_seconds
+        return retry
 
 
 def _is_launcher(pod: Mapping[str, Any]) -> bool:

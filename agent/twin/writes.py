@@ -3,14 +3,15 @@
 What the real API server does on each write: kind and apiVersion checked against the resource,
 names validated (RFC 1123 subdomain, generateName), server fields set (uid, creationTimestamp,
 generation bumped when the spec changes, resourceVersion), defaults for namespaces, pods and secrets, 409
-AlreadyExists / Conflict on a stale resourceVersion or uid precondition, status kept apart from the
-main resource when the kind has a status subresource, no new finalizers on a terminating object,
-mutating then validating admission hooks, dry runs (everything checked, nothing stored), and a
-no-op write storing nothing. Server-side apply creates what does not exist yet. A custom resource
-whose CRD the store holds is decoded as the API server decodes it from the CRD's structural
-schema (crd_schema.py): undeclared fields pruned (`fieldValidation=Strict`: 400 naming them;
-`Warn`, the default: a warning each), defaults filled in, the `self == oldSelf` rules enforced
-(422 Invalid), map lists merged by key in an apply patch.
+AlreadyExists (checked after admission, as the storage layer does) / Conflict on a stale
+resourceVersion or uid precondition (DeleteOptions.preconditions worded as the registry words them),
+status kept apart from the main resource when the kind has a status subresource, no new finalizers
+on a terminating object, mutating then validating admission hooks, dry runs (everything checked,
+nothing stored), and a no-op write storing nothing. Server-side apply creates what does not exist
+yet. A custom resource whose CRD the store holds is decoded as the API server decodes it from the
+CRD's structural schema (crd_schema.py): undeclared fields pruned (`fieldValidation=Strict`: 400
+naming them; `Warn`, the default: a warning each), defaults filled in, the `self == oldSelf` rules
+enforced (422 Invalid), map lists merged by key in an apply patch.
 
 Used by the store facade (store.py) under the store's lock. It does not delete (deletion.py) or
 serve watches (watch.py).
@@ -206,8 +207,6 @@ class Writes:
         check_name(rt, name)
         if rt.namespaced:
             self._check_namespace_open(ns)
-        if (ns, name) in bucket:
-            raise already_exists(rt, name)
         meta["name"] = name
         if rt.namespaced:
             meta["namespace"] = ns
@@ -221,6 +220,10 @@ class Writes:
         _defaults(rt, body)
         self._mutate(rt, None, body)
         self._admit(rt, None, body)
+        # the name is checked against the store after admission, as the server's storage layer
+        # does: a dry run of an object whose name is taken runs every admission check first
+        if (ns, name) in bucket:
+            raise already_exists(rt, name)
         if dry_run:
             return copy(body)
         table.bump(meta)
@@ -504,6 +507,29 @@ def check_preconditions(rt: ResourceType, current: Obj, *, rv: str | None, uid: 
             "the object has been modified; please apply your "
             "changes to the latest version and try again",
         )
+
+
+def check_delete_preconditions(
+    rt: ResourceType, current: Obj, *, uid: str | None, rv: str | None
+) -> None:
+    """409 Conflict when DeleteOptions.preconditions name another uid or resourceVersion than the
+    stored object's, worded as the API server's registry words it (the kind, qualified by its
+    group, names the resource)."""
+    cmeta = current["metadata"]
+    resource = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    found = {"name": cmeta["name"], "group": rt.group, "kind": rt.kind}
+    if uid and uid != cmeta["uid"]:
+        why = (f"the UID in the precondition ({uid}) does not match the UID in record "
+               f"({cmeta['uid']}). The object might have been deleted and then recreated")
+    elif rv and rv != cmeta["resourceVersion"]:
+        why = (f"the ResourceVersion in the precondition ({rv}) does not match the "
+               f"ResourceVersion in record ({cmeta['resourceVersion']}). The object might have "
+               "been modified")
+    else:
+        return
+    raise ApiError(409, "Conflict",
+                   f'Operation cannot be fulfilled on {resource} "{cmeta["name"]}": {why}',
+                   details=found)  # fmt: skip
 
 
 def _defaults(rt: ResourceType, body: Obj) -> None:

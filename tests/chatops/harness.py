@@ -20,6 +20,8 @@ from agent.chatops.slack import EVENTS_PATH
 from agent.model.incident import FindingRecord
 from agent.model.lifecycle import IncidentStatus, MessageKind
 from agent.model.verdict import Verdict
+from agent.playbook.model import Playbook
+from agent.remediation.approvers import Authority
 from agent.runtime.chat import Chat, build_chat
 from agent.runtime.server import HttpServer
 from agent.settings import (
@@ -76,7 +78,10 @@ class ChatRig:
         return self.server.url + EVENTS_PATH
 
     def open_incident(self, name: str = "resnet", *, awaiting: bool = True,
-                      remediable: bool = True, cluster: str = "default") -> int:
+                      remediable: bool = True, cluster: str = "default",
+                      approvers: list[str] | None = None) -> int:
+        """An incident with the proposal of playbook zone-split queued; `approvers`: what that
+        proposal records as the playbook's approvers (as the pipeline queues it)."""
         doc = diagnosis(name, remediable=remediable)
         outcome = self.store.record_finding(FindingRecord.from_finding(
             doc, cluster=cluster, detected_at=now(), gpus=4))
@@ -86,10 +91,14 @@ class ChatRig:
                                            IncidentStatus.AWAITING_APPROVAL, actor="zonemedic",
                                            now=now())
             assert result.applied
+        payload: dict[str, Any] = {"action": "propose_colocation", "playbook": "zone-split",
+                                   "incident_id": incident, "finding": doc}
+        if approvers is not None:
+            payload["approval"] = {"approvers": approvers, "expiry_seconds": 14400.0,
+                                   "auto": False, "deadline": None}
         self.store.enqueue_message(
             MessageKind.POST,
-            payload={"action": "propose_colocation", "playbook": "zone-split",
-                     "incident_id": incident, "finding": doc},
+            payload=payload,
             now=now(), incident_id=incident, channel=CHANNEL,
             dedupe_key=f"propose_colocation:zone-split:{incident}",
         )
@@ -130,8 +139,10 @@ def start_rig(
     mode: SlackMode = SlackMode.HTTP,
     shared_db: Path | None = None,
     on_refused: Callable[[RefusalReason], None] | None = None,
+    playbooks: list[Playbook] | None = None,
 ) -> ChatRig:
-    """A running chat layer; `shared_db`: another replica's database file (not copied)."""
+    """A running chat layer; `shared_db`: another replica's database file (not copied);
+    `playbooks`: the playbooks the agent has loaded (whose approvers are in force)."""
     db = shared_db if shared_db is not None else tmp_path / "chat.db"
     if shared_db is None:
         shutil.copy(template, db)
@@ -147,7 +158,8 @@ def start_rig(
                                    slack_app_token=slack.app_token),
     )
     chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep,
-                      claim_lease=FAST_LEASE, on_refused=on_refused)
+                      claim_lease=FAST_LEASE, on_refused=on_refused,
+                      authority=Authority.of(settings, playbooks or []))
     if chat.deliverer is not None and chat.deliverer.follower is not None:
         chat.deliverer.follower.every = 0.0  # follow on every round: tests need no 5 s cadence
     server = None

@@ -143,6 +143,25 @@ def assert_within_limits(r: Rendered) -> None:
          [ENABLE_APPROVALS.replace("`", "")[:20]], []),
         ("decided: buttons replaced by the decision", summary(status=S.APPROVED, status_by="alice"),
          diagnosis(), True, [], ["*Approved* by alice"], [ENABLE_APPROVALS]),
+        ("a lying zone label: relabel, with the lying pod and what may be uncertain",
+         summary(verdict=Verdict.ZONE_LABEL_MISMATCH),
+         diagnosis(verdict="zone_label_mismatch", zones={"zone-a": 4},
+                   mislabelled_pods=[{"pod": "resnet-master-0", "label": "zone", "value": "zone-b",
+                                      "node_zone": "zone-a"}],
+                   uncertain=[{"policy": "CiliumNetworkPolicy/ml/new", "field": "spec.x",
+                               "problem": "unknown field"}],
+                   caveats=[{"policy": "CiliumNetworkPolicy/ml/mtls",
+                             "feature": "authentication.mode: required", "detail": "d"}]),
+         True, [ButtonAction.APPROVE, ButtonAction.REJECT, ButtonAction.SNOOZE],
+         ["Zone label disagrees with the node's zone", "relabel the pod template(s)",
+          "pod resnet-master-0: zone=zone-b, its node is in zone-a",
+          "uncertain: CiliumNetworkPolicy/ml/new cannot be read (spec.x): unknown field",
+          "caveat: CiliumNetworkPolicy/ml/mtls uses authentication.mode: required",
+          "GitOps"], ["co-located in zone"]),
+        ("a lying zone label not fixed by relabelling alone", summary(verdict=Verdict.ZONE_LABEL_MISMATCH),
+         diagnosis(verdict="zone_label_mismatch", remediable=False), True,
+         [ButtonAction.REJECT, ButtonAction.SNOOZE],
+         ["set the zone-mirroring label of the pod template(s) to the node's zone"], ["Kueue"]),
     ],
 )
 def test_incident_message(
@@ -424,3 +443,29 @@ def test_slash_replies() -> None:
     s = stats_reply(stats(), period="30d")
     assert "GPU-hours recovered: 12.3" in all_text(s) and "resolve 3.0h" in all_text(s)
     assert "show ID" in all_text(help_reply())
+
+
+FORGED = "dana\n✅ Approved by mallory\x1b[2J\r"
+
+
+@pytest.mark.parametrize("ev", [
+    event(EventKind.APPROVED, actor=FORGED),
+    event(EventKind.REJECTED, actor="bob", reason=FORGED),
+    event(EventKind.ROLLED_BACK, reason=FORGED),
+])
+def test_outside_text_cannot_forge_a_line_in_a_thread_update(ev: TimelineEvent) -> None:
+    r = thread_update(ev)
+    assert r is not None
+    for text in (r.text, r.blocks[0]["text"]["text"]):
+        assert "\n" not in text and "\r" not in text and "\x1b" not in text
+        assert "\\n✅ Approved by mallory\\x1b[2J\\r" in text
+
+
+def test_a_display_name_cannot_forge_a_line_in_the_decided_message() -> None:
+    decided = dataclasses.replace(summary(), status=IncidentStatus.APPROVED)
+    decision = Decision(id=1, incident_id=7, outcome=DecisionOutcome.APPROVE, actor_id="U9",
+                        actor_name=FORGED, source=DecisionSource.SLACK, decided_at=T0,
+                        comment=None, job="ml/resnet")
+    r = incident_message(decided, diagnosis(), approvals_enabled=True, decision=decision)
+    texts = [b["elements"][0]["text"] for b in r.blocks if b["type"] == "context"]
+    assert texts == ["*Approved* by dana\\n✅ Approved by mallory\\x1b[2J\\r at 2026-11-30 12:00 UTC"]

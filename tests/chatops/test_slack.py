@@ -16,6 +16,7 @@ from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
 from agent.model.lifecycle import EventKind, IncidentStatus
 from tests.chatops.harness import CHANNEL, ChatRig, now, start_rig
+from tests.support.approvals import zone_split
 
 S = IncidentStatus
 APPROVE, REJECT, SNOOZE = (a.value for a in ButtonAction)
@@ -126,6 +127,50 @@ def test_non_approver_refused_audited_nothing_changes(rig: ChatRig) -> None:
     assert detail.incident.status is S.AWAITING_APPROVAL and not detail.decisions
     notes = [e for e in detail.events if e.kind is EventKind.NOTE]
     assert [(e.actor, e.detail["refused"]) for e in notes] == [("U9", "approve")]
+
+
+def test_an_approver_removed_from_the_playbook_cannot_use_the_original_button(
+    slack: FakeSlack, sqlite_template: Path, tmp_path: Path
+) -> None:
+    """U5 and U6 approve zone-split's fixes when the incident is posted; U5 is then removed from
+    the playbook and the agent restarted. The original post's Approve button, clicked by U5 (a
+    real signed request), is refused at click time: told ephemerally, audited on the timeline,
+    counted; U6 still approves with the same button."""
+    refused: list[str] = []
+    before = start_rig(slack, sqlite_template, tmp_path, users=[], usergroups=[],
+                       playbooks=[zone_split("U5, U6")])
+    try:
+        incident = before.open_incident(approvers=["U5", "U6"])
+        channel, ts = posted(before, incident)
+        message = slack.message(channel, ts)
+        assert message is not None
+        (approve,) = [e for b in message.blocks if b["type"] == "actions" for e in b["elements"]
+                      if e["action_id"] == APPROVE]
+    finally:
+        before.stop()
+    after = start_rig(slack, sqlite_template, tmp_path, users=[], usergroups=[],
+                      playbooks=[zone_split("U6")], shared_db=tmp_path / "chat.db",
+                      on_refused=lambda reason: refused.append(reason.value))
+    try:
+        answer = slack.click(after.url, user="U5", action_id=approve["action_id"],
+                             value=approve["value"])
+        assert answer.status == 200
+        after.wait(lambda: bool(slack.ephemeral("U5")))
+        told = slack.ephemeral("U5")[0].text
+        assert f"incident {incident} not approved: you are not an approver" in told
+        assert "approval.approvers of playbook zone-split" in told
+        detail = after.store.get_incident(incident)
+        assert detail.incident.status is S.AWAITING_APPROVAL and not detail.decisions
+        (note,) = [e for e in detail.events if e.kind is EventKind.NOTE]
+        assert (note.actor, note.detail["refused"], note.detail["source"],
+                note.detail["audit"]) == ("U5", "approve", "slack", "not_approver")
+        assert refused == ["not_approver"]
+
+        slack.click(after.url, user="U6", action_id=approve["action_id"], value=approve["value"])
+        after.wait(lambda: after.store.get_incident(incident).incident.status is S.APPROVED)
+        assert [d.actor_id for d in after.store.get_incident(incident).decisions] == ["U6"]
+    finally:
+        after.stop()
 
 
 def test_usergroup_member_approves_and_membership_is_cached(rig: ChatRig) -> None:

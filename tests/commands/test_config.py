@@ -15,8 +15,10 @@ import pytest
 from agent.cli import main
 from agent.commands.config import validated_settings
 from agent.playbook.schema import parse_playbook
+from agent.runtime.webhook_credentials import OPEN_WARNING
 
 REPO = Path(__file__).resolve().parents[2]
+OPEN = f"zonemedic: warning: alertmanager: {OPEN_WARNING}\n"  # no webhook credentials
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -41,9 +43,33 @@ def test_a_good_configuration_is_ok(
     monkeypatch.delenv("ZONEMEDIC_HTTP__PORT", raising=False)
     path = _config(tmp_path, "cluster_name: prod\nhttp: {port: 9090}\n")
     code, out, err = cli(capsys, "config", "check", str(path))
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, OPEN)
     assert out.startswith(f"ok  {path}: cluster prod, ")
     assert not (tmp_path / "zm.db").exists()  # nothing touched
+
+
+@pytest.mark.parametrize("credentials", [
+    "alertmanager: {bearer_token_file: /etc/zonemedic/alertmanager/token}\n",
+    "alertmanager: {basic_auth: {username: am, password_file: /etc/zonemedic/am/password}}\n",
+])
+def test_a_webhook_with_credentials_is_not_warned_about(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, credentials: str
+) -> None:
+    code, out, err = cli(capsys, "config", "check", str(_config(tmp_path, credentials)))
+    assert (code, err) == (0, "") and out.startswith("ok  ")
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ("alertmanager: {basic_auth: {username: am}}\n",
+     "alertmanager.basic_auth.password_file: required key is missing"),
+    ("alertmanager: {basic_auth: {username: 'a:b', password_file: /p}}\n",
+     "alertmanager.basic_auth.username: expected a name without ':'"),
+    ("alertmanager: {token: x}\n", "alertmanager.token: unknown key"),
+])
+def test_bad_webhook_credentials_are_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                           body: str, problem: str) -> None:
+    code, _, err = cli(capsys, "config", "check", str(_config(tmp_path, body)))
+    assert code == 2 and problem in err
 
 
 def test_every_problem_is_listed_by_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -148,7 +174,7 @@ def test_run_refuses_the_same_file_before_touching_anything(tmp_path: Path) -> N
 def test_the_shipped_config_passes_its_own_check(capsys: pytest.CaptureFixture[str]) -> None:
     shipped = REPO / "deploy" / "base" / "config.yaml"
     code, out, err = cli(capsys, "config", "check", str(shipped))
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, OPEN)  # shipped without webhook credentials: said so
     lines = out.splitlines()
     books = sorted(p.name for p in (REPO / "playbooks").glob("*.yaml"))
     assert f"{len(books)} playbook(s) from /etc/zonemedic/playbooks (in the pod: ConfigMap " \
@@ -181,7 +207,7 @@ def test_a_bad_playbook_of_the_pods_configmap_fails_naming_the_repository_file(
     assert code == 2
     assert err.splitlines() == [
         f"zonemedic: error: {bad}:6: triggers[0].type: 'zone_splitt' is not one of zone_split, "
-        "policy_blocked, gpu_utilization_drop, alert, schedule"
+        "policy_blocked, zone_label_mismatch, gpu_utilization_drop, alert, schedule"
     ]
 
 
@@ -223,6 +249,6 @@ def test_no_playbooks_dir_means_the_shipped_playbooks_wherever_run_starts(
         for f in os.listdir(REPO / "playbooks") if f.endswith(".yaml"))
     (tmp_path / "empty.yaml").write_text("cluster_name: here\n")
     code, out, err = cli(capsys, "config", "check", "empty.yaml")
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, OPEN)
     assert out == f"ok  empty.yaml: cluster here, {len(playbooks)} playbook(s) from " \
         f"{REPO / 'playbooks'}\n"

@@ -7,14 +7,17 @@ from __future__ import annotations
 import getpass
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from agent.chatops.fakeslack import FakeSlack
 from agent.cli import main
-from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.store.repository import IncidentStore
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
+from tests.support.approvals import queue_proposal, zone_split
 
 __all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
@@ -116,3 +119,75 @@ def test_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], db_
     assert message in err
     detail = store.get_incident(incident)
     assert detail.incident.status is S.AWAITING_APPROVAL and detail.decisions == []
+
+
+def test_an_approver_removed_from_the_playbook_is_refused_exit_3(
+    capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore, incident: int,
+    tmp_path: Path
+) -> None:
+    """The configuration given (`--config`) is the one in force: zone-split listed U5 and U6
+    when it proposed the fix, its file lists U6 now. `--by U5` exits 3 with the reason (a note
+    on the timeline), `--by U6` is recorded."""
+    queue_proposal(store, incident, approvers=["U5", "U6"])
+    zone_split("U6", directory=tmp_path / "playbooks")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"playbooks_dir: {tmp_path / 'playbooks'}\n"
+                      "slack: {approvers: {users: [U1]}}\n")
+    code, out, err = cli(capsys, "incidents", "approve", str(incident), "--by", "U5",
+                         "--config", str(config), "--database", db_url)
+    assert (code, out) == (3, "")
+    assert err.splitlines() == [
+        f"zonemedic: error: incident {incident} not approved: U5 is not an approver "
+        "(slack.approvers and the approval.approvers of playbook zone-split, as configured now, "
+        "list neither the user nor a user group of theirs); nothing changed"]
+    detail = store.get_incident(incident)
+    assert detail.decisions == [] and detail.incident.status is S.AWAITING_APPROVAL
+    (note,) = [e for e in detail.events if e.kind is EventKind.NOTE]
+    assert (note.actor, note.detail["refused"], note.detail["source"]) == ("U5", "approve", "cli")
+
+    code, _, err = cli(capsys, "incidents", "approve", str(incident), "--by", "U6",
+                       "--config", str(config), "--database", db_url)
+    assert (code, err) == (0, "")
+
+
+def test_a_missing_playbook_directory_is_bad_input_when_the_incident_names_its_playbook(
+    capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore, incident: int,
+    tmp_path: Path
+) -> None:
+    queue_proposal(store, incident, approvers=["U5"])
+    config = tmp_path / "config.yaml"
+    config.write_text(f"playbooks_dir: {tmp_path / 'nowhere'}\n")
+    code, _, err = cli(capsys, "incidents", "approve", str(incident), "--by", "U5",
+                       "--config", str(config), "--database", db_url)
+    assert code == 2 and err.startswith("zonemedic: error: playbooks_dir: ")
+    assert "the approvers in force are read from the playbooks" in err
+    assert store.get_incident(incident).decisions == []
+
+
+def test_a_user_group_in_force_is_asked_of_slack(
+    capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore, incident: int,
+    tmp_path: Path
+) -> None:
+    """`slack.approvers.usergroups` in force: the CLI asks Slack (the fake Slack Web API over
+    HTTP, with the configured bot token) who is in the group; a member decides, others exit 3."""
+    queue_proposal(store, incident, approvers=[])
+    zone_split("", directory=tmp_path / "playbooks")
+    with FakeSlack(usergroups={"S1": ["U3"]}) as slack:
+        (tmp_path / "bot-token").write_text(slack.bot_token)
+        (tmp_path / "signing-secret").write_text(slack.signing_secret)
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            f"playbooks_dir: {tmp_path / 'playbooks'}\n"
+            f"slack: {{enabled: true, api_url: '{slack.base_url}', "
+            f"bot_token_file: {tmp_path / 'bot-token'}, "
+            f"signing_secret_file: {tmp_path / 'signing-secret'}, "
+            "approvers: {usergroups: [S1]}}\n")
+        code, _, err = cli(capsys, "incidents", "reject", str(incident), "--by", "U9",
+                           "--config", str(config), "--database", db_url)
+        assert code == 3 and "U9 is not an approver" in err
+        code, _, err = cli(capsys, "incidents", "reject", str(incident), "--by", "U3",
+                           "--config", str(config), "--database", db_url)
+        assert (code, err) == (0, ""), err
+        # one look-up per command (each asks Slack afresh)
+        assert [c.args.get("usergroup") for c in slack.calls("usergroups.users.list")] == [
+            "S1", "S1"]

@@ -327,3 +327,33 @@ def test_show_says_a_queued_message_is_not_sent_while_slack_is_off(
     monkeypatch.setenv("ZONEMEDIC_SLACK__ENABLED", "true")
     code, out, _ = cli(capsys, "incidents", "show", str(incident), "--config", str(off))
     assert code == 0 and "Slack is off" not in out and "pending attempts 0" in out
+
+
+FORGED_NAME = "m\n  12:00:00  approve  dana"
+FORGED_COMMENT = "\x1b[2J\x07ok\rfine"
+
+
+def test_show_escapes_control_characters_from_outside(
+    capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore
+) -> None:
+    """A Slack display name with a newline used to print a forged second decision line, and a
+    comment's escape sequences reached the terminal raw: every line is printable now."""
+    incident = store.record_finding(finding("forged", at=NOW)).incident.id
+    store.transition(incident, S.OPEN, S.AWAITING_APPROVAL, actor="agent", now=NOW)
+    store.add_event(incident, EventKind.NOTE, now=NOW, actor="U9\rzonemedic",
+                    detail={"refused": "approve", "reason": "no\nway"})
+    store.record_decision(incident, DecisionOutcome.APPROVE, now=NOW, comment=FORGED_COMMENT,
+                          actor=Actor("U9", FORGED_NAME, DecisionSource.SLACK))
+    code, out, err = cli(capsys, "incidents", "show", str(incident), "--database", db_url)
+    assert (code, err) == (0, "")
+    assert not any(c in out for c in "\x1b\x07\r")
+    # no forged decision line of its own: the name is shown escaped, on the real one's line
+    assert not [line for line in out.splitlines() if line.startswith("  12:00:00")], out
+    assert ('approve  m\\n  12:00:00  approve  dana (U9) via slack  "\\x1b[2J\\x07ok\\rfine"'
+            in out), out
+    assert "U9\\rzonemedic" in out and "reason=no\\nway" in out
+    # the decision's answer names the winner: one printable line too
+    code, out, err = cli(capsys, "incidents", "reject", str(incident), "--by", "x",
+                         "--database", db_url)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "already approved by m\\n  12:00:00  approve  dana (via slack)" in err

@@ -19,7 +19,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_shipped_playbooks_pass() -> None:
     proc = _run("playbooks", "check", "playbooks")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("ok  ") == 4
+    assert proc.stdout.count("ok  ") == 5
     assert "zone-split" in proc.stdout
 
 
@@ -39,3 +39,14 @@ def test_missing_directory_exits_2(tmp_path: Path) -> None:
     proc = _run("playbooks", "check", str(tmp_path / "nope"))
     assert proc.returncode == 2
     assert "not a directory" in proc.stderr
+
+
+def test_a_playbook_with_a_nul_byte_exits_2_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "nul.yaml").write_bytes(b"name: n\ntriggers: [{type: zone_split}]\x00\n"
+                                         b"actions: [{type: notify}]\n")
+    proc = _run("playbooks", "check", str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"zonemedic: error: {tmp_path / 'nul.yaml'}:2: invalid YAML: control characters are not "
+        "allowed (character #x0000)"]
+    assert "internal error" not in proc.stderr

@@ -19,6 +19,7 @@ import orjson
 import pytest
 import yaml
 
+from agent.runtime.webhook_credentials import OPEN_WARNING
 from agent.twin import cluster as twin_cluster
 from agent.twin import kubeconfig
 from tests.support import postgres
@@ -151,6 +152,34 @@ def test_graceful_sigterm_releases_the_lease(twin: tuple[Any, Path], tmp_path: P
         messages = [line.get("message") for line in agent.lines]
         assert "stopping" in messages and "stopped" in messages
         assert all("level" in line and "time" in line for line in agent.lines)
+        # no alertmanager credentials configured: start-up says the webhook is open
+        warned = agent.logged(OPEN_WARNING)
+        assert warned is not None and warned["level"] == "warning"
+    finally:
+        agent.stop()
+
+
+def test_the_webhook_takes_only_the_configured_credentials(twin: tuple[Any, Path],
+                                                           tmp_path: Path) -> None:
+    _cluster, kube = twin
+    (tmp_path / "am-token").write_text("s3cret\n")
+    config = write_config(tmp_path, kube, f"sqlite:///{tmp_path / 'zm.db'}",
+                          alertmanager={"bearer_token_file": str(tmp_path / "am-token")})
+    agent = AgentProcess(config)
+    try:
+        agent.wait_url()
+        wait(lambda: agent.get("/readyz").status_code == 200, timeout=30, what="readiness",
+             interval=0.1)
+        hook = orjson.dumps({"version": "4", "status": "firing", "alerts": [{"labels": {
+            "alertname": "TrainingJobSplitAcrossZones", "namespace": "ml",
+            "training_job": "llm-finetune"}, "startsAt": "2026-11-30T12:00:00Z"}]})
+        refused = httpx.post(agent.url + "/alertmanager", content=hook, timeout=5)
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"] == 'Bearer realm="zonemedic"'
+        taken = httpx.post(agent.url + "/alertmanager", content=hook, timeout=5,
+                           headers={"Authorization": "Bearer s3cret"})
+        assert taken.status_code == 200 and taken.json()["accepted"] == 1, taken.text
+        assert agent.logged(OPEN_WARNING) is None
     finally:
         agent.stop()
 

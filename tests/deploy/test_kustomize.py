@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import yaml
 
 from agent.playbook.loader import check_directory
 from agent.settings import Settings, build
-from tests.support.kustomize import OVERLAYS, generated, one, render
+from tests.support.kustomize import DEPLOY, OVERLAYS, generated, kubectl, one, render
 
 ROOT = Path(__file__).resolve().parents[2]
 SLACK_HOSTS = ("slack.com", "wss-primary.slack.com", "files.slack.com")  # Web API, Socket Mode, uploads
@@ -280,9 +282,14 @@ def test_the_agents_network_policy_allows_exactly_what_it_talks_to() -> None:
     policy = one(docs, "CiliumNetworkPolicy", "zonemedic")["spec"]
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert policy["endpointSelector"]["matchLabels"].items() <= pod_labels.items()
-    # ingress: the HTTP port only
-    (ingress,) = policy["ingress"]
-    assert ports_of(ingress) == {(settings.http.port, "TCP")}
+    # ingress: the HTTP port only, from the kubelet (probes) and the monitoring namespace only
+    # (Alertmanager's webhook, Prometheus' scrape); never the whole cluster
+    probes, monitoring = policy["ingress"]
+    assert probes == {"fromEntities": ["host"], "toPorts": [
+        {"ports": [{"port": str(settings.http.port), "protocol": "TCP"}]}]}
+    assert monitoring["fromEndpoints"] == [
+        {"matchLabels": {"k8s:io.kubernetes.pod.namespace": namespace_of(settings)}}]
+    assert ports_of(monitoring) == {(settings.http.port, "TCP")}
     egress = egress_rules(docs)
     # the API server, through the entity Cilium gives it
     (api,) = [r for r in egress if "toEntities" in r]
@@ -307,6 +314,36 @@ def test_the_agents_network_policy_allows_exactly_what_it_talks_to() -> None:
     assert not fqdn_allows(slack, "slack.com.evil.example") and not fqdn_allows(slack, "example.com")
     assert ports_of(slack) == {(443, "TCP")}
     assert len(egress) == 4  # nothing else
+
+
+def namespace_of(settings: Settings) -> str:
+    """The monitoring namespace: the one `prometheus.url` (<service>.<namespace>.svc) names."""
+    return (urlsplit(settings.prometheus.url or "").hostname or "").split(".")[1]
+
+
+def test_the_monitoring_namespace_is_a_patchable_label(tmp_path: Path) -> None:
+    """The patch the policy's comment documents renders: another monitoring namespace, and an
+    ingress controller's for Slack in HTTP mode, and nothing else changes."""
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "base", tmp_path)],  # kustomize: never absolute
+        "patches": [{"target": {"kind": "CiliumNetworkPolicy", "name": "zonemedic"}, "patch": (
+            "- op: replace\n"
+            "  path: /spec/ingress/1/fromEndpoints/0/matchLabels/k8s:io.kubernetes.pod.namespace\n"
+            "  value: observability\n"
+            "- op: add\n  path: /spec/ingress/1/fromEndpoints/-\n"
+            "  value: {matchLabels: {k8s:io.kubernetes.pod.namespace: ingress-nginx}}\n")}],
+    }))
+    out = subprocess.run([kubectl(), "kustomize", str(tmp_path)], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    patched = one(docs, "CiliumNetworkPolicy", "zonemedic")["spec"]
+    base = one(render("base"), "CiliumNetworkPolicy", "zonemedic")["spec"]
+    assert [e["matchLabels"] for e in patched["ingress"][1]["fromEndpoints"]] == [
+        {"k8s:io.kubernetes.pod.namespace": "observability"},
+        {"k8s:io.kubernetes.pod.namespace": "ingress-nginx"}]
+    assert patched["ingress"][0] == base["ingress"][0] and patched["egress"] == base["egress"]
 
 
 def test_postgres_adds_egress_to_the_database_port_only() -> None:

@@ -29,15 +29,19 @@ from agent.twin.resources import lookup
 from agent.twin.scenario import Scenario
 from tests.remediation.harness import (
     FAST,
+    GROUPS,
+    LAB,
+    NS,
     ZONE,
     approved_incident,
+    bound,
     deploy_rbac,
     migrated_template,
     new_store,
+    pods,
     quick,
     running_lab,
 )
-from tests.remediation.test_execute_group import GROUPS, LAB, NS, bound, pods
 from tests.support.agent_rig import approve_from_slack, running_agent
 from tests.support.waiting import wait
 

@@ -1,9 +1,12 @@
-"""A Remediator process the kill tests SIGKILL right after it records a given step.
+"""A Remediator process the kill tests SIGKILL at a given point.
 
-Usage: python -m tests.remediation.kill_worker KUBECONFIG DB_URL INCIDENT_ID STEP [--cordon-after-suspend]
-It kills itself (SIGKILL: no cleanup, no flush) from the Remediator's step callback once STEP is
-recorded; with --cordon-after-suspend it first cordons the target zone's nodes when the suspend is
-recorded (so the remediation rolls back). Prints the final status if it is never killed.
+Usage: python -m tests.remediation.kill_worker KUBECONFIG DB_URL INCIDENT_ID POINT [--cordon-after-suspend] [--lab]
+POINT is a step (`suspended`: it kills itself right after that step is recorded) or
+`wrote:VERB:KIND` (right after the server answered a real write of that kind, before its step is
+recorded, e.g. `wrote:delete:Job`). It kills itself with SIGKILL (no cleanup, no flush). With
+--cordon-after-suspend it first cordons the target zone's nodes when the suspend is recorded (so
+the remediation rolls back); with --lab it diagnoses the lab's generic group. Prints the final
+status if it is never killed.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from datetime import timedelta
 
 from kubernetes import client
 
-from agent.remediation.execute import Remediator, Step
+from agent.remediation.execute import Remediator, Step, Write
 from agent.runtime.rediagnosis import ApiRediagnosis
 from agent.settings import DatabaseSettings, DiagnosisSettings, KubernetesSettings
 from agent.sources.kubeapi import KubeApi, build_api_client
 from agent.store.repository import open_store
-from tests.remediation.harness import FAST, ZONE
+from tests.remediation.harness import FAST, GROUPS, ZONE
 
 
 def main() -> None:
@@ -39,9 +42,14 @@ def main() -> None:
         if step.value == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def on_write(write: Write) -> None:
+        if not write.dry_run and kill_at == f"wrote:{write.verb.value}:{write.kind}":
+            os.kill(os.getpid(), signal.SIGKILL)
+
     settings = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
-    remediator = Remediator(api, store, diagnose=ApiRediagnosis(api, DiagnosisSettings()),
-                            settings=settings, on_step=on_step)  # fmt: skip
+    diagnosis = GROUPS if "--lab" in flags else DiagnosisSettings()
+    remediator = Remediator(api, store, diagnose=ApiRediagnosis(api, diagnosis), settings=settings,
+                            on_step=on_step, on_write=on_write)  # fmt: skip
     print(remediator.run(int(raw_id)).value, flush=True)
 
 

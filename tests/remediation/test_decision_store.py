@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from agent.model.incident import Actor, IncidentDetail, TransitionResult
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.remediation.approvers import Authority
 from agent.remediation.decision import (
     DEFAULT_SNOOZE,
     DecisionReason,
@@ -25,6 +26,9 @@ S = IncidentStatus
 D = DecisionOutcome
 CAROL = Actor("carol", "Carol", DecisionSource.CLI)
 
+# every decider of these tests is an approver in force
+AUTHORITY = Authority(users=frozenset({"carol", "U9", *(f"U{i}" for i in range(16))}))
+
 
 def _open(store: IncidentStore, name: str = "resnet") -> int:
     return store.record_finding(finding(name)).incident.id
@@ -39,7 +43,7 @@ def _awaiting(store: IncidentStore, name: str = "resnet") -> int:
 
 def test_approve_an_open_incident(store: IncidentStore) -> None:
     incident_id = _open(store)
-    result = decide(store, DecisionRequest(incident_id, D.APPROVE, CAROL, reason="go"), now=T0)
+    result = decide(store, DecisionRequest(incident_id, D.APPROVE, CAROL, reason="go"), now=T0, authority=AUTHORITY)
     assert (result.recorded, result.reason, result.status) == (True, DecisionReason.RECORDED,
                                                                S.APPROVED)
     assert (result.decided_by, result.decided_at) == ("Carol", T0)
@@ -52,8 +56,8 @@ def test_approve_an_open_incident(store: IncidentStore) -> None:
 def test_reject_and_snooze_awaiting_incidents(store: IncidentStore) -> None:
     rejected = _awaiting(store, "a")
     snoozed = _awaiting(store, "b")
-    r = decide(store, DecisionRequest(rejected, D.REJECT, CAROL), now=T0)
-    s = decide(store, DecisionRequest(snoozed, D.SNOOZE, CAROL), now=T0)
+    r = decide(store, DecisionRequest(rejected, D.REJECT, CAROL), now=T0, authority=AUTHORITY)
+    s = decide(store, DecisionRequest(snoozed, D.SNOOZE, CAROL), now=T0, authority=AUTHORITY)
     assert (r.recorded, r.status, s.recorded, s.status) == (True, S.REJECTED, True, S.SNOOZED)
     assert s.snoozed_until == T0 + DEFAULT_SNOOZE
     assert store.get_incident(snoozed).snoozed_until == T0 + DEFAULT_SNOOZE
@@ -63,18 +67,18 @@ def test_reject_and_snooze_awaiting_incidents(store: IncidentStore) -> None:
 def test_snooze_an_open_incident_for_a_while(store: IncidentStore) -> None:
     incident_id = _open(store)
     result = decide(store, DecisionRequest(incident_id, D.SNOOZE, CAROL,
-                                           snooze_for=timedelta(hours=2)), now=T0)
+                                           snooze_for=timedelta(hours=2)), now=T0, authority=AUTHORITY)
     assert result.recorded and result.status is S.SNOOZED
     assert store.get_incident(incident_id).snoozed_until == T0 + timedelta(hours=2)
 
 
 def test_second_decision_names_the_first(store: IncidentStore) -> None:
     incident_id = _awaiting(store)
-    first = decide(store, DecisionRequest(incident_id, D.APPROVE, CAROL), now=T0)
+    first = decide(store, DecisionRequest(incident_id, D.APPROVE, CAROL), now=T0, authority=AUTHORITY)
     later = T0 + timedelta(minutes=1)
     second = decide(store, DecisionRequest(incident_id, D.REJECT, Actor("U9", "dave",
                                                                         DecisionSource.SLACK)),
-                    now=later)
+                    now=later, authority=AUTHORITY)
     assert first.recorded and not second.recorded
     assert (second.reason, second.status, second.decided_by, second.decided_at) == (
         DecisionReason.ALREADY_DECIDED, S.APPROVED, "Carol", T0)
@@ -95,7 +99,7 @@ def test_refusals_change_nothing(store: IncidentStore) -> None:
     }
     for incident_id, (reason, status) in cases.items():
         before = None if status is None else store.get_incident(incident_id)
-        result = decide(store, DecisionRequest(incident_id, D.APPROVE, CAROL), now=later)
+        result = decide(store, DecisionRequest(incident_id, D.APPROVE, CAROL), now=later, authority=AUTHORITY)
         assert (result.recorded, result.reason, result.status) == (False, reason, status)
         if before is not None:
             after = store.get_incident(incident_id)
@@ -127,7 +131,7 @@ class _RaceStore:
 def test_a_request_for_approval_in_between_is_still_decidable(store: IncidentStore) -> None:
     incident_id = _open(store)
     racing = _RaceStore(store)
-    result = decide(racing, DecisionRequest(incident_id, D.APPROVE, CAROL), now=T0)
+    result = decide(racing, DecisionRequest(incident_id, D.APPROVE, CAROL), now=T0, authority=AUTHORITY)
     assert result.recorded and result.status is S.APPROVED
     assert racing.reads == 2
     assert [e.kind.value for e in store.get_incident(incident_id).events][-2:] == [
@@ -147,7 +151,7 @@ def test_sixteen_deciders_one_recorded(store: IncidentStore) -> None:
         barrier.wait()
         try:
             results[actor.id] = decide(store, DecisionRequest(incident_id, outcome, actor),
-                                       now=now)
+                                       now=now, authority=AUTHORITY)
         except BaseException as exc:
             errors.append(exc)
 
@@ -181,17 +185,17 @@ def test_past_the_approval_deadline_nothing_changes(store: IncidentStore) -> Non
         assert store.request_approval(incident_id, deadline=deadline, now=T0,
                                       actor="zonemedic").applied
     before = store.get_incident(late)
-    result = decide(store, DecisionRequest(late, D.APPROVE, CAROL), now=deadline)
+    result = decide(store, DecisionRequest(late, D.APPROVE, CAROL), now=deadline, authority=AUTHORITY)
     assert (result.recorded, result.reason, result.status) == (
         False, DecisionReason.EXPIRED, S.AWAITING_APPROVAL)
     assert result.decided_at == deadline
     assert "its approval deadline passed at" in result.message
     assert store.get_incident(late) == before  # no decision, no event, no status change
     ok = decide(store, DecisionRequest(in_time, D.REJECT, CAROL),
-                now=deadline - timedelta(seconds=1))
+                now=deadline - timedelta(seconds=1), authority=AUTHORITY)
     assert ok.recorded and ok.status is S.REJECTED
     # the leader's expiry job then expires the unanswered one; deciding says so
     assert store.expire_due(now=deadline) == [late]
-    after = decide(store, DecisionRequest(late, D.APPROVE, CAROL), now=deadline)
+    after = decide(store, DecisionRequest(late, D.APPROVE, CAROL), now=deadline, authority=AUTHORITY)
     assert (after.reason, after.status) == (DecisionReason.EXPIRED, S.EXPIRED)
     assert "expired at" in after.message

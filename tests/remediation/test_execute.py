@@ -17,22 +17,26 @@ from kubernetes import client
 from agent.errors import UnavailableError
 from agent.model.lifecycle import IncidentStatus, RemediationActionKind
 from agent.remediation.execute import Step
-from agent.remediation.plan import Plan, TemplateState
+from agent.remediation.plan import TemplateState
 from agent.store.repository import IncidentStore
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
+from tests.remediation.crashes import Killed
 from tests.remediation.harness import (
     FAST,
     ZONE,
     Lab,
+    Terms,
     approved_incident,
+    cordon,
+    job,
     migrated_template,
     new_store,
+    recorded_plan,
+    resumes,
     running_lab,
-    settled_finding,
+    split,
 )
-
-JOB_PATH = "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/llm-finetune"
 
 
 @pytest.fixture(scope="module")
@@ -47,27 +51,8 @@ def store(template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
     s.close()
 
 
-def split(lab: Lab) -> None:
-    settled_finding(lab)
-
-
-def job(lab: Lab) -> dict[str, Any]:
-    found: dict[str, Any] = lab.api.json("GET", JOB_PATH)
-    return found
-
-
 def pods(lab: Lab) -> list[dict[str, Any]]:
     return lab.api.json("GET", "/api/v1/namespaces/ml/pods")["items"]  # type: ignore[no-any-return]
-
-
-def resumes(lab: Lab) -> int:
-    events = lab.cluster.store.list(lookup("events"), namespace="ml")[0]  # the admin's view
-    return sum(int(e.get("count", 1)) for e in events if e.get("reason") == "PyTorchJobResumed")
-
-
-def recorded_plan(store: IncidentStore, incident_id: int) -> Plan:
-    actions = [a for a in store.get_incident(incident_id).actions if a.kind is RemediationActionKind.PLAN]
-    return Plan.from_dict(actions[-1].payload["plan"])
 
 
 def patch_job(lab: Lab, patch: dict[str, Any]) -> None:
@@ -84,15 +69,6 @@ def delete_job(lab: Lab, *, until_pods_gone: bool = True) -> None:
         time.sleep(0.05)
 
 
-def cordon(lab: Lab, zone: str) -> None:
-    for node in lab.api.json("GET", "/api/v1/nodes")["items"]:
-        if node["metadata"]["labels"].get(ZONE) == zone:
-            client.CoreV1Api(lab.api.api_client).patch_node(
-                node["metadata"]["name"], {"spec": {"unschedulable": True}},
-                _content_type="application/merge-patch+json",
-            )
-
-
 def test_blocked_job_is_co_located_in_one_restart_and_resolved(tmp_path: Path, store: IncidentStore) -> None:
     with running_lab(tmp_path, "seed-blocked") as lab:
         split(lab)
@@ -101,12 +77,13 @@ def test_blocked_job_is_co_located_in_one_restart_and_resolved(tmp_path: Path, s
         status = lab.remediator(store, on_step=seen.append).run(incident_id)
         assert status is IncidentStatus.RESOLVED
         # the operator's status writes may answer the dry run or the patch with a 409: each one
-        # re-plans (PLANNED again) before the one suspend; nothing else may repeat
-        planning = seen[:-6]
-        assert seen[-6:] == [Step.DRY_RUN, Step.SUSPENDED, Step.PODS_GONE, Step.RESUMED,
-                             Step.BOUND, Step.VERIFIED]  # fmt: skip
+        # re-plans (PLANNED again) before the one suspend; nothing else may repeat. The intent
+        # (SUSPENDING) is recorded before each patch sent.
+        planning = seen[:-7]
+        assert seen[-7:] == [Step.DRY_RUN, Step.SUSPENDING, Step.SUSPENDED, Step.PODS_GONE,
+                             Step.RESUMED, Step.BOUND, Step.VERIFIED]  # fmt: skip
         assert planning[0] is Step.PLANNED and planning[-1] is Step.PLANNED, seen
-        assert set(planning) <= {Step.PLANNED, Step.DRY_RUN}, seen
+        assert set(planning) <= {Step.PLANNED, Step.DRY_RUN, Step.SUSPENDING}, seen
         assert planning.count(Step.PLANNED) <= 1 + FAST.max_conflict_retries, seen
         live = job(lab)
         assert live["spec"]["runPolicy"]["suspend"] is False
@@ -176,8 +153,8 @@ def test_target_zone_cordoned_after_the_suspend_rolls_back_to_the_original_templ
         detail = store.get_incident(incident_id)
         reason = detail.events[-1].detail["reason"]
         assert "unschedulable after 1.5s" in reason and "node(s) were unschedulable" in reason
-        kinds = [a.kind for a in detail.actions]
-        assert kinds.count(RemediationActionKind.ROLLBACK) == 2
+        steps = [a.payload.get("step") for a in detail.actions if a.kind is RemediationActionKind.ROLLBACK]
+        assert steps == ["rollback_started", "restoring", "rolled_back"]  # the intent before the restore patch
 
 
 def test_a_conflicting_write_before_the_suspend_patch_is_re_planned_and_retried(
@@ -338,17 +315,42 @@ def test_a_lost_lease_stops_the_run_and_the_next_leader_resumes_it(
 ) -> None:
     with running_lab(tmp_path, "seed-blocked") as lab:
         incident_id = approved_incident(lab, store)
-        leading = [True]
+        lease = Terms()
 
         def on_step(step: Step) -> None:
             if step is Step.SUSPENDED:
-                leading[0] = False
+                lease.lose()
 
-        first = lab.remediator(store, on_step=on_step, active=lambda: leading[0])
+        first = lab.remediator(store, on_step=on_step, leadership=lease)
         assert first.run(incident_id) is IncidentStatus.REMEDIATING
         steps = [a.payload.get("step") for a in store.get_incident(incident_id).actions]
         assert steps[-1] == "suspended"  # nothing after the lease was lost
         assert job(lab)["spec"]["runPolicy"]["suspend"] is True
-        assert lab.remediator(store, active=lambda: True).run(incident_id) is IncidentStatus.RESOLVED
+        lease.lead()
+        assert lab.remediator(store, leadership=lease).run(incident_id) is IncidentStatus.RESOLVED
         assert job(lab)["spec"]["runPolicy"]["suspend"] is False
         assert resumes(lab) == 1
+
+
+def test_a_kubeflow_job_queued_by_kueue_after_the_plan_fails_before_the_first_write(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """Planned, then the process died; meanwhile the job was handed to Kueue: the guards, checked
+    again right before the first write from the live job, refuse it with nothing written."""
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+
+        def die_after_the_plan(step: Step) -> None:
+            if step is Step.PLANNED:
+                raise Killed("after the plan")
+
+        with pytest.raises(Killed):
+            lab.remediator(store, on_step=die_after_the_plan).run(incident_id)
+        patch_job(lab, {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "gpu"}}})
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
+        assert lab.writes() == {}
+        reason = store.get_incident(incident_id).events[-1].detail["reason"]
+        assert "PyTorchJob llm-finetune is queued by Kueue (label kueue.x-k8s.io/queue-name=gpu)" in reason
+        assert reason.endswith("(checked again before the first write)")

@@ -26,6 +26,7 @@ from tests.remediation.builders import (
     ZONE,
     batch_job,
     cluster_nodes,
+    copy_of,
     deployment,
     finding,
     job,
@@ -347,6 +348,109 @@ def test_group_pod_without_a_movable_controller_is_refused() -> None:
     assert isinstance(result, Refusal) and "stray" in result.reason
 
 
+def _kueue(base: LiveObjects, case: str) -> LiveObjects:
+    workloads = [copy_of(w) for w in base.workloads]
+    pods = [copy_of(p) for p in base.pods]
+    by_name = {w["metadata"]["name"]: w for w in workloads}
+    if case == "deployment label":
+        by_name["coordinator"]["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu"}
+    elif case == "job annotation":
+        by_name["workers-b"]["metadata"]["annotations"] = {"kueue.x-k8s.io/queue-name": "gpu"}
+    elif case == "pod managed label":
+        (p,) = [p for p in pods if p["metadata"]["name"] == "workers-b-1"]
+        p["metadata"]["labels"]["kueue.x-k8s.io/managed"] = "true"
+    elif case == "job managedBy":
+        by_name["workers-b"]["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    elif case == "unwritten job label":
+        by_name["workers-a"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "gpu"
+    return LiveObjects(job=None, pods=pods, nodes=base.nodes, bound_pods=pods, workloads=workloads)
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [("deployment label", "Deployment coordinator is queued by Kueue (label kueue.x-k8s.io/queue-name=gpu)"),
+     ("job annotation", "Job workers-b is queued by Kueue (annotation kueue.x-k8s.io/queue-name=gpu)"),
+     ("pod managed label", "Pod workers-b-1 is managed by Kueue (kueue.x-k8s.io/managed=true)"),
+     ("job managedBy", "Job workers-b is managed by kueue.x-k8s.io/multikueue, not by its own controller"),
+     ("unwritten job label", None)],
+)  # fmt: skip
+def test_a_group_whose_written_objects_or_their_pods_are_kueues_is_refused(
+    case: str, reason: str | None
+) -> None:
+    """Every object a group's plan writes (a Deployment, a batch Job) and the pods they own are
+    looked at; a Kueue-queued Job the plan leaves alone (already in the zone) does not matter."""
+    result = plan_remediation(finding(JobKind.GROUP, name="lab"), _kueue(group_live(), case),
+                              mirror_keys=("zone",))  # fmt: skip
+    if reason is None:
+        assert isinstance(result, Plan), result
+        return
+    assert isinstance(result, Refusal), result
+    assert result.reason.startswith(reason), result.reason
+    assert result.reason.endswith("zonemedic does not delete, recreate or patch it")
+
+
+def _finished(name: str, condition: str, *, labels: dict[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    job_ = batch_job(name, labels=labels)
+    job_["status"] = {"active": 0, "failed" if condition == "Failed" else "succeeded": 2,
+                      "conditions": [{"type": condition, "status": "True"}]}  # fmt: skip
+    phase = "Failed" if condition == "Failed" else "Succeeded"
+    done = [pod(f"{name}-{i}", node_name=f"gpu-a-{i}", gpus=1, labels=labels, phase=phase,
+                owner=("batch/v1", "Job", name)) for i in range(2)]  # fmt: skip
+    for p in done:
+        p["metadata"]["ownerReferences"][0]["uid"] = job_["metadata"]["uid"]
+    return job_, done
+
+
+@pytest.mark.parametrize("condition", ["Failed", "Complete"])
+def test_a_worker_job_that_finished_is_recreated_and_counted_in_the_gang(condition: str) -> None:
+    """Its workers gave up (or completed): the gang cannot run without them, so the plan recreates
+    the Job, pinned to the target zone, and verification waits for every pod of the gang."""
+    base = group_live()
+    failed, done = _finished("workers-c", condition, labels={"zone": "zone-b", "role": "worker"})
+    live_ = LiveObjects(job=None, pods=base.pods, nodes=base.nodes, bound_pods=base.pods,
+                        workloads=[*base.workloads, failed], finished_pods=done)  # fmt: skip
+    result = plan_remediation(finding(JobKind.GROUP, name="lab"), live_, mirror_keys=("zone",))
+    assert isinstance(result, Plan), result
+    by_name = {t.name: t for t in result.targets}
+    assert set(by_name) == {"coordinator", "workers-b", "workers-c"}
+    recreated = by_name["workers-c"]
+    assert recreated.action is TargetAction.RECREATE and recreated.uid == "uid-workers-c"
+    assert recreated.manifest is not None
+    assert recreated.manifest["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "true", ZONE: "zone-a"}
+    assert "status" not in recreated.manifest
+    assert result.gang == 4 + 2  # the live pods and the two the recreated Job runs
+    assert result.pods == 1 + 1 + 2  # coordinator, workers-b's pod, workers-c's two
+    round_trip = Plan.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert round_trip.gang == 6 and round_trip.members == 6
+
+
+def test_a_finished_worker_job_already_pinned_to_the_zone_is_recreated_as_it_is() -> None:
+    base = group_live()
+    failed, done = _finished("workers-c", "Failed", labels={"zone": "zone-a", "role": "worker"})
+    failed["spec"]["template"]["spec"]["nodeSelector"][ZONE] = "zone-a"
+    live_ = LiveObjects(job=None, pods=base.pods, nodes=base.nodes, bound_pods=base.pods,
+                        workloads=[*base.workloads, failed], finished_pods=done)  # fmt: skip
+    result = plan_remediation(finding(JobKind.GROUP, name="lab"), live_, mirror_keys=("zone",))
+    assert isinstance(result, Plan), result
+    (recreated,) = [t for t in result.targets if t.name == "workers-c"]
+    assert recreated.changes == () and recreated.manifest == recreated.original
+    assert recreated.state_of(failed) is TemplateState.PLANNED
+    assert "workers-c: delete and recreate as it is" in result.diff
+
+
+def test_finished_pods_of_a_job_that_is_gone_or_was_replaced_plan_nothing_for_it() -> None:
+    base = group_live()
+    failed, done = _finished("workers-c", "Failed", labels={"zone": "zone-b", "role": "worker"})
+    failed["metadata"]["uid"] = "uid-another"  # a Job of that name, not the pods' owner
+    for workloads in (base.workloads, [*base.workloads, failed]):
+        live_ = LiveObjects(job=None, pods=base.pods, nodes=base.nodes, bound_pods=base.pods,
+                            workloads=workloads, finished_pods=done)  # fmt: skip
+        result = plan_remediation(finding(JobKind.GROUP, name="lab"), live_, mirror_keys=("zone",))
+        assert isinstance(result, Plan), result
+        assert {t.name for t in result.targets} == {"coordinator", "workers-b"}
+        assert result.gang == 4
+
+
 # --- room: affinity, judged on the pods as they will be after the patch --------------------------
 
 HOST = "kubernetes.io/hostname"
@@ -420,3 +524,36 @@ def test_tolerations_come_from_the_nodes_the_templates_node_affinity_admits() ->
     patched = apply_merge_patch(obj, plan.job_patch(resource_version=None, suspend=True))
     master = templates(patched, "PyTorchJob")["Master"]["spec"]
     assert [t["key"] for t in master["tolerations"]] == ["nvidia.com/gpu"]
+
+
+def test_a_mislabelled_group_is_relabelled_where_it_runs() -> None:
+    """The lab after a GitOps sync: the coordinator runs in zone-a (pinned and tolerated there),
+    its template's zone label put back to zone-b: only the Deployment is rolled out, relabelled."""
+    base = group_live(coordinator_zone_node="gpu-a-0")
+    deploy = base.workloads[0]
+    deploy["spec"]["template"]["spec"]["nodeSelector"] = {ZONE: "zone-a"}
+    deploy["spec"]["template"]["spec"]["tolerations"] = [GPU_TOLERATION]
+    pods = [p for p in base.pods if p["metadata"]["name"] != "workers-b-1"]
+    live_ = LiveObjects(job=None, pods=pods, nodes=base.nodes, bound_pods=pods,
+                        workloads=base.workloads)  # fmt: skip
+    mismatch = finding(JobKind.GROUP, name="lab", verdict=Verdict.ZONE_LABEL_MISMATCH)
+    result = plan_remediation(mismatch, live_, mirror_keys=("zone",))
+    assert isinstance(result, Plan), result
+    [target] = result.targets
+    assert (target.kind, target.name, target.action) == ("Deployment", "coordinator",
+                                                         TargetAction.ROLLOUT)  # fmt: skip
+    patch = target.template_patch()
+    assert patch["spec"]["template"]["metadata"]["labels"] == {"zone": "zone-a"}
+    assert result.preconditions.verdict is Verdict.ZONE_LABEL_MISMATCH
+
+
+def test_a_mislabelled_kubeflow_job_is_relabelled_in_its_zone() -> None:
+    obj = job("PyTorchJob")
+    for spec in obj["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"].setdefault("metadata", {}).setdefault("labels", {})[MIRROR] = "zone-b"
+    mismatch = finding(JobKind.PYTORCH, verdict=Verdict.ZONE_LABEL_MISMATCH)
+    result = plan_remediation(mismatch, live(obj), mirror_keys=(MIRROR,))
+    assert isinstance(result, Plan), result
+    for change in result.targets[0].changes:
+        assert change.nested()["spec"]["pytorchReplicaSpecs"][change.replica]["template"][
+            "metadata"]["labels"][MIRROR] == "zone-a"

@@ -90,6 +90,14 @@ HEALTHY: dict[str, Any] = {"verdict": Verdict.HEALTHY}
              utilization_after=60.0, **HEALTHY), 5 * S, Outcome.VERIFIED, "60.0% >= 56.0%"),
         (obs("a", "a", metrics=True, **HEALTHY), 5 * S, Outcome.PENDING, "waiting for utilization samples"),
         (obs("a", "a", metrics=True, **HEALTHY), 60 * S, Outcome.VERIFIED, "no utilization samples within 60s"),
+        # the whole gang must run: a pod that crash-loops, or fewer pods than the gang, is not done
+        (obs(the_pods=(*pods("a"), PodObservation("w", "a", "Running", waiting="CrashLoopBackOff")),
+             expected=2, **HEALTHY), 10 * S, Outcome.PENDING, "waiting for the gang: 1 of 2 pod(s) running: w (CrashLoopBackOff)"),
+        (obs(the_pods=(*pods("a"), PodObservation("w", "a", "Running", waiting="CrashLoopBackOff")),
+             expected=2, **HEALTHY), 60 * S, Outcome.FAILED,
+         "the gang is not running after 60s: 1 of 2 pod(s) running: w (CrashLoopBackOff)"),
+        (obs(the_pods=(*pods("a", "a"), PodObservation("gone", "a", "Failed")), expected=3, **HEALTHY),
+         10 * S, Outcome.PENDING, "2 of 3 pod(s) exist"),
     ],
 )  # fmt: skip
 def test_verification(observation: Observation, elapsed: timedelta, outcome: Outcome, reason: str) -> None:
@@ -108,3 +116,15 @@ def test_threshold_uses_a_baseline_only_when_it_is_above_the_figure_before(
 ) -> None:
     o = obs("a", utilization_before=before, utilization_baseline=baseline)
     assert recovery_threshold(o, POLICY) == pytest.approx(threshold)
+
+
+@pytest.mark.parametrize(
+    ("pod", "running"),
+    [(PodObservation("p", "a", "Running"), True),
+     (PodObservation("p", "a", "Running", waiting="CrashLoopBackOff"), False),
+     (PodObservation("p", "a", "Running", terminating=True), False),
+     (PodObservation("p", "a", "Pending"), False),
+     (PodObservation("p", "a", "Succeeded"), False)],
+)  # fmt: skip
+def test_a_pod_runs_only_with_every_container_running(pod: PodObservation, running: bool) -> None:
+    assert pod.running is running

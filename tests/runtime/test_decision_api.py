@@ -6,20 +6,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
+from agent.remediation.approvers import Authority
 from agent.runtime.decision_api import parse_decision
 from agent.runtime.http import build_app
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.server import HttpServer
+from agent.settings import Settings
 from agent.store.repository import IncidentStore
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
+from tests.support.approvals import queue_proposal, zone_split
 
 __all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
@@ -28,8 +32,10 @@ TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def _serve(store: IncidentStore, token: str | None) -> HttpServer:
-    incidents = StoreIncidents(store, cluster="prod", now=lambda: datetime.now(UTC))
+def _serve(store: IncidentStore, token: str | None,
+           authority: Authority | None = None) -> HttpServer:
+    incidents = StoreIncidents(store, cluster="prod", now=lambda: datetime.now(UTC),
+                               authority=authority or Authority())
     app = build_app(metrics=AgentMetrics(), readiness=lambda: {}, incidents=incidents,
                     api_token=token, decisions=incidents)
     return HttpServer(app, host="127.0.0.1", port=0).start()
@@ -73,6 +79,38 @@ def test_approve_then_409_naming_the_winner(client: httpx.Client, store: Inciden
                                                                       "ops-bot")
     assert body["decided_at"] == decision.decided_at.isoformat()
     assert "already approved by ops-bot (via api)" in body["error"]
+
+
+def test_an_approver_removed_from_the_playbook_is_refused_403(
+    store: IncidentStore, incident: int, tmp_path: Path
+) -> None:
+    """zone-split listed U5 and U6 when it proposed the fix (the proposal recorded both); U5 is
+    no longer listed in the playbook the agent runs with: U5's decision is 403 with the reason
+    and a note on the timeline, U6's is recorded."""
+    queue_proposal(store, incident, approvers=["U5", "U6"])
+    authority = Authority.of(Settings(), [zone_split("U6")])
+    server = _serve(store, TOKEN, authority)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            refused = client.post(f"/api/incidents/{incident}/decision", headers=AUTH,
+                                  json={"outcome": "approve", "by": "U5"})
+            assert refused.status_code == 403, refused.text
+            body = refused.json()
+            assert (body["recorded"], body["reason"], body["status"]) == (
+                False, "not_authorized", "awaiting_approval")
+            assert body["error"].startswith(f"incident {incident} not approved: U5 is not an "
+                                            "approver (slack.approvers and the approval.approvers "
+                                            "of playbook zone-split, as configured now")
+            detail = store.get_incident(incident)
+            assert detail.decisions == []
+            (note,) = [e for e in detail.events if e.kind is EventKind.NOTE]
+            assert (note.actor, note.detail["refused"], note.detail["source"]) == (
+                "U5", "approve", "api")
+            ok = client.post(f"/api/incidents/{incident}/decision", headers=AUTH,
+                             json={"outcome": "approve", "by": "U6"})
+            assert ok.status_code == 200, ok.text
+    finally:
+        server.stop()
 
 
 def test_snooze_with_duration(client: httpx.Client, store: IncidentStore, incident: int) -> None:
@@ -128,6 +166,12 @@ def test_bearer_token(client: httpx.Client, store: IncidentStore, incident: int,
         ("٨٠", b'{"outcome": "approve", "by": "x"}', "incident id: expected a whole number"),
         ("{id}", b"{nope", "body: not JSON"),
         ("{id}", b"[1, 2]", "body: expected a JSON object"),
+        # the last key used to win: a body that says two things is refused, naming the key
+        ("{id}", b'{"outcome": "reject", "by": "x", "outcome": "approve"}',
+         'body: duplicate key "outcome" in an object'),
+        ("{id}", b'{"outcome": "approve", "by": "\xff"}', "body: not UTF-8 (byte 0xff at offset 30)"),
+        ("{id}", b'{"outcome": "approve", "by": "\\ud800"}', "body: not JSON: no low surrogate"),
+        ("{id}", b'{"outcome": "approve", "by": "x", "reason": NaN}', "body: not JSON"),
         ("{id}", b'{"by": "x"}', "outcome: required"),
         ("{id}", b'{"outcome": "ship", "by": "x"}', "outcome: expected one of approve, reject, "
          "snooze, got 'ship'"),

@@ -15,6 +15,7 @@ import pytest
 from agent.model.incident import Actor
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.model.verdict import Verdict
+from agent.remediation.approvers import Authority
 from agent.remediation.decision import DecisionRequest, decide
 from agent.runtime import expiry
 from agent.runtime.executor import RemediationExecutor, register
@@ -33,6 +34,7 @@ __all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used
 
 S = IncidentStatus
 ALICE = Actor("alice", None, DecisionSource.CLI)
+AUTHORITY = Authority()  # no approvers configured: the CLI decides
 
 
 class Clock:
@@ -65,7 +67,7 @@ def _approved(store: IncidentStore, name: str, *, namespace: str = "ml",
     incident_id = store.record_finding(finding(name, namespace=namespace,
                                                cluster=cluster)).incident.id
     result = decide(store, DecisionRequest(incident_id, DecisionOutcome.APPROVE, ALICE),
-                    now=datetime.now(UTC))
+                    now=datetime.now(UTC), authority=AUTHORITY)
     assert result.recorded
     return incident_id
 
@@ -162,7 +164,7 @@ def test_one_remediation_in_flight_per_job(store: IncidentStore) -> None:
     assert executor.step() == split and _status(store, split) is S.VERIFYING
     blocked = store.record_finding(finding("resnet", verdict=Verdict.POLICY_BLOCKED)).incident.id
     assert decide(store, DecisionRequest(blocked, DecisionOutcome.APPROVE, ALICE),
-                  now=clock.now).recorded
+                  now=clock.now, authority=AUTHORITY).recorded
     assert executor.step() is None  # split is in its retry pause, blocked waits for it
     notes = [e for e in store.get_incident(blocked).events if e.kind is EventKind.NOTE]
     assert "another remediation of PyTorchJob ml/resnet is in flight" in notes[0].detail["waiting"]

@@ -4,11 +4,13 @@ Alertmanager webhook's status codes, and the incidents API's auth and filters.""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import socket
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -21,11 +23,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent.errors import InputError
+from agent.errors import ConfigError, InputError
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.http import IncidentFilter, build_app, parse_filters
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.server import HttpServer
+from agent.runtime.webhook_credentials import WebhookCredentials
+from agent.settings import AlertmanagerSettings, BasicAuthSettings
 from agent.sources.alertmanager import Alert
 from agent.sources.jobkey import JobKey
 
@@ -62,7 +66,8 @@ class World:
         return True
 
 
-def _app(world: World, token: str | None) -> Any:
+def _app(world: World, token: str | None,
+         webhook_credentials: WebhookCredentials | None = None) -> Any:
     receiver = AlertReceiver(
         jobs_named=lambda ns, n: [RESNET] if (ns, n) == ("ml", "resnet") else [],
         job_of_pod=lambda ns, p: RESNET if p.startswith("resnet-") else None,
@@ -76,6 +81,7 @@ def _app(world: World, token: str | None) -> Any:
         alerts=receiver,
         incidents=world.incidents,
         api_token=token,
+        webhook_credentials=webhook_credentials,
     )
 
 
@@ -115,6 +121,10 @@ def test_alertmanager_status_codes(served: tuple[World, httpx.Client]) -> None:
     world, client = served
     bad = client.post("/alertmanager", content=b"{nope")
     assert bad.status_code == 400 and "not JSON" in bad.json()["error"]
+    twice = client.post("/alertmanager", content=b'{"alerts": [], "alerts": [{"labels": {}}]}')
+    assert (twice.status_code, twice.json()) == (400, {"error": 'body: duplicate key "alerts" in an object'})
+    latin1 = client.post("/alertmanager", content='{"alerts": [{"labels": {"a": "é"}}]}'.encode("latin-1"))
+    assert latin1.status_code == 400 and latin1.json()["error"].startswith("body: not UTF-8")
     assert client.post("/alertmanager", content=_hook(ALERT)).status_code == 503  # not synced: retry
     world.ready["caches"] = True
     ok = client.post("/alertmanager", content=_hook(ALERT, {"labels": {"alertname": "X", "namespace": "ml", "pod": "resnet-worker-0"}}, {"labels": {"alertname": "Y"}}))
@@ -129,6 +139,70 @@ def test_alertmanager_status_codes(served: tuple[World, httpx.Client]) -> None:
     world.accepting = True
     assert client.post("/alertmanager", content=_hook(fresh)).json()["accepted"] == 1  # not lost
     assert 'zonemedic_alertmanager_alerts_total{outcome="duplicate"} 1.0' in client.get("/metrics").text
+
+
+WEBHOOK_TOKEN = "am-t0ken"
+BASIC = "Basic " + base64.b64encode(b"alertmanager:pa:ss").decode()
+
+
+@pytest.mark.parametrize(("configured", "headers", "status"), [
+    ("bearer", {}, 401),
+    ("bearer", {"Authorization": f"Bearer {WEBHOOK_TOKEN}x"}, 401),
+    ("bearer", {"Authorization": f"Bearer {WEBHOOK_TOKEN[:-1]}"}, 401),
+    ("bearer", {"Authorization": BASIC}, 401),  # basic auth is not configured
+    ("bearer", {"Authorization": f"Bearer {WEBHOOK_TOKEN}"}, 200),
+    ("bearer", {"Authorization": f"bearer  {WEBHOOK_TOKEN}"}, 200),
+    ("basic", {"Authorization": BASIC}, 200),  # a ':' in the password is the password's
+    ("basic", {"Authorization": "Basic " + base64.b64encode(b"alertmanager:wrong").decode()}, 401),
+    ("basic", {"Authorization": "Basic " + base64.b64encode(b"other:pa:ss").decode()}, 401),
+    ("basic", {"Authorization": "Basic " + base64.b64encode(b"alertmanagerpa:ss").decode()}, 401),
+    ("basic", {"Authorization": "Basic !!!not-base64"}, 401),
+    ("basic", {"Authorization": f"Bearer {WEBHOOK_TOKEN}"}, 401),
+    ("both", {"Authorization": f"Bearer {WEBHOOK_TOKEN}"}, 200),
+    ("both", {"Authorization": BASIC}, 200),
+    ("both", {"Authorization": "Digest x"}, 401),
+])
+def test_the_webhook_takes_alertmanagers_credentials_and_nothing_else(
+    tmp_path: Path, configured: str, headers: dict[str, str], status: int
+) -> None:
+    (tmp_path / "token").write_text(WEBHOOK_TOKEN + "\n")
+    (tmp_path / "password").write_text("pa:ss")
+    settings = AlertmanagerSettings(
+        bearer_token_file=str(tmp_path / "token") if configured in ("bearer", "both") else None,
+        basic_auth=BasicAuthSettings("alertmanager", str(tmp_path / "password"))
+        if configured in ("basic", "both") else None,
+    )
+    world = World()
+    world.ready["caches"] = True
+    server = HttpServer(_app(world, None, WebhookCredentials.of(settings)), host="127.0.0.1",
+                        port=0).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            answer = client.post("/alertmanager", content=_hook(ALERT), headers=headers)
+    finally:
+        server.stop()
+    assert answer.status_code == status, answer.text
+    if status == 401:
+        challenge = answer.headers["www-authenticate"]
+        assert ("Bearer" in challenge) is (configured != "basic")
+        assert ("Basic" in challenge) is (configured != "bearer")
+        assert answer.json() == {"error": "missing or wrong credentials for the Alertmanager webhook"}
+        assert world.handed == []  # nothing opened, nothing posted
+    else:
+        assert [name for name, _ in world.handed] == ["TrainingJobGPUUtilizationDrop"]
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (None, "cannot read"), ("", "is empty"), ("\n  \n", "is empty"),
+])
+def test_an_unreadable_webhook_secret_stops_start_up_naming_the_key(
+    tmp_path: Path, content: str | None, problem: str
+) -> None:
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=f"^alertmanager.bearer_token_file: .*{problem}"):
+        WebhookCredentials.of(AlertmanagerSettings(bearer_token_file=str(path)))
 
 
 def test_incidents_api_on_loopback_without_token(served: tuple[World, httpx.Client]) -> None:

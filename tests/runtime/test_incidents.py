@@ -12,6 +12,7 @@ import pytest
 
 from agent.model.incident import FindingRecord
 from agent.model.lifecycle import EventKind, RemediationActionKind
+from agent.remediation.approvers import Authority
 from agent.runtime.http import build_app
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.metrics import AgentMetrics
@@ -48,7 +49,7 @@ def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, IncidentStore]]:
     app = build_app(
         metrics=AgentMetrics(),
         readiness=lambda: {"database": store.ping()},
-        incidents=StoreIncidents(store, cluster="prod", now=lambda: NOW),
+        incidents=StoreIncidents(store, cluster="prod", now=lambda: NOW, authority=Authority()),
     )
     server = HttpServer(app, host="127.0.0.1", port=0).start()
     try:

@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from agent.remediation.fence import open_fence
 from agent.runtime.leader import (
+    AlwaysLeader,
     LeaderElector,
     LeaseAction,
     LeaseConflictError,
@@ -192,6 +194,23 @@ def test_a_renewal_after_the_deadline_ends_the_term_and_starts_a_new_one(slow: b
     assert a.is_leader() and a.late_renewals == 1
     assert events == ["a+", "a-", "a+"]
     assert store.record is not None and store.record.holder == "a"
+    assert a.term() == 2  # a new term: a remediation fenced to term 1 writes no more
+
+
+def test_terms_number_each_time_a_replica_starts_leading_and_none_while_it_follows() -> None:
+    store, clock, events = MemoryLeases(), Clock(), []
+    a, b = elector(store, clock, "a", events), elector(store, clock, "b", events)
+    a.step()
+    b.step()
+    assert (a.term(), b.term()) == (1, None)
+    fence = open_fence(a)
+    assert fence is not None and fence.holds()
+    a.release()  # the lease given up: a's term ended, b takes over
+    b.step()
+    a.step()
+    assert (a.term(), b.term()) == (None, 1)
+    assert not fence.holds()
+    assert AlwaysLeader().term() == 0
 
 
 def test_a_renewal_within_the_deadline_continues_the_term() -> None:

@@ -78,6 +78,13 @@ def _boom() -> ValueError:
          "2026-09-21 14:13:20Z error   sweep failed"),
         (TextFormatter(), _record(logging.ERROR, "failed", exc=_boom()),
          "zonemedic: error: failed: ValueError: boom"),
+        # outside text in a line a person reads: one line, no sequence the terminal obeys
+        (TextFormatter(), _record(logging.WARNING, "slack request refused",
+                                  user="U9\nzonemedic: info: approved\x1b[2J", detail="a\rb"),
+         "zonemedic: warning: slack request refused "
+         "(user=U9\\nzonemedic: info: approved\\x1b[2J, detail=a\\rb)"),
+        (TextFormatter(timestamps=True), _record(logging.ERROR, "cannot read \x1b]0;x\x07"),
+         "2026-09-21 14:13:20Z error   cannot read \\x1b]0;x\\x07"),
     ],
 )
 def test_text_lines_for_people(formatter: TextFormatter, record: logging.LogRecord, expected: str) -> None:

@@ -318,3 +318,36 @@ def test_a_cluster_wide_batch_reconciles_gone_jobs_once_synced(world: World) -> 
     assert world.cache.synced
     world.pipeline.handle_change(Change(everything=True), 0.0)
     assert [i.status.value for i in world.incidents()] == ["superseded"]
+
+
+def test_a_lying_zone_label_is_its_own_incident_with_its_playbook_and_resolves_relabelled(
+    world: World,
+) -> None:
+    lying = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-b"), *split_pods()[1:]]
+    world.pipeline.handle_change(world.load("pods", lying), 0.0)
+    (incident,) = world.incidents()
+    assert (incident.verdict, incident.status.value, incident.target_zone) == (
+        Verdict.ZONE_LABEL_MISMATCH, "awaiting_approval", "zone-a")
+    detail = world.store.get_incident(incident.id)
+    assert detail.diagnosis["mislabelled_pods"][0]["pod"] == "gpt-small-master-0"
+    posts = {m.payload["playbook"] for m in detail.messages if m.kind is MessageKind.POST}
+    assert posts == {"zone-label-mismatch"}
+    relabelled = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
+    world.pipeline.handle_change(world.load("pods", relabelled), 0.0)
+    (after,) = world.incidents()
+    assert after.status.value == "resolved"
+
+
+def test_an_unreadable_policy_marks_the_recorded_finding_uncertain_and_stops_nothing(
+    world: World,
+) -> None:
+    broken = {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+              "metadata": {"name": "newer", "namespace": "train"},
+              "spec": {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}], "futureField": 1}]}}
+    world.load("ciliumnetworkpolicies.v2.cilium.io", [POLICY, broken])
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    assert incident.verdict is Verdict.ZONE_SPLIT_BLOCKED  # the readable policy still decides
+    uncertain = world.store.get_incident(incident.id).diagnosis["uncertain"]
+    assert uncertain == [{"policy": "CiliumNetworkPolicy/train/newer",
+                          "field": "spec.ingress[0].futureField", "problem": "unknown field"}]

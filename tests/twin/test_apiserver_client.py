@@ -15,6 +15,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from agent.twin.auth import AUTHENTICATED, UserInfo
+from agent.twin.faults import RefusalKind
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from tests.twin.apiserver_harness import Twin, running_twin
@@ -382,3 +383,76 @@ def test_client_retries_429_after_retry_after_but_not_500(twin: Twin, api: clien
     with pytest.raises(ApiException) as err:
         core.list_namespaced_pod(ns)
     assert err.value.status == 500
+
+
+def job_body(name: str) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                           "containers": [{"name": "c", "image": "busybox"}]}}}}
+
+
+def test_admission_refusals_are_403s_worded_as_the_server_words_them(
+    twin: Twin, api: client.ApiClient, ns: str
+) -> None:
+    """A webhook's denial and an exhausted object-count quota, for dry runs only, real writes
+    only or both, counted or until cleared; a dry run of a taken name is refused by admission
+    before its AlreadyExists."""
+    batch = client.BatchV1Api(api)
+    faults = twin.server.faults
+    faults.refuse(verb="create", resource="jobs", source="policy.example.com",
+                  message="jobs need a team label", count=1)  # fmt: skip
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(ns, job_body("a"), dry_run="All")
+    status = orjson.loads(err.value.body)
+    assert (err.value.status, status["reason"]) == (403, "Forbidden")
+    assert status["message"] == 'admission webhook "policy.example.com" denied the request: jobs need a team label'
+    batch.create_namespaced_job(ns, job_body("a"))  # the count is used up
+    # a quota refusing real creates only: the dry run passes (409: the name is taken, so every
+    # admission check passed), the create does not
+    faults.refuse(verb="create", resource="jobs", kind=RefusalKind.QUOTA, source="job-count",
+                  dry_run=False)  # fmt: skip
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(ns, job_body("a"), dry_run="All")
+    assert err.value.status == 409 and orjson.loads(err.value.body)["reason"] == "AlreadyExists"
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(ns, job_body("b"))
+    status = orjson.loads(err.value.body)
+    assert (err.value.status, status["reason"]) == (403, "Forbidden")
+    assert status["message"] == ('jobs.batch "b" is forbidden: exceeded quota: job-count, requested: '
+                                 "count/jobs.batch=1, used: count/jobs.batch=1, limited: count/jobs.batch=1")
+    assert status["details"] == {"name": "b", "group": "batch", "kind": "jobs"}
+    # a webhook on a dry run of a name that is taken: admission answers first
+    faults.clear()
+    faults.refuse(verb="create", resource="jobs", name="a", message="no")
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(ns, job_body("a"), dry_run="All")
+    assert err.value.status == 403
+    faults.refuse(verb="delete", resource="jobs", message="jobs are kept for audit")
+    done = twin.kubectl("delete", "job", "a", "-n", ns, check=False)
+    assert done.returncode != 0
+    assert 'admission webhook "deny.twin.zonemedic.io" denied the request: jobs are kept for audit' in done.stderr
+    faults.clear()
+    assert [j.metadata.name for j in batch.list_namespaced_job(ns).items] == ["a"]
+
+
+def test_twin_http_refusal_endpoint(twin: Twin, api: client.ApiClient, ns: str) -> None:
+    http = urllib3.PoolManager()
+    base = twin.server.url
+    body = orjson.dumps({"verb": "create", "resource": "jobs", "kind": "quota", "dryRun": False, "count": 1})
+    answer = http.request("POST", f"{base}/twin/faults/refuse", body=body)
+    assert answer.status == 200 and orjson.loads(answer.data) == {"refusals": 1}
+    assert orjson.loads(http.request("GET", f"{base}/twin/stats").data)["refusals"] == 1
+    with pytest.raises(ApiException) as err:
+        client.BatchV1Api(api).create_namespaced_job(ns, job_body("q"))
+    assert err.value.status == 403 and "exceeded quota: object-counts" in orjson.loads(err.value.body)["message"]
+    for bad, why in [({"resource": "jobs", "kind": "quota", "verb": "delete"}, "creates only"),
+                     ({"resource": "jobs", "verb": "get"}, "refusals apply to writes"),
+                     ({"verb": "create"}, "missing key 'resource'"),
+                     ({"resource": "jobs", "dryRun": "yes"}, "dryRun must be true, false or absent"),
+                     ({"resource": "jobs", "kind": "gate"}, "'gate' is not a valid RefusalKind")]:
+        answer = http.request("POST", f"{base}/twin/faults/refuse", body=orjson.dumps(bad))
+        assert answer.status == 400, bad
+        assert why in orjson.loads(answer.data)["message"], (bad, answer.data)
+    assert http.request("DELETE", f"{base}/twin/faults").status == 200
+    assert orjson.loads(http.request("GET", f"{base}/twin/stats").data)["refusals"] == 0
+    http.clear()

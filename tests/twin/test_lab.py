@@ -10,8 +10,10 @@ the workers keep running where they were.
 
 from __future__ import annotations
 
+import copy
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,9 @@ from agent.snapshot.collection import parse_snapshot
 from agent.twin import kubeconfig
 from agent.twin.cluster import TwinCluster
 from agent.twin.resources import lookup
-from agent.twin.scenario import load_scenario
+from agent.twin.scenario import Scenario, load_scenario
+from agent.twin.training import TrainingParams
+from agent.twin.training_runtime import ATTEMPTS_ANNOTATION, RETRY_ANNOTATION, retry_behaviour
 from tests.twin.twin_fixtures import fast, pods, running, wait
 
 NS = "ml-lab"
@@ -155,3 +159,52 @@ def test_gpus_idle_while_blocked_and_recover_once_the_coordinator_moves_to_zone_
     workers_after = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in live(lab)
                      if role(p) == "worker"}  # fmt: skip
     assert workers_after == workers_before  # the GPU workers were left running where they were
+
+
+def _workers_template(scenario: Scenario) -> dict[str, Any]:
+    (job,) = [o for o in scenario.objects if o["kind"] == "Job"]
+    return job
+
+
+def test_the_packaged_lab_workers_give_up_as_the_labs_do() -> None:
+    """24 connection attempts 7.5 s apart (about 3 minutes), restartPolicy Never, backoffLimit 3."""
+    job = _workers_template(load_scenario("lab"))
+    template = job["spec"]["template"]
+    assert template["spec"]["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 3
+    assert retry_behaviour(template, TrainingParams()) == (24, 7.5)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [({}, (3, 5.0)),
+     ({ATTEMPTS_ANNOTATION: "24", RETRY_ANNOTATION: "7.5"}, (24, 7.5)),
+     ({ATTEMPTS_ANNOTATION: "0", RETRY_ANNOTATION: "-1"}, (1, 0.0)),
+     ({ATTEMPTS_ANNOTATION: "many"}, (3, 5.0))],
+)  # fmt: skip
+def test_a_pods_retry_behaviour_comes_from_its_annotations_else_the_scenario(
+    annotations: dict[str, str], expected: tuple[int, float]
+) -> None:
+    assert retry_behaviour({"metadata": {"annotations": annotations}}, TrainingParams()) == expected
+
+
+def test_blocked_lab_workers_give_up_their_pods_fail_and_then_the_job() -> None:
+    scenario = fast("lab")
+    job = copy.deepcopy(_workers_template(scenario))
+    job["spec"]["template"]["metadata"]["annotations"] = {ATTEMPTS_ANNOTATION: "2", RETRY_ANNOTATION: "0.1"}
+    scenario = replace(scenario, objects=[job if o["kind"] == "Job" else o for o in scenario.objects])
+    with running(scenario) as cluster:
+        def failed() -> bool:
+            found = cluster.store.get(lookup("jobs", group="batch"), "llm-workers", namespace=NS)
+            return any(c["type"] == "Failed" and c["status"] == "True"
+                       and c["reason"] == "BackoffLimitExceeded"
+                       for c in found.get("status", {}).get("conditions") or [])  # fmt: skip
+
+        wait(cluster, failed)
+        # the Job controller removes what is still active; the failed pods stay
+        wait(cluster, lambda: all(p["status"]["phase"] == "Failed" for p in pods(cluster, NS) if role(p) == "worker"))
+        workers = [p for p in pods(cluster, NS) if role(p) == "worker"]
+        assert len(workers) >= 4
+        message = workers[0]["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+        assert "timed out after 2 attempts (network policy drop)" in message
+        (coordinator,) = [p for p in live(cluster) if role(p) == "coordinator"]
+        assert coordinator["status"]["phase"] == "Running"  # it waits for workers that are gone

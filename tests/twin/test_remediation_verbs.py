@@ -240,3 +240,43 @@ def test_cordoned_nodes_take_no_new_pod(lab: tuple[TwinCluster, Apis]) -> None:
         return len(found) == 1 and bool(found[0].spec.node_name) and found[0].spec.node_name.startswith("gpu-a-")
 
     wait(cluster, moved)
+
+
+@pytest.mark.parametrize("stale", ["uid", "resourceVersion"])
+def test_a_delete_whose_preconditions_name_another_object_is_409_and_deletes_nothing(
+    lab: tuple[TwinCluster, Apis], stale: str
+) -> None:
+    """DeleteOptions.preconditions as kube-apiserver's registry checks them: the uid (another
+    object now holds the name) or the resourceVersion (changed since read), worded as it words
+    them; a dry run checks them too."""
+    cluster, apis = lab
+    job = apis.batch.read_namespaced_job("llm-workers", "ml-lab")
+    uid, rv = job.metadata.uid, job.metadata.resource_version
+    given = {"uid": "2f1c0c1e-0000-4000-8000-000000000000", "resource_version": rv} if stale == "uid" \
+        else {"uid": uid, "resource_version": "1"}
+    for dry_run in (["All"], None):
+        with pytest.raises(ApiException) as caught:
+            apis.batch.delete_namespaced_job(
+                "llm-workers", "ml-lab", propagation_policy="Foreground",
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(**given), dry_run=dry_run),
+            )  # fmt: skip
+        status = orjson.loads(caught.value.body)
+        assert caught.value.status == 409 and status["reason"] == "Conflict"
+        assert status["details"] == {"name": "llm-workers", "group": "batch", "kind": "Job"}
+        if stale == "uid":
+            assert status["message"] == (
+                f'Operation cannot be fulfilled on Job.batch "llm-workers": the UID in the '
+                f"precondition ({given['uid']}) does not match the UID in record ({uid}). The "
+                "object might have been deleted and then recreated")
+        else:
+            assert status["message"] == (
+                'Operation cannot be fulfilled on Job.batch "llm-workers": the ResourceVersion in '
+                f"the precondition (1) does not match the ResourceVersion in record ({rv}). The "
+                "object might have been modified")
+    held = cluster.store.get(BATCH_JOBS, "llm-workers", namespace="ml-lab")
+    assert held["metadata"]["uid"] == uid and not held["metadata"].get("deletionTimestamp")
+    # the right ones delete it
+    apis.batch.delete_namespaced_job("llm-workers", "ml-lab", body=client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(uid=uid, resource_version=held["metadata"]["resourceVersion"])))
+    left = cluster.store.list(BATCH_JOBS, namespace="ml-lab")[0]
+    assert not left or left[0]["metadata"].get("deletionTimestamp")
