@@ -5,7 +5,9 @@ namespace and name, under one global resourceVersion counter and one lock, and i
 real API server does on each verb: reads (get, list with selectors and limit/continue at a
 resourceVersion) here; create, update, the three patch formats and binding in writes.py; delete
 with propagation, garbage collection, finalizers and graceful pod deletion in deletion.py; the
-event history and watch fan-out in watch.py; the objects and their indexes in objects.py.
+event history and watch fan-out in watch.py; the objects and their indexes in objects.py. A new
+store holds the initial namespaces and the CustomResourceDefinitions of the custom kinds the twin
+serves (crds.py, for a Kubeflow Trainer release); writes to a custom resource follow its CRD.
 
 Called in-process by the twin's controllers (scheduler, operators, kubelet) and by the HTTP layer
 (`apiserver.py`). It does not speak HTTP, authenticate, or count requests. Stored objects are never
