@@ -169,9 +169,14 @@ class NamespaceFilter:
 
 @dataclass(frozen=True)
 class KubernetesSettings:
+    """The cluster (`kubernetes:`). `packet_drop_events`: watch Cilium's `PacketDrop` Events
+    (its drop event emitter): a drop naming a job's pod re-diagnoses the job, and its message goes
+    into the incident's timeline."""
+
     kubeconfig: str | None = None
     context: str | None = None
     namespaces: NamespaceFilter = field(default_factory=NamespaceFilter)
+    packet_drop_events: bool = True
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,42 @@ class PrometheusSettings:
     drop_threshold: Annotated[float, Within(0.0, 1.0)] = 0.7  # a share of the baseline
     drop_duration: Annotated[timedelta, POSITIVE] = timedelta(minutes=10)
     baseline_offset: Annotated[timedelta, POSITIVE] = timedelta(hours=1)
+
+
+class EgressSource(StrEnum):
+    """Where measured cross-zone bytes come from (`egress.source`)."""
+
+    AUTO = "auto"  # Beyla's counters, else OBI's (one query asks for both)
+    BEYLA = "beyla"
+    OBI = "obi"
+    QUERY = "query"  # `egress.query`
+    NONE = "none"  # never measured: the estimate of diagnosis.steps_per_day only
+
+
+EGRESS_WINDOW_PLACEHOLDER = "$window"
+
+
+@dataclass(frozen=True)
+class EgressSettings:
+    """Measured cross-zone egress (`egress:`), read from Prometheus (`prometheus.url`) once per
+    metrics refresh for all jobs. `window`: the rate window, and what "measured over the last ..."
+    says. `query` (with `source: query`): PromQL answering cross-zone bytes per second, one series
+    per flow, labelled as Beyla labels its network metrics (`k8s_src_namespace`, and
+    `k8s_src_owner_name` or `k8s_src_name`; the same with `dst`; `src_zone`/`dst_zone` optional,
+    a series whose two zones are equal is not cross-zone); `$window` in it is replaced by the
+    window as a PromQL duration (`3600s`). The price is `diagnosis.price_per_gb`."""
+
+    source: EgressSource = EgressSource.AUTO
+    query: str | None = None
+    window: Annotated[timedelta, Within(low=timedelta(seconds=10))] = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        if self.source is EgressSource.QUERY and not (self.query or "").strip():
+            raise ConfigError("egress.query: required when egress.source is query")
+        if self.query is not None and self.source is not EgressSource.QUERY:
+            raise ConfigError(
+                f"egress.query: only read when egress.source is query (it is {self.source.value})"
+            )
 
 
 @dataclass(frozen=True)
@@ -457,6 +498,7 @@ class Settings:
     # None: the playbooks shipped with the package (`agent.playbook.loader.playbooks_directory`)
     playbooks_dir: str | None = None
     diagnosis: DiagnosisSettings = field(default_factory=DiagnosisSettings)
+    egress: EgressSettings = field(default_factory=EgressSettings)
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
     remediation: RemediationSettings = field(default_factory=RemediationSettings)

@@ -55,6 +55,15 @@ def test_parse_duration_rejects(bad: object) -> None:
         ({"diagnosis": {"groups": [{"name": "g", "selector": {"a": 1}, "coordinator": {},
                                     "workers": {}}]}}, r"selector\.a: expected a string"),
         ({"prometheus": []}, r"^prometheus: expected a mapping"),
+        ({"egress": {"source": "hubble"}}, r"^egress\.source: expected one of auto, beyla, obi, "
+                                           r"query, none, got 'hubble'"),
+        ({"egress": {"source": "query"}}, r"^egress\.query: required when egress\.source is query"),
+        ({"egress": {"source": "query", "query": "  "}}, r"^egress\.query: required"),
+        ({"egress": {"query": "rate(x[$window])"}},
+         r"^egress\.query: only read when egress\.source is query \(it is auto\)"),
+        ({"egress": {"window": "5s"}}, r"^egress\.window: must be at least 10s, got '5s'"),
+        ({"kubernetes": {"packet_drop_events": "yes"}},
+         r"^kubernetes\.packet_drop_events: expected true or false"),
         # a key that is not a plain word is named JSON-quoted: the problem stays one line
         ({"diagnosis": {"groups": [{"\n": None}]}}, r'^diagnosis\.groups\[0\]\["\\n"\]: unknown key'),
         ({"a b": 1}, r'^\["a b"\]: unknown key'),
@@ -64,6 +73,17 @@ def test_parse_duration_rejects(bad: object) -> None:
 def test_build_rejects_naming_the_key(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build(Settings, data)
+
+
+def test_egress_settings() -> None:
+    default = build(Settings, {})
+    assert (default.egress.source.value, default.egress.query, default.egress.window) == (
+        "auto", None, timedelta(hours=1))
+    assert default.kubernetes.packet_drop_events is True
+    custom = build(Settings, {"egress": {"source": "query", "query": "sum(rate(x[$window]))",
+                                         "window": "15m"}})  # fmt: skip
+    assert (custom.egress.query, custom.egress.window) == ("sum(rate(x[$window]))",
+                                                           timedelta(minutes=15))
 
 
 def test_defaults_and_nested_values() -> None:

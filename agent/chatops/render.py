@@ -16,8 +16,8 @@ The fix: the latest recorded plan (`agent.model.proposal.ProposedFix`: the previ
 the finding opened the incident, later the plan being executed) in words, and its patch as a
 unified diff in a code block cut to one section (a line says so, and where to read it whole).
 A preview the plan refused (no room in the target zone, Kueue-managed...) says the fix cannot be
-applied and why. Estimated waste per day comes with the finding (`waste`: GPU-hours and
-cross-zone egress dollars, each with its basis, or "unknown" and why).
+applied and why. Waste per day comes with the finding (`waste`: GPU-hours and cross-zone egress
+dollars, each with its basis, measured or estimated, or "unknown" and why).
 
 Approvals: Approve / Reject / Snooze 24h appear only while the incident can be decided (open or
 awaiting approval), the finding is remediable, its fix was not refused and approvers are
@@ -296,8 +296,10 @@ def _fit_lines(title: str, lines: Iterable[str]) -> str:
 
 
 def waste_text(diagnosis: Mapping[str, Any]) -> str | None:
-    """The finding's estimated waste per day (`waste`, computed with the diagnosis): GPU-hours
-    and cross-zone egress dollars, each with its basis, or "unknown" and why."""
+    """The finding's waste per day (`waste`, computed with the diagnosis): GPU-hours and
+    cross-zone egress dollars, each with its basis, or "unknown" and why. The egress basis says
+    whether the figure was measured (by which exporter, over which window) or estimated; a
+    figure recorded before bases were labelled is said to be an estimate."""
     waste = diagnosis.get("waste")
     if not isinstance(waste, Mapping):
         return None
@@ -311,10 +313,12 @@ def waste_text(diagnosis: Mapping[str, Any]) -> str | None:
     dollars = waste.get("egress_usd_per_day")
     egress_basis = mrkdwn_escape(str(waste.get("egress_basis") or ""))
     if isinstance(dollars, int | float):
+        if not egress_basis.startswith(("measured", "estimated", "none")):
+            egress_basis = f"estimated: {egress_basis}"
         parts.append(f"cross-zone egress ${dollars:,.2f}/day ({egress_basis})")
     else:
         parts.append(f"cross-zone egress $/day {egress_basis or 'unknown'}")
-    return "*Estimated waste:* " + "; ".join(parts)
+    return "*Waste:* " + "; ".join(parts)
 
 
 def _utilization_line(utilization: Utilization) -> str | None:

@@ -343,6 +343,14 @@ def gpu_hours_recovered(
     return gpus * gain * (until - resolved_at).total_seconds() / 3600.0
 
 
+def egress_saved(per_day: float | None, *, resolved_at: datetime | None, until: datetime) -> float:
+    """What a split job's egress rate recorded before its fix (dollars or GB per day) comes to
+    from the fix to `until` (an estimate: the job would have stayed split). 0 when unknown."""
+    if per_day is None or resolved_at is None or until <= resolved_at:
+        return 0.0
+    return max(0.0, per_day) * (until - resolved_at).total_seconds() / 86_400.0
+
+
 def to_jsonable(value: Any) -> Any:
     """Plain JSON data from these dataclasses (for `--output json` and the HTTP API): datetimes
     as ISO 8601 UTC, durations as seconds, enums as their values, tuples as lists."""

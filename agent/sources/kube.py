@@ -10,8 +10,10 @@ with `allowWatchBookmarks` and a server-side `timeoutSeconds`; a stream that end
 resumes from the last resourceVersion seen (bookmarks included); a 410 Gone (as an HTTP answer
 or an `ERROR` event) relists; 5xx, 429 (Retry-After honoured) and network errors back off
 exponentially with full jitter. Bodies are parsed with orjson from unread responses
-(`_preload_content=False`) and slimmed before they reach the cache. What it does not do:
-diagnose, or write to the cluster.
+(`_preload_content=False`) and slimmed before they reach the cache. A resource with a
+`field_selector` is listed and watched with it. Readers (`add_reader`: Cilium's PacketDrop Events)
+get an informer of their own feeding them instead of the cache. What it does not do: diagnose, or
+write to the cluster.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -54,6 +56,15 @@ class ListStats:
     @property
     def pages_per_second(self) -> float:
         return self.pages / self.seconds if self.seconds > 0 else 0.0
+
+
+class Sink(Protocol):
+    """Where an informer puts what it lists (`replace`) and watches (`apply`): the cluster cache,
+    or a reader that keeps nothing (Cilium's PacketDrop Events)."""
+
+    def replace(self, resource: Resource, items: list[dict[str, Any]]) -> Any: ...
+
+    def apply(self, resource: Resource, event: str, obj: dict[str, Any]) -> Any: ...
 
 
 class GoneError(Exception):
@@ -92,7 +103,7 @@ class Informer:
         self,
         api: KubeApi,
         resource: Resource,
-        cache: ClusterCache,
+        cache: Sink,
         *,
         on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         watch_timeout: int = 300,
@@ -314,13 +325,20 @@ class KubeSource:
         on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         watch_timeout: int = 300,
         resources: tuple[Resource, ...] = RESOURCES,
+        readers: Sequence[tuple[Resource, Sink]] = (),
     ) -> None:
         self.api = api
         self.cache = cache
         self.on_restart = on_restart
         self.watch_timeout = watch_timeout
         self.all_resources = resources
+        self.readers = list(readers)
         self.informers: list[Informer] = []
+
+    def add_reader(self, resource: Resource, sink: Sink) -> None:
+        """Also list+watch `resource` into `sink` (before `start`): outside the cache, so its
+        sync is not waited for and a failure of it delays nothing else."""
+        self.readers.append((resource, sink))
 
     def start(self, *, discovery_timeout: float = 30.0) -> list[Resource]:
         """Discover (retrying until `discovery_timeout`), then start one informer per resource."""
@@ -338,17 +356,19 @@ class KubeSource:
                 time.sleep(delay)
         chosen = select_served(served, self.all_resources)
         self.cache.expect(chosen)
-        for resource in chosen:
+        targets: list[tuple[Resource, Sink]] = [(r, self.cache) for r in chosen]
+        for resource, sink in [*targets, *self.readers]:
             informer = Informer(
                 self.api,
                 resource,
-                self.cache,
+                sink,
                 on_restart=self.on_restart,
                 watch_timeout=self.watch_timeout,
             )
             self.informers.append(informer)
             informer.start()
-        log.info("watching", extra={"resources": [r.name for r in chosen]})
+        log.info("watching", extra={"resources": [r.name for r in chosen],
+                                    "readers": [r.name for r, _ in self.readers]})  # fmt: skip
         return chosen
 
     def wait_synced(self, timeout: float) -> bool:

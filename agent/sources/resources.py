@@ -4,10 +4,11 @@ Called by `agent.sources.kube` to decide which list+watch loops to start: core k
 policies, Kubeflow kinds, batch/apps owners only when the server serves them (discovered through
 `/apis/{group}/{version}`). kubeflow.org/v2beta1 `mpijobs` (mpi-operator) is watched only when
 kubeflow.org/v1 does not serve `mpijobs` (a cluster serves one). One ConfigMap is watched by name,
-`kube-system/cilium-config` (its `labels` key is Cilium's identity label filter): a row may fix
-its namespace and a field selector, and a `best_effort` row whose list is forbidden or not found
-counts as synced and empty (an agent without the RBAC for it still runs, with Cilium's default
-filter). Pure table + `select_served`.
+`kube-system/cilium-config` (its `labels` key is Cilium's identity label filter): a row may fix its
+namespace and a field selector, and a `best_effort` row whose list is forbidden or not found counts
+as synced and empty (an agent without the RBAC for it still runs, with Cilium's default filter).
+Cilium's PacketDrop Events (`PACKET_DROP_EVENTS`) are not in the table: they feed the drop event
+reader, not the cache, and only when `kubernetes.packet_drop_events`. Pure table + `select_served`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Role(StrEnum):
     JOB = "job"  # Kubeflow training job objects
     OWNER = "owner"  # batch Jobs, ReplicaSets, Deployments: ownership chains only
     DATAPLANE = "dataplane"  # the cilium-config ConfigMap: how identities are built
+    EVENT = "event"  # core/v1 Events read as hints (Cilium's PacketDrop), never cached
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,13 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("Job", "batch", "v1", "jobs", True, Role.OWNER),
     Resource("ReplicaSet", "apps", "v1", "replicasets", True, Role.OWNER),
     Resource("Deployment", "apps", "v1", "deployments", True, Role.OWNER),
+)
+
+
+# Cilium's drop event emitter: Warning Events `PacketDrop` from component `cilium`, selected by the
+# server (kube-apiserver selects Events by `reason` and `source`, the source's component).
+PACKET_DROP_EVENTS = Resource(
+    "Event", "", "v1", "events", True, Role.EVENT, field_selector="reason=PacketDrop,source=cilium"
 )
 
 

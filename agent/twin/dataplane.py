@@ -61,11 +61,19 @@ class PodEndpoint:
     named_ports: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
+class DropHop(StrEnum):
+    """Where a denied flow is dropped: egress at its source, or ingress at its destination."""
+
+    EGRESS = "egress"
+    INGRESS = "ingress"
+
+
 @dataclass(frozen=True)
 class FlowResult:
     allowed: bool
     drop_reason: DropReason | None = None
     policies: tuple[str, ...] = ()
+    hop: DropHop | None = None  # set when denied
 
 
 ALLOWED = FlowResult(True)

@@ -22,7 +22,14 @@ from agent.model.network import DenyReason, Endpoint, PortRange, Protocol
 from agent.policy import PolicySet
 from agent.policy.dataplane import DataplaneEvidence, resolve_dataplane
 from agent.policy.reading import read_policies
-from agent.twin.dataplane import ALLOWED, DropReason, FlowCheck, FlowResult, PodEndpoint
+from agent.twin.dataplane import (
+    ALLOWED,
+    DropHop,
+    DropReason,
+    FlowCheck,
+    FlowResult,
+    PodEndpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +85,7 @@ def compile_policies(
         if verdict.allowed:
             return ALLOWED
         reason = _DROPS[verdict.reason] if verdict.reason is not None else DropReason.POLICY_DENIED
-        return FlowResult(False, reason, verdict.policies)
+        hop = DropHop(verdict.hop.value) if verdict.hop is not None else DropHop.INGRESS
+        return FlowResult(False, reason, verdict.policies, hop)
 
     return check

@@ -221,12 +221,26 @@ def test_utilization_now_vs_baseline_is_shown() -> None:
     ("waste", "expected"),
     [
         ({"gpu_hours_per_day": 43.2, "gpu_hours_basis": "4 GPU(s) x (85% baseline - 40% now) x 24 h",
+          "egress_usd_per_day": 12.5, "egress_source": "estimated", "egress_basis":
+              "estimated from diagnosis.steps_per_day: 0.5 GB/step x 1,250 steps/day x $0.01/GB"},
+         "*Waste:* ~43.2 GPU-hours/day (4 GPU(s) x (85% baseline - 40% now) x 24 h); "
+         "cross-zone egress $12.50/day (estimated from diagnosis.steps_per_day: 0.5 GB/step x "
+         "1,250 steps/day x $0.01/GB)"),
+        ({"gpu_hours_per_day": 43.2, "gpu_hours_basis": "4 GPU(s) x (85% baseline - 40% now) x 24 h",
+          "egress_usd_per_day": 6.048, "cross_zone_gb_per_day": 302.4, "egress_source": "measured",
+          "egress_measured_by": "beyla", "egress_basis":
+              "measured by Beyla over the last 1h: 302 GB/day x $0.01/GB each way"},
+         "*Waste:* ~43.2 GPU-hours/day (4 GPU(s) x (85% baseline - 40% now) x 24 h); "
+         "cross-zone egress $6.05/day (measured by Beyla over the last 1h: 302 GB/day x $0.01/GB "
+         "each way)"),
+        # recorded before bases were labelled: an estimate, said so
+        ({"gpu_hours_per_day": None, "gpu_hours_basis": "unknown: no utilization baseline",
           "egress_usd_per_day": 12.5, "egress_basis": "0.5 GB/step x 1,250 steps/day x $0.01/GB"},
-         "*Estimated waste:* ~43.2 GPU-hours/day (4 GPU(s) x (85% baseline - 40% now) x 24 h); "
-         "cross-zone egress $12.50/day (0.5 GB/step x 1,250 steps/day x $0.01/GB)"),
+         "*Waste:* GPU-hours/day unknown: no utilization baseline; "
+         "cross-zone egress $12.50/day (estimated: 0.5 GB/step x 1,250 steps/day x $0.01/GB)"),
         ({"gpu_hours_per_day": None, "gpu_hours_basis": "unknown: no utilization baseline",
           "egress_usd_per_day": None, "egress_basis": "unknown: no step rate"},
-         "*Estimated waste:* GPU-hours/day unknown: no utilization baseline; "
+         "*Waste:* GPU-hours/day unknown: no utilization baseline; "
          "cross-zone egress $/day unknown: no step rate"),
         (None, None),
     ],
