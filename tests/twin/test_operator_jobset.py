@@ -77,10 +77,11 @@ def test_child_jobs_pods_and_headless_service(cluster: TwinCluster) -> None:
     service = cluster.store.get(SERVICES, NAME, namespace="ml")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {js.JOBSET_NAME: NAME}
-    status = jobset(cluster)["status"]
-    assert status["replicatedJobsStatus"] == [
-        {"name": "workers", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}]
-    assert "conditions" not in status  # nothing happened yet that a condition reports
+    ready = [{"name": "workers", "ready": 1, "succeeded": 0, "failed": 0, "active": 1,
+              "suspended": 0}]
+    # the Job's status, then the JobSet's, follow the pods' (each controller in its own time)
+    wait(cluster, lambda: jobset(cluster)["status"]["replicatedJobsStatus"] == ready)
+    assert "conditions" not in jobset(cluster)["status"]  # nothing a condition reports yet
     assert {zone(cluster, p) for p in live(cluster)} == {"us-east-1a", "us-east-1b"}
 
 
@@ -115,8 +116,9 @@ def test_suspend_keeps_the_jobs_and_resume_merges_the_template(cluster: TwinClus
     wait(cluster, lambda: len(live(cluster)) == 4 and all(
         p["spec"].get("nodeName") for p in live(cluster)))
     assert {zone(cluster, p) for p in live(cluster)} == {"us-east-1a"}
+    wait(cluster, lambda: (condition(jobset(cluster), "Suspended") or {}).get("status") == "False")
     resumed = condition(jobset(cluster), "Suspended")
-    assert resumed is not None and (resumed["status"], resumed["reason"]) == ("False", "ResumeJobs")
+    assert resumed is not None and resumed["reason"] == "ResumeJobs"
     # suspend again and drop a key from the JobSet: the Job keeps it (maps merge on resume)
     _suspend(cluster, True)
     wait(cluster, lambda: not pods(cluster, selector=f"{js.JOBSET_NAME}={NAME}"))

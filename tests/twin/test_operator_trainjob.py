@@ -145,8 +145,13 @@ def test_v23_remediation_patch_and_resume_in_one_request(twin: tuple[TwinCluster
     jobset = cluster.store.get(JOBSETS, "llm-pretrain", namespace="ml")
     node = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "node")
     assert node["template"]["spec"]["template"]["spec"]["nodeSelector"] == {ZONE: "us-east-1a"}
-    trainjob = custom.get_namespaced_custom_object(GROUP, VERSION, "ml", "trainjobs",
-                                                   "llm-pretrain")
+    def resumed() -> dict[str, Any] | None:
+        found = custom.get_namespaced_custom_object(GROUP, VERSION, "ml", "trainjobs",
+                                                    "llm-pretrain")
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return found if [c["status"] for c in conditions] == ["False"] else None
+
+    trainjob = wait_for(resumed, timeout=10, what="the TrainJob's Suspended condition False")
     (suspended,) = trainjob["status"]["conditions"]
     assert (suspended["type"], suspended["status"], suspended["reason"], suspended["message"]) == (
         "Suspended", "False", "Resumed", "TrainJob is resumed")
