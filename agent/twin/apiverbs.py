@@ -6,7 +6,8 @@ applies an injected fault, and serves it: objects or lists (JSON spliced from th
 per-object encoding, or a server-side Table for kubectl), the binding subresource, the pods'
 streaming subresources (log, exec, attach, portforward: apipodstreams.py), the three patch
 content types (415 naming the accepted ones otherwise), DeleteOptions (propagationPolicy,
-gracePeriodSeconds, preconditions, dryRun) and `dryRun=All` on every write, and an injected
+gracePeriodSeconds, preconditions, dryRun), `dryRun=All` and `fieldValidation` on every write
+(the server's warnings, e.g. a pruned unknown field, in `Warning` headers), and an injected
 admission refusal (a webhook's denial or an exhausted quota, 403 worded as the server words them;
 checked before the store, as admission runs before storage). SelfSubjectAccessReview is answered
 here too.
@@ -40,6 +41,12 @@ if TYPE_CHECKING:
     from agent.twin.apiserver import ApiServer
 
 _PATCH_TYPES = {t.value: t for t in PatchType}
+
+
+def warning_header(warnings: list[str]) -> str:
+    """RFC 7234 warnings as the API server sends them: `299 - "text"`, comma separated."""
+    quoted = (w.replace("\\", "\\\\").replace('"', '\\"') for w in warnings)
+    return ", ".join(f'299 - "{w}"' for w in quoted)
 
 
 def verb_of(method: str, route: Route, query: Query) -> str:
@@ -86,6 +93,8 @@ class ResourceRequest:
             self.verb = verb_for(route.subresource or "")
         self.namespace = route.namespace
         self.dry_run = "All" in query.all("dryRun")
+        self.field_validation = query.one("fieldValidation")
+        self.warnings: list[str] = []
 
     def serve(self) -> None:
         route, rt, sub = self.route, self.rt, self.route.subresource
@@ -203,16 +212,18 @@ class ResourceRequest:
         return "as=Table" in self.ex.header("Accept")
 
     def _object(self, code: int, obj: dict[str, Any]) -> None:
+        body: Any = obj
         if self._wants_table():
-            table = tables.table(
+            body = tables.table(
                 self.rt,
                 [obj],
                 now=self.api.clock(),
                 resource_version=obj["metadata"].get("resourceVersion", ""),
             )
-            self.ex.send_json(code, table)
+        if self.warnings:
+            self.ex.send(code, orjson.dumps(body), headers={"Warning": warning_header(self.warnings)})
             return
-        self.ex.send_json(code, obj)
+        self.ex.send_json(code, body)
 
     def _get(self) -> None:
         if self.route.subresource == "binding":
@@ -277,8 +288,9 @@ class ResourceRequest:
         name = meta.get("name") if isinstance(meta, dict) else None
         self._admission(name if isinstance(name, str) else "", dry_run=self.dry_run)
         created = store.create(
-            self.rt, body, namespace=self.namespace, dry_run=self.dry_run, keep_status=False
-        )
+            self.rt, body, namespace=self.namespace, dry_run=self.dry_run, keep_status=False,
+            field_validation=self.field_validation, warnings=self.warnings,
+        )  # fmt: skip
         self._object(201, created)
 
     def _update(self) -> None:
@@ -302,6 +314,8 @@ class ResourceRequest:
             namespace=self.namespace,
             subresource=self.route.subresource,
             dry_run=self.dry_run,
+            field_validation=self.field_validation,
+            warnings=self.warnings,
         )
         self._object(200, updated)
 
@@ -335,6 +349,8 @@ class ResourceRequest:
             patch_type=patch_type,
             subresource=self.route.subresource,
             dry_run=self.dry_run,
+            field_validation=self.field_validation,
+            warnings=self.warnings,
         )
         self._object(200, patched)
 

@@ -2,11 +2,12 @@
 
 Built by `zonemedic twin up`, the end-to-end tests, the benchmarks and the demo. `TwinCluster`
 wires the API server's `Store` to the scheduler, kubelet, training operator, batch Job and
-Deployment controllers, the dataplane (with Cilium's drop event emitter), the training runtime and
-the metrics endpoint, then seeds the scenario's nodes, namespaces and objects through the store (so
-every controller sees them as watch events, like a real cluster's). `--speed` scales every model
-duration. It does not serve the Kubernetes HTTP API itself: `cluster.serve_api()` starts the API
-helper's `ApiServer` on the same store.
+Deployment controllers, the JobSet and Kubeflow Trainer controllers and their webhooks (for the
+scenario's Trainer release, whose CRDs it installs), the dataplane (with Cilium's drop event
+emitter), the training runtime and the metrics endpoint, then seeds the scenario's nodes,
+namespaces and objects through the store (so every controller sees them as watch events, like a
+real cluster's). `--speed` scales every model duration. It does not serve the Kubernetes HTTP API
+itself: `cluster.serve_api()` starts the API helper's `ApiServer` on the same store.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.twin import admission_jobset, admission_trainjob, crds
 from agent.twin.access import Access, serve_as_service_account
 from agent.twin.apierror import ApiError
 from agent.twin.apiserver import ApiServer
@@ -28,7 +30,9 @@ from agent.twin.gc import DanglingCollector
 from agent.twin.kubelet import Kubelet
 from agent.twin.operator_batchjob import JobController, template_admission
 from agent.twin.operator_deployment import DeploymentController
+from agent.twin.operator_jobset import JobSetController
 from agent.twin.operator_training import TrainingOperator
+from agent.twin.operator_trainjob import TrainJobController
 from agent.twin.resources import UnknownResourceError, by_kind, lookup
 from agent.twin.scenario import Scenario, ScenarioError
 from agent.twin.scheduler import Scheduler
@@ -50,8 +54,13 @@ class TwinCluster:
     ) -> None:
         self.scenario = scenario
         self.clock = TwinClock(speed)
-        self.store = store if store is not None else Store()
+        release = scenario.trainer_release
+        self.store = store if store is not None else Store(trainer_release=release)
+        if store is not None:
+            crds.install(self.store, release)
         self.store.add_admission(lookup("jobs", group="batch"), template_admission)
+        admission_jobset.register(self.store)
+        admission_trainjob.register(self.store, release=release)
         model = scenario.model
         self.scheduler = Scheduler(self.store, clock=self.clock, seed=scenario.seed)
         self.kubelet = Kubelet(
@@ -66,6 +75,8 @@ class TwinCluster:
         self.training_operator = TrainingOperator(self.store, clock=self.clock)
         self.job_controller = JobController(self.store, clock=self.clock)
         self.deployment_controller = DeploymentController(self.store, clock=self.clock)
+        self.jobset_controller = JobSetController(self.store, clock=self.clock)
+        self.trainjob_controller = TrainJobController(self.store, clock=self.clock, release=release)
         self.garbage_collector = DanglingCollector(self.store, clock=self.clock)
         self.dataplane = Dataplane(self.store, zones=model.zones, compiler=compiler)
         self.drop_events = DropEventEmitter(
@@ -98,6 +109,8 @@ class TwinCluster:
             self.training_operator,
             self.job_controller,
             self.deployment_controller,
+            self.jobset_controller,
+            self.trainjob_controller,
             self.garbage_collector,
             self.runtime,
         ]

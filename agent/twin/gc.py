@@ -3,7 +3,8 @@
 The store's garbage collection (deletion.py) deletes dependents when their owner is deleted; an object
 created *after* its owner is gone (a controller racing a delete) would otherwise live forever. The
 real garbage collector deletes such an object once it sees that none of its owners exist (same
-name and uid); this does the same on ADDED events of pods, services, jobs and replica sets.
+name and uid); this does the same on ADDED events of pods, services, jobs, replica sets and JobSets
+(a TrainJob's).
 Started by `cluster.TwinCluster`. It does not implement propagation policies (the store does).
 """
 
@@ -27,6 +28,7 @@ DEPENDENT_TYPES = (
     lookup("services"),
     lookup("jobs", group="batch"),
     lookup("replicasets", group="apps"),
+    lookup("jobsets"),
 )
 
 

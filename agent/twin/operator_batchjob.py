@@ -2,7 +2,13 @@
 
 Started by `cluster.TwinCluster`. Keeps `min(parallelism, completions - succeeded)` pods running for
 each Job, counts succeeded/failed pods, honours `spec.suspend` (deletes active pods, Suspended
-condition; resume creates them again) and `backoffLimit`, and writes Complete/Failed. The admission
+condition; resume creates them again) and `backoffLimit`, and writes Complete/Failed. A
+`completionMode: Indexed` Job keeps one pod per completion index not yet succeeded (lowest
+first): pod `<job>-<index>-<random>`, hostname `<job>-<index>`, the index in the annotation and
+label `batch.kubernetes.io/job-completion-index` and the env `JOB_COMPLETION_INDEX`, and
+`status.completedIndexes`. Every pod carries the labels `batch.kubernetes.io/controller-uid`,
+`batch.kubernetes.io/job-name` (and the legacy `controller-uid`, `job-name`); `status.active`
+counts pods not terminating, `status.terminating` those being deleted. The admission
 hook answers 422 to an update that changes `spec.template`, except the scheduling directives
 (nodeSelector, tolerations, affinity, labels, annotations) of a suspended Job that has not
 started, exactly as the real API server validates. It does not run pods (the kubelet does).
@@ -12,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, cast
 
 from agent.twin.apierror import ApiError
@@ -31,6 +37,10 @@ PODS = lookup("pods")
 JOBS = lookup("jobs", group="batch")
 LABEL_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation and label (1.28+)
+INDEX_ENV = "JOB_COMPLETION_INDEX"
+INDEXED = "Indexed"
+CREATE_RETRY_SECONDS = 0.2  # model seconds before a refused pod creation is tried again
 MUTABLE_WHEN_SUSPENDED = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
 
 
@@ -81,6 +91,29 @@ def _terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def completion_index(pod: Mapping[str, Any]) -> int | None:
+    """The pod's completion index (Indexed Jobs), from its annotation."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(COMPLETION_INDEX)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def compress_indexes(indexes: set[int]) -> str:
+    """`status.completedIndexes` as the Job controller writes it: `0-2,5`."""
+    out: list[str] = []
+    ordered = sorted(indexes)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
 class JobController(Controller):
     def __init__(self, store: Store, *, clock: TwinClock) -> None:
         super().__init__(store, name="job-controller", clock=clock)
@@ -105,6 +138,7 @@ class JobController(Controller):
         job = self._get_live(JOBS, name, namespace=namespace)
         if job is None:
             return None
+        retry: float | None = None
         meta = job.get("metadata") or {}
         uid = str(meta.get("uid"))
         spec = job.get("spec") or {}
@@ -116,7 +150,18 @@ class JobController(Controller):
         active = [
             p for p in pods if not _terminal(p) and not p["metadata"].get("deletionTimestamp")
         ]
-        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        terminating = sum(
+            1 for p in pods if not _terminal(p) and p["metadata"].get("deletionTimestamp")
+        )
+        indexed = spec.get("completionMode") == INDEXED
+        done_indexes = {
+            i for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"
+            and (i := completion_index(p)) is not None
+        }  # fmt: skip
+        succeeded = (
+            len(done_indexes) if indexed
+            else sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        )  # fmt: skip
         failed = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
         finished = is_true(conditions, "Complete") or is_true(conditions, "Failed")
         new_status: dict[str, Any] = dict(status)
@@ -150,13 +195,24 @@ class JobController(Controller):
                 conditions = set_condition(conditions, "Failed", status=True, reason="BackoffLimitExceeded",
                                            message="Job has reached the specified backoff limit")  # fmt: skip
             else:
-                want = min(parallelism, target - succeeded) - len(active)
-                for _ in range(max(0, want)):
-                    active.append(self._create_pod(job))
+                room = max(0, min(parallelism, target - succeeded) - len(active))
+                wanted: Sequence[int | None] = [None] * room
+                if indexed:
+                    running = {i for p in active if (i := completion_index(p)) is not None}
+                    wanted = [i for i in range(target) if i not in done_indexes | running][:room]
+                for index in wanted:
+                    created = self._create_pod(job, index=index)
+                    if created is None:
+                        retry = CREATE_RETRY_SECONDS
+                        break
+                    active.append(created)
                 new_status.setdefault("startTime", timestamp())
+        if indexed:
+            new_status["completedIndexes"] = compress_indexes(done_indexes)
         new_status.update(
             {
                 "active": len(active),
+                "terminating": terminating,
                 "succeeded": succeeded,
                 "failed": failed,
                 "ready": sum(
@@ -181,7 +237,7 @@ class JobController(Controller):
                                   subresource="status")  # fmt: skip
             except ApiError as exc:
                 log.debug("job status not written: %s", exc.message)
-        return None
+        return retry
 
     def _delete(self, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -190,27 +246,49 @@ class JobController(Controller):
         except ApiError:
             return
 
-    def _create_pod(self, job: Mapping[str, Any]) -> dict[str, Any]:
+    def _create_pod(
+        self, job: Mapping[str, Any], *, index: int | None = None
+    ) -> dict[str, Any] | None:
+        """Create one pod; None when the API server refuses it (an admission webhook, say):
+        a Warning Event `FailedCreate`, as the Job controller records, and a retry later."""
         meta = job.get("metadata") or {}
         template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
         tmeta = template.get("metadata") or {}
         labels = dict(tmeta.get("labels") or {})
         labels.update({LABEL_CONTROLLER_UID: str(meta.get("uid")), LABEL_JOB_NAME: str(meta.get("name")),
                        "controller-uid": str(meta.get("uid")), "job-name": str(meta.get("name"))})  # fmt: skip
+        annotations = dict(tmeta.get("annotations") or {})
+        spec = template.get("spec") or {}
+        prefix = f"{meta.get('name')}-"
+        if index is not None:
+            prefix = f"{meta.get('name')}-{index}-"
+            labels[COMPLETION_INDEX] = str(index)
+            annotations[COMPLETION_INDEX] = str(index)
+            spec["hostname"] = f"{meta.get('name')}-{index}"
+            env = {"name": INDEX_ENV, "valueFrom": {"fieldRef": {
+                "apiVersion": "v1", "fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}}
+            for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+                kept = [e for e in container.get("env") or [] if e.get("name") != INDEX_ENV]
+                container["env"] = [*kept, env]
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
-                "generateName": f"{meta.get('name')}-",
+                "generateName": prefix,
                 "namespace": meta.get("namespace"),
                 "labels": labels,
-                "annotations": dict(tmeta.get("annotations") or {}),
+                "annotations": annotations,
                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta.get("name"),
                                      "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": True}],
             },
-            "spec": template.get("spec") or {},
+            "spec": spec,
         }  # fmt: skip
-        created = self._store.create(PODS, pod)
+        try:
+            created = self._store.create(PODS, pod)
+        except ApiError as exc:
+            self._events.record(job, reason="FailedCreate", warning=True,
+                                message=f"Error creating: {exc.message}")
+            return None
         self._events.record(
             job, reason="SuccessfulCreate", message=f"Created pod: {created['metadata']['name']}"
         )

@@ -2,7 +2,8 @@
 
 Called by the store with the current object (never mutated) and a decoded patch body; returns a
 new object. Server-side apply is approximated as a merge patch (no field managers, no
-conflicts). Errors raise PatchError with the HTTP code the real server answers (400 for a
+conflicts), except that a list the CRD schema declares `x-kubernetes-list-type: map` merges its
+items by their keys (an item the apply leaves out is kept, as another manager's would be). Errors raise PatchError with the HTTP code the real server answers (400 for a
 malformed patch, 422 for one that does not apply). Strategic merge knows the merge keys of the
 built-in kinds the twin serves (containers, ports, env, volumes, ...); lists without a merge key
 are replaced, as in Kubernetes (tolerations, for one, have no merge key there).
@@ -11,8 +12,11 @@ are replaced, as in Kubernetes (tolerations, for one, have no merge key there).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
+
+from agent.twin import crd_schema
 
 
 class PatchType(StrEnum):
@@ -194,22 +198,26 @@ _MERGE_KEYS: dict[str, str] = {
 _PRIMITIVE_MERGE = frozenset({"finalizers"})
 
 
-def _merge_key(field: str, items: list[Any]) -> str | None:
+MergeKeys = Mapping[str, str]
+BUILTIN_MERGE_KEYS: MergeKeys = _MERGE_KEYS
+
+
+def _merge_key(field: str, items: list[Any], keys: MergeKeys) -> str | None:
     if field == "ports":
         # container ports merge on containerPort, service ports on port.
         for item in items:
             if isinstance(item, dict) and "containerPort" in item:
                 return "containerPort"
         return "port"
-    return _MERGE_KEYS.get(field)
+    return keys.get(field)
 
 
-def _merge_list(field: str, current: list[Any], patch: list[Any]) -> list[Any]:
+def _merge_list(field: str, current: list[Any], patch: list[Any], keys: MergeKeys) -> list[Any]:
     if field in _PRIMITIVE_MERGE:
         out = list(current)
         out.extend(v for v in patch if v not in out)
         return out
-    key = _merge_key(field, [*current, *patch])
+    key = _merge_key(field, [*current, *patch], keys)
     if key is None:
         return [v for v in patch if not (isinstance(v, dict) and "$patch" in v)]
     if any(isinstance(v, dict) and v.get("$patch") == "replace" for v in patch):
@@ -230,7 +238,7 @@ def _merge_list(field: str, current: list[Any], patch: list[Any]) -> list[Any]:
         if match is None:
             out.append(_strip(item))
         else:
-            out[match] = strategic_merge(out[match], item)
+            out[match] = strategic_merge(out[match], item, keys=keys)
     return out
 
 
@@ -243,8 +251,9 @@ def _strip(value: Any) -> Any:
     return value
 
 
-def strategic_merge(target: Any, patch: Any) -> Any:
-    """Kubernetes strategic merge: maps merge, null deletes, keyed lists merge, others replace."""
+def strategic_merge(target: Any, patch: Any, *, keys: MergeKeys = _MERGE_KEYS) -> Any:
+    """Kubernetes strategic merge: maps merge, null deletes, keyed lists merge, others replace.
+    `keys` names the merge key of each list field (the built-in kinds' by default)."""
     if not isinstance(patch, dict):
         raise PatchError("strategic merge patch body must be a JSON object", code=400)
     if patch.get("$patch") == "replace":
@@ -258,16 +267,52 @@ def strategic_merge(target: Any, patch: Any) -> Any:
         if value is None:
             result.pop(key, None)
         elif isinstance(value, dict):
-            result[key] = strategic_merge(result.get(key), value)
+            result[key] = strategic_merge(result.get(key), value, keys=keys)
         elif isinstance(value, list) and isinstance(result.get(key), list):
-            result[key] = _merge_list(key, result[key], value)
+            result[key] = _merge_list(key, result[key], value, keys)
         else:
             result[key] = _strip(value)
     return result
 
 
-def apply(target: dict[str, Any], body: Any, patch_type: PatchType) -> Any:
-    """Apply a decoded patch body of the given type to `target` (left unchanged)."""
+def _apply_merge(target: Any, patch: Any, schema: crd_schema.Schema | None) -> Any:
+    """Merge patch semantics, except map lists (by the schema) merge their items by key."""
+    if isinstance(patch, list):
+        keys = crd_schema.map_keys(schema)
+        if keys and isinstance(target, list):
+            item_schema = crd_schema.items(schema)
+            out = [copy.deepcopy(v) for v in target]
+            for item in patch:
+                if not isinstance(item, dict):
+                    raise PatchError(f"an item of a map list must be an object, got {item!r}")
+                at = next((i for i, v in enumerate(out) if isinstance(v, dict)
+                           and all(v.get(k) == item.get(k) for k in keys)), None)  # fmt: skip
+                if at is None:
+                    out.append(_apply_merge(None, item, item_schema))
+                else:
+                    out[at] = _apply_merge(out[at], item, item_schema)
+            return out
+        return copy.deepcopy(patch)
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _apply_merge(result.get(key), value, crd_schema.child(schema, key))
+    return result
+
+
+def apply(
+    target: dict[str, Any],
+    body: Any,
+    patch_type: PatchType,
+    *,
+    schema: crd_schema.Schema | None = None,
+) -> Any:
+    """Apply a decoded patch body of the given type to `target` (left unchanged). `schema` is the
+    custom resource's structural schema, when its CRD declares one (map lists for apply)."""
     if patch_type is PatchType.MERGE:
         if not isinstance(body, dict):
             raise PatchError("merge patch body must be a JSON object", code=400)
@@ -285,5 +330,5 @@ def apply(target: dict[str, Any], body: Any, patch_type: PatchType) -> Any:
             applied["metadata"] = {
                 k: v for k, v in applied["metadata"].items() if k != "managedFields"
             }
-        return merge_patch(target, applied)
+        return _apply_merge(target, applied, schema)
     raise PatchError(f"patch type {patch_type} is not supported by the twin", code=415)

@@ -15,6 +15,30 @@ class UnknownResourceError(LookupError):
 
 
 @dataclass(frozen=True)
+class PrinterColumn:
+    """One `additionalPrinterColumns` entry of a custom resource's CRD: the header, the cell's
+    type (string, integer, number, boolean, date), its JSONPath into the object, and priority 1
+    for a column only `kubectl get -o wide` shows."""
+
+    name: str
+    type: str
+    json_path: str
+    description: str = ""
+    priority: int = 0
+
+    def as_crd(self) -> dict[str, object]:
+        out: dict[str, object] = {"name": self.name, "type": self.type, "jsonPath": self.json_path}
+        if self.description:
+            out["description"] = self.description
+        if self.priority:
+            out["priority"] = self.priority
+        return out
+
+
+AGE_COLUMN = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
+
+
+@dataclass(frozen=True)
 class ResourceType:
     """One kind served by the twin. `builtin` kinds accept strategic merge patch; custom ones 415."""
 
@@ -33,8 +57,8 @@ class ResourceType:
     # A field label that is not its own JSON path: the dotted paths whose first non-empty value
     # it selects (an Event's `source` is `source.component`, else `reportingComponent`).
     field_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # (header, JSON path as dotted keys) columns `kubectl get` shows after NAME.
-    printer_columns: tuple[tuple[str, str], ...] = field(default=())
+    # A custom resource's CRD printer columns (empty: the server's default NAME, AGE).
+    printer_columns: tuple[PrinterColumn, ...] = field(default=())
     verbs: tuple[str, ...] = (
         "create",
         "delete",
@@ -89,7 +113,7 @@ _EVENT_FIELDS = (
     "source",
     "type",
 )
-_TRAINING_COLUMNS = (("STATE", "status.conditions[-1].type"),)
+_TRAINING_COLUMNS = (PrinterColumn("State", "string", ".status.conditions[-1:].type"), AGE_COLUMN)
 
 
 def _training_job(kind: str, plural: str, version: str = "v1") -> ResourceType:
@@ -119,7 +143,6 @@ RESOURCES: tuple[ResourceType, ...] = (
         "namespace",
         ("ns",),
         ("status",),
-        printer_columns=(("STATUS", "status.phase"),),
     ),
     ResourceType("", "v1", "nodes", "Node", False, "node", ("no",), ("status",)),
     ResourceType(
@@ -232,6 +255,69 @@ RESOURCES: tuple[ResourceType, ...] = (
     _training_job("PaddleJob", "paddlejobs"),
     _training_job("JAXJob", "jaxjobs"),
     _training_job("MPIJob", "mpijobs", version="v2beta1"),
+    ResourceType(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        "customresourcedefinition",
+        ("crd", "crds"),
+        ("status",),
+        categories=("api-extensions",),
+    ),
+    ResourceType(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "trainjobs",
+        "TrainJob",
+        True,
+        "trainjob",
+        subresources=("status",),
+        builtin=False,
+        printer_columns=(
+            PrinterColumn("State", "string", ".status.conditions[-1:].type"),
+            AGE_COLUMN,
+        ),
+    ),
+    ResourceType(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "trainingruntimes",
+        "TrainingRuntime",
+        True,
+        "trainingruntime",
+        builtin=False,
+    ),
+    ResourceType(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "clustertrainingruntimes",
+        "ClusterTrainingRuntime",
+        False,
+        "clustertrainingruntime",
+        builtin=False,
+    ),
+    ResourceType(
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "jobsets",
+        "JobSet",
+        True,
+        "jobset",
+        subresources=("status",),
+        builtin=False,
+        printer_columns=(
+            PrinterColumn("TerminalState", "string", ".status.terminalState",
+                          "Final state of JobSet"),
+            PrinterColumn("Restarts", "string", ".status.restarts", "Number of restarts"),
+            PrinterColumn("Completed", "string",
+                          '.status.conditions[?(@.type=="Completed")].status'),
+            PrinterColumn("Suspended", "string", ".spec.suspend", "JobSet suspended"),
+            PrinterColumn("Age", "date", ".metadata.creationTimestamp",
+                          "Time this JobSet was created"),
+        ),
+    ),
 )
 
 

@@ -7,6 +7,8 @@ reading the file: it returns plain Kubernetes objects and model settings and cre
 
 A scenario file holds:
 - `name`, `description`, `seed` (the scheduler's tie-break seed);
+- `trainer_release`: the Kubeflow Trainer release the twin serves (v2.1, v2.2 or v2.3, the
+  default): its TrainJob CRD (v2.1 `podTemplateOverrides`, v2.2+ `runtimePatches`) and webhooks;
 - `model`: `pod_start_seconds`, `pod_stop_seconds`, `intra_zone` / `inter_zone`
   (`{rtt_ms, gbps}`), `training` (`compute_seconds`, `gradient_bytes`, `connect_attempts`,
   `connect_retry_seconds`), `pod_zone_label` (a label the twin stamps with the node's zone when a
@@ -34,6 +36,7 @@ from typing import Any
 import yaml
 
 from agent.errors import InputError
+from agent.twin.crds import DEFAULT_RELEASE, TrainerRelease
 from agent.twin.groups import GroupError, TrainingGroup, parse_groups
 from agent.twin.scenario_registry import GENERATED_PREFIX, scenario_names
 from agent.twin.training import Link, TrainingParams, ZoneModel
@@ -76,6 +79,7 @@ class Scenario:
     namespaces: list[Obj]
     objects: list[Obj]
     groups: list[TrainingGroup] = field(default_factory=list)
+    trainer_release: TrainerRelease = DEFAULT_RELEASE
 
 
 def _fail(where: str, message: str) -> ScenarioError:
@@ -302,7 +306,8 @@ def _namespaces(items: object, where: str) -> list[Obj]:
 
 def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
     raw = _mapping(data, where)
-    known = {"name", "description", "seed", "model", "nodes", "namespaces", "objects", "groups"}
+    known = {"name", "description", "seed", "model", "nodes", "namespaces", "objects", "groups",
+             "trainer_release"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise _fail(f"{where}: {unknown[0]}", f"unknown key (known: {', '.join(sorted(known))})")
@@ -321,6 +326,11 @@ def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
         groups = parse_groups(raw.get("groups"), f"{where}: groups")
     except GroupError as exc:
         raise ScenarioError(str(exc)) from exc
+    release = raw.get("trainer_release", DEFAULT_RELEASE.value)
+    if release not in {r.value for r in TrainerRelease}:
+        known_releases = ", ".join(r.value for r in TrainerRelease)
+        raise _fail(f"{where}: trainer_release",
+                    f"unknown Kubeflow Trainer release {release!r} (known: {known_releases})")
     return Scenario(
         name=str(raw.get("name", name)),
         description=str(raw.get("description", "")),
@@ -330,6 +340,7 @@ def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
         namespaces=_namespaces(raw.get("namespaces"), f"{where}: namespaces"),
         objects=[dict(o) for o in objects],
         groups=groups,
+        trainer_release=TrainerRelease(release),
     )
 
 

@@ -5,7 +5,9 @@ namespace and name, under one global resourceVersion counter and one lock, and i
 real API server does on each verb: reads (get, list with selectors and limit/continue at a
 resourceVersion) here; create, update, the three patch formats and binding in writes.py; delete
 with propagation, garbage collection, finalizers and graceful pod deletion in deletion.py; the
-event history and watch fan-out in watch.py; the objects and their indexes in objects.py.
+event history and watch fan-out in watch.py; the objects and their indexes in objects.py. A new
+store holds the initial namespaces and the CustomResourceDefinitions of the custom kinds the twin
+serves (crds.py, for a Kubeflow Trainer release); writes to a custom resource follow its CRD.
 
 Called in-process by the twin's controllers (scheduler, operators, kubelet) and by the HTTP layer
 (`apiserver.py`). It does not speak HTTP, authenticate, or count requests. Stored objects are never
@@ -26,14 +28,15 @@ from typing import Any
 
 import orjson
 
-from agent.twin import selectors
+from agent.twin import crds, selectors
 from agent.twin.apierror import ApiError, bad_request, expired
+from agent.twin.crds import DEFAULT_RELEASE, TrainerRelease
 from agent.twin.deletion import NAMESPACES_KEY, Deletion, Propagation
 from agent.twin.objects import ObjectTable
 from agent.twin.patch import PatchType
 from agent.twin.resources import ResourceType, lookup
 from agent.twin.watch import Matcher, WatchEvent, WatchStream
-from agent.twin.writes import Hook, Writes, check_delete_preconditions, copy
+from agent.twin.writes import Hook, Mutator, Writes, check_delete_preconditions, copy
 
 Obj = dict[str, Any]
 
@@ -49,6 +52,7 @@ class Store:
         *,
         clock: Callable[[], float] = time.time,
         history_limit: int = 100_000,
+        trainer_release: TrainerRelease = DEFAULT_RELEASE,
     ) -> None:
         self._clock = clock
         self._lock = threading.RLock()
@@ -62,6 +66,7 @@ class Store:
         ns = lookup("namespaces")
         for name in INITIAL_NAMESPACES:
             self.create(ns, {"metadata": {"name": name}})
+        crds.install(self, trainer_release)  # the CRDs of the custom kinds the twin serves
 
     # ------------------------------------------------------------------ reading
 
@@ -160,6 +165,12 @@ class Store:
         with self._lock:
             self._writes.add_admission(rt, hook)
 
+    def add_mutation(self, rt: ResourceType, hook: Mutator) -> None:
+        """Register a mutating admission hook called with (old or None, new) before validation;
+        it may change `new` in place (a defaulting webhook) or refuse by raising ApiError."""
+        with self._lock:
+            self._writes.add_mutation(rt, hook)
+
     def create(
         self,
         rt: ResourceType,
@@ -168,14 +179,19 @@ class Store:
         namespace: str | None = None,
         dry_run: bool = False,
         keep_status: bool = True,
+        field_validation: str | None = None,
+        warnings: builtins.list[str] | None = None,
     ) -> Obj:
         """Create an object. In-process callers may seed a status (keep_status, the default);
         the HTTP layer passes keep_status=False and, like the real server, a given status is
-        then dropped for kinds with a status subresource (nodes excepted)."""
+        then dropped for kinds with a status subresource (nodes excepted). `field_validation`
+        is the request's (Strict, Warn, Ignore); the warnings the server sends are appended to
+        `warnings` when given."""
         with self._lock:
             return self._writes.create(
-                rt, obj, namespace=namespace, dry_run=dry_run, keep_status=keep_status
-            )
+                rt, obj, namespace=namespace, dry_run=dry_run, keep_status=keep_status,
+                field_validation=field_validation, warnings=warnings,
+            )  # fmt: skip
 
     def update(
         self,
@@ -185,11 +201,14 @@ class Store:
         namespace: str | None = None,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str | None = None,
+        warnings: builtins.list[str] | None = None,
     ) -> Obj:
         with self._lock:
             return self._writes.update(
-                rt, obj, namespace=namespace, subresource=subresource, dry_run=dry_run
-            )
+                rt, obj, namespace=namespace, subresource=subresource, dry_run=dry_run,
+                field_validation=field_validation, warnings=warnings,
+            )  # fmt: skip
 
     def patch(
         self,
@@ -201,6 +220,8 @@ class Store:
         patch_type: PatchType,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str | None = None,
+        warnings: builtins.list[str] | None = None,
     ) -> Obj:
         with self._lock:
             return self._writes.patch(
@@ -211,6 +232,8 @@ class Store:
                 patch_type=PatchType(patch_type),
                 subresource=subresource,
                 dry_run=dry_run,
+                field_validation=field_validation,
+                warnings=warnings,
             )
 
     def bind(self, namespace: str, pod_name: str, node_name: str) -> None:

@@ -13,6 +13,12 @@ the kubelet, which restarts it with back-off (CrashLoopBackOff) or, under `resta
 fails the pod (its controller replaces it until its backoffLimit is used up, then the batch Job
 fails).
 
+A JobSet's pods (labelled `jobset.sigs.k8s.io/jobset-name`: a Kubeflow TrainJob's, or a JobSet
+run on its own) run the same way, the gang as `jobset_gang` finds it: torch `node` ranks dial
+rank 0 on the master port plus the all-reduce ring between every node; an MPI launcher dials
+every node on the SSH port and holds no GPU rank; initializers run before training, outside the
+gang; the model parameters (annotations below) come from the JobSet, or its TrainJob.
+
 Generic groups declared by the scenario (groups.py: a coordinator, e.g. a Deployment's pod, and
 workers, e.g. a batch Job's pods) run the same way: every worker dials the coordinator on the
 group's port and its neighbour in the workers' all-reduce ring; the workers are the GPU ranks and
@@ -35,6 +41,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from agent.twin import jobset_gang
 from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
@@ -66,6 +73,9 @@ log = logging.getLogger(__name__)
 
 PODS = lookup("pods")
 BATCH_JOBS = lookup("jobs", group="batch")
+JOBSETS = lookup("jobsets")
+TRAINJOBS = lookup("trainjobs")
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 COMPUTE_ANNOTATION = "twin.zonemedic.io/compute-seconds"
 STEPS_ANNOTATION = "twin.zonemedic.io/steps"  # the job succeeds after this many training steps
 GRADIENT_ANNOTATION = "twin.zonemedic.io/gradient-bytes"
@@ -204,13 +214,10 @@ def group_flows(coordinator: str | None, workers: Sequence[str], *, port: int) -
     return flows
 
 
-def required_flows(pods: Sequence[Mapping[str, Any]], *, port: int) -> list[Flow]:
-    """Who dials whom: workers to the coordinator (an MPI launcher dials its workers instead), and
-    each rank to the next in the all-reduce ring."""
-    roles = {
-        _name(p): ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_ROLE, "")
-        for p in pods
-    }
+def flows_for(roles: Mapping[str, str], *, port: int) -> list[Flow]:
+    """Who dials whom, given each pod's role (master, launcher, or "" for a rank): every rank
+    dials the coordinator (an MPI launcher dials every rank instead), and each rank the next in
+    the all-reduce ring (the coordinator first)."""
     names = sorted(roles)
     coordinator = next((n for n in names if roles[n] in ("master", "launcher")), None)
     flows: list[Flow] = []
@@ -219,7 +226,8 @@ def required_flows(pods: Sequence[Mapping[str, Any]], *, port: int) -> list[Flow
             if n == coordinator:
                 continue
             if roles[coordinator] == "launcher":
-                flows.append(Flow(coordinator, n, port))
+                if roles[n] != "launcher":
+                    flows.append(Flow(coordinator, n, port))
             else:
                 flows.append(Flow(n, coordinator, port))
     ring = [n for n in names if roles[n] != "launcher"]
@@ -230,6 +238,15 @@ def required_flows(pods: Sequence[Mapping[str, Any]], *, port: int) -> list[Flow
             if flow not in flows and not (len(ring) == 2 and i == 1):
                 flows.append(flow)
     return flows
+
+
+def required_flows(pods: Sequence[Mapping[str, Any]], *, port: int) -> list[Flow]:
+    """Who dials whom in a Kubeflow v1 job: roles from `training.kubeflow.org/job-role`."""
+    roles = {
+        _name(p): ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_ROLE, "")
+        for p in pods
+    }
+    return flows_for(roles, port=port)
 
 
 class TrainingRuntime(Controller):
@@ -265,6 +282,9 @@ class TrainingRuntime(Controller):
         self._drops: dict[DropKey, int] = {}
         self._progress: dict[PodKey, _Progress] = {}
         self._crashes: dict[PodKey, tuple[str, int, int]] = {}
+        # workload -> what it is ("job", "jobset", "group") and the selector of its pods
+        self._kinds: dict[PodKey, str] = {(g.namespace, g.name): "group" for g in groups}
+        self._selectors: dict[PodKey, str] = {}
 
     def start(self) -> None:
         self._dataplane.on_change(self._on_network_change)
@@ -391,21 +411,27 @@ class TrainingRuntime(Controller):
         if job:
             self._queue.add(("job", key[0], str(job)))
             return
+        jobset = labels.get(JOBSET_NAME)
+        if jobset:
+            self._queue.add(("jobset", key[0], str(jobset)))
+            return
         for group in self._groups.values():
             if group.role_of(key[0], labels) is not None:
                 self._queue.add(("group", key[0], group.name))
 
     def _on_network_change(self) -> None:
         with self._lock:
-            jobs = list(self._jobs)
-        for namespace, job in jobs:
-            what = "group" if (namespace, job) in self._groups else "job"
+            jobs = [(key, self._kinds.get(key, "job")) for key in self._jobs]
+        for (namespace, job), what in jobs:
             self._queue.add((what, namespace, job))
 
     def _reconcile(self, raw: Hashable) -> float | None:
         what, namespace, name = cast(tuple[str, str, str], raw)
         if what == "job":
             self._reconcile_job(namespace, name)
+            return None
+        if what == "jobset":
+            self._reconcile_jobset(namespace, name)
             return None
         if what == "group":
             self._reconcile_group(self._groups[(namespace, name)])
@@ -508,6 +534,75 @@ class TrainingRuntime(Controller):
         job_uid = str(((found[1] if found else {}).get("metadata") or {}).get("uid", ""))
         self._track_progress(namespace, job_name, state, target, job_uid)
         self._schedule_attempts(namespace, pods, state)
+
+    def _model_source(self, jobset: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The object whose twin annotations tune a JobSet's model: its TrainJob, if one owns
+        it (the TrainJob's annotations are not copied to the JobSet), else the JobSet."""
+        meta = jobset.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == "TrainJob" and ref.get("controller"):
+                try:
+                    trainjob = self._store.get(TRAINJOBS, str(ref.get("name")),
+                                               namespace=str(meta.get("namespace")))
+                except ApiError:
+                    break
+                annotations = {**(meta.get("annotations") or {}),
+                               **((trainjob.get("metadata") or {}).get("annotations") or {})}
+                return {"metadata": {**trainjob["metadata"], "annotations": annotations}}
+        return jobset
+
+    def _reconcile_jobset(self, namespace: str, name: str) -> None:
+        selector = f"{JOBSET_NAME}={name}"
+        pods = [
+            p for p in self._store.list(PODS, namespace=namespace, label_selector=selector)[0]
+            if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        with self._lock:
+            self._kinds[(namespace, name)] = "jobset"
+            self._selectors[(namespace, name)] = selector
+        try:
+            jobset: Mapping[str, Any] | None = self._store.get(JOBSETS, name, namespace=namespace)
+        except ApiError:
+            jobset = None
+        state = JobState()
+        params = self._params
+        target: float | None = None
+        members: list[Mapping[str, Any]] = []
+        job_uid = ""
+        if jobset is not None:
+            source = self._model_source(jobset)
+            job_uid = str((source.get("metadata") or {}).get("uid", ""))
+            target = self._target(source, namespace, name)
+            gang = jobset_gang.gang(jobset, pods)
+            members = [p for p in pods if _name(p) in gang.roles]
+            if members:
+                params = self._params_for(source)
+                running = [p for p in members if _container_running(p)]
+                denied = self._denied(members, flows_for(gang.roles, port=gang.port))
+                participants = [p for p in running
+                                if gang.roles[_name(p)] != jobset_gang.LAUNCHER_ROLE]
+                names = tuple(sorted(_name(p) for p in participants))
+                if denied:
+                    state = JobState(JobPhase.BLOCKED, None, names, tuple(denied))
+                elif gang.expected and len(running) >= gang.expected:
+                    zones = [self._dataplane.zone_of(p) for p in participants]
+                    timing = step_timing(params, ranks=len(participants),
+                                         link=self._dataplane.zones.slowest(zones))
+                    state = JobState(JobPhase.TRAINING, timing, names, ())
+                else:
+                    state = JobState(JobPhase.WAITING, None, names, ())
+        self._account(namespace, name, members, state, params)
+        self._track_progress(namespace, name, state, target, job_uid)
+        self._schedule_attempts(namespace, members, state)
+
+    def _target(self, source: Mapping[str, Any], namespace: str, name: str) -> float | None:
+        raw = ((source.get("metadata") or {}).get("annotations") or {}).get(STEPS_ANNOTATION)
+        try:
+            return float(raw) if raw is not None else None
+        except ValueError:
+            log.warning("job %s/%s: bad %s %r", namespace, name, STEPS_ANNOTATION, raw)
+            return None
 
     def _denied(
         self, pods: Sequence[Mapping[str, Any]], flows: Sequence[Flow]
@@ -644,7 +739,8 @@ class TrainingRuntime(Controller):
             progress.rate = 0.0
             progress.since = now
             progress.done = True
-        selector = f"{LABEL_JOB_NAME}={job_name}"
+        with self._lock:
+            selector = self._selectors.get((namespace, job_name), f"{LABEL_JOB_NAME}={job_name}")
         for pod in self._store.list(PODS, namespace=namespace, label_selector=selector)[0]:
             self._kubelet.complete(namespace, _name(pod))
         return None

@@ -6,9 +6,12 @@ generation bumped when the spec changes, resourceVersion), defaults for namespac
 AlreadyExists (checked after admission, as the storage layer does) / Conflict on a stale
 resourceVersion or uid precondition (DeleteOptions.preconditions worded as the registry words them),
 status kept apart from the main resource when the kind has a status subresource, no new finalizers
-on a terminating object, admission hooks, dry runs (everything checked, nothing stored), and a
-no-op write storing nothing.
-Server-side apply creates what does not exist yet.
+on a terminating object, mutating then validating admission hooks, dry runs (everything checked,
+nothing stored), and a no-op write storing nothing. Server-side apply creates what does not exist
+yet. A custom resource whose CRD the store holds is decoded as the API server decodes it from the
+CRD's structural schema (crd_schema.py): undeclared fields pruned (`fieldValidation=Strict`: 400
+naming them; `Warn`, the default: a warning each), defaults filled in, the `self == oldSelf` rules
+enforced (422 Invalid), map lists merged by key in an apply patch.
 
 Used by the store facade (store.py) under the store's lock. It does not delete (deletion.py) or
 serve watches (watch.py).
@@ -24,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from agent.twin import crd_schema, crds
 from agent.twin import patch as patching
 from agent.twin.apierror import (
     ApiError,
@@ -43,6 +47,10 @@ from agent.twin.watch import EventType
 
 Obj = dict[str, Any]
 Hook = Callable[[Obj | None, Obj], None]
+# A mutating admission hook: (old or None, new) -> None, changing `new` in place.
+Mutator = Callable[[Obj | None, Obj], None]
+STRICT = "Strict"
+IGNORE = "Ignore"
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -102,15 +110,66 @@ class Writes:
         self._deletion = deletion
         self._clock = clock
         self._admission: dict[tuple[str, str, str], list[Hook]] = {}
+        self._mutation: dict[tuple[str, str, str], list[Mutator]] = {}
 
     # ------------------------------------------------------------------ admission
 
     def add_admission(self, rt: ResourceType, hook: Hook) -> None:
         self._admission.setdefault(rt.key, []).append(hook)
 
+    def add_mutation(self, rt: ResourceType, hook: Mutator) -> None:
+        self._mutation.setdefault(rt.key, []).append(hook)
+
     def _admit(self, rt: ResourceType, old: Obj | None, new: Obj) -> None:
         for hook in self._admission.get(rt.key, ()):
             hook(old, new)
+
+    def _mutate(self, rt: ResourceType, old: Obj | None, new: Obj) -> None:
+        for hook in self._mutation.get(rt.key, ()):
+            hook(old, new)
+
+    # ------------------------------------------------------------------ custom resources
+
+    def schema(self, rt: ResourceType) -> crd_schema.Schema | None:
+        """The structural schema of a custom resource's version, from its stored CRD."""
+        if rt.builtin:
+            return None
+        crd = self._table.find(crds.CRDS, "", crds.crd_name(rt))
+        return crds.version_schema(crd, rt.version) if crd is not None else None
+
+    def _decode(
+        self,
+        rt: ResourceType,
+        body: Obj,
+        *,
+        field_validation: str | None,
+        warnings: list[str] | None,
+    ) -> Obj:
+        """Prune undeclared fields and fill in defaults, as the server decodes a custom resource."""
+        schema = self.schema(rt)
+        if schema is None:
+            return body
+        pruned, dropped = crd_schema.prune(body, schema)
+        if dropped and field_validation == STRICT:
+            unknown = ", ".join(f'unknown field "{path}"' for path in dropped)
+            raise bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                f"strict decoding error: {unknown}"
+            )
+        if dropped and field_validation != IGNORE and warnings is not None:
+            warnings.extend(f'unknown field "{path}"' for path in dropped)
+        return crd_schema.apply_defaults(pruned, schema)
+
+    def _check_transitions(self, rt: ResourceType, current: Obj, new: Obj) -> None:
+        """422 when an update breaks a `self == oldSelf` rule of the CRD's schema."""
+        schema = self.schema(rt)
+        if schema is None:
+            return
+        errors = crd_schema.transition_errors(current, new, schema)
+        if errors:
+            first = errors[0]
+            raise invalid(rt, current["metadata"]["name"], first.path,
+                          f'Invalid value: "{first.type}": {first.message}')  # fmt: skip
 
     # ------------------------------------------------------------------ create
 
@@ -122,9 +181,12 @@ class Writes:
         namespace: str | None,
         dry_run: bool,
         keep_status: bool,
+        field_validation: str | None = None,
+        warnings: list[str] | None = None,
     ) -> Obj:
         body = body_of(obj)
         check_kind(rt, body)
+        body = self._decode(rt, body, field_validation=field_validation, warnings=warnings)
         meta = body["metadata"]
         if not keep_status and "status" in rt.subresources and rt.key != ("", "v1", "nodes"):
             body.pop("status", None)
@@ -156,6 +218,7 @@ class Writes:
         meta["creationTimestamp"] = timestamp(self._clock())
         meta["generation"] = 1
         _defaults(rt, body)
+        self._mutate(rt, None, body)
         self._admit(rt, None, body)
         # the name is checked against the store after admission, as the server's storage layer
         # does: a dry run of an object whose name is taken runs every admission check first
@@ -195,9 +258,12 @@ class Writes:
         namespace: str | None,
         subresource: str | None,
         dry_run: bool,
+        field_validation: str | None = None,
+        warnings: list[str] | None = None,
     ) -> Obj:
         body = body_of(obj)
         check_kind(rt, body)
+        body = self._decode(rt, body, field_validation=field_validation, warnings=warnings)
         meta = body["metadata"]
         name = meta.get("name") or ""
         ns = namespace_for(rt, meta, namespace)
@@ -223,6 +289,8 @@ class Writes:
         patch_type: PatchType,
         subresource: str | None,
         dry_run: bool,
+        field_validation: str | None = None,
+        warnings: list[str] | None = None,
     ) -> Obj:
         if patch_type is PatchType.STRATEGIC and not rt.builtin:
             raise unsupported_media_type(
@@ -246,10 +314,12 @@ class Writes:
                     namespace=namespace,
                     dry_run=dry_run,
                     keep_status=False,
+                    field_validation=field_validation,
+                    warnings=warnings,
                 )
         current = self._table.must(rt, name, namespace)
         try:
-            patched = patching.apply(current, body, patch_type)
+            patched = patching.apply(current, body, patch_type, schema=self.schema(rt))
         except patching.PatchError as exc:
             if exc.code == 422:
                 raise ApiError(422, "Invalid", str(exc), details=details(rt, name)) from exc
@@ -269,6 +339,7 @@ class Writes:
             )
         check_kind(rt, patched)
         check_preconditions(rt, current, rv=pmeta.get("resourceVersion"), uid=pmeta.get("uid"))
+        patched = self._decode(rt, patched, field_validation=field_validation, warnings=warnings)
         return self._replace(rt, current, patched, subresource=subresource, dry_run=dry_run)
 
     def _replace(
@@ -323,11 +394,16 @@ class Writes:
                 )
         if not meta.get("finalizers"):
             meta.pop("finalizers", None)
+        main = subresource != "status"  # admission hooks are registered for the main resource
+        if main:
+            self._mutate(rt, current, new)
         if new == current:
             return copy(current)  # a no-op write stores nothing and notifies nobody
+        self._check_transitions(rt, current, new)
         if _spec_changed(current, new):
             meta["generation"] = int(cmeta.get("generation", 1)) + 1
-        self._admit(rt, current, new)
+        if main:
+            self._admit(rt, current, new)
         if dry_run:
             return copy(new)
         table = self._table

@@ -159,3 +159,24 @@ def test_unknown_path_is_404() -> None:
         urllib.request.urlopen(cluster.metrics.url + "/nope", timeout=10)
     assert err.value.code == 404
     err.value.close()
+
+
+def test_jobset_pods_are_created_by_their_batch_job_and_carry_the_jobset_labels() -> None:
+    with running(fast("trainjob")) as cluster:
+        wait(cluster, lambda: cluster.runtime.job_state("ml", "llm-pretrain").phase == "training",
+             timeout=20)
+        samples = scrape(cluster.metrics.url)
+        info = {s.labels["pod"]: s.labels for s in samples["kube_pod_info"]}
+        nodes = [p for p in info if p.startswith("llm-pretrain-node-0-")]
+        assert len(nodes) == 4
+        assert {(info[p]["created_by_kind"], info[p]["created_by_name"]) for p in nodes} == {
+            ("Job", "llm-pretrain-node-0")}
+        labels = {s.labels["pod"]: s.labels for s in samples["kube_pod_labels"]}
+        for pod in nodes:
+            assert labels[pod]["label_jobset_sigs_k8s_io_jobset_name"] == "llm-pretrain"
+            assert labels[pod]["label_jobset_sigs_k8s_io_replicatedjob_name"] == "node"
+            assert labels[pod]["label_batch_kubernetes_io_job_completion_index"] in "0123"
+        held = [s for s in samples["DCGM_FI_DEV_GPU_UTIL"] if s.labels["pod"] in nodes]
+        assert len(held) == 16  # 4 nodes x 4 GPUs
+        assert all(35 <= s.value <= 45 for s in held)  # split across the two GPU zones
+        assert {s.labels["container"] for s in held} == {"node"}

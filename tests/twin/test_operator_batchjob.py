@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.twin.apierror import ApiError
+from agent.twin.operator_batchjob import compress_indexes
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from tests.twin.twin_fixtures import fast, pods, running, wait
@@ -104,3 +105,36 @@ def test_suspended_job_deletes_pods_and_accepts_scheduling_edits() -> None:
         wait(cluster, lambda: len(pods(cluster, selector="job-name=pausable")) == 1)
         (pod,) = pods(cluster, selector="job-name=pausable")
         assert pod["spec"]["nodeSelector"] == {"topology.kubernetes.io/zone": "us-east-1a"}
+
+
+def test_indexed_job_pods_carry_their_completion_index() -> None:
+    with running(fast("seed-degraded")) as cluster:
+        job = batch_job("indexed", completions=3, parallelism=2, run_seconds="0.2")
+        job["spec"]["completionMode"] = "Indexed"
+        cluster.store.create(JOBS, job)
+        wait(cluster, lambda: len(pods(cluster, selector="job-name=indexed")) == 2)
+        first = pods(cluster, selector="job-name=indexed")
+        assert sorted(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+                      for p in first) == ["0", "1"]  # the lowest indexes first, up to parallelism
+        for pod in first:
+            index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+            assert pod["metadata"]["name"].startswith(f"indexed-{index}-")
+            assert pod["spec"]["hostname"] == f"indexed-{index}"
+            (env,) = pod["spec"]["containers"][0]["env"]
+            assert env == {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                "apiVersion": "v1",
+                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
+        wait(cluster, lambda: (cluster.store.get(JOBS, "indexed", namespace="ml").get("status")
+                               or {}).get("completedIndexes") == "0-2")
+        status = cluster.store.get(JOBS, "indexed", namespace="ml")["status"]
+        assert status["succeeded"] == 3 and status["active"] == 0
+        assert any(c["type"] == "Complete" and c["status"] == "True" for c in status["conditions"])
+        indexes = sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+                         for p in pods(cluster, selector="job-name=indexed"))
+        assert indexes == ["0", "1", "2"]  # one succeeded pod per index, none run twice
+
+
+@pytest.mark.parametrize(("indexes", "text"), [
+    (set(), ""), ({0}, "0"), ({0, 1, 2}, "0-2"), ({0, 2, 3, 5}, "0,2-3,5")])
+def test_completed_indexes_are_compressed(indexes: set[int], text: str) -> None:
+    assert compress_indexes(indexes) == text

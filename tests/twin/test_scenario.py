@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.twin.crds import TrainerRelease
 from agent.twin.scenario import ScenarioError, load_scenario, parse_scenario, scenario_names
 
 ZONE = "topology.kubernetes.io/zone"
@@ -58,6 +59,31 @@ def test_lab_shape() -> None:
     }  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("name", "release", "kinds", "gpu_zones"),
+    [
+        ("trainjob", TrainerRelease.V2_3, ["ClusterTrainingRuntime", "TrainJob"],
+         {"us-east-1a", "us-east-1b"}),
+        ("trainjob-mpi", TrainerRelease.V2_2,
+         ["CiliumNetworkPolicy", "CiliumNetworkPolicy", "ClusterTrainingRuntime", "TrainJob"],
+         {"us-east-1a"}),
+        ("jobset", TrainerRelease.V2_3, ["JobSet"], {"us-east-1a", "us-east-1b"}),
+    ],
+)
+def test_training_stack_scenarios(
+    name: str, release: TrainerRelease, kinds: list[str], gpu_zones: set[str]
+) -> None:
+    scenario = load_scenario(name)
+    assert scenario.trainer_release is release
+    assert sorted(o["kind"] for o in scenario.objects) == kinds
+    gpu = [n for n in scenario.nodes if "nvidia.com/gpu" in n["status"]["allocatable"]]
+    assert {n["metadata"]["labels"][ZONE] for n in gpu} == gpu_zones
+
+
+def test_the_trainer_release_defaults_to_the_latest() -> None:
+    assert load_scenario("seed-degraded").trainer_release is TrainerRelease.V2_3
+
+
 def test_generator_parameters() -> None:
     scenario = load_scenario("generated:nodes=12,zones=4,jobs=3,workers=2,policies=1,seed=5")
     assert len(scenario.nodes) == 12
@@ -97,6 +123,8 @@ def test_model_parameters_from_yaml(tmp_path: Path) -> None:
         ({"nodes": [{"name": "n", "zone": "z", "gpu": 1}]}, "nodes[0].gpu: unknown key"),
         ({"objects": [{"kind": "Pod"}]}, "objects[0]: needs apiVersion, kind and metadata.name"),
         ({"zones": ["a"]}, "zones: unknown key"),
+        ({"trainer_release": "v2.0"}, "trainer_release: unknown Kubeflow Trainer release 'v2.0' "
+         "(known: v2.1, v2.2, v2.3)"),
         ({"groups": {"name": "g"}}, "groups: expected a list of groups"),
         ({"groups": [{"name": "g", "namespace": "n", "selector": {"a": "b"}, "workers": {"r": "w"}}]},
          "groups[0].coordinator: expected a non-empty mapping of labels"),
