@@ -15,6 +15,30 @@ class UnknownResourceError(LookupError):
 
 
 @dataclass(frozen=True)
+class PrinterColumn:
+    """One `additionalPrinterColumns` entry of a custom resource's CRD: the header, the cell's
+    type (string, integer, number, boolean, date), its JSONPath into the object, and priority 1
+    for a column only `kubectl get -o wide` shows."""
+
+    name: str
+    type: str
+    json_path: str
+    description: str = ""
+    priority: int = 0
+
+    def as_crd(self) -> dict[str, object]:
+        out: dict[str, object] = {"name": self.name, "type": self.type, "jsonPath": self.json_path}
+        if self.description:
+            out["description"] = self.description
+        if self.priority:
+            out["priority"] = self.priority
+        return out
+
+
+AGE_COLUMN = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
+
+
+@dataclass(frozen=True)
 class ResourceType:
     """One kind served by the twin. `builtin` kinds accept strategic merge patch; custom ones 415."""
 
@@ -30,8 +54,8 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     # Fields a fieldSelector may name besides metadata.name / metadata.namespace.
     field_labels: tuple[str, ...] = ()
-    # (header, JSON path as dotted keys) columns `kubectl get` shows after NAME.
-    printer_columns: tuple[tuple[str, str], ...] = field(default=())
+    # A custom resource's CRD printer columns (empty: the server's default NAME, AGE).
+    printer_columns: tuple[PrinterColumn, ...] = field(default=())
     verbs: tuple[str, ...] = (
         "create",
         "delete",
@@ -86,7 +110,7 @@ _EVENT_FIELDS = (
     "source",
     "type",
 )
-_TRAINING_COLUMNS = (("STATE", "status.conditions[-1].type"),)
+_TRAINING_COLUMNS = (PrinterColumn("State", "string", ".status.conditions[-1:].type"), AGE_COLUMN)
 
 
 def _training_job(kind: str, plural: str, version: str = "v1") -> ResourceType:
@@ -106,6 +130,11 @@ def _training_job(kind: str, plural: str, version: str = "v1") -> ResourceType:
 
 _READ_ONLY_CREATE = ("create",)
 
+# API groups a cluster serves only once their CRDs are installed: a scenario that runs Kueue
+# installs them (`Store.install_group`); elsewhere discovery omits them and their paths are 404.
+KUEUE_GROUP = "kueue.x-k8s.io"
+OPTIONAL_GROUPS = frozenset({KUEUE_GROUP})
+
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
         "",
@@ -116,7 +145,6 @@ RESOURCES: tuple[ResourceType, ...] = (
         "namespace",
         ("ns",),
         ("status",),
-        printer_columns=(("STATUS", "status.phase"),),
     ),
     ResourceType("", "v1", "nodes", "Node", False, "node", ("no",), ("status",)),
     ResourceType(
@@ -221,6 +249,54 @@ RESOURCES: tuple[ResourceType, ...] = (
         builtin=False,
         categories=("cilium", "ciliumpolicy"),
     ),
+    # Kueue v0.14's kinds (kueue.x-k8s.io/v1beta1; served once installed, see OPTIONAL_GROUPS).
+    ResourceType(
+        KUEUE_GROUP, "v1beta1", "workloads", "Workload", True, "workload", ("wl",), ("status",),
+        builtin=False,
+        printer_columns=(
+            PrinterColumn("Queue", "string", ".spec.queueName",
+                          "Name of the queue this workload was submitted to"),
+            PrinterColumn("Reserved in", "string", ".status.admission.clusterQueue",
+                          "Name of the ClusterQueue where the workload is reserving quota"),
+            PrinterColumn("Admitted", "string",
+                          ".status.conditions[?(@.type=='Admitted')].status", "Admission status"),
+            PrinterColumn("Finished", "string",
+                          ".status.conditions[?(@.type=='Finished')].status", "Workload finished"),
+            PrinterColumn("Age", "date", ".metadata.creationTimestamp",
+                          "Time this workload was created"),
+        ),
+    ),
+    ResourceType(
+        KUEUE_GROUP, "v1beta1", "clusterqueues", "ClusterQueue", False, "clusterqueue", ("cq",),
+        ("status",), builtin=False,
+        printer_columns=(
+            PrinterColumn("Cohort", "string", ".spec.cohort",
+                          "Cohort that this ClusterQueue belongs to"),
+            PrinterColumn("Strategy", "string", ".spec.queueingStrategy",
+                          "The queueing strategy used to prioritize workloads", priority=1),
+            PrinterColumn("Pending Workloads", "integer", ".status.pendingWorkloads",
+                          "Number of pending workloads"),
+            PrinterColumn("Admitted Workloads", "integer", ".status.admittedWorkloads",
+                          "Number of admitted workloads that haven't finished yet", priority=1),
+        ),
+    ),
+    ResourceType(
+        KUEUE_GROUP, "v1beta1", "localqueues", "LocalQueue", True, "localqueue",
+        ("queue", "queues", "lq"), ("status",), builtin=False,
+        printer_columns=(
+            PrinterColumn("ClusterQueue", "string", ".spec.clusterQueue", "Backing ClusterQueue"),
+            PrinterColumn("Pending Workloads", "integer", ".status.pendingWorkloads",
+                          "Number of pending workloads"),
+            PrinterColumn("Admitted Workloads", "integer", ".status.admittedWorkloads",
+                          "Number of admitted workloads that haven't finished yet."),
+        ),
+    ),
+    ResourceType(
+        KUEUE_GROUP, "v1beta1", "resourceflavors", "ResourceFlavor", False, "resourceflavor",
+        ("flavor", "flavors", "rf"), builtin=False,
+    ),
+    ResourceType(KUEUE_GROUP, "v1beta1", "topologies", "Topology", False, "topology",
+                 builtin=False),
     _training_job("PyTorchJob", "pytorchjobs"),
     _training_job("TFJob", "tfjobs"),
     _training_job("MPIJob", "mpijobs"),

@@ -31,9 +31,9 @@ from agent.twin.apierror import ApiError, bad_request, expired
 from agent.twin.deletion import NAMESPACES_KEY, Deletion, Propagation
 from agent.twin.objects import ObjectTable
 from agent.twin.patch import PatchType
-from agent.twin.resources import ResourceType, lookup
+from agent.twin.resources import OPTIONAL_GROUPS, ResourceType, lookup
 from agent.twin.watch import Matcher, WatchEvent, WatchStream
-from agent.twin.writes import Hook, Writes, check_delete_preconditions, copy
+from agent.twin.writes import Hook, Mutator, Writes, check_delete_preconditions, copy
 
 Obj = dict[str, Any]
 
@@ -59,9 +59,24 @@ class Store:
         self._hub = self._table.hub
         self._deletion = Deletion(self._table, self._lock, clock=clock)
         self._writes = Writes(self._table, self._deletion, clock=clock)
+        self._installed: set[str] = set()  # optional API groups whose CRDs are installed
         ns = lookup("namespaces")
         for name in INITIAL_NAMESPACES:
             self.create(ns, {"metadata": {"name": name}})
+
+    # ------------------------------------------------------------------ served groups
+
+    def install_group(self, group: str) -> None:
+        """Serve an optional API group (its CRDs installed), e.g. Kueue's."""
+        if group not in OPTIONAL_GROUPS:
+            raise ValueError(f"{group!r} is not an optional API group")
+        with self._lock:
+            self._installed.add(group)
+
+    def serves(self, rt: ResourceType) -> bool:
+        """Whether the API serves this kind: every kind but those of an optional group that is not
+        installed. In-process callers are not checked; discovery and the HTTP routes are."""
+        return rt.group not in OPTIONAL_GROUPS or rt.group in self._installed
 
     # ------------------------------------------------------------------ reading
 
@@ -159,6 +174,12 @@ class Store:
         is stored; it must not mutate either object and refuses a write by raising ApiError."""
         with self._lock:
             self._writes.add_admission(rt, hook)
+
+    def add_mutation(self, rt: ResourceType, hook: Mutator) -> None:
+        """Register a mutating admission hook called with (old or None, new) before validation;
+        it may change `new` in place (a defaulting webhook) or refuse by raising ApiError."""
+        with self._lock:
+            self._writes.add_mutation(rt, hook)
 
     def create(
         self,

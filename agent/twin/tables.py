@@ -9,19 +9,23 @@ priority-1 columns unless asked. The cells follow the upstream printers: pods RE
 RESTARTS, nodes STATUS ROLES VERSION, deployments READY UP-TO-DATE AVAILABLE, jobs STATUS
 COMPLETIONS DURATION, events LAST SEEN TYPE REASON OBJECT MESSAGE, and so on. A built-in kind
 without a printer upstream (roles, cluster roles) gets the default table (NAME, CREATED AT); a
-custom resource gets its printer columns and AGE. Ages and durations are Kubernetes'
+custom resource gets the columns its CRD declares (JSONPath, as the API server's table
+convertor evaluates them), or NAME and AGE when it declares none. Ages and durations are Kubernetes'
 HumanDuration. Pure: objects and the wall-clock time in, a dict out.
 """
 
 from __future__ import annotations
 
 import calendar
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.twin.resources import ResourceType
+from agent.twin import jsonpath
+from agent.twin.jsonpath import JsonPath
+from agent.twin.resources import AGE_COLUMN, PrinterColumn, ResourceType
 
 Obj = Mapping[str, Any]
 NODE_ROLE_PREFIX = "node-role.kubernetes.io/"
@@ -138,6 +142,9 @@ def _pod_cells(pod: Obj, now: float) -> list[Any]:
     total = len(_list(spec.get("containers")))
     phase = str(status.get("phase") or "")
     reason = str(status.get("reason") or phase)
+    for condition in _list(status.get("conditions")):
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "SchedulingGated":
+            reason = "SchedulingGated"
     ready = restarts = 0
     last_restart: float | None = None
     running = False
@@ -450,29 +457,40 @@ DEFAULT = Printer((NAME, Column("Created At", "date", description="The creation 
                   _default_cells)
 
 
+def _column_cell(column: PrinterColumn, path: JsonPath, obj: Obj, now: float) -> Any:
+    """A CRD printer column's cell as the API server's table convertor computes it: null when
+    the path finds nothing; a string column prints the first result; a date column is the
+    HumanDuration since the timestamp; integer, number and boolean columns keep the JSON value."""
+    found = path.find(obj)
+    if not found:
+        return None
+    value = found[0]
+    if column.type == "string":
+        return jsonpath.text(value)
+    if column.type == "date":
+        return _since(value, now) if isinstance(value, str) else None
+    if column.type == "integer":
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        return int(value) if numeric else None
+    if column.type == "number":
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if column.type == "boolean":
+        return value if isinstance(value, bool) else None
+    return value
+
+
+@functools.cache
 def _custom_printer(rt: ResourceType) -> Printer:
-    """A custom resource: its printer columns (JSON paths into the object), then AGE."""
+    """A custom resource: NAME, then its CRD's printer columns (or AGE when it declares none)."""
+    declared = rt.printer_columns or (AGE_COLUMN,)
+    paths = [jsonpath.compile_path(c.json_path) for c in declared]
 
     def cells(obj: Obj, now: float) -> list[Any]:
-        values = [_path(obj, path) for _, path in rt.printer_columns]
-        return [_name(obj), *("" if v is None else v for v in values), _age(obj, now)]
+        return [_name(obj), *(_column_cell(c, p, obj, now)
+                              for c, p in zip(declared, paths, strict=True))]
 
-    columns = [Column(header.title()) for header, _ in rt.printer_columns]
-    return Printer((NAME, *columns, AGE), cells)
-
-
-def _path(obj: Obj, path: str) -> Any:
-    node: Any = obj
-    for raw_step in path.split("."):
-        index = None
-        step = raw_step
-        if raw_step.endswith("]") and "[" in raw_step:
-            step, _, raw = raw_step[:-1].partition("[")
-            index = int(raw)
-        node = node.get(step) if isinstance(node, Mapping) else None
-        if index is not None:
-            node = node[index] if isinstance(node, list) and node else None
-    return node
+    columns = [Column(c.name, c.type, c.priority, c.description) for c in declared]
+    return Printer((NAME, *columns), cells)
 
 
 def printer_for(rt: ResourceType) -> Printer:

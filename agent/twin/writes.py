@@ -6,8 +6,9 @@ generation bumped when the spec changes, resourceVersion), defaults for namespac
 AlreadyExists (checked after admission, as the storage layer does) / Conflict on a stale
 resourceVersion or uid precondition (DeleteOptions.preconditions worded as the registry words them),
 status kept apart from the main resource when the kind has a status subresource, no new finalizers
-on a terminating object, admission hooks, dry runs (everything checked, nothing stored), and a
-no-op write storing nothing.
+on a terminating object, mutating then validating admission hooks (registered for the main
+resource, not its status), a gated pod marked `PodScheduled=False, SchedulingGated`, dry runs
+(everything checked, nothing stored), and a no-op write storing nothing.
 Server-side apply creates what does not exist yet.
 
 Used by the store facade (store.py) under the store's lock. It does not delete (deletion.py) or
@@ -43,6 +44,8 @@ from agent.twin.watch import EventType
 
 Obj = dict[str, Any]
 Hook = Callable[[Obj | None, Obj], None]
+# A mutating admission hook: (old or None, new) -> None, changing `new` in place.
+Mutator = Callable[[Obj | None, Obj], None]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -102,14 +105,22 @@ class Writes:
         self._deletion = deletion
         self._clock = clock
         self._admission: dict[tuple[str, str, str], list[Hook]] = {}
+        self._mutation: dict[tuple[str, str, str], list[Mutator]] = {}
 
     # ------------------------------------------------------------------ admission
 
     def add_admission(self, rt: ResourceType, hook: Hook) -> None:
         self._admission.setdefault(rt.key, []).append(hook)
 
+    def add_mutation(self, rt: ResourceType, hook: Mutator) -> None:
+        self._mutation.setdefault(rt.key, []).append(hook)
+
     def _admit(self, rt: ResourceType, old: Obj | None, new: Obj) -> None:
         for hook in self._admission.get(rt.key, ()):
+            hook(old, new)
+
+    def _mutate(self, rt: ResourceType, old: Obj | None, new: Obj) -> None:
+        for hook in self._mutation.get(rt.key, ()):
             hook(old, new)
 
     # ------------------------------------------------------------------ create
@@ -156,6 +167,7 @@ class Writes:
         meta["creationTimestamp"] = timestamp(self._clock())
         meta["generation"] = 1
         _defaults(rt, body)
+        self._mutate(rt, None, body)
         self._admit(rt, None, body)
         # the name is checked against the store after admission, as the server's storage layer
         # does: a dry run of an object whose name is taken runs every admission check first
@@ -323,11 +335,15 @@ class Writes:
                 )
         if not meta.get("finalizers"):
             meta.pop("finalizers", None)
+        main = subresource != "status"  # admission hooks are registered for the main resource
+        if main:
+            self._mutate(rt, current, new)
         if new == current:
             return copy(current)  # a no-op write stores nothing and notifies nobody
         if _spec_changed(current, new):
             meta["generation"] = int(cmeta.get("generation", 1)) + 1
-        self._admit(rt, current, new)
+        if main:
+            self._admit(rt, current, new)
         if dry_run:
             return copy(new)
         table = self._table
@@ -474,4 +490,11 @@ def _defaults(rt: ResourceType, body: Obj) -> None:
         spec.setdefault("schedulerName", "default-scheduler")
         status = body.get("status") or {}
         status.setdefault("phase", "Pending")
+        if spec.get("schedulingGates"):
+            # The pod strategy marks a gated pod at creation; kube-scheduler leaves it alone.
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                               "message": "Scheduling is blocked due to non-empty scheduling gates",
+                               "lastProbeTime": None, "lastTransitionTime": None})  # fmt: skip
+            status["conditions"] = conditions
         body["status"] = status
