@@ -2,7 +2,8 @@
 
 Built by `zonemedic twin up`, the end-to-end tests, the benchmarks and the demo. `TwinCluster`
 wires the API server's `Store` to the scheduler, kubelet, training operator, batch Job and
-Deployment controllers, the dataplane, the training runtime and the metrics endpoint, then seeds
+Deployment controllers, Kueue (when the scenario runs it), the dataplane, the training runtime and
+the metrics endpoint, then seeds
 the scenario's nodes, namespaces and objects through the store (so every controller sees them as
 watch events, like a real cluster's). `--speed` scales every model duration. It does not serve the
 Kubernetes HTTP API itself: `cluster.serve_api()` starts the API helper's `ApiServer` on the same
@@ -25,6 +26,7 @@ from agent.twin.dataplane_policy import compile_policies
 from agent.twin.exporter import MetricsServer, TwinCollector
 from agent.twin.gc import DanglingCollector
 from agent.twin.kubelet import Kubelet
+from agent.twin.kueue import Kueue
 from agent.twin.operator_batchjob import JobController, template_admission
 from agent.twin.operator_deployment import DeploymentController
 from agent.twin.operator_training import TrainingOperator
@@ -66,6 +68,11 @@ class TwinCluster:
         self.job_controller = JobController(self.store, clock=self.clock)
         self.deployment_controller = DeploymentController(self.store, clock=self.clock)
         self.garbage_collector = DanglingCollector(self.store, clock=self.clock)
+        self.kueue = (
+            Kueue(self.store, clock=self.clock, frameworks=scenario.kueue.frameworks)
+            if scenario.kueue is not None
+            else None
+        )
         self.dataplane = Dataplane(self.store, zones=model.zones, compiler=compiler)
         self.runtime = TrainingRuntime(
             self.store,
@@ -95,6 +102,7 @@ class TwinCluster:
             self.deployment_controller,
             self.garbage_collector,
             self.runtime,
+            *([self.kueue] if self.kueue is not None else []),
         ]
         self._started = False
 
@@ -154,6 +162,9 @@ class TwinCluster:
             rt = by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
         except UnknownResourceError as exc:
             raise ScenarioError(f"{where}: {exc}") from exc
+        if not self.store.serves(rt):
+            raise ScenarioError(f"{where}: {rt.group} objects need Kueue: add `kueue: true` to "
+                                "the scenario")
         try:
             return self.store.create(rt, obj)
         except ApiError as exc:
