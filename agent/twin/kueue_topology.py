@@ -51,7 +51,7 @@ class Request:
     name: str
     count: int
     per_pod: Units
-    level: str | None  # the required/preferred level; None: the lowest level
+    level: str | None = None  # the required/preferred level; None: the lowest level
     required: bool = False
     unconstrained: bool = False
     tolerations: tuple[Mapping[str, Any], ...] = ()
