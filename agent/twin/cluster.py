@@ -112,7 +112,11 @@ class TwinCluster:
         for controller in self._controllers:
             controller.start()
         self._started = True
-        self.seed()
+        try:
+            self.seed()
+        except BaseException:
+            self.stop()  # a scenario that cannot be seeded leaves nothing running
+            raise
         self.metrics.start()
         return self
 

@@ -7,8 +7,9 @@ in order, what Kueue's controllers do:
   job (built when the job has no active pod; a Workload that no longer matches a running job is
   deleted and the job stopped, a suspended job's unreserved one is rewritten); a finished job
   finishes its Workload (`Finished`, reason Succeeded/Failed); an admitted Workload starts its
-  job (admission merged into the pod templates, then unsuspended) - also a job someone else
-  suspended while it is admitted; an evicted Workload stops it (suspended, templates restored to
+  job (admission merged into the pod templates, then unsuspended; retried while the API refuses,
+  e.g. Kueue's own webhook when the merge leaves two topology annotations) - also a job someone
+  else suspended while it is admitted; an evicted Workload stops it (suspended, templates restored to
   the Workload's) and, once no pod is active, loses its admission (`QuotaReserved=False`,
   reason Pending; `Requeued=False` unless preempted); a running job whose Workload is not
   admitted is stopped; a Workload being deleted stops the job and drops its finalizer;
@@ -99,6 +100,7 @@ PODS = lookup("pods")
 NODES = lookup("nodes")
 NAMESPACES = lookup("namespaces")
 RETRY_SECONDS = 0.05  # model seconds before a reconcile that deleted stale Workloads runs again
+START_RETRY_SECONDS = 1.0  # model seconds before unsuspending a job the API refused is retried
 _TAS_ANNOTATIONS = (REQUIRED_TOPOLOGY, PREFERRED_TOPOLOGY, UNCONSTRAINED_TOPOLOGY)
 
 
@@ -293,8 +295,8 @@ class Kueue(Controller):
             return None
         if is_suspended(kind, job):
             if _admitted(wl):
-                self._start(kind, job, wl)
-            elif (wl.get("spec") or {}).get("queueName") != queue_name(job):
+                return None if self._start(kind, job, wl) else START_RETRY_SECONDS
+            if (wl.get("spec") or {}).get("queueName") != queue_name(job):
                 self._patch(WORKLOADS, wl, {"spec": {"queueName": queue_name(job)}})
             return None
         if not _admitted(wl):
@@ -374,19 +376,27 @@ class Kueue(Controller):
             return updated, False
         return match, False
 
-    def _start(self, kind: QueuedKind, job: Mapping[str, Any], wl: Mapping[str, Any]) -> None:
+    def _start(self, kind: QueuedKind, job: Mapping[str, Any], wl: Mapping[str, Any]) -> bool:
+        """Unsuspend the job with its admission; False when the API refused (run again later)."""
         infos = info_from_admission(wl, self._flavors())
         try:
             body = start_patch(kind, job, infos)
-        except PodSetInfoConflictError as exc:
+        except PodSetInfoConflictError as exc:  # permanent: the Workload fails to start
             conditions, _ = self._set(wl, _conditions(wl), FINISHED, status=True,
                                       reason=FAILED_TO_START, message=str(exc))  # fmt: skip
             self._write_workload_status(wl, conditions)
-            return
-        if self._patch(kind.resource, job, body) is not None:
-            cluster_queue = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
-            self._events[kind.framework].record(
-                job, reason="Started", message=f"Admitted by clusterQueue {cluster_queue}")
+            return True
+        try:
+            self._store.patch(kind.resource, str(_meta(job).get("name")), body,
+                              namespace=str(_meta(job).get("namespace")),
+                              patch_type=PatchType.MERGE)  # fmt: skip
+        except ApiError as exc:
+            log.warning("kueue: unsuspending %s failed: %s", _key(job), exc.message)
+            return False
+        cluster_queue = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        self._events[kind.framework].record(
+            job, reason="Started", message=f"Admitted by clusterQueue {cluster_queue}")
+        return True
 
     def _stop(
         self, kind: QueuedKind, job: Mapping[str, Any], wl: Mapping[str, Any] | None, message: str

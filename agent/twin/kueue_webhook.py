@@ -91,7 +91,9 @@ def suspend_on_create(kind: QueuedKind) -> Callable[[Obj | None, Obj], None]:
         if not is_suspended(kind, new):
             node = new
             for step in kind.suspend_path[:-1]:
-                node = node.setdefault(step, {}) or {}
+                if not isinstance(node.get(step), dict):
+                    node[step] = {}
+                node = node[step]
             node[kind.suspend_path[-1]] = True
 
     return mutate

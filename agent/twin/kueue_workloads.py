@@ -228,10 +228,17 @@ def _merge_map(current: Mapping[str, str], extra: Mapping[str, str], what: str) 
     return {**current, **extra}
 
 
+def _child(obj: Obj, key: str) -> Obj:
+    """obj[key] as a dict held by obj (made when missing or null)."""
+    if not isinstance(obj.get(key), dict):
+        obj[key] = {}
+    child: Obj = obj[key]
+    return child
+
+
 def merged_template(template: Mapping[str, Any], info: PodSetInfo) -> Obj:
     out = copy.deepcopy(dict(template))
-    meta = out.setdefault("metadata", {}) or {}
-    spec = out.setdefault("spec", {}) or {}
+    meta, spec = _child(out, "metadata"), _child(out, "spec")
     meta["annotations"] = _merge_map(meta.get("annotations") or {}, info.annotations, "annotations")
     meta["labels"] = _merge_map(meta.get("labels") or {}, info.labels, "labels")
     spec["nodeSelector"] = _merge_map(spec.get("nodeSelector") or {}, info.node_selector,
@@ -249,8 +256,7 @@ def merged_template(template: Mapping[str, Any], info: PodSetInfo) -> Obj:
 
 def restored_template(template: Mapping[str, Any], info: PodSetInfo) -> Obj:
     out = copy.deepcopy(dict(template))
-    meta = out.setdefault("metadata", {}) or {}
-    spec = out.setdefault("spec", {}) or {}
+    meta, spec = _child(out, "metadata"), _child(out, "spec")
     for holder, key, value in ((meta, "annotations", info.annotations),
                                (meta, "labels", info.labels),
                                (spec, "nodeSelector", info.node_selector),
