@@ -297,7 +297,7 @@ class TrainingOperator(Controller):
     ) -> None:
         status = dict(job.get("status") or {})
         # Every replica type has an entry, zero counters omitted, as the operator recounts them.
-        kind = self._kinds_by_api.get((job.get("apiVersion"), job.get("kind")))
+        kind = self._kinds_by_api.get((str(job.get("apiVersion")), str(job.get("kind"))))
         replica_statuses: dict[str, dict[str, int]] = (
             {t: {} for t in replica_specs(kind, job)} if kind is not None else {}
         )
