@@ -23,6 +23,7 @@ What it does not do: validate that a URL answers or a file exists (the adapters 
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -92,6 +93,23 @@ class PodZoneLabelMode(StrEnum):
     AUTO = "auto"
 
 
+class DataplaneSetting(StrEnum):
+    """`diagnosis.dataplane`: learn it from the cluster, or say which dataplane enforces policy."""
+
+    AUTO = "auto"
+    CILIUM = "cilium"
+    KUBERNETES = "kubernetes"
+
+
+_CILIUM_VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,5})?")
+
+
+def cilium_release(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a Cilium version such as `1.18`, `v1.19.2` (None: not a version)."""
+    found = _CILIUM_VERSION.fullmatch(text.strip())
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 @dataclass(frozen=True)
 class GroupSpec:
     """A generic coordinator/worker group that is not a Kubeflow job (diagnosis config)."""
@@ -117,7 +135,31 @@ class DiagnosisSettings:
     price_per_gb: Annotated[float, Within(0.0, 1e6)] = 0.01
     # training steps a job runs per day, for the egress $/day estimate (0: unknown)
     steps_per_day: Annotated[float, Within(0.0, 1e9)] = 0.0
+    # which dataplane enforces network policies: auto (Cilium objects or cilium-config in the
+    # cluster mean Cilium, else plain Kubernetes NetworkPolicy), cilium, kubernetes
+    dataplane: DataplaneSetting = DataplaneSetting.AUTO
+    # Cilium's `labels` value (identity-relevant label patterns); null: read cilium-config
+    cilium_labels: str | None = None
+    # the Cilium release whose default label filter applies; null: detected, else the newest
+    cilium_version: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.cilium_version is not None and cilium_release(self.cilium_version) is None:
+            raise ConfigError(
+                f"diagnosis.cilium_version: expected a release like 1.19 or 1.18.4, "
+                f"got {self.cilium_version!r}"
+            )
+        for word in (self.cilium_labels or "").split():
+            rest = word.partition(":")[2] if ":" in word else word
+            regex = rest.removeprefix("!")
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise ConfigError(
+                    f"diagnosis.cilium_labels: pattern {word!r}: {exc}"
+                ) from None
+            if not regex:
+                raise ConfigError(f"diagnosis.cilium_labels: pattern {word!r} has no prefix")
 
 @dataclass(frozen=True)
 class NamespaceFilter:
@@ -127,9 +169,14 @@ class NamespaceFilter:
 
 @dataclass(frozen=True)
 class KubernetesSettings:
+    """The cluster (`kubernetes:`). `packet_drop_events`: watch Cilium's `PacketDrop` Events
+    (its drop event emitter): a drop naming a job's pod re-diagnoses the job, and its message goes
+    into the incident's timeline."""
+
     kubeconfig: str | None = None
     context: str | None = None
     namespaces: NamespaceFilter = field(default_factory=NamespaceFilter)
+    packet_drop_events: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,6 +191,42 @@ class PrometheusSettings:
     drop_threshold: Annotated[float, Within(0.0, 1.0)] = 0.7  # a share of the baseline
     drop_duration: Annotated[timedelta, POSITIVE] = timedelta(minutes=10)
     baseline_offset: Annotated[timedelta, POSITIVE] = timedelta(hours=1)
+
+
+class EgressSource(StrEnum):
+    """Where measured cross-zone bytes come from (`egress.source`)."""
+
+    AUTO = "auto"  # Beyla's counters, else OBI's (one query asks for both)
+    BEYLA = "beyla"
+    OBI = "obi"
+    QUERY = "query"  # `egress.query`
+    NONE = "none"  # never measured: the estimate of diagnosis.steps_per_day only
+
+
+EGRESS_WINDOW_PLACEHOLDER = "$window"
+
+
+@dataclass(frozen=True)
+class EgressSettings:
+    """Measured cross-zone egress (`egress:`), read from Prometheus (`prometheus.url`) once per
+    metrics refresh for all jobs. `window`: the rate window, and what "measured over the last ..."
+    says. `query` (with `source: query`): PromQL answering cross-zone bytes per second, one series
+    per flow, labelled as Beyla labels its network metrics (`k8s_src_namespace`, and
+    `k8s_src_owner_name` or `k8s_src_name`; the same with `dst`; `src_zone`/`dst_zone` optional,
+    a series whose two zones are equal is not cross-zone); `$window` in it is replaced by the
+    window as a PromQL duration (`3600s`). The price is `diagnosis.price_per_gb`."""
+
+    source: EgressSource = EgressSource.AUTO
+    query: str | None = None
+    window: Annotated[timedelta, Within(low=timedelta(seconds=10))] = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        if self.source is EgressSource.QUERY and not (self.query or "").strip():
+            raise ConfigError("egress.query: required when egress.source is query")
+        if self.query is not None and self.source is not EgressSource.QUERY:
+            raise ConfigError(
+                f"egress.query: only read when egress.source is query (it is {self.source.value})"
+            )
 
 
 @dataclass(frozen=True)
@@ -415,6 +498,7 @@ class Settings:
     # None: the playbooks shipped with the package (`agent.playbook.loader.playbooks_directory`)
     playbooks_dir: str | None = None
     diagnosis: DiagnosisSettings = field(default_factory=DiagnosisSettings)
+    egress: EgressSettings = field(default_factory=EgressSettings)
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
     remediation: RemediationSettings = field(default_factory=RemediationSettings)
@@ -497,7 +581,7 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {numbers.shown(value)}")
         keys = _collect(partial(_convert, key_tp, k, key) for k in value)
-        values = _collect(partial(_convert, val_tp, v, f"{key}.{k}") for k, v in value.items())
+        values = _collect(partial(_convert, val_tp, v, member(key, str(k))) for k, v in value.items())
         return dict(zip(keys, values, strict=True))
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return build(tp, value, prefix=key)

@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.model.network import Endpoint, PortRange
+from agent.model.network import Endpoint, PortRange, Protocol
 from agent.policy import PolicySet, parse_policy
 from bench.results import Figure, Results, quick_mode
 
@@ -90,7 +90,8 @@ def jobs() -> list[list[Endpoint]]:
                 "zone": ZONES[(j + (r == 0 and j % 4 == 0)) % 3],
                 "tier": f"t{j % 40}",
             }
-            pods.append(Endpoint(ns, labels, ns_labels, "trainer", {"pytorchjob-port": 23456}))
+            pods.append(Endpoint(ns, labels, ns_labels, "trainer",
+                                 {("pytorchjob-port", Protocol.TCP): 23456}))
         out.append(pods)
     return out
 

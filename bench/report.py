@@ -100,8 +100,9 @@ NOTES = {
         "decided); the run waits until every click was answered."
     ),
     "store_queries": (
-        "100,000 incidents (10,000 jobs, one year) with 1,000,000 timeline events; repository "
-        "call and whole command in-process, SQLite and PostgreSQL."
+        "100,000 incidents (10,000 jobs, one year) with 1,000,000 timeline events, the split "
+        "ones carrying an egress figure (stats sums it by basis, read from the diagnosis by the "
+        "database); repository call and whole command in-process, SQLite and PostgreSQL."
     ),
     "twin_apiserver": "A 150,000-pod list over HTTP, and write -> watcher latency at 1,000 writes/s.",
     "twin_idle": "The whole twin on `generated:nodes=100,zones=3,jobs=10`, after every pod runs.",

@@ -51,8 +51,9 @@ INCIDENT_COLUMNS = (
     "id", "cluster", "job_kind", "job_namespace", "job_name", "job_uid", "verdict", "fingerprint",
     "status", "status_by", "severity", "opened_at", "updated_at", "closed_at", "onset_at",
     "decided_at", "target_zone", "diagnosis", "utilization_before", "utilization_after", "gpus",
-    "detections",
+    "detections", "estimated_cost",
 )
+SPLIT = frozenset({Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED})
 EVENT_COLUMNS = ("incident_id", "at", "kind", "actor", "detail")
 
 
@@ -77,15 +78,22 @@ def generate(n_incidents: int, events_per: int, *, now: datetime, seed: int = 7)
         closed = None if still_open else decided + timedelta(minutes=rng.uniform(5, 600))
         before = rng.uniform(20, 50)
         after = rng.uniform(70, 95) if status is IncidentStatus.RESOLVED else None
-        diagnosis = {"job": {"kind": "PyTorchJob", "namespace": ns, "name": name},
-                     "verdict": verdict.value, "zones": {"zone-a": 3, "zone-b": 1},
-                     "target_zone": "zone-a"}
+        diagnosis: dict[str, object] = {
+            "job": {"kind": "PyTorchJob", "namespace": ns, "name": name},
+            "verdict": verdict.value, "zones": {"zone-a": 3, "zone-b": 1}, "target_zone": "zone-a"}
+        egress: float | None = None
+        if verdict in SPLIT:  # a split finding carries its egress figure, measured or estimated
+            egress = round(rng.uniform(0.5, 50.0), 4)
+            diagnosis["waste"] = {
+                "egress_usd_per_day": egress, "cross_zone_gb_per_day": egress * 50,
+                "egress_source": rng.choice(["measured", "estimated"]),
+                "egress_basis": "measured by Beyla over the last 1h: ..."}
         incidents.append((
             i, "prod", "PyTorchJob", ns, name, uid, verdict.value, fp, status.value, "agent",
             "critical", opened, closed or decided, closed,
             opened - timedelta(seconds=rng.uniform(1, 90)), decided, "zone-a",
             orjson.dumps(diagnosis).decode(), before, after, rng.choice([4, 8, 16, 32]),
-            events_per,
+            events_per, egress,
         ))
     assert all(IncidentStatus(row[8]) in TERMINAL or row[13] is None for row in incidents)
 

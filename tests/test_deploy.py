@@ -170,6 +170,8 @@ AGENT_USES = [
     *[(verb, "networking.k8s.io", "networkpolicies", "ml", "") for verb in WATCH],
     *[(verb, "cilium.io", "ciliumnetworkpolicies", "ml", "") for verb in WATCH],
     *[(verb, "cilium.io", "ciliumclusterwidenetworkpolicies", "", "") for verb in WATCH],
+    # Cilium's identity label filter, by name only
+    *[(verb, "", "configmaps", "kube-system", "cilium-config") for verb in READ],
     *[(verb, "kubeflow.org", r, "ml", "") for verb in (*READ, "patch") for r in KUBEFLOW],
     *[(verb, "apps", "deployments", "ml", "") for verb in (*READ, "patch")],
     *[(verb, "apps", "replicasets", "ml", "") for verb in WATCH],
@@ -186,6 +188,9 @@ AGENT_NEVER = [
     ("get", "", "nodes", "", "node-1"),
     ("get", "", "secrets", "ml", ""),
     ("list", "", "configmaps", "ml", ""),
+    ("list", "", "configmaps", "kube-system", ""),  # only by name: fieldSelector metadata.name
+    ("get", "", "configmaps", "kube-system", "kubeadm-config"),
+    ("patch", "", "configmaps", "kube-system", "cilium-config"),
     ("delete", "", "pods", "ml", "resnet-worker-0"),
     ("create", "", "pods", "ml", ""),
     ("patch", "", "nodes", "", "node-1"),

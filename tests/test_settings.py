@@ -55,14 +55,35 @@ def test_parse_duration_rejects(bad: object) -> None:
         ({"diagnosis": {"groups": [{"name": "g", "selector": {"a": 1}, "coordinator": {},
                                     "workers": {}}]}}, r"selector\.a: expected a string"),
         ({"prometheus": []}, r"^prometheus: expected a mapping"),
+        ({"egress": {"source": "hubble"}}, r"^egress\.source: expected one of auto, beyla, obi, "
+                                           r"query, none, got 'hubble'"),
+        ({"egress": {"source": "query"}}, r"^egress\.query: required when egress\.source is query"),
+        ({"egress": {"source": "query", "query": "  "}}, r"^egress\.query: required"),
+        ({"egress": {"query": "rate(x[$window])"}},
+         r"^egress\.query: only read when egress\.source is query \(it is auto\)"),
+        ({"egress": {"window": "5s"}}, r"^egress\.window: must be at least 10s, got '5s'"),
+        ({"kubernetes": {"packet_drop_events": "yes"}},
+         r"^kubernetes\.packet_drop_events: expected true or false"),
         # a key that is not a plain word is named JSON-quoted: the problem stays one line
         ({"diagnosis": {"groups": [{"\n": None}]}}, r'^diagnosis\.groups\[0\]\["\\n"\]: unknown key'),
         ({"a b": 1}, r'^\["a b"\]: unknown key'),
+        ({"prometheus": {"headers": {"\n": 3}}}, r'^prometheus\.headers\["\\n"\]: expected a string'),
     ],
 )
 def test_build_rejects_naming_the_key(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build(Settings, data)
+
+
+def test_egress_settings() -> None:
+    default = build(Settings, {})
+    assert (default.egress.source.value, default.egress.query, default.egress.window) == (
+        "auto", None, timedelta(hours=1))
+    assert default.kubernetes.packet_drop_events is True
+    custom = build(Settings, {"egress": {"source": "query", "query": "sum(rate(x[$window]))",
+                                         "window": "15m"}})  # fmt: skip
+    assert (custom.egress.query, custom.egress.window) == ("sum(rate(x[$window]))",
+                                                           timedelta(minutes=15))
 
 
 def test_defaults_and_nested_values() -> None:
@@ -111,6 +132,10 @@ def test_environment_unknown_key_is_named(tmp_path: Path) -> None:
         ("a: [", "invalid YAML"),
         ("- 1\n- 2\n", "expected a mapping at the top level"),
         ("pod_zone_label: 3\n", "pod_zone_label: expected a string"),
+        ("dataplane: calico\n", "dataplane: expected one of auto, cilium, kubernetes"),
+        ("cilium_version: latest\n", "diagnosis.cilium_version: expected a release like 1.19"),
+        ("cilium_labels: 'k8s:app k8s:!('\n", r"diagnosis.cilium_labels: pattern 'k8s:!\('"),
+        ("cilium_labels: 'k8s:!'\n", "diagnosis.cilium_labels: pattern 'k8s:!' has no prefix"),
     ],
 )
 def test_diagnosis_config_errors_name_the_file_or_key(
@@ -125,6 +150,14 @@ def test_diagnosis_config_errors_name_the_file_or_key(
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_diagnosis_settings(tmp_path / "nope.yaml")
+
+
+def test_dataplane_settings_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("dataplane: kubernetes\ncilium_labels: 'k8s:app'\ncilium_version: v1.18.4\n")
+    settings = load_diagnosis_settings(path)
+    assert settings.dataplane.value == "kubernetes"
+    assert (settings.cilium_labels, settings.cilium_version) == ("k8s:app", "v1.18.4")
 
 
 def test_empty_diagnosis_config_gives_defaults(tmp_path: Path) -> None:

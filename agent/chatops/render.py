@@ -16,8 +16,8 @@ The fix: the latest recorded plan (`agent.model.proposal.ProposedFix`: the previ
 the finding opened the incident, later the plan being executed) in words, and its patch as a
 unified diff in a code block cut to one section (a line says so, and where to read it whole).
 A preview the plan refused (no room in the target zone, Kueue-managed...) says the fix cannot be
-applied and why. Estimated waste per day comes with the finding (`waste`: GPU-hours and
-cross-zone egress dollars, each with its basis, or "unknown" and why).
+applied and why. Waste per day comes with the finding (`waste`: GPU-hours and cross-zone egress
+dollars, each with its basis, measured or estimated, or "unknown" and why).
 
 Approvals: Approve / Reject / Snooze 24h appear only while the incident can be decided (open or
 awaiting approval), the finding is remediable, its fix was not refused and approvers are
@@ -165,6 +165,7 @@ _VERDICT_TITLE: dict[Verdict, str] = {
     Verdict.ZONE_SPLIT_BLOCKED: "Zone split, traffic blocked",
     Verdict.ZONE_SPLIT_DEGRADED: "Zone split, training slowed",
     Verdict.POLICY_BLOCKED: "Blocked by network policy",
+    Verdict.ZONE_LABEL_MISMATCH: "Zone label disagrees with the node's zone",
     Verdict.GPU_UTILIZATION_DROP: "GPU utilization dropped",
     Verdict.ALERT: "Alert",
     Verdict.PENDING: "Pending",
@@ -254,6 +255,30 @@ def denied_flows_text(diagnosis: Mapping[str, Any]) -> str | None:
     return _fit_lines(title, lines)
 
 
+def trust_text(diagnosis: Mapping[str, Any]) -> str | None:
+    """What the verdict rests on that may be wrong: lying zone labels, unreadable policies that
+    may select the job, features of deciding rules that are not modelled exactly."""
+    lines: list[str] = []
+    for m in diagnosis.get("mislabelled_pods") or []:
+        if isinstance(m, Mapping):
+            lines.append(mrkdwn_escape(
+                f"• pod {m.get('pod')}: {m.get('label')}={m.get('value')}, its node is in "
+                f"{m.get('node_zone')}"
+            ))
+    for u in diagnosis.get("uncertain") or []:
+        if isinstance(u, Mapping):
+            where = f" ({u.get('field')})" if u.get("field") else ""
+            lines.append(mrkdwn_escape(
+                f"• uncertain: {u.get('policy')} cannot be read{where}: {u.get('problem')}"
+            ))
+    for c in diagnosis.get("caveats") or []:
+        if isinstance(c, Mapping):
+            lines.append(mrkdwn_escape(f"• caveat: {c.get('policy')} uses {c.get('feature')}"))
+    if not lines:
+        return None
+    return _fit_lines("*Notes:*", lines)
+
+
 def _fit_lines(title: str, lines: Iterable[str]) -> str:
     """`title` and as many whole lines as fit in one section, then how many were left out."""
     out = [title]
@@ -271,8 +296,10 @@ def _fit_lines(title: str, lines: Iterable[str]) -> str:
 
 
 def waste_text(diagnosis: Mapping[str, Any]) -> str | None:
-    """The finding's estimated waste per day (`waste`, computed with the diagnosis): GPU-hours
-    and cross-zone egress dollars, each with its basis, or "unknown" and why."""
+    """The finding's waste per day (`waste`, computed with the diagnosis): GPU-hours and
+    cross-zone egress dollars, each with its basis, or "unknown" and why. The egress basis says
+    whether the figure was measured (by which exporter, over which window) or estimated; a
+    figure recorded before bases were labelled is said to be an estimate."""
     waste = diagnosis.get("waste")
     if not isinstance(waste, Mapping):
         return None
@@ -286,10 +313,12 @@ def waste_text(diagnosis: Mapping[str, Any]) -> str | None:
     dollars = waste.get("egress_usd_per_day")
     egress_basis = mrkdwn_escape(str(waste.get("egress_basis") or ""))
     if isinstance(dollars, int | float):
+        if not egress_basis.startswith(("measured", "estimated", "none")):
+            egress_basis = f"estimated: {egress_basis}"
         parts.append(f"cross-zone egress ${dollars:,.2f}/day ({egress_basis})")
     else:
         parts.append(f"cross-zone egress $/day {egress_basis or 'unknown'}")
-    return "*Estimated waste:* " + "; ".join(parts)
+    return "*Waste:* " + "; ".join(parts)
 
 
 def _utilization_line(utilization: Utilization) -> str | None:
@@ -311,6 +340,12 @@ def _fix_text(
     if fix is not None and fix.summary:
         return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
     target = incident.target_zone or diagnosis.get("target_zone")
+    if incident.verdict is Verdict.ZONE_LABEL_MISMATCH:
+        return (
+            f"*Proposed fix:* relabel the pod template(s): the zone-mirroring label must be "
+            f"`{target}`, the zone the pods run in (pinned there). Fix the manifests a GitOps "
+            "sync or `kubectl apply` uses as well, or the next sync puts the wrong label back."
+        )
     return (
         f"*Proposed fix:* restart the job co-located in zone `{mrkdwn_escape(str(target))}`: "
         "a nodeAffinity on "
@@ -370,7 +405,10 @@ def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
         for f in diagnosis.get("denied_flows") or [] if isinstance(f, Mapping)
         for p in f.get("policies") or []
     })
-    if diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
+    if diagnosis.get("verdict") == Verdict.ZONE_LABEL_MISMATCH.value:
+        advice = ("set the zone-mirroring label of the pod template(s) to the node's zone (in "
+                  "the manifests a GitOps sync applies too) before changing any policy")
+    elif diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
         advice = (f"change {', '.join(policies[:5])} to allow the job's own traffic; "
                   "co-location does not help")
     else:
@@ -431,6 +469,9 @@ def incident_message(
     flows = denied_flows_text(diagnosis)
     if flows:
         blocks.append(section(flows))
+    trust = trust_text(diagnosis)
+    if trust:
+        blocks.append(section(trust))
     remediable = bool(diagnosis.get("remediable"))
     applicable = remediable and (fix is None or fix.applicable)
     if remediable:
@@ -441,7 +482,7 @@ def incident_message(
             if pre:
                 blocks.append(context(pre))
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
-                              Verdict.POLICY_BLOCKED):
+                              Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))
     tail: list[dict[str, Any]] = []
     value = str(incident.id)

@@ -6,9 +6,10 @@ the pure diagnosis and prints a table or one JSON object `{"findings": [...]}` (
 `--output json`). The config file holds the agent's `diagnosis:` keys, bare or under `diagnosis:`
 (the agent's own config file works). The files together may hold at most `--max-input-size`
 bytes (default 1G): a larger or endless input (`/dev/zero`) is refused with one line, having read
-no more than the limit. Warnings (skipped kinds) go to stderr, one line each; when no training
-job is found, a note says how a coordinator/worker group is declared. Exit 0 whatever the
-verdicts; bad input raises `InputError` (the CLI prints one line, exit 2). It talks to no cluster.
+no more than the limit. Warnings (skipped kinds, policies that cannot be read, Cilium policies a
+plain Kubernetes dataplane does not enforce) go to stderr, one line each; when no training job is
+found, a note says how a coordinator/worker group is declared. Exit 0 whatever the verdicts; bad
+input raises `InputError` (the CLI prints one line, exit 2). It talks to no cluster.
 """
 
 from __future__ import annotations
@@ -140,11 +141,11 @@ def _diagnose(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: S
 
     from agent.diagnosis.diagnose import diagnose_cluster
     from agent.diagnosis.report import render_table
-    from agent.policy import PolicySet
 
-    for warning in snapshot.warnings:
+    policies = snapshot.policy_set(settings)
+    for warning in (*snapshot.warnings, *policies.warnings()):
         print(f"zonemedic: warning: {printable(str(warning))}", file=sys.stderr)
-    result = diagnose_cluster(snapshot.state, PolicySet(snapshot.policies), settings=settings)
+    result = diagnose_cluster(snapshot.state, policies, settings=settings)
     if not result.findings:
         print(f"zonemedic: note: {no_jobs_hint(settings)}", file=sys.stderr)
     if args.output == "json":

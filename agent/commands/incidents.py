@@ -34,6 +34,7 @@ from agent.commands import decisions
 from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import InputError
 from agent.model.incident import (
+    EgressTotals,
     IncidentDetail,
     IncidentListing,
     IncidentQuery,
@@ -277,7 +278,7 @@ def render_detail(
         f"{i.detections}  status by {i.status_by or '-'}",
         f"GPU:         {i.gpus if i.gpus is not None else '-'} GPUs  utilization before "
         f"{_pct(i.utilization_before)}, after {_pct(i.utilization_after)}"
-        + (f"  est. cost ${i.estimated_cost:.2f}" if i.estimated_cost is not None else ""),
+        + (f"  egress ${i.estimated_cost:,.2f}/day" if i.estimated_cost is not None else ""),
     ]
     if i.approval_deadline is not None:
         lines.append(f"Approval:    deadline {_time(i.approval_deadline, seconds=True)}")
@@ -368,6 +369,20 @@ def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _egress_lines(title: str, totals: EgressTotals, *, per_day: bool) -> list[str]:
+    unit = "/day" if per_day else ""
+    out = []
+    for basis, usd, gb, n in (
+        ("measured", totals.measured_usd, totals.measured_gb, totals.measured_incidents),
+        ("estimated", totals.estimated_usd, totals.estimated_gb, totals.estimated_incidents),
+    ):
+        if n:
+            out.append(f"${usd:,.2f}{unit} {basis} ({gb:,.1f} GB{unit}, {n} incident"
+                       f"{'s' if n != 1 else ''})")  # fmt: skip
+    first, *rest = out or ["-"]
+    return [f"{title:<24}{first}", *(f"{'':<24}{line}" for line in rest)]
+
+
 def render_stats(s: IncidentStats, period: str, *, width: int | None = None) -> str:
     lines = [
         f"Incidents opened since {_time(s.since)} UTC ({period}): {s.total}",
@@ -378,5 +393,9 @@ def render_stats(s: IncidentStats, period: str, *, width: int | None = None) -> 
         f"Mean time to resolve:   {_duration(s.mean_time_to_resolve)}",
         f"GPU-hours recovered:    {s.gpu_hours_recovered:.1f} (estimate: GPUs x utilization gain"
         " x hours since the fix)",
+        *_egress_lines("Egress while split:", s.egress_per_day_open, per_day=True),
+        *_egress_lines("Egress saved by fixes:", s.egress_saved, per_day=False),
     ]
+    if s.egress_saved.measured_incidents or s.egress_saved.estimated_incidents:
+        lines.append(f"{'':<24}(the egress rate before each fix x the time since)")
     return "\n".join(_fit(printable(line), width) for line in lines)

@@ -171,6 +171,13 @@ def summary_panel(summary: Summary) -> Panel:
                      f"{summary.utilization_after:.0f}%")
     elif summary.utilization_before is not None:
         lines.append(f"GPU utilization {summary.utilization_before:.0f}%, split (not co-located)")
+    if summary.egress_usd_per_day is not None:
+        how = ("measured by Beyla" if summary.egress_source == "measured"
+               else f"{summary.egress_source}")  # fmt: skip
+        volume = (f"{summary.egress_gb_per_day:,.0f} GB/day, "
+                  if summary.egress_gb_per_day is not None else "")  # fmt: skip
+        lines.append(f"cross-zone egress while split: {volume}"
+                     f"${summary.egress_usd_per_day:,.2f}/day ({how})")
     lines.append("pods per zone: " + " → ".join(
         ", ".join(f"{z} ×{c}" for z, c in sorted(zones.items())) or "-"
         for zones in (summary.zones_before, summary.zones_after)))

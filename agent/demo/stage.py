@@ -155,6 +155,8 @@ def agent_config(
     if prometheus_url:
         config["prometheus"] = {"url": prometheus_url, "timeout": "3s", "retries": 0,
                                 "drop_duration": "20s", "baseline_offset": "5m"}
+        # the twin exports Beyla's counters: cross-zone bytes measured over the last 30 s
+        config["egress"] = {"source": "beyla", "window": "30s"}
     return config
 
 

@@ -10,6 +10,9 @@ a person would read it (`agent.demo.chatview`):
 2. split detected: the agent records an incident (`detected_after_s`: from the last pod bound to
    the incident stored);
 3. finding posted: the agent's message reaches Slack with Approve / Reject / Snooze;
+   cross-zone egress: the finding's egress figure, measured by Beyla (the twin exports Beyla's
+   counters from its traffic model; the agent's message is updated once it is measured), or the
+   estimate, labelled as such, when nothing was measured in time;
 4. approval: once the message shows the job's measured utilization (a Kubeflow job with
    Prometheus; waited for a few seconds at most), the demo approver clicks Approve, a signed
    request from the fake Slack to the agent's /slack/events (`interactive`: the person at the
@@ -52,6 +55,7 @@ from agent.demo.stage import APPROVER, APPROVER_NAME, Stage, Target
 from agent.errors import ZonemedicError
 from agent.model.incident import IncidentDetail, IncidentQuery, IncidentSummary
 from agent.model.lifecycle import IncidentStatus
+from agent.model.verdict import Verdict
 
 T = TypeVar("T")
 S = IncidentStatus
@@ -63,6 +67,7 @@ RESTARTED_STEPS = frozenset({"resumed"})  # a group: every workload moved
 SETTLE_SAMPLES = 3
 SETTLE_SPREAD = 5.0  # percentage points between the settled samples
 MIN_SAMPLES = 5  # scrapes looked at before and after the fix (a chart a person can read)
+EGRESS_PATIENCE = 15.0  # seconds to wait for the finding's measured egress
 READING_SECONDS = 3.0  # the demo approver reads the message before clicking (the story's pace)
 
 
@@ -90,6 +95,10 @@ class Summary:
     zones_after: dict[str, int] = field(default_factory=dict)
     chart: str | None = None
     metrics: bool = False
+    egress_source: str | None = None  # measured, estimated or unknown (the finding's basis)
+    egress_measured_by: str | None = None  # beyla, when measured
+    egress_gb_per_day: float | None = None
+    egress_usd_per_day: float | None = None
     slack_messages: int = 0
     duration_s: float = 0.0
 
@@ -242,6 +251,7 @@ class Story:
             n.begin("utilization", measuring)
             summary.utilization_before = self.settled_utilization(
                 timeout=20, step="utilization", what=measuring)
+        self.egress(incident)
         awaiting = self.wait("the approval request",
                              lambda: self._status_in(incident.id, {S.AWAITING_APPROVAL}),
                              timeout=20)
@@ -272,6 +282,33 @@ class Story:
         else:
             n.skip("utilization", "no metrics (Prometheus is not running)")
         return self.finish(incident.id)
+
+    def egress(self, incident: IncidentSummary) -> None:
+        """The finding's cross-zone egress: measured (waited for a while, unless the split is
+        blocked: then nothing crosses), else its estimate."""
+        n, summary = self.narration, self.summary
+        n.begin("egress", "the agent prices the job's cross-zone bytes")
+
+        def waste() -> Mapping[str, Any]:
+            found = self.detail(incident.id).diagnosis.get("waste")
+            return found if isinstance(found, Mapping) else {}
+
+        if self.stage.prometheus is not None and incident.verdict is not Verdict.ZONE_SPLIT_BLOCKED:
+            deadline = time.monotonic() + EGRESS_PATIENCE * self.scale
+            while waste().get("egress_source") != "measured" and time.monotonic() < deadline:
+                self.pump()
+                time.sleep(0.2)
+        found = waste()
+        summary.egress_source = found.get("egress_source")
+        summary.egress_measured_by = found.get("egress_measured_by")
+        gb, usd = found.get("cross_zone_gb_per_day"), found.get("egress_usd_per_day")
+        summary.egress_gb_per_day = float(gb) if isinstance(gb, int | float) else None
+        summary.egress_usd_per_day = float(usd) if isinstance(usd, int | float) else None
+        if summary.egress_usd_per_day is None:
+            n.skip("egress", str(found.get("egress_basis") or "no egress figure"))
+        else:
+            n.done("egress", f"${summary.egress_usd_per_day:,.2f}/day "
+                   f"({found.get('egress_basis')})")
 
     def approve(self, incident: IncidentSummary) -> ButtonAction:
         n = self.narration
@@ -425,6 +462,7 @@ def steps_for(target: Target) -> list[tuple[str, str]]:
         ("placed", "Pods placed"),
         ("detected", "Split detected"),
         ("posted", "Finding posted to Slack"),
+        ("egress", "Cross-zone egress"),
         ("approved", "Approval"),
         ("applied", "Fix applied" if group else "Job suspended"),
         ("restarted", "Rollout done" if group else "Job resumed"),

@@ -2,11 +2,21 @@
 
 Verdicts (per job with at least one live pod):
 - `pending`: some live pod has no node yet.
-- one zone: `healthy` if every required flow is allowed, else `policy_blocked`.
+- one zone: `healthy` if every required flow is allowed; else `zone_label_mismatch` if some pod's
+  zone-mirroring label names another zone than its node's (the label lies: relabelling comes
+  before any policy change; remediable when relabelling every such label to the job's zone allows
+  every flow and the zone has room); else `policy_blocked`. A lying label on a healthy job is a
+  note.
 - several zones: `zone_split_degraded` if every flow is allowed; else `zone_split_blocked` if moving
   every pod to some single zone (mirroring labels set to it) allows every flow; else
   `policy_blocked`.
-Only `zone_split_*` findings can be remediable (see `agent.diagnosis.placement`).
+Only `zone_split_*` and `zone_label_mismatch` findings can be remediable (see
+`agent.diagnosis.placement`).
+
+Every finding also says how sure it is: the unreadable policies that may select the job's pods
+(`uncertain`, and a reason line), the caveats of the rules that decided its flows (features not
+modelled exactly) and which of its pods' labels the dataplane's identities leave out, and why
+(`identity`; a reason line when a policy selector reads one of them).
 
 `denied_flows` lists denied pod pairs, at most `DENIED_FLOWS_CAP` (50) of them in rule order;
 `denied_flows_total` counts every denied pod pair, so a 1,000-pod job stays a small finding.
@@ -31,9 +41,16 @@ from dataclasses import dataclass, replace
 
 from agent.diagnosis.impact import estimate_impact
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
-from agent.diagnosis.reachability import DeniedPairs, Reachability
-from agent.model.cluster import ClusterState, Pod
-from agent.model.finding import Coordinator, DeniedFlow, Finding
+from agent.diagnosis.reachability import ClassPairs, DeniedPairs, Reachability
+from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
+from agent.model.finding import (
+    Coordinator,
+    DeniedFlow,
+    Finding,
+    IdentityNote,
+    MislabelledPod,
+    UncertainPolicy,
+)
 from agent.model.job import Job, JobRef
 from agent.model.verdict import Verdict
 from agent.policy import PolicySet
@@ -109,12 +126,21 @@ class _Diagnoser:
             self.mirror_keys = mirror_label_keys(
                 settings.pod_zone_label, pods=state.pods if facts is None else (), nodes=state.nodes
             )
+        self.policies = policies
+        # Under an identity that keeps the node zone label Kubernetes copies onto pods (plain
+        # Kubernetes; Cilium before 1.19), a policy may select on it: a moved pod carries the new
+        # zone there too (set by the API server at binding, never by a patch).
+        moving = self.mirror_keys
+        if ZONE_LABEL not in moving and ZONE_LABEL in policies.pod_label_keys():
+            moving = (*moving, ZONE_LABEL)
         self.reach = Reachability(
             policies,
             state.namespaces,
             label_keys=policies.pod_label_keys(),
-            mirror_keys=self.mirror_keys,
+            mirror_keys=moving,
         )
+        self._selector_keys = policies.selector_label_keys()
+        self._excluded: dict[str, str | None] = {}
         if facts is None:
             self.capacity = CapacityIndex(state.nodes, state.pods)
             self.zones = state.zones()
@@ -130,6 +156,48 @@ class _Diagnoser:
 
     def _zone(self, pod: Pod) -> str | None:
         return pod_zone(pod, self.state.nodes)
+
+    def _identity(self, job: Job) -> tuple[IdentityNote, list[str]]:
+        """The job's identity note, and reason lines for left-out labels a selector reads."""
+        identity = self.policies.identity
+        keys: set[str] = set()
+        for pod in job.pods:
+            keys.update(pod.labels)
+        excluded: list[tuple[str, str]] = []
+        if identity.filters:
+            for key in sorted(keys):
+                why = self._excluded.get(key, "")
+                if why == "":
+                    why = self._excluded[key] = identity.why_excluded(key)
+                if why is not None:
+                    excluded.append((key, why))
+        dataplane = self.policies.dataplane
+        note = IdentityNote(
+            dataplane=dataplane.kind.value,
+            reason=dataplane.reason,
+            filter=identity.description,
+            excluded=tuple(excluded),
+        )
+        reasons = [
+            f"label {key} is left out of Cilium identities ({why}): policy selectors on it "
+            "never match"
+            for key, why in excluded
+            if key in self._selector_keys
+        ]
+        return note, reasons
+
+    def _mislabelled(self, job: Job) -> list[MislabelledPod]:
+        out: list[MislabelledPod] = []
+        node_zone = self.node_zone
+        for pod in job.pods:
+            zone = node_zone.get(pod.node_name) if pod.node_name is not None else None
+            if zone is None:
+                continue
+            for key in self.mirror_keys:
+                value = pod.labels.get(key)
+                if value is not None and value != zone:
+                    out.append(MislabelledPod(pod.name, key, value, zone))
+        return out
 
     def diagnose(self, job: Job) -> Finding:
         pods_by_zone: dict[str, int] = {}
@@ -163,6 +231,23 @@ class _Diagnoser:
         reasons: list[str] = []
         if UNKNOWN_ZONE in pods_by_zone:
             reasons.append(f"{pods_by_zone[UNKNOWN_ZONE]} pod(s) on nodes with no zone label")
+        uncertain = tuple(
+            UncertainPolicy(u.id, u.field, u.problem) for u in self.reach.uncertain(job.pods)
+        )
+        for u in uncertain:
+            where = f" ({u.field}: {u.problem})" if u.field else f" ({u.problem})"
+            reasons.append(
+                f"uncertain: policy {u.policy} cannot be read{where} and may select this job's "
+                "pods; the verdict does not account for it"
+            )
+        identity, identity_reasons = self._identity(job)
+        reasons.extend(identity_reasons)
+        mislabelled = self._mislabelled(job)
+        for m in mislabelled:
+            reasons.append(
+                f"pod {m.pod}: zone-mirroring label {m.label}={m.value}, but its node is in "
+                f"{m.node_zone}"
+            )
         # what every verdict below reports; each return adds its verdict, reasons and outcome
         seen = Finding(
             job=job.ref,
@@ -171,8 +256,15 @@ class _Diagnoser:
             coordinator=coordinator,
             denied_flows=tuple(flows),
             denied_flows_total=total,
+            mislabelled=tuple(mislabelled),
+            uncertain=uncertain,
+            caveats=self.reach.caveats(pairs),
+            identity=identity,
         )
         if len(known_zones) <= 1:
+            if denied and mislabelled:
+                seen = replace(seen, gpus=dict(sorted(gpus_by_zone.items())))
+                return self._mismatch(job, seen, pairs, known_zones, reasons)
             if denied:
                 reasons.append("the job is in one zone: the denied flows need a policy change")
             verdict = Verdict.POLICY_BLOCKED if denied else Verdict.HEALTHY
@@ -211,6 +303,50 @@ class _Diagnoser:
             reasons=tuple(reasons),
             impact=impact,
             gpus=dict(sorted(gpus_by_zone.items())),
+        )
+
+
+    def _mismatch(
+        self,
+        job: Job,
+        seen: Finding,
+        pairs: Sequence[ClassPairs],
+        zones: Sequence[str],
+        reasons: list[str],
+    ) -> Finding:
+        """A one-zone job whose zone-mirroring labels lie: relabelling is the fix."""
+        zone = zones[0] if zones else None
+        still = self.reach.denied(pairs, zone=zone) if zone is not None else [None]
+        fixed = not still
+        reasons.append(
+            "the zone-mirroring label must equal the node's zone: relabel the pod template(s)"
+            + (f" to {zone}" if zone else "")
+        )
+        if fixed:
+            reasons.append("relabelled, every required flow is allowed: no policy change needed")
+        else:
+            left = sum(d.count for d in still if d is not None)
+            reasons.append(
+                f"relabelled, {left} pod pair(s) stay denied: those need a policy change as well"
+            )
+        reasons.append(
+            "if the manifests (a GitOps repository, a re-run of kubectl apply) set this label, "
+            "fix it there too, or the next sync puts it back"
+        )
+        blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces)
+        reasons.extend(blocking)
+        need = job.gpu_request
+        free = self.capacity.free_gpus(job.pods)
+        room = zone is not None and free.get(zone, 0) >= need
+        if fixed and zone is not None and not room:
+            reasons.append(f"{zone} has {free.get(zone, 0)} free GPUs, the job needs {need}")
+        target = zone if fixed and room and not blocking else None
+        return replace(
+            seen,
+            verdict=Verdict.ZONE_LABEL_MISMATCH,
+            remediable=target is not None,
+            target_zone=target,
+            reasons=tuple(reasons),
         )
 
 

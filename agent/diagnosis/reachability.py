@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 from agent.model.cluster import Namespace, Pod
 from agent.model.flow import FlowRule
-from agent.model.network import Endpoint, FlowVerdict, PortRange
+from agent.model.network import Caveat, Endpoint, FlowVerdict, PortRange, Protocol
 from agent.policy import PolicySet
+from agent.policy.rule import UnreadablePolicy
 
 # (namespace, service account, values of the relevant label keys, mirror-label values, named ports)
-RawClass = tuple[
-    str, str, tuple[str | None, ...], tuple[str | None, ...], tuple[tuple[str, int], ...]
-]
+NamedPorts = tuple[tuple[tuple[str, Protocol], int], ...]
+RawClass = tuple[str, str, tuple[str | None, ...], tuple[str | None, ...], NamedPorts]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class Reachability:
         self._class_ids: dict[RawClass, int] = {}
         self._classes: list[RawClass] = []
         self._moved_ids: dict[tuple[int, str], int] = {}
-        self._named: dict[int, tuple[tuple[str, int], ...]] = {}
+        self._named: dict[int, NamedPorts] = {}
         self._endpoints: dict[int, Endpoint] = {}
         self._verdicts: dict[tuple[int, int, PortRange], FlowVerdict] = {}
 
@@ -83,7 +83,9 @@ class Reachability:
         ports = pod.ports
         named = self._named.get(id(ports))
         if named is None:
-            named = self._named[id(ports)] = tuple((p.name, p.port) for p in ports if p.name)
+            named = self._named[id(ports)] = tuple(
+                ((p.name, p.protocol), p.port) for p in ports if p.name
+            )
         raw = (
             pod.namespace,
             pod.service_account,
@@ -170,6 +172,29 @@ class Reachability:
                     if count:
                         out.append(ClassPairs(skey, dkey, spods, dpods, rule.ports, count))
         return out
+
+    def caveats(self, pairs: Sequence[ClassPairs]) -> tuple[Caveat, ...]:
+        """The caveats of the verdicts of `pairs` (as placed now), each once."""
+        out: dict[Caveat, None] = {}
+        for pair in pairs:
+            for caveat in self.verdict(pair.src, pair.dst, pair.ports).caveats:
+                out[caveat] = None
+        return tuple(out)
+
+    def uncertain(self, pods: Sequence[Pod]) -> tuple[UnreadablePolicy, ...]:
+        """The unreadable policies that may select one of `pods` (as placed now)."""
+        if not self._policies.unreadable:
+            return ()
+        seen: set[int] = set()
+        out: dict[str, UnreadablePolicy] = {}
+        for pod in pods:
+            cid = self.class_of(pod)
+            if cid in seen:
+                continue
+            seen.add(cid)
+            for record in self._policies.uncertain(self._endpoint(cid)):
+                out[record.id] = record
+        return tuple(out[k] for k in sorted(out))
 
     def denied(
         self, pairs: Sequence[ClassPairs], *, zone: str | None = None, first_only: bool = False

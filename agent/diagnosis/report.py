@@ -1,17 +1,18 @@
 """Render findings as a table for people (the `diagnose --output table` text).
 
 One row per job (kind, namespace/name, verdict, zones, coordinator, target), then, under a blocked
-job, its denied flows (at most `shown` of them, then a count) and the reasons. Colour (ANSI) only
-when the caller asks for it: the command decides from the TTY and NO_COLOR. Every name and reason
-comes from the snapshot and is made printable (`agent.parsing.printable`) before any colour is
-added: a control character in a dump is shown as its escape. Pure: returns text.
+job, its denied flows (at most `shown` of them, then a count), the reasons (uncertain policies and
+lying zone labels among them) and the caveats. Colour (ANSI) only when the caller asks for it: the
+command decides from the TTY and NO_COLOR. Every name and reason comes from the snapshot and is made
+printable (`agent.parsing.printable`) before any colour is added: a control character in a dump is
+shown as its escape. Pure: returns text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from agent.model.finding import Finding
+from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.verdict import Verdict
 from agent.parsing.printable import printable
 
@@ -21,6 +22,7 @@ _COLOURS: Mapping[Verdict, str] = {
     Verdict.ZONE_SPLIT_DEGRADED: "33",  # yellow
     Verdict.ZONE_SPLIT_BLOCKED: "31;1",  # bold red
     Verdict.POLICY_BLOCKED: "35;1",  # bold magenta
+    Verdict.ZONE_LABEL_MISMATCH: "33;1",  # bold yellow
 }
 _HEADERS = ("JOB", "VERDICT", "ZONES", "COORDINATOR", "TARGET")
 
@@ -30,7 +32,7 @@ def _row(f: Finding) -> tuple[str, ...]:
     if f.coordinator is not None:
         coord = f"{f.coordinator.pod}@{f.coordinator.zone or '?'}"
     zones = " ".join(f"{z}:{n}" for z, n in f.zones.items()) or "-"
-    target = f.target_zone or ("not remediable" if f.verdict.startswith("zone_split") else "-")
+    target = f.target_zone or ("not remediable" if f.verdict in REMEDIABLE_VERDICTS else "-")
     cells = (f"{f.job.kind} {f.job.namespace}/{f.job.name}", str(f.verdict), zones, coord, target)
     return tuple(printable(cell) for cell in cells)
 
@@ -65,6 +67,8 @@ def render_table(findings: Sequence[Finding], *, colour: bool = False, shown: in
             out.append(f"    ... and {hidden} more denied pod pair(s)")
         for reason in f.reasons:
             out.append(printable(f"    note: {reason}"))
+        for caveat in f.caveats:
+            out.append(printable(f"    caveat: {caveat.policy} uses {caveat.feature}: {caveat.detail}"))
         impact = f.impact
         if impact is not None and (impact.gpus_outside_target or impact.pods_outside_target):
             text = (

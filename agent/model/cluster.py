@@ -107,9 +107,9 @@ class Pod:
     def controller(self) -> OwnerRef | None:
         return controller_of(self.owners)
 
-    def named_ports(self) -> dict[str, int]:
-        """Container port name -> number, for the named ports of this pod."""
-        return {p.name: p.port for p in self.ports if p.name}
+    def named_ports(self) -> dict[tuple[str, Protocol], int]:
+        """(container port name, protocol) -> number, for the named ports of this pod."""
+        return {(p.name, p.protocol): p.port for p in self.ports if p.name}
 
 
 @dataclass(frozen=True, slots=True)

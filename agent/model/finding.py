@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.model.job import JobRef
-from agent.model.network import DenyReason, Hop, PortRange
+from agent.model.network import Caveat, DenyReason, Hop, PortRange
 from agent.model.verdict import Verdict
 
 SPLIT_VERDICTS = frozenset({Verdict.ZONE_SPLIT_DEGRADED, Verdict.ZONE_SPLIT_BLOCKED})
+# verdicts whose fix is a restart of the job's templates in one zone (co-location, or relabelling
+# the zone-mirroring label to the zone the pods are in)
+REMEDIABLE_VERDICTS = SPLIT_VERDICTS | {Verdict.ZONE_LABEL_MISMATCH}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +82,61 @@ class Coordinator:
 
 
 @dataclass(frozen=True, slots=True)
+class MislabelledPod:
+    """A pod whose zone-mirroring label names another zone than its node's."""
+
+    pod: str
+    label: str
+    value: str
+    node_zone: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"pod": self.pod, "label": self.label, "value": self.value,
+                "node_zone": self.node_zone}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class UncertainPolicy:
+    """A policy that could not be read and may select the job's pods: the answer may be wrong."""
+
+    policy: str
+    field: str
+    problem: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"policy": self.policy, "field": self.field, "problem": self.problem}
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityNote:
+    """How the dataplane's identities see the job's pods: which dataplane (and why), the label
+    filter, and the job's pod label keys left out of identities, each with the pattern that
+    leaves it out."""
+
+    dataplane: str
+    reason: str
+    filter: str
+    excluded: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataplane": self.dataplane,
+            "reason": self.reason,
+            "filter": self.filter,
+            "excluded": [{"label": k, "why": why} for k, why in self.excluded],
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
     """The diagnosis of one job.
 
     `denied_flows` lists at most `DENIED_FLOWS_CAP` pod pairs (see `agent.diagnosis.diagnose`);
     `denied_flows_total` counts them all. `gpus` holds the job's GPU requests per zone (split
-    findings; for remediation planning, not part of the JSON output).
+    findings; for remediation planning, not part of the JSON output). `mislabelled`: pods whose
+    zone-mirroring label lies; `uncertain`: unreadable policies that may select the job's pods;
+    `caveats`: features not modelled exactly that rules deciding its flows use; `identity`: what
+    the dataplane's identities leave out of the job's pod labels.
     """
 
     job: JobRef
@@ -98,6 +150,10 @@ class Finding:
     reasons: tuple[str, ...] = ()
     impact: Impact | None = None
     gpus: Mapping[str, int] = field(default_factory=dict)
+    mislabelled: tuple[MislabelledPod, ...] = ()
+    uncertain: tuple[UncertainPolicy, ...] = ()
+    caveats: tuple[Caveat, ...] = ()
+    identity: IdentityNote | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,4 +175,8 @@ class Finding:
             "target_zone": self.target_zone,
             "reasons": list(self.reasons),
             "impact": self.impact.to_dict() if self.impact is not None else None,
+            "mislabelled_pods": [m.to_dict() for m in self.mislabelled],
+            "uncertain": [u.to_dict() for u in self.uncertain],
+            "caveats": [c.to_dict() for c in self.caveats],
+            "identity_labels": self.identity.to_dict() if self.identity is not None else None,
         }

@@ -294,8 +294,25 @@ class IncidentQuery:
 
 
 @dataclass(frozen=True)
+class EgressTotals:
+    """Cross-zone egress of split incidents, apart by basis: measured (by the cluster's exporter)
+    and estimated (from diagnosis.steps_per_day). Dollars and GB, and how many incidents."""
+
+    measured_usd: float = 0.0
+    measured_gb: float = 0.0
+    measured_incidents: int = 0
+    estimated_usd: float = 0.0
+    estimated_gb: float = 0.0
+    estimated_incidents: int = 0
+
+
+@dataclass(frozen=True)
 class IncidentStats:
-    """`incidents stats`: counts and mean durations over incidents opened since `since`."""
+    """`incidents stats`: counts and mean durations over incidents opened since `since`.
+
+    `egress_per_day_open`: the cross-zone egress per day of those still open (while split);
+    `egress_saved`: of those resolved, what the egress rate recorded before the fix comes to over
+    the time since the fix (see `agent.model.lifecycle.egress_saved`)."""
 
     since: datetime
     until: datetime
@@ -306,6 +323,8 @@ class IncidentStats:
     mean_time_to_decide: timedelta | None
     mean_time_to_resolve: timedelta | None
     gpu_hours_recovered: float
+    egress_per_day_open: EgressTotals = field(default_factory=EgressTotals)
+    egress_saved: EgressTotals = field(default_factory=EgressTotals)
 
 
 @dataclass(frozen=True)

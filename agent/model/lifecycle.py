@@ -79,6 +79,7 @@ class LifecycleError(ZonemedicError):
 class VerdictClass(StrEnum):
     ZONE_SPLIT = "zone_split"
     POLICY_BLOCKED = "policy_blocked"
+    ZONE_LABEL_MISMATCH = "zone_label_mismatch"
     GPU_UTILIZATION_DROP = "gpu_utilization_drop"
     ALERT = "alert"
 
@@ -87,6 +88,7 @@ _VERDICT_CLASS: dict[Verdict, VerdictClass] = {
     Verdict.ZONE_SPLIT_BLOCKED: VerdictClass.ZONE_SPLIT,
     Verdict.ZONE_SPLIT_DEGRADED: VerdictClass.ZONE_SPLIT,
     Verdict.POLICY_BLOCKED: VerdictClass.POLICY_BLOCKED,
+    Verdict.ZONE_LABEL_MISMATCH: VerdictClass.ZONE_LABEL_MISMATCH,
     Verdict.GPU_UTILIZATION_DROP: VerdictClass.GPU_UTILIZATION_DROP,
     Verdict.ALERT: VerdictClass.ALERT,
 }
@@ -101,6 +103,7 @@ class Severity(StrEnum):
 _DEFAULT_SEVERITY: dict[Verdict, Severity] = {
     Verdict.ZONE_SPLIT_BLOCKED: Severity.CRITICAL,
     Verdict.POLICY_BLOCKED: Severity.CRITICAL,
+    Verdict.ZONE_LABEL_MISMATCH: Severity.CRITICAL,
     Verdict.ZONE_SPLIT_DEGRADED: Severity.WARNING,
     Verdict.GPU_UTILIZATION_DROP: Severity.WARNING,
     Verdict.ALERT: Severity.WARNING,
@@ -338,6 +341,14 @@ def gpu_hours_recovered(
         return 0.0
     gain = max(0.0, utilization_after - utilization_before) / 100.0
     return gpus * gain * (until - resolved_at).total_seconds() / 3600.0
+
+
+def egress_saved(per_day: float | None, *, resolved_at: datetime | None, until: datetime) -> float:
+    """What a split job's egress rate recorded before its fix (dollars or GB per day) comes to
+    from the fix to `until` (an estimate: the job would have stayed split). 0 when unknown."""
+    if per_day is None or resolved_at is None or until <= resolved_at:
+        return 0.0
+    return max(0.0, per_day) * (until - resolved_at).total_seconds() / 86_400.0
 
 
 def to_jsonable(value: Any) -> Any:

@@ -30,10 +30,12 @@ class Hop(StrEnum):
 
 
 class DenyReason(StrEnum):
-    """Why a flow is dropped: no allow rule under default deny, or an explicit deny rule."""
+    """Why a flow is dropped: no allow rule under default deny, an explicit deny rule, or an L7
+    rule on its port (Cilium's proxy handles the port, and a flow not of that L7 protocol fails)."""
 
     DEFAULT_DENY = "default_deny"
     DENY_RULE = "deny_rule"
+    L7_PROXY = "l7_proxy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,19 +61,19 @@ class PortRange:
         return f"{self.first}-{self.last}"
 
 
-class FrozenMap(Mapping[str, Any]):
-    """An immutable, hashable string-keyed mapping (used for labels and named ports)."""
+class FrozenMap(Mapping[Any, Any]):
+    """An immutable, hashable mapping (labels: str keys; named ports: (name, protocol) keys)."""
 
     __slots__ = ("_data", "_hash")
 
-    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
-        self._data: dict[str, Any] = dict(data) if data else {}
+    def __init__(self, data: Mapping[Any, Any] | None = None) -> None:
+        self._data: dict[Any, Any] = dict(data) if data else {}
         self._hash: int | None = None
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: Any) -> Any:
         return self._data[key]
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[Any]:
         return iter(self._data)
 
     def __len__(self) -> int:
@@ -80,7 +82,7 @@ class FrozenMap(Mapping[str, Any]):
     def __contains__(self, key: object) -> bool:
         return key in self._data
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: Any, default: Any = None) -> Any:
         return self._data.get(key, default)
 
     def __hash__(self) -> int:
@@ -102,7 +104,7 @@ class FrozenMap(Mapping[str, Any]):
 _EMPTY = FrozenMap()
 
 
-def _freeze(value: Mapping[str, Any] | None) -> FrozenMap:
+def _freeze(value: Mapping[Any, Any] | None) -> FrozenMap:
     if isinstance(value, FrozenMap):
         return value
     if not value:
@@ -114,15 +116,17 @@ def _freeze(value: Mapping[str, Any] | None) -> FrozenMap:
 class Endpoint:
     """A pod as the policy evaluator sees it: namespace, labels and what else its identity holds.
 
-    `named_ports` maps container port names to numbers; policies naming a port resolve it against
-    the destination endpoint. Mappings are frozen on construction, so endpoints are hashable.
+    `named_ports` maps (container port name, protocol) to the port number: a policy naming a port
+    resolves it against the destination endpoint on the flow's protocol, so a TCP rule naming
+    `nccl` does not match a port `nccl` declared UDP. Mappings are frozen on construction, so
+    endpoints are hashable.
     """
 
     namespace: str
     labels: Mapping[str, str]
     namespace_labels: Mapping[str, str] = field(default=_EMPTY)
     service_account: str = "default"
-    named_ports: Mapping[str, int] = field(default=_EMPTY)
+    named_ports: Mapping[tuple[str, Protocol], int] = field(default=_EMPTY)
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -143,10 +147,26 @@ class Endpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class Caveat:
+    """A policy feature the evaluator does not model exactly, used by a rule that decided a flow:
+    the verdict may be wrong because of it (`feature` names it, `detail` says what it does)."""
+
+    policy: str
+    feature: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"policy": self.policy, "feature": self.feature, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
 class FlowVerdict:
-    """The outcome of checking one flow: allowed, or the first failing hop with reason and policies."""
+    """The outcome of checking one flow: allowed, or the first failing hop with reason and policies.
+
+    `caveats`: features not modelled exactly that a rule deciding the flow uses."""
 
     allowed: bool
     hop: Hop | None = None
     reason: DenyReason | None = None
     policies: tuple[str, ...] = ()
+    caveats: tuple[Caveat, ...] = ()

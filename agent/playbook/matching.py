@@ -34,6 +34,7 @@ _VERDICT_TRIGGERS = {
     "zone_split_blocked": TriggerKind.ZONE_SPLIT,
     "zone_split_degraded": TriggerKind.ZONE_SPLIT,
     "policy_blocked": TriggerKind.POLICY_BLOCKED,
+    "zone_label_mismatch": TriggerKind.ZONE_LABEL_MISMATCH,
     "gpu_utilization_drop": TriggerKind.GPU_UTILIZATION_DROP,
 }
 

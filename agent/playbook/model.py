@@ -15,6 +15,7 @@ from enum import StrEnum
 class TriggerKind(StrEnum):
     ZONE_SPLIT = "zone_split"
     POLICY_BLOCKED = "policy_blocked"
+    ZONE_LABEL_MISMATCH = "zone_label_mismatch"
     GPU_UTILIZATION_DROP = "gpu_utilization_drop"
     ALERT = "alert"
     SCHEDULE = "schedule"

@@ -12,7 +12,8 @@ Format (one playbook per file):
     description: ...
     enabled: true
     triggers:                      # any one fires the playbook
-      - type: zone_split            # zone_split | policy_blocked | gpu_utilization_drop
+      - type: zone_split            # zone_split | policy_blocked | zone_label_mismatch |
+                                    # gpu_utilization_drop
       - type: alert                 # label matchers, Alertmanager syntax, all must match
         matchers: ['alertname="GPUUtilizationLow"', 'severity=~"warning|critical"']
       - type: schedule
@@ -44,7 +45,9 @@ import yaml
 
 from agent.errors import ConfigError, InputError
 from agent.parsing.bounded_yaml import YamlLimitError, check_yaml, syntax_error
+from agent.parsing.member import member
 from agent.parsing.numbers import NumberError, parse_int
+from agent.parsing.printable import printable
 from agent.playbook.cron import parse_cron
 from agent.playbook.matchers import parse_matcher
 from agent.playbook.model import (
@@ -64,6 +67,7 @@ VERDICTS = (
     "healthy",
     "pending",
     "policy_blocked",
+    "zone_label_mismatch",
     "zone_split_blocked",
     "zone_split_degraded",
     "gpu_utilization_drop",
@@ -91,16 +95,22 @@ class _Reader:
         where = f" {field}:" if field else ""
         return PlaybookError(f"{self.path}:{line}{where} {message}")
 
-    def scalar(self, node: yaml.Node) -> Any:
-        return self.loader.construct_object(node, deep=True)
+    def scalar(self, node: yaml.Node, field: str = "") -> Any:
+        """The node's value; a tag no safe constructor knows (`!0`, `!!python/name`) is a located
+        error like any other bad value."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            _, problem = syntax_error(exc)
+            raise self.error(node, field, f"invalid YAML: {printable(problem)}") from None
 
     def mapping(self, node: yaml.Node, field: str, known: tuple[str, ...]) -> dict[str, yaml.Node]:
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, field, "expected a mapping")
         out: dict[str, yaml.Node] = {}
         for key_node, value_node in node.value:
-            key = self.scalar(key_node)
-            sub = f"{field}.{key}" if field else str(key)
+            key = self.scalar(key_node, field)
+            sub = member(field, str(key))
             if not isinstance(key, str) or key not in known:
                 raise self.error(key_node, sub, f"unknown field (known: {', '.join(known)})")
             if key in out:
@@ -114,7 +124,7 @@ class _Reader:
         return list(node.value)
 
     def string(self, node: yaml.Node, field: str) -> str:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        value = self.scalar(node, field) if isinstance(node, yaml.ScalarNode) else None
         if not isinstance(value, str) or not value:
             raise self.error(node, field, "expected a non-empty string")
         return value
@@ -131,7 +141,7 @@ class _Reader:
         return value
 
     def integer(self, node: yaml.Node, field: str, *, minimum: int = 0, maximum: int) -> int:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        value = self.scalar(node, field) if isinstance(node, yaml.ScalarNode) else None
         if not isinstance(value, int) or isinstance(value, bool):
             raise self.error(node, field, f"expected an integer from {minimum} to {maximum}")
         try:
@@ -140,13 +150,13 @@ class _Reader:
             raise self.error(node, field, str(exc).removeprefix(f"{field}: ")) from None
 
     def boolean(self, node: yaml.Node, field: str) -> bool:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        value = self.scalar(node, field) if isinstance(node, yaml.ScalarNode) else None
         if not isinstance(value, bool):
             raise self.error(node, field, "expected true or false")
         return value
 
     def duration(self, node: yaml.Node, field: str) -> timedelta:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        value = self.scalar(node, field) if isinstance(node, yaml.ScalarNode) else None
         try:
             return parse_duration(value, key=field)
         except ConfigError as exc:

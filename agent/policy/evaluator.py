@@ -1,12 +1,22 @@
 """Decide whether a flow between two pods passes a set of network policies, and why not.
 
-`PolicySet(policies).check(src, dst, ports)` is called by the diagnosis for every flow a training
-job needs. Semantics (Cilium's, docs.cilium.io "Policy Enforcement" and "Deny Policies", and
-Kubernetes NetworkPolicy's): a flow passes iff egress at the
+`PolicySet(policies, dataplane=...).check(src, dst, ports)` is called by the diagnosis for every
+flow a training job needs. Semantics (Cilium's, docs.cilium.io "Policy Enforcement", "Deny
+Policies" and "Layer 7 Policy", and Kubernetes NetworkPolicy's): a flow passes iff egress at the
 source AND ingress at the destination allow every port of the range. At one hop: a matching deny
 rule of any selecting policy denies (deny beats allow, across CNP, CCNP and NetworkPolicy); else,
-if some selecting policy enforces the direction, some allow rule must cover the port; else it is
-allowed.
+if some selecting policy enforces the direction, some allow rule must cover the port (its endpoint
+selectors narrowed by the `fromRequires`/`toRequires` of every policy selecting the endpoint);
+else it is allowed. An allowed flow on a port some selecting allow rule gives L7 rules (HTTP,
+Kafka, DNS, l7proto) goes through Cilium's proxy and, not being of that L7 protocol, fails there
+(with default deny every allowed peer's traffic on that port is redirected; without, that rule's
+peers'). Rules that decide an allowed flow and use a feature not modelled exactly (mutual
+authentication, a custom listener, TLS interception, SNI) put a `Caveat` on the verdict.
+
+Identities: the dataplane's identity filter decides which pod labels selectors see (Cilium's label
+filter, or every label under plain Kubernetes, where Cilium policies are not enforced at all).
+Policies that could not be read are kept as `UnreadablePolicy` records: `uncertain(endpoint)`
+names those that may select an endpoint.
 
 Speed: policies are indexed by one label each subject selector requires (namespace for plain
 CNPs and NetworkPolicies), and endpoints are projected onto the identity keys and named ports the
@@ -19,16 +29,39 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agent.model.network import DenyReason, Endpoint, FlowVerdict, Hop, PortRange, Protocol
+from agent.model.network import (
+    Caveat,
+    DenyReason,
+    Endpoint,
+    FlowVerdict,
+    Hop,
+    PortRange,
+    Protocol,
+)
 from agent.model.selector import LabelSelector, SelectorOperator
-from agent.policy.identity import NAMESPACE_KEY, identity_labels, is_pod_label_key
-from agent.policy.rule import Policy, Rule, Subject
+from agent.policy.dataplane import Dataplane, DataplaneKind
+from agent.policy.identity import (
+    CILIUM_DEFAULT,
+    NAMESPACE_KEY,
+    IdentityFilter,
+    identity_labels,
+    is_pod_label_key,
+)
+from agent.policy.rule import Policy, Rule, Subject, UnreadablePolicy
 
 _CONCRETE_PROTOCOLS = (Protocol.TCP, Protocol.UDP, Protocol.SCTP)
 _ALLOWED = FlowVerdict(allowed=True)
 # Caches are dropped wholesale past these sizes (a long-lived set checking ever-new endpoints).
 _MAX_ENDPOINTS = 1_000_000
 _MAX_VERDICTS = 4_000_000
+CILIUM_DATAPLANE = Dataplane(DataplaneKind.CILIUM, CILIUM_DEFAULT, "assumed")
+_AUTH_DETAIL = "the flow passes only once Cilium's mutual authentication succeeds (not modelled)"
+_PORT_FEATURE_DETAIL = {
+    "listener": "the port's traffic goes to a custom Envoy listener (not modelled)",
+    "serverNames": "only TLS connections to the named servers pass (not modelled)",
+    "terminatingTLS": "Cilium's proxy terminates TLS on this port (not modelled)",
+    "originatingTLS": "Cilium's proxy originates TLS on this port (not modelled)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +75,19 @@ class _Entry:
 class _Identity:
     """A projected endpoint: the identity labels and named ports the policy set can read."""
 
-    __slots__ = ("labels", "named_ports", "selected")
+    __slots__ = ("labels", "named_ports", "selected", "uncertain")
 
     def __init__(
-        self, labels: dict[str, str], named_ports: dict[str, int], selected: tuple[_Entry, ...]
+        self,
+        labels: dict[str, str],
+        named_ports: dict[tuple[str, Protocol], int],
+        selected: tuple[_Entry, ...],
+        uncertain: tuple[UnreadablePolicy, ...],
     ) -> None:
         self.labels = labels
         self.named_ports = named_ports
         self.selected = selected
+        self.uncertain = uncertain
 
 
 def _anchors(selector: LabelSelector) -> list[tuple[str, str]]:
@@ -77,10 +115,33 @@ def _covers(intervals: list[tuple[int, int]], first: int, last: int) -> bool:
 
 
 class PolicySet:
-    """An immutable set of parsed policies with a cached flow checker."""
+    """An immutable set of parsed policies with a cached flow checker.
 
-    def __init__(self, policies: Iterable[Policy]) -> None:
-        self._policies = tuple(policies)
+    `dataplane` (default: Cilium with its newest default label filter) decides identities; under
+    plain Kubernetes, Cilium policies (read or not) are set aside (`ignored`). `unreadable`: the
+    policy objects that could not be read."""
+
+    def __init__(
+        self,
+        policies: Iterable[Policy],
+        *,
+        dataplane: Dataplane | None = None,
+        unreadable: Iterable[UnreadablePolicy] = (),
+    ) -> None:
+        self.dataplane = dataplane if dataplane is not None else CILIUM_DATAPLANE
+        self.identity: IdentityFilter = self.dataplane.identity
+        given = tuple(policies)
+        lost = tuple(unreadable)
+        if not self.dataplane.cilium:
+            self.ignored: tuple[str, ...] = tuple(
+                p.id for p in given if p.kind.cilium
+            ) + tuple(u.id for u in lost if u.kind.cilium)
+            given = tuple(p for p in given if not p.kind.cilium)
+            lost = tuple(p for p in lost if not p.kind.cilium)
+        else:
+            self.ignored = ()
+        self._policies = given
+        self.unreadable = lost
         keys: set[str] = {NAMESPACE_KEY}
         names: set[str] = set()
         by_anchor: dict[tuple[str, str], list[_Entry]] = {}
@@ -91,6 +152,8 @@ class PolicySet:
                     continue  # selects no pod
                 entry = _Entry(policy.id, subject)
                 keys |= subject.selector.keys()
+                for sel in subject.selectors():
+                    keys |= sel.keys()
                 for rule in subject.rules():
                     keys |= rule.keys()
                     names |= rule.port_names()
@@ -99,16 +162,30 @@ class PolicySet:
                     unanchored.append(entry)
                 for anchor in anchors:
                     by_anchor.setdefault(anchor, []).append(entry)
+        for record in lost:
+            for sel in record.selects:
+                keys |= sel.keys()
         self._keys = frozenset(keys)
         self._port_names = frozenset(names)
         self._by_anchor = {k: tuple(v) for k, v in by_anchor.items()}
         self._unanchored = tuple(unanchored)
         self._endpoint_ids: dict[Endpoint, int] = {}
         self._projection_ids: dict[
-            tuple[tuple[tuple[str, str], ...], tuple[tuple[str, int], ...]], int
+            tuple[tuple[tuple[str, str], ...], tuple[tuple[tuple[str, Protocol], int], ...]], int
         ] = {}
         self._identities: list[_Identity] = []
         self._verdicts: dict[tuple[int, int, PortRange], FlowVerdict] = {}
+
+    def warnings(self) -> tuple[str, ...]:
+        """For people: problems of the dataplane setup and the Cilium policies left out."""
+        out = list(self.dataplane.warnings)
+        if self.ignored:
+            shown = ", ".join(self.ignored[:3]) + (", ..." if len(self.ignored) > 3 else "")
+            out.append(
+                f"{len(self.ignored)} Cilium polic(ies) not enforced: the dataplane is plain "
+                f"Kubernetes ({self.dataplane.reason}): {shown}"
+            )
+        return tuple(out)
 
     @property
     def policies(self) -> tuple[Policy, ...]:
@@ -116,8 +193,19 @@ class PolicySet:
         return self._policies
 
     def pod_label_keys(self) -> frozenset[str]:
-        """The pod label keys some selector of this set reads (identity-only keys left out)."""
-        return frozenset(k for k in self._keys if is_pod_label_key(k))
+        """The pod label keys some selector of this set reads that identities keep (namespace,
+        account and other identity-only keys left out)."""
+        return frozenset(k for k in self._keys if is_pod_label_key(k, self.identity))
+
+    def selector_label_keys(self) -> frozenset[str]:
+        """Every pod label key some selector reads, kept in identities or not."""
+        return frozenset(k for k in self._keys if is_pod_label_key(k, _KEEP_ALL))
+
+    def uncertain(self, endpoint: Endpoint) -> tuple[UnreadablePolicy, ...]:
+        """The unreadable policies that may select `endpoint` (its verdicts are uncertain)."""
+        if not self.unreadable:
+            return ()
+        return self._identities[self.equivalence_key(endpoint)].uncertain
 
     def equivalence_key(self, endpoint: Endpoint) -> int:
         """A small int equal for endpoints that get the same verdicts everywhere in this set.
@@ -153,18 +241,27 @@ class PolicySet:
         if len(self._endpoint_ids) >= _MAX_ENDPOINTS:
             self._endpoint_ids.clear()
         keys = self._keys
-        full = identity_labels(endpoint)
+        full = identity_labels(endpoint, self.identity)
         labels = tuple(sorted((k, v) for k, v in full.items() if k in keys))
         names = self._port_names
         named = tuple(
-            sorted((n.lower(), p) for n, p in endpoint.named_ports.items() if n.lower() in names)
+            sorted(
+                ((n.lower(), proto), p)
+                for (n, proto), p in endpoint.named_ports.items()
+                if n.lower() in names
+            )
         )
         projection = (labels, named)
         ident = self._projection_ids.get(projection)
         if ident is None:
             ident = len(self._identities)
             label_map = dict(labels)
-            self._identities.append(_Identity(label_map, dict(named), self._select(label_map)))
+            uncertain = tuple(
+                u for u in self.unreadable if any(sel.matches(label_map) for sel in u.selects)
+            )
+            self._identities.append(
+                _Identity(label_map, dict(named), self._select(label_map), uncertain)
+            )
             self._projection_ids[projection] = ident
         self._endpoint_ids[endpoint] = ident
         return ident
@@ -185,19 +282,37 @@ class PolicySet:
 
     def _evaluate(self, src: _Identity, dst: _Identity, ports: PortRange) -> FlowVerdict:
         protocols = _CONCRETE_PROTOCOLS if ports.protocol is Protocol.ANY else (ports.protocol,)
+        caveats: list[Caveat] = []
         for hop in (Hop.EGRESS, Hop.INGRESS):
             for protocol in protocols:
                 verdict = self._hop(
-                    hop, src, dst, first=ports.first, last=ports.last, protocol=protocol
+                    hop,
+                    src,
+                    dst,
+                    first=ports.first,
+                    last=ports.last,
+                    protocol=protocol,
+                    caveats=caveats,
                 )
                 if verdict is not None:
                     return verdict
+        if caveats:
+            return FlowVerdict(True, caveats=tuple(dict.fromkeys(caveats)))
         return _ALLOWED
 
     def _hop(
-        self, hop: Hop, src: _Identity, dst: _Identity, *, first: int, last: int, protocol: Protocol
+        self,
+        hop: Hop,
+        src: _Identity,
+        dst: _Identity,
+        *,
+        first: int,
+        last: int,
+        protocol: Protocol,
+        caveats: list[Caveat],
     ) -> FlowVerdict | None:
-        """The denial at one hop for one protocol, or None when the hop allows every port."""
+        """The denial at one hop for one protocol, or None when the hop allows every port (the
+        caveats of the rules that allowed it are added to `caveats`)."""
         egress = hop is Hop.EGRESS
         selected = src.selected if egress else dst.selected
         if not selected:
@@ -220,17 +335,78 @@ class PolicySet:
             for entry in selected
             if (entry.subject.enforce_egress if egress else entry.subject.enforce_ingress)
         }
-        if not enforcing:
-            return None
+        requires = tuple(
+            sel
+            for entry in selected
+            for sel in (entry.subject.egress_requires if egress else entry.subject.ingress_requires)
+        )
         intervals: list[tuple[int, int]] = []
+        deciding: list[tuple[str, Rule]] = []
+        l7_by: set[str] = set()
         for entry in selected:
             allow_rules = entry.subject.egress if egress else entry.subject.ingress
             for rule in allow_rules:
-                if rule.peer_matches(peer):
-                    intervals.extend(rule.intervals(protocol, named))
-        if intervals and _covers(intervals, first, last):
-            return None
-        return FlowVerdict(False, hop, DenyReason.DEFAULT_DENY, tuple(sorted(enforcing)))
+                matches = rule.peer_matches(peer, requires)
+                if matches:
+                    found = rule.intervals(protocol, named)
+                    intervals.extend(found)
+                    if any(lo <= last and hi >= first for lo, hi in found):
+                        deciding.append((entry.policy_id, rule))
+                if (matches or enforcing) and _l7_on(
+                    rule, protocol=protocol, named=named, first=first, last=last
+                ):
+                    l7_by.add(entry.policy_id)
+        if enforcing and not (intervals and _covers(intervals, first, last)):
+            return FlowVerdict(False, hop, DenyReason.DEFAULT_DENY, tuple(sorted(enforcing)))
+        if l7_by:
+            return FlowVerdict(False, hop, DenyReason.L7_PROXY, tuple(sorted(l7_by)))
+        for policy_id, rule in deciding:
+            found_caveats = _rule_caveats(
+                policy_id, rule, protocol=protocol, named=named, first=first, last=last
+            )
+            caveats.extend(found_caveats)
+        for entry in selected:
+            caveats.extend(Caveat(entry.policy_id, text, "") for text in entry.subject.caveats)
+        return None
+
+
+_KEEP_ALL = IdentityFilter(None, description="every label")
+
+
+def _l7_on(
+    rule: Rule,
+    *,
+    protocol: Protocol,
+    named: Mapping[tuple[str, Protocol], int],
+    first: int,
+    last: int,
+) -> bool:
+    """True when the rule gives L7 rules to a port of `first..last`."""
+    return any(
+        port.l7 is not None and port.overlaps(protocol, named, first=first, last=last)
+        for port in rule.ports or ()
+    )
+
+
+def _rule_caveats(
+    policy_id: str,
+    rule: Rule,
+    *,
+    protocol: Protocol,
+    named: Mapping[tuple[str, Protocol], int],
+    first: int,
+    last: int,
+) -> list[Caveat]:
+    out: list[Caveat] = []
+    if rule.authentication is not None:
+        out.append(Caveat(policy_id, f"authentication.mode: {rule.authentication}", _AUTH_DETAIL))
+    for port in rule.ports or ():
+        if port.features and port.overlaps(protocol, named, first=first, last=last):
+            out.extend(
+                Caveat(policy_id, f"toPorts.{feature}", _PORT_FEATURE_DETAIL[feature])
+                for feature in port.features
+            )
+    return out
 
 
 def _hits(
@@ -238,7 +414,7 @@ def _hits(
     peer: Mapping[str, str],
     *,
     protocol: Protocol,
-    named: Mapping[str, int],
+    named: Mapping[tuple[str, Protocol], int],
     first: int,
     last: int,
 ) -> bool:

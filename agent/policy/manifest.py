@@ -4,8 +4,13 @@ Handles cilium.io/v2 CiliumNetworkPolicy and CiliumClusterwideNetworkPolicy (`sp
 and networking.k8s.io/v1 NetworkPolicy, applying Cilium's normalisation: a CNP's endpointSelector
 is limited to its namespace, a CNP peer selector without a namespace key (and without namespace
 label keys) gets the policy's namespace, a CCNP peer selector without one matches every namespace.
-Called by the snapshot loader; raises `PolicyError` naming the policy and the field path. Does
-not evaluate anything (`agent.policy.evaluator` does).
+`fromRequires`/`toRequires` get the same defaulting. Port rules: the protocols Cilium's validation
+accepts (TCP, UDP, SCTP, ANY, ICMP, ICMPv6 and the extended IP protocols VRRP, IGMP, GRE, IPIP,
+IPv6, ESP, AH, which take no port or port 0); L7 rules (`rules`) mark the port as handled by
+Cilium's proxy. Called by `agent.policy.reading`; raises `PolicyError` naming the policy and the
+field path. `subject_selectors` reads only the selectors of what a policy applies to, leniently,
+for a policy that cannot be read as a whole. Does not evaluate anything (`agent.policy.evaluator`
+does).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from agent.policy.identity import (
     UNMATCHABLE_PREFIX,
     selector_key,
 )
-from agent.policy.rule import Policy, PolicyKind, PortMatch, Rule, Subject
+from agent.policy.rule import Policy, PolicyKind, PortMatch, Rule, Subject, UnreadablePolicy
 
 _CILIUM_GROUP = "cilium.io/"
 _K8S_API = "networking.k8s.io/v1"
@@ -110,7 +115,15 @@ _K8S_NAMESPACE_KEY = "k8s:" + NAMESPACE_KEY
 _PORT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,13}[A-Za-z0-9])?")
 
 _L4_PROTOCOLS = frozenset({"TCP", "UDP", "SCTP", "ANY"})
-_OTHER_PROTOCOLS = frozenset({"ICMP", "ICMPV6", "VRRP", "IGMP"})
+_ICMP_PROTOCOLS = frozenset({"ICMP", "ICMPV6"})
+# IP protocols without transport ports: Cilium accepts them with no port or port 0
+_EXTENDED_PROTOCOLS = frozenset({"VRRP", "IGMP", "GRE", "IPIP", "IPV6", "ESP", "AH"})
+_OTHER_PROTOCOLS = _ICMP_PROTOCOLS | _EXTENDED_PROTOCOLS
+# L7 rule kinds of a port rule (`rules`), and the port-rule fields not modelled exactly
+_L7_KINDS = ("http", "kafka", "dns", "l7")
+_L7_FIELDS = frozenset({"http", "kafka", "dns", "l7proto", "l7"})
+_UNMODELLED_PORT_FIELDS = ("listener", "serverNames", "terminatingTLS", "originatingTLS")
+_AUTH_MODES = frozenset({"disabled", "required", "test-always-fail"})
 
 
 class _Ctx:
@@ -166,7 +179,7 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
     else:
         ns_raw = metadata.get("namespace", "default")
         if not isinstance(ns_raw, str) or not ns_raw:
-            raise PolicyError(f"{kind.value}/?/{name}: metadata.namespace: not a non-empty string")
+            raise PolicyError(f"{kind.value}: metadata.namespace: not a non-empty string")
         namespace = ns_raw
         policy_id = f"{kind.value}/{namespace}/{name}"
     ctx = _Ctx(policy_id)
@@ -181,6 +194,103 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
     else:
         subjects = _parse_cilium_specs(obj, namespace, ctx=ctx)
     return Policy(id=policy_id, kind=kind, name=name, namespace=namespace, subjects=subjects)
+
+
+def policy_identity(obj: Mapping[str, Any]) -> tuple[PolicyKind, str, str | None]:
+    """(kind, id, namespace) of a policy object, read leniently (`?` for a missing name).
+
+    `obj["kind"]` must name a policy kind (the caller dispatched on it)."""
+    kind = PolicyKind(str(obj.get("kind")))
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    name = metadata.get("name")
+    name = name if isinstance(name, str) and name else "?"
+    if kind is PolicyKind.CILIUM_CLUSTERWIDE:
+        return kind, f"{kind.value}/{name}", None
+    ns = metadata.get("namespace", "default")
+    namespace = ns if isinstance(ns, str) and ns else "default"
+    return kind, f"{kind.value}/{namespace}/{name}", namespace
+
+
+def subject_selectors(obj: Mapping[str, Any]) -> tuple[LabelSelector, ...]:
+    """What a policy object may select, read leniently: one selector per rule block (identity
+    keys, the namespace applied); a block whose selector cannot be read stands for every pod of
+    the policy's namespace (every pod, for a clusterwide policy); a host policy's block
+    (`nodeSelector`, no `endpointSelector`) selects no pod. Never raises."""
+    kind, policy_id, namespace = policy_identity(obj)
+    ctx = _Ctx(policy_id)
+    everything = (
+        LabelSelector() if namespace is None else _with_namespace(LabelSelector(), namespace)
+    )
+    if kind is PolicyKind.KUBERNETES:
+        spec = obj.get("spec")
+        assert namespace is not None
+        if not isinstance(spec, Mapping):
+            return (everything,)
+        try:
+            return (_with_namespace(_k8s_selector(spec.get("podSelector"), path="", ctx=ctx),
+                                    namespace),)  # fmt: skip
+        except PolicyError:
+            return (everything,)
+    blocks: list[Any] = []
+    if obj.get("spec") is not None:
+        blocks.append(obj.get("spec"))
+    specs = obj.get("specs")
+    if isinstance(specs, list):
+        blocks.extend(specs)
+    elif specs is not None:
+        return (everything,)
+    out: list[LabelSelector] = []
+    for block in blocks:
+        if not isinstance(block, Mapping):
+            out.append(everything)
+            continue
+        if block.get("endpointSelector") is None and block.get("nodeSelector") is not None:
+            continue  # a host policy: selects nodes, never pods
+        try:
+            out.append(_endpoint_selector(block.get("endpointSelector"), namespace, path="",
+                                          ctx=ctx))  # fmt: skip
+        except PolicyError:
+            out.append(everything)
+    return tuple(out) if blocks else (everything,)
+
+
+def _endpoint_selector(
+    raw: Any, namespace: str | None, *, path: str, ctx: _Ctx
+) -> LabelSelector:
+    """A Cilium endpointSelector limited to the policy's namespace (a CNP)."""
+    if namespace is not None and isinstance(raw, Mapping):
+        # Cilium replaces a `k8s:` namespace match in a CNP's endpointSelector with the policy's
+        # own namespace (other spellings of the key stay and are ANDed).
+        labels = raw.get("matchLabels")
+        if isinstance(labels, Mapping) and _K8S_NAMESPACE_KEY in labels:
+            raw = {
+                **raw,
+                "matchLabels": {k: v for k, v in labels.items() if k != _K8S_NAMESPACE_KEY},
+            }
+    subject = _cilium_selector(raw, path=path, ctx=ctx)
+    return subject if namespace is None else _with_namespace(subject, namespace)
+
+
+def unreadable(obj: Mapping[str, Any], error: PolicyError) -> UnreadablePolicy:
+    """The record of a policy object `parse_policy` refused with `error`."""
+    kind, policy_id, namespace = policy_identity(obj)
+    message = str(error)
+    for prefix in (f"{policy_id}: ", f"{kind.value}: ", "policy: "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+            break
+    field, sep, problem = message.partition(": ")
+    if not sep or " " in field:
+        field, problem = "", message
+    return UnreadablePolicy(
+        id=policy_id,
+        kind=kind,
+        namespace=namespace,
+        field=field,
+        problem=problem,
+        selects=subject_selectors(obj),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,18 +374,9 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
     if endpoint_sel is not None and node_sel is not None:
         raise ctx.error(path, "endpointSelector and nodeSelector are mutually exclusive")
     if endpoint_sel is not None:
-        if namespace is not None and isinstance(endpoint_sel, Mapping):
-            # Cilium replaces a `k8s:` namespace match in a CNP's endpointSelector with the
-            # policy's own namespace (other spellings of the key stay and are ANDed).
-            labels = endpoint_sel.get("matchLabels")
-            if isinstance(labels, Mapping) and _K8S_NAMESPACE_KEY in labels:
-                endpoint_sel = {
-                    **endpoint_sel,
-                    "matchLabels": {k: v for k, v in labels.items() if k != _K8S_NAMESPACE_KEY},
-                }
-        subject = _cilium_selector(endpoint_sel, path=f"{path}.endpointSelector", ctx=ctx)
-        if namespace is not None:
-            subject = _with_namespace(subject, namespace)
+        subject = _endpoint_selector(
+            endpoint_sel, namespace, path=f"{path}.endpointSelector", ctx=ctx
+        )
     elif node_sel is not None:
         _cilium_selector(node_sel, path=f"{path}.nodeSelector", ctx=ctx)
         subject = None  # a host policy: selects nodes, never pods
@@ -296,6 +397,8 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
         )
 
     sections: dict[str, tuple[Rule, ...]] = {}
+    requires: dict[str, list[LabelSelector]] = {"ingress": [], "egress": []}
+    caveats: list[str] = []
     for field, ingress in (
         ("ingress", True),
         ("ingressDeny", True),
@@ -306,16 +409,18 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
         if items is None:
             sections[field] = ()
             continue
-        sections[field] = tuple(
-            _parse_cilium_peer_rule(
-                item,
-                namespace,
-                ingress=ingress,
-                path=f"{path}.{field}[{i}]",
-                ctx=ctx,
+        rules: list[Rule] = []
+        for i, item in enumerate(items):
+            rule, needs = _parse_cilium_peer_rule(
+                item, namespace, ingress=ingress, path=f"{path}.{field}[{i}]", ctx=ctx
             )
-            for i, item in enumerate(items)
-        )
+            rules.append(rule)
+            if needs and field.endswith("Deny"):
+                what = "fromRequires" if ingress else "toRequires"
+                caveats.append(f"{what} in {field} (not applied to deny rules)")
+            elif needs:
+                requires[field].extend(needs)
+        sections[field] = tuple(rules)
     has_ingress = bool(sections["ingress"] or sections["ingressDeny"])
     has_egress = bool(sections["egress"] or sections["egressDeny"])
     return Subject(
@@ -327,15 +432,20 @@ def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: _Ctx)
         # enableDefaultDeny unset: default deny in each direction that has rules (CRD doc).
         enforce_ingress=has_ingress if dd_ingress is None else dd_ingress,
         enforce_egress=has_egress if dd_egress is None else dd_egress,
+        ingress_requires=tuple(requires["ingress"]),
+        egress_requires=tuple(requires["egress"]),
+        caveats=tuple(dict.fromkeys(caveats)),
     )
 
 
 def _parse_cilium_peer_rule(
     raw: Any, namespace: str | None, *, ingress: bool, path: str, ctx: _Ctx
-) -> Rule:
+) -> tuple[Rule, tuple[LabelSelector, ...]]:
+    """One rule of a section, and the selectors of its `fromRequires`/`toRequires`."""
     raw = ctx.object(raw, _CILIUM_INGRESS_FIELDS if ingress else _CILIUM_EGRESS_FIELDS, path=path)
     endpoints_field = "fromEndpoints" if ingress else "toEndpoints"
     entities_field = "fromEntities" if ingress else "toEntities"
+    requires_field = "fromRequires" if ingress else "toRequires"
     non_pod = _INGRESS_NON_POD_PEERS if ingress else _EGRESS_NON_POD_PEERS
     peers: list[LabelSelector] = []
     endpoints = ctx.optional_list(raw, endpoints_field, path=path)
@@ -343,14 +453,21 @@ def _parse_cilium_peer_rule(
         peers.append(
             _peer_selector(item, namespace, path=f"{path}.{endpoints_field}[{i}]", ctx=ctx)
         )
+    pod_entity = False
     entities = ctx.optional_list(raw, entities_field, path=path)
     for i, entity in enumerate(entities or ()):
         if not isinstance(entity, str):
             raise ctx.error(f"{path}.{entities_field}[{i}]", "expected a string")
         if entity in _POD_ENTITIES:
-            peers.append(LabelSelector())
+            pod_entity = True
         elif entity not in _OTHER_ENTITIES:
             raise ctx.error(f"{path}.{entities_field}[{i}]", f"unknown entity {entity!r}")
+    requires = tuple(
+        _peer_selector(item, namespace, path=f"{path}.{requires_field}[{i}]", ctx=ctx)
+        for i, item in enumerate(ctx.optional_list(raw, requires_field, path=path) or ())
+    )
+    authentication = _authentication(raw.get("authentication"), path=f"{path}.authentication",
+                                     ctx=ctx)  # fmt: skip
     others = [ctx.optional_list(raw, field, path=path) for field in non_pod]
     named = [value for value in (endpoints, entities, *others) if value is not None]
     present = bool(named)
@@ -362,11 +479,26 @@ def _parse_cilium_peer_rule(
         ports = ()  # ICMP only: no TCP/UDP/SCTP port
     has_l4 = ports is not None
     if explicitly_empty:
-        return Rule(peers=(), any_peer=False, ports=ports)
-    if not present:
+        rule = Rule(ports=ports, authentication=authentication)
+    elif not present:
         # No peer named: with ports it covers every peer; the empty rule `{}` covers nothing.
-        return Rule(peers=(), any_peer=has_l4, ports=ports)
-    return Rule(peers=tuple(peers), any_peer=False, ports=ports)
+        rule = Rule(any_peer=has_l4, ports=ports, authentication=authentication)
+    else:
+        rule = Rule(
+            peers=tuple(peers), pod_entity=pod_entity, ports=ports, authentication=authentication
+        )
+    return rule, requires
+
+
+def _authentication(raw: Any, *, path: str, ctx: _Ctx) -> str | None:
+    """A rule's `authentication.mode` when it asks for authentication (None: disabled or unset)."""
+    if raw is None:
+        return None
+    raw = ctx.object(raw, frozenset({"mode"}), path=path)
+    mode = raw.get("mode")
+    if not isinstance(mode, str) or mode not in _AUTH_MODES:
+        raise ctx.error(f"{path}.mode", f"unknown authentication mode {mode!r}")
+    return None if mode == "disabled" else mode
 
 
 def _parse_cilium_to_ports(raw: Any, *, path: str, ctx: _Ctx) -> tuple[PortMatch, ...] | None:
@@ -380,17 +512,40 @@ def _parse_cilium_to_ports(raw: Any, *, path: str, ctx: _Ctx) -> tuple[PortMatch
     for i, rule in enumerate(raw):
         where = f"{path}[{i}]"
         port_rule = ctx.object(rule, _CILIUM_PORT_RULE_FIELDS, path=where)
+        l7 = _l7_kind(port_rule.get("rules"), path=f"{where}.rules", ctx=ctx)
+        features = tuple(f for f in _UNMODELLED_PORT_FIELDS if port_rule.get(f) not in (None, [], {}))
         ports = port_rule.get("ports")
-        if ports is None:
-            out.append(PortMatch())
+        if ports is None or ports == []:
+            out.append(PortMatch(l7=l7, features=features))
             continue
         if not isinstance(ports, list):
             raise ctx.error(f"{where}.ports", f"expected a list, got {type(ports).__name__}")
-        if not ports:
-            out.append(PortMatch())
         for j, item in enumerate(ports):
-            out.append(_parse_port(item, cilium=True, path=f"{where}.ports[{j}]", ctx=ctx))
+            match = _parse_port(item, cilium=True, path=f"{where}.ports[{j}]", ctx=ctx)
+            if l7 is not None or features:
+                match = PortMatch(match.first, match.last, match.protocol, match.name, l7, features)
+            out.append(match)
     return tuple(out)
+
+
+def _l7_kind(raw: Any, *, path: str, ctx: _Ctx) -> str | None:
+    """The L7 parser a port rule's `rules` sends traffic through (None: no L7 rules)."""
+    if raw is None:
+        return None
+    raw = ctx.object(raw, _L7_FIELDS, path=path)
+    for kind in _L7_KINDS:
+        value = raw.get(kind)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise ctx.error(f"{path}.{kind}", f"expected a list, got {type(value).__name__}")
+        if kind == "l7":
+            proto = raw.get("l7proto")
+            if not isinstance(proto, str) or not proto:
+                raise ctx.error(f"{path}.l7proto", "missing: `l7` rules need an `l7proto`")
+            return proto
+        return kind
+    return None
 
 
 def _port_number(text: str, path: str, ctx: _Ctx) -> int:
@@ -419,7 +574,7 @@ def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
     number: int | None = None
     name: str | None = None
     if port_raw is None or port_raw == "":
-        if cilium:  # as upstream PortProtocol validation
+        if cilium and protocol in _L4_PROTOCOLS | _ICMP_PROTOCOLS:  # as upstream validation
             raise ctx.error(f"{path}.port", 'missing (use "0" for every port)')
         number = None
     elif isinstance(port_raw, bool):
@@ -438,6 +593,8 @@ def _parse_port(raw: Any, *, cilium: bool, path: str, ctx: _Ctx) -> PortMatch:
         raise ctx.error(f"{path}.port", f"expected a port number or name, got {port_raw!r}")
     if number is not None and not 0 <= number <= 65535:
         raise ctx.error(f"{path}.port", f"port {number} out of range 0-65535")
+    if protocol in _EXTENDED_PROTOCOLS and (name is not None or number):
+        raise ctx.error(f"{path}.port", f"{protocol} has no ports: the port must be empty or 0")
 
     end: int | None = None
     if end_raw is not None:

@@ -2,8 +2,10 @@
 
 Built by `agent.policy.manifest.parse_policy` from CiliumNetworkPolicy,
 CiliumClusterwideNetworkPolicy and Kubernetes NetworkPolicy manifests, read by
-`agent.policy.evaluator.PolicySet`. Every selector here is already rewritten onto Cilium identity
-keys (namespace defaulting applied), so the evaluator needs no per-kind logic. Pure data.
+`agent.policy.evaluator.PolicySet`. Every selector here is already rewritten onto identity keys
+(namespace defaulting applied), so the evaluator needs no per-kind logic. A policy that cannot be
+read is an `UnreadablePolicy`: what was wrong, and (its selectors read leniently) which pods it may
+select. Pure data.
 """
 
 from __future__ import annotations
@@ -23,33 +25,56 @@ class PolicyKind(StrEnum):
     CILIUM_CLUSTERWIDE = "CiliumClusterwideNetworkPolicy"
     KUBERNETES = "NetworkPolicy"
 
+    @property
+    def cilium(self) -> bool:
+        return self is not PolicyKind.KUBERNETES
+
 
 @dataclass(frozen=True, slots=True)
 class PortMatch:
     """One port entry of a rule: `first..last` (or a named port) of one protocol (ANY = all).
 
-    `name` is set for a named port, resolved against the destination endpoint's container ports.
-    `protocol` is a `Protocol` value, or another L4 protocol name (ICMP, ...) that never matches a
-    TCP/UDP/SCTP flow.
+    `name` is set for a named port, resolved against the destination endpoint's container ports
+    of the flow's protocol (a rule of protocol ANY resolves it on each protocol separately, as
+    Cilium does). `protocol` is a `Protocol` value, or another IP protocol name (ICMP, VRRP, ...)
+    that never matches a TCP/UDP/SCTP flow. `l7` names the L7 parser the port's traffic is sent
+    through (`http`, `kafka`, `dns`, or an `l7proto`): Cilium's proxy then handles every allowed
+    flow on that port at that endpoint, and a flow that is not of that protocol fails there.
+    `features` lists what the port rule uses that is not modelled exactly (`listener`,
+    `serverNames`, `terminatingTLS`, `originatingTLS`).
     """
 
     first: int = 0
     last: int = 65535
     protocol: str = Protocol.ANY.value
     name: str | None = None
+    l7: str | None = None
+    features: tuple[str, ...] = ()
 
     def interval(
-        self, protocol: Protocol, named_ports: Mapping[str, int]
+        self, protocol: Protocol, named_ports: Mapping[tuple[str, Protocol], int]
     ) -> tuple[int, int] | None:
         """The inclusive port interval this entry covers for `protocol`, or None."""
         if self.protocol not in (Protocol.ANY.value, protocol.value):
             return None
         if self.name is not None:
-            number = named_ports.get(self.name)
+            number = named_ports.get((self.name, protocol))
             if number is None:
                 return None
             return (number, number)
         return (self.first, self.last)
+
+    def overlaps(
+        self,
+        protocol: Protocol,
+        named_ports: Mapping[tuple[str, Protocol], int],
+        *,
+        first: int,
+        last: int,
+    ) -> bool:
+        """True when this entry covers at least one port of `first..last` for `protocol`."""
+        interval = self.interval(protocol, named_ports)
+        return interval is not None and interval[0] <= last and interval[1] >= first
 
     def port_names(self) -> frozenset[str]:
         """Named ports this entry refers to."""
@@ -60,22 +85,38 @@ class PortMatch:
 class Rule:
     """One allow or deny rule: a peer (OR over `peers`, or any peer) and the ports it covers.
 
-    `any_peer` is true when the rule names no peer at all but restricts ports (Cilium) or has no
-    `from`/`to` (Kubernetes). `ports` None means every port; an empty tuple means none.
+    `peers` are endpoint selectors (`fromEndpoints`/`toEndpoints`, a NetworkPolicy's peers);
+    `pod_entity` is true when an entity covering every pod (`cluster`, `all`) is named. `any_peer`
+    is true when the rule names no peer at all but restricts ports (Cilium) or has no `from`/`to`
+    (Kubernetes). `ports` None means every port; an empty tuple means none. `authentication` is
+    the rule's `authentication.mode` when it is not `disabled`: the flow passes only once Cilium's
+    mutual authentication succeeds (not modelled: a caveat).
     """
 
     peers: tuple[LabelSelector, ...] = ()
     any_peer: bool = False
+    pod_entity: bool = False
     ports: tuple[PortMatch, ...] | None = None
+    authentication: str | None = None
 
-    def peer_matches(self, labels: Mapping[str, str]) -> bool:
-        """True when `labels` (a peer's identity) is a peer of this rule."""
-        if self.any_peer:
+    def peer_matches(
+        self, labels: Mapping[str, str], requires: tuple[LabelSelector, ...] = ()
+    ) -> bool:
+        """True when `labels` (a peer's identity) is a peer of this rule.
+
+        `requires` (the `fromRequires`/`toRequires` of every rule selecting the endpoint) are
+        ANDed into each endpoint selector of the rule, as Cilium does; entities and rules naming
+        no peer are not narrowed by them.
+        """
+        if self.any_peer or self.pod_entity:
             return True
-        return any(sel.matches(labels) for sel in self.peers)
+        for sel in self.peers:
+            if sel.matches(labels) and all(req.matches(labels) for req in requires):
+                return True
+        return False
 
     def intervals(
-        self, protocol: Protocol, named_ports: Mapping[str, int]
+        self, protocol: Protocol, named_ports: Mapping[tuple[str, Protocol], int]
     ) -> list[tuple[int, int]]:
         """The port intervals of `protocol` this rule covers."""
         if self.ports is None:
@@ -108,7 +149,10 @@ class Subject:
 
     `selector` picks the endpoints it applies to (None: it selects no pod, e.g. a host policy with
     `nodeSelector`). `enforce_ingress`/`enforce_egress` say whether it puts selected endpoints in
-    default deny for that direction.
+    default deny for that direction. `ingress_requires`/`egress_requires` are the selectors of its
+    allow rules' `fromRequires`/`toRequires`: they narrow the endpoint selectors of every allow
+    rule of every subject selecting the same endpoint. `caveats` names what the block uses that
+    is not modelled exactly and may decide any flow of an endpoint it selects.
     """
 
     selector: LabelSelector | None
@@ -118,10 +162,17 @@ class Subject:
     egress_deny: tuple[Rule, ...] = ()
     enforce_ingress: bool = False
     enforce_egress: bool = False
+    ingress_requires: tuple[LabelSelector, ...] = ()
+    egress_requires: tuple[LabelSelector, ...] = ()
+    caveats: tuple[str, ...] = ()
 
     def rules(self) -> tuple[Rule, ...]:
         """Every rule of every direction."""
         return self.ingress + self.ingress_deny + self.egress + self.egress_deny
+
+    def selectors(self) -> tuple[LabelSelector, ...]:
+        """Every selector the block reads besides its subject selector."""
+        return self.ingress_requires + self.egress_requires
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +184,25 @@ class Policy:
     name: str
     namespace: str | None
     subjects: tuple[Subject, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadablePolicy:
+    """A policy object that cannot be read: which one, the field and the problem.
+
+    `selects` are its subject selectors read leniently (identity keys, its namespace applied): an
+    unreadable selector stands as "every pod of its namespace" (every pod, for a clusterwide
+    policy); a host policy's `nodeSelector` selects no pod. A job whose pods one of them matches
+    gets an uncertain answer.
+    """
+
+    id: str
+    kind: PolicyKind
+    namespace: str | None
+    field: str
+    problem: str
+    selects: tuple[LabelSelector, ...]
+
+    def describe(self) -> str:
+        where = f"{self.field}: " if self.field else ""
+        return f"{self.id}: {where}{self.problem}"

@@ -72,7 +72,7 @@ from typing import Any, cast
 
 from agent.errors import ClusterWriteError, WriteConflictError
 from agent.model.cluster import JobKind
-from agent.model.finding import SPLIT_VERDICTS
+from agent.model.finding import REMEDIABLE_VERDICTS
 from agent.model.incident import IncidentDetail, RemediationAction
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
@@ -566,7 +566,7 @@ class Remediator:
                 return f"{run.ref.kind} {run.ref.namespace}/{run.ref.name} is gone"
             if summary.uid and _uid(job) != summary.uid:
                 return f"the job was recreated (uid {_uid(job)}, the incident is about {summary.uid})"
-        if finding.verdict not in SPLIT_VERDICTS:
+        if finding.verdict not in REMEDIABLE_VERDICTS:
             return f"the job is now {finding.verdict.value}"
         recorded = run.detail.diagnosis.get("zones")
         if isinstance(recorded, Mapping) and dict(recorded) != dict(finding.zones):
@@ -702,7 +702,7 @@ class Remediator:
             raise _SupersededError("the job was deleted or recreated since the plan")
         rediagnosis = self.diagnose(run.ref)
         finding = rediagnosis.finding
-        if finding is None or finding.verdict not in SPLIT_VERDICTS:
+        if finding is None or finding.verdict not in REMEDIABLE_VERDICTS:
             now = "gone" if finding is None else finding.verdict.value
             raise _SupersededError(f"the job is {now} since the plan")
         live = self._live(run, rediagnosis, job)

@@ -56,7 +56,7 @@ from typing import Any
 import yaml
 
 from agent.model.cluster import ZONE_LABEL, JobKind
-from agent.model.finding import SPLIT_VERDICTS, Finding
+from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.job import JobRef
 from agent.model.scheduling import required_node_affinity_matches
 from agent.model.verdict import Verdict
@@ -685,8 +685,9 @@ def plan_remediation(
 ) -> Plan | Refusal:
     """The plan that co-locates the finding's job in its target zone, or why there is none."""
     ref = finding.job
-    if finding.verdict not in SPLIT_VERDICTS:
-        return Refusal(ref, f"the job is {finding.verdict.value}, not split across zones")
+    if finding.verdict not in REMEDIABLE_VERDICTS:
+        return Refusal(ref, f"the job is {finding.verdict.value}, not split across zones "
+                            "nor mislabelled")  # fmt: skip
     if not finding.remediable or finding.target_zone is None:
         why = "; ".join(finding.reasons) or "no target zone"
         return Refusal(ref, f"not remediable: {why}")
@@ -845,6 +846,12 @@ def _restarted_jobs(
     return sorted(out)
 
 
+def _mislabelled(pod: Mapping[str, Any], mirror_keys: Sequence[str], zone: str) -> bool:
+    """True when a zone-mirroring label the pod carries names another zone than `zone`."""
+    labels = _meta(pod).get("labels") or {}
+    return any(k in labels and labels[k] != zone for k in mirror_keys)
+
+
 def _plan_group(
     finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: Sequence[str]
 ) -> Plan:
@@ -877,11 +884,11 @@ def _plan_group(
                 f"pod {name} is not owned by a Deployment or a batch Job: zonemedic cannot move it"
             )
         pods_of.setdefault(top, []).append(pod)
-        if zones[name] != zone:
+        if zones[name] != zone or _mislabelled(pod, mirror_keys, zone):
             moving.setdefault(top, []).append(pod)
     restarted = _restarted_jobs(live, by_kind_name, frozenset(pods_of))
     if not moving and not restarted:
-        raise _RefusedError(f"every pod is already in zone {zone}")
+        raise _RefusedError(f"every pod is already in zone {zone}, labelled for it")
     targets: list[Target] = []
     needs: list[PodNeed] = []
     replaced: set[tuple[str, str]] = set()

@@ -4,10 +4,11 @@ Called by `agent.commands.run` (and by end-to-end tests and the demo, in-process
 clients, the cache, its source, Prometheus and the leader elector from the settings; this module is
 the only place that knows how the parts fit: the Kubernetes source feeds the cache; cache changes
 and alerts go to the detector; the detector's batches, the scheduler's sweeps and the metric refresh
-go to the `Pipeline` (the glue to the core and the store); leader election gates the scheduler (and
-the pipeline's recording of detector batches: acquiring the lease submits one cluster-wide change,
-so the new leader diagnoses, records and reconciles everything once); the HTTP app serves health,
-metrics, the webhook and the incidents API.
+go to the `Pipeline` (the glue to the core and the store); Cilium's PacketDrop Events (when
+`kubernetes.packet_drop_events`) go to the pipeline's timeline and, as a hint, to the detector;
+leader election gates the scheduler (and the pipeline's recording of detector batches: acquiring the
+lease submits one cluster-wide change, so the new leader diagnoses, records and reconciles
+everything once); the HTTP app serves health, metrics, the webhook and the incidents API.
 
 Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
 initial sync, detector (with one full diagnosis), leader election, scheduler. Stop order (SIGTERM):
@@ -49,6 +50,8 @@ from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
+from agent.sources.packetdrops import DropEventReader, PacketDrop
+from agent.sources.resources import PACKET_DROP_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,10 @@ class Pipeline(Protocol):
     def sweep(self, playbook: Playbook | None) -> dict[str, Any]: ...
 
     def refresh_metrics(self) -> None: ...
+
+    def handle_packet_drops(self, drops: list[PacketDrop]) -> Change:
+        """Record Cilium's drop messages in their jobs' timelines; what to re-diagnose."""
+        ...
 
     def readiness(self) -> dict[str, bool]: ...
 
@@ -120,6 +127,12 @@ class Agent:
         )
         self.parts = self.root.parts(is_leader=self.elector.is_leader, leadership=self.elector)
         self.pipeline = pipeline_factory(self.parts)
+        if settings.kubernetes.packet_drop_events:
+            ignored = self.metrics.packet_drops.labels(outcome="ignored")
+            self.source.add_reader(
+                PACKET_DROP_EVENTS,
+                DropEventReader(self._on_packet_drops, on_ignored=ignored.inc),
+            )
         self.scheduler = SweepScheduler(
             self.playbooks,
             run_sweep=lambda playbook, expr: self._sweep(playbook),
@@ -192,6 +205,15 @@ class Agent:
         if jobs:  # an alert is a hint to look at these jobs again, now
             self.detector.submit(Change(jobs=frozenset(jobs), reasons=(f"alert {alert.name}",)))
         return True
+
+    def _on_packet_drops(self, drops: list[PacketDrop]) -> None:
+        """Cilium's drops (on the PacketDrop informer's thread): their messages go into the
+        jobs' timelines, and the jobs they name are a hint to look again, now."""
+        if self._stopped.is_set():
+            return
+        again = self.pipeline.handle_packet_drops(drops)
+        if again:
+            self.detector.submit(again)
 
     def _sweep(self, playbook: Playbook | None) -> None:
         started = time.monotonic()

@@ -3,8 +3,9 @@
 Built once by the composition root and passed to whoever records: the watch loops (restarts), the
 Prometheus source (query errors), the detector (detection latency, incidents), sweeps (duration),
 leader election (leader status), the Alertmanager endpoint, the pipeline (store writes that failed
-and were retried). A private registry keeps tests and
-several agents in one process independent. No I/O here; the HTTP app renders `exposition()`.
+and were retried; split jobs' cross-zone bytes and egress dollars), the PacketDrop event reader. A
+private registry keeps tests and several agents in one process independent. No I/O here; the HTTP
+app renders `exposition()`.
 """
 
 from __future__ import annotations
@@ -99,6 +100,29 @@ class AgentMetrics:
             "Slack requests refused, by reason (signature, other_team, unknown_action, "
             "no_incident, other_cluster, not_approver).",
             ["reason"],
+            registry=r,
+        )
+        self.job_cross_zone_bytes = Gauge(
+            "zonemedic_job_cross_zone_bytes_per_second",
+            "Cross-zone bytes per second of each split job with an open incident, by source "
+            "(measured: by the cluster's exporter, Beyla/OBI/egress.query; estimated: from "
+            "diagnosis.steps_per_day).",
+            ["namespace", "kind", "job", "source"],
+            registry=r,
+        )
+        self.job_egress_cost = Gauge(
+            "zonemedic_job_egress_usd_per_day",
+            "Cross-zone egress dollars per day of each split job with an open incident (at "
+            "diagnosis.price_per_gb, each way), by source (measured, estimated).",
+            ["namespace", "kind", "job", "source"],
+            registry=r,
+        )
+        self.packet_drops = Counter(
+            "zonemedic_packet_drop_events_total",
+            "Cilium PacketDrop events read, by outcome: job (naming a job's pod: re-diagnosed), "
+            "namespace (a pod of no Kubeflow job: its namespace re-diagnosed), ignored (not a "
+            "pod).",
+            ["outcome"],
             registry=r,
         )
         self.cache_objects = Gauge(

@@ -4,7 +4,12 @@ Called by `agent.runtime.pipeline` before each diagnosis. The mirror `track()`s 
 `state()` visits only the objects stored, replaced or deleted since the previous one (the first
 call reads everything): those go through the core's manifest parsers (`agent.snapshot.manifests`,
 `agent.policy.parse_policy`); everything else keeps its parsed form, in persistent maps. The
-`PolicySet` is rebuilt only when a policy changed. Pods also feed a `FactsIndex` (zone-mirroring
+`PolicySet` is rebuilt only when a policy or the dataplane's configuration changed: policies are
+read by `agent.policy.reading` (the snapshot loader's own reader: a policy that cannot be read is
+kept as an `UnreadablePolicy`, warned about once, and the jobs it may select are diagnosed as
+uncertain), and the dataplane is resolved by `agent.policy.dataplane` from what the cache holds
+(Cilium policy kinds being served, the `cilium-config` ConfigMap) and the diagnosis settings. Pods
+also feed a `FactsIndex` (zone-mirroring
 label keys, GPUs used per node, pods by namespace: `agent.topology.facts`), handed to the
 diagnosis with the state so a scoped diagnosis costs its scope, not the cluster; a node change
 (rare: its zone may have changed) rebuilds that index. At 150,000 pods a batch of a few pod
@@ -19,9 +24,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from agent.errors import PolicyError
 from agent.model.cluster import ClusterState, ContainerPort, JobKind, Node, Pod
-from agent.policy import PolicySet, parse_policy
+from agent.policy import Policy, PolicySet
+from agent.policy.dataplane import DataplaneEvidence, dataplane_for
+from agent.policy.reading import read_policy, unreadable_warning
+from agent.policy.rule import UnreadablePolicy
+from agent.settings import DiagnosisSettings
 from agent.snapshot.manifests import (
     ManifestError,
     parse_namespace,
@@ -46,19 +54,28 @@ def _identity(role: Role, parsed: Any) -> Any:
         return parsed.name
     if role is Role.POLICY:
         return parsed.id
+    if role is Role.DATAPLANE:
+        return "cilium-config"
     return (parsed.kind, parsed.namespace, parsed.name)
 
 
+def _config_data(item: dict[str, Any]) -> dict[str, str]:
+    data = item.get("data")
+    return dict(data) if isinstance(data, dict) else {}
+
+
 class ModelMirror:
-    def __init__(self, cache: ClusterCache) -> None:
+    def __init__(self, cache: ClusterCache, *, settings: DiagnosisSettings | None = None) -> None:
         self.cache = cache
+        self.settings = settings or DiagnosisSettings()
         self._tracker = cache.track()
         self._parsed: dict[Slot, tuple[Any, Any]] = {}  # slot -> (slim object, parsed)
         self._ports: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] = {}
         self._pods: dict[Slot, Pod] = {}
         self._pods_tuple: tuple[Pod, ...] | None = None
         self._maps: dict[Role, dict[Any, Any]] = {
-            Role.NODE: {}, Role.NAMESPACE: {}, Role.POLICY: {}, Role.JOB: {}, Role.OWNER: {}
+            Role.NODE: {}, Role.NAMESPACE: {}, Role.POLICY: {}, Role.JOB: {}, Role.OWNER: {},
+            Role.DATAPLANE: {},
         }
         self._facts = FactsIndex({})
         self._policy_set: PolicySet | None = None
@@ -75,7 +92,9 @@ class ModelMirror:
         if role is Role.NAMESPACE:
             return parse_namespace
         if role is Role.POLICY:
-            return parse_policy
+            return read_policy
+        if role is Role.DATAPLANE:
+            return _config_data
         if role is Role.JOB:
             kind = _JOB_KINDS[resource.kind]
             return lambda item: parse_training_job(item, kind)
@@ -84,17 +103,22 @@ class ModelMirror:
     def _parse(self, resource: Resource, key: ObjKey, obj: dict[str, Any]) -> Any:
         try:
             parsed = self._parser(resource)(obj)
-        except (ManifestError, PolicyError) as exc:
-            warn_key = (resource.name, *key)
-            if warn_key not in self._warned:
-                self._warned.add(warn_key)
-                log.warning(
-                    "object skipped: the core cannot parse it",
-                    extra={"resource": resource.name, "object": "/".join(key), "error": str(exc)},
-                )
+        except ManifestError as exc:
+            self._warn(resource, key, str(exc))
             return None
+        if isinstance(parsed, UnreadablePolicy):
+            self._warn(resource, key, unreadable_warning(parsed))
         self.parsed_last += 1
         return parsed
+
+    def _warn(self, resource: Resource, key: ObjKey, error: str) -> None:
+        warn_key = (resource.name, *key)
+        if warn_key not in self._warned:
+            self._warned.add(warn_key)
+            log.warning(
+                "object skipped: the core cannot parse it",
+                extra={"resource": resource.name, "object": "/".join(key), "error": error},
+            )
 
     def _forget(self, slot: Slot, role: Role) -> None:
         seen = self._parsed.pop(slot, None)
@@ -137,6 +161,31 @@ class ModelMirror:
         for slot, pod in self._pods.items():
             self._facts.add(slot, pod)
 
+    def evidence(self) -> DataplaneEvidence:
+        """What the cache shows about the dataplane: Cilium policy kinds served, cilium-config."""
+        served = sorted(
+            {f"API group {r.api_version}" for r in self.cache.resources() if r.group == "cilium.io"}
+        )
+        config = self._maps[Role.DATAPLANE].get("cilium-config")
+        return DataplaneEvidence(cilium=tuple(served), cilium_config=config)
+
+    def _policies(self) -> PolicySet:
+        records = sorted(self._maps[Role.POLICY].values(), key=lambda p: p.id)
+        dataplane = dataplane_for(self.evidence(), self.settings)
+        policy_set = PolicySet(
+            [p for p in records if isinstance(p, Policy)],
+            dataplane=dataplane,
+            unreadable=[p for p in records if isinstance(p, UnreadablePolicy)],
+        )
+        for warning in policy_set.warnings():
+            if ("dataplane", warning, "") not in self._warned:
+                self._warned.add(("dataplane", warning, ""))
+                log.warning("dataplane", extra={"warning": warning})
+        log.info("policies", extra={"dataplane": dataplane.describe(),
+                                    "policies": len(policy_set.policies),
+                                    "unreadable": len(policy_set.unreadable)})  # fmt: skip
+        return policy_set
+
     def state(self) -> tuple[ClusterState, PolicySet]:
         """The cluster as the core sees it, and the policy set, from the cache's current objects."""
         state, policies, _ = self.snapshot()
@@ -171,8 +220,8 @@ class ModelMirror:
                 changed.add(role)
         if Role.NODE in changed or everything:
             self._rebuild_facts()
-        if self._policy_set is None or Role.POLICY in changed:
-            self._policy_set = PolicySet(sorted(self._maps[Role.POLICY].values(), key=lambda p: p.id))
+        if self._policy_set is None or changed & {Role.POLICY, Role.DATAPLANE}:
+            self._policy_set = self._policies()
         if self._pods_tuple is None:
             self._pods_tuple = tuple(self._pods.values())
         nodes: dict[str, Node] = dict(self._maps[Role.NODE])  # copies: the maps change later

@@ -24,13 +24,23 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
 - A remediable split that opens an incident gets a plan preview (`agent.runtime.previews`: the
   patches, their diff and preconditions, or why the fix cannot be applied), recorded before the
   playbooks' messages are queued; a re-detection of an undecided incident with another placement
-  records a new one. A split finding also carries its estimated waste per day
-  (`agent.diagnosis.waste`: idle GPU-hours, cross-zone egress dollars) under `waste`.
+  records a new one. A split finding also carries its waste per day (`agent.diagnosis.waste`:
+  idle GPU-hours, cross-zone egress dollars) under `waste`: the egress measured where the egress
+  meter's last answer (one query per metrics refresh, `agent.sources.egress`) attributes cross-zone
+  flows to the job's pods (`agent.diagnosis.egress`), else estimated, labelled as such; the dollars
+  go to the incident's `estimated_cost` (per day) and to the split-job gauges. A refresh that starts
+  (or stops) measuring a split job diagnoses and records it again at once; a recorded figure that
+  moved (another basis, or beyond `EGRESS_MOVE_SHARE`) adds a `redetected` event of its own to the
+  timeline (`detail.egress`), so its chat message is re-rendered.
 - Metrics: a utilization drop and a firing alert open incidents of their own (the job may be slow
   for reasons zonemedic cannot see), and a refresh attaches evidence to open split incidents once
   the job's utilization is a steady reading (`steady_reading`), with the idle GPU-hours per day
   estimated again from it: a split found as its pods are bound has no utilization sample when it
   is recorded.
+- Cilium's PacketDrop Events (`handle_packet_drops`): the pod an Event names is mapped to its job
+  (the cache's Kubeflow job, else the generic group of the last diagnosis); the message goes once
+  into the timeline of the job's open topology incidents (`evidence`, actor `cilium`), kept
+  (bounded) until one is open; the jobs are returned to be re-diagnosed at once.
 - The database refusing writes: the work raises `UnavailableError` instead of dropping anything.
   The detector retries the batch (recording again is safe: findings dedupe by fingerprint; a
   batch that failed half-way re-detects what it had recorded); the webhook answers 503, its
@@ -56,12 +66,14 @@ from enum import StrEnum
 from typing import Any
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
-from agent.diagnosis.waste import estimate_waste, idle_gpu_hours_per_day
+from agent.diagnosis.egress import EgressIndex, job_ends
+from agent.diagnosis.waste import EgressBasis, estimate_waste, idle_gpu_hours_per_day
 from agent.errors import UnavailableError
 from agent.model.cluster import ClusterState, JobKind
+from agent.model.egress import MeasuredEgress
 from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
-from agent.model.job import JobRef
+from agent.model.job import Job, JobRef
 from agent.model.lifecycle import (
     EventKind,
     IncidentStatus,
@@ -83,18 +95,30 @@ from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
 from agent.sources.jobkey import JobKey
+from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
 from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore
 from agent.store.resilience import deadline
+from agent.topology.facts import ClusterFacts
 from agent.topology.jobs import find_jobs
 
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
-TOPOLOGY_CLASSES = frozenset({VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED})
+TOPOLOGY_CLASSES = frozenset(
+    {VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED, VerdictClass.ZONE_LABEL_MISMATCH}
+)
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
+# a split job's egress figure is recorded again when the measurement moves this much (or its
+# basis changes): the finding, its chat message and the dashboard follow the measurement
+EGRESS_MOVE_SHARE = 0.2
+EGRESS_MOVE_USD = 0.01
+DROP_ACTOR = "cilium"  # the timeline actor of Cilium's PacketDrop messages
+MAX_PENDING_DROP_JOBS = 10_000  # jobs whose drop messages wait for an open incident
+MAX_PENDING_DROPS = 50  # messages one job keeps waiting
+MAX_WRITTEN_DROPS = 50_000  # (job, pod, message) written lately, not asked of the store again
 
 
 class StoreWork(StrEnum):
@@ -168,9 +192,16 @@ class AgentPipeline:
         self._lock = threading.RLock()
         self.report: MetricsReport | None = None
         self._evidence_recorded: set[JobKey] = set()
-        self.mirror = ModelMirror(parts.cache)
+        self.mirror = ModelMirror(parts.cache, settings=parts.settings.diagnosis)
         self.mirror_keys: tuple[str, ...] = ()  # of the last diagnosis
         self._state: ClusterState | None = None  # of the last diagnosis
+        self._facts: ClusterFacts | None = None  # of the last diagnosis
+        self._jobs_in: dict[str, dict[JobRef, Job]] = {}  # of `_state`, by namespace, as asked
+        self.egress: EgressIndex | None = None  # the last answer of the egress meter
+        self._egress_shown: dict[JobKey, tuple[EgressBasis, float | None]] = {}  # as recorded
+        # Cilium's drop messages waiting for their job's open incident, and those written lately
+        self._pending_drops: dict[JobKey, dict[tuple[str, str], PacketDrop]] = {}
+        self._written_drops: dict[tuple[JobKey, str, str], None] = {}
         self.previews = (
             PlanPreviews(parts.api, store, now=now)
             if store is not None and parts.settings.remediation.preview
@@ -341,6 +372,7 @@ class AgentPipeline:
         if source is None:
             return
         report = source.fetch(self.now())
+        self._refresh_egress()
         with self._lock:
             self.report = report
             if not report.available:
@@ -436,7 +468,8 @@ class AgentPipeline:
         result = diagnose_cluster(
             state, policies, settings=self.settings.diagnosis, only=scope, facts=facts
         )
-        self.mirror_keys, self._state = result.mirror_keys, state
+        self.mirror_keys, self._state, self._facts = result.mirror_keys, state, facts
+        self._jobs_in = {}
         self.diagnoses += 1
         self.diagnosed_last = len(result.findings)
         return result.findings
@@ -453,6 +486,8 @@ class AgentPipeline:
         self.parts.metrics.findings.labels(verdict=str(finding.verdict)).inc()
         if finding.verdict is Verdict.PENDING:
             return None
+        if finding.verdict not in SPLIT_VERDICTS:
+            self._forget_egress(key)
         if finding.verdict is Verdict.HEALTHY:
             self.resolve(key, set(TOPOLOGY_CLASSES), reason="re-diagnosis found the job healthy")
             return None
@@ -467,6 +502,11 @@ class AgentPipeline:
         outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus)
         if outcome is None:
             return None
+        if "waste" in document:
+            self._show_egress(key, document["waste"], incident=outcome.incident.id,
+                              new=outcome.new)  # fmt: skip
+        if key in self._pending_drops:
+            self._flush_drops([key])
         preview: Preview | None = None
         if self.previews is not None:
             if outcome.new:
@@ -502,12 +542,205 @@ class AgentPipeline:
     def _waste(self, finding: Finding, metrics: dict[str, Any]) -> dict[str, Any]:
         now, baseline = metrics.get("utilization_now"), metrics.get("utilization_baseline")
         settings = self.settings.diagnosis
+        measured, unmeasured = self._measured(finding.job)
         return estimate_waste(
             verdict=finding.verdict, impact=finding.impact,
             utilization_now=float(now) if isinstance(now, int | float) else None,
             utilization_baseline=float(baseline) if isinstance(baseline, int | float) else None,
             steps_per_day=settings.steps_per_day, price_per_gb=settings.price_per_gb,
+            measured=measured, unmeasured=unmeasured,
         ).to_dict()  # fmt: skip
+
+    # -- Cilium's PacketDrop events -------------------------------------------------------------
+
+    def handle_packet_drops(self, drops: list[PacketDrop]) -> Change:
+        """Cilium's drop messages: each goes, once, into the timeline (an `evidence` event of
+        actor `cilium`) of the open topology incidents of the job whose pod it names (kept until
+        one is open, when the job has none yet; only the leader writes, a follower keeps them for
+        when it leads); returns the jobs to re-diagnose (a pod of no job: its namespace, where
+        generic groups live). A database refusing the writes keeps the messages for later."""
+        jobs: set[JobKey] = set()
+        namespaces: set[str] = set()
+        reasons: list[str] = []
+        counter = self.parts.metrics.packet_drops
+        with self._lock:
+            for drop in drops:
+                key = self._job_of_pod(drop.namespace, drop.pod)
+                if len(reasons) < 5:
+                    reasons.append(f"PacketDrop on {drop.where}")
+                if key is None:
+                    namespaces.add(drop.namespace)
+                    counter.labels(outcome="namespace").inc()
+                    continue
+                jobs.add(key)
+                counter.labels(outcome="job").inc()
+                if (key, drop.where, drop.message) not in self._written_drops:
+                    self._keep_drop(key, drop)
+            if self.parts.is_leader() and self.store is not None:
+                try:
+                    self._flush_drops(sorted(jobs & set(self._pending_drops)))
+                except UnavailableError as exc:
+                    log.warning("drop messages kept for later: %s", exc)
+        return Change(jobs=frozenset(jobs), namespaces=frozenset(namespaces),
+                      reasons=tuple(reasons))  # fmt: skip
+
+    def _job_of_pod(self, namespace: str, pod: str) -> JobKey | None:
+        """The job of a pod: the cache's Kubeflow job, else the generic group of the last
+        diagnosis that holds it."""
+        found = self.parts.cache.job_of_pod(namespace, pod)
+        if found is not None:
+            return found
+        for ref, job in self._jobs_of(namespace).items():
+            if ref.kind is JobKind.GROUP and any(p.name == pod for p in job.pods):
+                return JobKey(str(ref.kind), ref.namespace, ref.name)
+        return None
+
+    def _keep_drop(self, key: JobKey, drop: PacketDrop) -> None:
+        pending = self._pending_drops.get(key)
+        if pending is None:
+            if len(self._pending_drops) >= MAX_PENDING_DROP_JOBS:
+                del self._pending_drops[next(iter(self._pending_drops))]  # the oldest job's
+            pending = self._pending_drops[key] = {}
+        if len(pending) >= MAX_PENDING_DROPS:
+            del pending[next(iter(pending))]
+        pending[(drop.where, drop.message)] = drop
+
+    def _flush_drops(self, keys: Iterable[JobKey]) -> None:
+        """Write the kept drop messages of these jobs into their open topology incidents."""
+        if self.store is None or not self.parts.is_leader():
+            return
+        for key in keys:
+            incidents = [i for i in self._open_incidents(key) if _topology(i.verdict)]
+            if not incidents:
+                continue  # kept until the re-diagnosis opens one
+            for (where, message), drop in list(self._pending_drops.get(key, {}).items()):
+                detail = {"packet_drop": message, "pod": where, "count": drop.count,
+                          "event": drop.event, "at": drop.at}  # fmt: skip
+                for incident in incidents:
+                    self.store.add_event_once(incident.id, EventKind.EVIDENCE, now=self.now(),
+                                              actor=DROP_ACTOR, detail=detail,
+                                              same=("packet_drop", "pod"))  # fmt: skip
+                del self._pending_drops[key][(where, message)]
+                if len(self._written_drops) >= MAX_WRITTEN_DROPS:
+                    self._written_drops.clear()
+                self._written_drops[(key, where, message)] = None
+            if not self._pending_drops.get(key):
+                self._pending_drops.pop(key, None)
+
+    # -- egress ----------------------------------------------------------------------------------
+
+    def _jobs_of(self, namespace: str) -> dict[JobRef, Job]:
+        """The jobs of a namespace in the last diagnosis (found once per diagnosis)."""
+        if self._state is None:
+            return {}
+        found = self._jobs_in.get(namespace)
+        if found is None:
+            pods_in = self._facts.pods_in if self._facts is not None else None
+            found = {j.ref: j for j in find_jobs(self._state, self.settings.diagnosis.groups,
+                                                 namespaces={namespace}, pods_in=pods_in)}
+            self._jobs_in[namespace] = found
+        return found
+
+    def _job(self, ref: JobRef) -> Job | None:
+        return self._jobs_of(ref.namespace).get(ref)
+
+    def _measured(self, ref: JobRef) -> tuple[MeasuredEgress | None, str | None]:
+        """The job's measured cross-zone bytes, or why there is no measurement."""
+        if self.parts.prometheus is None:
+            return None, "metrics not configured (prometheus.url is null)"
+        if self.parts.egress is None:
+            return None, "egress.source is none"
+        if self.egress is None:
+            return None, "not measured yet (the first egress query is pending)"
+        report = self.egress.report
+        if not report.available:
+            return None, report.error or UNAVAILABLE
+        if not report.measured:
+            if self.parts.egress.settings.query is not None:
+                return None, "egress.query answered no series"
+            return None, ("no cross-zone byte counter in Prometheus (Beyla's or OBI's "
+                          "*_network_inter_zone_bytes_total, or *_network_flow_bytes_total "
+                          "with src_zone)")  # fmt: skip
+        job = self._job(ref)
+        if job is None:
+            return None, "the job's pods are not known"
+        found = self.egress.job(job_ends(ref.namespace, job.pods))
+        if found is None:
+            by = ", ".join(sorted(e.label for e in report.exporters))
+            return None, f"no cross-zone flow between the job's pods measured (by {by})"
+        return found, None
+
+    def _refresh_egress(self) -> None:
+        """The egress meter's one query for all jobs; the split jobs it starts (or stops)
+        measuring are diagnosed and recorded again at once, so their findings say so. A measured
+        figure that moves is recorded with the job's next diagnosis (`detection.resync` at the
+        latest): a rate over a window longer than the job's traffic grows until the window is
+        full, and each refresh must not re-record it."""
+        meter = self.parts.egress
+        if meter is None:
+            return
+        report = meter.fetch(self.now())
+        if report is None:
+            return
+        with self._lock:
+            self.egress = EgressIndex(report)
+            moved = {key for key, shown in sorted(self._egress_shown.items())
+                     if self._measured_now(key) != (shown[0] is EgressBasis.MEASURED)}  # fmt: skip
+            refs = frozenset(ref for ref in map(_job_ref, moved) if ref is not None)
+            if not refs:
+                return
+            for finding in self.diagnose(JobScope(jobs=refs)):
+                if job_key(finding) in moved:
+                    self.record(finding, first_seen=None)
+
+    def _measured_now(self, key: JobKey) -> bool:
+        ref = _job_ref(key)
+        return ref is not None and self._measured(ref)[0] is not None
+
+    def _show_egress(self, key: JobKey, waste: dict[str, Any], *, incident: int, new: bool) -> None:
+        """Set the job's gauges, and add a timeline event when the figure moved from the one last
+        shown (a change of basis, or beyond `EGRESS_MOVE_SHARE`): a `redetected` event of the
+        agent's own (never folded into the detector's), after which its chat message is
+        re-rendered; that figure is then the one shown."""
+        source = EgressBasis(str(waste.get("egress_source") or EgressBasis.UNKNOWN.value))
+        usd = waste.get("egress_usd_per_day")
+        usd = float(usd) if isinstance(usd, int | float) else None
+        before = self._egress_shown.get(key)
+        moved = before is not None and not new and egress_moved(before, (source, usd))
+        self._egress_gauges(key, source, usd, waste.get("cross_zone_gb_per_day"), before)
+        if before is None or new or moved:  # else small moves add up against the last shown
+            self._egress_shown[key] = (source, usd)
+        if moved:
+            assert self.store is not None
+            self.store.add_event(incident, EventKind.REDETECTED, now=self.now(), actor=ACTOR,
+                                 detail={"egress": {
+                                     "source": source.value, "usd_per_day": usd,
+                                     "gb_per_day": waste.get("cross_zone_gb_per_day"),
+                                     "basis": waste.get("egress_basis"),
+                                 }})  # fmt: skip
+
+    def _egress_gauges(
+        self, key: JobKey, source: EgressBasis, usd: float | None, gb: Any,
+        before: tuple[EgressBasis, float | None] | None,
+    ) -> None:  # fmt: skip
+        labels = {"namespace": key.namespace, "kind": key.kind, "job": key.name}
+        metrics = self.parts.metrics
+        if before is not None and (before[0] is not source or usd is None or
+                                   source is EgressBasis.UNKNOWN):
+            for gauge in (metrics.job_cross_zone_bytes, metrics.job_egress_cost):
+                gauge.remove(key.namespace, key.kind, key.name, before[0].value)
+        if usd is None or source is EgressBasis.UNKNOWN:
+            return
+        metrics.job_egress_cost.labels(**labels, source=source.value).set(usd)
+        per_second = float(gb) * 1e9 / 86_400 if isinstance(gb, int | float) else 0.0
+        metrics.job_cross_zone_bytes.labels(**labels, source=source.value).set(per_second)
+
+    def _forget_egress(self, key: JobKey) -> None:
+        before = self._egress_shown.pop(key, None)
+        if before is not None:
+            for gauge in (self.parts.metrics.job_cross_zone_bytes,
+                          self.parts.metrics.job_egress_cost):  # fmt: skip
+                gauge.remove(key.namespace, key.kind, key.name, before[0].value)
 
     def _preview(self, finding: Finding) -> Preview | None:
         """The plan preview of a finding (None when there is nothing to preview)."""
@@ -531,12 +764,14 @@ class AgentPipeline:
         if self.store is None:
             return None
         metrics = document.get("metrics") or {}
+        egress = (document.get("waste") or {}).get("egress_usd_per_day")
         record = FindingRecord.from_finding(
             document,
             cluster=self.cluster,
             detected_at=detected_at,
             utilization_now=metrics.get("utilization_now"),
             utilization_baseline=metrics.get("utilization_baseline"),
+            estimated_cost=float(egress) if isinstance(egress, int | float) else None,
             gpus=gpus,
         )
         outcome = self.store.record_finding(record)
@@ -592,6 +827,7 @@ class AgentPipeline:
         return closed
 
     def close_job(self, key: JobKey, *, reason: str) -> int:
+        self._forget_egress(key)
         return self.resolve(
             key,
             {*TOPOLOGY_CLASSES, VerdictClass.GPU_UTILIZATION_DROP},
@@ -663,6 +899,32 @@ class AgentPipeline:
     def post_digest(self, playbook: Playbook, summary: dict[str, Any]) -> int:
         """Queue the playbook's digest actions (see `PlaybookActions.post_digest`); how many."""
         return self.actions.post_digest(playbook, summary)
+
+
+def _topology(verdict: Verdict) -> bool:
+    try:
+        return verdict_class(verdict) in TOPOLOGY_CLASSES
+    except LifecycleError:
+        return False
+
+
+def _job_ref(key: JobKey) -> JobRef | None:
+    try:
+        return JobRef(JobKind(key.kind), key.namespace, key.name)
+    except ValueError:
+        return None
+
+
+def egress_moved(
+    before: tuple[EgressBasis, float | None], after: tuple[EgressBasis, float | None]
+) -> bool:
+    """A split job's egress figure changed enough to record again: another basis, a figure
+    appearing or vanishing, or a move beyond `EGRESS_MOVE_SHARE` of it (and `EGRESS_MOVE_USD`)."""
+    if before[0] is not after[0] or (before[1] is None) != (after[1] is None):
+        return True
+    if before[1] is None or after[1] is None:
+        return False
+    return abs(after[1] - before[1]) > max(EGRESS_MOVE_USD, EGRESS_MOVE_SHARE * abs(before[1]))
 
 
 READING_SAMPLES = 3  # the latest samples that must agree before a reading becomes evidence

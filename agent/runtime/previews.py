@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from agent.model.cluster import JobKind
-from agent.model.finding import SPLIT_VERDICTS, Finding
+from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.incident import IncidentSummary
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
 from agent.model.proposal import latest_preview
@@ -62,7 +62,7 @@ def placement_key(target_zone: str | None, zones: Any) -> PlacementKey:
 
 def wanted(finding: Finding) -> bool:
     """Only a remediable split with a target zone has a fix to preview."""
-    return (finding.verdict in SPLIT_VERDICTS and finding.remediable
+    return (finding.verdict in REMEDIABLE_VERDICTS and finding.remediable
             and finding.target_zone is not None)  # fmt: skip
 
 

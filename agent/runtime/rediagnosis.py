@@ -9,12 +9,15 @@ scoped diagnosis. It reads the API directly rather than the watch cache so that 
 judges what the server says now. Zone-mirroring labels in `auto` mode are detected over the
 namespace's pods. For a generic group it also names the members that finished (pods matching the
 group's selector and a role, Succeeded or Failed: workers that gave up), which the plan needs to
-recreate a worker Job that failed. A kind the server does not serve (404) is skipped. What it does
+recreate a worker Job that failed. A kind the server does not serve (404) is skipped. The dataplane
+is resolved as the agent's mirror resolves it: Cilium when the server serves the cilium.io policy
+kinds or has `kube-system/cilium-config` (read for its `labels`; 403/404 mean none). What it does
 not do: record anything, or write to the cluster.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +26,7 @@ import orjson
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.model.cluster import ClusterState, JobKind
 from agent.model.job import JobRef
-from agent.policy import PolicySet
+from agent.policy.dataplane import CILIUM_CONFIG, CILIUM_CONFIG_NAMESPACE
 from agent.remediation.observe import Rediagnosis
 from agent.settings import DiagnosisSettings, GroupSpec
 from agent.snapshot.collection import parse_snapshot
@@ -76,6 +79,7 @@ class ApiRediagnosis:
         self.api = api
         self.settings = settings
         self.timeout = timeout
+        self._served: set[str] = set()
 
     def _items(self, api_version: str, path: str, kind: str) -> list[dict[str, Any]]:
         base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
@@ -85,6 +89,7 @@ class ApiRediagnosis:
             if exc.status == 404:
                 return []
             raise
+        self._served.add(api_version)
         items: list[dict[str, Any]] = body.get("items") or []
         for item in items:
             item["apiVersion"], item["kind"] = api_version, kind
@@ -101,8 +106,20 @@ class ApiRediagnosis:
         obj["apiVersion"], obj["kind"] = "v1", "Namespace"
         return [obj]
 
+    def _cilium_config(self) -> dict[str, str] | None:
+        path = f"/api/v1/namespaces/{CILIUM_CONFIG_NAMESPACE}/configmaps/{CILIUM_CONFIG}"
+        try:
+            obj = self.api.json("GET", path, timeout=self.timeout)
+        except KubeApiError as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        data = obj.get("data") or {}
+        return {str(k): v for k, v in data.items() if isinstance(v, str)}
+
     def __call__(self, ref: JobRef) -> Rediagnosis:
         ns = ref.namespace
+        self._served = set()
         items = self._items("v1", "nodes", "Node")
         items += self._namespace(ns)
         for api_version, plural, kind in _NAMESPACED:
@@ -110,9 +127,14 @@ class ApiRediagnosis:
         items += self._items("cilium.io/v2", "ciliumclusterwidenetworkpolicies",
                              "CiliumClusterwideNetworkPolicy")  # fmt: skip
         snapshot = parse_snapshot([("api", orjson.dumps({"kind": "List", "items": items}))])
+        served = tuple(f"API group {v}" for v in sorted(self._served) if v.startswith("cilium.io"))
+        snapshot = dataclasses.replace(snapshot, evidence=dataclasses.replace(
+            snapshot.evidence, cilium=served + snapshot.evidence.cilium,
+            cilium_config=self._cilium_config(),
+        ))  # fmt: skip
         state = snapshot.state
         diagnosis = diagnose_cluster(
-            state, PolicySet(snapshot.policies), settings=self.settings,
+            state, snapshot.policy_set(self.settings), settings=self.settings,
             only=JobScope(jobs=frozenset({ref})),
         )  # fmt: skip
         finding = next((f for f in diagnosis.findings if f.job == ref), None)

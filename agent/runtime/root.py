@@ -4,7 +4,8 @@ Called by `agent.runtime.app.Agent` (the long-running agent of `zonemedic run` a
 `demo`) and by `zonemedic sweep --once`. `Root` builds, once: the metrics registry, the Kubernetes
 API client (from the kubeconfig or the in-cluster service account, or a client handed in), the slim
 cluster cache and the list+watch source that fills it, the Prometheus source (only when
-`prometheus.url` is set) and, on request, the leader elector (a `coordination.k8s.io/v1` Lease when
+`prometheus.url` is set) with its egress meter (unless `egress.source` is none) and, on request,
+the leader elector (a `coordination.k8s.io/v1` Lease when
 `leader_election.enabled`, else always the leader). `parts()` hands them to a pipeline as `Parts`,
 what a pipeline may use; a pipeline factory registers its leader-gated background jobs there.
 
@@ -27,8 +28,9 @@ from agent.remediation.approvers import Authority
 from agent.remediation.fence import Leadership
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
 from agent.runtime.metrics import AgentMetrics
-from agent.settings import Settings
+from agent.settings import EgressSource, Settings
 from agent.sources.cache import Change, ClusterCache
+from agent.sources.egress import EgressMeter
 from agent.sources.kube import KubeSource
 from agent.sources.kubeapi import KubeApi, build_api_client
 from agent.sources.prometheus import PrometheusSource
@@ -58,6 +60,7 @@ class Parts:
     api: KubeApi
     prometheus: PrometheusSource | None
     is_leader: Callable[[], bool]
+    egress: EgressMeter | None = None
     # the elector's terms, for the remediation's write fence (None: derived from `is_leader`)
     leadership: Leadership | None = None
     extra_routes: list[BaseRoute] = field(default_factory=list)
@@ -119,6 +122,11 @@ class Root:
             if settings.prometheus.url
             else None
         )
+        self.egress = (
+            EgressMeter(self.prometheus, settings.egress)
+            if self.prometheus is not None and settings.egress.source is not EgressSource.NONE
+            else None
+        )
 
     def elector(
         self,
@@ -153,6 +161,7 @@ class Root:
             api=self.api,
             prometheus=self.prometheus,
             is_leader=is_leader,
+            egress=self.egress,
             leadership=leadership,
         )
 
@@ -163,7 +172,8 @@ class Root:
         try:
             if not self.source.wait_synced(timeout):
                 listed = self.cache.synced_resources()
-                missing = sorted({i.resource.name for i in self.source.informers} - listed)
+                cached = {i.resource.name for i in self.source.informers if i.cache is self.cache}
+                missing = sorted(cached - listed)
                 raise UnavailableError(
                     f"the cluster was not listed within {timeout:g}s: {missing}"
                 )

@@ -1,18 +1,24 @@
 """Turn the bytes of one or more snapshot files into a `Snapshot`: cluster state plus policies.
 
-Called by the `diagnose` command (which reads the files). Each item is dispatched on (apiVersion
-group, kind); unknown kinds are skipped and reported once each in `Snapshot.warnings`. A bad item
-raises `SnapshotError` (or `PolicyError` for policies) as `FILE: item N (Kind ns/name): field:
-problem`. Later files win over earlier ones for the same object. It reads no files itself.
+Called by the `diagnose` command (which reads the files) and the remediation's re-diagnosis. Each
+item is dispatched on (apiVersion group, kind); unknown kinds are skipped and reported once each
+in `Snapshot.warnings`. A bad item raises `SnapshotError` as `FILE: item N (Kind ns/name): field:
+problem`, except a network policy: one that cannot be read is kept as an `UnreadablePolicy` and
+named in a warning (the diagnosis marks the jobs it may select as uncertain), so one bad policy
+never stops the diagnosis of the others. What shows the dataplane is collected as
+`DataplaneEvidence`: any cilium.io object, a CustomResourceDefinition of the cilium.io group, the
+`cilium-config` ConfigMap (its `data`; consumed, not reported as skipped) and the image of the
+`cilium` DaemonSet. Later files win over earlier ones for the same object. It reads no files
+itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from agent.errors import PolicyError, SnapshotError
+from agent.errors import SnapshotError
 from agent.model.cluster import (
     ClusterState,
     ContainerPort,
@@ -23,7 +29,17 @@ from agent.model.cluster import (
     Pod,
     TrainingJobObject,
 )
-from agent.policy import Policy, parse_policy
+from agent.policy import Policy, PolicySet
+from agent.policy.dataplane import (
+    CILIUM_CONFIG,
+    CILIUM_CONFIG_NAMESPACE,
+    DataplaneEvidence,
+    cilium_evidence,
+    dataplane_for,
+)
+from agent.policy.reading import read_policy, unreadable_warning
+from agent.policy.rule import UnreadablePolicy
+from agent.settings import DiagnosisSettings
 from agent.snapshot.documents import iter_items
 from agent.snapshot.manifests import (
     ManifestError,
@@ -45,11 +61,21 @@ _OWNED_KINDS = {("apps", "Deployment"), ("apps", "ReplicaSet"), ("batch", "Job")
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A parsed snapshot: cluster state, policies and warnings (one line per skipped kind)."""
+    """A parsed snapshot: cluster state, policies (and those that could not be read), what shows
+    the dataplane, and warnings (one line per skipped kind, one per unreadable policy)."""
 
     state: ClusterState
     policies: tuple[Policy, ...] = ()
     warnings: tuple[str, ...] = ()
+    unreadable: tuple[UnreadablePolicy, ...] = ()
+    evidence: DataplaneEvidence = field(default_factory=DataplaneEvidence)
+
+    def policy_set(self, settings: DiagnosisSettings) -> PolicySet:
+        """The snapshot's policies under the dataplane its evidence and `settings` decide."""
+        return PolicySet(
+            self.policies, dataplane=dataplane_for(self.evidence, settings),
+            unreadable=self.unreadable,
+        )  # fmt: skip
 
 
 def _describe(item: Mapping[str, Any]) -> str:
@@ -61,6 +87,19 @@ def _describe(item: Mapping[str, Any]) -> str:
     return f"{kind} {ns}/{meta['name']}" if isinstance(ns, str) else f"{kind} {meta['name']}"
 
 
+def _name(item: Mapping[str, Any]) -> str:
+    meta = item.get("metadata")
+    if not isinstance(meta, dict):
+        return "?"
+    ns, name = meta.get("namespace"), meta.get("name")
+    return f"{ns}/{name}" if isinstance(ns, str) and ns else str(name)
+
+
+def _named(item: Mapping[str, Any], name: str) -> bool:
+    meta = item.get("metadata")
+    return isinstance(meta, dict) and meta.get("name") == name
+
+
 class _Builder:
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
@@ -68,7 +107,10 @@ class _Builder:
         self.pods: dict[tuple[str, str], Pod] = {}
         self.jobs: dict[tuple[JobKind, str, str], TrainingJobObject] = {}
         self.owned: dict[tuple[str, str, str], OwnedObject] = {}
-        self.policies: dict[str, Policy] = {}
+        self.policies: dict[str, Policy | UnreadablePolicy] = {}
+        self.cilium: list[str] = []
+        self.cilium_config: tuple[bool, dict[str, str]] | None = None  # (in kube-system, data)
+        self.cilium_image: str | None = None
         self.unknown: dict[str, int] = {}
         self.ports: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] = {}
 
@@ -88,8 +130,13 @@ class _Builder:
             ns = parse_namespace(item)
             self.namespaces[ns.name] = ns
         elif (group, kind) in _POLICY_KINDS:
-            policy = parse_policy(item)
+            policy = read_policy(item)
+            self.policies.pop(policy.id, None)
             self.policies[policy.id] = policy
+            if group == "cilium.io":
+                self.cilium.append(f"{kind} {_name(item)}")
+        elif kind == "ConfigMap" and api_version == "v1" and _named(item, CILIUM_CONFIG):
+            self._cilium_config(item)
         elif (
             group == "kubeflow.org"
             and kind in _KUBEFLOW_V1
@@ -101,14 +148,44 @@ class _Builder:
             obj = parse_owned_object(item, kind)
             self.owned[(kind, obj.namespace, obj.name)] = obj
         else:
+            self._evidence(item, group=group, kind=kind)
             label = f"{api_version} {kind}"
             self.unknown[label] = self.unknown.get(label, 0) + 1
+
+    def _cilium_config(self, item: dict[str, Any]) -> None:
+        meta = item.get("metadata") or {}
+        in_home = meta.get("namespace") == CILIUM_CONFIG_NAMESPACE
+        if self.cilium_config is not None and self.cilium_config[0] and not in_home:
+            return  # kube-system's copy wins
+        data = item.get("data")
+        if data is not None and not isinstance(data, dict):
+            raise ManifestError("data", f"expected a mapping, got {type(data).__name__}")
+        self.cilium_config = (in_home, {str(k): v for k, v in (data or {}).items()
+                                        if isinstance(v, str)})  # fmt: skip
+
+    def _evidence(self, item: dict[str, Any], *, group: str, kind: str) -> None:
+        """Note what an object of a kind the diagnosis does not read says about the dataplane."""
+        if group == "cilium.io":
+            self.cilium.append(f"{kind} {_name(item)}")
+        elif kind == "CustomResourceDefinition" and _name(item).endswith(".cilium.io"):
+            self.cilium.append(f"CRD {_name(item)}")
+        elif kind == "DaemonSet" and group == "apps" and _named(item, "cilium"):
+            self.cilium.append(f"DaemonSet {_name(item)}")
+            spec = ((item.get("spec") or {}).get("template") or {}).get("spec") or {}
+            for container in spec.get("containers") or []:
+                image = container.get("image") if isinstance(container, dict) else None
+                if isinstance(image, str) and "cilium" in image:
+                    self.cilium_image = image
+                    break
 
     def build(self) -> Snapshot:
         warnings = tuple(
             f"skipped {count} object(s) of unsupported kind {label}"
             for label, count in sorted(self.unknown.items())
         )
+        read = [p for p in self.policies.values() if isinstance(p, Policy)]
+        lost = [p for p in self.policies.values() if isinstance(p, UnreadablePolicy)]
+        warnings += tuple(unreadable_warning(u) for u in lost)
         state = ClusterState(
             nodes=self.nodes,
             namespaces=self.namespaces,
@@ -116,10 +193,17 @@ class _Builder:
             job_objects=self.jobs,
             owned_objects=self.owned,
         )
+        config = self.cilium_config
         return Snapshot(
             state=state,
-            policies=tuple(self.policies.values()),
+            policies=tuple(read),
             warnings=warnings,
+            unreadable=tuple(lost),
+            evidence=DataplaneEvidence(
+                cilium=cilium_evidence(self.cilium),
+                cilium_config=config[1] if config is not None else None,
+                cilium_image=self.cilium_image,
+            ),
         )
 
 
@@ -132,6 +216,4 @@ def parse_snapshot(files: Iterable[tuple[str, bytes]]) -> Snapshot:
                 builder.add(item)
             except ManifestError as exc:
                 raise SnapshotError(f"{source}: item {index} ({_describe(item)}): {exc}") from None
-            except PolicyError as exc:
-                raise PolicyError(f"{source}: item {index}: {exc}") from None
     return builder.build()

@@ -11,7 +11,8 @@ labels and requested GPUs: `job_uid`, `job_labels`, `job_gpus`) and the Alertman
 - a NetworkPolicy/CNP in namespace N -> namespace N (policies select endpoints of their own
   namespace, and a job's pods share one namespace); a CCNP or a namespace's labels -> everything;
 - a node's labels, taints, GPUs or cordon -> the jobs with pods on it;
-- a Kubeflow job object -> that job. Owner objects (batch Jobs, ReplicaSets) change nothing.
+- a Kubeflow job object -> that job. Owner objects (batch Jobs, ReplicaSets) change nothing;
+- the cilium-config ConfigMap (identity label filter) -> everything.
 
 Objects are equal when their slim forms are equal, so status churn never reaches the detector.
 
@@ -407,7 +408,7 @@ class ClusterCache:
     def _apply(self, resource: Resource, event: str, obj: Obj) -> Change:
         self._resources[resource.name] = resource
         key = obj_key(obj)
-        if resource.namespaced and not self.admits_namespace(key[0]):
+        if resource.namespaced and resource.namespace is None and not self.admits_namespace(key[0]):
             return Change()
         store = self._objects[resource.name]
         old = store.get(key)
@@ -449,6 +450,8 @@ class ClusterCache:
             if old is None or new is None:
                 return Change()  # an empty new namespace, or one whose pods are gone already
             return Change(everything=True, reasons=(reason,))
+        if role is Role.DATAPLANE:
+            return Change(everything=True, reasons=(reason,))  # identities of every pod
         if role is Role.JOB:
             job = JobKey(resource.kind, key[0], key[1])
             # a job object arriving after its pods were all bound completes the gang as well

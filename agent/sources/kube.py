@@ -10,8 +10,10 @@ with `allowWatchBookmarks` and a server-side `timeoutSeconds`; a stream that end
 resumes from the last resourceVersion seen (bookmarks included); a 410 Gone (as an HTTP answer
 or an `ERROR` event) relists; 5xx, 429 (Retry-After honoured) and network errors back off
 exponentially with full jitter. Bodies are parsed with orjson from unread responses
-(`_preload_content=False`) and slimmed before they reach the cache. What it does not do:
-diagnose, or write to the cluster.
+(`_preload_content=False`) and slimmed before they reach the cache. A resource with a
+`field_selector` is listed and watched with it. Readers (`add_reader`: Cilium's PacketDrop Events)
+get an informer of their own feeding them instead of the cache. What it does not do: diagnose, or
+write to the cluster.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -54,6 +56,15 @@ class ListStats:
     @property
     def pages_per_second(self) -> float:
         return self.pages / self.seconds if self.seconds > 0 else 0.0
+
+
+class Sink(Protocol):
+    """Where an informer puts what it lists (`replace`) and watches (`apply`): the cluster cache,
+    or a reader that keeps nothing (Cilium's PacketDrop Events)."""
+
+    def replace(self, resource: Resource, items: list[dict[str, Any]]) -> Any: ...
+
+    def apply(self, resource: Resource, event: str, obj: dict[str, Any]) -> Any: ...
 
 
 class GoneError(Exception):
@@ -92,7 +103,7 @@ class Informer:
         self,
         api: KubeApi,
         resource: Resource,
-        cache: ClusterCache,
+        cache: Sink,
         *,
         on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         watch_timeout: int = 300,
@@ -138,7 +149,7 @@ class Informer:
     def _fetch_page(self, token: str | None) -> tuple[Any, float]:
         """One page of the list (parsed) and when it was asked for."""
         asked = time.perf_counter()
-        query = [("limit", str(self.page_size))]
+        query = [*self.resource.query(), ("limit", str(self.page_size))]
         if token:
             query.append(("continue", token))
         doc = self.api.json(
@@ -194,6 +205,7 @@ class Informer:
         """Watch from `resource_version` until the stream ends; return the last version seen."""
         timeout = self.watch_timeout + int(self.watch_timeout * self.rand() * 0.2)
         query = [
+            *self.resource.query(),
             ("watch", "1"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
@@ -261,6 +273,9 @@ class Informer:
             except KubeApiError as exc:
                 self.on_restart(self.resource.name, RestartReason.ERROR)
                 delay = self.backoff.next(exc.retry_after)
+                if self.resource.best_effort and exc.status in (403, 404):
+                    self.cache.replace(self.resource, [])  # synced and empty; look again later
+                    version = None
                 log.warning(
                     "list/watch failed",
                     extra={"resource": self.resource.name, "error": str(exc), "retry_in": delay},
@@ -310,13 +325,20 @@ class KubeSource:
         on_restart: Callable[[str, str], None] = lambda resource, reason: None,
         watch_timeout: int = 300,
         resources: tuple[Resource, ...] = RESOURCES,
+        readers: Sequence[tuple[Resource, Sink]] = (),
     ) -> None:
         self.api = api
         self.cache = cache
         self.on_restart = on_restart
         self.watch_timeout = watch_timeout
         self.all_resources = resources
+        self.readers = list(readers)
         self.informers: list[Informer] = []
+
+    def add_reader(self, resource: Resource, sink: Sink) -> None:
+        """Also list+watch `resource` into `sink` (before `start`): outside the cache, so its
+        sync is not waited for and a failure of it delays nothing else."""
+        self.readers.append((resource, sink))
 
     def start(self, *, discovery_timeout: float = 30.0) -> list[Resource]:
         """Discover (retrying until `discovery_timeout`), then start one informer per resource."""
@@ -334,17 +356,19 @@ class KubeSource:
                 time.sleep(delay)
         chosen = select_served(served, self.all_resources)
         self.cache.expect(chosen)
-        for resource in chosen:
+        targets: list[tuple[Resource, Sink]] = [(r, self.cache) for r in chosen]
+        for resource, sink in [*targets, *self.readers]:
             informer = Informer(
                 self.api,
                 resource,
-                self.cache,
+                sink,
                 on_restart=self.on_restart,
                 watch_timeout=self.watch_timeout,
             )
             self.informers.append(informer)
             informer.start()
-        log.info("watching", extra={"resources": [r.name for r in chosen]})
+        log.info("watching", extra={"resources": [r.name for r in chosen],
+                                    "readers": [r.name for r, _ in self.readers]})  # fmt: skip
         return chosen
 
     def wait_synced(self, timeout: float) -> bool:

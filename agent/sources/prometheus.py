@@ -205,6 +205,18 @@ class PrometheusSource:
             raise QueryFailedError(f"unexpected answer: {str(result)[:200]}")
         return result
 
+    def instant(self, expr: str, *, at: datetime) -> list[Any]:
+        """One instant query at `at` (the egress source's query); `QueryFailedError` with the
+        reason when Prometheus fails or answers garbage."""
+        client = self._client()
+        try:
+            found: list[Any] = self._call(
+                lambda: client.custom_query(expr, params={"time": at.timestamp()})
+            )
+            return found
+        finally:
+            client.close()
+
     def fetch(self, now: datetime) -> MetricsReport:
         """Utilization, baseline and drop verdict of every job Prometheus knows, at `now`."""
         s = self.settings

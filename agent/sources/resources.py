@@ -3,7 +3,12 @@
 Called by `agent.sources.kube` to decide which list+watch loops to start: core kinds always; Cilium
 policies, Kubeflow kinds, batch/apps owners only when the server serves them (discovered through
 `/apis/{group}/{version}`). kubeflow.org/v2beta1 `mpijobs` (mpi-operator) is watched only when
-kubeflow.org/v1 does not serve `mpijobs` (a cluster serves one). Pure table + `select_served`.
+kubeflow.org/v1 does not serve `mpijobs` (a cluster serves one). One ConfigMap is watched by name,
+`kube-system/cilium-config` (its `labels` key is Cilium's identity label filter): a row may fix its
+namespace and a field selector, and a `best_effort` row whose list is forbidden or not found counts
+as synced and empty (an agent without the RBAC for it still runs, with Cilium's default filter).
+Cilium's PacketDrop Events (`PACKET_DROP_EVENTS`) are not in the table: they feed the drop event
+reader, not the cache, and only when `kubernetes.packet_drop_events`. Pure table + `select_served`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ class Role(StrEnum):
     POLICY = "policy"
     JOB = "job"  # Kubeflow training job objects
     OWNER = "owner"  # batch Jobs, ReplicaSets, Deployments: ownership chains only
+    DATAPLANE = "dataplane"  # the cilium-config ConfigMap: how identities are built
+    EVENT = "event"  # core/v1 Events read as hints (Cilium's PacketDrop), never cached
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,9 @@ class Resource:
     namespaced: bool
     role: Role
     optional: bool = True
+    namespace: str | None = None  # watch one namespace only (namespace filters do not apply)
+    field_selector: str | None = None
+    best_effort: bool = False  # a 403/404 list counts as synced and empty
 
     @property
     def api_version(self) -> str:
@@ -40,18 +50,36 @@ class Resource:
 
     @property
     def name(self) -> str:
-        """A unique name: `pods`, `mpijobs.v2beta1.kubeflow.org`."""
-        return self.plural if not self.group else f"{self.plural}.{self.version}.{self.group}"
+        """A unique name: `pods`, `mpijobs.v2beta1.kubeflow.org`, `configmaps.cilium-config`."""
+        base = self.plural if not self.group else f"{self.plural}.{self.version}.{self.group}"
+        return base if self.role is not Role.DATAPLANE else f"{base}.cilium-config"
 
     def list_path(self) -> str:
         base = "/api/v1" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespace is not None:
+            base = f"{base}/namespaces/{self.namespace}"
         return f"{base}/{self.plural}"
+
+    def query(self) -> list[tuple[str, str]]:
+        """Query parameters every list and watch of this resource carries."""
+        return [("fieldSelector", self.field_selector)] if self.field_selector else []
 
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("Pod", "", "v1", "pods", True, Role.POD, optional=False),
     Resource("Node", "", "v1", "nodes", False, Role.NODE, optional=False),
     Resource("Namespace", "", "v1", "namespaces", False, Role.NAMESPACE, optional=False),
+    Resource(
+        "ConfigMap",
+        "",
+        "v1",
+        "configmaps",
+        True,
+        Role.DATAPLANE,
+        namespace="kube-system",
+        field_selector="metadata.name=cilium-config",
+        best_effort=True,
+    ),
     Resource("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies", True, Role.POLICY),
     Resource("CiliumNetworkPolicy", "cilium.io", "v2", "ciliumnetworkpolicies", True, Role.POLICY),
     Resource(
@@ -72,6 +100,13 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("Job", "batch", "v1", "jobs", True, Role.OWNER),
     Resource("ReplicaSet", "apps", "v1", "replicasets", True, Role.OWNER),
     Resource("Deployment", "apps", "v1", "deployments", True, Role.OWNER),
+)
+
+
+# Cilium's drop event emitter: Warning Events `PacketDrop` from component `cilium`, selected by the
+# server (kube-apiserver selects Events by `reason` and `source`, the source's component).
+PACKET_DROP_EVENTS = Resource(
+    "Event", "", "v1", "events", True, Role.EVENT, field_selector="reason=PacketDrop,source=cilium"
 )
 
 

@@ -195,6 +195,19 @@ def slim_policy(obj: Obj, resource: Resource) -> Obj:
     return out
 
 
+def slim_config(obj: Obj, resource: Resource) -> Obj:
+    """A ConfigMap read for its string `data` only."""
+    data = obj.get("data")
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": _meta(obj, owners=False),
+        "data": {k: v for k, v in data.items() if isinstance(v, str)}
+        if isinstance(data, dict)
+        else {},
+    }
+
+
 def slim_job(obj: Obj, resource: Resource) -> Obj:
     spec = obj.get("spec") or {}
     out_spec: Obj = {}
@@ -249,6 +262,30 @@ def slim_owner(obj: Obj, resource: Resource) -> Obj:
     return out
 
 
+MAX_MESSAGE = 1024  # an Event message longer than this is cut (Cilium's are one line)
+
+
+def slim_event(obj: Obj) -> Obj:
+    """What the drop event reader needs of a core/v1 Event: who it names, why, what it says."""
+    involved = obj.get("involvedObject")
+    involved = involved if isinstance(involved, dict) else {}
+    source = obj.get("source") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": _meta(obj, owners=False),
+        "involvedObject": {
+            k: involved[k] for k in ("kind", "namespace", "name", "uid") if k in involved
+        },
+        "reason": obj.get("reason"),
+        "message": str(obj.get("message") or "")[:MAX_MESSAGE],
+        "type": obj.get("type"),
+        "count": obj.get("count"),
+        "source": {"component": source.get("component")} if isinstance(source, dict) else {},
+        "lastTimestamp": obj.get("lastTimestamp") or obj.get("eventTime"),
+    }
+
+
 def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable[[Obj], Obj]:
     """The slimming function for objects of `resource` (pods share equal parts via `share`)."""
     if resource.role is Role.POD:
@@ -261,4 +298,8 @@ def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable
         return lambda obj: slim_policy(obj, resource)
     if resource.role is Role.JOB:
         return lambda obj: slim_job(obj, resource)
+    if resource.role is Role.DATAPLANE:
+        return lambda obj: slim_config(obj, resource)
+    if resource.role is Role.EVENT:
+        return slim_event
     return lambda obj: slim_owner(obj, resource)

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, select, text
+from sqlalchemy import Connection, Float, String, and_, bindparam, column, func, select, text
 
 from agent.model.incident import (
+    EgressTotals,
     IncidentDetail,
     IncidentListing,
     IncidentQuery,
@@ -30,6 +31,7 @@ from agent.model.lifecycle import (
     OPEN_STATUSES,
     IncidentStatus,
     ResumeAction,
+    egress_saved,
     gpu_hours_recovered,
     resume_action,
 )
@@ -134,7 +136,10 @@ def stats(conn: Connection, *, since: datetime, now: datetime) -> IncidentStats:
     Counts and durations come from one aggregate query grouped by verdict and status (served by the
     opened_at index). Time to detect: onset -> opened; to decide: opened -> first decision; to
     resolve: opened -> closed, for resolved incidents. GPU-hours: the figures of the resolved
-    incidents, summed with the model's `gpu_hours_recovered` (its one definition).
+    incidents, summed with the model's `gpu_hours_recovered` (its one definition). Egress: the
+    incidents with an egress figure (`estimated_cost`, dollars per day), apart by the basis their
+    diagnosis records (`waste.egress_source`, read by the database; none recorded: estimated):
+    per day for the open ones, and the model's `egress_saved` for the resolved ones.
     """
     seconds = _seconds_between_sql(conn.dialect.name)
     window = (_dt("since", since), _dt("until", now))
@@ -167,6 +172,7 @@ def stats(conn: Connection, *, since: datetime, now: datetime) -> IncidentStats:
         mean_time_to_detect=means["ttd"], mean_time_to_decide=means["dec"],
         mean_time_to_resolve=means["ttr"],
         gpu_hours_recovered=_gpu_hours(conn, since=since, now=now),
+        **_egress(conn, since=since, now=now),
     )
 
 
@@ -182,6 +188,67 @@ def _gpu_hours(conn: Connection, *, since: datetime, now: datetime) -> float:
                              utilization_after=r.utilization_after, resolved_at=r.closed_at,
                              until=now) for r in rows),
         0.0,
+    )
+
+
+def _egress(conn: Connection, *, since: datetime, now: datetime) -> dict[str, EgressTotals]:
+    """The egress figures of the window's incidents that have one: dollars per day from
+    `estimated_cost`, the basis and GB per day read from the diagnosis by the database (no
+    document leaves it); a document that is not valid JSON reads as an estimate without GB."""
+    source, gb_expr = _waste_fields_sql(conn.dialect.name)
+    statuses = [*(s.value for s in OPEN_STATUSES), IncidentStatus.RESOLVED.value]
+    statement = text(
+        f"SELECT status, closed_at, estimated_cost, {source} AS basis, {gb_expr} AS gb "
+        "FROM incidents WHERE opened_at >= :since AND opened_at <= :until "
+        "AND estimated_cost IS NOT NULL AND status IN :statuses"
+    ).bindparams(
+        _dt("since", since), _dt("until", now), bindparam("statuses", statuses, expanding=True)
+    ).columns(column("status", String()), column("closed_at", UTCDateTime()),
+              column("estimated_cost", Float()), column("basis", String()),
+              column("gb", Float()))  # fmt: skip
+    sums: dict[str, dict[str, float]] = {"open": {}, "saved": {}}
+    for r in conn.execute(statement):
+        basis = "measured" if r.basis == "measured" else "estimated"
+        gb = float(r.gb) if isinstance(r.gb, int | float) else None
+        usd = float(r.estimated_cost)
+        if r.status == IncidentStatus.RESOLVED.value:
+            target = sums["saved"]
+            usd = egress_saved(usd, resolved_at=r.closed_at, until=now)
+            gb = egress_saved(gb, resolved_at=r.closed_at, until=now)
+        else:
+            target = sums["open"]
+        target[f"{basis}_usd"] = target.get(f"{basis}_usd", 0.0) + usd
+        target[f"{basis}_gb"] = target.get(f"{basis}_gb", 0.0) + (gb or 0.0)
+        target[f"{basis}_incidents"] = target.get(f"{basis}_incidents", 0) + 1
+    return {
+        "egress_per_day_open": _totals(sums["open"]),
+        "egress_saved": _totals(sums["saved"]),
+    }
+
+
+def _waste_fields_sql(dialect: str) -> tuple[str, str]:
+    """SQL reading the diagnosis' `waste.egress_source` and numeric `waste.cross_zone_gb_per_day`,
+    per backend (NULL when the document is not valid JSON or the field is not there)."""
+    if dialect == "postgresql":
+        number = "jsonb_typeof(diagnosis #> '{waste,cross_zone_gb_per_day}') = 'number'"
+        return ("diagnosis #>> '{waste,egress_source}'",
+                f"CASE WHEN {number} THEN (diagnosis #>> '{{waste,cross_zone_gb_per_day}}')::float "
+                "END")  # fmt: skip
+    valid = "json_valid(diagnosis)"
+    gb = "json_extract(diagnosis, '$.waste.cross_zone_gb_per_day')"
+    return (f"CASE WHEN {valid} THEN json_extract(diagnosis, '$.waste.egress_source') END",
+            f"CASE WHEN {valid} AND json_type(diagnosis, '$.waste.cross_zone_gb_per_day') IN "
+            f"('real', 'integer') THEN {gb} END")  # fmt: skip
+
+
+def _totals(sums: dict[str, float]) -> EgressTotals:
+    return EgressTotals(
+        measured_usd=round(sums.get("measured_usd", 0.0), 4),
+        measured_gb=round(sums.get("measured_gb", 0.0), 3),
+        measured_incidents=int(sums.get("measured_incidents", 0)),
+        estimated_usd=round(sums.get("estimated_usd", 0.0), 4),
+        estimated_gb=round(sums.get("estimated_gb", 0.0), 3),
+        estimated_incidents=int(sums.get("estimated_incidents", 0)),
     )
 
 

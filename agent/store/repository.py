@@ -251,6 +251,29 @@ class IncidentStore:
 
         return self._write(f"add event to incident {incident_id}", body)
 
+    def add_event_once(
+        self,
+        incident_id: int,
+        kind: EventKind,
+        *,
+        now: datetime,
+        actor: str | None,
+        detail: Mapping[str, Any],
+        same: tuple[str, ...],
+    ) -> int | None:
+        """Append a timeline event unless the incident has one of that kind and actor whose
+        detail agrees on the keys `same` (a repeated drop message); its id, or None."""
+        match = {k: detail.get(k) for k in same}
+
+        def body(conn: Connection, _attempt: int) -> int | None:
+            if timeline.has_event(conn, incident_id, kind=kind, actor=actor, detail=match):
+                return None
+            timeline.touch(conn, incident_id, updated_at=now)
+            return timeline.insert_event(conn, incident_id, kind=kind, now=now, actor=actor,
+                                         detail=dict(detail))
+
+        return self._write(f"add event to incident {incident_id}", body)
+
     def record_action(
         self,
         incident_id: int,

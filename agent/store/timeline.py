@@ -8,6 +8,8 @@ transaction (`conn`); the facade owns transactions and retries.
 
 Repeated observations (re-detections) are folded (`fold_event`): at most one row per incident, kind
 and actor per `FOLD_WINDOW`, counting the repeats, so a flood cannot grow a timeline without bound.
+An observation that must appear once whatever its repeats (a drop message) checks `has_event`
+first, in the same transaction.
 Decisions, status changes and remediation steps are never folded.
 
 What it does not do: change an incident's status (that is `agent.store.transitions`) or read a clock.
@@ -44,6 +46,31 @@ def insert_event(
         .returning(IncidentEventRow.id)
     ).scalar_one()
     return event_id
+
+
+def has_event(
+    conn: Connection,
+    incident_id: int,
+    *,
+    kind: EventKind,
+    actor: str | None,
+    detail: Mapping[str, Any],
+) -> bool:
+    """Whether the incident already has an event of `kind` and `actor` whose detail holds every
+    item of `detail` (e.g. the same drop message for the same pod)."""
+    rows = conn.execute(
+        select(IncidentEventRow.detail).where(
+            IncidentEventRow.incident_id == incident_id,
+            IncidentEventRow.kind == kind.value,
+            IncidentEventRow.actor == actor
+            if actor is not None
+            else IncidentEventRow.actor.is_(None),
+        )
+    )
+    for (found,) in rows:
+        if isinstance(found, dict) and all(found.get(k) == v for k, v in detail.items()):
+            return True
+    return False
 
 
 def fold_event(

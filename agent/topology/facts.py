@@ -20,8 +20,8 @@ from agent.model.cluster import ZONE_LABEL, Node, Pod
 
 @dataclass(frozen=True)
 class ClusterFacts:
-    """`mirror_keys`: label keys that mirror the node zone on every scheduled pod carrying them,
-    with >= 2 distinct values (the `auto` detection); `gpu_used`: GPUs requested by live pods
+    """`mirror_keys`: label keys that mirror the node zone (the `auto` detection of
+    `agent.topology.zones`: zone values only, agreeing on most pods, >= 2 distinct values); `gpu_used`: GPUs requested by live pods
     bound to each node; `pods_in`: the pods of each namespace, in cluster order; `zones`: every
     zone a node names, sorted; `node_zone`: each node's zone; `zone_free`: free GPUs per zone
     (as `CapacityIndex` counts them)."""
@@ -49,8 +49,11 @@ class FactsIndex:
         self._by_namespace: dict[str, dict[Hashable, Pod]] = {}
         self._namespace_tuples: dict[str, tuple[Pod, ...]] = {}
         self._gpu_used: dict[str, int] = {}
-        self._mismatches: dict[str, int] = {}  # key -> scheduled pods whose value != zone
-        self._values: dict[str, dict[str, int]] = {}  # key -> {matching value: pods}
+        self._zone_set = frozenset(self._zones)
+        self._foreign: dict[str, int] = {}  # key -> scheduled pods whose value is no zone
+        self._lies: dict[str, int] = {}  # key -> scheduled pods whose value is another zone
+        self._agree: dict[str, int] = {}  # key -> scheduled pods whose value is their zone
+        self._values: dict[str, dict[str, int]] = {}  # key -> {zone value: pods}
         self._mirror_keys: tuple[str, ...] | None = None
 
     def _zone(self, pod: Pod) -> str | None:
@@ -75,9 +78,11 @@ class FactsIndex:
         for key, value in pod.labels.items():
             if key == ZONE_LABEL:
                 continue
-            if value != zone:
-                self._mismatches[key] = self._mismatches.get(key, 0) + step
+            if value not in self._zone_set:
+                self._foreign[key] = self._foreign.get(key, 0) + step
                 continue
+            counts = self._agree if value == zone else self._lies
+            counts[key] = counts.get(key, 0) + step
             values = self._values.setdefault(key, {})
             count = values.get(value, 0) + step
             if count:
@@ -118,7 +123,9 @@ class FactsIndex:
                 sorted(
                     key
                     for key, values in self._values.items()
-                    if len(values) >= 2 and not self._mismatches.get(key)
+                    if len(values) >= 2
+                    and not self._foreign.get(key)
+                    and self._agree.get(key, 0) > self._lies.get(key, 0)
                 )
             )
         return self._mirror_keys

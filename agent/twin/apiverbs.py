@@ -34,6 +34,7 @@ from agent.twin.deletion import Propagation
 from agent.twin.faults import WRITE_VERBS, AuditEntry, RefusalKind, WriteRecord
 from agent.twin.patch import PatchType
 from agent.twin.scale import as_scale, replicas_of
+from agent.twin.selectors import SelectorError, parse_fields
 
 if TYPE_CHECKING:
     from agent.twin.apiserver import ApiServer
@@ -123,6 +124,18 @@ class ResourceRequest:
         }
         handlers[self.verb]()
 
+    def _selected_name(self) -> str:
+        """A list or watch whose field selector requires `metadata.name=X` is about object X for
+        RBAC (as the real server's request info sets the name), so resourceNames may grant it."""
+        if self.verb not in ("list", "watch"):
+            return ""
+        try:
+            fields = parse_fields(self.query.one("fieldSelector"), ())
+        except SelectorError:
+            return ""
+        names = {f.value for f in fields if f.path == "metadata.name" and f.equal}
+        return names.pop() if len(names) == 1 else ""
+
     def _admit(self) -> None:
         """Authorize, count, and raise an injected fault if one is due."""
         api, rt, route = self.api, self.rt, self.route
@@ -135,7 +148,7 @@ class ResourceRequest:
             resource=rt.plural,
             subresource=sub or "",
             namespace=(route.name or "") if is_namespace else (self.namespace or ""),
-            name=route.name or "",
+            name=route.name or self._selected_name(),
         )
         allowed = api.authorizer.allowed(self.user, attrs)
         api.accounting.audit(AuditEntry(self.user.name, self.verb, rt.group, rt.plural, sub or "",

@@ -2,12 +2,11 @@
 
 Built by `zonemedic twin up`, the end-to-end tests, the benchmarks and the demo. `TwinCluster`
 wires the API server's `Store` to the scheduler, kubelet, training operator, batch Job and
-Deployment controllers, Kueue (when the scenario runs it), the dataplane, the training runtime and
-the metrics endpoint, then seeds
-the scenario's nodes, namespaces and objects through the store (so every controller sees them as
-watch events, like a real cluster's). `--speed` scales every model duration. It does not serve the
-Kubernetes HTTP API itself: `cluster.serve_api()` starts the API helper's `ApiServer` on the same
-store.
+Deployment controllers, Kueue (when the scenario runs it), the dataplane (with Cilium's drop event
+emitter), the training runtime and the metrics endpoint, then seeds the scenario's nodes, namespaces
+and objects through the store (so every controller sees them as watch events, like a real
+cluster's). `--speed` scales every model duration. It does not serve the Kubernetes HTTP API
+itself: `cluster.serve_api()` starts the API helper's `ApiServer` on the same store.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from agent.twin.apiserver import ApiServer
 from agent.twin.clock import TwinClock
 from agent.twin.dataplane import Dataplane, PolicyCompiler
 from agent.twin.dataplane_policy import compile_policies
+from agent.twin.dropevents import DropEventEmitter
 from agent.twin.exporter import MetricsServer, TwinCollector
 from agent.twin.gc import DanglingCollector
 from agent.twin.kubelet import Kubelet
@@ -74,6 +74,9 @@ class TwinCluster:
             else None
         )
         self.dataplane = Dataplane(self.store, zones=model.zones, compiler=compiler)
+        self.drop_events = DropEventEmitter(
+            self.store, clock=self.clock, interval=model.drop_event_interval
+        )
         self.runtime = TrainingRuntime(
             self.store,
             clock=self.clock,
@@ -81,6 +84,7 @@ class TwinCluster:
             kubelet=self.kubelet,
             params=model.training,
             groups=scenario.groups,
+            drop_events=self.drop_events,
         )
         self.metrics = MetricsServer(
             TwinCollector(

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 NODES = lookup("nodes")
 NAMESPACES = lookup("namespaces")
+CONFIGMAPS = lookup("configmaps")
+CILIUM_CONFIG = ("kube-system", "cilium-config")
 POLICY_RESOURCES = (
     lookup("networkpolicies", group="networking.k8s.io"),
     lookup("ciliumnetworkpolicies", group="cilium.io"),
@@ -42,6 +44,9 @@ class DropReason(StrEnum):
 
     POLICY_DENIED = "POLICY_DENIED"  # no allow rule while the direction is enforced
     POLICY_DENY = "POLICY_DENY"  # an explicit deny rule
+    # an L7 rule on the port: Cilium's proxy takes the connection and fails the non-L7 stream
+    # (Hubble shows an L7 flow, not a policy drop)
+    L7_PROXY = "L7_PROXY"
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,15 @@ class PodEndpoint:
     name: str
     labels: Mapping[str, str]
     service_account: str = "default"
-    named_ports: Mapping[str, int] = field(default_factory=dict)
+    # (container port name, protocol: TCP, UDP, SCTP) -> number
+    named_ports: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+
+class DropHop(StrEnum):
+    """Where a denied flow is dropped: egress at its source, or ingress at its destination."""
+
+    EGRESS = "egress"
+    INGRESS = "ingress"
 
 
 @dataclass(frozen=True)
@@ -60,12 +73,16 @@ class FlowResult:
     allowed: bool
     drop_reason: DropReason | None = None
     policies: tuple[str, ...] = ()
+    hop: DropHop | None = None  # set when denied
 
 
 ALLOWED = FlowResult(True)
 FlowCheck = Callable[[PodEndpoint, PodEndpoint, int, str], FlowResult]
-# (policy objects, namespace name -> labels) -> FlowCheck
-PolicyCompiler = Callable[[Sequence[Mapping[str, Any]], Mapping[str, Mapping[str, str]]], FlowCheck]
+# (policy objects, namespace name -> labels, cilium-config data or None) -> FlowCheck
+PolicyCompiler = Callable[
+    [Sequence[Mapping[str, Any]], Mapping[str, Mapping[str, str]], Mapping[str, str] | None],
+    FlowCheck,
+]
 
 
 def allow_all(_src: PodEndpoint, _dst: PodEndpoint, _port: int, _protocol: str) -> FlowResult:
@@ -76,7 +93,7 @@ def endpoint_of(pod: Mapping[str, Any]) -> PodEndpoint:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     named = {
-        str(p["name"]): int(p["containerPort"])
+        (str(p["name"]), str(p.get("protocol") or "TCP").upper()): int(p["containerPort"])
         for c in spec.get("containers") or []
         for p in c.get("ports") or []
         if p.get("name") and p.get("containerPort")
@@ -111,6 +128,7 @@ class Dataplane:
         for rt in POLICY_RESOURCES:
             self._unsubscribe.append(self._store.subscribe(rt, self._on_policy))
         self._unsubscribe.append(self._store.subscribe(NAMESPACES, self._on_policy))
+        self._unsubscribe.append(self._store.subscribe(CONFIGMAPS, self._on_configmap))
         self._unsubscribe.append(self._store.subscribe(NODES, self._on_node, since="0"))
 
     def stop(self) -> None:
@@ -129,6 +147,11 @@ class Dataplane:
         with self._lock:
             self._check = None
         self._notify()
+
+    def _on_configmap(self, event: WatchEvent) -> None:
+        meta = event.object.get("metadata") or {}
+        if (meta.get("namespace"), meta.get("name")) == CILIUM_CONFIG:
+            self._on_policy(event)
 
     def _on_node(self, event: WatchEvent) -> None:
         meta = event.object.get("metadata") or {}
@@ -152,7 +175,13 @@ class Dataplane:
             str(ns["metadata"]["name"]): dict(ns["metadata"].get("labels") or {})
             for ns in self._store.list(NAMESPACES)[0]
         }
-        check = self._compiler(policies, namespaces)
+        configs = self._store.list(CONFIGMAPS, namespace=CILIUM_CONFIG[0])[0]
+        data = next(
+            (dict(c.get("data") or {}) for c in configs
+             if (c.get("metadata") or {}).get("name") == CILIUM_CONFIG[1]),
+            None,
+        )  # fmt: skip
+        check = self._compiler(policies, namespaces, data)
         with self._lock:
             self._check = check
         return check

@@ -1,4 +1,4 @@
-"""The twin's metrics endpoint: DCGM, kube-state-metrics, cAdvisor network and Hubble drop metrics.
+"""The twin's metrics endpoint: DCGM, kube-state-metrics, cAdvisor network, Hubble and Beyla.
 
 Started by `cluster.TwinCluster` on 127.0.0.1 (port 0 unless given); a real Prometheus scrapes
 `/metrics` in the text exposition format. Values are computed at scrape time from the store, the
@@ -10,7 +10,15 @@ Hubble):
 - `kube_pod_info`, `kube_node_labels`, `kube_pod_labels` (every label, allowlist `*`),
   `kube_pod_status_phase`, `kube_pod_container_status_restarts_total`;
 - `container_network_transmit_bytes_total{namespace,pod,interface}`;
-- `hubble_drop_total{reason,protocol,source_namespace,source_pod,destination_namespace,destination_pod}`.
+- `hubble_drop_total{reason,protocol,source_namespace,source_pod,destination_namespace,destination_pod}`;
+- Grafana Beyla's network counters, from the training runtime's traffic model (each participant
+  sends its all-reduce bytes to its ring neighbour): `beyla_network_flow_bytes_total` per pair of
+  pods with the Kubernetes attributes Beyla reports (`k8s_{src,dst}_{namespace,name,type,owner_name,
+  owner_type}`, `k8s_cluster_name`) and `src_zone`/`dst_zone` added (as Beyla's inter-zone docs
+  configure it), and `beyla_network_inter_zone_bytes_total{k8s_cluster_name,src_zone,dst_zone}`
+  with its default attributes. An owner is named as Beyla names it: the pod's `apps/v1` owner
+  (a ReplicaSet as its Deployment, the name without its hash suffix), else its other owner (a
+  PyTorchJob, a batch Job), else the pod itself (type `Pod`).
 It does not serve anything but /metrics (and /healthz).
 """
 
@@ -43,6 +51,8 @@ NODES = lookup("nodes")
 GPU = "nvidia.com/gpu"
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+CLUSTER_NAME = "twin"  # Beyla's k8s_cluster_name
+_FLOW_ENDS = ("namespace", "name", "type", "owner_name", "owner_type")
 _LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -82,6 +92,7 @@ class TwinCollector(Collector):
         yield from self._dcgm(nodes)
         yield from self._kube_state(nodes, pods)
         yield from self._network(pods)
+        yield from self._beyla(pods)
 
     # --- DCGM -----------------------------------------------------------------------------------
 
@@ -220,6 +231,48 @@ class TwinCollector(Collector):
                 float(count),
             )
         yield drops
+
+
+    # --- Beyla ----------------------------------------------------------------------------------
+
+    def _beyla(self, pods: list[dict[str, Any]]) -> Iterable[Metric]:
+        keys = ["k8s_cluster_name", *(f"k8s_src_{e}" for e in _FLOW_ENDS),
+                *(f"k8s_dst_{e}" for e in _FLOW_ENDS), "src_zone", "dst_zone"]  # fmt: skip
+        flow = CounterMetricFamily(
+            "beyla_network_flow_bytes",
+            "bytes submitted from a source network endpoint to a destination network endpoint",
+            labels=keys,
+        )
+        owners = {(str(_meta(p).get("namespace")), str(_meta(p).get("name"))): beyla_owner(p)
+                  for p in pods}  # fmt: skip
+        pairs = sorted(self._runtime.pair_bytes().items())
+        for (ns, src, dst), (sent, src_zone, dst_zone) in pairs:
+            a, b = owners.get((ns, src)), owners.get((ns, dst))
+            if a is None or b is None:
+                continue
+            flow.add_metric([CLUSTER_NAME, ns, src, "Pod", *a, ns, dst, "Pod", *b, src_zone,
+                             dst_zone], float(int(sent)))  # fmt: skip
+        yield flow
+        inter = CounterMetricFamily(
+            "beyla_network_inter_zone_bytes",
+            "bytes submitted between different cloud availability zones",
+            labels=["k8s_cluster_name", "src_zone", "dst_zone"],
+        )
+        for (src_zone, dst_zone), sent in sorted(self._runtime.zone_bytes().items()):
+            inter.add_metric([CLUSTER_NAME, src_zone, dst_zone], float(int(sent)))
+        yield inter
+
+
+def beyla_owner(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(owner name, owner type) as Beyla reports a pod's owner (see the module)."""
+    refs = [r for r in _meta(pod).get("ownerReferences") or [] if isinstance(r, Mapping)]
+    chosen = next((r for r in refs if r.get("apiVersion") == "apps/v1"), refs[-1] if refs else None)
+    if chosen is None:
+        return str(_meta(pod).get("name", "")), "Pod"
+    name, kind = str(chosen.get("name", "")), str(chosen.get("kind", ""))
+    if kind == "ReplicaSet" and "-" in name:
+        return name.rsplit("-", 1)[0], "Deployment"
+    return name, kind
 
 
 def _families(name: str, doc: str, rows: list[tuple[dict[str, str], float]]) -> Iterable[Metric]:

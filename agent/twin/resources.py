@@ -54,6 +54,9 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     # Fields a fieldSelector may name besides metadata.name / metadata.namespace.
     field_labels: tuple[str, ...] = ()
+    # A field label that is not its own JSON path: the dotted paths whose first non-empty value
+    # it selects (an Event's `source` is `source.component`, else `reportingComponent`).
+    field_paths: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # A custom resource's CRD printer columns (empty: the server's default NAME, AGE).
     printer_columns: tuple[PrinterColumn, ...] = field(default=())
     verbs: tuple[str, ...] = (
@@ -163,7 +166,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         "", "v1", "services", "Service", True, "service", ("svc",), ("status",), categories=("all",)
     ),
     ResourceType(
-        "", "v1", "events", "Event", True, "event", ("ev",), (), field_labels=_EVENT_FIELDS
+        "", "v1", "events", "Event", True, "event", ("ev",), (), field_labels=_EVENT_FIELDS,
+        field_paths=(("source", ("source.component", "reportingComponent")),),
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
     ResourceType("", "v1", "secrets", "Secret", True, "secret"),

@@ -68,6 +68,7 @@ class ModelSettings:
     utilization_jitter: float = 0.01  # +- fraction added per sample
     crash_backoff_seconds: float = 10.0
     crash_backoff_max_seconds: float = 300.0
+    drop_event_interval: float = 120.0  # Cilium's drop event emitter: one Event per interval
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ def _link(data: object, default: Link, where: str) -> Link:
 _MODEL_KEYS = {
     "pod_start_seconds", "pod_stop_seconds", "intra_zone", "inter_zone", "training", "pod_zone_label",
     "utilization_jitter", "crash_backoff_seconds", "crash_backoff_max_seconds",
+    "drop_event_interval",
 }  # fmt: skip
 _TRAINING_KEYS = {"compute_seconds", "gradient_bytes", "connect_attempts", "connect_retry_seconds"}
 
@@ -169,6 +171,7 @@ def parse_model(data: object, where: str = "model") -> ModelSettings:
         crash_backoff_max_seconds=_number(
             raw, "crash_backoff_max_seconds", base.crash_backoff_max_seconds, where
         ),
+        drop_event_interval=_number(raw, "drop_event_interval", base.drop_event_interval, where),
     )
 
 

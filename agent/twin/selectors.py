@@ -134,12 +134,32 @@ def field_value(obj: Mapping[str, Any], path: str) -> str:
     return str(node)
 
 
-def fields_match(requirements: tuple[FieldRequirement, ...], obj: Mapping[str, Any]) -> bool:
-    return all((field_value(obj, r.path) == r.value) == r.equal for r in requirements)
+FieldPaths = Mapping[str, tuple[str, ...]]
+
+
+def selected_value(obj: Mapping[str, Any], label: str, paths: FieldPaths | None = None) -> str:
+    """The value a field label selects: its own path, or the first non-empty of `paths[label]`
+    (as kube-apiserver's field sets derive an Event's `source`)."""
+    for path in (paths or {}).get(label, (label,)):
+        value = field_value(obj, path)
+        if value:
+            return value
+    return ""
+
+
+def fields_match(
+    requirements: tuple[FieldRequirement, ...],
+    obj: Mapping[str, Any],
+    paths: FieldPaths | None = None,
+) -> bool:
+    return all((selected_value(obj, r.path, paths) == r.value) == r.equal for r in requirements)
 
 
 def matcher(
-    label_selector: str | None, field_selector: str | None, allowed_fields: tuple[str, ...]
+    label_selector: str | None,
+    field_selector: str | None,
+    allowed_fields: tuple[str, ...],
+    paths: FieldPaths | None = None,
 ) -> Callable[[Mapping[str, Any]], bool] | None:
     """One predicate over whole objects for both selectors; None when both select everything."""
     labels = parse_labels(label_selector)
@@ -149,6 +169,6 @@ def matcher(
 
     def match(obj: Mapping[str, Any]) -> bool:
         meta = obj.get("metadata") or {}
-        return labels.matches(meta.get("labels") or {}) and fields_match(fields, obj)
+        return labels.matches(meta.get("labels") or {}) and fields_match(fields, obj, paths)
 
     return match

@@ -388,7 +388,8 @@ def _matcher(
     rt: ResourceType, label_selector: str | None, field_selector: str | None
 ) -> Matcher | None:
     try:
-        return selectors.matcher(label_selector, field_selector, rt.field_labels)
+        return selectors.matcher(label_selector, field_selector, rt.field_labels,
+                                 dict(rt.field_paths))  # fmt: skip
     except selectors.SelectorError as exc:
         raise bad_request(str(exc)) from exc
 

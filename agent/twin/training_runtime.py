@@ -7,20 +7,24 @@ each may pass, and sets the job's phase: TRAINING (all pods running, every flow 
 and GPU utilization from `training`), BLOCKED (a flow is denied) or WAITING. A pod that dials a
 denied peer retries `connect_attempts` times `connect_retry_seconds` apart (the workload's own
 retry behaviour when its pod says so: annotations `twin.zonemedic.io/connect-attempts` and
-`twin.zonemedic.io/connect-retry-seconds`), each a Hubble policy drop, then gives up: it exits
-with Error via the kubelet, which restarts it with back-off (CrashLoopBackOff) or, under
-`restartPolicy: Never`, fails the pod (its controller replaces it until its backoffLimit is used
-up, then the batch Job fails).
+`twin.zonemedic.io/connect-retry-seconds`), each a Hubble policy drop (and a Cilium `PacketDrop`
+Event through the drop event emitter, when one is given), then gives up: it exits with Error via
+the kubelet, which restarts it with back-off (CrashLoopBackOff) or, under `restartPolicy: Never`,
+fails the pod (its controller replaces it until its backoffLimit is used up, then the batch Job
+fails).
 
 Generic groups declared by the scenario (groups.py: a coordinator, e.g. a Deployment's pod, and
 workers, e.g. a batch Job's pods) run the same way: every worker dials the coordinator on the
 group's port and its neighbour in the workers' all-reduce ring; the workers are the GPU ranks and
 train only while the coordinator runs and every flow passes. A blocked group worker gives up as
-any worker does (per its retry behaviour). It accounts transmitted bytes per pod over model time.
-The exporter reads utilization, bytes and drops from here, and the API server's `pods/log` what one
-pod's workload is doing (`activity`: the job's phase, the peers it fails to reach and how many times
-it tried, training progress). It reacts to events and its own timers only (no polling) and does not
-write objects itself.
+any worker does (per its retry behaviour). It accounts transmitted bytes per pod and per pair of
+pods over model time: while a job trains, each participant sends its all-reduce bytes
+(`bytes_sent_per_step` per step) to the next participant of the ring (participants in name order),
+so pair (a, b) carries that rate when b follows a. The exporter reads utilization, bytes (per pod
+and per pair) and drops from here, and the API server's `pods/log` what one pod's workload is doing
+(`activity`: the job's phase, the peers it fails to reach and how many times it tried, training
+progress). It reacts to events and its own timers only (no polling) and does not write objects
+itself.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
 from agent.twin.dataplane import Dataplane, DropReason
+from agent.twin.dropevents import DropEventEmitter
 from agent.twin.groups import GroupRole, TrainingGroup
 from agent.twin.kubelet import Kubelet
 from agent.twin.operator_kinds import (
@@ -67,6 +72,7 @@ GRADIENT_ANNOTATION = "twin.zonemedic.io/gradient-bytes"
 ATTEMPTS_ANNOTATION = "twin.zonemedic.io/connect-attempts"  # a pod's tries before it gives up
 RETRY_ANNOTATION = "twin.zonemedic.io/connect-retry-seconds"  # ... and the wait between two
 PodKey = tuple[str, str]
+PairKey = tuple[str, str, str]  # namespace, sending pod, receiving pod
 
 
 @dataclass(frozen=True)
@@ -236,8 +242,10 @@ class TrainingRuntime(Controller):
         kubelet: Kubelet,
         params: TrainingParams,
         groups: Sequence[TrainingGroup] = (),
+        drop_events: DropEventEmitter | None = None,
     ) -> None:
         super().__init__(store, name="training-runtime", clock=clock)
+        self._drop_events = drop_events
         self._groups = {(g.namespace, g.name): g for g in groups}
         self._clock = clock
         self._dataplane = dataplane
@@ -247,6 +255,12 @@ class TrainingRuntime(Controller):
         self._jobs: dict[PodKey, JobState] = {}
         self._pod_job: dict[PodKey, PodKey] = {}
         self._traffic: dict[PodKey, _Traffic] = {}
+        self._pairs: dict[PairKey, _Traffic] = {}
+        self._pairs_of_pod: dict[PodKey, set[PairKey]] = {}
+        self._pair_zones: dict[PairKey, tuple[str, str]] = {}
+        # bytes of pairs whose pod is gone, by (from zone, to zone): the zone totals never drop
+        self._retired_zone_bytes: dict[tuple[str, str], float] = {}
+        self._job_pairs: dict[PodKey, set[PairKey]] = {}
         self._attempts: dict[PodKey, _Attempts] = {}
         self._drops: dict[DropKey, int] = {}
         self._progress: dict[PodKey, _Progress] = {}
@@ -278,6 +292,28 @@ class TrainingRuntime(Controller):
         now = self._clock.now()
         with self._lock:
             return {k: t.total + t.rate * (now - t.since) for k, t in self._traffic.items()}
+
+    def pair_bytes(self) -> dict[PairKey, tuple[float, str, str]]:
+        """Bytes each live pod has sent each ring neighbour (model time), and the two pods'
+        zones, by (namespace, from, to)."""
+        now = self._clock.now()
+        with self._lock:
+            return {
+                k: (t.total + t.rate * (now - t.since), *self._pair_zones.get(k, ("", "")))
+                for k, t in self._pairs.items()
+            }
+
+    def zone_bytes(self) -> dict[tuple[str, str], float]:
+        """Bytes sent from each zone to each other zone so far (model time), gone pods'
+        included: never decreasing, as an exporter's counter is."""
+        now = self._clock.now()
+        with self._lock:
+            totals = dict(self._retired_zone_bytes)
+            for key, t in self._pairs.items():
+                zones = self._pair_zones.get(key)
+                if zones is not None:
+                    totals[zones] = totals.get(zones, 0.0) + t.total + t.rate * (now - t.since)
+        return {z: b for z, b in totals.items() if z[0] and z[1] and z[0] != z[1]}
 
     def steps(self, namespace: str, job: str) -> float:
         """Training steps the job has completed (model time)."""
@@ -342,6 +378,16 @@ class TrainingRuntime(Controller):
                 self._attempts.pop(key, None)
                 self._pod_job.pop(key, None)
                 self._crashes.pop(key, None)
+                for pair in self._pairs_of_pod.pop(key, set()):
+                    gone = self._pairs.pop(pair, None)
+                    zones = self._pair_zones.pop(pair, None)
+                    if gone is not None and zones is not None:
+                        sent = gone.total + gone.rate * (self._clock.now() - gone.since)
+                        self._retired_zone_bytes[zones] = (
+                            self._retired_zone_bytes.get(zones, 0.0) + sent
+                        )
+                    for end in pair[1:]:
+                        self._pairs_of_pod.get((pair[0], end), set()).discard(pair)
         if job:
             self._queue.add(("job", key[0], str(job)))
             return
@@ -529,17 +575,33 @@ class TrainingRuntime(Controller):
                 bytes_sent_per_step(len(state.participants), params.gradient_bytes)
                 / state.timing.step
             )
+        ring = sorted(state.participants)
+        zones = {_name(p): self._dataplane.zone_of(p) for p in pods if _name(p) in ring}
+        sending = {
+            (namespace, a, b): rate
+            for a, b in zip(ring, ring[1:] + ring[:1], strict=True)
+            if a != b and rate > 0
+        }
         with self._lock:
             self._jobs[(namespace, job_name)] = state
             for pod in pods:
                 key = (namespace, _name(pod))
                 self._pod_job[key] = (namespace, job_name)
                 traffic = self._traffic.setdefault(key, _Traffic(since=now))
-                new_rate = rate if key[1] in state.participants else 0.0
-                if new_rate != traffic.rate:
-                    traffic.total += traffic.rate * (now - traffic.since)
-                    traffic.since = now
-                    traffic.rate = new_rate
+                _set_rate(traffic, rate if key[1] in state.participants else 0.0, now)
+            known = self._job_pairs.setdefault((namespace, job_name), set())
+            for pair in known | set(sending):
+                found = self._pairs.get(pair)
+                if found is None:
+                    if pair not in sending:
+                        continue  # one of its pods is gone, and its counter with it
+                    found = self._pairs[pair] = _Traffic(since=now)
+                    self._pair_zones[pair] = (zones.get(pair[1], ""), zones.get(pair[2], ""))
+                    for end in pair[1:]:
+                        self._pairs_of_pod.setdefault((namespace, end), set()).add(pair)
+                _set_rate(found, sending.get(pair, 0.0), now)
+            known.intersection_update(self._pairs)
+            known.update(sending)
 
     def _track_progress(
         self, namespace: str, job_name: str, state: JobState, target: float | None, job_uid: str
@@ -640,11 +702,14 @@ class TrainingRuntime(Controller):
             attempts.done += 1
             done = attempts.done
             first = attempts.flows[0][0]
+            flows = [flow for flow, _ in attempts.flows]
             gives_up = done >= attempts.limit
             retry = attempts.retry_seconds
             if gives_up:
                 attempts.active = False
                 self._crashes[key] = (first.peer, first.port, done)
+        if self._drop_events is not None:
+            self._emit_drops(namespace, pod, flows)
         if gives_up:
             self._kubelet.crash(
                 namespace, name,
@@ -653,6 +718,26 @@ class TrainingRuntime(Controller):
             )  # fmt: skip
             return None
         return retry
+
+
+    def _emit_drops(self, namespace: str, pod: Mapping[str, Any], flows: Sequence[Flow]) -> None:
+        """Cilium's drop events of one denied attempt (the dataplane says at which hop)."""
+        assert self._drop_events is not None
+        for flow in flows:
+            try:
+                peer = self._store.get(PODS, flow.peer, namespace=namespace)
+            except ApiError:
+                continue
+            result = self._dataplane.check(pod, peer, flow.port)
+            self._drop_events.emit(pod, peer, port=flow.port, result=result)
+
+
+def _set_rate(traffic: _Traffic, rate: float, now: float) -> None:
+    """Change a counter's rate at `now`, keeping what it counted so far."""
+    if rate != traffic.rate:
+        traffic.total += traffic.rate * (now - traffic.since)
+        traffic.since = now
+        traffic.rate = rate
 
 
 def _is_launcher(pod: Mapping[str, Any]) -> bool:

@@ -98,7 +98,7 @@ def test_the_first_post_carries_the_diff_and_approve_and_incidents_show_prints_i
         text = json.dumps(blocks)
         assert "*Proposed fix:* co-locate the job in zone" in text
         assert "Previewed before approval from" in text
-        assert "*Estimated waste:*" in text
+        assert "*Waste:*" in text
         patch = patch_text(blocks)
         for piece in in_diff:
             assert piece in patch, (piece, patch)

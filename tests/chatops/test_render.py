@@ -143,6 +143,25 @@ def assert_within_limits(r: Rendered) -> None:
          [ENABLE_APPROVALS.replace("`", "")[:20]], []),
         ("decided: buttons replaced by the decision", summary(status=S.APPROVED, status_by="alice"),
          diagnosis(), True, [], ["*Approved* by alice"], [ENABLE_APPROVALS]),
+        ("a lying zone label: relabel, with the lying pod and what may be uncertain",
+         summary(verdict=Verdict.ZONE_LABEL_MISMATCH),
+         diagnosis(verdict="zone_label_mismatch", zones={"zone-a": 4},
+                   mislabelled_pods=[{"pod": "resnet-master-0", "label": "zone", "value": "zone-b",
+                                      "node_zone": "zone-a"}],
+                   uncertain=[{"policy": "CiliumNetworkPolicy/ml/new", "field": "spec.x",
+                               "problem": "unknown field"}],
+                   caveats=[{"policy": "CiliumNetworkPolicy/ml/mtls",
+                             "feature": "authentication.mode: required", "detail": "d"}]),
+         True, [ButtonAction.APPROVE, ButtonAction.REJECT, ButtonAction.SNOOZE],
+         ["Zone label disagrees with the node's zone", "relabel the pod template(s)",
+          "pod resnet-master-0: zone=zone-b, its node is in zone-a",
+          "uncertain: CiliumNetworkPolicy/ml/new cannot be read (spec.x): unknown field",
+          "caveat: CiliumNetworkPolicy/ml/mtls uses authentication.mode: required",
+          "GitOps"], ["co-located in zone"]),
+        ("a lying zone label not fixed by relabelling alone", summary(verdict=Verdict.ZONE_LABEL_MISMATCH),
+         diagnosis(verdict="zone_label_mismatch", remediable=False), True,
+         [ButtonAction.REJECT, ButtonAction.SNOOZE],
+         ["set the zone-mirroring label of the pod template(s) to the node's zone"], ["Kueue"]),
     ],
 )
 def test_incident_message(
@@ -202,12 +221,26 @@ def test_utilization_now_vs_baseline_is_shown() -> None:
     ("waste", "expected"),
     [
         ({"gpu_hours_per_day": 43.2, "gpu_hours_basis": "4 GPU(s) x (85% baseline - 40% now) x 24 h",
+          "egress_usd_per_day": 12.5, "egress_source": "estimated", "egress_basis":
+              "estimated from diagnosis.steps_per_day: 0.5 GB/step x 1,250 steps/day x $0.01/GB"},
+         "*Waste:* ~43.2 GPU-hours/day (4 GPU(s) x (85% baseline - 40% now) x 24 h); "
+         "cross-zone egress $12.50/day (estimated from diagnosis.steps_per_day: 0.5 GB/step x "
+         "1,250 steps/day x $0.01/GB)"),
+        ({"gpu_hours_per_day": 43.2, "gpu_hours_basis": "4 GPU(s) x (85% baseline - 40% now) x 24 h",
+          "egress_usd_per_day": 6.048, "cross_zone_gb_per_day": 302.4, "egress_source": "measured",
+          "egress_measured_by": "beyla", "egress_basis":
+              "measured by Beyla over the last 1h: 302 GB/day x $0.01/GB each way"},
+         "*Waste:* ~43.2 GPU-hours/day (4 GPU(s) x (85% baseline - 40% now) x 24 h); "
+         "cross-zone egress $6.05/day (measured by Beyla over the last 1h: 302 GB/day x $0.01/GB "
+         "each way)"),
+        # recorded before bases were labelled: an estimate, said so
+        ({"gpu_hours_per_day": None, "gpu_hours_basis": "unknown: no utilization baseline",
           "egress_usd_per_day": 12.5, "egress_basis": "0.5 GB/step x 1,250 steps/day x $0.01/GB"},
-         "*Estimated waste:* ~43.2 GPU-hours/day (4 GPU(s) x (85% baseline - 40% now) x 24 h); "
-         "cross-zone egress $12.50/day (0.5 GB/step x 1,250 steps/day x $0.01/GB)"),
+         "*Waste:* GPU-hours/day unknown: no utilization baseline; "
+         "cross-zone egress $12.50/day (estimated: 0.5 GB/step x 1,250 steps/day x $0.01/GB)"),
         ({"gpu_hours_per_day": None, "gpu_hours_basis": "unknown: no utilization baseline",
           "egress_usd_per_day": None, "egress_basis": "unknown: no step rate"},
-         "*Estimated waste:* GPU-hours/day unknown: no utilization baseline; "
+         "*Waste:* GPU-hours/day unknown: no utilization baseline; "
          "cross-zone egress $/day unknown: no step rate"),
         (None, None),
     ],

@@ -207,7 +207,7 @@ def test_a_bad_playbook_of_the_pods_configmap_fails_naming_the_repository_file(
     assert code == 2
     assert err.splitlines() == [
         f"zonemedic: error: {bad}:6: triggers[0].type: 'zone_splitt' is not one of zone_split, "
-        "policy_blocked, gpu_utilization_drop, alert, schedule"
+        "policy_blocked, zone_label_mismatch, gpu_utilization_drop, alert, schedule"
     ]
 
 

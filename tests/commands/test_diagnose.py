@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from agent.cli import main
-from tests.snapshot.kube_objects import as_list, cnp, job_pod, node, pod, zone_only
+from tests.snapshot.kube_objects import as_list, job_pod, node, pod, zone_only
 
 ZONES = {"a1": "zone-a", "b1": "zone-b"}
 
@@ -240,29 +240,6 @@ BAD_POD["metadata"]["labels"] = {"app": 7}
             as_list([pod("p") | {"spec": {"containers": [{"ports": [{"containerPort": "x"}]}]}}]),
             None,
             r"item 0 \(Pod ml/p\): spec\.containers\[0\]\.ports\[0\]\.containerPort",
-        ),
-        (
-            as_list(
-                [
-                    cnp(
-                        "weird",
-                        {
-                            "endpointSelector": {
-                                "matchExpressions": [
-                                    {"key": "a", "operator": "Near", "values": ["x"]}
-                                ]
-                            }
-                        },
-                    )
-                ]
-            ),
-            None,
-            r"bad\.yaml: item 0: .*weird.*",
-        ),
-        (
-            as_list([cnp("typed", {"endpointSelector": {"matchLabels": ["a"]}})]),
-            None,
-            r"bad\.yaml: item 0: .*typed.*",
         ),
         (as_list([]), "pod_zone_labels: zone\n", r"pod_zone_labels: unknown key"),
         (

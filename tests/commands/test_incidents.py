@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -197,6 +198,63 @@ def test_stats(capsys: pytest.CaptureFixture[str], db_url: str, history: dict[st
     assert "(60d): 4" in out.splitlines()[0]
     assert "Mean time to resolve:   1d" in out
     assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def _split(store: IncidentStore, name: str, *, at: datetime, usd: float, gb: float | None,
+           source: str | None) -> int:  # fmt: skip
+    """A split incident whose diagnosis carries an egress figure of basis `source`."""
+    base = finding(name, at=at)
+    waste: dict[str, object] = {"egress_usd_per_day": usd, "cross_zone_gb_per_day": gb}
+    if source is not None:
+        waste["egress_source"] = source
+    record = replace(base, diagnosis={**base.diagnosis, "waste": waste}, estimated_cost=usd)
+    return store.record_finding(record).incident.id
+
+
+def test_stats_egress_while_split_and_saved_once_fixed(
+    capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore,
+) -> None:
+    fixed = _split(store, "resnet", at=NOW - timedelta(days=3), usd=6.0, gb=300.0,
+                   source="measured")
+    store.transition(fixed, S.OPEN, S.RESOLVED, actor="zonemedic", now=NOW - timedelta(days=2))
+    _split(store, "bert", at=NOW - timedelta(hours=2), usd=2.5, gb=125.0, source="measured")
+    _split(store, "gpt", at=NOW - timedelta(hours=1), usd=1.0, gb=50.0, source="estimated")
+    _split(store, "vit", at=NOW - timedelta(hours=1), usd=0.5, gb=None, source=None)  # older
+    gone = _split(store, "t5", at=NOW - timedelta(hours=1), usd=9.0, gb=1.0, source="measured")
+    store.transition(gone, S.OPEN, S.SUPERSEDED, actor="zonemedic", now=NOW)  # not a fix
+    broken = _split(store, "bad", at=NOW - timedelta(hours=1), usd=0.25, gb=5.0, source="measured")
+    bad = "'[1, 2'" if store.engine.dialect.name == "sqlite" else "'[1, 2]'::jsonb"
+    with store.engine.begin() as conn:  # an unreadable document: an estimate without GB
+        conn.execute(text(f"UPDATE incidents SET diagnosis = {bad} WHERE id = :id"), {"id": broken})
+
+    code, out, _ = cli(capsys, "incidents", "stats", "--database", db_url, "--output", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["egress_per_day_open"] == {
+        "measured_usd": 2.5, "measured_gb": 125.0, "measured_incidents": 1,
+        "estimated_usd": 1.75, "estimated_gb": 50.0, "estimated_incidents": 3,
+    }
+    saved = data["egress_saved"]  # $6/day and 300 GB/day x the ~2 days since the fix
+    assert saved["measured_usd"] == pytest.approx(12.0, rel=0.01)
+    assert saved["measured_gb"] == pytest.approx(600.0, rel=0.01)
+    assert (saved["measured_incidents"], saved["estimated_incidents"]) == (1, 0)
+
+    code, out, _ = cli(capsys, "incidents", "stats", "--database", db_url)
+    assert code == 0
+    lines = out.splitlines()
+    assert "Egress while split:     $2.50/day measured (125.0 GB/day, 1 incident)" in lines
+    assert f"{'':<24}$1.75/day estimated (50.0 GB/day, 3 incidents)" in lines
+    assert any(line.startswith("Egress saved by fixes:  $12.0") and "measured" in line
+               for line in lines)
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_stats_without_egress_figures_says_so(
+    capsys: pytest.CaptureFixture[str], db_url: str, history: dict[str, int],
+) -> None:
+    code, out, _ = cli(capsys, "incidents", "stats", "--database", db_url)
+    assert code == 0
+    assert "Egress while split:     -" in out and "Egress saved by fixes:  -" in out
 
 
 @pytest.mark.parametrize(

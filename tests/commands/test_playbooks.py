@@ -19,7 +19,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_shipped_playbooks_pass() -> None:
     proc = _run("playbooks", "check", "playbooks")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("ok  ") == 4
+    assert proc.stdout.count("ok  ") == 5
     assert "zone-split" in proc.stdout
 
 

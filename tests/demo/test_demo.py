@@ -126,6 +126,12 @@ def test_the_story_ends_resolved_co_located_and_faster(
     assert before is not None and after is not None and after > before + 20, summary
     chart = Path(summary["chart"])
     assert chart.parent == tmp_path and chart.read_bytes().startswith(PNG)
+    if verdict == "zone_split_degraded":  # its traffic crosses zones: Beyla measures it
+        assert (summary["egress_source"], summary["egress_measured_by"]) == ("measured", "beyla")
+        assert summary["egress_gb_per_day"] > 0 and summary["egress_usd_per_day"] > 0
+        assert "measured by Beyla over the last 30s" in story
+    else:  # blocked: nothing crosses, the estimate says so
+        assert summary["egress_source"] == "estimated" and summary["egress_usd_per_day"] == 0
     # the story as a person reads it: the steps, and the agent's Slack message with its buttons
     for words in ("Pods placed", "Split detected", "Finding posted to Slack", "approved by dana",
                   "Pods co-located", "Incident resolved", "[ Approve ]", "╭─ demo summary"):

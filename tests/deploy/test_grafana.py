@@ -66,7 +66,9 @@ def test_the_panels_cover_what_an_operator_watches() -> None:
     text = " ".join(queries())
     for metric in ("zonemedic:job_gpu_utilization:avg", "zonemedic:job_zones:count",
                    "kube_pod_info", "hubble_drop_total", "zonemedic_incidents",
-                   "zonemedic_detection_latency_seconds_bucket"):
+                   "zonemedic_detection_latency_seconds_bucket", "zonemedic_job_egress_usd_per_day",
+                   "zonemedic_job_cross_zone_bytes_per_second", "zonemedic:cross_zone_bytes:rate5m",
+                   "zonemedic_packet_drop_events_total"):
         assert metric in text, metric
     ids = [p["id"] for p in dashboard()["panels"]]
     assert len(ids) == len(set(ids))
@@ -92,7 +94,8 @@ def test_every_zonemedic_metric_is_exported() -> None:
         assert metric in names or base in names, f"{metric} is not exported by the agent"
 
 
-@pytest.mark.parametrize("recorded", ["zonemedic:job_gpu_utilization:avg", "zonemedic:job_zones:count"])
+@pytest.mark.parametrize("recorded", ["zonemedic:job_gpu_utilization:avg", "zonemedic:job_zones:count",
+                                      "zonemedic:cross_zone_bytes:rate5m"])
 def test_recorded_series_the_dashboard_reads_are_shipped(recorded: str) -> None:
     rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yaml").read_text())
     assert recorded in {r.get("record") for g in rules["groups"] for r in g["rules"]}

@@ -26,7 +26,7 @@ def test_rules_pass_promtool_check() -> None:
     out = subprocess.run([promtool(), "check", "rules", str(RULES)],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 6 rules found" in out.stdout
+    assert "SUCCESS: 7 rules found" in out.stdout
 
 
 def test_rule_unit_tests_pass() -> None:

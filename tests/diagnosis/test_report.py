@@ -59,3 +59,24 @@ def test_colour_marks_verdicts_only_when_asked() -> None:
 
 def test_empty() -> None:
     assert render_table([]) == "no training jobs with live pods found\n"
+
+
+def test_a_mislabelled_job_its_caveats_and_colour() -> None:
+    auth = {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+            "metadata": {"name": "mtls", "namespace": "ml"},
+            "spec": {"endpointSelector": {"matchLabels": {"zone": "zone-b"}},
+                     "ingress": [{"fromEndpoints": [{}], "authentication": {"mode": "required"}}]}}
+    items = [node("a1", "zone-a"), node("b1", "zone-b"), zone_only("zone-a"), auth]
+    items.append(job_pod("PyTorchJob", "lab", "master", 0, node_name="a1", extra={"zone": "zone-b"}))
+    items += [job_pod("PyTorchJob", "lab", "worker", i, node_name="a1", extra={"zone": "zone-a"})
+              for i in range(2)]  # fmt: skip
+    items.append(job_pod("PyTorchJob", "other", "master", 0, node_name="b1", extra={"zone": "zone-b"}))
+    snap = load(items)
+    findings = diagnose_cluster(snap.state, PolicySet(snap.policies),
+                                settings=DiagnosisSettings(pod_zone_label="zone")).findings  # fmt: skip
+    text = render_table(findings, colour=False)
+    row = next(line for line in text.splitlines() if "ml/lab" in line)
+    assert row.split()[2:3] == ["zone_label_mismatch"] and row.endswith("zone-a")
+    assert "note: pod lab-master-0: zone-mirroring label zone=zone-b" in text
+    assert "caveat: CiliumNetworkPolicy/ml/mtls uses authentication.mode: required" in text
+    assert "\x1b[33;1mzone_label_mismatch" in render_table(findings, colour=True)

@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, config
 
+from agent.diagnosis.egress import EgressIndex, JobEnds
+from agent.model.egress import EgressExporter, MeasuredEgress
+from agent.settings import EgressSettings, PrometheusSettings
+from agent.sources.egress import EgressMeter
+from agent.sources.prometheus import PrometheusSource
 from agent.twin import kubeconfig
 from agent.twin.cluster import TwinCluster
+from agent.twin.training import bytes_sent_per_step
 from tests.support.prometheus import requires_prometheus, running_prometheus
+from tests.support.waiting import wait
 from tests.twin.twin_fixtures import fast
 
 pytestmark = [pytest.mark.prometheus, requires_prometheus]
@@ -137,3 +145,35 @@ def test_blocked_job_reads_near_zero_and_shows_policy_drops(blocked: Twin) -> No
         lambda r: bool(r) and float(r[0]["value"][1]) > 0,
         timeout=30,
     )
+
+
+def test_measured_egress_of_the_split_job_matches_the_traffic_model(degraded: Twin) -> None:
+    """The agent's egress meter, on the real Prometheus scraping the twin's Beyla counters,
+    attributes to the split job the bytes its two zone-crossing ring pairs send: the model's
+    per-rank all-reduce bytes per step over the step time, twice (once the rate window holds
+    only training: a rate over a window longer than the series reads lower)."""
+    degraded.prometheus.wait_for(
+        'count(beyla_network_flow_bytes_total{k8s_src_owner_name="llm-finetune"})',
+        lambda r: bool(r) and float(r[0]["value"][1]) == 5, timeout=30)
+    state = degraded.cluster.runtime.job_state("ml", JOB)
+    assert state.timing is not None
+    training = degraded.cluster.scenario.model.training
+    expected = 2 * bytes_sent_per_step(len(state.participants), training.gradient_bytes) / (
+        state.timing.step)
+    url = degraded.prometheus.url
+    meter = EgressMeter(PrometheusSource(PrometheusSettings(url=url, retries=0)),
+                        EgressSettings(window=timedelta(seconds=10)))
+    ends = JobEnds("ml", frozenset(state.participants), frozenset({JOB}))
+    found: list[MeasuredEgress] = []
+
+    def measured() -> bool:
+        time.sleep(0.5)  # a scrape interval between two looks
+        report = meter.fetch(datetime.now(UTC))
+        job = EgressIndex(report).job(ends) if report is not None else None
+        found[:] = [job] if job is not None else []
+        return bool(found) and found[0].flows == 2 and (
+            abs(found[0].bytes_per_second - expected) < 0.1 * expected)
+
+    wait(measured, timeout=40, what=f"llm-finetune's two pairs measured near {expected:.3g} B/s "
+                                    f"(last: {found})")
+    assert found[0].exporter is EgressExporter.BEYLA

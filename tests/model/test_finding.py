@@ -79,6 +79,10 @@ def test_finding_to_dict_matches_the_issue_shape() -> None:
             "pods_outside_target": 1,
             "reference_zone": "zone-a",
         },
+        "mislabelled_pods": [],
+        "uncertain": [],
+        "caveats": [],
+        "identity_labels": None,
     }
 
 

@@ -22,6 +22,7 @@ from agent.model.lifecycle import (
     can_transition,
     check_transition,
     default_severity,
+    egress_saved,
     event_for_status,
     fingerprint,
     gpu_hours_recovered,
@@ -203,6 +204,19 @@ def test_gpu_hours_recovered(
     assert got == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(
+    ("per_day", "hours", "expected"),
+    [(6.0, 48, 12.0), (6.0, 0, 0.0), (6.0, -5, 0.0), (None, 48, 0.0), (-1.0, 24, 0.0)],
+)
+def test_egress_saved(per_day: float | None, hours: int, expected: float) -> None:
+    got = egress_saved(per_day, resolved_at=NOW, until=NOW + timedelta(hours=hours))
+    assert got == pytest.approx(expected)
+
+
+EGRESS_KEYS = ("measured_usd", "measured_gb", "measured_incidents", "estimated_usd",
+               "estimated_gb", "estimated_incidents")
+
+
 def test_to_jsonable() -> None:
     stats = IncidentStats(
         since=NOW, until=NOW + timedelta(days=1), total=2, by_verdict={"zone_split_blocked": 2},
@@ -214,6 +228,8 @@ def test_to_jsonable() -> None:
         "by_verdict": {"zone_split_blocked": 2}, "by_outcome": {"open": 2},
         "mean_time_to_detect": 90.0, "mean_time_to_decide": None, "mean_time_to_resolve": None,
         "gpu_hours_recovered": 1.5,
+        "egress_per_day_open": dict.fromkeys(EGRESS_KEYS, 0),
+        "egress_saved": dict.fromkeys(EGRESS_KEYS, 0),
     }
     problem = RecordProblem(7, "unknown status value 'x'")
     assert to_jsonable([problem, (S.OPEN, Verdict.ALERT)]) == [

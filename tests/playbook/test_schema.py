@@ -42,7 +42,12 @@ actions:
 def test_shipped_playbooks_load() -> None:
     playbooks = load_playbooks(REPO / "playbooks")
     names = {p.name for p in playbooks}
-    assert names == {"zone-split", "policy-blocked", "gpu-utilization-drop", "daily-digest"}
+    assert names == {
+        "zone-split", "policy-blocked", "zone-label-mismatch", "gpu-utilization-drop",
+        "daily-digest",
+    }
+    mismatch = next(p for p in playbooks if p.name == "zone-label-mismatch")
+    assert [t.kind for t in mismatch.triggers] == [TriggerKind.ZONE_LABEL_MISMATCH]
     digest = next(p for p in playbooks if p.name == "daily-digest")
     assert digest.schedules() == ("0 8 * * 1-5",)
 
@@ -118,6 +123,11 @@ def _replace(old: str, new: str) -> str:
         ("name: x\ntriggers: []\nactions: [{type: digest}]\n", r"^demo\.yaml:2: triggers: needs at least one trigger"),
         ("name: x\ntriggers: [{type: zone_split}]\nactions: [{type: notify}\n", r"^demo\.yaml:\d+: invalid YAML"),
         ("", r"^demo\.yaml: empty file"),
+        # a tag no safe constructor knows is a located error, not a traceback (found by the fuzz test)
+        ("!0 :", r"^demo\.yaml:1: invalid YAML: could not determine a constructor for the tag '!0'$"),
+        (_replace("name: demo", "name: !!python/name:os.system x"), r"^demo\.yaml:1: name: invalid YAML: could not determine a constructor"),
+        # a field name that is not a plain word is JSON-quoted: the error stays one line
+        ('"a\\nb": 1\n', r'^demo\.yaml:1: \["a\\nb"\]: unknown field'),
         # hostile input: recursion, nesting, alias bombs and numbers that overflow
         (_replace("description:", "extra: &a [*a]\ndescription:"), r"^demo\.yaml:2: alias \*a refers to a node that contains it"),
         (_replace("description:", "x: &a {k: *a}\ndescription:"), r"^demo\.yaml:2: alias \*a refers to a node that contains it"),

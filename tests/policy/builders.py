@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.model.network import Endpoint
+from agent.model.network import Endpoint, Protocol
 
 
 def cnp(name: str, spec: Mapping[str, Any] | None = None, *, ns: str = "ml", specs: Any = None) -> dict[str, Any]:
@@ -49,12 +49,16 @@ def ep(
     ns: str = "ml",
     sa: str = "default",
     ns_labels: Mapping[str, str] | None = None,
-    ports: Mapping[str, int] | None = None,
+    ports: Mapping[str, int] | Mapping[tuple[str, Protocol], int] | None = None,
 ) -> Endpoint:
+    """An endpoint; `ports` keys are port names (declared TCP) or (name, protocol) pairs."""
+    named: dict[tuple[str, Protocol], int] = {}
+    for key, number in (ports or {}).items():
+        named[(key, Protocol.TCP) if isinstance(key, str) else key] = number
     return Endpoint(
         namespace=ns,
         labels=dict(labels or {}),
         namespace_labels=dict(ns_labels or {}),
         service_account=sa,
-        named_ports=dict(ports or {}),
+        named_ports=named,
     )

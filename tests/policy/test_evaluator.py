@@ -13,7 +13,7 @@ from agent.policy import PolicySet, parse_policy
 from tests.policy.builders import ccnp, cnp, ep, knp
 
 EG, IN = Hop.EGRESS, Hop.INGRESS
-DD, DR = DenyReason.DEFAULT_DENY, DenyReason.DENY_RULE
+DD, DR, L7 = DenyReason.DEFAULT_DENY, DenyReason.DENY_RULE, DenyReason.L7_PROXY
 ALLOW = FlowVerdict(allowed=True)
 P23456 = PortRange.single(23456)
 HIGH = PortRange(1024, 65535)
@@ -448,9 +448,9 @@ CASES = [
         WORKER, MASTER, P23456, deny(IN, DD, CNP_M),
     ),
     Case(
-        "L7 rules on a port still allow the connection (L4 view)",
+        "L7 rules on a port send its traffic through the proxy: the non-HTTP flow fails",
         [cnp("m", {"endpointSelector": SEL_MASTER, "ingress": [{**FROM_WORKERS, "toPorts": [{"ports": [{"port": "23456", "protocol": "TCP"}], "rules": {"http": [{"method": "GET"}]}}]}]})],
-        WORKER, MASTER, P23456, ALLOW,
+        WORKER, MASTER, P23456, deny(IN, L7, CNP_M),
     ),
     # -- specs ------------------------------------------------------------------------------------
     Case(

@@ -622,3 +622,39 @@ def test_a_template_changed_by_its_owner_before_the_first_write_is_superseded_wi
         assert lab.writes() == {}
         steps = recorded_steps(store, incident_id)
         assert not {"rolling_out", "rollback_started"} & set(steps), steps
+
+
+def test_the_lab_label_put_back_by_a_sync_is_a_mislabel_and_relabelling_resolves_it(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """After the fix, a GitOps sync (or a re-run of `kubectl apply`) puts the template's
+    `zone: zone-b` back: the coordinator stays in zone-a (pinned) with a lying label. The job is
+    diagnosed `zone_label_mismatch` (not `policy_blocked`) and the approved fix relabels it."""
+    from agent.model.verdict import Verdict
+
+    with running_lab(tmp_path, "lab", diagnosis=GROUPS) as lab:
+        first = approved_incident(lab, store, ref=LAB)
+        assert lab.remediator(store).run(first) is IncidentStatus.RESOLVED
+        apps = client.AppsV1Api(lab.api.api_client)
+        apps.patch_namespaced_deployment(
+            "rendezvous", NS, {"spec": {"template": {"metadata": {"labels": {"zone": "zone-b"}}}}}
+        )
+
+        def lying() -> bool:
+            coordinators = [p for p in pods(lab) if p["metadata"]["labels"]["role"] == "coordinator"]
+            return (len(coordinators) == 1 and coordinators[0]["spec"].get("nodeName") is not None
+                    and coordinators[0]["metadata"]["labels"]["zone"] == "zone-b"
+                    and set(zones(lab).values()) == {"zone-a"})  # fmt: skip
+
+        assert lab.cluster.wait_until(lying, timeout=60), zones(lab)
+        finding = lab.diagnose(LAB).finding
+        assert finding is not None and finding.verdict is Verdict.ZONE_LABEL_MISMATCH, finding
+        assert (finding.remediable, finding.target_zone) == (True, "zone-a")
+        second = approved_incident(lab, store, ref=LAB)
+        status = lab.remediator(store).run(second)
+        detail = store.get_incident(second)
+        assert detail.incident.verdict is Verdict.ZONE_LABEL_MISMATCH
+        assert status is IncidentStatus.RESOLVED, [dict(e.detail) for e in detail.events]
+        coordinator = [p for p in pods(lab) if p["metadata"]["labels"]["role"] == "coordinator"]
+        assert [p["metadata"]["labels"]["zone"] for p in coordinator] == ["zone-a"]
+        assert set(zones(lab).values()) == {"zone-a"}

@@ -524,3 +524,36 @@ def test_tolerations_come_from_the_nodes_the_templates_node_affinity_admits() ->
     patched = apply_merge_patch(obj, plan.job_patch(resource_version=None, suspend=True))
     master = templates(patched, "PyTorchJob")["Master"]["spec"]
     assert [t["key"] for t in master["tolerations"]] == ["nvidia.com/gpu"]
+
+
+def test_a_mislabelled_group_is_relabelled_where_it_runs() -> None:
+    """The lab after a GitOps sync: the coordinator runs in zone-a (pinned and tolerated there),
+    its template's zone label put back to zone-b: only the Deployment is rolled out, relabelled."""
+    base = group_live(coordinator_zone_node="gpu-a-0")
+    deploy = base.workloads[0]
+    deploy["spec"]["template"]["spec"]["nodeSelector"] = {ZONE: "zone-a"}
+    deploy["spec"]["template"]["spec"]["tolerations"] = [GPU_TOLERATION]
+    pods = [p for p in base.pods if p["metadata"]["name"] != "workers-b-1"]
+    live_ = LiveObjects(job=None, pods=pods, nodes=base.nodes, bound_pods=pods,
+                        workloads=base.workloads)  # fmt: skip
+    mismatch = finding(JobKind.GROUP, name="lab", verdict=Verdict.ZONE_LABEL_MISMATCH)
+    result = plan_remediation(mismatch, live_, mirror_keys=("zone",))
+    assert isinstance(result, Plan), result
+    [target] = result.targets
+    assert (target.kind, target.name, target.action) == ("Deployment", "coordinator",
+                                                         TargetAction.ROLLOUT)  # fmt: skip
+    patch = target.template_patch()
+    assert patch["spec"]["template"]["metadata"]["labels"] == {"zone": "zone-a"}
+    assert result.preconditions.verdict is Verdict.ZONE_LABEL_MISMATCH
+
+
+def test_a_mislabelled_kubeflow_job_is_relabelled_in_its_zone() -> None:
+    obj = job("PyTorchJob")
+    for spec in obj["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"].setdefault("metadata", {}).setdefault("labels", {})[MIRROR] = "zone-b"
+    mismatch = finding(JobKind.PYTORCH, verdict=Verdict.ZONE_LABEL_MISMATCH)
+    result = plan_remediation(mismatch, live(obj), mirror_keys=(MIRROR,))
+    assert isinstance(result, Plan), result
+    for change in result.targets[0].changes:
+        assert change.nested()["spec"]["pytorchReplicaSpecs"][change.replica]["template"][
+            "metadata"]["labels"][MIRROR] == "zone-a"

@@ -178,3 +178,42 @@ def assert_only_preview_reads(counts: dict[str, int], *, opened: int) -> None:
     zone_nodes = 2  # us-east-1a
     assert lists.get("list pods", 0) <= opened * (1 + zone_nodes), counts
     assert counts.get("get pytorchjobs", 0) <= opened, counts
+
+
+@requires_prometheus
+def test_seed_blocked_timeline_carries_ciliums_packet_drop_messages(blocked: Running) -> None:
+    """The twin's dataplane emits Cilium's PacketDrop Events for the denied flows; the agent reads
+    them (server-side selected) and writes each message once into the incident's timeline."""
+    incident = blocked.wait(lambda: _opened(blocked, "zone_split_blocked"))
+
+    def drops() -> list[dict[str, Any]]:
+        detail = blocked.http.get(f"/api/incidents/{incident['id']}").json()
+        return [e for e in detail["events"] if e["kind"] == "evidence" and e["actor"] == "cilium"]
+
+    blocked.wait(lambda: bool(drops()), timeout=40)
+    for event in drops():
+        message = event["detail"]["packet_drop"]
+        assert message.startswith("Incoming packet dropped (policy_denied) from ml/llm-finetune-")
+        assert message.endswith(".") and event["detail"]["pod"].startswith("ml/llm-finetune-")
+    texts = [e["detail"]["packet_drop"] for e in drops()]
+    assert len(texts) == len(set(texts))  # once each, however often Cilium repeats it
+    registry = blocked.agent.metrics.registry
+    assert (registry.get_sample_value("zonemedic_packet_drop_events_total", {"outcome": "job"})
+            or 0) >= 1
+
+
+@requires_prometheus
+def test_seed_degraded_waste_is_measured_from_the_twins_beyla_counters(degraded: Running) -> None:
+    incident = degraded.wait(lambda: _opened(degraded, "zone_split_degraded"))
+
+    def waste() -> dict[str, Any]:
+        detail = degraded.http.get(f"/api/incidents/{incident['id']}").json()
+        found: dict[str, Any] = detail["diagnosis"].get("waste") or {}
+        return found
+
+    degraded.wait(lambda: waste().get("egress_source") == "measured", timeout=40)
+    measured = waste()
+    assert measured["egress_measured_by"] == "beyla" and measured["cross_zone_gb_per_day"] > 0
+    assert measured["egress_basis"].startswith("measured by Beyla over the last 1h: ")
+    text = degraded.http.get("/metrics").text
+    assert 'zonemedic_job_egress_usd_per_day{job="llm-finetune",kind="PyTorchJob"' in text

@@ -130,3 +130,67 @@ def test_incremental_state_and_facts_diagnose_like_a_fresh_mirror() -> None:
         assert got == want
         verdicts.append(str(got.findings[0].verdict))
     assert verdicts[0] == "healthy" and verdicts[1] == "zone_split_blocked"
+
+
+CONFIG = R["configmaps.cilium-config"]
+
+
+def cilium_config(labels: str) -> dict[str, Any]:
+    return slimmer(CONFIG)({"metadata": {"name": "cilium-config", "namespace": "kube-system"},
+                            "data": {"labels": labels, "debug": "false"}})
+
+
+def test_an_unreadable_policy_is_kept_as_a_record_and_warned_about_once(
+    mirror: tuple[ClusterCache, ModelMirror], caplog: pytest.LogCaptureFixture
+) -> None:
+    cache, m = mirror
+    broken = slimmer(CNP)({"metadata": {"name": "future", "namespace": "ml"},
+                           "spec": {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}],
+                                                                         "newKind": 1}]}})
+    cache.apply(CNP, "ADDED", broken)
+    with caplog.at_level(logging.WARNING):
+        _, policies = m.state()
+        m.state()
+    assert [p.id for p in policies.policies] == ["CiliumNetworkPolicy/ml/p"]
+    [record] = policies.unreadable
+    assert (record.id, record.field) == ("CiliumNetworkPolicy/ml/future", "spec.ingress[0].newKind")
+    warnings = [r for r in caplog.records if r.message == "object skipped: the core cannot parse it"]
+    assert len(warnings) == 1 and "spec.ingress[0].newKind" in warnings[0].__dict__["error"]
+
+
+def test_cilium_config_decides_the_identity_filter(
+    mirror: tuple[ClusterCache, ModelMirror]
+) -> None:
+    cache, m = mirror
+    _, policies = m.state()
+    assert policies.dataplane.cilium and policies.identity.keeps("a")
+    assert "a" in policies.pod_label_keys()
+    cache.replace(CONFIG, [cilium_config("k8s:!a")])
+    _, changed = m.state()
+    assert changed is not policies and not changed.identity.keeps("a")
+    assert "kube-system/cilium-config" in changed.dataplane.reason
+    assert changed.pod_label_keys() == frozenset()  # the policy's selector key left identities
+    cache.replace(CONFIG, [])
+    _, back = m.state()
+    assert back.identity.keeps("a")
+
+
+def test_without_cilium_kinds_or_cilium_config_the_dataplane_is_kubernetes() -> None:
+    cache = ClusterCache()
+    cache.replace(R["nodes"], [])
+    cache.replace(R["pods"], [pod(1, labels={"pod-template-hash": "x"})])
+    cache.replace(CONFIG, [])
+    _, policies = ModelMirror(cache).state()
+    assert not policies.dataplane.cilium and policies.identity.keeps("pod-template-hash")
+
+
+def test_the_dataplane_setting_overrides_the_cluster(
+    mirror: tuple[ClusterCache, ModelMirror]
+) -> None:
+    from agent.settings import DataplaneSetting, DiagnosisSettings
+
+    cache, _ = mirror
+    settings = DiagnosisSettings(dataplane=DataplaneSetting.KUBERNETES)
+    _, policies = ModelMirror(cache, settings=settings).state()
+    assert not policies.dataplane.cilium
+    assert policies.ignored == ("CiliumNetworkPolicy/ml/p",)

@@ -18,23 +18,27 @@ from typing import Any
 
 import pytest
 
+from agent.diagnosis.waste import EgressBasis
 from agent.model.incident import IncidentQuery, Verdict
-from agent.model.lifecycle import MessageKind
+from agent.model.lifecycle import EventKind, MessageKind
 from agent.playbook.loader import load_playbooks
 from agent.runtime.leader import AlwaysLeader
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.pipeline import AgentPipeline, steady_reading
+from agent.runtime.pipeline import AgentPipeline, egress_moved, steady_reading
 from agent.runtime.root import Parts
 from agent.settings import PrometheusSettings, Settings
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change, ClusterCache
 from agent.sources.drop import DropVerdict
+from agent.sources.egress import EgressMeter
 from agent.sources.jobkey import JobKey
 from agent.sources.kubeapi import KubeApi
+from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import JobMetrics, MetricsReport, PrometheusSource
 from agent.sources.resources import RESOURCES
 from agent.sources.slim import slimmer
 from agent.store.migrate import upgrade_on_start
+from tests.support.prometheus import requires_prometheus, running_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 R = {r.name: r for r in RESOURCES}
@@ -86,27 +90,31 @@ def split_pods() -> list[dict[str, Any]]:
 
 
 class World:
-    def __init__(self, tmp_path: Path, *, prometheus: bool = False) -> None:
+    def __init__(self, tmp_path: Path, *, prometheus: bool | str = False) -> None:
         settings = Settings(cluster_name="prod", data_dir=str(tmp_path), playbooks_dir=str(REPO / "playbooks"))
+        url = prometheus if isinstance(prometheus, str) else "http://127.0.0.1:9"
         settings = replace(
             settings,
             database=replace(settings.database, url=f"sqlite:///{tmp_path / 'zm.db'}"),
             diagnosis=replace(settings.diagnosis, pod_zone_label="zone"),
             # no API server here (the cache is fed directly): the plan preview reads one
             remediation=replace(settings.remediation, preview=False),
-            prometheus=PrometheusSettings(url="http://127.0.0.1:9") if prometheus else settings.prometheus,
+            prometheus=PrometheusSettings(url=url, retries=0) if prometheus else settings.prometheus,
         )
         self.store = upgrade_on_start(settings)
         self.cache = ClusterCache()
         self.now = NOW
+        source = PrometheusSource(settings.prometheus) if prometheus else None
+        self.metrics = AgentMetrics()
         parts = Parts(
             settings=settings,
             playbooks=load_playbooks(REPO / "playbooks"),
-            metrics=AgentMetrics(),
+            metrics=self.metrics,
             cache=self.cache,
             api=KubeApi(None),
-            prometheus=PrometheusSource(settings.prometheus) if prometheus else None,
+            prometheus=source,
             is_leader=lambda: self.leading,
+            egress=EgressMeter(source, settings.egress) if source is not None else None,
         )
         self.leading = AlwaysLeader().is_leader()
         self.pipeline = AgentPipeline(parts, self.store, now=lambda: self.now)
@@ -318,3 +326,169 @@ def test_a_cluster_wide_batch_reconciles_gone_jobs_once_synced(world: World) -> 
     assert world.cache.synced
     world.pipeline.handle_change(Change(everything=True), 0.0)
     assert [i.status.value for i in world.incidents()] == ["superseded"]
+
+
+def _beyla_openmetrics(now: int) -> str:
+    """Beyla's flow counter with zones: each dev worker (zone-a) sends its master (zone-b)
+    1 MB/s; the master answers 0.5 MB/s to worker 0; one worker talks to a stranger."""
+    rows = [(f"gpt-small-worker-{i}", "gpt-small-master-0", "zone-a", "zone-b", 1e6) for i in range(3)]
+    rows += [("gpt-small-master-0", "gpt-small-worker-0", "zone-b", "zone-a", 5e5),
+             ("gpt-small-worker-1", "store-0", "zone-a", "zone-c", 9e6)]
+    lines = ["# TYPE beyla_network_flow_bytes counter"]
+    for src, dst, src_zone, dst_zone, rate in rows:
+        owner = "store" if dst == "store-0" else "gpt-small"
+        labels = (f'k8s_src_namespace="dev",k8s_src_owner_name="gpt-small",k8s_src_name="{src}",'
+                  f'k8s_dst_namespace="dev",k8s_dst_owner_name="{owner}",k8s_dst_name="{dst}",'
+                  f'src_zone="{src_zone}",dst_zone="{dst_zone}"')
+        lines += [f"beyla_network_flow_bytes_total{{{labels}}} {rate * (t - now + 7200):.0f} {t}"
+                  for t in range(now - 7200, now + 1, 30)]
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+@requires_prometheus
+def test_measured_egress_reaches_the_finding_the_timeline_and_the_gauges(tmp_path: Path) -> None:
+    """Detected before any measurement (unknown: no step rate), then the egress meter measures the
+    job's own cross-zone flows: the finding is recorded again with the measured figure, a
+    re-detection event says so (its chat message is re-rendered after it), the incident's cost
+    and the split-job gauges follow; co-located, the gauges go."""
+    now = int(datetime.now(UTC).timestamp()) // 30 * 30
+    with running_prometheus(tmp_path, openmetrics=_beyla_openmetrics(now)) as prom:
+        world = World(tmp_path, prometheus=prom.url)
+        try:
+            world.now = datetime.fromtimestamp(now, UTC)
+            world.load("pods", dev_pods())
+            world.pipeline.handle_change(Change(everything=True), 0.0)
+            (incident,) = world.incidents()
+            waste = world.store.get_incident(incident.id).diagnosis["waste"]
+            assert waste["egress_source"] == "unknown"
+            assert waste["egress_unmeasured"] == "not measured yet (the first egress query is pending)"
+
+            world.pipeline.refresh_metrics()  # utilization (none) and the egress query
+            detail = world.store.get_incident(incident.id)
+            waste = detail.diagnosis["waste"]
+            assert waste["egress_source"] == "measured" and waste["egress_measured_by"] == "beyla"
+            # 3 x 1 MB/s + 0.5 MB/s between the job's pods = 302.4 GB/day; $0.01/GB each way
+            assert waste["cross_zone_gb_per_day"] == pytest.approx(302.4, rel=0.05)
+            assert waste["egress_usd_per_day"] == pytest.approx(6.048, rel=0.05)
+            assert waste["egress_basis"].startswith("measured by Beyla over the last 1h: 302 GB/day")
+            assert detail.incident.estimated_cost == pytest.approx(6.048, rel=0.05)
+            (moved,) = [e for e in detail.events if "egress" in e.detail]
+            assert moved.kind is EventKind.REDETECTED and moved.actor == "zonemedic"
+            assert moved.detail["egress"]["source"] == "measured"
+            labels = {"namespace": "dev", "kind": "PyTorchJob", "job": "gpt-small", "source": "measured"}
+            cost = world.metrics.registry.get_sample_value("zonemedic_job_egress_usd_per_day", labels)
+            rate = world.metrics.registry.get_sample_value(
+                "zonemedic_job_cross_zone_bytes_per_second", labels)
+            assert cost == pytest.approx(6.048, rel=0.05) and rate == pytest.approx(3.5e6, rel=0.05)
+
+            world.pipeline.refresh_metrics()  # the same figure: nothing recorded again
+            after = world.store.get_incident(incident.id)
+            assert len([e for e in after.events if "egress" in e.detail]) == 1
+
+            co_located = dev_pods()
+            co_located[0]["spec"]["nodeName"] = "gpu-a1"
+            world.load("pods", co_located)
+            world.pipeline.handle_change(Change(everything=True), 0.0)
+            assert world.metrics.registry.get_sample_value(
+                "zonemedic_job_egress_usd_per_day", labels) is None
+        finally:
+            world.store.close()
+
+
+DROP = PacketDrop("train", "gpt-small-master-0", "Incoming packet dropped (policy_denied) from "
+                  "train/gpt-small-worker-0 (10.0.1.4) TCP/23456.", count=1, event="m.1")
+
+
+def drop_events(world: World, incident: int) -> list[Any]:
+    return [e for e in world.store.get_incident(incident).events
+            if e.kind is EventKind.EVIDENCE and e.actor == "cilium"]
+
+
+def test_packet_drops_re_diagnose_their_job_and_reach_its_timeline_once(world: World) -> None:
+    # before the job's incident exists: a hint to diagnose it, the message kept
+    again = world.pipeline.handle_packet_drops([DROP])
+    assert again.jobs == {JOB} and not again.namespaces
+    assert world.incidents() == []
+    world.pipeline.handle_change(again, 0.0)
+    (incident,) = world.incidents()
+    (written,) = drop_events(world, incident.id)
+    assert written.detail["packet_drop"] == DROP.message
+    assert written.detail["pod"] == "train/gpt-small-master-0"
+    # the emitter's repeats (count bumped) and a relist add nothing, even after a restart
+    world.pipeline.handle_packet_drops([replace(DROP, count=2), DROP])
+    restarted = AgentPipeline(world.pipeline.parts, world.store, now=lambda: world.now)
+    restarted.handle_change(Change(everything=True), 0.0)
+    restarted.handle_packet_drops([replace(DROP, count=3)])
+    assert len(drop_events(world, incident.id)) == 1
+    # another message for the job: a second event
+    other = replace(DROP, pod="gpt-small-worker-1", message=DROP.message.replace("0 (", "2 ("))
+    restarted.handle_packet_drops([other])
+    assert [e.detail["pod"] for e in drop_events(world, incident.id)] == [
+        "train/gpt-small-master-0", "train/gpt-small-worker-1"]
+    # a pod of no job: its namespace is re-diagnosed (generic groups live there), nothing written
+    stray = restarted.handle_packet_drops([replace(DROP, pod="someone-else")])
+    assert (stray.jobs, stray.namespaces) == (frozenset(), frozenset({"train"}))
+    counts = {o: world.metrics.registry.get_sample_value("zonemedic_packet_drop_events_total",
+                                                         {"outcome": o}) for o in ("job", "namespace")}
+    assert counts == {"job": 5.0, "namespace": 1.0}
+
+
+def test_a_follower_keeps_drop_messages_for_when_it_leads(world: World) -> None:
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    (incident,) = world.incidents()
+    world.leading = False
+    assert world.pipeline.handle_packet_drops([DROP]).jobs == {JOB}
+    assert drop_events(world, incident.id) == []
+    world.leading = True
+    world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
+    assert [e.detail["packet_drop"] for e in drop_events(world, incident.id)] == [DROP.message]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "moved"),
+    [
+        ((EgressBasis.ESTIMATED, 10.0), (EgressBasis.MEASURED, 10.0), True),  # another basis
+        ((EgressBasis.UNKNOWN, None), (EgressBasis.ESTIMATED, 0.0), True),  # a figure appears
+        ((EgressBasis.MEASURED, 10.0), (EgressBasis.MEASURED, 11.9), False),  # within 20%
+        ((EgressBasis.MEASURED, 10.0), (EgressBasis.MEASURED, 12.5), True),
+        ((EgressBasis.MEASURED, 0.0), (EgressBasis.MEASURED, 0.005), False),  # below a cent
+        ((EgressBasis.MEASURED, 0.0), (EgressBasis.MEASURED, 0.5), True),
+        ((EgressBasis.UNKNOWN, None), (EgressBasis.UNKNOWN, None), False),
+    ],
+)
+def test_egress_moved(before: tuple[EgressBasis, float | None],
+                      after: tuple[EgressBasis, float | None], moved: bool) -> None:
+    assert egress_moved(before, after) is moved
+
+
+def test_a_lying_zone_label_is_its_own_incident_with_its_playbook_and_resolves_relabelled(
+    world: World,
+) -> None:
+    lying = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-b"), *split_pods()[1:]]
+    world.pipeline.handle_change(world.load("pods", lying), 0.0)
+    (incident,) = world.incidents()
+    assert (incident.verdict, incident.status.value, incident.target_zone) == (
+        Verdict.ZONE_LABEL_MISMATCH, "awaiting_approval", "zone-a")
+    detail = world.store.get_incident(incident.id)
+    assert detail.diagnosis["mislabelled_pods"][0]["pod"] == "gpt-small-master-0"
+    posts = {m.payload["playbook"] for m in detail.messages if m.kind is MessageKind.POST}
+    assert posts == {"zone-label-mismatch"}
+    relabelled = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
+    world.pipeline.handle_change(world.load("pods", relabelled), 0.0)
+    (after,) = world.incidents()
+    assert after.status.value == "resolved"
+
+
+def test_an_unreadable_policy_marks_the_recorded_finding_uncertain_and_stops_nothing(
+    world: World,
+) -> None:
+    broken = {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+              "metadata": {"name": "newer", "namespace": "train"},
+              "spec": {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}], "futureField": 1}]}}
+    world.load("ciliumnetworkpolicies.v2.cilium.io", [POLICY, broken])
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    assert incident.verdict is Verdict.ZONE_SPLIT_BLOCKED  # the readable policy still decides
+    uncertain = world.store.get_incident(incident.id).diagnosis["uncertain"]
+    assert uncertain == [{"policy": "CiliumNetworkPolicy/train/newer",
+                          "field": "spec.ingress[0].futureField", "problem": "unknown field"}]

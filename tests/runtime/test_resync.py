@@ -50,5 +50,10 @@ def test_batches_dropped_by_a_bug_are_covered_by_the_resync(tmp_path: Path) -> N
         assert [(i.name, i.verdict.value) for i in incidents] == [
             ("llm-finetune", "zone_split_blocked")]
         assert BuggyPipeline.dropped >= 1  # the start-up diagnosis at least was dropped
-        metrics = httpx.get(rig.url + "/metrics", timeout=10).text
-        assert _counter(metrics, "error") >= 1 and _counter(metrics, "ok") >= 1
+
+        def counted() -> str | None:  # a batch is counted once handled, after its incident
+            text = httpx.get(rig.url + "/metrics", timeout=10).text
+            return text if _counter(text, "ok") >= 1 else None
+
+        metrics = wait(counted, timeout=30, what="the resync batch counted ok")
+        assert _counter(metrics, "error") >= 1

@@ -4,6 +4,11 @@ Cases live in ../shared/scenarios/ (relative to the repository; the shared examp
 this file (tests/scenarios/<case>/, our own). Each has snapshot.yaml, optional config.yaml and
 expect.json: exactly the listed jobs, each with its verdict, remediable and target_zone, and at
 least one policy of `policies_any` (by name, the part after the last '/') in its denied flows.
+Optional per job: `uncertain_any` (a policy name among the unreadable policies that may select it),
+`uncertain_none`, `caveats_any` (a feature), `dataplane`, `excluded_labels` (all left out of
+identities), `mislabelled_pods`, `reasons_any` (a substring of some reason), `reasons_of_flows`
+(a deny reason among its denied flows). Every unreadable policy of a case must be named in a
+warning on stderr, with its field.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ def _command() -> list[str]:
 
 
 def _diagnose(case: Path) -> dict[str, Any]:
+    result, _ = _run(case)
+    return result
+
+
+def _run(case: Path) -> tuple[dict[str, Any], str]:
     args = [*_command(), "diagnose", "--snapshot", str(case / "snapshot.yaml"), "--output", "json"]
     if (case / "config.yaml").is_file():
         args += ["--config", str(case / "config.yaml")]
@@ -40,12 +50,17 @@ def _diagnose(case: Path) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     result: dict[str, Any] = json.loads(proc.stdout)
-    return result
+    return result, proc.stderr
+
+
+def _names(items: list[dict[str, Any]], key: str) -> set[str]:
+    return {str(i[key]).rsplit("/", 1)[-1] for i in items}
 
 
 def _check(case: Path) -> None:
     expected = json.loads((case / "expect.json").read_text())["findings"]
-    actual = _diagnose(case)["findings"]
+    result, stderr = _run(case)
+    actual = result["findings"]
 
     def key(f: dict[str, Any]) -> tuple[str, str, str]:
         return (f["job"]["kind"], f["job"]["namespace"], f["job"]["name"])
@@ -62,6 +77,32 @@ def _check(case: Path) -> None:
         if want.get("policies_any"):
             names = {p.rsplit("/", 1)[-1] for flow in got["denied_flows"] for p in flow["policies"]}
             assert names & set(want["policies_any"]), (key(want), names)
+        _check_trust(want, got, stderr)
+
+
+def _check_trust(want: dict[str, Any], got: dict[str, Any], stderr: str) -> None:
+    where = (got["job"], got["reasons"])
+    if "uncertain_any" in want:
+        assert _names(got["uncertain"], "policy") & set(want["uncertain_any"]), where
+    if want.get("uncertain_none"):
+        assert got["uncertain"] == [], where
+    for u in got["uncertain"]:
+        assert u["policy"] in stderr and (not u["field"] or u["field"] in stderr), stderr
+    if "caveats_any" in want:
+        assert {c["feature"] for c in got["caveats"]} & set(want["caveats_any"]), where
+    if "dataplane" in want:
+        assert got["identity_labels"]["dataplane"] == want["dataplane"], where
+    if "excluded_labels" in want:
+        excluded = {e["label"] for e in got["identity_labels"]["excluded"]}
+        assert set(want["excluded_labels"]) <= excluded, (where, excluded)
+        assert all(e["why"] for e in got["identity_labels"]["excluded"])
+    if "mislabelled_pods" in want:
+        assert [m["pod"] for m in got["mislabelled_pods"]] == want["mislabelled_pods"], where
+    for text in want.get("reasons_any", ()):
+        assert any(text in r for r in got["reasons"]), (where, text)
+    if "reasons_of_flows" in want:
+        reasons = {f["reason"] for f in got["denied_flows"]}
+        assert reasons & set(want["reasons_of_flows"]), (where, reasons)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared scenarios folder {SHARED} is absent")

@@ -62,19 +62,21 @@ def pod(
     node_name: str | None = None,
     labels: dict[str, str] | None = None,
     gpus: int = 0,
-    ports: list[tuple[str | None, int]] | None = None,
+    ports: list[tuple[str | None, int]] | list[tuple[str | None, int, str]] | None = None,
     phase: str | None = None,
     owner: tuple[str, str, str] | None = None,
     service_account: str | None = None,
 ) -> dict[str, Any]:
-    """A pod; `owner` is (apiVersion, kind, name) of its controller."""
+    """A pod; `owner` is (apiVersion, kind, name) of its controller; `ports` are (name, number)
+    or (name, number, protocol)."""
     container: dict[str, Any] = {"name": "main", "image": "img"}
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
     if ports:
         container["ports"] = [
-            {"containerPort": number, **({"name": pname} if pname else {})}
-            for pname, number in ports
+            {"containerPort": p[1], **({"name": p[0]} if p[0] else {}),
+             **({"protocol": p[2]} if len(p) > 2 else {})}
+            for p in ports
         ]
     spec: dict[str, Any] = {"containers": [container]}
     if node_name is not None:
@@ -105,7 +107,7 @@ def job_pod(
     node_name: str | None,
     ns: str = "ml",
     gpus: int = 1,
-    ports: list[tuple[str | None, int]] | None = None,
+    ports: list[tuple[str | None, int]] | list[tuple[str | None, int, str]] | None = None,
     extra: dict[str, str] | None = None,
     coordinator: bool = False,
     phase: str | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.errors import PolicyError, SnapshotError
+from agent.errors import SnapshotError
 from agent.model.cluster import JobKind
 from agent.snapshot.collection import parse_snapshot
 from tests.snapshot.kube_objects import as_list, namespace, node, pod, training_job, zone_only
@@ -109,21 +109,6 @@ def test_later_files_win_and_files_combine() -> None:
             SnapshotError,
             r"^s\.json: item 0 \(Pod p\): apiVersion: missing",
         ),
-        (
-            [
-                node("n", "z"),
-                {
-                    "apiVersion": "cilium.io/v2",
-                    "kind": "CiliumNetworkPolicy",
-                    "metadata": {"name": "bad", "namespace": "ml"},
-                    "spec": {
-                        "endpointSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}
-                    },
-                },
-            ],
-            PolicyError,
-            r"^s\.json: item 1: .*bad.*",
-        ),
     ],
 )
 def test_errors_name_file_and_item(
@@ -131,3 +116,30 @@ def test_errors_name_file_and_item(
 ) -> None:
     with pytest.raises(error, match=message):
         parse_snapshot([("s.json", as_list(items))])
+
+
+def test_an_unreadable_policy_is_a_warning_naming_it_and_the_field_not_an_error() -> None:
+    bad = {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNetworkPolicy",
+        "metadata": {"name": "bad", "namespace": "ml"},
+        "spec": {"endpointSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}},
+    }
+    good = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "good", "namespace": "ml"},
+        "spec": {"podSelector": {}},
+    }
+    snapshot = parse_snapshot([("s.json", as_list([node("n", "z"), bad, good]))])
+    assert [p.id for p in snapshot.policies] == ["NetworkPolicy/ml/good"]
+    [lost] = snapshot.unreadable
+    assert (lost.id, lost.field) == (
+        "CiliumNetworkPolicy/ml/bad",
+        "spec.endpointSelector.matchExpressions[0].operator",
+    )
+    assert "unknown operator 'Near'" in lost.problem
+    assert any(
+        "CiliumNetworkPolicy/ml/bad" in w and "matchExpressions[0].operator" in w
+        for w in snapshot.warnings
+    )

@@ -217,3 +217,61 @@ def test_an_expired_continue_token_restarts_the_list(twin: tuple[Any, Any, KubeA
     assert {(o["metadata"]["namespace"], o["metadata"]["name"]): slim(o) for o in server_items} == {
         k: cache.get("pods", *k) for k in cache.keys("pods")
     }
+
+
+CONFIGMAPS = lookup("configmaps")
+
+
+def _config_map(name: str, namespace: str, labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace}, "data": {"labels": labels}}
+
+
+def test_only_kube_system_cilium_config_is_watched_whatever_the_namespace_filter(
+    twin: tuple[Any, Any, KubeApi],
+) -> None:
+    from agent.settings import NamespaceFilter
+
+    store, _server, api = twin
+    _seed(store, pods=2)
+    store.create(CONFIGMAPS, _config_map("cilium-config", "kube-system", "k8s:!team"),
+                 namespace="kube-system")
+    store.create(CONFIGMAPS, _config_map("other", "kube-system", "x"), namespace="kube-system")
+    store.create(CONFIGMAPS, _config_map("cilium-config", "default", "y"), namespace="default")
+    cache = ClusterCache(namespaces=NamespaceFilter(include=["default"]))
+    source = KubeSource(api, cache, watch_timeout=30)
+    source.start()
+    try:
+        assert source.wait_synced(20)
+        assert cache.keys("configmaps.cilium-config") == {("kube-system", "cilium-config")}
+        store.patch(CONFIGMAPS, "cilium-config", {"data": {"labels": "k8s:!app"}},
+                    namespace="kube-system", patch_type="application/merge-patch+json")
+        _eventually(lambda: [] if (cache.get("configmaps.cilium-config", "kube-system",
+                                             "cilium-config") or {}).get("data", {}).get("labels")
+                    == "k8s:!app" else ["not yet"])  # fmt: skip
+    finally:
+        source.stop()
+
+
+def test_a_forbidden_cilium_config_counts_as_synced_and_empty(tmp_path: Path) -> None:
+    from agent.twin.cluster import TwinCluster
+    from tests.remediation.harness import deploy_rbac
+    from tests.twin.twin_fixtures import fast
+
+    documents = deploy_rbac()
+    for doc in documents:
+        if doc["kind"] == "ClusterRole":
+            doc["rules"] = [r for r in doc["rules"] if "configmaps" not in r["resources"]]
+    with TwinCluster(fast("healthy")) as cluster:
+        access = cluster.serve_api_as(documents)
+        path = access.kubeconfig(tmp_path / "kubeconfig")
+        api = KubeApi(build_api_client(KubernetesSettings(kubeconfig=str(path))))
+        cache = ClusterCache()
+        source = KubeSource(api, cache, watch_timeout=30)
+        source.start()
+        try:
+            assert source.wait_synced(20), cache.synced_resources()
+            assert "configmaps.cilium-config" in cache.synced_resources()
+            assert cache.count("configmaps.cilium-config") == 0
+        finally:
+            source.stop()

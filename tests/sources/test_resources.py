@@ -6,7 +6,7 @@ import pytest
 
 from agent.sources.resources import select_served
 
-CORE = ["pods", "nodes", "namespaces"]
+CORE = ["pods", "nodes", "namespaces", "configmaps.cilium-config"]
 
 
 @pytest.mark.parametrize(

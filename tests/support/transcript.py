@@ -4,8 +4,8 @@ Who calls it: `tests/demo` (the README's excerpt against `docs/demo-output.txt`,
 story of a real run). `readme_transcript` returns the fenced block that follows the README's
 marker. `items` reads a story as a list of `Item`s: a Slack box (its title, and its text with the
 lines joined, so where a line wraps does not matter) or a line, each normalised by `normalise`
-(times, dates, durations, uids, resource versions and measured figures, which change from run to
-run, become placeholders) and tagged with its stream (the checklist, progress lines, thread
+(times, dates, durations, uids, resource versions and measured figures, grouped thousands among
+them, which change from run to run, become placeholders) and tagged with its stream (the checklist, progress lines, thread
 replies, the chart upload, ephemeral replies, posts, edits, the summary). `disagreements(excerpt,
 output)` lists each item of the excerpt the output does not have, in the same order within its
 stream: streams interleave as timing has it (a thread reply may come before or after the
@@ -31,6 +31,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\d+(\.\d+)?%"), "<n>%"),
     (re.compile(r"\b\d+ ms\b"), "<n> ms"),
     (re.compile(r"\btook \d+s\b"), "took <n>s"),
+    (re.compile(r"\d{1,3}(,\d{3})+(\.\d+)?"), "<n>"),  # 153,069 GB/day, $3,061.37/day
     (re.compile(r"\d+\.\d+"), "<n>"),
     (re.compile(r"\s+"), " "),
 )

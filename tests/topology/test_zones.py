@@ -23,11 +23,27 @@ def _pods(*specs: tuple[str | None, dict[str, str]]) -> list[dict[str, Any]]:
         ("auto", _pods(("a1", {"zone": "zone-a"}), ("b1", {"zone": "zone-b"})), ("zone",)),
         # one distinct value is not enough
         ("auto", _pods(("a1", {"zone": "zone-a"}), ("a1", {"zone": "zone-a"})), ()),
-        # one pod whose value differs from its node's zone disqualifies the key
+        # a minority of pods whose value names another zone (a lying label) keeps the key
         (
             "auto",
             _pods(
                 ("a1", {"zone": "zone-a"}), ("b1", {"zone": "zone-b"}), ("c1", {"zone": "zone-a"})
+            ),
+            ("zone",),
+        ),
+        # ... as long as they are a minority: a tie is no mirror
+        ("auto", _pods(("a1", {"zone": "zone-a"}), ("a1", {"zone": "zone-b"})), ()),
+        # the lab after a GitOps sync: every pod in zone-a, one labelled zone-b
+        (
+            "auto",
+            _pods(("a1", {"zone": "zone-a"}), ("a1", {"zone": "zone-a"}), ("a1", {"zone": "zone-b"})),
+            ("zone",),
+        ),
+        # one value that is no zone of the cluster disqualifies the key
+        (
+            "auto",
+            _pods(
+                ("a1", {"zone": "zone-a"}), ("b1", {"zone": "zone-b"}), ("c1", {"zone": "east"})
             ),
             (),
         ),

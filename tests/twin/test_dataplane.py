@@ -69,11 +69,13 @@ def test_endpoint_of_pod() -> None:
             "containers": [{"ports": [{"name": "http", "containerPort": 80}]}],
         },
     }
-    assert endpoint_of(pod) == PodEndpoint("ml", "p", {"a": "b"}, "trainer", {"http": 80})
+    assert endpoint_of(pod) == PodEndpoint("ml", "p", {"a": "b"}, "trainer", {("http", "TCP"): 80})
 
 
 def deny_cross_zone(
-    policies: Sequence[Mapping[str, Any]], _ns: Mapping[str, Mapping[str, str]]
+    policies: Sequence[Mapping[str, Any]],
+    _ns: Mapping[str, Mapping[str, str]],
+    _cilium_config: Mapping[str, str] | None = None,
 ) -> FlowCheck:
     """Stand-in: with any policy stored, flows between pods of different zone labels are dropped."""
 

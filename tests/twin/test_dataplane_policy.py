@@ -118,3 +118,41 @@ def test_scenarios_train_at_their_calibrated_utilization(
         assert {cluster.dataplane.zone_of(p) for p in pods(cluster)} == zones
         for i in range(4):
             assert low <= cluster.runtime.pod_utilization("ml", f"llm-finetune-worker-{i}") <= high
+
+
+TEAM = cnp("team-only", {"endpointSelector": {}, "ingress": [
+    {"fromEndpoints": [{"matchLabels": {"team": "a"}}]}]})
+HTTP_ON_TRAINING = cnp("http", {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}], "toPorts": [
+    {"ports": [{"port": "23456", "protocol": "TCP"}], "rules": {"http": [{}]}}]}]})
+
+
+def test_the_twin_follows_the_agents_semantics_identities_l7_and_named_ports() -> None:
+    a = PodEndpoint("ml", "a", {"team": "a"})
+    b = PodEndpoint("ml", "b", {"team": "b"})
+    # cilium-config's labels: `team` left out of identities, the selector never matches
+    assert compile_policies([TEAM], {}, None)(a, b, 80, "TCP").allowed
+    assert not compile_policies([TEAM], {}, {"labels": "k8s:!team"})(a, b, 80, "TCP").allowed
+    # an L7 rule on the training port: the proxy fails the non-HTTP flow
+    dropped = compile_policies([HTTP_ON_TRAINING], {}, None)(a, b, 23456, "TCP")
+    assert (dropped.allowed, dropped.drop_reason) == (False, DropReason.L7_PROXY)
+    # a TCP rule naming a port resolves on TCP only
+    nccl = cnp("nccl", {"endpointSelector": {}, "ingress": [{"toPorts": [
+        {"ports": [{"port": "nccl", "protocol": "TCP"}]}]}]})
+    udp = PodEndpoint("ml", "u", {}, named_ports={("nccl", "UDP"): 23456})
+    tcp = PodEndpoint("ml", "t", {}, named_ports={("nccl", "TCP"): 23456})
+    check = compile_policies([nccl], {}, None)
+    assert check(a, tcp, 23456, "TCP").allowed and not check(a, udp, 23456, "TCP").allowed
+
+
+def test_the_twin_reads_its_cilium_config_configmap() -> None:
+    from agent.twin.resources import lookup
+
+    with TwinCluster(fast("healthy")) as cluster:
+        a, b = {"metadata": {"name": "a", "namespace": "ml", "labels": {"team": "a"}}}, {
+            "metadata": {"name": "b", "namespace": "ml", "labels": {"team": "b"}}}
+        cluster.store.create(lookup("ciliumnetworkpolicies"), TEAM, namespace="ml")
+        wait(cluster, lambda: cluster.dataplane.check(a, b, 80).allowed)
+        cluster.store.create(lookup("configmaps"), {
+            "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+            "data": {"labels": "k8s:!team"}}, namespace="kube-system")  # fmt: skip
+        wait(cluster, lambda: not cluster.dataplane.check(a, b, 80).allowed)

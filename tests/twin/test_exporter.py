@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.twin.exporter import label_name
+from agent.twin.exporter import beyla_owner, label_name
 from tests.twin.twin_fixtures import all_running, fast, running, wait
 from tests.twin.waiting import eventually
 
@@ -88,6 +88,70 @@ def test_exporter_serves_dcgm_kube_state_and_network_metrics() -> None:
 
         assert eventually(counters_grew, timeout=10)
         assert "hubble_drop_total" not in second  # nothing is denied here
+
+
+def test_beyla_counters_follow_the_traffic_model() -> None:
+    """seed-degraded trains split: master in us-east-1b, workers in us-east-1a. Each participant
+    sends its all-reduce bytes to its ring neighbour (participants in name order): the pair
+    counter equals the sender's transmitted bytes, two pairs cross zones, and the inter-zone
+    counter is their sum, with Beyla's labels."""
+    with running(fast("seed-degraded")) as cluster:
+        wait(cluster, lambda: cluster.runtime.job_state("ml", "llm-finetune").phase == "training")
+
+        def flowing() -> dict[str, list[Any]] | None:
+            found = scrape(cluster.metrics.url)
+            flows = found.get("beyla_network_flow_bytes_total", [])
+            return found if len(flows) == 5 and all(s.value > 0 for s in flows) else None
+
+        assert eventually(lambda: flowing() is not None, timeout=10)
+        found = flowing()
+        assert found is not None
+        flows = {(s.labels["k8s_src_name"], s.labels["k8s_dst_name"]): s
+                 for s in found["beyla_network_flow_bytes_total"]}  # fmt: skip
+        ring = ["llm-finetune-master-0", *(f"llm-finetune-worker-{i}" for i in range(4))]
+        assert set(flows) == set(zip(ring, ring[1:] + ring[:1], strict=True))
+        first = flows[("llm-finetune-master-0", "llm-finetune-worker-0")].labels
+        assert first == {
+            "k8s_cluster_name": "twin",
+            "k8s_src_namespace": "ml", "k8s_src_name": "llm-finetune-master-0",
+            "k8s_src_type": "Pod", "k8s_src_owner_name": "llm-finetune",
+            "k8s_src_owner_type": "PyTorchJob",
+            "k8s_dst_namespace": "ml", "k8s_dst_name": "llm-finetune-worker-0",
+            "k8s_dst_type": "Pod", "k8s_dst_owner_name": "llm-finetune",
+            "k8s_dst_owner_type": "PyTorchJob",
+            "src_zone": "us-east-1b", "dst_zone": "us-east-1a",
+        }  # fmt: skip
+        sent = {s.labels["pod"]: s.value for s in found["container_network_transmit_bytes_total"]}
+        for (src, _), sample in flows.items():
+            assert sample.value == pytest.approx(sent[src], rel=0.01)
+        crossing = {(s.labels["src_zone"], s.labels["dst_zone"]): s.value
+                    for s in found["beyla_network_inter_zone_bytes_total"]}  # fmt: skip
+        assert set(crossing) == {("us-east-1b", "us-east-1a"), ("us-east-1a", "us-east-1b")}
+        assert crossing[("us-east-1b", "us-east-1a")] == pytest.approx(
+            flows[("llm-finetune-master-0", "llm-finetune-worker-0")].value, rel=0.01)
+        assert crossing[("us-east-1a", "us-east-1b")] == pytest.approx(
+            flows[("llm-finetune-worker-3", "llm-finetune-master-0")].value, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("owners", "expected"),
+    [
+        ([{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "bert"}],
+         ("bert", "PyTorchJob")),
+        ([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "lab-head-5d8f9c"}],
+         ("lab-head", "Deployment")),
+        ([{"apiVersion": "batch/v1", "kind": "Job", "name": "lab-workers"}],
+         ("lab-workers", "Job")),
+        ([{"apiVersion": "example.com/v1", "kind": "Rollout", "name": "r"},
+          {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}], ("db", "StatefulSet")),
+        ([], ("lonely-pod", "Pod")),
+    ],
+)  # fmt: skip
+def test_owners_are_named_as_beyla_names_them(
+    owners: list[dict[str, str]], expected: tuple[str, str]
+) -> None:
+    pod = {"metadata": {"name": "lonely-pod", "namespace": "ml", "ownerReferences": owners}}
+    assert beyla_owner(pod) == expected
 
 
 def test_unknown_path_is_404() -> None:
