@@ -12,7 +12,9 @@ still has active pods and whether it finished. Rows follow Kueue v0.14's integra
 - mpi-operator's MPIJob (kubeflow.org/v2beta1): the same with `launcher` and `worker`;
 - batch/v1 Job: `spec.suspend`; one pod set `main` of min(parallelism, completions) pods.
 A kind whose pod templates are derived (JobSet: one pod set per replicated job; TrainJob: those of
-its JobSet) is one more row with its own `pod_sets`; `KINDS` is the table. Pure: JSON in, rows out.
+its JobSet, started through its own `runtimePatches` entry) is one more row with its own
+`pod_sets` (and `start`/`stop` when the admission cannot go into those templates in place);
+`KINDS` is the table. Pure: JSON in, rows out.
 It does not decide when to suspend or admit.
 """
 
@@ -54,6 +56,11 @@ class QueuedKind:
     pod_sets: Callable[[Obj], list[PodSetSource]]
     is_active: Callable[[Obj], bool]
     finished: Callable[[Obj], tuple[str, bool, bool]]  # (message, succeeded, finished)
+    # A kind whose pod templates are derived (TrainJob: its runtime's JobSet) cannot take the
+    # admission in `pod_sets`' templates: it says how to start (the infos given, unsuspended) and
+    # how to stop (suspended, its own injection undone). None: merged into the templates in place.
+    start: Callable[[Obj, Sequence[Any]], dict[str, Any]] | None = None
+    stop: Callable[[Obj, Sequence[Any] | None], dict[str, Any]] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:

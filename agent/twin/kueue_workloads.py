@@ -314,6 +314,8 @@ def start_patch(kind: QueuedKind, job: Mapping[str, Any], infos: Sequence[PodSet
     """Unsuspend the job with the admission merged into its templates (PodSetInfoConflictError when
     a template contradicts it)."""
     sources = kind.pod_sets(job)
+    if kind.start is not None:
+        return kind.start(job, infos)
     if len(sources) != len(infos):
         raise PodSetInfoConflictError(
             f"invalid podset infos: expecting {len(sources)} podset, got {len(infos)}")
@@ -326,6 +328,8 @@ def stop_patch(
     kind: QueuedKind, job: Mapping[str, Any], infos: Sequence[PodSetInfo] | None
 ) -> Obj:
     """Suspend the job and restore its templates to the Workload's (when there is one)."""
+    if kind.stop is not None:
+        return kind.stop(job, infos)
     patch: Obj = {}
     if infos:
         patch = merge_diff(dict(job), _templates_changed(kind, job, infos, restore=True))
