@@ -4,7 +4,9 @@ and the resolution of a request path to a resource route.
 Answers what kubectl and the official client read before they send a request (/version, /api,
 /apis, /apis/GROUP, /api/v1 and /apis/GROUP/VERSION resource lists with subresources, short names
 and categories, and /openapi/v3 with the PATCH operations and their `fieldValidation` parameter)
-from the twin's resource table. Used by the HTTP layer (apihandler.py); it does not serve objects.
+from the twin's resource table, less the kinds of an optional API group (Kueue's) not installed in
+the store: those are absent from discovery and their paths resolve to nothing (404), as on a
+cluster without their CRDs. Used by the HTTP layer (apihandler.py); it does not serve objects.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.twin.resources import RESOURCES, ResourceType
+from agent.twin.resources import OPTIONAL_GROUPS, RESOURCES, ResourceType
 
 KUBERNETES_VERSION = {
     "major": "1",
@@ -94,15 +96,22 @@ class Discovery:
         self._all: dict[tuple[str, str], dict[str, ResourceType]] = {}
         for rt in RESOURCES:
             self._all.setdefault((rt.group, rt.version), {})[rt.plural] = rt
+        self._optional = [rt for rt in RESOURCES if rt.group in OPTIONAL_GROUPS]
+        self._views: dict[tuple[bool, ...], dict[tuple[str, str], dict[str, ResourceType]]] = {}
 
     @property
     def _by_gv(self) -> dict[tuple[str, str], dict[str, ResourceType]]:
-        out: dict[tuple[str, str], dict[str, ResourceType]] = {}
-        for gv, kinds in self._all.items():
-            kept = {plural: rt for plural, rt in kinds.items() if self._served(rt)}
-            if kept:
-                out[gv] = kept
-        return out
+        """The served kinds by group and version (one view per set of installed groups)."""
+        state = tuple(self._served(rt) for rt in self._optional)
+        view = self._views.get(state)
+        if view is None:
+            view = {}
+            for gv, kinds in self._all.items():
+                kept = {plural: rt for plural, rt in kinds.items() if self._served(rt)}
+                if kept:
+                    view[gv] = kept
+            self._views[state] = view
+        return view
 
     def _groups(self) -> dict[str, list[str]]:
         """Group name -> its served versions, in table order (core group is "")."""
