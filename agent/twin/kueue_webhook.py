@@ -45,6 +45,11 @@ _LABEL_NAME = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
+_NAME_PART_MESSAGE = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+    "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
 _TOPOLOGY_KEYS = (REQUIRED_TOPOLOGY, PREFERRED_TOPOLOGY, UNCONSTRAINED_TOPOLOGY)
 
 
@@ -57,9 +62,7 @@ def denied(webhook: str, errors: list[str]) -> ApiError:
 def _label_name_errors(value: str, where: str) -> list[str]:
     if len(value.rpartition("/")[2]) <= 63 and _LABEL_NAME.match(value):
         return []
-    return [f"{where}: Invalid value: {value!r}: name part must consist of alphanumeric "
-            "characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-            .replace("'", '"', 2)]  # fmt: skip
+    return [f'{where}: Invalid value: "{value}": {_NAME_PART_MESSAGE}']
 
 
 def tas_annotation_errors(annotations: Mapping[str, str], field: str) -> list[str]:
