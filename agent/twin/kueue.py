@@ -527,10 +527,10 @@ class Kueue(Controller):
             mine = sorted((p for p in pods
                            if (_meta(p).get("labels") or {}).get(PODSET_LABEL) == set_name),
                           key=lambda p: str(_meta(p).get("name")))  # fmt: skip
-            index_label = requests.get(set_name, {}).get("podIndexLabel")
-            ranked = _by_rank(mine, topology, index_label, offset=offsets.get(set_name, 0),
+            request = requests.get(set_name, {})
+            ranked = pods_by_rank(mine, topology, request, offset=offsets.get(set_name, 0),
                               limit=limits.get(set_name, 0), size=int(assignment.get("count") or 0))
-            for pod, selector in ranked if ranked is not None else _greedy(mine, topology):
+            for pod, selector in ranked if ranked is not None else pods_greedily(mine, topology):
                 self._release(pod, selector)
 
     def _release(self, pod: Mapping[str, Any], selector: Mapping[str, str]) -> None:
@@ -933,29 +933,41 @@ def _gated(pod: Mapping[str, Any]) -> bool:
                for g in (pod.get("spec") or {}).get("schedulingGates") or [])  # fmt: skip
 
 
-def _by_rank(
-    pods: Sequence[Mapping[str, Any]], topology: Mapping[str, Any], label: str | None, *,
-    offset: int, limit: int, size: int,
+def pods_by_rank(
+    pods: Sequence[Mapping[str, Any]], topology: Mapping[str, Any],
+    request: Mapping[str, Any], *, offset: int, limit: int, size: int,
 ) -> list[tuple[Mapping[str, Any], dict[str, str]]] | None:  # fmt: skip
-    """Gated pods with the domain their rank falls in, or None when ranks cannot be read."""
+    """Gated pods with the domain their rank falls in, or None when ranks cannot be read. A
+    pod's rank is its index label (plus its Job's index times the Job size, for a pod set of
+    several Jobs), less the offset of its group."""
+    label = request.get("podIndexLabel")
     if not label:
         return None
+    group_label, groups = request.get("subGroupIndexLabel"), int(request.get("subGroupCount") or 1)
     domains: list[dict[str, str]] = []
     for selector, count in _domain_selectors(topology):
         domains.extend([selector] * count)
     ranks: dict[int, Mapping[str, Any]] = {}
     for pod in pods:
-        raw = (_meta(pod).get("labels") or {}).get(label)
+        labels = _meta(pod).get("labels") or {}
+        raw = labels.get(label)
         if raw is None or not str(raw).isdigit() or int(raw) >= limit:
             return None
         rank = int(raw) - offset
+        if group_label:
+            job_index = labels.get(group_label)
+            if job_index is None or not str(job_index).isdigit() or int(job_index) >= groups:
+                return None
+            if int(raw) >= size // groups:
+                return None
+            rank = int(raw) + int(job_index) * (size // groups) - offset
         if rank < 0 or rank >= size or rank in ranks or rank >= len(domains):
             return None
         ranks[rank] = pod
     return [(pod, domains[rank]) for rank, pod in sorted(ranks.items()) if _gated(pod)]
 
 
-def _greedy(
+def pods_greedily(
     pods: Sequence[Mapping[str, Any]], topology: Mapping[str, Any]
 ) -> list[tuple[Mapping[str, Any], dict[str, str]]]:
     """Gated pods given to the domains that still have fewer ungated pods than assigned."""

@@ -45,6 +45,10 @@ class PodSetSource:
     path: Path  # keys from the job's root to the pod template
     field: str  # the template's field path as validation errors print it
     pod_index_label: str | None
+    # A pod set made of several Jobs (a JobSet's replicated job): the label of the Job's index
+    # (jobset.sigs.k8s.io/job-index) and how many Jobs there are.
+    sub_group_index_label: str | None = None
+    sub_group_count: int | None = None
 
 
 @dataclass(frozen=True)

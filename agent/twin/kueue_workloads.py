@@ -65,7 +65,12 @@ def _parse_bool(value: str) -> bool:
     raise ValueError(f'strconv.ParseBool: parsing "{value}": invalid syntax')
 
 
-def topology_request(annotations: Mapping[str, str], pod_index_label: str | None) -> Obj | None:
+def topology_request(
+    annotations: Mapping[str, str], pod_index_label: str | None, *,
+    sub_group: tuple[str, int] | None = None,
+) -> Obj | None:  # fmt: skip
+    """The pod set's topologyRequest; `sub_group` is (Job index label, Job count) for a pod set
+    of several Jobs."""
     request: Obj = {}
     if REQUIRED_TOPOLOGY in annotations:
         request["required"] = annotations[REQUIRED_TOPOLOGY]
@@ -73,10 +78,12 @@ def topology_request(annotations: Mapping[str, str], pod_index_label: str | None
         request["preferred"] = annotations[PREFERRED_TOPOLOGY]
     elif UNCONSTRAINED_TOPOLOGY in annotations:
         request["unconstrained"] = _parse_bool(annotations[UNCONSTRAINED_TOPOLOGY])
-    elif pod_index_label is None:
+    elif pod_index_label is None and sub_group is None:
         return None
     if pod_index_label is not None:
         request["podIndexLabel"] = pod_index_label
+    if sub_group is not None:
+        request["subGroupIndexLabel"], request["subGroupCount"] = sub_group
     if PODSET_GROUP_NAME in annotations and ("required" in request or "preferred" in request):
         request["podSetGroupName"] = annotations[PODSET_GROUP_NAME]
     return request
@@ -95,7 +102,10 @@ def pod_sets(kind: QueuedKind, job: Mapping[str, Any]) -> list[Obj]:
         template = copy.deepcopy(dict(source.template))
         annotations = (template.get("metadata") or {}).get("annotations") or {}
         entry: Obj = {"name": source.name, "count": source.count, "template": template}
-        request = topology_request(annotations, source.pod_index_label)
+        sub_group = None
+        if source.sub_group_index_label is not None and source.sub_group_count is not None:
+            sub_group = (source.sub_group_index_label, source.sub_group_count)
+        request = topology_request(annotations, source.pod_index_label, sub_group=sub_group)
         if request is not None:
             entry["topologyRequest"] = request
         out.append(entry)
