@@ -35,6 +35,7 @@ BENCHMARKS = (
     "store_queries",
     "twin_apiserver",
     "agent_sync",
+    "agent_standby",
 )
 
 

@@ -11,7 +11,10 @@ lease submits one cluster-wide change, so the new leader diagnoses, records and 
 everything once); the HTTP app serves health, metrics, the webhook and the incidents API.
 
 Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
-initial sync, detector (with one full diagnosis), leader election, scheduler. Stop order (SIGTERM):
+initial sync, the start-up change (one full diagnosis, due at once and queued before the detector
+runs so that its first batch merges it with what the sync reported), leader election's first step on this thread
+(so that first batch is already the leader's when the lease is free: one cluster-wide batch, not
+a follower's then the leader's), detector, scheduler. Stop order (SIGTERM):
 stop watches, let the detector and a running sweep finish their step, release the lease, stop HTTP.
 What it does not do: decide anything itself.
 """
@@ -35,7 +38,7 @@ from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import BatchOutcome, Detector
 from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
-from agent.runtime.leader import AlwaysLeader, LeaderElector
+from agent.runtime.leader import LeaderElector
 from agent.runtime.limits import HttpLimits
 from agent.runtime.root import Parts, Root
 from agent.runtime.scheduler import (
@@ -240,7 +243,8 @@ class Agent:
         if self._detector_started and not self._stopped.is_set():
             # catch up: as a follower this replica recorded nothing; one full diagnosis, recorded
             # and reconciled, on the detector thread (not this one: it renews the lease)
-            self.detector.submit(Change(everything=True, reasons=("leadership acquired",)))
+            self.detector.submit(Change(everything=True, reasons=("leadership acquired",)),
+                                 at_once=True)
 
     def _stopped_leading(self) -> None:
         self.metrics.set_leader(False)
@@ -259,15 +263,15 @@ class Agent:
         self.source.start()
         if not self.source.wait_synced(self.sync_timeout):
             log.warning("caches not synced yet; continuing, /readyz says not ready")
-        self.detector.start()
-        self._detector_started = True
-        self.detector.submit(Change(everything=True, reasons=("start-up",)))
+        self.detector.submit(Change(everything=True, reasons=("start-up",)), at_once=True)
         if isinstance(self.elector, LeaderElector):
-            self.elector.run_in_thread()
+            self.elector.run_in_thread(step_first=True)
         else:
             self.metrics.set_leader(True)
+        self.detector.start()
+        self._detector_started = True
         self.scheduler.start()
-        if isinstance(self.elector, AlwaysLeader):
+        if self.elector.is_leader():  # the lease taken before the scheduler ran: resume it now
             self.scheduler.resume()
 
     @property

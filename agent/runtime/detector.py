@@ -14,6 +14,9 @@ out of the changes still waiting. Everything else (relabels, policy churn, node 
 gang still binding) keeps the debounce, so a burst still costs one diagnosis. A failed batch's
 backoff delays gang-complete changes too (the store is refusing writes either way).
 
+A change submitted `at_once` (the start-up's and a new term's cluster-wide diagnosis: the sync is
+done, there is nothing to wait for) makes everything pending due now, merged into one batch.
+
 A batch whose handling raises `UnavailableError` (the incident store refused its writes, after the
 store's own retries) is not dropped: it goes back into the debouncer, due after an exponential
 backoff (`retry_base`, doubling, at most `retry_cap`), and changes arriving meanwhile merge into
@@ -51,9 +54,17 @@ class Debouncer:
         self._urgent: list[Change] = []  # gang-complete changes: due at once
         self.urgent_at = 0.0
         self._not_before: float | None = None  # a failed batch waits for its backoff
+        self._flush_at: float | None = None  # an `at_once` change: everything pending is due
 
-    def add(self, change: Change, now: float) -> None:
+    def add(self, change: Change, now: float, *, at_once: bool = False) -> None:
         if not change:
+            return
+        if at_once:
+            if not self._pending:
+                self.first_at = now
+            self._pending.append(change)
+            self.last_at = now
+            self._flush_at = now if self._flush_at is None else self._flush_at
             return
         if change.gang_complete:
             if not self._urgent:
@@ -82,6 +93,8 @@ class Debouncer:
             dues.append(self.urgent_at)
         if self._pending:
             dues.append(min(self.last_at + self.delay, self.first_at + self.max_delay))
+            if self._flush_at is not None:
+                dues.append(self._flush_at)
         if not dues:
             return None
         due = min(dues)
@@ -100,6 +113,7 @@ class Debouncer:
             return batch
         batch = (merge_all(self._pending), self.first_at)
         self._pending = []
+        self._flush_at = None
         return batch
 
 
@@ -134,12 +148,13 @@ class Detector:
         self.retries = 0  # batches put back after their store writes failed
         self._failures = 0  # consecutive failed batches (for the backoff)
 
-    def submit(self, change: Change) -> bool:
-        """Queue a change; False once the detector is stopping (the caller may retry elsewhere)."""
+    def submit(self, change: Change, *, at_once: bool = False) -> bool:
+        """Queue a change (`at_once`: due now, with everything pending); False once the detector
+        is stopping (the caller may retry elsewhere)."""
         with self._cond:
             if self._stopping:
                 return False
-            self._debouncer.add(change, self.monotonic())
+            self._debouncer.add(change, self.monotonic(), at_once=at_once)
             self._cond.notify()
         return True
 

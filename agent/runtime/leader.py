@@ -363,18 +363,32 @@ class LeaderElector:
             if seen is not None and seen.holder and seen.holder != self.identity:
                 self._set_leading(False)
 
-    def run(self) -> None:
+    def _guarded_step(self) -> None:
+        try:
+            self.step()
+        except Exception:  # top-level loop: log and keep electing
+            log.exception("leader election step failed", extra={"identity": self.identity})
+
+    def run(self, *, stepped: bool = False) -> None:
+        """Step every `retry_period` until stopped (`stepped`: the first step was just taken, so
+        the loop waits before its next one); then stop leading and release the lease."""
+        if stepped:
+            self._stop.wait(self.retry_period)
         while not self._stop.is_set():
-            try:
-                self.step()
-            except Exception:  # top-level loop: log and keep electing
-                log.exception("leader election step failed", extra={"identity": self.identity})
+            self._guarded_step()
             self._stop.wait(self.retry_period)
         self._set_leading(False)
         self.release()
 
-    def run_in_thread(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
+    def run_in_thread(self, *, step_first: bool = False) -> threading.Thread:
+        """Run the loop on its own thread; `step_first`: take the first step on the caller's
+        thread before that (the caller then knows whether it leads, as `is_leader()` says, and
+        the callbacks of that step run on its thread)."""
+        if step_first:
+            self._guarded_step()
+        self._thread = threading.Thread(
+            target=self.run, kwargs={"stepped": step_first}, name="leader-election", daemon=True
+        )
         self._thread.start()
         return self._thread
 

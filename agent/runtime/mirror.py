@@ -16,15 +16,24 @@ diagnosis with the state so a scoped diagnosis costs its scope, not the cluster;
 events costs their parse and a few dictionary updates instead of a rescan of every object. An
 object the core cannot parse is skipped with one warning (a bad object must not stop detection
 for everyone else). Not thread-safe: the pipeline's lock guards it.
+
+The first `state()` is a bulk load (150,000 pods at start-up): every cached object is parsed in
+one pass, nodes first, the facts index built once at the end; the containers and owner
+references the cache shares between a job's pods are parsed once each (`PodParts`); the cyclic
+garbage collector is paused meanwhile, and a load of at least `FREEZE_AT` objects freezes what
+the process holds (the cache and the mirror, long-lived by construction) out of its reach at once
+(`frozen_loads` counts it: the pipeline's post-batch full collection, a second pass over the same
+millions of objects, then waits for the next cluster-wide batch).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from agent.model.cluster import ClusterState, ContainerPort, JobKind, Node, Pod
+from agent.model.cluster import ClusterState, JobKind, Node, Pod
 from agent.policy import Policy, PolicySet
 from agent.policy.dataplane import DataplaneEvidence, dataplane_for
 from agent.policy.reading import read_policy, unreadable_warning
@@ -32,6 +41,7 @@ from agent.policy.rule import UnreadablePolicy
 from agent.settings import DiagnosisSettings
 from agent.snapshot.manifests import (
     ManifestError,
+    PodParts,
     parse_namespace,
     parse_node,
     parse_owned_object,
@@ -44,6 +54,7 @@ from agent.topology.facts import ClusterFacts, FactsIndex
 
 log = logging.getLogger(__name__)
 
+FREEZE_AT = 20_000  # objects: a bulk load this large freezes what it built (see above)
 _JOB_KINDS = {k.value: k for k in JobKind if k is not JobKind.GROUP}
 Slot = tuple[str, ObjKey]  # (resource name, object key)
 
@@ -70,7 +81,7 @@ class ModelMirror:
         self.settings = settings or DiagnosisSettings()
         self._tracker = cache.track()
         self._parsed: dict[Slot, tuple[Any, Any]] = {}  # slot -> (slim object, parsed)
-        self._ports: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] = {}
+        self._parts = PodParts()
         self._pods: dict[Slot, Pod] = {}
         self._pods_tuple: tuple[Pod, ...] | None = None
         self._maps: dict[Role, dict[Any, Any]] = {
@@ -82,11 +93,12 @@ class ModelMirror:
         self._warned: set[tuple[str, str, str]] = set()
         self.parsed_last = 0
         self.visited_last = 0  # objects looked at by the last `state()`
+        self.frozen_loads = 0  # bulk loads that froze the heap (see the module docstring)
 
     def _parser(self, resource: Resource) -> Callable[[dict[str, Any]], Any]:
         role = resource.role
         if role is Role.POD:
-            return lambda item: parse_pod(item, shared=self._ports)
+            return lambda item: parse_pod(item, parts=self._parts)
         if role is Role.NODE:
             return parse_node
         if role is Role.NAMESPACE:
@@ -100,9 +112,15 @@ class ModelMirror:
             return lambda item: parse_training_job(item, kind)
         return lambda item: parse_owned_object(item, resource.kind)
 
-    def _parse(self, resource: Resource, key: ObjKey, obj: dict[str, Any]) -> Any:
+    def _parse(
+        self,
+        resource: Resource,
+        key: ObjKey,
+        obj: dict[str, Any],
+        parse: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> Any:
         try:
-            parsed = self._parser(resource)(obj)
+            parsed = (parse or self._parser(resource))(obj)
         except ManifestError as exc:
             self._warn(resource, key, str(exc))
             return None
@@ -161,6 +179,45 @@ class ModelMirror:
         for slot, pod in self._pods.items():
             self._facts.add(slot, pod)
 
+    def _load_all(self) -> None:
+        """Parse every cached object afresh (an object unchanged since it was parsed keeps its
+        parsed form), nodes first, then build the facts index once (see the module docstring)."""
+        previous = self._parsed
+        self._parsed = {}
+        self._pods = {}
+        self._pods_tuple = None
+        self._maps = {role: {} for role in self._maps}
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            visited = 0
+            resources = sorted(self.cache.resources(), key=lambda r: r.role is not Role.NODE)
+            for resource in resources:
+                role = resource.role
+                parse = self._parser(resource)
+                pods = role is Role.POD
+                target = self._pods if pods else self._maps[role]
+                for key, obj in self.cache.items_by_key(resource.name):
+                    visited += 1
+                    slot = (resource.name, key)
+                    seen = previous.get(slot)
+                    if seen is not None and seen[0] is obj:
+                        parsed = seen[1]
+                    else:
+                        parsed = self._parse(resource, key, obj, parse)
+                        if parsed is None:
+                            continue
+                    self._parsed[slot] = (obj, parsed)
+                    target[slot if pods else _identity(role, parsed)] = parsed
+            self.visited_last = visited
+            self._rebuild_facts()
+        finally:
+            if was_enabled:
+                gc.enable()
+        if visited >= FREEZE_AT:
+            gc.freeze()
+            self.frozen_loads += 1
+
     def evidence(self) -> DataplaneEvidence:
         """What the cache shows about the dataplane: Cilium policy kinds served, cilium-config."""
         served = sorted(
@@ -197,30 +254,23 @@ class ModelMirror:
         everything, touched = self.cache.drain(self._tracker)
         changed: set[Role] = set()
         if everything:
-            slots = [
-                (r, key) for r in self.cache.resources() for key, _ in self.cache.items_by_key(r.name)
-            ]
-            stale = set(self._parsed) - {(r.name, key) for r, key in slots}
-            for slot in stale:
-                resource = self.cache.resource(slot[0])
-                self._forget(slot, resource.role if resource is not None else Role.OWNER)
-                changed.add(resource.role if resource is not None else Role.OWNER)
+            self._load_all()
         else:
             slots = []
             for name, key in touched:
                 resource = self.cache.resource(name)
                 if resource is not None:
                     slots.append((resource, key))
-        self.visited_last = len(slots)
-        # nodes first: the facts index needs their zones before pods are counted
-        slots.sort(key=lambda s: s[0].role is not Role.NODE)
-        for resource, key in slots:
-            role = self._update(resource, key)
-            if role is not None:
-                changed.add(role)
-        if Role.NODE in changed or everything:
-            self._rebuild_facts()
-        if self._policy_set is None or changed & {Role.POLICY, Role.DATAPLANE}:
+            self.visited_last = len(slots)
+            # nodes first: the facts index needs their zones before pods are counted
+            slots.sort(key=lambda s: s[0].role is not Role.NODE)
+            for resource, key in slots:
+                role = self._update(resource, key)
+                if role is not None:
+                    changed.add(role)
+            if Role.NODE in changed:
+                self._rebuild_facts()
+        if everything or self._policy_set is None or changed & {Role.POLICY, Role.DATAPLANE}:
             self._policy_set = self._policies()
         if self._pods_tuple is None:
             self._pods_tuple = tuple(self._pods.values())

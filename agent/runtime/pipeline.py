@@ -10,6 +10,12 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   of its namespaces: a scoped diagnosis); a cluster-wide change (node, cluster-wide policy,
   namespace labels, start-up, leadership acquired) diagnoses everything and then reconciles like a
   sweep (open incidents of jobs no longer found are superseded), once the caches are synced.
+  A cluster-wide batch reads the cluster's open incidents once (not once per job: a job found
+  healthy with none open costs no query) and records the problems that open a new incident
+  first, then re-detections, then the healthy jobs. A follower remembers the jobs of the last
+  changes it saw (at most `_FOLLOWED`); its first cluster-wide batch as the leader diagnoses and
+  records those before the diagnosis of every job, so a split that appeared during the hand-over
+  is recorded at the start of the new term, not after 150,000 pods are diagnosed.
 - Only the leader records detector batches (with leader election off every replica is the
   leader); a follower only keeps its parsed mirror warm, so a re-detection lands once in a
   timeline. The composition root submits a cluster-wide change when this replica acquires the
@@ -111,6 +117,7 @@ TOPOLOGY_CLASSES = frozenset(
 )
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
+_FOLLOWED = 500  # jobs (and namespaces) changed while following that a new term records first
 # a split job's egress figure is recorded again when the measurement moves this much (or its
 # basis changes): the finding, its chat message and the dashboard follow the measurement
 EGRESS_MOVE_SHARE = 0.2
@@ -211,6 +218,11 @@ class AgentPipeline:
         self.diagnosed_last = 0  # findings of the last diagnosis (scoped or whole)
         self.follower_batches = 0  # detector batches left to the leader
         self._failed_work: set[tuple[StoreWork, Hashable]] = set()  # work whose writes failed
+        # a cluster-wide batch's one read of the open incidents, by job (None: query per job)
+        self._open_now: dict[JobKey, list[IncidentSummary]] | None = None
+        # what changed last while this replica followed (most recent last): a new term's first
+        self._followed_jobs: dict[JobKey, None] = {}
+        self._followed_namespaces: dict[str, None] = {}
         self.actions = PlaybookActions(
             playbooks=parts.playbooks,
             store=store,
@@ -266,21 +278,34 @@ class AgentPipeline:
         they are returned, to be looked at again after the debounce window in any case."""
         unsettled: set[JobKey] = set()
         with self._lock:
+            loads = self.mirror.frozen_loads
             if not self.parts.is_leader():
                 self.mirror.state()  # a follower keeps its parsed mirror warm; the leader records
                 self.follower_batches += 1
-                _freeze_long_lived(change)
+                self._remember_followed(change)
+                _freeze_long_lived(change, collect=self.mirror.frozen_loads == loads)
                 return None
             with self._store_work(StoreWork.DETECTOR):
                 self.actions.retry_unfired()
-                findings = self.diagnose(None if change.everything else job_scope(change))
-                scoped = [f for f in findings if in_scope(job_key(f), change)]
-                present = {job_key(f) for f in findings}
-                for finding in scoped:
-                    if change.gang_complete and not self._zone_labels_settled(finding):
-                        unsettled.add(job_key(finding))
-                        continue
-                    self.record(finding, first_seen=first_seen)
+                done: set[JobKey] = set()
+                if change.everything:
+                    self._open_now = self._open_by_job()
+                try:
+                    if change.everything:  # what changed last while following: recorded first
+                        done = self._record_followed(first_seen)
+                    findings = self.diagnose(None if change.everything else job_scope(change))
+                    scoped = [f for f in findings
+                              if in_scope(job_key(f), change) and job_key(f) not in done]
+                    present = {job_key(f) for f in findings}
+                    if self._open_now is not None:
+                        scoped.sort(key=self._recording_order)
+                    for finding in scoped:
+                        if change.gang_complete and not self._zone_labels_settled(finding):
+                            unsettled.add(job_key(finding))
+                            continue
+                        self.record(finding, first_seen=first_seen)
+                finally:
+                    self._open_now = None
                 # the label updates of an unsettled gang complete it again (no debounce)
                 cache = self.parts.cache
                 cache.labels_settled(job_key(f) for f in scoped if job_key(f) not in unsettled)
@@ -300,7 +325,7 @@ class AgentPipeline:
                 if change.everything and self.parts.cache.synced:
                     self._reconcile(present)
             self._refresh_gauge_quietly()
-            _freeze_long_lived(change)
+            _freeze_long_lived(change, collect=self.mirror.frozen_loads == loads)
         if not unsettled:
             return None
         return Change(jobs=frozenset(unsettled), reasons=("zone labels not written yet",))
@@ -786,9 +811,73 @@ class AgentPipeline:
         )
         return outcome
 
+    def _remember_followed(self, change: Change) -> None:
+        """A follower's batch: keep its jobs and namespaces, the latest `_FOLLOWED` of each (a new
+        leader records what changed last first: `_record_followed`). A cluster-wide change (the
+        start-up's, with everything the sync reported) leaves nothing to put first."""
+        if change.everything:
+            self._followed_jobs.clear()
+            self._followed_namespaces.clear()
+            return
+        _keep_latest(self._followed_jobs, change.jobs)
+        _keep_latest(self._followed_namespaces, change.namespaces)
+
+    def _record_followed(self, first_seen: float) -> set[JobKey]:
+        """At a cluster-wide batch (a new term, or the start-up), record the jobs of the changes
+        this replica saw last while it followed, before the diagnosis of every job (a split that
+        appeared during the hand-over is recorded at once). The jobs recorded."""
+        if not self._followed_jobs and not self._followed_namespaces:
+            return set()
+        recent = Change(jobs=frozenset(self._followed_jobs),
+                        namespaces=frozenset(self._followed_namespaces))
+        self._followed_jobs.clear()
+        self._followed_namespaces.clear()
+        found = [f for f in self.diagnose(job_scope(recent)) if in_scope(job_key(f), recent)]
+        if self._open_now is not None:
+            found.sort(key=self._recording_order)
+        for finding in found:
+            self.record(finding, first_seen=first_seen)
+        return {job_key(f) for f in found}
+
+    def _open_by_job(self) -> dict[JobKey, list[IncidentSummary]] | None:
+        """The cluster's open incidents by job, in one query; None when there are too many for
+        one listing (the batch then asks per job)."""
+        if self.store is None:
+            return None
+        limit = 10_000
+        listing = self.store.list_incidents(
+            IncidentQuery(cluster=self.cluster, open_only=True, limit=limit)
+        )
+        if len(listing.incidents) + len(listing.problems) >= limit:
+            return None
+        out: dict[JobKey, list[IncidentSummary]] = {}
+        for incident in listing.incidents:
+            out.setdefault(JobKey(incident.kind, incident.namespace, incident.name), []).append(incident)
+        return out
+
+    def _recording_order(self, finding: Finding) -> int:
+        """0: a problem with no open incident of its class (a new incident), 1: a re-detection,
+        2: healthy or pending (a resolve at most)."""
+        try:
+            current = verdict_class(finding.verdict)
+        except LifecycleError:  # healthy, pending
+            return 2
+        for incident in (self._open_now or {}).get(job_key(finding), ()):
+            try:
+                if verdict_class(incident.verdict) is current:
+                    return 1
+            except LifecycleError:
+                continue
+        return 0
+
     def _open_incidents(self, key: JobKey) -> list[IncidentSummary]:
+        """The job's open incidents: from the cluster-wide batch's one read while it records
+        (writes by then are conditional on the status read, so a stale entry changes nothing),
+        else one query."""
         if self.store is None:
             return []
+        if self._open_now is not None:
+            return list(self._open_now.get(key, ()))
         listing = self.store.list_incidents(
             IncidentQuery(
                 cluster=self.cluster,
@@ -966,16 +1055,28 @@ def _count(values: Iterable[str]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _freeze_long_lived(change: Change) -> None:
+def _keep_latest(kept: dict[Any, None], keys: Iterable[Any]) -> None:
+    """Add `keys` to `kept` as its most recent, keeping the latest `_FOLLOWED`."""
+    for key in keys:
+        kept.pop(key, None)
+        kept[key] = None
+    while len(kept) > _FOLLOWED:
+        del kept[next(iter(kept))]
+
+
+def _freeze_long_lived(change: Change, *, collect: bool = True) -> None:
     """After a cluster-wide batch, move the cache and its parsed mirror out of the cyclic GC's reach.
 
     At 150,000 pods they are millions of long-lived objects that every full collection would
     rescan (~1.8 s each, seen as detection-latency spikes). Frozen objects are still freed by
     reference counting when the cache replaces them; only cycle detection skips them. It runs
     after the batch has recorded its findings; cluster-wide batches are rare (start-up, leadership,
-    node or cluster-wide policy changes), so their one full collection is paid rarely.
+    node or cluster-wide policy changes), so their one full collection is paid rarely. Without
+    `collect` (the batch's mirror bulk load froze the heap moments ago: the start-up batch) what
+    the batch built is frozen as it is, and the next cluster-wide batch collects.
     """
     if change.everything:
-        gc.unfreeze()  # what became cyclic garbage since the last freeze is collected once more
-        gc.collect()
+        if collect:
+            gc.unfreeze()  # what became cyclic garbage since the last freeze is collected once more
+            gc.collect()
         gc.freeze()

@@ -2,9 +2,10 @@
 
 Accepts JSON (decoded with orjson) or YAML (one or many documents); a document may be a single
 object or a `kind: List` / `*List` with `items` (as `kubectl get -o yaml` prints). Called by
-`agent.snapshot.collection`. YAML goes through `agent.snapshot.yamlstream` (libyaml's C parser
-when PyYAML has it, a safe loader either way): the items of a List are handed out one at a time,
-never the whole document, so a large dump is parsed item by item. A YAML document whose
+`agent.snapshot.collection`. YAML goes through `agent.snapshot.blockyaml` (the block style kubectl
+prints, read line by line) and, for anything else, `agent.snapshot.yamlstream` (libyaml's C parser
+when PyYAML has it, a safe loader either way), with the same values: the items of a List are
+handed out one at a time, never the whole document, so a large dump is parsed item by item. A YAML document whose
 top-level `items` sequence turns out (its `kind` read after `items`, as kubectl orders keys) not
 to be a `*List` is an error. YAML is bounded while it streams (nesting, recursive anchors, alias bombs:
 `agent.parsing.bounded_yaml`); Lists may nest at most `MAX_LIST_NESTING` deep. It does not
@@ -22,7 +23,8 @@ import yaml
 
 from agent.errors import SnapshotError
 from agent.parsing.bounded_yaml import YamlLimitError, syntax_error
-from agent.snapshot.yamlstream import Part, iter_values
+from agent.snapshot.blockyaml import iter_values
+from agent.snapshot.yamlstream import Part
 
 # Lists (and `kind: List` items) inside lists: kubectl nests one level; anything past this is hostile
 MAX_LIST_NESTING = 16

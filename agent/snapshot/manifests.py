@@ -3,8 +3,9 @@
 Called by `agent.snapshot.collection` once per item. Checks types of every field it reads and
 raises `ManifestError(field, problem)`; the caller adds the file and item index. A pod's labels
 are copied once (shallow) so the rest of its document can be freed and the pods' data stays close
-together in memory; nothing else is copied. It does not parse network policies (that is
-`agent.policy.parse_policy`) and reads no files.
+together in memory; nothing else is copied. `PodParts` lets a caller whose pods share sub-objects
+(the runtime's watch cache) parse each shared containers list and owner-reference list once. It
+does not parse network policies (that is `agent.policy.parse_policy`) and reads no files.
 """
 
 from __future__ import annotations
@@ -207,15 +208,56 @@ def _container_ports(container: Mapping[str, Any], where: str) -> list[Container
     return out
 
 
-def parse_pod(
-    item: Mapping[str, Any],
-    *,
-    shared: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] | None = None,
-) -> Pod:
-    """A Pod. Equal port tuples are shared through `shared` (pods of a job declare the same)."""
-    meta, namespace, name = metadata(item, namespaced=True)
-    spec = _map(item, "spec", where="")
-    status = _map(item, "status", where="")
+class PodParts:
+    """Parsed sub-objects that pods share, for `parse_pod(parts=...)`.
+
+    The watch cache hands the containers (slimmed: names, ports, GPU requests) and the owner
+    references of a job's pods as one shared object each, so their parsed forms (GPUs requested
+    and ports; owner references) are computed once per object, recognised by identity. An entry
+    holds its object, so an identity is never reused while it is remembered; the objects must
+    never be mutated (the cache never does). Equal port tuples are shared by value (`ports`).
+    Bounded: forgotten when `capacity` entries are held. Not thread-safe."""
+
+    def __init__(self, capacity: int = 50_000) -> None:
+        self.capacity = capacity
+        self.ports: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] = {}
+        self._containers: dict[int, tuple[object, int, tuple[ContainerPort, ...]]] = {}
+        self._owners: dict[int, tuple[object, tuple[OwnerRef, ...]]] = {}
+
+    def containers(self, spec: Mapping[str, Any]) -> tuple[int, tuple[ContainerPort, ...]]:
+        """(GPUs the containers request, their ports) of a pod spec."""
+        raw = spec.get("containers")
+        found = self._containers.get(id(raw))
+        if found is not None and found[0] is raw:
+            return found[1], found[2]
+        gpus, ports = _containers(spec, self.ports)
+        if raw is not None:
+            if len(self._containers) >= self.capacity:
+                self._containers.clear()
+                self.ports.clear()
+            self._containers[id(raw)] = (raw, gpus, ports)
+        return gpus, ports
+
+    def owners(self, meta: Mapping[str, Any]) -> tuple[OwnerRef, ...]:
+        """The owner references of a pod's metadata."""
+        raw = meta.get("ownerReferences")
+        if not raw:
+            return _owners(meta)
+        found = self._owners.get(id(raw))
+        if found is not None and found[0] is raw:
+            return found[1]
+        owners = _owners(meta)
+        if len(self._owners) >= self.capacity:
+            self._owners.clear()
+        self._owners[id(raw)] = (raw, owners)
+        return owners
+
+
+def _containers(
+    spec: Mapping[str, Any],
+    shared: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] | None,
+) -> tuple[int, tuple[ContainerPort, ...]]:
+    """(GPUs requested, ports) of a pod spec's containers; equal port tuples shared."""
     gpus = 0
     ports: list[ContainerPort] = []
     for i, container in enumerate(_list(spec, "containers", where="spec.")):
@@ -225,6 +267,24 @@ def parse_pod(
         gpus += _container_gpus(container, where)
         if "ports" in container:
             ports.extend(_container_ports(container, where))
+    port_tuple = tuple(ports)
+    if shared is not None and port_tuple:
+        port_tuple = shared.setdefault(port_tuple, port_tuple)
+    return gpus, port_tuple
+
+
+def parse_pod(
+    item: Mapping[str, Any],
+    *,
+    shared: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] | None = None,
+    parts: PodParts | None = None,
+) -> Pod:
+    """A Pod. Equal port tuples are shared through `shared` (pods of a job declare the same);
+    with `parts`, shared containers and owner references are parsed once (see `PodParts`)."""
+    meta, namespace, name = metadata(item, namespaced=True)
+    spec = _map(item, "spec", where="")
+    status = _map(item, "status", where="")
+    gpus, port_tuple = _containers(spec, shared) if parts is None else parts.containers(spec)
     init_gpus = 0
     for i, container in enumerate(_list(spec, "initContainers", where="spec.")):
         where = f"spec.initContainers[{i}]."
@@ -241,9 +301,6 @@ def parse_pod(
         or _opt_str(spec, "serviceAccount", where="spec.")
         or "default"
     )
-    port_tuple = tuple(ports)
-    if shared is not None and port_tuple:
-        port_tuple = shared.setdefault(port_tuple, port_tuple)
     return Pod(
         namespace=namespace,
         name=name,
@@ -253,7 +310,7 @@ def parse_pod(
         gpu_request=max(gpus, init_gpus),
         ports=port_tuple,
         service_account=service_account,
-        owners=_owners(meta),
+        owners=_owners(meta) if parts is None else parts.owners(meta),
     )
 
 

@@ -189,3 +189,23 @@ def test_worker_hands_a_gang_over_at_once_while_a_relabel_waits() -> None:
     finally:
         detector.stop()
     assert {j.name for j in batches[1][0].jobs} == {"j2"}
+
+
+@pytest.mark.parametrize("backoff", [False, True], ids=["due", "after a failed batch"])
+def test_a_change_at_once_takes_everything_pending_with_it(backoff: bool) -> None:
+    d = Debouncer(delay=0.5, max_delay=5.0)
+    d.add(job(1), 0.0)
+    d.add(job(2), 0.3)
+    if backoff:  # a failed batch's backoff still holds: the store is refusing writes either way
+        d.retry(job(3), 0.0, not_before=2.0)
+    d.add(Change(everything=True, reasons=("start-up",)), 0.4, at_once=True)
+    if backoff:
+        assert d.take(1.9) is None
+    batch = d.take(2.0 if backoff else 0.4)  # not 0.5 s after the last change: at once
+    assert batch is not None
+    change, first = batch
+    assert change.everything and first == 0.0 and "start-up" in change.reasons
+    assert len(change.jobs) == (3 if backoff else 2)
+    assert d.take(10.0) is None  # one batch: nothing left, nothing due
+    d.add(job(4), 11.0)  # and later changes wait for the window again
+    assert d.take(11.2) is None and d.take(11.5) is not None

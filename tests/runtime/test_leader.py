@@ -275,3 +275,26 @@ def test_a_follower_logs_whom_it_follows_once_per_holder(caplog: pytest.LogCaptu
 
     assert following("b") == ["a"]
     assert following("a") == ["b"]
+
+
+def test_the_first_step_can_be_taken_on_the_callers_thread() -> None:
+    import threading
+
+    store = MemoryLeases()
+    on_thread: list[str] = []
+    a = LeaderElector(
+        store,  # type: ignore[arg-type]
+        identity="a", lease_duration=15, renew_deadline=10, retry_period=2,
+        on_started_leading=lambda: on_thread.append(threading.current_thread().name),
+    )
+    thread = a.run_in_thread(step_first=True)
+    try:
+        # leading when it returns: the caller can start work knowing it, the callback ran here
+        assert a.is_leader() and store.record is not None and store.record.holder == "a"
+        assert on_thread == [threading.current_thread().name]
+        version = store.version
+        assert thread.is_alive() and store.version == version  # the loop waits before renewing
+    finally:
+        a.stop(timeout=5)
+    assert not thread.is_alive() and not a.is_leader()
+    assert store.record is not None and store.record.holder == ""  # released on stop

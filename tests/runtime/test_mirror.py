@@ -132,6 +132,58 @@ def test_incremental_state_and_facts_diagnose_like_a_fresh_mirror() -> None:
     assert verdicts[0] == "healthy" and verdicts[1] == "zone_split_blocked"
 
 
+def filled(cache: ClusterCache) -> ClusterCache:
+    node = slimmer(R["nodes"])
+    cache.replace(R["nodes"], [node({"metadata": {"name": f"n-{z}", "labels": {"topology.kubernetes.io/zone": z}},
+                                     "status": {"allocatable": {"nvidia.com/gpu": "8"}}}) for z in "ab"])
+    cache.replace(R["pods"], [kube_pod("bert-master-0", "n-b", zone_label="b"),
+                              *(kube_pod(f"bert-worker-{i}", "n-a", zone_label="a") for i in range(3)),
+                              *(pod(i) for i in range(20))])
+    cache.replace(CNP, [policy("b")])
+    return cache
+
+
+def test_the_first_state_loads_everything_as_incremental_updates_would() -> None:
+    from agent.topology.facts import cluster_facts
+
+    bulk = ModelMirror(filled(ClusterCache()))
+    state, policies, facts = bulk.snapshot()
+    assert (bulk.visited_last, bulk.parsed_last) == (27, 27)
+    # the same objects arriving after a first (empty) state: parsed one by one
+    cache = ClusterCache()
+    incremental = ModelMirror(cache)
+    incremental.snapshot()
+    filled(cache)
+    state_2, policies_2, facts_2 = incremental.snapshot()
+    assert incremental.visited_last == 27
+    assert (state_2, [p.id for p in policies_2.policies], facts_2) == (
+        state, [p.id for p in policies.policies], facts)
+    assert facts == cluster_facts(state.nodes, state.pods)
+    # pods of a job share their parsed ports (the cache shares their containers)
+    workers = [p for p in state.pods if p.name.startswith("bert-worker")]
+    assert workers[0].ports is workers[1].ports
+
+
+def test_a_large_first_load_freezes_what_it_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    import agent.runtime.mirror as mirror_module
+
+    monkeypatch.setattr(mirror_module, "FREEZE_AT", 10)
+    small = ModelMirror(ClusterCache())
+    small.snapshot()
+    assert small.frozen_loads == 0
+    try:
+        large = ModelMirror(filled(ClusterCache()))
+        large.snapshot()
+        assert large.frozen_loads == 1 and gc.get_freeze_count() > 0
+        assert gc.isenabled()
+        large.snapshot()  # later states are incremental: nothing more frozen
+        assert large.frozen_loads == 1
+    finally:
+        gc.unfreeze()
+
+
 CONFIG = R["configmaps.cilium-config"]
 
 

@@ -328,6 +328,120 @@ def test_a_cluster_wide_batch_reconciles_gone_jobs_once_synced(world: World) -> 
     assert [i.status.value for i in world.incidents()] == ["superseded"]
 
 
+def job_pods(namespace: str, *, split: bool) -> list[dict[str, Any]]:
+    """The gpt-small job in `namespace`: split (master in zone-b) or co-located in zone-a."""
+    pods = copy.deepcopy(split_pods())
+    for p in pods:
+        p["metadata"]["namespace"] = namespace
+        if not split:
+            p["spec"]["nodeName"], p["metadata"]["labels"]["zone"] = "gpu-a1", "zone-a"
+    return pods
+
+
+def several_jobs(world: World) -> None:
+    """Four jobs: split in `train` (blocked by its policy) and in `dev` and `lab` (degraded),
+    healthy in `ok`."""
+    world.load("pods", split_pods() + job_pods("dev", split=True) + job_pods("lab", split=True)
+               + job_pods("ok", split=False))
+    world.cache.expect(R[name] for name in ("nodes", "namespaces", "pods", "pytorchjobs.v1.kubeflow.org"))
+
+
+class Calls:
+    """Counts a store's incident listings and the order it records findings in (the real
+    store's methods, called through)."""
+
+    def __init__(self, world: World) -> None:
+        self.listings = 0
+        self.recorded: list[str] = []
+        store = world.store
+        list_incidents, record_finding = store.list_incidents, store.record_finding
+
+        def counting_list(query: IncidentQuery) -> Any:
+            self.listings += 1
+            return list_incidents(query)
+
+        def ordered_record(record: Any) -> Any:
+            self.recorded.append(record.namespace)
+            return record_finding(record)
+
+        store.list_incidents = counting_list  # type: ignore[method-assign]
+        store.record_finding = ordered_record  # type: ignore[method-assign]
+
+
+def test_a_cluster_wide_batch_reads_open_incidents_once_and_records_new_problems_first(world: World) -> None:
+    several_jobs(world)
+    world.pipeline.handle_change(Change(namespaces=frozenset({"dev", "lab"})), 0.0)  # open already
+    calls = Calls(world)
+    world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
+    # one listing before recording, one to reconcile: not one per job
+    assert calls.listings == 2
+    # the new split first, then the re-detections (the healthy job records nothing)
+    assert calls.recorded == ["train", "dev", "lab"]
+    assert sorted((i.namespace, i.verdict.value, i.status.value) for i in world.incidents()) == [
+        ("dev", "zone_split_degraded", "awaiting_approval"),
+        ("lab", "zone_split_degraded", "awaiting_approval"),
+        ("train", "zone_split_blocked", "awaiting_approval"),
+    ]
+    # the healthy job's resolve read the batch's listing too: co-locating a split job resolves it
+    world.load("pods", split_pods() + job_pods("dev", split=False) + job_pods("lab", split=True)
+               + job_pods("ok", split=False))
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    assert {i.namespace: i.status.value for i in world.incidents()}["dev"] == "resolved"
+
+
+def test_the_first_cluster_wide_batch_records_what_a_sweep_records(tmp_path: Path) -> None:
+    batch, sweep = World(tmp_path / "batch"), World(tmp_path / "sweep")
+    try:
+        for world in (batch, sweep):
+            several_jobs(world)
+        batch.pipeline.handle_change(Change(everything=True, reasons=("start-up",)), 0.0)
+        sweep.pipeline.sweep(None)
+
+        def recorded(world: World) -> list[tuple[Any, ...]]:
+            return sorted((i.namespace, i.name, i.verdict.value, i.status.value, i.target_zone,
+                           len(world.store.get_incident(i.id).messages)) for i in world.incidents())
+
+        assert recorded(batch) == recorded(sweep)
+        assert len(recorded(batch)) == 3
+    finally:
+        batch.store.close()
+        sweep.store.close()
+
+
+def test_a_new_leader_records_what_changed_while_it_followed_before_diagnosing_everything(world: World) -> None:
+    several_jobs(world)
+    world.pipeline.handle_change(Change(namespaces=frozenset({"dev", "lab"})), 0.0)  # open already
+    world.leading = False
+    # its first batch as a follower is cluster-wide (the start-up's): nothing to put first
+    world.pipeline.handle_change(Change(everything=True, jobs=frozenset({DEV_JOB})), 0.0)
+    # the split in `train` appears while this replica follows (and the old leader is gone)
+    world.load("pods", split_pods() + job_pods("dev", split=True) + job_pods("lab", split=True)
+               + job_pods("ok", split=False))
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    assert world.pipeline.follower_batches == 2 and world.incidents(namespace="train") == []
+    world.leading = True
+    calls = Calls(world)
+    diagnosed: list[int] = []
+    diagnose = world.pipeline.diagnose
+
+    def counting(scope: Any = None) -> Any:
+        found = diagnose(scope)
+        diagnosed.append(len(found))
+        return found
+
+    world.pipeline.diagnose = counting  # type: ignore[method-assign]
+    world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
+    # first the job it saw change (one job diagnosed), then every job; recorded once each
+    assert diagnosed == [1, 4]
+    assert calls.recorded == ["train", "dev", "lab"]
+    assert sorted((i.namespace, i.status.value) for i in world.incidents()) == [
+        ("dev", "awaiting_approval"), ("lab", "awaiting_approval"), ("train", "awaiting_approval")]
+    # remembered once: the next cluster-wide batch diagnoses everything in one go
+    diagnosed.clear()
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    assert diagnosed == [4]
+
+
 def _beyla_openmetrics(now: int) -> str:
     """Beyla's flow counter with zones: each dev worker (zone-a) sends its master (zone-b)
     1 MB/s; the master answers 0.5 MB/s to worker 0; one worker talks to a stranger."""

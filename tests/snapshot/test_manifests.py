@@ -1,4 +1,5 @@
-"""Parsing single manifests into model objects: fields read, defaults, and typed errors."""
+"""Parsing single manifests into model objects: fields read, defaults, and typed errors; pods
+that share sub-objects (as the watch cache hands them) parsed alike through `PodParts`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from agent.model.cluster import ContainerPort, JobKind, PodPhase
 from agent.model.network import Protocol
 from agent.snapshot.manifests import (
     ManifestError,
+    PodParts,
     parse_node,
     parse_pod,
     parse_training_job,
@@ -75,8 +77,12 @@ def _with(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         (pod("p", node_name=""), "node_name", None),
     ],
 )
-def test_pod_fields(manifest: dict[str, Any], field: str, expected: Any) -> None:
-    value: Any = parse_pod(manifest)
+@pytest.mark.parametrize("with_parts", [False, True], ids=["alone", "parts"])
+def test_pod_fields(manifest: dict[str, Any], field: str, expected: Any, with_parts: bool) -> None:
+    parts = PodParts() if with_parts else None
+    value: Any = parse_pod(manifest, parts=parts)
+    if parts is not None:  # a second pod with the same (shared) sub-objects: the same answer
+        assert parse_pod(manifest, parts=parts) == value
     for part in field.split("."):
         value = getattr(value, part)
     assert value == expected
@@ -118,10 +124,34 @@ def test_pod_fields(manifest: dict[str, Any], field: str, expected: Any) -> None
         ("status.phase", "Sleeping", "status.phase"),
     ],
 )
-def test_pod_errors_name_the_field(path: str, value: Any, field: str) -> None:
-    with pytest.raises(ManifestError) as info:
-        parse_pod(_with(pod("p", ports=[("x", 1)]), path, value))
-    assert info.value.field == field
+@pytest.mark.parametrize("with_parts", [False, True], ids=["alone", "parts"])
+def test_pod_errors_name_the_field(path: str, value: Any, field: str, with_parts: bool) -> None:
+    parts = PodParts() if with_parts else None
+    manifest = _with(pod("p", ports=[("x", 1)]), path, value)
+    for _ in range(2):  # an error is never remembered as a parsed part
+        with pytest.raises(ManifestError) as info:
+            parse_pod(manifest, parts=parts)
+        assert info.value.field == field
+
+
+def test_shared_containers_and_owners_are_parsed_once_per_object() -> None:
+    first = pod("p-0", gpus=2, ports=[("rdzv", 29500)], owner=("kubeflow.org/v1", "PyTorchJob", "j"))
+    second = pod("p-1", gpus=2, ports=[("rdzv", 29500)], owner=("kubeflow.org/v1", "PyTorchJob", "j"))
+    # the cache hands pods of a job one containers list and one owner-reference list
+    second["spec"]["containers"] = first["spec"]["containers"]
+    second["metadata"]["ownerReferences"] = first["metadata"]["ownerReferences"]
+    parts = PodParts()
+    a, b = parse_pod(first, parts=parts), parse_pod(second, parts=parts)
+    assert (a.name, b.name) == ("p-0", "p-1")
+    assert a.ports is b.ports and a.owners is b.owners  # one parsed form, shared
+    assert (b.gpu_request, b.ports, b.controller.name) == (2, (ContainerPort(29500, "rdzv"),), "j")
+    # an equal list that is another object is parsed on its own, to an equal result
+    third = pod("p-2", gpus=2, ports=[("rdzv", 29500)], owner=("kubeflow.org/v1", "PyTorchJob", "j"))
+    c = parse_pod(third, parts=parts)
+    assert (c.ports, c.owners, c.gpu_request) == (a.ports, a.owners, 2)
+    # a full table starts afresh and stays right
+    small = PodParts(capacity=1)
+    assert [parse_pod(m, parts=small) for m in (first, third, second)] == [a, c, b]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,83 @@
+"""Start-up: the agent's first batch is one cluster-wide diagnosis, already the leader's when the
+lease is free (the election's first step is taken before the detector runs), and the scheduler
+runs as soon as start() returns; a second replica starting while another leads only warms its
+mirror until it takes over."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apscheduler.schedulers.base import STATE_RUNNING
+
+from agent.runtime.app import Agent
+from agent.runtime.pipeline import AgentPipeline
+from agent.runtime.root import Parts
+from agent.sources.cache import Change
+from agent.store.migrate import upgrade_on_start
+from agent.twin import cluster as twin_cluster
+from agent.twin import kubeconfig
+from tests.support.agent_rig import agent_settings
+from tests.support.waiting import wait
+from tests.twin import twin_fixtures as fixtures
+
+
+class Watched(AgentPipeline):
+    """The real pipeline, noting each batch: (cluster-wide, leading when it ran, its reasons)."""
+
+    def __init__(self, parts: Parts, store: Any) -> None:
+        super().__init__(parts, store)
+        self.batches: list[tuple[bool, bool, tuple[str, ...]]] = []
+
+    def handle_change(self, change: Change, first_seen: float) -> Change | None:
+        self.batches.append((change.everything, self.parts.is_leader(), change.reasons))
+        return super().handle_change(change, first_seen)
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Any]:
+    with ExitStack() as stack:
+        cluster = twin_cluster.TwinCluster(fixtures.fast("seed-degraded")).start()
+        stack.callback(cluster.stop)
+        api = cluster.serve_api()
+        settings = agent_settings(tmp_path, kubeconfig.write(tmp_path / "kubeconfig", api.url), None)
+        # no debounce: what the sync reported is due the moment the detector runs
+        settings = replace(settings, detection=replace(settings.detection, debounce=timedelta(0)))
+
+        def start_agent(identity: str) -> tuple[Agent, Watched]:
+            store = upgrade_on_start(settings)
+            stack.callback(store.close)
+            pipelines: list[Watched] = []
+            agent = Agent(settings, identity=identity,
+                          pipeline_factory=lambda parts: pipelines.append(Watched(parts, store)) or pipelines[-1])
+            agent.start()
+            stack.callback(agent.stop)
+            return agent, pipelines[0]
+
+        yield start_agent
+
+
+def test_the_first_batch_is_one_cluster_wide_diagnosis_by_the_leader(start: Any) -> None:
+    agent, pipeline = start("a")
+    assert agent.elector.is_leader()  # the first election step ran inside start()
+    assert agent.scheduler.scheduler.state == STATE_RUNNING  # resumed for the leader at once
+    wait(lambda: pipeline.batches, timeout=30, what="the first batch")
+    everything, leading, reasons = pipeline.batches[0]
+    assert (everything, leading) == (True, True)
+    assert "start-up" in reasons  # merged with what the initial sync reported
+    wait(lambda: pipeline.diagnoses >= 1, timeout=30, what="the first diagnosis")
+    assert pipeline.follower_batches == 0
+
+
+def test_a_replica_starting_while_another_leads_warms_its_mirror_only(start: Any) -> None:
+    leader, _ = start("a")
+    follower, pipeline = start("b")
+    assert leader.elector.is_leader() and not follower.elector.is_leader()
+    wait(lambda: pipeline.follower_batches >= 1, timeout=30, what="the follower's first batch")
+    assert pipeline.batches[0][:2] == (True, False)
+    assert pipeline.diagnoses == 0 and pipeline.mirror.visited_last > 0  # parsed, not diagnosed
