@@ -359,8 +359,10 @@ def test_a_running_job_is_stopped_while_its_workload_is_not_admitted(kueue: Twin
     patch_job(kueue, {"spec": {"runPolicy": {"suspend": False}}})
     wait(lambda: job(kueue)["spec"]["runPolicy"]["suspend"] is True, timeout=10,
          what="Kueue suspending the job again")  # fmt: skip
-    wait(kueue.idle, timeout=10, what="the twin idle")
-    assert not [p for p in pods(kueue) if p["status"].get("phase") == "Running"]
+    wait(lambda: not pods(kueue), timeout=20, what="the pods it had started gone")
+    # still evicted (inactive): stopped again for the same reason, the event counted twice
+    [stopped] = events_for(kueue, "llm-finetune", "Stopped")
+    assert (stopped["message"], stopped["count"]) == ("The workload is deactivated", 2)
 
 
 # --- webhooks -------------------------------------------------------------------------------
