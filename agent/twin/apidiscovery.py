@@ -4,15 +4,18 @@ and the resolution of a request path to a resource route.
 Answers what kubectl and the official client read before they send a request (/version, /api,
 /apis, /apis/GROUP, /api/v1 and /apis/GROUP/VERSION resource lists with subresources, short names
 and categories, and /openapi/v3 with the PATCH operations and their `fieldValidation` parameter)
-from the twin's resource table. Used by the HTTP layer (apihandler.py); it does not serve objects.
+from the twin's resource table, less the kinds of an optional API group (Kueue's) not installed in
+the store: those are absent from discovery and their paths resolve to nothing (404), as on a
+cluster without their CRDs. Used by the HTTP layer (apihandler.py); it does not serve objects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.twin.resources import RESOURCES, ResourceType, groups
+from agent.twin.resources import OPTIONAL_GROUPS, RESOURCES, ResourceType
 
 KUBERNETES_VERSION = {
     "major": "1",
@@ -85,12 +88,39 @@ def _group_entry(name: str, versions: list[str]) -> dict[str, Any]:
 
 
 class Discovery:
-    """The resource table indexed by group and version, and the documents built from it."""
+    """The resource table indexed by group and version, and the documents built from it; `served`
+    says which kinds the cluster serves now (an optional group's CRDs may not be installed)."""
 
-    def __init__(self) -> None:
-        self._by_gv: dict[tuple[str, str], dict[str, ResourceType]] = {}
+    def __init__(self, served: Callable[[ResourceType], bool] = lambda _rt: True) -> None:
+        self._served = served
+        self._all: dict[tuple[str, str], dict[str, ResourceType]] = {}
         for rt in RESOURCES:
-            self._by_gv.setdefault((rt.group, rt.version), {})[rt.plural] = rt
+            self._all.setdefault((rt.group, rt.version), {})[rt.plural] = rt
+        self._optional = [rt for rt in RESOURCES if rt.group in OPTIONAL_GROUPS]
+        self._views: dict[tuple[bool, ...], dict[tuple[str, str], dict[str, ResourceType]]] = {}
+
+    @property
+    def _by_gv(self) -> dict[tuple[str, str], dict[str, ResourceType]]:
+        """The served kinds by group and version (one view per set of installed groups)."""
+        state = tuple(self._served(rt) for rt in self._optional)
+        view = self._views.get(state)
+        if view is None:
+            view = {}
+            for gv, kinds in self._all.items():
+                kept = {plural: rt for plural, rt in kinds.items() if self._served(rt)}
+                if kept:
+                    view[gv] = kept
+            self._views[state] = view
+        return view
+
+    def _groups(self) -> dict[str, list[str]]:
+        """Group name -> its served versions, in table order (core group is "")."""
+        out: dict[str, list[str]] = {}
+        for group, version in self._by_gv:
+            versions = out.setdefault(group, [])
+            if version not in versions:
+                versions.append(version)
+        return out
 
     def route(self, parts: list[str]) -> Route | None:
         """Resolve /api/v1/... or /apis/g/v/... path segments to a resource route."""
@@ -136,10 +166,11 @@ class Discovery:
             return {
                 "kind": "APIGroupList",
                 "apiVersion": "v1",
-                "groups": [_group_entry(g, vs) for g, vs in groups().items() if g],
+                "groups": [_group_entry(g, vs) for g, vs in self._groups().items() if g],
             }
-        if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups():
-            entry = _group_entry(parts[1], groups()[parts[1]])
+        served = self._groups()
+        if len(parts) == 2 and parts[0] == "apis" and parts[1] in served:
+            entry = _group_entry(parts[1], served[parts[1]])
             return {"kind": "APIGroup", "apiVersion": "v1", **entry}
         if parts == ["api", "v1"] or (len(parts) == 3 and parts[0] == "apis"):
             group, version = ("", "v1") if parts[0] == "api" else (parts[1], parts[2])

@@ -56,7 +56,7 @@ class ApiServer:
         self._watches: set[WatchStream] = set()
         self._watch_lock = threading.Lock()
         self.stopping = False
-        self.discovery = Discovery()
+        self.discovery = Discovery(store.serves)
         self._httpd = HttpServer((host, port), Handler)
         self._httpd.api = self
         self.ca_pem: bytes | None = None

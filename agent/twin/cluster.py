@@ -3,10 +3,10 @@
 Built by `zonemedic twin up`, the end-to-end tests, the benchmarks and the demo. `TwinCluster`
 wires the API server's `Store` to the scheduler, kubelet, training operator, batch Job and
 Deployment controllers, the JobSet and Kubeflow Trainer controllers and their webhooks (for the
-scenario's Trainer release, whose CRDs it installs), the dataplane (with Cilium's drop event
-emitter), the training runtime and the metrics endpoint, then seeds the scenario's nodes,
-namespaces and objects through the store (so every controller sees them as watch events, like a
-real cluster's). `--speed` scales every model duration. It does not serve the Kubernetes HTTP API
+scenario's Trainer release, whose CRDs it installs), Kueue (when the scenario runs it), the
+dataplane (with Cilium's drop event emitter), the training runtime and the metrics endpoint, then
+seeds the scenario's nodes, namespaces and objects through the store (so every controller sees them
+as watch events, like a real cluster's). `--speed` scales every model duration. It does not serve the Kubernetes HTTP API
 itself: `cluster.serve_api()` starts the API helper's `ApiServer` on the same store.
 """
 
@@ -28,6 +28,7 @@ from agent.twin.dropevents import DropEventEmitter
 from agent.twin.exporter import MetricsServer, TwinCollector
 from agent.twin.gc import DanglingCollector
 from agent.twin.kubelet import Kubelet
+from agent.twin.kueue import Kueue
 from agent.twin.operator_batchjob import JobController, template_admission
 from agent.twin.operator_deployment import DeploymentController
 from agent.twin.operator_jobset import JobSetController
@@ -78,6 +79,11 @@ class TwinCluster:
         self.jobset_controller = JobSetController(self.store, clock=self.clock)
         self.trainjob_controller = TrainJobController(self.store, clock=self.clock, release=release)
         self.garbage_collector = DanglingCollector(self.store, clock=self.clock)
+        self.kueue = (
+            Kueue(self.store, clock=self.clock, frameworks=scenario.kueue.frameworks)
+            if scenario.kueue is not None
+            else None
+        )
         self.dataplane = Dataplane(self.store, zones=model.zones, compiler=compiler)
         self.drop_events = DropEventEmitter(
             self.store, clock=self.clock, interval=model.drop_event_interval
@@ -113,6 +119,7 @@ class TwinCluster:
             self.trainjob_controller,
             self.garbage_collector,
             self.runtime,
+            *([self.kueue] if self.kueue is not None else []),
         ]
         self._started = False
 
@@ -122,7 +129,11 @@ class TwinCluster:
         for controller in self._controllers:
             controller.start()
         self._started = True
-        self.seed()
+        try:
+            self.seed()
+        except BaseException:
+            self.stop()  # a scenario that cannot be seeded leaves nothing running
+            raise
         self.metrics.start()
         return self
 
@@ -172,6 +183,9 @@ class TwinCluster:
             rt = by_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
         except UnknownResourceError as exc:
             raise ScenarioError(f"{where}: {exc}") from exc
+        if not self.store.serves(rt):
+            raise ScenarioError(f"{where}: {rt.group} objects need Kueue: add `kueue: true` to "
+                                "the scenario")
         try:
             return self.store.create(rt, obj)
         except ApiError as exc:

@@ -333,5 +333,6 @@ class MetricsServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve loop that never ran otherwise
+            self._server.shutdown()
         self._server.server_close()

@@ -2,8 +2,8 @@
 
 Started by `cluster.TwinCluster`. For every training job it keeps the pods and headless services
 `operator_kinds` describes (v2beta1 MPIJob: worker pods plus a launcher batch Job), and writes the
-job's conditions (Created, Running, Restarting, Suspended, Succeeded, Failed), replicaStatuses and
-startTime. Semantics follow the Kubeflow training-operator v1 (and mpi-operator v2beta1):
+job's conditions (Created, Running, Restarting, Suspended, Succeeded, Failed), replicaStatuses (an
+entry per replica type; counters that drop to zero are removed) and startTime. Semantics follow the Kubeflow training-operator v1 (and mpi-operator v2beta1):
 - a missing pod is created from the job's *current* template; an existing pod is never compared
   with the template, so editing a template moves nothing that runs;
 - a pod name still held by a terminating pod is created only once that pod is gone;
@@ -296,7 +296,11 @@ class TrainingOperator(Controller):
         suspended: bool,
     ) -> None:
         status = dict(job.get("status") or {})
-        replica_statuses: dict[str, dict[str, int]] = {}
+        # Every replica type has an entry, zero counters omitted, as the operator recounts them.
+        kind = self._kinds_by_api.get((str(job.get("apiVersion")), str(job.get("kind"))))
+        replica_statuses: dict[str, dict[str, int]] = (
+            {t: {} for t in replica_specs(kind, job)} if kind is not None else {}
+        )
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
             rtype = labels.get("training.kubeflow.org/replica-type") or labels.get(
@@ -322,6 +326,12 @@ class TrainingOperator(Controller):
         if new_status == status:
             return
         body: dict[str, Any] = {"status": new_status}
+        # A merge patch keeps counters it does not name: drop the ones that went to zero.
+        previous = status.get("replicaStatuses") or {}
+        body["status"]["replicaStatuses"] = {
+            rtype: {**{k: None for k in (previous.get(rtype) or {}) if k not in entry}, **entry}
+            for rtype, entry in replica_statuses.items()
+        } | {rtype: None for rtype in previous if rtype not in replica_statuses}
         if suspended and "startTime" in status:
             body["status"]["startTime"] = None
         try:

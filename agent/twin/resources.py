@@ -133,6 +133,11 @@ def _training_job(kind: str, plural: str, version: str = "v1") -> ResourceType:
 
 _READ_ONLY_CREATE = ("create",)
 
+# API groups a cluster serves only once their CRDs are installed: a scenario that runs Kueue
+# installs them (`Store.install_group`); elsewhere discovery omits them and their paths are 404.
+KUEUE_GROUP = "kueue.x-k8s.io"
+OPTIONAL_GROUPS = frozenset({KUEUE_GROUP})
+
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
         "",
@@ -248,6 +253,54 @@ RESOURCES: tuple[ResourceType, ...] = (
         builtin=False,
         categories=("cilium", "ciliumpolicy"),
     ),
+    # Kueue v0.14's kinds (kueue.x-k8s.io/v1beta1; served once installed, see OPTIONAL_GROUPS).
+    ResourceType(
+        KUEUE_GROUP, "v1beta1", "workloads", "Workload", True, "workload", ("wl",), ("status",),
+        builtin=False,
+        printer_columns=(
+            PrinterColumn("Queue", "string", ".spec.queueName",
+                          "Name of the queue this workload was submitted to"),
+            PrinterColumn("Reserved in", "string", ".status.admission.clusterQueue",
+                          "Name of the ClusterQueue where the workload is reserving quota"),
+            PrinterColumn("Admitted", "string",
+                          ".status.conditions[?(@.type=='Admitted')].status", "Admission status"),
+            PrinterColumn("Finished", "string",
+                          ".status.conditions[?(@.type=='Finished')].status", "Workload finished"),
+            PrinterColumn("Age", "date", ".metadata.creationTimestamp",
+                          "Time this workload was created"),
+        ),
+    ),
+    ResourceType(
+        KUEUE_GROUP, "v1beta1", "clusterqueues", "ClusterQueue", False, "clusterqueue", ("cq",),
+        ("status",), builtin=False,
+        printer_columns=(
+            PrinterColumn("Cohort", "string", ".spec.cohort",
+                          "Cohort that this ClusterQueue belongs to"),
+            PrinterColumn("Strategy", "string", ".spec.queueingStrategy",
+                          "The queueing strategy used to prioritize workloads", priority=1),
+            PrinterColumn("Pending Workloads", "integer", ".status.pendingWorkloads",
+                          "Number of pending workloads"),
+            PrinterColumn("Admitted Workloads", "integer", ".status.admittedWorkloads",
+                          "Number of admitted workloads that haven't finished yet", priority=1),
+        ),
+    ),
+    ResourceType(
+        KUEUE_GROUP, "v1beta1", "localqueues", "LocalQueue", True, "localqueue",
+        ("queue", "queues", "lq"), ("status",), builtin=False,
+        printer_columns=(
+            PrinterColumn("ClusterQueue", "string", ".spec.clusterQueue", "Backing ClusterQueue"),
+            PrinterColumn("Pending Workloads", "integer", ".status.pendingWorkloads",
+                          "Number of pending workloads"),
+            PrinterColumn("Admitted Workloads", "integer", ".status.admittedWorkloads",
+                          "Number of admitted workloads that haven't finished yet."),
+        ),
+    ),
+    ResourceType(
+        KUEUE_GROUP, "v1beta1", "resourceflavors", "ResourceFlavor", False, "resourceflavor",
+        ("flavor", "flavors", "rf"), builtin=False,
+    ),
+    ResourceType(KUEUE_GROUP, "v1beta1", "topologies", "Topology", False, "topology",
+                 builtin=False),
     _training_job("PyTorchJob", "pytorchjobs"),
     _training_job("TFJob", "tfjobs"),
     _training_job("MPIJob", "mpijobs"),

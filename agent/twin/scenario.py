@@ -18,7 +18,11 @@ A scenario file holds:
 - `namespaces`: `{name, labels}`;
 - `objects`: any Kubernetes objects the twin serves (policies, training jobs, ...), created in order;
 - `groups`: generic training groups that are not Kubeflow jobs (groups.py: `name`, `namespace`,
-  `selector`, `coordinator`, `workers`, `ports`, the keys of the agent's `diagnosis.groups`).
+  `selector`, `coordinator`, `workers`, `ports`, the keys of the agent's `diagnosis.groups`);
+- `kueue`: `true` (or `{frameworks: [kubeflow.org/pytorchjob, batch/job, ...]}`, the integrations
+  it manages; default all the twin has) to run Kueue (kueue.py): its kinds are served and its
+  webhooks suspend queued jobs. Kueue objects (ResourceFlavor, Topology, ClusterQueue,
+  LocalQueue) go in `objects`, before the jobs.
 Jobs may carry the annotations `twin.zonemedic.io/compute-seconds`, `.../gradient-bytes` and
 `.../steps` (succeed after that many training steps).
 """
@@ -38,6 +42,7 @@ import yaml
 from agent.errors import InputError
 from agent.twin.crds import DEFAULT_RELEASE, TrainerRelease
 from agent.twin.groups import GroupError, TrainingGroup, parse_groups
+from agent.twin.kueue_jobs import FRAMEWORKS
 from agent.twin.scenario_registry import GENERATED_PREFIX, scenario_names
 from agent.twin.training import Link, TrainingParams, ZoneModel
 
@@ -70,6 +75,13 @@ class ModelSettings:
 
 
 @dataclass(frozen=True)
+class KueueSettings:
+    """Kueue runs in the twin; `frameworks` are the integrations it manages."""
+
+    frameworks: tuple[str, ...] = FRAMEWORKS
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -80,6 +92,7 @@ class Scenario:
     objects: list[Obj]
     groups: list[TrainingGroup] = field(default_factory=list)
     trainer_release: TrainerRelease = DEFAULT_RELEASE
+    kueue: KueueSettings | None = None
 
 
 def _fail(where: str, message: str) -> ScenarioError:
@@ -304,10 +317,29 @@ def _namespaces(items: object, where: str) -> list[Obj]:
     return out
 
 
+def parse_kueue(data: object, where: str) -> KueueSettings | None:
+    if data is None or data is False:
+        return None
+    if data is True:
+        return KueueSettings()
+    raw = _mapping(data, where)
+    unknown = sorted(set(raw) - {"frameworks"})
+    if unknown:
+        raise _fail(f"{where}.{unknown[0]}", "unknown key (known: frameworks)")
+    frameworks = raw.get("frameworks", list(FRAMEWORKS))
+    if not isinstance(frameworks, list) or not all(isinstance(f, str) for f in frameworks):
+        raise _fail(f"{where}.frameworks", "expected a list of integration names")
+    bad = [f for f in frameworks if f not in FRAMEWORKS]
+    if bad:
+        raise _fail(f"{where}.frameworks",
+                    f"unknown integration {bad[0]!r} (known: {', '.join(FRAMEWORKS)})")
+    return KueueSettings(tuple(frameworks))
+
+
 def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
     raw = _mapping(data, where)
     known = {"name", "description", "seed", "model", "nodes", "namespaces", "objects", "groups",
-             "trainer_release"}
+             "trainer_release", "kueue"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise _fail(f"{where}: {unknown[0]}", f"unknown key (known: {', '.join(sorted(known))})")
@@ -341,6 +373,7 @@ def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
         objects=[dict(o) for o in objects],
         groups=groups,
         trainer_release=TrainerRelease(release),
+        kueue=parse_kueue(raw.get("kueue"), f"{where}: kueue"),
     )
 
 

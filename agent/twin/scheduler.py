@@ -1,7 +1,7 @@
 """The twin's kube-scheduler: watches pods without a node and binds them through pods/binding.
 
 Started by `cluster.TwinCluster`. Each pending pod (schedulerName default-scheduler, no nodeName,
-not terminating) goes through `scheduler_cycle.schedule` on a snapshot of the store. A placed pod
+no scheduling gates, not terminating) goes through `scheduler_cycle.schedule` on a snapshot of the store. A placed pod
 is bound with `Store.bind` and gets a Scheduled event; an unplaceable one stays Pending with
 `PodScheduled=False, reason=Unschedulable` and a FailedScheduling event carrying kube-scheduler's
 message. Unschedulable pods are retried when the cluster changes (a pod leaves, a node changes),
@@ -43,6 +43,7 @@ def needs_scheduling(pod: Mapping[str, Any]) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return (
         not spec.get("nodeName")
+        and not spec.get("schedulingGates")  # a gated pod waits until its gates are removed
         and (spec.get("schedulerName") or SCHEDULER_NAME) == SCHEDULER_NAME
         and not meta.get("deletionTimestamp")
         and phase not in ("Succeeded", "Failed")

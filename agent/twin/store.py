@@ -34,7 +34,7 @@ from agent.twin.crds import DEFAULT_RELEASE, TrainerRelease
 from agent.twin.deletion import NAMESPACES_KEY, Deletion, Propagation
 from agent.twin.objects import ObjectTable
 from agent.twin.patch import PatchType
-from agent.twin.resources import ResourceType, lookup
+from agent.twin.resources import OPTIONAL_GROUPS, ResourceType, lookup
 from agent.twin.watch import Matcher, WatchEvent, WatchStream
 from agent.twin.writes import Hook, Mutator, Writes, check_delete_preconditions, copy
 
@@ -63,10 +63,25 @@ class Store:
         self._hub = self._table.hub
         self._deletion = Deletion(self._table, self._lock, clock=clock)
         self._writes = Writes(self._table, self._deletion, clock=clock)
+        self._installed: set[str] = set()  # optional API groups whose CRDs are installed
         ns = lookup("namespaces")
         for name in INITIAL_NAMESPACES:
             self.create(ns, {"metadata": {"name": name}})
         crds.install(self, trainer_release)  # the CRDs of the custom kinds the twin serves
+
+    # ------------------------------------------------------------------ served groups
+
+    def install_group(self, group: str) -> None:
+        """Serve an optional API group (its CRDs installed), e.g. Kueue's."""
+        if group not in OPTIONAL_GROUPS:
+            raise ValueError(f"{group!r} is not an optional API group")
+        with self._lock:
+            self._installed.add(group)
+
+    def serves(self, rt: ResourceType) -> bool:
+        """Whether the API serves this kind: every kind but those of an optional group that is not
+        installed. In-process callers are not checked; discovery and the HTTP routes are."""
+        return rt.group not in OPTIONAL_GROUPS or rt.group in self._installed
 
     # ------------------------------------------------------------------ reading
 

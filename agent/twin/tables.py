@@ -142,6 +142,9 @@ def _pod_cells(pod: Obj, now: float) -> list[Any]:
     total = len(_list(spec.get("containers")))
     phase = str(status.get("phase") or "")
     reason = str(status.get("reason") or phase)
+    for condition in _list(status.get("conditions")):
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "SchedulingGated":
+            reason = "SchedulingGated"
     ready = restarts = 0
     last_restart: float | None = None
     running = False

@@ -6,12 +6,13 @@ generation bumped when the spec changes, resourceVersion), defaults for namespac
 AlreadyExists (checked after admission, as the storage layer does) / Conflict on a stale
 resourceVersion or uid precondition (DeleteOptions.preconditions worded as the registry words them),
 status kept apart from the main resource when the kind has a status subresource, no new finalizers
-on a terminating object, mutating then validating admission hooks, dry runs (everything checked,
-nothing stored), and a no-op write storing nothing. Server-side apply creates what does not exist
-yet. A custom resource whose CRD the store holds is decoded as the API server decodes it from the
-CRD's structural schema (crd_schema.py): undeclared fields pruned (`fieldValidation=Strict`: 400
-naming them; `Warn`, the default: a warning each), defaults filled in, the `self == oldSelf` rules
-enforced (422 Invalid), map lists merged by key in an apply patch.
+on a terminating object, mutating then validating admission hooks (registered for the main
+resource, not its status), a gated pod marked `PodScheduled=False, SchedulingGated`, dry runs
+(everything checked, nothing stored), and a no-op write storing nothing. Server-side apply creates
+what does not exist yet. A custom resource whose CRD the store holds is decoded as the API server
+decodes it from the CRD's structural schema (crd_schema.py): undeclared fields pruned
+(`fieldValidation=Strict`: 400 naming them; `Warn`, the default: a warning each), defaults filled
+in, the `self == oldSelf` rules enforced (422 Invalid), map lists merged by key in an apply patch.
 
 Used by the store facade (store.py) under the store's lock. It does not delete (deletion.py) or
 serve watches (watch.py).
@@ -550,4 +551,11 @@ def _defaults(rt: ResourceType, body: Obj) -> None:
         spec.setdefault("schedulerName", "default-scheduler")
         status = body.get("status") or {}
         status.setdefault("phase", "Pending")
+        if spec.get("schedulingGates"):
+            # The pod strategy marks a gated pod at creation; kube-scheduler leaves it alone.
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                               "message": "Scheduling is blocked due to non-empty scheduling gates",
+                               "lastProbeTime": None, "lastTransitionTime": None})  # fmt: skip
+            status["conditions"] = conditions
         body["status"] = status

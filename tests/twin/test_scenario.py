@@ -154,3 +154,29 @@ def test_bad_names(name: str, message: str) -> None:
     with pytest.raises(ScenarioError) as err:
         load_scenario(name)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(("value", "frameworks"), [
+    (True, ("kubeflow.org/pytorchjob", "kubeflow.org/tfjob", "kubeflow.org/xgboostjob",
+            "kubeflow.org/paddlejob", "kubeflow.org/jaxjob", "kubeflow.org/mpijob", "batch/job")),
+    ({"frameworks": ["batch/job"]}, ("batch/job",)),
+])  # fmt: skip
+def test_kueue_runs_when_the_scenario_says_so(value: object, frameworks: tuple[str, ...]) -> None:
+    scenario = parse_scenario({"kueue": value}, name="k", where="k.yaml")
+    assert scenario.kueue is not None and scenario.kueue.frameworks == frameworks
+    assert parse_scenario({}, name="k", where="k.yaml").kueue is None
+    assert load_scenario("kueue").kueue is not None
+    assert load_scenario("seed-degraded").kueue is None
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"frameworks": ["ray.io/rayjob"]}, "k.yaml: kueue.frameworks: unknown integration "
+                                        "'ray.io/rayjob' (known: kubeflow.org/pytorchjob"),
+    ({"frameworks": "batch/job"}, "k.yaml: kueue.frameworks: expected a list of integration names"),
+    ({"manageJobsWithoutQueueName": True}, "k.yaml: kueue.manageJobsWithoutQueueName: unknown key"),
+    ("yes", "k.yaml: kueue: expected a mapping, got str"),
+])  # fmt: skip
+def test_a_bad_kueue_setting_names_the_problem(value: object, message: str) -> None:
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario({"kueue": value}, name="k", where="k.yaml")
+    assert str(refused.value).startswith(message)
