@@ -90,7 +90,7 @@ contracts: install
 # Hypothesis profile) and ends with the slowest tests. Bytecode (pytest's rewritten test modules
 # too) is cached under the venv, so workers and the many `python -m agent.cli` subprocesses compile
 # each module once per checkout, whatever PYTHONDONTWRITEBYTECODE says.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --hypothesis-profile=ci
 PYCACHE_ENV = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
 test: lint typecheck contracts
