@@ -1,5 +1,16 @@
-"""Typed settings (transitional: the whole of it in `sections` until it is split)."""
+"""Typed settings: read once from a YAML file plus `ZONEMEDIC_` environment overrides, then passed down.
 
+The package's rooms: `sections` (the typed sections, `Settings` and what it holds), `bounds` (a
+key's range, written in its annotation), `builder` (plain data -> a section, every problem named
+by key), `loader` (the file and the environment overrides, `load_settings`), `secrets` (what is
+never held in `Settings`: the environment's Slack tokens, `read_secret_file`). This module only
+re-exports the names the rest of the agent imports (`from agent.settings import Settings`); the
+modules of the package import each other directly.
+"""
+
+from agent.settings.builder import build, parse_duration
+from agent.settings.loader import load_diagnosis_settings, load_settings
+from agent.settings.secrets import EnvironmentSecrets, read_secret_file
 from agent.settings.sections import (
     EGRESS_WINDOW_PLACEHOLDER,
     AlertmanagerSettings,
@@ -10,7 +21,6 @@ from agent.settings.sections import (
     DiagnosisSettings,
     EgressSettings,
     EgressSource,
-    EnvironmentSecrets,
     GroupSpec,
     HttpSettings,
     KubernetesSettings,
@@ -22,12 +32,7 @@ from agent.settings.sections import (
     SlackApprovers,
     SlackMode,
     SlackSettings,
-    build,
     cilium_release,
-    load_diagnosis_settings,
-    load_settings,
-    parse_duration,
-    read_secret_file,
 )
 
 __all__ = [
