@@ -1,16 +1,16 @@
-"""Read a CiliumNetworkPolicy's or CiliumClusterwideNetworkPolicy's `spec` or `specs` (cilium.io/v2).
+"""Read the `spec` or `specs` of a CiliumNetworkPolicy or CiliumClusterwideNetworkPolicy (v2).
 
 Who calls it: `agent.policy.manifest.parse_policy`, with the policy's namespace (None for a
 clusterwide policy) and its `ManifestContext`. Each rule block becomes a `Subject`: its
 endpointSelector (or, for a host policy, its nodeSelector: it selects no pod), its ingress,
 ingressDeny, egress and egressDeny rules, `enableDefaultDeny` (unset: default deny in each
 direction that has rules), and `fromRequires`/`toRequires` (not applied to deny rules: a caveat).
-A rule's peers are endpoint selectors (with Cilium's namespace defaulting, `agent.policy.selectors`),
-entities (`cluster` and `all` cover every pod, the others none) and fields that never select a
-pod (CIDRs, nodes, FQDNs, groups, services); its `toPorts` entries go through `agent.policy.ports`,
-and L7 rules (`rules`) mark the port as handled by Cilium's proxy. Errors are `PolicyError` naming
-the policy and the field path; an unknown field is an error. What it does not do: evaluate
-anything (`agent.policy.evaluator` does).
+A rule's peers are endpoint selectors (with Cilium's namespace defaulting,
+`agent.policy.selectors`), entities (`cluster` and `all` cover every pod, the others none) and
+fields that never select a pod (CIDRs, nodes, FQDNs, groups, services); its `toPorts` entries go
+through `agent.policy.ports`, and L7 rules (`rules`) mark the port as handled by Cilium's proxy.
+Errors are `PolicyError` naming the policy and the field path; an unknown field is an error. What
+it does not do: evaluate anything (`agent.policy.evaluator` does).
 """
 
 from __future__ import annotations
@@ -129,7 +129,9 @@ def _bool_or_none(value: Any, *, path: str, ctx: ManifestContext) -> bool | None
     raise ctx.error(path, f"expected true or false, got {value!r}")
 
 
-def _parse_cilium_rule(raw: Any, namespace: str | None, *, path: str, ctx: ManifestContext) -> Subject:
+def _parse_cilium_rule(
+    raw: Any, namespace: str | None, *, path: str, ctx: ManifestContext
+) -> Subject:
     raw = ctx.object(raw, _CILIUM_SPEC_FIELDS, path=path)
     endpoint_sel = raw.get("endpointSelector")
     node_sel = raw.get("nodeSelector")
@@ -264,7 +266,9 @@ def _authentication(raw: Any, *, path: str, ctx: ManifestContext) -> str | None:
     return None if mode == "disabled" else mode
 
 
-def _parse_cilium_to_ports(raw: Any, *, path: str, ctx: ManifestContext) -> tuple[PortMatch, ...] | None:
+def _parse_cilium_to_ports(
+    raw: Any, *, path: str, ctx: ManifestContext
+) -> tuple[PortMatch, ...] | None:
     if raw is None:
         return None
     if not isinstance(raw, list):

@@ -1,4 +1,4 @@
-"""Where a policy manifest is being read: the policy's id and a field path, for errors that name both.
+"""Where a policy manifest is being read: its id and a field path, for errors that name both.
 
 Who calls it: `agent.policy.manifest` makes one `ManifestContext` per policy object and hands it to
 the readers of each kind (`agent.policy.cilium_policy`, `agent.policy.kubernetes_policy`) and of

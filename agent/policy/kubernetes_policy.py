@@ -68,7 +68,9 @@ def parse_kubernetes_spec(raw: Any, namespace: str, *, ctx: ManifestContext) -> 
     )
 
 
-def _parse_k8s_rule(raw: Any, namespace: str, *, peer_field: str, path: str, ctx: ManifestContext) -> Rule:
+def _parse_k8s_rule(
+    raw: Any, namespace: str, *, peer_field: str, path: str, ctx: ManifestContext
+) -> Rule:
     if raw is None:
         raw = {}
     raw = ctx.object(raw, frozenset({peer_field, "ports"}), path=path)

@@ -61,7 +61,9 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
             raise ctx.error("apiVersion", f"unexpected {api_version!r} for {kind.value}")
     if kind is PolicyKind.KUBERNETES:
         assert namespace is not None
-        subjects: tuple[Subject, ...] = (parse_kubernetes_spec(obj.get("spec"), namespace, ctx=ctx),)
+        subjects: tuple[Subject, ...] = (
+            parse_kubernetes_spec(obj.get("spec"), namespace, ctx=ctx),
+        )
     else:
         subjects = parse_cilium_specs(obj, namespace, ctx=ctx)
     return Policy(id=policy_id, kind=kind, name=name, namespace=namespace, subjects=subjects)

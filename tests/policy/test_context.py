@@ -17,10 +17,12 @@ KNOWN = frozenset({"podSelector", "ingress"})
 @pytest.mark.parametrize(
     ("read", "message"),
     [
-        (lambda: CTX.object(["x"], KNOWN, path="spec"), "NetworkPolicy/ml/a: spec: expected an object, got list"),
+        (lambda: CTX.object(["x"], KNOWN, path="spec"),
+         "NetworkPolicy/ml/a: spec: expected an object, got list"),
         (lambda: CTX.object({"podSelector": {}, "egres": []}, KNOWN, path="spec"),
          "NetworkPolicy/ml/a: spec.egres: unknown field"),
-        (lambda: CTX.check_fields({"b": 1, "a": 2}, KNOWN, path="spec"), "NetworkPolicy/ml/a: spec.a: unknown field"),
+        (lambda: CTX.check_fields({"b": 1, "a": 2}, KNOWN, path="spec"),
+         "NetworkPolicy/ml/a: spec.a: unknown field"),
         (lambda: CTX.optional_list({"ingress": {}}, "ingress", path="spec"),
          "NetworkPolicy/ml/a: spec.ingress: expected a list, got dict"),
     ],
