@@ -239,10 +239,18 @@ class IncidentDetail:
 
 @dataclass(frozen=True)
 class FindingOutcome:
-    """What `record_finding` did: opened a new incident, or re-detected an open one."""
+    """What `record_finding` did: opened a new incident, or re-detected an open one.
+    `previous_verdict`: the re-detected incident's verdict before this finding (None when new);
+    `incident.verdict` is its verdict after it."""
 
     incident: IncidentSummary
     new: bool
+    previous_verdict: Verdict | None = None
+
+    @property
+    def verdict_changed(self) -> bool:
+        """A re-detection that changed the incident's verdict."""
+        return self.previous_verdict is not None and self.previous_verdict is not self.incident.verdict
 
 
 @dataclass(frozen=True)
