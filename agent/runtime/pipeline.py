@@ -81,6 +81,7 @@ from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
 from agent.model.job import Job, JobRef
 from agent.model.lifecycle import (
+    TOPOLOGY_CLASSES,
     EventKind,
     IncidentStatus,
     LifecycleError,
@@ -96,7 +97,7 @@ from agent.runtime.http import IncidentDecisions, IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
 from agent.runtime.playbooks import PlaybookActions
-from agent.runtime.previews import PlanPreviews, Preview
+from agent.runtime.previews import PlanPreviews, Preview, wanted
 from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
@@ -112,9 +113,6 @@ from agent.topology.jobs import find_jobs
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
-TOPOLOGY_CLASSES = frozenset(
-    {VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED, VerdictClass.ZONE_LABEL_MISMATCH}
-)
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
 _FOLLOWED = 500  # jobs (and namespaces) changed while following that a new term records first
@@ -532,36 +530,30 @@ class AgentPipeline:
                               new=outcome.new)  # fmt: skip
         if key in self._pending_drops:
             self._flush_drops([key])
+        # the incident took another class's verdict (a split became a policy block, a drop
+        # became a split): the playbooks of its new verdict fire on it, its one message updated
+        reclassed = not outcome.new and _class_changed(outcome.previous_verdict,
+                                                       outcome.incident.verdict)
         preview: Preview | None = None
         if self.previews is not None:
             if outcome.new:
                 preview = self._preview(finding)
             elif self.previews.stale(outcome.incident, finding):
-                found = self._preview(finding)
-                if found is not None:
-                    self.previews.record(outcome.incident.id, found)
+                preview = self._replan(finding)
         if outcome.new and first_seen is not None:
             self.parts.metrics.detection_latency.observe(self.monotonic() - first_seen)
         if document["metrics"].get("status") == "ok":
             self._evidence_recorded.add(key)
-        current = verdict_class(finding.verdict)
-        self.resolve(
-            key,
-            set(TOPOLOGY_CLASSES) - {current},
-            reason=f"the job's verdict is now {finding.verdict}",
-            to=IncidentStatus.SUPERSEDED,
-        )
-        if outcome.new:
-            trigger = trigger_for_verdict(str(finding.verdict))
-            if trigger is not None:
-                self.actions.fire(
-                    Event(trigger, self.actions.subject(key, str(finding.verdict), gpus)),
-                    outcome.incident,
-                    document,
-                    preview=preview,
-                )
-            elif preview is not None and self.previews is not None:
-                self.previews.record(outcome.incident.id, preview)
+        trigger = trigger_for_verdict(str(outcome.incident.verdict))
+        if (outcome.new or reclassed) and trigger is not None:
+            self.actions.fire(
+                Event(trigger, self.actions.subject(key, str(outcome.incident.verdict), gpus)),
+                outcome.incident,
+                document,
+                preview=preview,
+            )
+        elif preview is not None and self.previews is not None:
+            self.previews.record(outcome.incident.id, preview)
         return outcome
 
     def _waste(self, finding: Finding, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -778,6 +770,15 @@ class AgentPipeline:
             pods = tuple(p.name for p in job.pods) if job is not None else ()
         return self.previews.compute(finding, mirror_keys=self.mirror_keys, pod_names=pods)
 
+    def _replan(self, finding: Finding) -> Preview | None:
+        """A new preview for an undecided incident whose verdict or placement changed: the fix
+        for what is seen now, or, when there is none (no longer remediable), a refusal saying
+        why, so the message never shows a plan for a verdict the incident no longer has."""
+        assert self.previews is not None
+        if wanted(finding):
+            return self._preview(finding)
+        return self.previews.refusal(finding)
+
     def _record_document(
         self,
         document: dict[str, Any],
@@ -856,19 +857,13 @@ class AgentPipeline:
         return out
 
     def _recording_order(self, finding: Finding) -> int:
-        """0: a problem with no open incident of its class (a new incident), 1: a re-detection,
+        """0: a problem of a job with no open incident (a new incident), 1: a re-detection,
         2: healthy or pending (a resolve at most)."""
         try:
-            current = verdict_class(finding.verdict)
+            verdict_class(finding.verdict)
         except LifecycleError:  # healthy, pending
             return 2
-        for incident in (self._open_now or {}).get(job_key(finding), ()):
-            try:
-                if verdict_class(incident.verdict) is current:
-                    return 1
-            except LifecycleError:
-                continue
-        return 0
+        return 1 if (self._open_now or {}).get(job_key(finding)) else 0
 
     def _open_incidents(self, key: JobKey) -> list[IncidentSummary]:
         """The job's open incidents: from the cluster-wide batch's one read while it records
@@ -916,7 +911,14 @@ class AgentPipeline:
         return closed
 
     def close_job(self, key: JobKey, *, reason: str) -> int:
+        """Supersede the open incidents of a job that is gone (no live pods). A Kubeflow job
+        whose object is still there and not finished is not gone (suspended by hand or queued,
+        resumed and its pods not created yet, restarting its gang): its incident stays open, and
+        the job's next detection folds into it; it closes once the object is deleted or the job
+        finished."""
         self._forget_egress(key)
+        if self.parts.cache.job_pending_pods(key):
+            return 0
         return self.resolve(
             key,
             {*TOPOLOGY_CLASSES, VerdictClass.GPU_UTILIZATION_DROP},
@@ -988,6 +990,16 @@ class AgentPipeline:
     def post_digest(self, playbook: Playbook, summary: dict[str, Any]) -> int:
         """Queue the playbook's digest actions (see `PlaybookActions.post_digest`); how many."""
         return self.actions.post_digest(playbook, summary)
+
+
+def _class_changed(before: Verdict | None, after: Verdict) -> bool:
+    """Whether an incident's verdict moved to another verdict class."""
+    if before is None or before is after:
+        return False
+    try:
+        return verdict_class(before) is not verdict_class(after)
+    except LifecycleError:
+        return False
 
 
 def _topology(verdict: Verdict) -> bool:

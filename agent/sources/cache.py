@@ -665,6 +665,16 @@ class ClusterCache:
         uid = _meta(obj).get("uid") if obj is not None else None
         return str(uid) if uid else None
 
+    def job_pending_pods(self, job: JobKey) -> bool:
+        """The job's Kubeflow object is cached and not finished (no Succeeded or Failed condition
+        True): whatever pods it has now, its operator keeps (or, once resumed, makes) its gang."""
+        obj = self.job_object(job)
+        if obj is None:
+            return False
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        return not any(isinstance(c, dict) and c.get("type") in FINISHED_PHASES
+                       and c.get("status") == "True" for c in conditions)
+
     def job_labels(self, job: JobKey) -> dict[str, str]:
         """The labels of the job's object ({} when it is not cached)."""
         obj = self.job_object(job)
