@@ -124,6 +124,7 @@ DROP_ACTOR = "cilium"  # the timeline actor of Cilium's PacketDrop messages
 MAX_PENDING_DROP_JOBS = 10_000  # jobs whose drop messages wait for an open incident
 MAX_PENDING_DROPS = 50  # messages one job keeps waiting
 MAX_WRITTEN_DROPS = 50_000  # (job, pod, message) written lately, not asked of the store again
+MAX_WAITING_ROOM = 10_000  # jobs waiting for room that capacity changes re-diagnose
 
 
 class StoreWork(StrEnum):
@@ -219,6 +220,8 @@ class AgentPipeline:
         # a cluster-wide batch's one read of the open incidents, by job (None: query per job)
         self._open_now: dict[JobKey, list[IncidentSummary]] | None = None
         # what changed last while this replica followed (most recent last): a new term's first
+        # split jobs some zone would fix, none of which has room (most recent last)
+        self._waiting_room: dict[JobKey, None] = {}
         self._followed_jobs: dict[JobKey, None] = {}
         self._followed_namespaces: dict[str, None] = {}
         self.actions = PlaybookActions(
@@ -268,13 +271,13 @@ class AgentPipeline:
         """Diagnose and record a detector batch. Raises `UnavailableError` when the store refuses
         its writes: the detector retries the batch (recording again is safe: findings dedupe).
 
-        A gang-complete batch (diagnosed the moment the last pod was bound) records only the jobs
-        whose pods already carry the zone-mirroring label of their node's zone: the controller
-        that writes that label follows the bind, and until it has, the policies' view of the job
-        (and so the verdict) is not the one it will have. For the others the cache is told to
-        treat their pods' label updates as completing the gang again (diagnosed at once), and
-        they are returned, to be looked at again after the debounce window in any case."""
-        unsettled: set[JobKey] = set()
+        A finding some of whose pods await their zone-mirroring labels (`awaiting_labels`: bound,
+        not started, without the node's zone on a key the job's policies read) is not recorded:
+        its verdict is not the one the policies will give once the labels are written. The cache
+        is told to treat those pods' label and phase updates as completing the gang again
+        (diagnosed at once, no debounce), so the job is recorded on the first verdict that no
+        label still to come can change. A batch with free capacity (`Change.capacity`: a node
+        added or uncordoned, GPUs freed) also diagnoses the jobs waiting for room."""
         with self._lock:
             loads = self.mirror.frozen_loads
             if not self.parts.is_leader():
@@ -283,6 +286,7 @@ class AgentPipeline:
                 self._remember_followed(change)
                 _freeze_long_lived(change, collect=self.mirror.frozen_loads == loads)
                 return None
+            change = self._with_waiting_for_room(change)
             with self._store_work(StoreWork.DETECTOR):
                 self.actions.retry_unfired()
                 done: set[JobKey] = set()
@@ -297,56 +301,47 @@ class AgentPipeline:
                     present = {job_key(f) for f in findings}
                     if self._open_now is not None:
                         scoped.sort(key=self._recording_order)
-                    for finding in scoped:
-                        if change.gang_complete and not self._zone_labels_settled(finding):
-                            unsettled.add(job_key(finding))
-                            continue
-                        self.record(finding, first_seen=first_seen)
+                    self._record_settled(scoped, first_seen=first_seen)
                 finally:
                     self._open_now = None
-                # the label updates of an unsettled gang complete it again (no debounce)
-                cache = self.parts.cache
-                cache.labels_settled(job_key(f) for f in scoped if job_key(f) not in unsettled)
-                if unsettled:
-                    cache.await_labels(unsettled)
-                    # labels written while this batch was diagnosed came before the cache
-                    # watched for them: look once more, now that it does
-                    again = Change(jobs=frozenset(unsettled), reasons=("zone labels",))
-                    for finding in self.diagnose(job_scope(again)):
-                        key = job_key(finding)
-                        if key in unsettled and self._zone_labels_settled(finding):
-                            self.record(finding, first_seen=first_seen)
-                            unsettled.discard(key)
-                            cache.labels_settled([key])
                 for key in sorted(change.jobs - present):
                     self.close_job(key, reason="the job has no live pods")
                 if change.everything and self.parts.cache.synced:
                     self._reconcile(present)
             self._refresh_gauge_quietly()
             _freeze_long_lived(change, collect=self.mirror.frozen_loads == loads)
-        if not unsettled:
-            return None
-        return Change(jobs=frozenset(unsettled), reasons=("zone labels not written yet",))
+        return None
 
-    def _zone_labels_settled(self, finding: Finding) -> bool:
-        """Every bound pod of the finding's job carries the zone-mirroring labels the job uses
-        (those of the cluster's mirror labels that some pod of the job carries) with its node's
-        zone. A job none of whose pods carries one does not use them."""
-        if not self.mirror_keys or self._state is None:
-            return True
-        ref = finding.job
-        job = next((j for j in find_jobs(self._state, self.settings.diagnosis.groups,
-                                         namespaces={ref.namespace}) if j.ref == ref), None)
-        if job is None:
-            return True
-        used = [k for k in self.mirror_keys if any(k in pod.labels for pod in job.pods)]
-        nodes = self._state.nodes
-        for pod in job.pods:
-            node = nodes.get(pod.node_name) if pod.node_name else None
-            zone = node.zone if node is not None else None
-            if zone is not None and any(pod.labels.get(k) != zone for k in used):
-                return False
-        return True
+    def _record_settled(self, findings: Iterable[Finding], *, first_seen: float | None) -> int:
+        """Record the findings no zone-mirroring label still to come can change; the others
+        wait for their pods' label or phase updates (`ClusterCache.await_labels`). How many new
+        incidents were opened."""
+        unsettled: set[JobKey] = set()
+        settled: list[JobKey] = []
+        opened = 0
+        for finding in findings:
+            key = job_key(finding)
+            if finding.awaiting_labels:
+                unsettled.add(key)
+                continue
+            settled.append(key)
+            outcome = self.record(finding, first_seen=first_seen)
+            opened += 1 if (outcome is not None and outcome.new) else 0
+        cache = self.parts.cache
+        cache.labels_settled(settled)
+        if not unsettled:
+            return opened
+        cache.await_labels(unsettled)
+        # labels written while this batch was diagnosed came before the cache watched for them:
+        # look once more, now that it does
+        again = Change(jobs=frozenset(unsettled), reasons=("zone labels",))
+        for finding in self.diagnose(job_scope(again)):
+            key = job_key(finding)
+            if key in unsettled and not finding.awaiting_labels:
+                outcome = self.record(finding, first_seen=first_seen)
+                opened += 1 if (outcome is not None and outcome.new) else 0
+                cache.labels_settled([key])
+        return opened
 
     def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
         """Record an alert for its jobs (or resolve their alert incidents). The store calls are
@@ -418,11 +413,8 @@ class AgentPipeline:
         with self._lock:
             self.actions.retry_unfired()
             findings = self.diagnose()
-            opened = 0
-            for finding in findings:
-                outcome = self.record(finding, first_seen=None)
-                opened += 1 if (outcome is not None and outcome.new) else 0
             present = {job_key(f) for f in findings}
+            opened = self._record_settled(findings, first_seen=None)
             closed = self._reconcile(present)
             purged = 0
             if self.store is not None:
@@ -504,11 +496,31 @@ class AgentPipeline:
 
     # -- recording -----------------------------------------------------------------------------
 
+    def _with_waiting_for_room(self, change: Change) -> Change:
+        """A change that may have freed capacity also covers the jobs waiting for room."""
+        if not change.capacity or not self._waiting_room or change.everything:
+            return change
+        waiting = frozenset(self._waiting_room)
+        return Change(jobs=change.jobs | waiting, namespaces=change.namespaces,
+                      reasons=(*change.reasons, f"{len(waiting)} job(s) waiting for room"),
+                      gang_complete=change.gang_complete, capacity=True)  # fmt: skip
+
+    def _wait_for_room(self, key: JobKey, finding: Finding | None) -> None:
+        """Remember (or forget) the job as waiting for room: a split some zone would fix, none
+        of which has room now (re-diagnosed when capacity changes, not at the next resync)."""
+        if finding is not None and finding.awaits_room:
+            if key not in self._waiting_room and len(self._waiting_room) >= MAX_WAITING_ROOM:
+                del self._waiting_room[next(iter(self._waiting_room))]
+            self._waiting_room[key] = None
+        else:
+            self._waiting_room.pop(key, None)
+
     def record(self, finding: Finding, *, first_seen: float | None) -> Any:
         key = job_key(finding)
         self.parts.metrics.findings.labels(verdict=str(finding.verdict)).inc()
         if finding.verdict is Verdict.PENDING:
             return None
+        self._wait_for_room(key, finding)
         if finding.verdict not in SPLIT_VERDICTS:
             self._forget_egress(key)
         if finding.verdict is Verdict.HEALTHY:
@@ -706,9 +718,8 @@ class AgentPipeline:
             refs = frozenset(ref for ref in map(_job_ref, moved) if ref is not None)
             if not refs:
                 return
-            for finding in self.diagnose(JobScope(jobs=refs)):
-                if job_key(finding) in moved:
-                    self.record(finding, first_seen=None)
+            found = [f for f in self.diagnose(JobScope(jobs=refs)) if job_key(f) in moved]
+            self._record_settled(found, first_seen=None)
 
     def _measured_now(self, key: JobKey) -> bool:
         ref = _job_ref(key)
@@ -836,8 +847,7 @@ class AgentPipeline:
         found = [f for f in self.diagnose(job_scope(recent)) if in_scope(job_key(f), recent)]
         if self._open_now is not None:
             found.sort(key=self._recording_order)
-        for finding in found:
-            self.record(finding, first_seen=first_seen)
+        self._record_settled(found, first_seen=first_seen)
         return {job_key(f) for f in found}
 
     def _open_by_job(self) -> dict[JobKey, list[IncidentSummary]] | None:
@@ -917,6 +927,7 @@ class AgentPipeline:
         the job's next detection folds into it; it closes once the object is deleted or the job
         finished."""
         self._forget_egress(key)
+        self._wait_for_room(key, None)
         if self.parts.cache.job_pending_pods(key):
             return 0
         return self.resolve(
