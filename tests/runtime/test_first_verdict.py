@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
+from agent.fakes.slack import FakeSlack
 from agent.model.incident import IncidentQuery, IncidentSummary
 from agent.model.lifecycle import EventKind
 from agent.twin.resources import lookup

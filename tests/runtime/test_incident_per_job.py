@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
+from agent.fakes.slack import FakeSlack
 from agent.model.incident import IncidentQuery, IncidentSummary
 from agent.twin.resources import lookup
 from tests.support.agent_rig import RunningAgent, running_agent
