@@ -15,6 +15,7 @@ import pytest
 
 from agent.fakes.slack import FakeSlack
 from agent.model.incident import IncidentQuery, IncidentSummary
+from agent.sources.jobkey import JobKey
 from agent.twin.resources import lookup
 from tests.support.agent_rig import RunningAgent, running_agent
 from tests.support.waiting import wait
@@ -58,6 +59,23 @@ class Edits:
         pods = self.pods()
         return len(pods) == 5 and all((p.get("spec") or {}).get("nodeName") for p in pods)
 
+    def handled(self) -> float:
+        registry = self.rig.agent.metrics.registry
+        return sum(registry.get_sample_value("zonemedic_detection_batches_total",
+                                             {"outcome": o}) or 0.0
+                   for o in ("ok", "retried", "error"))  # fmt: skip
+
+    def gone_and_seen(self) -> None:
+        """Wait until the job's pods are gone from the twin and the agent's cache, and a batch
+        taken after that (so with the last deletion in it) is handled."""
+        key = JobKey("PyTorchJob", "ml", JOB)
+        wait(lambda: not self.rig.cluster.store.list(PODS, namespace="ml")[0]
+             and not self.rig.agent.cache.pods_of_job(key), timeout=30, what="the pods gone")
+        taken = self.rig.agent.detector.batches
+        wait(lambda: self.rig.agent.detector.batches > taken
+             and self.handled() >= self.rig.agent.detector.batches, timeout=30,
+             what="a batch after the pods went, handled")
+
     def detected_more(self, than: int) -> IncidentSummary | None:
         incident = self.the_incident()
         return incident if incident.detections > than else None
@@ -96,7 +114,7 @@ def test_editing_one_job_by_hand_keeps_its_one_incident_and_one_post(edits: Edit
     seen = edits.the_incident().detections
     edits.kubectl("patch", "pytorchjob", JOB, "--type=merge", "-p",
                   '{"spec":{"runPolicy":{"suspend":true}}}')
-    wait(lambda: not edits.pods(), timeout=30, what="the pods gone")
+    edits.gone_and_seen()
     assert edits.the_incident().status.value == "awaiting_approval"
     edits.kubectl("patch", "pytorchjob", JOB, "--type=merge", "-p",
                   '{"spec":{"runPolicy":{"suspend":false}}}')

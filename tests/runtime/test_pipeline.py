@@ -246,6 +246,39 @@ def test_a_suspended_job_keeps_its_incident_and_its_resumed_split_folds_into_it(
     assert gone.status.value == "superseded"
 
 
+def filler(name: str, node_name: str, zone: str, gpus: int, phase: str = "Running") -> dict[str, Any]:
+    """A pod of another team's job holding `gpus` GPUs on `node_name`."""
+    out = pod(name, "worker", node_name, zone)
+    out["metadata"]["labels"]["training.kubeflow.org/job-name"] = "other"
+    out["metadata"]["ownerReferences"][0]["name"] = "other"
+    out["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": str(gpus)},
+                                                 "limits": {"nvidia.com/gpu": str(gpus)}}
+    out["status"] = {"phase": phase}
+    return out
+
+
+def test_a_split_waiting_for_room_is_diagnosed_again_when_a_pod_elsewhere_frees_its_gpus(
+    world: World,
+) -> None:
+    """No zone has room for the split job (another job's pods hold the GPUs): its finding says
+    so; when one of those pods finishes, the split job is diagnosed again in that batch (not at
+    the next resync) and its proposal follows."""
+    others = [filler("other-worker-0", "gpu-a1", "zone-a", 5),
+              filler("other-worker-1", "gpu-b1", "zone-b", 5)]
+    world.load("pods", split_pods() + others)
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents(name="gpt-small")
+    waiting = world.store.get_incident(incident.id).diagnosis
+    assert waiting["remediable"] is False and waiting["target_zone"] is None
+    assert any("no zone has 4 free GPUs" in r for r in waiting["reasons"])
+    finished = [filler("other-worker-0", "gpu-a1", "zone-a", 5, phase="Succeeded"), others[1]]
+    change = world.load("pods", split_pods() + finished)
+    assert change.capacity and JOB not in change.jobs
+    world.pipeline.handle_change(change, 0.0)
+    room = world.store.get_incident(incident.id).diagnosis
+    assert (room["remediable"], room["target_zone"]) == (True, "zone-a")
+
+
 def test_alerts_open_and_close_their_own_incident(world: World) -> None:
     firing = Alert(AlertStatus.FIRING, {"alertname": "TrainingJobGPUUtilizationDrop", "severity": "warning", "namespace": "train"}, starts_at="t1", fingerprint="f1")
     world.pipeline.handle_alert(firing, [JOB])
