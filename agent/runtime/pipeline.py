@@ -534,7 +534,8 @@ class AgentPipeline:
         if finding.verdict in SPLIT_VERDICTS:
             document["waste"] = self._waste(finding, document["metrics"])
         gpus = sum(finding.gpus.values()) if finding.gpus else None
-        outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus)
+        outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus,
+                                        samples=self._samples(key))
         if outcome is None:
             return None
         if "waste" in document:
@@ -790,6 +791,14 @@ class AgentPipeline:
             return self._preview(finding)
         return self.previews.refusal(finding)
 
+    def _samples(self, key: JobKey) -> tuple[tuple[float, float], ...]:
+        """The job's utilization samples in the last metrics report (the store reads the
+        incident's "utilization before" from those taken while it is open)."""
+        if self.report is None or not self.report.available:
+            return ()
+        found = self.report.for_job(key)
+        return found.samples if found is not None else ()
+
     def _record_document(
         self,
         document: dict[str, Any],
@@ -797,6 +806,7 @@ class AgentPipeline:
         detected_at: datetime,
         key: JobKey,
         gpus: int | None = None,
+        samples: tuple[tuple[float, float], ...] = (),
     ) -> Any:
         if self.store is None:
             return None
@@ -810,6 +820,7 @@ class AgentPipeline:
             utilization_baseline=metrics.get("utilization_baseline"),
             estimated_cost=float(egress) if isinstance(egress, int | float) else None,
             gpus=gpus,
+            utilization_samples=samples,
         )
         outcome = self.store.record_finding(record)
         log.info(

@@ -7,7 +7,9 @@ two concurrent first detections (two replicas, a restart racing a retry) open on
 loser of the insert race re-reads the winner's incident and counts a re-detection on it. Every
 re-detection counts in `detections`; before a decision the incident takes the verdict seen when
 `follows_verdict` says so (a verdict change is its own timeline row), other re-detections are
-folded into the last one within `timeline.FOLD_WINDOW`.
+folded into the last one within `timeline.FOLD_WINDOW`. "Utilization before" is the latest
+utilization sample taken while the incident is open (`FindingRecord.utilization_while_open`):
+never one from before it opened, when the job may have been healthy or fixed.
 
 What it does not do: move an incident through its lifecycle (`agent.store.transitions`), or decide
 what counts as a finding (the detector does).
@@ -114,7 +116,7 @@ def _insert_incident(conn: Connection, finding: FindingRecord, *, fp: str) -> in
             onset_at=finding.onset_at,
             target_zone=finding.target_zone,
             diagnosis=dict(finding.diagnosis),
-            utilization_before=finding.utilization_now,
+            utilization_before=finding.utilization_while_open(now),
             estimated_cost=finding.estimated_cost,
             gpus=finding.gpus,
             detections=1,
@@ -129,7 +131,8 @@ def _insert_incident(conn: Connection, finding: FindingRecord, *, fp: str) -> in
 def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> Verdict | None:
     """Count a re-detection; returns the incident's verdict before it (None: unreadable)."""
     row = conn.execute(
-        select(IncidentRow.status, IncidentRow.verdict).where(IncidentRow.id == incident_id)
+        select(IncidentRow.status, IncidentRow.verdict, IncidentRow.opened_at)
+        .where(IncidentRow.id == incident_id)
     ).one()
     try:
         previous: Verdict | None = Verdict(row.verdict)
@@ -152,7 +155,8 @@ def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> 
             severity=finding.effective_severity.value,
             diagnosis=dict(finding.diagnosis),
             **_known(target_zone=finding.target_zone, estimated_cost=finding.estimated_cost,
-                     gpus=finding.gpus, utilization_before=finding.utilization_now),
+                     gpus=finding.gpus,
+                     utilization_before=finding.utilization_while_open(row.opened_at)),
         )
     conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
     if follows and previous is not finding.verdict:

@@ -343,6 +343,27 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
         world.store.close()
 
 
+def test_utilization_before_is_measured_while_split_never_before(world: World) -> None:
+    """The job ran fixed at 85% (a former incident's fix) until it split again: the new
+    incident's "utilization before" is read from the samples taken since it opened, never from
+    the window that still holds the fixed job."""
+    opened = NOW.timestamp()
+    world.pipeline.report = MetricsReport(available=True, at=NOW, jobs={JOB: JobMetrics(
+        now=63.0, baseline=85.0, drop=DropVerdict(False, ""),
+        samples=((opened - 40, 85.0), (opened - 20, 85.0), (opened - 5, 63.0)))})
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    assert incident.utilization_before is None  # no sample of the split yet
+    world.now = NOW + timedelta(seconds=30)
+    world.pipeline.report = MetricsReport(available=True, at=world.now, jobs={JOB: JobMetrics(
+        now=1.0, baseline=85.0, drop=DropVerdict(False, ""),
+        samples=((opened - 20, 85.0), (opened - 5, 63.0), (opened + 10, 2.0),
+                 (opened + 25, 1.0)))})
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    (again,) = world.incidents()
+    assert (again.id, again.utilization_before) == (incident.id, 1.0)
+
+
 DEV_JOB = JobKey("PyTorchJob", "dev", "gpt-small")
 T = NOW.timestamp()
 

@@ -162,6 +162,20 @@ def test_the_store_refuses_a_second_open_incident_of_a_job(store: IncidentStore)
     assert len(store.list_incidents().incidents) == 1
 
 
+def test_utilization_before_is_read_from_the_samples_while_open(store: IncidentStore) -> None:
+    opened = T0.timestamp()
+    first = store.record_finding(finding(utilization_now=63.0, utilization_samples=(
+        (opened - 30, 85.0), (opened - 10, 63.0))))
+    assert first.incident.utilization_before is None  # samples from before it opened only
+    again = store.record_finding(finding(at=T0 + minutes(1), utilization_now=2.0,
+                                         utilization_samples=((opened - 10, 63.0),
+                                                              (opened + 40, 2.0))))
+    assert again.incident.utilization_before == 2.0
+    later = store.record_finding(finding(at=T0 + minutes(2), utilization_now=None,
+                                         utilization_samples=((opened - 10, 63.0),)))
+    assert later.incident.utilization_before == 2.0  # never erased by a later lack of samples
+
+
 def test_closed_incident_is_not_reopened(store: IncidentStore) -> None:
     first = store.record_finding(finding())
     store.transition(first.incident.id, S.OPEN, S.RESOLVED, actor="agent", now=T0 + minutes(1))
