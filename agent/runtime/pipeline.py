@@ -20,17 +20,25 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   leader); a follower only keeps its parsed mirror warm, so a re-detection lands once in a
   timeline. The composition root submits a cluster-wide change when this replica acquires the
   lease, so a new leader catches up on what it did not record as a follower.
-- A finding of a problem verdict goes to the store (`record_finding`: one open incident per job and
-  verdict class; a re-detection adds a timeline event) with the latest utilization evidence, or
-  `"metrics unavailable"`; a new incident fires the matching playbooks' actions into the store's
-  outbox (`agent.runtime.playbooks`; the chat layer delivers them). A job's uid, labels and
-  requested GPUs come from the cache (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job
-  found healthy resolves its open incidents; a job whose verdict changed class supersedes the
-  other class's incident; a job that is gone (no live pods) supersedes its incidents.
+- The right verdict first: a finding some of whose bound pods still await their zone-mirroring
+  labels (`Finding.awaiting_labels`) is not recorded at all (no incident, no message) until a
+  label write or the pods' start settles it (the cache reports those at once).
+- A finding of a problem verdict goes to the store (`record_finding`: one open incident per job,
+  whatever its verdicts; a re-detection adds a timeline event, and before a decision the incident
+  takes a topology verdict seen) with the latest utilization evidence and samples (the incident's
+  "utilization before" is read from those taken while it is open), or `"metrics unavailable"`;
+  a new incident, or one whose verdict moved to another class, fires the matching playbooks'
+  actions into the store's outbox (`agent.runtime.playbooks`; the chat layer delivers them, one
+  message per incident). A job's uid, labels and requested GPUs come from the cache
+  (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job found healthy resolves its open
+  incidents; a job that is gone (no live pods, and no Kubeflow object still there unfinished:
+  a suspended or restarting job keeps its incident) supersedes its incidents. A split some zone
+  would fix but none has room for (`Finding.awaits_room`) is remembered, and a change that may
+  free capacity (`Change.capacity`) diagnoses it again in that batch.
 - A remediable split that opens an incident gets a plan preview (`agent.runtime.previews`: the
   patches, their diff and preconditions, or why the fix cannot be applied), recorded before the
-  playbooks' messages are queued; a re-detection of an undecided incident with another placement
-  records a new one. A split finding also carries its waste per day (`agent.diagnosis.waste`:
+  playbooks' messages are queued; a re-detection of an undecided incident with another verdict
+  or placement records a new one (a refusal saying why when the verdict has no fix). A split finding also carries its waste per day (`agent.diagnosis.waste`:
   idle GPU-hours, cross-zone egress dollars) under `waste`: the egress measured where the egress
   meter's last answer (one query per metrics refresh, `agent.sources.egress`) attributes cross-zone
   flows to the job's pods (`agent.diagnosis.egress`), else estimated, labelled as such; the dollars
