@@ -86,8 +86,15 @@ typecheck: install
 contracts: install
 	$(BIN)/lint-imports
 
+# The suite runs on PYTEST_WORKERS pytest-xdist workers (tests/conftest.py: order, the
+# Hypothesis profile) and ends with the slowest tests. Bytecode (pytest's rewritten test modules
+# too) is cached under the venv, so workers and the many `python -m agent.cli` subprocesses compile
+# each module once per checkout, whatever PYTHONDONTWRITEBYTECODE says.
+PYTEST_WORKERS ?= 3
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --hypothesis-profile=ci
+PYCACHE_ENV = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
 test: lint typecheck contracts
-	$(BIN)/pytest -q -m "not slow" -p no:cacheprovider
+	$(PYCACHE_ENV) $(BIN)/pytest -q -m "not slow" -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
 
 test-all: install
 	$(BIN)/pytest -q -p no:cacheprovider

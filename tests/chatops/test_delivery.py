@@ -73,7 +73,9 @@ def test_rate_limit_pauses_the_deliverer_for_retry_after(
     rig = start_rig(slack, sqlite_template, tmp_path, serve=False)
     try:
         rig.open_incident()
-        slack.fail(status=429, seconds=0.2, methods=["chat.postMessage"], retry_after=2)
+        # the outage lasts as long as the pause it asks for: the first delivery meets it however
+        # long it takes to start, and the one after the pause finds Slack answering again
+        slack.fail(status=429, seconds=2, methods=["chat.postMessage"], retry_after=2)
         first = rig.deliver()
         assert first.failed == 1
         again = rig.deliver()

@@ -63,6 +63,7 @@ from tests.remediation.harness import (
     recorded_plan,
     recorded_steps,
     running_lab,
+    settled_finding,
     zones,
 )
 from tests.support import postgres
@@ -647,7 +648,7 @@ def test_the_lab_label_put_back_by_a_sync_is_a_mislabel_and_relabelling_resolves
                     and set(zones(lab).values()) == {"zone-a"})  # fmt: skip
 
         assert lab.cluster.wait_until(lying, timeout=60), zones(lab)
-        finding = lab.diagnose(LAB).finding
+        finding = settled_finding(lab, LAB)  # the new pod's zone label is stamped after it binds
         assert finding is not None and finding.verdict is Verdict.ZONE_LABEL_MISMATCH, finding
         assert (finding.remediable, finding.target_zone) == (True, "zone-a")
         second = approved_incident(lab, store, ref=LAB)

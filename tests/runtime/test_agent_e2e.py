@@ -107,8 +107,10 @@ def test_seed_blocked_is_an_incident_soon_after_binding_with_metrics_evidence(bl
     last_bind = max(blocked.binds.values())
     opened = datetime.fromisoformat(incident["opened_at"]).timestamp()
     assert opened - last_bind < 2.5, f"detection took {opened - last_bind:.3f}s"
-    # exactly one open incident for the job, however many pod events there were
-    assert [i["verdict"] for i in blocked.incidents()] == ["zone_split_blocked"]
+    # exactly one open incident for the job, however many pod events there were (a diagnosis
+    # made while the pods were still binding may have opened one that the split superseded)
+    assert [i["verdict"] for i in blocked.incidents() if i["closed_at"] is None] == [
+        "zone_split_blocked"]
     blocked.wait(lambda: _has_metrics_evidence(blocked, incident["id"]), timeout=40)
     ready = blocked.http.get("/readyz")
     assert ready.status_code == 200, ready.text

@@ -48,6 +48,11 @@ def start(tmp_path: Path) -> Iterator[Any]:
         settings = agent_settings(tmp_path, kubeconfig.write(tmp_path / "kubeconfig", api.url), None)
         # no debounce: what the sync reported is due the moment the detector runs
         settings = replace(settings, detection=replace(settings.detection, debounce=timedelta(0)))
+        # no take-over is tested here: a lease long enough that a busy machine cannot let the
+        # first replica's lapse while the second one starts
+        settings = replace(settings, leader_election=replace(
+            settings.leader_election, lease_duration=timedelta(seconds=20),
+            renew_deadline=timedelta(seconds=15)))
 
         def start_agent(identity: str) -> tuple[Agent, Watched]:
             store = upgrade_on_start(settings)

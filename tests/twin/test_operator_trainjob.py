@@ -196,7 +196,8 @@ def test_an_affinity_patch_is_refused_by_the_jobset_webhook(twin: tuple[TwinClus
 @pytest.mark.parametrize("twin", ["trainjob-mpi"], indirect=True)
 def test_v22_mpi_launcher_blocked_then_moved_alone(twin: tuple[TwinCluster, Any]) -> None:
     cluster, custom = twin
-    wait(cluster, lambda: len(gang(cluster, "mpi-pretrain")) == 5, timeout=20)
+    # all five placed (created is not enough: the launcher may not be bound yet)
+    wait(cluster, lambda: len(zones(cluster, gang(cluster, "mpi-pretrain"))) == 5, timeout=20)
     hostfile = cluster.store.get(lookup("configmaps"), "mpi-pretrain-mpi-hostfile", namespace="ml")
     assert hostfile["data"]["hostfile"] == "".join(
         f"mpi-pretrain-node-0-{i}.mpi-pretrain slots=1\n" for i in range(4))
