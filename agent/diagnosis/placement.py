@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from agent.model.cluster import JobKind
 from agent.model.job import Job
+from agent.model.workload import JobKind
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_TAS_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"

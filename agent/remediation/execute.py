@@ -71,11 +71,11 @@ from enum import StrEnum
 from typing import Any, cast
 
 from agent.errors import ClusterWriteError, WriteConflictError
-from agent.model.cluster import JobKind
 from agent.model.finding import REMEDIABLE_VERDICTS
 from agent.model.incident import IncidentDetail, RemediationAction
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
+from agent.model.workload import JobKind
 from agent.remediation.fence import SOLE_WRITER, Fence, FenceClosedError, Leadership, open_fence
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
 from agent.remediation.observe import (

@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.model.cluster import ZONE_LABEL, JobKind
+from agent.model.cluster import ZONE_LABEL
 from agent.model.finding import Finding
 from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.remediation.plan import JOB_NAME_LABEL, KUBEFLOW, LiveObjects
 from agent.remediation.verify import PodObservation
 from agent.sources.kubeapi import KubeApi, KubeApiError

@@ -55,11 +55,12 @@ from typing import Any
 
 import yaml
 
-from agent.model.cluster import ZONE_LABEL, JobKind
+from agent.model.cluster import ZONE_LABEL
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.job import JobRef
 from agent.model.scheduling import required_node_affinity_matches
 from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
 from agent.remediation.guard import kueue_reason
 from agent.remediation.room import (
     PodNeed,

@@ -33,7 +33,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from agent.model.cluster import ClusterState, JobKind, Node, Pod
+from agent.model.cluster import ClusterState, Node, Pod
+from agent.model.workload import JobKind
 from agent.policy import Policy, PolicySet
 from agent.policy.dataplane import DataplaneEvidence, dataplane_for
 from agent.policy.reading import read_policy, unreadable_warning

@@ -75,7 +75,7 @@ from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.diagnosis.egress import EgressIndex, job_ends
 from agent.diagnosis.waste import EgressBasis, estimate_waste, idle_gpu_hours_per_day
 from agent.errors import UnavailableError
-from agent.model.cluster import ClusterState, JobKind
+from agent.model.cluster import ClusterState
 from agent.model.egress import MeasuredEgress
 from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
@@ -89,6 +89,7 @@ from agent.model.lifecycle import (
     verdict_class,
 )
 from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
 from agent.playbook.matching import Event, trigger_for_verdict
 from agent.playbook.model import Playbook, TriggerKind
 from agent.runtime.approvals import ApprovalRequests

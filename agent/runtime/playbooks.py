@@ -36,9 +36,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent.errors import UnavailableError, ZonemedicError
-from agent.model.cluster import JobKind
 from agent.model.incident import IncidentQuery, IncidentSummary
 from agent.model.lifecycle import EventKind, MessageKind, to_jsonable
+from agent.model.workload import JobKind
 from agent.playbook.matching import (
     NOT_POSTED,
     Event,

@@ -24,8 +24,9 @@ from typing import Any
 import orjson
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
-from agent.model.cluster import ClusterState, JobKind
+from agent.model.cluster import ClusterState
 from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.policy.dataplane import CILIUM_CONFIG, CILIUM_CONFIG_NAMESPACE
 from agent.remediation.observe import Rediagnosis
 from agent.settings import DiagnosisSettings, GroupSpec

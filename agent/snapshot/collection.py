@@ -22,13 +22,13 @@ from agent.errors import SnapshotError
 from agent.model.cluster import (
     ClusterState,
     ContainerPort,
-    JobKind,
     Namespace,
     Node,
     OwnedObject,
     Pod,
     TrainingJobObject,
 )
+from agent.model.workload import JobKind
 from agent.policy import Policy, PolicySet
 from agent.policy.dataplane import (
     CILIUM_CONFIG,

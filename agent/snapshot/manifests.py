@@ -16,7 +16,6 @@ from typing import Any
 from agent.model.cluster import (
     GPU_RESOURCE,
     ContainerPort,
-    JobKind,
     Namespace,
     Node,
     OwnedObject,
@@ -27,6 +26,7 @@ from agent.model.cluster import (
     TrainingJobObject,
 )
 from agent.model.network import Protocol
+from agent.model.workload import JobKind
 from agent.parsing.numbers import NumberError, parse_int
 
 _EMPTY: dict[str, Any] = {}

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.model.cluster import JobKind, Pod
+from agent.model.cluster import Pod
 from agent.model.flow import FlowRule
 from agent.model.job import Job
 from agent.model.network import PortRange, Protocol
+from agent.model.workload import JobKind
 
 COLLECTIVE_PORTS = PortRange(1024, 65535, Protocol.TCP)
 

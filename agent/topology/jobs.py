@@ -15,13 +15,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from agent.model.cluster import (
     FINISHED_PHASES,
-    KUBEFLOW_KINDS,
     ClusterState,
-    JobKind,
     OwnerRef,
     Pod,
 )
 from agent.model.job import Job, JobRef
+from agent.model.workload import KUBEFLOW_KINDS, JobKind
 from agent.settings import GroupSpec
 from agent.topology.roles import (
     JOB_NAME_LABEL,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from agent.model.cluster import JobKind, Pod
+from agent.model.cluster import Pod
+from agent.model.workload import JobKind
 from agent.parsing.numbers import NumberError, parse_int
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"

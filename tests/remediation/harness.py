@@ -18,7 +18,6 @@ from typing import Any
 
 import yaml
 
-from agent.model.cluster import JobKind
 from agent.model.finding import Finding
 from agent.model.incident import Actor, FindingRecord
 from agent.model.job import JobRef
@@ -28,6 +27,7 @@ from agent.model.lifecycle import (
     IncidentStatus,
     RemediationActionKind,
 )
+from agent.model.workload import JobKind
 from agent.remediation.execute import Remediator
 from agent.remediation.plan import KUBEFLOW, Plan
 from agent.runtime.rediagnosis import ApiRediagnosis

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.model.cluster import JobKind
 from agent.model.incident import IncidentSummary
 from agent.model.job import JobRef
 from agent.model.lifecycle import MessageKind, RemediationActionKind
+from agent.model.workload import JobKind
 from agent.playbook.loader import load_playbooks
 from agent.playbook.matching import Event
 from agent.playbook.model import TriggerKind
