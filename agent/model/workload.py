@@ -149,8 +149,8 @@ class GangLabels:
     role (`coordinator_role` marks the coordinator), the operator's name."""
 
     job_name: str
-    replica_type: str | None = None
-    replica_index: str | None = None
+    replica_type: str
+    replica_index: str
     job_role: str | None = None
     operator: str | None = None
     coordinator_role: str | None = None
