@@ -264,6 +264,9 @@ class WorkloadKind:
         return self.api_versions[0]
 
 
+NO_CONDITIONS = Conditions(suspended=None, finished=())
+
+
 class OwnerMove(StrEnum):
     """How a generic group's workload is moved to another zone."""
 
@@ -284,7 +287,7 @@ class OwnerKind:
     plural: str
     templates: PodTemplates
     move: OwnerMove
-    conditions: Conditions | None = None
+    conditions: Conditions = NO_CONDITIONS
     suspension: Suspension | None = None
     through: str | None = None
 
@@ -371,7 +374,6 @@ OWNERS: tuple[OwnerKind, ...] = (BATCH_JOB, REPLICA_SET, DEPLOYMENT)
 # StatefulSets (the agent does not move those, but a restart does not lose their pods).
 RESTARTABLE_CONTROLLERS = frozenset({*(o.kind for o in OWNERS), "StatefulSet"})
 
-KUBEFLOW_KINDS = frozenset(w.kind for w in WORKLOADS)
 _BY_KIND: Mapping[JobKind, WorkloadKind] = {w.kind: w for w in WORKLOADS}
 _BY_NAME: Mapping[str, WorkloadKind] = {w.kind.value: w for w in WORKLOADS}
 _OWNERS_BY_NAME: Mapping[str, OwnerKind] = {o.kind: o for o in OWNERS}
