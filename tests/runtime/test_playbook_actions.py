@@ -165,7 +165,7 @@ def test_an_incident_no_playbook_posts_says_why_in_show_and_the_digest(store: In
 
     incident = store.record_finding(finding("cpu-only")).incident
     a = actions(store)
-    a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(KEY._replace(name="cpu-only"),
+    a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(replace(KEY, name="cpu-only"),
                                                    "zone_split_blocked", gpus=0)),
            incident, {"verdict": "zone_split_blocked"})
     assert posts(store, incident) == []
