@@ -54,6 +54,12 @@ class Resource:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    def __post_init__(self) -> None:
+        if (self.role is Role.JOB) != (self.workload is not None):
+            raise ValueError(f"resource {self.plural}: a JOB row, and only one, names its workload")
+        if (self.role is Role.OWNER) != (self.owner is not None):
+            raise ValueError(f"resource {self.plural}: an OWNER row, and only one, names its owner")
+
     @property
     def job_kind(self) -> JobKind | None:
         """The training kind of a JOB row (None for any other row)."""
@@ -121,10 +127,9 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
-_JOB_RESOURCE_NAMES: dict[JobKind, tuple[str, ...]] = {}
-for _row in RESOURCES:
-    if _row.job_kind is not None:
-        _JOB_RESOURCE_NAMES[_row.job_kind] = (*_JOB_RESOURCE_NAMES.get(_row.job_kind, ()), _row.name)
+_JOB_RESOURCE_NAMES: dict[JobKind, tuple[str, ...]] = {
+    w.kind: tuple(r.name for r in RESOURCES if r.workload is w) for w in WORKLOADS
+}
 
 
 def job_resource_names(kind: JobKind) -> tuple[str, ...]:

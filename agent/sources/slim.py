@@ -18,7 +18,6 @@ from agent.model.workload import WORKLOADS, TemplateLayout
 from agent.sources.resources import Resource, Role
 
 GPU_MARKER = "gpu"
-REPLICA_SPECS = TemplateLayout.REPLICA_SPECS
 # the conditions the diagnosis reads of a job: suspended, finished (Succeeded, Failed)
 JOB_CONDITIONS = frozenset(
     {c for w in WORKLOADS for c in (w.conditions.suspended, *w.conditions.finished) if c}
@@ -215,8 +214,8 @@ def slim_config(obj: Obj, resource: Resource) -> Obj:
 
 def slim_job(obj: Obj, resource: Resource) -> Obj:
     """A training job: the spec fields its kind's descriptor reads suspend and managedBy from
-    (`runPolicy`, kept whole when a mapping), and per replica spec its `replicas` (default 1)
-    and its template's labels."""
+    (`runPolicy`, kept whole when a mapping) and, for replica specs, each replica's `replicas`
+    (default 1) and its template's labels."""
     spec = obj.get("spec") or {}
     out_spec: Obj = {}
     kind = resource.workload
@@ -225,20 +224,10 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
             top = path[1]
             if top in spec and (len(path) == 2 or isinstance(spec[top], dict)):
                 out_spec[top] = spec[top]
-    field = kind.templates.field if kind is not None else None
-    value = spec.get(field) if field and kind and kind.templates.layout is REPLICA_SPECS else None
-    if isinstance(value, dict) and field:
-        replicas: Obj = {}
-        for rtype, rspec in value.items():
-            if not isinstance(rspec, dict):
-                continue
-            template = rspec.get("template") or {}
-            tmeta = template.get("metadata") or {}
-            replicas[rtype] = {
-                "replicas": rspec.get("replicas", 1),
-                "template": {"metadata": {"labels": tmeta.get("labels") or {}}},
-            }
-        out_spec[field] = replicas
+        field = kind.templates.field
+        value = spec.get(field)
+        if kind.templates.layout is TemplateLayout.REPLICA_SPECS and isinstance(value, dict):
+            out_spec[field] = _slim_replica_specs(value)
     # only the conditions the diagnosis reads (finished, suspended): Running <-> Restarting churn
     # of a crash-looping job must not look like a change
     conditions = [
@@ -253,6 +242,20 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
         "spec": out_spec,
         "status": {"conditions": conditions},
     }
+
+
+def _slim_replica_specs(specs: Obj) -> Obj:
+    replicas: Obj = {}
+    for rtype, rspec in specs.items():
+        if not isinstance(rspec, dict):
+            continue
+        template = rspec.get("template") or {}
+        tmeta = template.get("metadata") or {}
+        replicas[rtype] = {
+            "replicas": rspec.get("replicas", 1),
+            "template": {"metadata": {"labels": tmeta.get("labels") or {}}},
+        }
+    return replicas
 
 
 OWNER_COUNTS = ("replicas", "parallelism", "completions")
