@@ -321,13 +321,6 @@ class ClusterWriter:
 # the executor
 
 
-def _kind(value: str) -> JobKind | None:
-    try:
-        return JobKind(value)
-    except ValueError:
-        return None
-
-
 def _suspended(job: Mapping[str, Any], kind: JobKind) -> bool:
     """The job says it is suspended (where its kind's descriptor keeps `suspend`)."""
     return workload(kind).suspension.suspended(job)
@@ -467,10 +460,10 @@ class Remediator:
         if fence is None:
             log.info("incident %s: this replica does not lead, not started", incident_id)
             return status
-        kind = _kind(summary.kind)
-        if kind is None:
+        ref = summary.job_ref
+        if ref is None:
             return self._end_early(incident_id, status, S.FAILED, f"unknown job kind {summary.kind!r}")
-        run = _Run(incident_id, JobRef(kind, summary.namespace, summary.name), status, detail, fence)
+        run = _Run(incident_id, ref, status, detail, fence)
         try:
             if status is S.APPROVED and not self._start(run):
                 return run.status
