@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.model.workload import OWNERS, WORKLOADS, OwnerMove
 from agent.settings import Settings, build
 from tests.support import image
 
@@ -47,9 +48,13 @@ def test_overlay_renders_with_the_agent_and_its_config(overlay: str) -> None:
     assert deployment["metadata"]["namespace"] == settings.leader_election.namespace
 
 
-KUBEFLOW = ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
+# every training kind of the workload table: read, and patched to suspend and resume
+TRAINING = tuple((w.group, w.plural) for w in WORKLOADS)
 READ = ("get", "list", "watch")
 WATCH = ("list", "watch")  # what the cache needs; no single reads
+# a generic group's owner kinds: watched; read, patched (rollout) or recreated when they move
+OWNER_VERBS = {OwnerMove.ROLLOUT: (*READ, "patch"), OwnerMove.RECREATE: (*READ, "create", "delete"),
+               OwnerMove.THROUGH_OWNER: WATCH}  # fmt: skip
 
 
 @needs_kubectl
@@ -67,7 +72,7 @@ def test_cluster_role_writes_only_what_remediation_needs() -> None:
         ("apps", "deployments", "patch"),
         ("batch", "jobs", "create"),
         ("batch", "jobs", "delete"),
-        *{("kubeflow.org", r, "patch") for r in KUBEFLOW},
+        *{(group, plural, "patch") for group, plural in TRAINING},
     }
     readable = {r for rule in role["rules"] for r in rule["resources"]}
     assert "secrets" not in readable and "leases" not in readable
@@ -202,10 +207,8 @@ AGENT_USES = [
     *[(verb, "cilium.io", "ciliumclusterwidenetworkpolicies", "", "") for verb in WATCH],
     # Cilium's identity label filter, by name only
     *[(verb, "", "configmaps", "kube-system", "cilium-config") for verb in READ],
-    *[(verb, "kubeflow.org", r, "ml", "") for verb in (*READ, "patch") for r in KUBEFLOW],
-    *[(verb, "apps", "deployments", "ml", "") for verb in (*READ, "patch")],
-    *[(verb, "apps", "replicasets", "ml", "") for verb in WATCH],
-    *[(verb, "batch", "jobs", "ml", "") for verb in (*READ, "create", "delete")],
+    *[(verb, group, plural, "ml", "") for verb in (*READ, "patch") for group, plural in TRAINING],
+    *[(verb, o.group, o.plural, "ml", "") for o in OWNERS for verb in OWNER_VERBS[o.move]],
     # its own Lease
     ("get", "coordination.k8s.io", "leases", "zonemedic", "zonemedic-leader"),
     ("update", "coordination.k8s.io", "leases", "zonemedic", "zonemedic-leader"),

@@ -35,7 +35,6 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from agent.model.cluster import JobKind
 from agent.model.incident import (
     Decision,
     IncidentDetail,
@@ -47,6 +46,7 @@ from agent.model.incident import (
 from agent.model.lifecycle import DECISION_STATUS, DecisionOutcome, EventKind, IncidentStatus
 from agent.model.proposal import ProposedFix
 from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
 from agent.parsing.printable import printable, printable_lines
 
 MAX_BLOCKS = 50

@@ -9,6 +9,8 @@ twin's, in the production image) are simply not used. What it does not do: run a
 
 from __future__ import annotations
 
+from agent.model.workload import PYTORCH
+
 _CONFIG = "/etc/zonemedic/config/config.yaml"
 
 EXAMPLES: dict[str, list[str]] = {
@@ -27,7 +29,7 @@ EXAMPLES: dict[str, list[str]] = {
         "zonemedic sweep --once --config config.yaml --output json --no-digest",
     ],
     "diagnose": [
-        "kubectl get nodes,pods,pytorchjobs,networkpolicies,ciliumnetworkpolicies -A -o yaml"
+        f"kubectl get nodes,pods,{PYTORCH.plural},networkpolicies,ciliumnetworkpolicies -A -o yaml"
         " > cluster.yaml",
         "zonemedic diagnose cluster.yaml",
         "zonemedic diagnose examples/split-blocked.yaml"

@@ -37,6 +37,7 @@ from agent.chatops.slack import EVENTS_PATH
 from agent.demo.prometheus import PrometheusServer, find_binary
 from agent.errors import InputError
 from agent.fakes.slack import FakeSlack
+from agent.model.workload import BATCH_JOB, DEPLOYMENT, WORKLOADS, workload_named
 from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.runtime.app import Agent
 from agent.runtime.assembly import AgentAssembly
@@ -50,9 +51,7 @@ from agent.twin.resources import lookup
 from agent.twin.scenario import ZONE_LABEL, Scenario, load_scenario
 
 SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
-KUBEFLOW_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
-WORKLOAD_KINDS = frozenset({*KUBEFLOW_KINDS, "Deployment", "Job"})
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+WORKLOAD_KINDS = frozenset({*(w.kind.value for w in WORKLOADS), DEPLOYMENT.kind, BATCH_JOB.kind})
 CHANNEL = "#ml-infra"
 APPROVER = "U0DEMO"
 APPROVER_NAME = "dana"
@@ -94,10 +93,11 @@ class Target:
 def story_target(scenario: Scenario) -> Target:
     """The scenario's first Kubeflow job, else its first generic group."""
     for obj in scenario.objects:
-        if obj.get("kind") in KUBEFLOW_KINDS:
+        found = workload_named(str(obj.get("kind")))
+        if found is not None:
             meta = obj["metadata"]
             return Target(str(obj["kind"]), str(meta.get("namespace", "default")),
-                          str(meta["name"]), {JOB_NAME_LABEL: str(meta["name"])})
+                          str(meta["name"]), {found.labels.job_name: str(meta["name"])})
     for group in scenario.groups:
         return Target("group", group.namespace, group.name, dict(group.selector))
     raise InputError(f"scenario {scenario.name}: no training job or group to follow")

@@ -34,6 +34,7 @@ from agent.model.egress import (
     MeasuredEgress,
     ZoneFlow,
 )
+from agent.model.workload import REPLICA_SET
 
 PREFERENCE: tuple[tuple[EgressExporter, EgressCounter], ...] = (
     (EgressExporter.BEYLA, EgressCounter.INTER_ZONE),
@@ -64,8 +65,8 @@ def owner_names(pod: Pod) -> set[str]:
     if controller is None:
         return set()
     names = {controller.name}
-    if controller.kind == "ReplicaSet" and "-" in controller.name:
-        names.add(controller.name.rsplit("-", 1)[0])  # the Deployment's name
+    if controller.kind == REPLICA_SET.kind and "-" in controller.name:
+        names.add(controller.name.rsplit("-", 1)[0])  # its Deployment's name (`<name>-<hash>`)
     return names
 
 

@@ -11,15 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from agent.model.cluster import JobKind
 from agent.model.job import Job
-
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_TAS_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
-# runPolicy.managedBy values that mean "the job's own operator" (mpi-operator for v2beta1 MPIJob)
-NATIVE_MANAGERS = frozenset({"kubeflow.org/training-operator", "kubeflow.org/mpi-operator"})
-# owners of generic-group pods that recreate them after a restart
-RESTARTABLE_CONTROLLERS = frozenset({"ReplicaSet", "Deployment", "Job", "StatefulSet"})
+from agent.model.workload import RESTARTABLE_CONTROLLERS, JobKind, workload
 
 
 def choose_target_zone(
@@ -31,19 +24,22 @@ def choose_target_zone(
 
 
 def kueue_reason(job: Job) -> str | None:
+    """Why the job's object says Kueue (or another controller) owns its suspend: its kind's
+    queue label, or a `managedBy` that is not its own operator's."""
     obj = job.obj
     if obj is None:
         return None
-    queue = obj.labels.get(KUEUE_QUEUE_LABEL)
+    kind = workload(obj.kind)
+    queue = obj.labels.get(kind.kueue.queue_label)
     if queue:
         return (
             f"Kueue-managed (queue {queue}): do not toggle suspend; use Kueue Topology Aware "
-            f"Scheduling ({KUEUE_TAS_ANNOTATION})"
+            f"Scheduling ({kind.kueue.topology_annotation})"
         )
-    if obj.managed_by is not None and obj.managed_by not in NATIVE_MANAGERS:
+    if obj.managed_by is not None and obj.managed_by not in kind.suspension.own_managers:
         return (
             f"managed by {obj.managed_by}: do not toggle suspend; use Kueue Topology Aware "
-            f"Scheduling ({KUEUE_TAS_ANNOTATION})"
+            f"Scheduling ({kind.kueue.topology_annotation})"
         )
     return None
 

@@ -1,4 +1,4 @@
-"""Cluster objects as the core sees them: nodes, namespaces, pods, owner objects and Kubeflow jobs.
+"""Cluster objects as the core sees them: nodes, namespaces, pods, owner objects and training jobs.
 
 Built by `agent.snapshot` (from manifests) and later by the watch cache; read by `agent.topology` and
 `agent.diagnosis`. Plain immutable data only: no parsing of manifests, no evaluation, no I/O.
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from agent.model.network import Protocol
+from agent.model.workload import JobKind
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -126,33 +127,18 @@ class OwnedObject:
         return controller_of(self.owners)
 
 
-class JobKind(StrEnum):
-    """Kinds of training job a finding can be about (`Group` is a configured generic group)."""
-
-    PYTORCH = "PyTorchJob"
-    TF = "TFJob"
-    MPI = "MPIJob"
-    XGBOOST = "XGBoostJob"
-    PADDLE = "PaddleJob"
-    JAX = "JAXJob"
-    GROUP = "Group"
-
-
-KUBEFLOW_KINDS = frozenset(k for k in JobKind if k is not JobKind.GROUP)
-
-
 @dataclass(frozen=True, slots=True)
 class TrainingJobObject:
     """The job object of a Kubeflow job, as far as diagnosis needs it.
 
-    `managed_by` is `spec.runPolicy.managedBy` (None when unset); `finished` is true once a
-    Succeeded or Failed condition is True.
+    `suspend` and `managed_by` are read where the kind's descriptor says (`spec.runPolicy`);
+    `managed_by` is None when unset; `finished` is true once a finished condition is True.
     """
 
     kind: JobKind
     namespace: str
     name: str
-    api_version: str = "kubeflow.org/v1"
+    api_version: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     suspend: bool = False
     managed_by: str | None = None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent.model.job import JobRef
 from agent.model.lifecycle import (
     DecisionOutcome,
     DecisionSource,
@@ -177,6 +178,11 @@ class IncidentSummary:
     detections: int
     # When an unanswered approval request expires (set by the store's request_approval).
     approval_deadline: datetime | None = None
+
+    @property
+    def job_ref(self) -> JobRef | None:
+        """The incident's job; None when its recorded kind is none zonemedic knows."""
+        return JobRef.parse(self.kind, self.namespace, self.name)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""A training job (or generic group) as topology found it: its pods, roles and coordinator.
+"""A job's identity (`JobRef`), and a training job (or generic group) as topology found it.
 
-Built by `agent.topology.jobs`; read by `agent.topology.flows` and `agent.diagnosis`. Plain data:
-the grouping and role rules live in `agent.topology`, not here.
+`JobRef` names a job everywhere: the watch cache's indexes and change notices, the Prometheus
+and Alertmanager sources, findings, plans and the runtime. `Job` is built by `agent.topology.jobs`
+and read by `agent.topology.flows` and `agent.diagnosis`. Plain data: the grouping and role rules
+live in `agent.topology`, not here.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agent.model.cluster import JobKind, OwnerRef, Pod, TrainingJobObject
+from agent.model.cluster import OwnerRef, Pod, TrainingJobObject
+from agent.model.workload import JobKind
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class JobRef:
-    """What a finding is about: kind, namespace and name."""
+    """Which job: kind, namespace and name (ordered by them, in that order)."""
 
     kind: JobKind
     namespace: str
@@ -22,6 +25,15 @@ class JobRef:
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @classmethod
+    def parse(cls, kind: str, namespace: str, name: str) -> JobRef | None:
+        """The ref of a job whose kind is text (a stored incident's, a label's); None when no
+        kind has that name."""
+        try:
+            return cls(JobKind(kind), namespace, name)
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 import yaml
 
 from agent.errors import ConfigError, InputError
+from agent.model.workload import JobKind
 from agent.parsing.bounded_yaml import YamlLimitError, check_yaml, syntax_error
 from agent.parsing.member import member
 from agent.parsing.numbers import NumberError, parse_int
@@ -62,7 +63,7 @@ from agent.playbook.model import (
 from agent.settings import parse_duration
 
 MAX_GPUS = 1_000_000  # conditions.min_gpus: far above any job, far below an overflow
-JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "Group")
+JOB_KINDS = tuple(k.value for k in JobKind)  # the training kinds of the workload table, Group
 VERDICTS = (
     "healthy",
     "pending",

@@ -71,11 +71,11 @@ from enum import StrEnum
 from typing import Any, cast
 
 from agent.errors import ClusterWriteError, WriteConflictError
-from agent.model.cluster import JobKind
 from agent.model.finding import REMEDIABLE_VERDICTS
 from agent.model.incident import IncidentDetail, RemediationAction, reading_since
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
+from agent.model.workload import BATCH_JOB, DEPLOYMENT, REPLICA_SET, JobKind, workload
 from agent.remediation.fence import SOLE_WRITER, Fence, FenceClosedError, Leadership, open_fence
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
 from agent.remediation.observe import (
@@ -105,7 +105,6 @@ from agent.remediation.verify import (
     judge_placement,
 )
 from agent.settings import RemediationSettings
-from agent.sources.jobkey import JobKey
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.sources.prometheus import PrometheusSource
 from agent.store.budget import remediations_started
@@ -273,7 +272,7 @@ class ClusterWriter:
         dry_run: bool = False,
     ) -> Any:  # fmt: skip
         return self._call(
-            Write(WriteVerb.PATCH, "Deployment", namespace, name, dry_run), fence,
+            Write(WriteVerb.PATCH, DEPLOYMENT.kind, namespace, name, dry_run), fence,
             lambda: self._apps.patch_namespaced_deployment(
                 name, namespace, dict(patch), field_manager=FIELD_MANAGER,
                 _content_type=MERGE_PATCH, _request_timeout=self._timeout, **self._dry(dry_run),
@@ -295,7 +294,7 @@ class ClusterWriter:
         )
         try:
             self._call(
-                Write(WriteVerb.DELETE, "Job", namespace, name, dry_run), fence,
+                Write(WriteVerb.DELETE, BATCH_JOB.kind, namespace, name, dry_run), fence,
                 lambda: self._batch.delete_namespaced_job(
                     name, namespace, body=options, _request_timeout=self._timeout,
                     **self._dry(dry_run),
@@ -310,7 +309,7 @@ class ClusterWriter:
     ) -> Any:
         name = str((manifest.get("metadata") or {}).get("name"))
         return self._call(
-            Write(WriteVerb.CREATE, "Job", namespace, name, dry_run), fence,
+            Write(WriteVerb.CREATE, BATCH_JOB.kind, namespace, name, dry_run), fence,
             lambda: self._batch.create_namespaced_job(
                 namespace, cast(Any, dict(manifest)), field_manager=FIELD_MANAGER,
                 _request_timeout=self._timeout, **self._dry(dry_run),
@@ -322,18 +321,19 @@ class ClusterWriter:
 # the executor
 
 
-def _kind(value: str) -> JobKind | None:
-    try:
-        return JobKind(value)
-    except ValueError:
-        return None
+def _suspended(job: Mapping[str, Any], kind: JobKind) -> bool:
+    """The job says it is suspended (where its kind's descriptor keeps `suspend`)."""
+    return workload(kind).suspension.suspended(job)
 
 
-def _suspended(job: Mapping[str, Any]) -> bool:
-    return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+def _resume_patch(kind: JobKind) -> dict[str, Any]:
+    return workload(kind).suspension.patch(False)
 
 
-def _condition(job: Mapping[str, Any], kind: str) -> bool:
+def _condition(job: Mapping[str, Any], kind: str | None) -> bool:
+    """The condition `kind` is True on the job (no such condition: True, nothing to wait for)."""
+    if kind is None:
+        return True
     return any(
         c.get("type") == kind and c.get("status") == "True"
         for c in (job.get("status") or {}).get("conditions") or []
@@ -460,10 +460,10 @@ class Remediator:
         if fence is None:
             log.info("incident %s: this replica does not lead, not started", incident_id)
             return status
-        kind = _kind(summary.kind)
-        if kind is None:
+        ref = summary.job_ref
+        if ref is None:
             return self._end_early(incident_id, status, S.FAILED, f"unknown job kind {summary.kind!r}")
-        run = _Run(incident_id, JobRef(kind, summary.namespace, summary.name), status, detail, fence)
+        run = _Run(incident_id, ref, status, detail, fence)
         try:
             if status is S.APPROVED and not self._start(run):
                 return run.status
@@ -594,7 +594,7 @@ class Remediator:
         if self.prometheus is None or not self._metrics(ref):
             return None, None
         report = self.prometheus.fetch(self.clock.now())
-        found = report.for_job(JobKey(ref.kind.value, ref.namespace, ref.name))
+        found = report.for_job(ref)
         if found is None:
             return None, None
         start = since if since is not None else run.detail.incident.opened_at
@@ -739,7 +739,7 @@ class Remediator:
             out.append(obj)
             owners[str(_uid(obj))] = target.name
         for rs in live.workloads:
-            if rs.get("kind") == "ReplicaSet":
+            if rs.get("kind") == REPLICA_SET.kind:
                 refs = (rs.get("metadata") or {}).get("ownerReferences") or []
                 if any(r.get("controller") and r.get("uid") in owners for r in refs):
                     out.append(rs)
@@ -777,7 +777,7 @@ class Remediator:
         if clearance.kind is ClearanceKind.WAIT:
             raise _WaitError(clearance.reason)
         if live.job is not None:
-            finished = guard_reason(live.job)
+            finished = guard_reason(live.job, run.ref.kind)
             if finished is not None:
                 raise _FailedError(f"{finished} (checked again before the first write)")
 
@@ -814,7 +814,7 @@ class Remediator:
                     else "the job was deleted or recreated since the plan"
                 )
             state = target.state_of(job)
-            if state is TemplateState.PLANNED and (_suspended(job) or suspended_recorded):
+            if state is TemplateState.PLANNED and (_suspended(job, run.ref.kind) or suspended_recorded):
                 if not suspended_recorded:  # the patch landed; the process died before saying so
                     self._record(run, A.APPLY, Step.SUSPENDED, message="suspend patch found applied")
                 break
@@ -873,10 +873,11 @@ class Remediator:
         if run.has(Step.PODS_GONE) or run.has(Step.RESUMED):
             return
         since = run.step(Step.SUSPENDED)
+        suspended_condition = workload(run.ref.kind).conditions.suspended
         while True:
             job = self.reader.job(run.ref, api_version=target.api_version)
             pods = self.reader.kubeflow_pods(run.ref)
-            if job is not None and _condition(job, "Suspended") and not pods:
+            if job is not None and _condition(job, suspended_condition) and not pods:
                 break
             if self._since(since) >= self.settings.suspend_timeout:
                 raise _RollbackError(
@@ -891,8 +892,8 @@ class Remediator:
         if run.has(Step.RESUMED):
             return
         job = self.reader.job(run.ref, api_version=target.api_version)
-        if job is not None and _suspended(job):
-            resume = _fenced({"spec": {"runPolicy": {"suspend": False}}}, job, locked=False)
+        if job is not None and _suspended(job, run.ref.kind):
+            resume = _fenced(_resume_patch(run.ref.kind), job, locked=False)
             try:
                 self.writer.patch_custom(target, resume, fence=run.fence)
             except ClusterWriteError as exc:
@@ -1157,8 +1158,8 @@ class Remediator:
             return
         target = self._kubeflow_target(run)
         job = self.reader.job(run.ref, api_version=target.api_version)
-        if job is not None and _suspended(job) and _uid(job) == run.plan.preconditions.uid:
-            resume = _fenced({"spec": {"runPolicy": {"suspend": False}}}, job, locked=False)
+        if job is not None and _suspended(job, run.ref.kind) and _uid(job) == run.plan.preconditions.uid:
+            resume = _fenced(_resume_patch(run.ref.kind), job, locked=False)
             self.writer.patch_custom(target, resume, fence=run.fence)
 
     def _rollback(self, run: _Run, reason: str) -> IncidentStatus:
@@ -1194,7 +1195,7 @@ class Remediator:
                 raise _SupersededError("the job was deleted or recreated meanwhile: nothing to restore")
             if target.state_of(job) is TemplateState.ORIGINAL:
                 # restored already (a previous attempt died after the patch): resume if needed
-                suspended = _suspended(job)
+                suspended = _suspended(job, run.ref.kind)
                 break
             self._intend(run, Step.RESTORING, target=target, obj=job, write="patch",
                          message="restore patch (original templates, suspended) about to be sent")  # fmt: skip
@@ -1214,7 +1215,7 @@ class Remediator:
             deadline = self.clock.now() + self.settings.suspend_timeout
             while self.reader.kubeflow_pods(run.ref) and self.clock.now() < deadline:
                 self._pause(run)
-            resume = _fenced({"spec": {"runPolicy": {"suspend": False}}}, job, locked=False)
+            resume = _fenced(_resume_patch(run.ref.kind), job, locked=False)
             self.writer.patch_custom(target, resume, fence=run.fence)
 
     def _rollback_group(self, run: _Run) -> list[str]:

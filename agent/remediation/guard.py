@@ -9,8 +9,9 @@ The rules, in order:
 2. A Kueue-managed job is never touched (suspending it would fight Kueue's own admission): the
    job, or any of its pods, carries the `kueue.x-k8s.io/queue-name` label or annotation, or a
    pod carries `kueue.x-k8s.io/managed: "true"`, or the job's `spec.runPolicy.managedBy` (Kubeflow)
-   or `spec.managedBy` (batch Job) names another controller than the job's own: REFUSE, advising
-   Kueue's topology-aware scheduling instead.
+   or `spec.managedBy` (batch Job) names another controller than the operators of the workload
+   table's kinds (`agent.model.workload`): REFUSE, advising Kueue's topology-aware scheduling
+   instead.
 3. One remediation in flight per job: another incident of the same job is being remediated or
    verified: WAIT.
 4. At most `max_per_hour` remediations started in the cluster in the last hour: WAIT until an
@@ -28,10 +29,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-KUEUE_MANAGED = "kueue.x-k8s.io/managed"
-# Controllers that own a job when nothing else claims it (`managedBy` unset or one of these).
-OWN_CONTROLLERS = frozenset({"kubeflow.org/training-operator", "kubernetes.io/job-controller"})
+from agent.model.workload import KUEUE, dig, managed_by_paths, own_managers
+
+KUEUE_QUEUE = KUEUE.queue_label
+KUEUE_MANAGED = KUEUE.managed_label
+# Controllers that own a job when nothing else claims it (`managedBy` unset or one of these):
+# the operators of the workload table's kinds.
+OWN_CONTROLLERS = own_managers()
+_MANAGED_BY = managed_by_paths()  # where the table's kinds name their controller
 
 
 class ClearanceKind(StrEnum):
@@ -67,14 +72,12 @@ def _meta(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 
 def _managed_by(obj: Mapping[str, Any]) -> str | None:
-    spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
-        return None
-    run_policy = spec.get("runPolicy")
-    if isinstance(run_policy, Mapping) and run_policy.get("managedBy"):
-        return str(run_policy["managedBy"])
-    if spec.get("managedBy"):
-        return str(spec["managedBy"])
+    """The controller the object names where a kind of the tables would (`spec.runPolicy`,
+    then `spec`), None when it names none."""
+    for path in _MANAGED_BY:
+        value = dig(obj, path)
+        if value:
+            return str(value)
     return None
 
 
@@ -88,7 +91,7 @@ def kueue_reason(objects: Sequence[Mapping[str, Any]]) -> str | None:
             if values.get(KUEUE_QUEUE):
                 return (f"{kind} {name} is queued by Kueue ({source} {KUEUE_QUEUE}="
                         f"{values[KUEUE_QUEUE]}); use Kueue topology-aware scheduling "
-                        "(kueue.x-k8s.io/podset-required-topology) instead")
+                        f"({KUEUE.topology_annotation}) instead")
         if str(labels.get(KUEUE_MANAGED, "")).lower() == "true":
             return (f"{kind} {name} is managed by Kueue ({KUEUE_MANAGED}=true); use Kueue "
                     "topology-aware scheduling instead")

@@ -14,10 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.model.cluster import ZONE_LABEL, JobKind
+from agent.model.cluster import ZONE_LABEL
 from agent.model.finding import Finding
 from agent.model.job import JobRef
-from agent.remediation.plan import JOB_NAME_LABEL, KUBEFLOW, LiveObjects
+from agent.model.workload import OWNERS, JobKind, workload
+from agent.remediation.plan import LiveObjects
 from agent.remediation.verify import PodObservation
 from agent.sources.kubeapi import KubeApi, KubeApiError
 
@@ -84,11 +85,10 @@ class ClusterReader:
         return items
 
     def job(self, ref: JobRef, *, api_version: str | None = None) -> Obj | None:
-        """The Kubeflow job object (kubeflow.org/v1, or v2beta1 for an MPIJob v1 does not serve)."""
-        kind = KUBEFLOW[ref.kind]
-        versions = [api_version] if api_version else ["kubeflow.org/v1"]
-        if api_version is None and ref.kind is JobKind.MPI:
-            versions.append("kubeflow.org/v2beta1")
+        """The training job object at `api_version`, else at each version its kind is served as
+        in preference order (kubeflow.org/v1, then v2beta1 for an MPIJob v1 does not serve)."""
+        kind = workload(ref.kind)
+        versions = [api_version] if api_version else list(kind.api_versions)
         for version in versions:
             found = self._get(f"/apis/{version}/namespaces/{ref.namespace}/{kind.plural}/{ref.name}")
             if found is not None:
@@ -114,10 +114,10 @@ class ClusterReader:
         return out
 
     def kubeflow_pods(self, ref: JobRef) -> list[Obj]:
-        """Every pod carrying the job's name label, Terminating ones included."""
+        """Every pod carrying the job's name label (its kind's), Terminating ones included."""
+        label = workload(ref.kind).labels.job_name
         return _pods(self._list(
-            f"/api/v1/namespaces/{ref.namespace}/pods",
-            [("labelSelector", f"{JOB_NAME_LABEL}={ref.name}")],
+            f"/api/v1/namespaces/{ref.namespace}/pods", [("labelSelector", f"{label}={ref.name}")],
         ))  # fmt: skip
 
     def pods_named(self, namespace: str, names: Sequence[str]) -> list[Obj]:
@@ -160,16 +160,14 @@ class ClusterReader:
                            finished_pods=finished)  # fmt: skip
 
     def workloads(self, namespace: str) -> list[Obj]:
-        """Deployments, ReplicaSets and batch Jobs of a namespace (kind and apiVersion set)."""
+        """The objects of a generic group's owner kinds in a namespace (Deployments, ReplicaSets,
+        batch Jobs; kind and apiVersion set)."""
         out: list[Obj] = []
-        for api_version, plural, kind in (
-            ("apps/v1", "deployments", "Deployment"),
-            ("apps/v1", "replicasets", "ReplicaSet"),
-            ("batch/v1", "jobs", "Job"),
-        ):
-            for item in self._list(f"/apis/{api_version}/namespaces/{namespace}/{plural}"):
-                item.setdefault("apiVersion", api_version)
-                item.setdefault("kind", kind)
+        for owner in OWNERS:
+            path = f"/apis/{owner.api_version}/namespaces/{namespace}/{owner.plural}"
+            for item in self._list(path):
+                item.setdefault("apiVersion", owner.api_version)
+                item.setdefault("kind", owner.kind)
                 out.append(item)
         return out
 

@@ -10,8 +10,10 @@ kept as it is):
 - zone pin: `nodeSelector[topology.kubernetes.io/zone] = target` (a map: a merge patch adds the key);
   where the template has required nodeAffinity terms, the zone expression goes into EVERY
   `nodeSelectorTerm` (terms are ORed), replacing any zone expression the term had;
-- Kubeflow kinds only: a required `podAffinity` term on the zone key selecting the job's own pods
-  (`training.kubeflow.org/job-name`), appended to the template's existing required terms;
+- training kinds only, where the kind's descriptor lets `spec.affinity` change while suspended
+  (every Kubeflow kind): a required `podAffinity` term on the zone key selecting the job's own
+  pods (its job-name label, `training.kubeflow.org/job-name`), appended to the template's
+  existing required terms;
 - tolerations: when no schedulable node of the target zone that matches the template's other
   nodeSelector keys and its (zone-pinned) required node affinity accepts the template as it is,
   the tolerations for those nodes' NoSchedule and NoExecute taints (read from the nodes) are
@@ -24,15 +26,17 @@ A merge patch replaces arrays whole, so tolerations, nodeSelectorTerms and podAf
 built from the live object and sent complete.
 
 Kubeflow jobs (every kubeflow.org/v1 kind and the v2beta1 MPIJob) get one merge patch of every
-replica template, applied with `runPolicy.suspend` (see `Plan.job_patch`). For the v2beta1
-launcher, mpi-operator re-syncs only nodeSelector and tolerations into its batch Job on resume:
-the zone pin (nodeSelector) is what moves it; its podAffinity and labels apply to new launchers. Generic groups move only
-what is outside the target zone: a Deployment's template is patched (its rollout moves the pods),
-a batch Job (template immutable) is recreated from its live manifest with the patched template,
-server-set fields stripped; Jobs already in the target zone are left alone, except a worker Job
-that finished (failed, e.g. its workers gave up while blocked, or completed) or has no live pod
-left: the gang cannot run without it, so it is recreated too (pinned to the target zone when its
-template is not). `Plan.gang` is how many pods the whole job runs once co-located: what
+replica template (where the kind's descriptor says they are), applied with the descriptor's
+suspend (`runPolicy.suspend`, see `Plan.job_patch`). For the v2beta1 launcher, mpi-operator
+re-syncs only nodeSelector and tolerations into its batch Job on resume: the zone pin
+(nodeSelector) is what moves it; its podAffinity and labels apply to new launchers. Generic
+groups move only what is outside the target zone, each workload as its owner kind's descriptor
+says: a Deployment's template is patched (its rollout moves the pods; a ReplicaSet's pods move
+through its Deployment), a batch Job (template immutable) is recreated from its live manifest
+with the patched template, server-set fields stripped; Jobs already in the target zone are left
+alone, except a worker Job that finished (failed, e.g. its workers gave up while blocked, or
+completed) or has no live pod left: the gang cannot run without it, so it is recreated too
+(pinned to the target zone when its template is not). `Plan.gang` is how many pods the whole job runs once co-located: what
 verification waits for.
 
 Refusals (nothing may be written): the finding is not a remediable split, the job is Kueue-managed
@@ -55,11 +59,20 @@ from typing import Any
 
 import yaml
 
-from agent.model.cluster import ZONE_LABEL, JobKind
+from agent.model.cluster import ZONE_LABEL
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.job import JobRef
 from agent.model.scheduling import required_node_affinity_matches
 from agent.model.verdict import Verdict
+from agent.model.workload import (
+    BATCH_JOB,
+    GangLabels,
+    JobKind,
+    OwnerMove,
+    TemplateLayout,
+    owner_kind,
+    workload,
+)
 from agent.remediation.guard import kueue_reason
 from agent.remediation.room import (
     PodNeed,
@@ -72,11 +85,7 @@ from agent.remediation.room import (
     schedulable,
     tolerates,
 )
-from agent.topology.roles import JOB_ROLE_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-NATIVE_MANAGERS = frozenset({"kubeflow.org/training-operator", "kubeflow.org/mpi-operator"})
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # Labels the batch Job controller adds to a Job's selector and template; a recreated Job gets
 # fresh ones from the server.
@@ -85,22 +94,6 @@ JOB_CONTROLLER_LABELS = frozenset(
 )
 _SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
                     "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class KubeflowKind:
-    plural: str
-    specs_field: str
-
-
-KUBEFLOW: dict[JobKind, KubeflowKind] = {
-    JobKind.PYTORCH: KubeflowKind("pytorchjobs", "pytorchReplicaSpecs"),
-    JobKind.TF: KubeflowKind("tfjobs", "tfReplicaSpecs"),
-    JobKind.MPI: KubeflowKind("mpijobs", "mpiReplicaSpecs"),
-    JobKind.XGBOOST: KubeflowKind("xgboostjobs", "xgbReplicaSpecs"),
-    JobKind.PADDLE: KubeflowKind("paddlejobs", "paddleReplicaSpecs"),
-    JobKind.JAX: KubeflowKind("jaxjobs", "jaxReplicaSpecs"),
-}
 
 
 class TargetAction(StrEnum):
@@ -286,7 +279,7 @@ class Plan:
         (planned, or the originals with `restore`)."""
         (target,) = [t for t in self.targets if t.action is TargetAction.SUSPEND_RESUME]
         patch = target.template_patch(restore=restore)
-        _merge_into(patch, {"spec": {"runPolicy": {"suspend": suspend}}})
+        _merge_into(patch, workload(self.job.kind).suspension.patch(suspend))
         if resource_version is not None:
             patch["metadata"] = {"resourceVersion": resource_version}
         return patch
@@ -584,7 +577,7 @@ def _needs(
 
 
 def _replica_labels(
-    pods: Sequence[Mapping[str, Any]], *, job: str, replica: str
+    pods: Sequence[Mapping[str, Any]], *, job: str, replica: str, gang: GangLabels
 ) -> Callable[[int], Mapping[str, str]]:
     """Labels of the Kubeflow pod `i` of `replica` as its operator sets them: the live pod's
     (found by replica type or job role and index labels, or by its name `<job>-<type>-<i>`),
@@ -593,13 +586,13 @@ def _replica_labels(
     by_index: dict[str, Mapping[str, str]] = {}
     for pod in pods:
         labels: Mapping[str, str] = _meta(pod).get("labels") or {}
-        kind = labels.get(REPLICA_TYPE_LABEL) or labels.get(JOB_ROLE_LABEL)
+        kind = labels.get(gang.replica_type) or (labels.get(gang.job_role) if gang.job_role else None)
         name = str(_meta(pod).get("name"))
         if kind is not None and kind.lower() == rtype:
-            by_index.setdefault(labels.get(REPLICA_INDEX_LABEL, "0"), labels)
+            by_index.setdefault(labels.get(gang.replica_index, "0"), labels)
         elif kind is None and name.startswith(f"{job}-{rtype}-"):
             by_index.setdefault(name.rpartition("-")[2], labels)
-    return lambda i: by_index.get(str(i)) or {JOB_NAME_LABEL: job}
+    return lambda i: by_index.get(str(i)) or {gang.job_name: job}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -662,21 +655,23 @@ def placement(
     return _zone_of_pods(pods, nodes)
 
 
-def guard_reason(job: Mapping[str, Any]) -> str | None:
-    """Why a Kubeflow job must not be suspended/resumed by zonemedic, or None."""
+def guard_reason(job: Mapping[str, Any], kind: JobKind) -> str | None:
+    """Why a training job of `kind` must not be suspended/resumed by zonemedic, or None: its
+    descriptor's Kueue queue label, a `managedBy` naming another controller, a finished
+    condition."""
+    found = workload(kind)
     meta = _meta(job)
-    queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+    queue = (meta.get("labels") or {}).get(found.kueue.queue_label)
     if queue:
         return (f"Kueue-managed (queue {queue}): zonemedic does not toggle suspend; use Kueue "
-                "Topology Aware Scheduling (kueue.x-k8s.io/podset-required-topology)")  # fmt: skip
-    run_policy = (job.get("spec") or {}).get("runPolicy") or {}
-    managed_by = run_policy.get("managedBy")
-    if managed_by and managed_by not in NATIVE_MANAGERS:
+                f"Topology Aware Scheduling ({found.kueue.topology_annotation})")  # fmt: skip
+    managed_by = found.suspension.manager(job)
+    if managed_by and managed_by not in found.suspension.own_managers:
         return (f"managed by {managed_by}: zonemedic does not toggle suspend; use Kueue Topology "
-                "Aware Scheduling (kueue.x-k8s.io/podset-required-topology)")  # fmt: skip
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") in ("Succeeded", "Failed") and cond.get("status") == "True":
-            return f"the job has {cond.get('type').lower()}: a finished job cannot be resumed"
+                f"Aware Scheduling ({found.kueue.topology_annotation})")  # fmt: skip
+    finished = found.conditions.finished_as(job)
+    if finished is not None:
+        return f"the job has {finished.lower()}: a finished job cannot be resumed"
     return None
 
 
@@ -729,24 +724,32 @@ def _plan_kubeflow(
     job = live.job
     if job is None:
         raise _RefusedError(f"{ref.kind} {ref.namespace}/{ref.name} was not found")
-    guard = guard_reason(job)
+    guard = guard_reason(job, ref.kind)
     if guard is not None:
         raise _RefusedError(guard)
-    kind = KUBEFLOW[ref.kind]
-    api_version = str(job.get("apiVersion") or "kubeflow.org/v1")
-    specs = (job.get("spec") or {}).get(kind.specs_field) or {}
+    kind = workload(ref.kind)
+    if kind.templates.layout is not TemplateLayout.REPLICA_SPECS:
+        raise _RefusedError(f"zonemedic cannot plan a {ref.kind}: its pod templates are "
+                            f"{kind.templates.layout.value}, not replica specs")  # fmt: skip
+    api_version = str(job.get("apiVersion") or kind.api_version)
+    field_name = kind.templates.field
+    specs = kind.templates.container(job) or {}
     if not specs:
-        raise _RefusedError(f"the job has no {kind.specs_field}")
+        raise _RefusedError(f"the job has no {field_name}")
     zone_nodes = _zone_nodes(live.nodes, zone)
     relabel = {k: zone for k in mirror_keys}
+    # the job's own pods attract each other on the zone key, where the kind lets the affinity
+    # change while suspended
+    affinity = ((kind.labels.job_name, ref.name) if kind.suspension.may_change("spec.affinity")
+                else None)  # fmt: skip
     changes: list[TemplateChange] = []
     needs: list[PodNeed] = []
     for replica, spec in specs.items():
         template = (spec or {}).get("template") or {}
-        path = ("spec", kind.specs_field, str(replica), "template")
+        path = (*kind.templates.path, str(replica), "template")
         change = _retarget(
             template, replica=str(replica), path=path, zone=zone, zone_nodes=zone_nodes,
-            mirror_keys=mirror_keys, affinity_to=(JOB_NAME_LABEL, ref.name),
+            mirror_keys=mirror_keys, affinity_to=affinity,
         )  # fmt: skip
         if change is not None:
             changes.append(change)
@@ -754,7 +757,8 @@ def _plan_kubeflow(
         needs.extend(_needs(
             f"{ref.name}-{str(replica).lower()}", template, change, count,
             namespace=ref.namespace, relabel=relabel,
-            pod_labels=_replica_labels(live.pods, job=ref.name, replica=str(replica)),
+            pod_labels=_replica_labels(live.pods, job=ref.name, replica=str(replica),
+                                       gang=kind.labels),
         ))  # fmt: skip
     replaced = frozenset(_pod_key(p) for p in live.pods)
     _room(needs, live, zone=zone, replaced=replaced)
@@ -805,16 +809,13 @@ def recreatable_job(job: Mapping[str, Any]) -> dict[str, Any]:
         tmeta["labels"] = {
             k: v for k, v in tmeta["labels"].items() if k not in JOB_CONTROLLER_LABELS
         }
-    return {"apiVersion": job.get("apiVersion") or "batch/v1", "kind": "Job",
+    return {"apiVersion": job.get("apiVersion") or BATCH_JOB.api_version, "kind": BATCH_JOB.kind,
             "metadata": new_meta, "spec": spec}  # fmt: skip
 
 
 def job_finished(job: Mapping[str, Any]) -> bool:
     """A batch Job whose Complete or Failed condition is True."""
-    return any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or []
-    )
+    return BATCH_JOB.conditions.finished_as(job) is not None
 
 
 def _job_pods_to_create(job: Mapping[str, Any]) -> int:
@@ -835,15 +836,35 @@ def _restarted_jobs(
     out: set[str] = set()
     for pod in live.finished_pods:
         owner = _controller(pod)
-        if owner is None or owner.get("kind") != "Job":
+        if owner is None or owner.get("kind") != BATCH_JOB.kind:
             continue
         name = str(owner.get("name"))
-        job = by_kind_name.get(("Job", name))
+        job = by_kind_name.get((BATCH_JOB.kind, name))
         if job is None or _meta(job).get("uid") != owner.get("uid"):
             continue  # the Job of that pod is gone (or another one took its name)
-        if job_finished(job) or ("Job", name) not in live_owners:
+        if job_finished(job) or (BATCH_JOB.kind, name) not in live_owners:
             out.add(name)
     return sorted(out)
+
+
+def _moved_owner(
+    owner: Mapping[str, Any] | None, by_kind_name: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> tuple[str, str] | None:
+    """The (kind, name) of the workload that moves a pod whose controller is `owner`: the
+    controller itself when it rolls out or is recreated (a Deployment, a batch Job), the
+    controller's own controller when it moves through it (a ReplicaSet's Deployment); None when
+    no owner kind moves it."""
+    kind = owner_kind(str(owner.get("kind"))) if owner is not None else None
+    if owner is None or kind is None:
+        return None
+    if kind.move is not OwnerMove.THROUGH_OWNER:
+        return kind.kind, str(owner.get("name"))
+    obj = by_kind_name.get((kind.kind, str(owner.get("name"))))
+    parent = _controller(obj) if obj is not None else None
+    through = owner_kind(kind.through or "")
+    if parent is None or through is None or parent.get("kind") != through.kind:
+        return None
+    return through.kind, str(parent.get("name"))
 
 
 def _mislabelled(pod: Mapping[str, Any], mirror_keys: Sequence[str], zone: str) -> bool:
@@ -868,15 +889,7 @@ def _plan_group(
         name = str(_meta(pod).get("name"))
         if name not in zones:
             continue  # finished
-        owner = _controller(pod)
-        top: tuple[str, str] | None = None
-        if owner is not None and owner.get("kind") == "ReplicaSet":
-            rs = by_kind_name.get(("ReplicaSet", str(owner.get("name"))))
-            parent = _controller(rs) if rs is not None else None
-            if parent is not None and parent.get("kind") == "Deployment":
-                top = ("Deployment", str(parent.get("name")))
-        elif owner is not None and owner.get("kind") == "Job":
-            top = ("Job", str(owner.get("name")))
+        top = _moved_owner(_controller(pod), by_kind_name)
         if top is None:
             if zones[name] == zone:
                 continue
@@ -893,7 +906,7 @@ def _plan_group(
     needs: list[PodNeed] = []
     replaced: set[tuple[str, str]] = set()
     gang = len(zones)
-    for kind, name in sorted({*moving, *(("Job", n) for n in restarted)}):
+    for kind, name in sorted({*moving, *((BATCH_JOB.kind, n) for n in restarted)}):
         obj = by_kind_name.get((kind, name))
         if obj is None:
             raise _RefusedError(f"{kind} {ref.namespace}/{name} was not found")
@@ -912,7 +925,9 @@ def _plan_group(
                 f"{kind} {name} already pins zone {zone} but has pods outside it"
             )
         meta = _meta(obj)
-        if kind == "Deployment":
+        owner = owner_kind(kind)
+        assert owner is not None, "a kind `_moved_owner` returned"
+        if owner.move is OwnerMove.ROLLOUT:
             count = int((obj.get("spec") or {}).get("replicas", 1) or 0)
             owned = pods_of[(kind, name)]
             action = TargetAction.ROLLOUT
@@ -930,7 +945,7 @@ def _plan_group(
         targets.append(
             Target(
                 action=action, api_version=str(obj.get("apiVersion")), kind=kind,
-                plural="deployments" if kind == "Deployment" else "jobs",
+                plural=owner.plural,
                 namespace=ref.namespace, name=name, uid=meta.get("uid"),
                 resource_version=meta.get("resourceVersion"),
                 changes=(change,) if change is not None else (),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from agent.errors import UnavailableError
+from agent.model.job import JobRef
 from agent.sources.alertmanager import (
     Alert,
     Deduper,
@@ -36,7 +37,6 @@ from agent.sources.alertmanager import (
     resolve_jobs,
     target_of,
 )
-from agent.sources.jobkey import JobKey
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,10 @@ class AlertReceiver:
     def __init__(
         self,
         *,
-        jobs_named: Callable[[str, str], list[JobKey]],
-        job_of_pod: Callable[[str, str], JobKey | None],
+        jobs_named: Callable[[str, str], list[JobRef]],
+        job_of_pod: Callable[[str, str], JobRef | None],
         ready: Callable[[], bool],
-        on_alert: Callable[[Alert, list[JobKey]], bool],
+        on_alert: Callable[[Alert, list[JobRef]], bool],
         on_outcome: Callable[[str], None] = lambda outcome: None,
         capacity: int = 10_000,
         wait: float = 5.0,

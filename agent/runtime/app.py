@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from agent.errors import UnavailableError
+from agent.model.job import JobRef
 from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
@@ -52,7 +53,6 @@ from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.cache import Change
-from agent.sources.jobkey import JobKey
 from agent.sources.packetdrops import DropEventReader, PacketDrop
 from agent.sources.resources import PACKET_DROP_EVENTS
 
@@ -66,7 +66,7 @@ class Pipeline(Protocol):
         """Diagnose and record a batch; returns what to look at again after the debounce."""
         ...
 
-    def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None: ...
+    def handle_alert(self, alert: Alert, jobs: list[JobRef]) -> None: ...
 
     def sweep(self, playbook: Playbook | None) -> dict[str, Any]: ...
 
@@ -201,7 +201,7 @@ class Agent:
         if again is not None and not self._stopped.is_set():
             self.detector.submit(again)  # not urgent: it waits for the debounce window
 
-    def _on_alert(self, alert: Alert, jobs: list[JobKey]) -> bool:
+    def _on_alert(self, alert: Alert, jobs: list[JobRef]) -> bool:
         if self._stopped.is_set():
             return False
         self.pipeline.handle_alert(alert, jobs)

@@ -43,7 +43,6 @@ from agent.remediation.approvers import Authority
 from agent.remediation.decision import DecisionReason, DecisionRequest, decide
 from agent.runtime.root import Parts
 from agent.settings import Settings, SlackMode
-from agent.sources.jobkey import JobKey
 from agent.store.repository import IncidentStore
 
 log = logging.getLogger(__name__)
@@ -139,7 +138,8 @@ def prometheus_series(parts: Parts, clock: Clock) -> SeriesSource | None:
 
     def series(incident: IncidentSummary) -> tuple[list[tuple[float, float]], float | None] | None:
         report = prometheus.fetch(clock())
-        found = report.for_job(JobKey(incident.kind, incident.namespace, incident.name))
+        ref = incident.job_ref
+        found = report.for_job(ref) if ref is not None else None
         if found is None or len(found.samples) < 2:
             return None
         return list(found.samples), found.baseline

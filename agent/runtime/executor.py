@@ -34,11 +34,12 @@ from typing import Any, Protocol
 
 from agent.errors import UnavailableError
 from agent.model.incident import IncidentSummary
+from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, ResumeAction, is_terminal
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
 from agent.runtime.root import Parts
 from agent.settings import RemediationSettings
-from agent.sources.jobkey import JobKey
+from agent.sources.cache import ClusterCache
 from agent.store.budget import remediations_started
 from agent.store.repository import IncidentStore
 
@@ -48,7 +49,6 @@ ACTOR = "zonemedic"
 S = IncidentStatus
 _IN_FLIGHT = frozenset({S.REMEDIATING, S.VERIFYING})
 _RESUME = frozenset({ResumeAction.REAPPLY_AND_VERIFY, ResumeAction.VERIFY})
-KUBEFLOW_VERSIONS = ("v1", "v2beta1")
 
 
 class Remediator(Protocol):
@@ -60,20 +60,10 @@ class Remediator(Protocol):
     def run(self, incident_id: int) -> IncidentStatus: ...
 
 
-def job_of(incident: IncidentSummary) -> JobKey:
-    return JobKey(incident.kind, incident.namespace, incident.name)
-
-
-def cached_objects(cache: Any, job: JobKey) -> list[Mapping[str, Any]]:
-    """The job's own Kubeflow object (when cached) and its live pods, from the watch cache."""
-    objects: list[Mapping[str, Any]] = []
-    for version in KUBEFLOW_VERSIONS:
-        obj = cache.get(f"{job.kind.lower()}s.{version}.kubeflow.org", job.namespace, job.name)
-        if obj is not None:
-            objects.append(obj)
-            break
-    objects.extend(cache.pods_of_job(job))
-    return objects
+def cached_objects(cache: ClusterCache, job: JobRef) -> list[Mapping[str, Any]]:
+    """The job's own object (when cached) and its live pods, from the watch cache."""
+    obj = cache.job_object(job)
+    return [*([obj] if obj is not None else []), *cache.pods_of_job(job)]
 
 
 class RemediationExecutor:
@@ -85,7 +75,7 @@ class RemediationExecutor:
         cluster: str,
         settings: RemediationSettings,
         protected_namespaces: Collection[str],
-        objects_of: Callable[[JobKey], Sequence[Mapping[str, Any]]],
+        objects_of: Callable[[JobRef], Sequence[Mapping[str, Any]]],
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -118,7 +108,7 @@ class RemediationExecutor:
         for incident, action in ready:
             if action in _RESUME:
                 return self._run(incident, resumed=True)
-        busy = {job_of(i) for i, _ in pending if i.status in _IN_FLIGHT}
+        busy = {(i.kind, i.namespace, i.name) for i, _ in pending if i.status in _IN_FLIGHT}
         started: int | None = None
         for incident, action in ready:
             if action is not ResumeAction.START_REMEDIATION:
@@ -127,13 +117,13 @@ class RemediationExecutor:
                 started = remediations_started(
                     self.store, cluster=self.cluster, since=self.now() - timedelta(hours=1)
                 )
-            job = job_of(incident)
+            job = incident.job_ref
             clearance = clear(
                 GuardInput(
                     namespace=incident.namespace,
                     job=f"{incident.kind} {incident.namespace}/{incident.name}",
-                    objects=self.objects_of(job),
-                    busy=job in busy,
+                    objects=self.objects_of(job) if job is not None else [],
+                    busy=(incident.kind, incident.namespace, incident.name) in busy,
                     started_last_hour=started,
                 ),
                 protected_namespaces=self.protected,

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from agent.model.cluster import ClusterState, JobKind, Node, Pod
+from agent.model.cluster import ClusterState, Node, Pod
 from agent.policy import Policy, PolicySet
 from agent.policy.dataplane import DataplaneEvidence, dataplane_for
 from agent.policy.reading import read_policy, unreadable_warning
@@ -55,7 +55,6 @@ from agent.topology.facts import ClusterFacts, FactsIndex
 log = logging.getLogger(__name__)
 
 FREEZE_AT = 20_000  # objects: a bulk load this large freezes what it built (see above)
-_JOB_KINDS = {k.value: k for k in JobKind if k is not JobKind.GROUP}
 Slot = tuple[str, ObjKey]  # (resource name, object key)
 
 
@@ -107,8 +106,8 @@ class ModelMirror:
             return read_policy
         if role is Role.DATAPLANE:
             return _config_data
-        if role is Role.JOB:
-            kind = _JOB_KINDS[resource.kind]
+        if role is Role.JOB and resource.job_kind is not None:
+            kind = resource.job_kind
             return lambda item: parse_training_job(item, kind)
         return lambda item: parse_owned_object(item, resource.kind)
 

@@ -83,7 +83,7 @@ from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.diagnosis.egress import EgressIndex, job_ends
 from agent.diagnosis.waste import EgressBasis, estimate_waste, idle_gpu_hours_per_day
 from agent.errors import UnavailableError
-from agent.model.cluster import ClusterState, JobKind
+from agent.model.cluster import ClusterState
 from agent.model.egress import MeasuredEgress
 from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
@@ -98,6 +98,7 @@ from agent.model.lifecycle import (
     verdict_class,
 )
 from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
 from agent.playbook.matching import Event, trigger_for_verdict
 from agent.playbook.model import Playbook, TriggerKind
 from agent.runtime.approvals import ApprovalRequests
@@ -109,7 +110,6 @@ from agent.runtime.previews import PlanPreviews, Preview, wanted
 from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
-from agent.sources.jobkey import JobKey
 from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
 from agent.store.probe import write_blocker
@@ -144,29 +144,16 @@ class StoreWork(StrEnum):
     METRICS = "metrics"
 
 
-def job_key(finding: Finding) -> JobKey:
-    return JobKey(str(finding.job.kind), finding.job.namespace, finding.job.name)
-
-
-def in_scope(key: JobKey, change: Change) -> bool:
+def in_scope(key: JobRef, change: Change) -> bool:
     return change.everything or key in change.jobs or key.namespace in change.namespaces
 
 
 def job_scope(change: Change) -> JobScope:
-    """The jobs a (not cluster-wide) change affects, as the core's scope. A job key of a kind the
-    core does not know cannot have a finding; it still widens the scope to its namespace so that
-    the batch's `close_job` sees it gone only if it really is."""
-    refs: set[JobRef] = set()
-    namespaces = set(change.namespaces)
-    for key in change.jobs:
-        try:
-            refs.add(JobRef(JobKind(key.kind), key.namespace, key.name))
-        except ValueError:
-            namespaces.add(key.namespace)
-    return JobScope(jobs=frozenset(refs), namespaces=frozenset(namespaces))
+    """The jobs a (not cluster-wide) change affects, as the core's scope."""
+    return JobScope(jobs=change.jobs, namespaces=change.namespaces)
 
 
-def metrics_evidence(report: MetricsReport | None, key: JobKey) -> dict[str, Any]:
+def metrics_evidence(report: MetricsReport | None, key: JobRef) -> dict[str, Any]:
     """What a finding says about utilization: numbers, or why there are none."""
     if report is None:
         return {"status": f"{UNAVAILABLE}: not fetched yet"}
@@ -205,17 +192,17 @@ class AgentPipeline:
         self.monotonic = monotonic
         self._lock = threading.RLock()
         self.report: MetricsReport | None = None
-        self._evidence_recorded: set[JobKey] = set()
+        self._evidence_recorded: set[JobRef] = set()
         self.mirror = ModelMirror(parts.cache, settings=parts.settings.diagnosis)
         self.mirror_keys: tuple[str, ...] = ()  # of the last diagnosis
         self._state: ClusterState | None = None  # of the last diagnosis
         self._facts: ClusterFacts | None = None  # of the last diagnosis
         self._jobs_in: dict[str, dict[JobRef, Job]] = {}  # of `_state`, by namespace, as asked
         self.egress: EgressIndex | None = None  # the last answer of the egress meter
-        self._egress_shown: dict[JobKey, tuple[EgressBasis, float | None]] = {}  # as recorded
+        self._egress_shown: dict[JobRef, tuple[EgressBasis, float | None]] = {}  # as recorded
         # Cilium's drop messages waiting for their job's open incident, and those written lately
-        self._pending_drops: dict[JobKey, dict[tuple[str, str], PacketDrop]] = {}
-        self._written_drops: dict[tuple[JobKey, str, str], None] = {}
+        self._pending_drops: dict[JobRef, dict[tuple[str, str], PacketDrop]] = {}
+        self._written_drops: dict[tuple[JobRef, str, str], None] = {}
         self.previews = (
             PlanPreviews(parts.api, store, now=now)
             if store is not None and parts.settings.remediation.preview
@@ -226,11 +213,11 @@ class AgentPipeline:
         self.follower_batches = 0  # detector batches left to the leader
         self._failed_work: set[tuple[StoreWork, Hashable]] = set()  # work whose writes failed
         # a cluster-wide batch's one read of the open incidents, by job (None: query per job)
-        self._open_now: dict[JobKey, list[IncidentSummary]] | None = None
+        self._open_now: dict[JobRef, list[IncidentSummary]] | None = None
         # what changed last while this replica followed (most recent last): a new term's first
         # split jobs some zone would fix, none of which has room (most recent last)
-        self._waiting_room: dict[JobKey, None] = {}
-        self._followed_jobs: dict[JobKey, None] = {}
+        self._waiting_room: dict[JobRef, None] = {}
+        self._followed_jobs: dict[JobRef, None] = {}
         self._followed_namespaces: dict[str, None] = {}
         self.actions = PlaybookActions(
             playbooks=parts.playbooks,
@@ -297,7 +284,7 @@ class AgentPipeline:
             change = self._with_waiting_for_room(change)
             with self._store_work(StoreWork.DETECTOR):
                 self.actions.retry_unfired()
-                done: set[JobKey] = set()
+                done: set[JobRef] = set()
                 if change.everything:
                     self._open_now = self._open_by_job()
                 try:
@@ -305,8 +292,8 @@ class AgentPipeline:
                         done = self._record_followed(first_seen)
                     findings = self.diagnose(None if change.everything else job_scope(change))
                     scoped = [f for f in findings
-                              if in_scope(job_key(f), change) and job_key(f) not in done]
-                    present = {job_key(f) for f in findings}
+                              if in_scope(f.job, change) and f.job not in done]
+                    present = {f.job for f in findings}
                     if self._open_now is not None:
                         scoped.sort(key=self._recording_order)
                     self._record_settled(scoped, first_seen=first_seen)
@@ -324,11 +311,11 @@ class AgentPipeline:
         """Record the findings no zone-mirroring label still to come can change; the others
         wait for their pods' label or phase updates (`ClusterCache.await_labels`). How many new
         incidents were opened."""
-        unsettled: set[JobKey] = set()
-        settled: list[JobKey] = []
+        unsettled: set[JobRef] = set()
+        settled: list[JobRef] = []
         opened = 0
         for finding in findings:
-            key = job_key(finding)
+            key = finding.job
             if finding.awaiting_labels:
                 unsettled.add(key)
                 continue
@@ -344,14 +331,14 @@ class AgentPipeline:
         # look once more, now that it does
         again = Change(jobs=frozenset(unsettled), reasons=("zone labels",))
         for finding in self.diagnose(job_scope(again)):
-            key = job_key(finding)
+            key = finding.job
             if key in unsettled and not finding.awaiting_labels:
                 outcome = self.record(finding, first_seen=first_seen)
                 opened += 1 if (outcome is not None and outcome.new) else 0
                 cache.labels_settled([key])
         return opened
 
-    def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
+    def handle_alert(self, alert: Alert, jobs: list[JobRef]) -> None:
         """Record an alert for its jobs (or resolve their alert incidents). The store calls are
         bounded by `http.database_timeout` (a webhook request waits on them); `UnavailableError`
         when the store refuses, so the webhook answers 503 and Alertmanager re-sends."""
@@ -361,14 +348,14 @@ class AgentPipeline:
                 self._record_alert(alert, jobs)
             self._refresh_gauge_quietly()
 
-    def _record_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
+    def _record_alert(self, alert: Alert, jobs: list[JobRef]) -> None:
         now = self.now()
         for key in jobs:
             if alert.status is AlertStatus.RESOLVED:
                 self.resolve(key, {VerdictClass.ALERT}, reason=f"alert {alert.name} resolved")
                 continue
             diagnosis = {
-                "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name},
+                "job": {"kind": key.kind.value, "namespace": key.namespace, "name": key.name},
                 "verdict": Verdict.ALERT.value,
                 "alert": {
                     "name": alert.name,
@@ -421,7 +408,7 @@ class AgentPipeline:
         with self._lock:
             self.actions.retry_unfired()
             findings = self.diagnose()
-            present = {job_key(f) for f in findings}
+            present = {f.job for f in findings}
             opened = self._record_settled(findings, first_seen=None)
             closed = self._reconcile(present)
             purged = 0
@@ -497,7 +484,7 @@ class AgentPipeline:
         self.diagnosed_last = len(result.findings)
         return result.findings
 
-    def _evidence(self, key: JobKey) -> dict[str, Any]:
+    def _evidence(self, key: JobRef) -> dict[str, Any]:
         if self.parts.prometheus is None:
             return {"status": "metrics not configured (prometheus.url is null)"}
         return metrics_evidence(self.report, key)
@@ -513,7 +500,7 @@ class AgentPipeline:
                       reasons=(*change.reasons, f"{len(waiting)} job(s) waiting for room"),
                       gang_complete=change.gang_complete, capacity=True)  # fmt: skip
 
-    def _wait_for_room(self, key: JobKey, finding: Finding | None) -> None:
+    def _wait_for_room(self, key: JobRef, finding: Finding | None) -> None:
         """Remember (or forget) the job as waiting for room: a split some zone would fix, none
         of which has room now (re-diagnosed when capacity changes, not at the next resync)."""
         if finding is not None and finding.awaits_room:
@@ -524,7 +511,7 @@ class AgentPipeline:
             self._waiting_room.pop(key, None)
 
     def record(self, finding: Finding, *, first_seen: float | None) -> Any:
-        key = job_key(finding)
+        key = finding.job
         self.parts.metrics.findings.labels(verdict=str(finding.verdict)).inc()
         if finding.verdict is Verdict.PENDING:
             return None
@@ -597,7 +584,7 @@ class AgentPipeline:
         one is open, when the job has none yet; only the leader writes, a follower keeps them for
         when it leads); returns the jobs to re-diagnose (a pod of no job: its namespace, where
         generic groups live). A database refusing the writes keeps the messages for later."""
-        jobs: set[JobKey] = set()
+        jobs: set[JobRef] = set()
         namespaces: set[str] = set()
         reasons: list[str] = []
         counter = self.parts.metrics.packet_drops
@@ -622,7 +609,7 @@ class AgentPipeline:
         return Change(jobs=frozenset(jobs), namespaces=frozenset(namespaces),
                       reasons=tuple(reasons))  # fmt: skip
 
-    def _job_of_pod(self, namespace: str, pod: str) -> JobKey | None:
+    def _job_of_pod(self, namespace: str, pod: str) -> JobRef | None:
         """The job of a pod: the cache's Kubeflow job, else the generic group of the last
         diagnosis that holds it."""
         found = self.parts.cache.job_of_pod(namespace, pod)
@@ -630,10 +617,10 @@ class AgentPipeline:
             return found
         for ref, job in self._jobs_of(namespace).items():
             if ref.kind is JobKind.GROUP and any(p.name == pod for p in job.pods):
-                return JobKey(str(ref.kind), ref.namespace, ref.name)
+                return ref
         return None
 
-    def _keep_drop(self, key: JobKey, drop: PacketDrop) -> None:
+    def _keep_drop(self, key: JobRef, drop: PacketDrop) -> None:
         pending = self._pending_drops.get(key)
         if pending is None:
             if len(self._pending_drops) >= MAX_PENDING_DROP_JOBS:
@@ -643,7 +630,7 @@ class AgentPipeline:
             del pending[next(iter(pending))]
         pending[(drop.where, drop.message)] = drop
 
-    def _flush_drops(self, keys: Iterable[JobKey]) -> None:
+    def _flush_drops(self, keys: Iterable[JobRef]) -> None:
         """Write the kept drop messages of these jobs into their open topology incidents."""
         if self.store is None or not self.parts.is_leader():
             return
@@ -724,17 +711,16 @@ class AgentPipeline:
             self.egress = EgressIndex(report)
             moved = {key for key, shown in sorted(self._egress_shown.items())
                      if self._measured_now(key) != (shown[0] is EgressBasis.MEASURED)}  # fmt: skip
-            refs = frozenset(ref for ref in map(_job_ref, moved) if ref is not None)
+            refs = frozenset(moved)
             if not refs:
                 return
-            found = [f for f in self.diagnose(JobScope(jobs=refs)) if job_key(f) in moved]
+            found = [f for f in self.diagnose(JobScope(jobs=refs)) if f.job in moved]
             self._record_settled(found, first_seen=None)
 
-    def _measured_now(self, key: JobKey) -> bool:
-        ref = _job_ref(key)
-        return ref is not None and self._measured(ref)[0] is not None
+    def _measured_now(self, key: JobRef) -> bool:
+        return self._measured(key)[0] is not None
 
-    def _show_egress(self, key: JobKey, waste: dict[str, Any], *, incident: int, new: bool) -> None:
+    def _show_egress(self, key: JobRef, waste: dict[str, Any], *, incident: int, new: bool) -> None:
         """Set the job's gauges, and add a timeline event when the figure moved from the one last
         shown (a change of basis, or beyond `EGRESS_MOVE_SHARE`): a `redetected` event of the
         agent's own (never folded into the detector's), after which its chat message is
@@ -757,7 +743,7 @@ class AgentPipeline:
                                  }})  # fmt: skip
 
     def _egress_gauges(
-        self, key: JobKey, source: EgressBasis, usd: float | None, gb: Any,
+        self, key: JobRef, source: EgressBasis, usd: float | None, gb: Any,
         before: tuple[EgressBasis, float | None] | None,
     ) -> None:  # fmt: skip
         labels = {"namespace": key.namespace, "kind": key.kind, "job": key.name}
@@ -772,7 +758,7 @@ class AgentPipeline:
         per_second = float(gb) * 1e9 / 86_400 if isinstance(gb, int | float) else 0.0
         metrics.job_cross_zone_bytes.labels(**labels, source=source.value).set(per_second)
 
-    def _forget_egress(self, key: JobKey) -> None:
+    def _forget_egress(self, key: JobRef) -> None:
         before = self._egress_shown.pop(key, None)
         if before is not None:
             for gauge in (self.parts.metrics.job_cross_zone_bytes,
@@ -799,7 +785,7 @@ class AgentPipeline:
             return self._preview(finding)
         return self.previews.refusal(finding)
 
-    def _samples(self, key: JobKey) -> tuple[tuple[float, float], ...]:
+    def _samples(self, key: JobRef) -> tuple[tuple[float, float], ...]:
         """The job's utilization samples in the last metrics report (the store reads the
         incident's "utilization before" from those taken while it is open)."""
         if self.report is None or not self.report.available:
@@ -812,7 +798,7 @@ class AgentPipeline:
         document: dict[str, Any],
         *,
         detected_at: datetime,
-        key: JobKey,
+        key: JobRef,
         gpus: int | None = None,
         samples: tuple[tuple[float, float], ...] = (),
     ) -> Any:
@@ -853,7 +839,7 @@ class AgentPipeline:
         _keep_latest(self._followed_jobs, change.jobs)
         _keep_latest(self._followed_namespaces, change.namespaces)
 
-    def _record_followed(self, first_seen: float) -> set[JobKey]:
+    def _record_followed(self, first_seen: float) -> set[JobRef]:
         """At a cluster-wide batch (a new term, or the start-up), record the jobs of the changes
         this replica saw last while it followed, before the diagnosis of every job (a split that
         appeared during the hand-over is recorded at once). The jobs recorded."""
@@ -863,13 +849,13 @@ class AgentPipeline:
                         namespaces=frozenset(self._followed_namespaces))
         self._followed_jobs.clear()
         self._followed_namespaces.clear()
-        found = [f for f in self.diagnose(job_scope(recent)) if in_scope(job_key(f), recent)]
+        found = [f for f in self.diagnose(job_scope(recent)) if in_scope(f.job, recent)]
         if self._open_now is not None:
             found.sort(key=self._recording_order)
         self._record_settled(found, first_seen=first_seen)
-        return {job_key(f) for f in found}
+        return {f.job for f in found}
 
-    def _open_by_job(self) -> dict[JobKey, list[IncidentSummary]] | None:
+    def _open_by_job(self) -> dict[JobRef, list[IncidentSummary]] | None:
         """The cluster's open incidents by job, in one query; None when there are too many for
         one listing (the batch then asks per job)."""
         if self.store is None:
@@ -880,9 +866,11 @@ class AgentPipeline:
         )
         if len(listing.incidents) + len(listing.problems) >= limit:
             return None
-        out: dict[JobKey, list[IncidentSummary]] = {}
+        out: dict[JobRef, list[IncidentSummary]] = {}
         for incident in listing.incidents:
-            out.setdefault(JobKey(incident.kind, incident.namespace, incident.name), []).append(incident)
+            ref = incident.job_ref
+            if ref is not None:
+                out.setdefault(ref, []).append(incident)
         return out
 
     def _recording_order(self, finding: Finding) -> int:
@@ -892,9 +880,9 @@ class AgentPipeline:
             verdict_class(finding.verdict)
         except LifecycleError:  # healthy, pending
             return 2
-        return 1 if (self._open_now or {}).get(job_key(finding)) else 0
+        return 1 if (self._open_now or {}).get(finding.job) else 0
 
-    def _open_incidents(self, key: JobKey) -> list[IncidentSummary]:
+    def _open_incidents(self, key: JobRef) -> list[IncidentSummary]:
         """The job's open incidents: from the cluster-wide batch's one read while it records
         (writes by then are conditional on the status read, so a stale entry changes nothing),
         else one query."""
@@ -915,7 +903,7 @@ class AgentPipeline:
 
     def resolve(
         self,
-        key: JobKey,
+        key: JobRef,
         classes: set[VerdictClass],
         *,
         reason: str,
@@ -939,7 +927,7 @@ class AgentPipeline:
             closed += 1 if result.applied else 0
         return closed
 
-    def close_job(self, key: JobKey, *, reason: str) -> int:
+    def close_job(self, key: JobRef, *, reason: str) -> int:
         """Supersede the open incidents of a job that is gone (no live pods). A Kubeflow job
         whose object is still there and not finished is not gone (suspended by hand or queued,
         resumed and its pods not created yet, restarting its gang): its incident stays open, and
@@ -956,7 +944,7 @@ class AgentPipeline:
             to=IncidentStatus.SUPERSEDED,
         )
 
-    def _reconcile(self, present: set[JobKey]) -> int:
+    def _reconcile(self, present: set[JobRef]) -> int:
         """Open incidents of jobs no longer found: superseded (the job is gone or finished)."""
         if self.store is None:
             return 0
@@ -965,9 +953,7 @@ class AgentPipeline:
         )
         closed = 0
         gone = {
-            JobKey(i.kind, i.namespace, i.name)
-            for i in listing.incidents
-            if JobKey(i.kind, i.namespace, i.name) not in present
+            ref for i in listing.incidents if (ref := i.job_ref) is not None and ref not in present
         }
         for key in sorted(gone):
             closed += self.close_job(key, reason="the job has no live pods")
@@ -975,12 +961,12 @@ class AgentPipeline:
 
     # -- metrics -------------------------------------------------------------------------------
 
-    def _drop(self, key: JobKey, metrics: JobMetrics, report: MetricsReport) -> None:
+    def _drop(self, key: JobRef, metrics: JobMetrics, report: MetricsReport) -> None:
         if not metrics.drop.dropped:
             self.resolve(key, {VerdictClass.GPU_UTILIZATION_DROP}, reason="utilization recovered")
             return
         document = {
-            "job": {"kind": key.kind, "namespace": key.namespace, "name": key.name, "uid": self.parts.cache.job_uid(key)},
+            "job": {"kind": key.kind.value, "namespace": key.namespace, "name": key.name, "uid": self.parts.cache.job_uid(key)},
             "verdict": Verdict.GPU_UTILIZATION_DROP.value,
             "metrics": metrics_evidence(report, key),
         }
@@ -992,7 +978,7 @@ class AgentPipeline:
                 document,
             )
 
-    def _attach_evidence(self, key: JobKey) -> None:
+    def _attach_evidence(self, key: JobRef) -> None:
         if self.store is None or self.report is None:
             return
         for incident in self._open_incidents(key):
@@ -1037,13 +1023,6 @@ def _topology(verdict: Verdict) -> bool:
         return verdict_class(verdict) in TOPOLOGY_CLASSES
     except LifecycleError:
         return False
-
-
-def _job_ref(key: JobKey) -> JobRef | None:
-    try:
-        return JobRef(JobKind(key.kind), key.namespace, key.name)
-    except ValueError:
-        return None
 
 
 def egress_moved(

@@ -36,9 +36,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent.errors import UnavailableError, ZonemedicError
-from agent.model.cluster import JobKind
 from agent.model.incident import IncidentQuery, IncidentSummary
+from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, MessageKind, to_jsonable
+from agent.model.workload import JobKind
 from agent.playbook.matching import (
     NOT_POSTED,
     Event,
@@ -52,7 +53,6 @@ from agent.remediation.approval import ApprovalStepKind
 from agent.runtime.approvals import ApprovalRequests
 from agent.runtime.previews import PlanPreviews, Preview
 from agent.sources.cache import ClusterCache
-from agent.sources.jobkey import JobKey
 from agent.store.repository import IncidentStore
 
 log = logging.getLogger(__name__)
@@ -88,11 +88,11 @@ class PlaybookActions:
         # incident id -> a firing not (fully) queued yet, retried by `retry_unfired`
         self._unfired: dict[int, tuple[Event, IncidentSummary, Mapping[str, Any], Preview | None]] = {}
 
-    def subject(self, key: JobKey, verdict: str, gpus: int | None = None) -> Subject:
+    def subject(self, key: JobRef, verdict: str, gpus: int | None = None) -> Subject:
         """What playbook conditions match on; `gpus` defaults to what the job's live pods request."""
         return Subject(
             namespace=key.namespace,
-            kind=key.kind,
+            kind=key.kind.value,
             labels=self.cache.job_labels(key),
             gpus=self.cache.job_gpus(key) if gpus is None else gpus,
             verdict=verdict,
@@ -198,7 +198,9 @@ class PlaybookActions:
             trigger = trigger_for_verdict(incident.verdict.value)
             if trigger is None:
                 continue
-            key = JobKey(incident.kind, incident.namespace, incident.name)
+            key = incident.job_ref
+            if key is None:
+                continue
             reason = unposted_reason(
                 self.playbooks,
                 Event(trigger, self.subject(key, incident.verdict.value, incident.gpus)),

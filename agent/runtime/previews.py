@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent.model.cluster import JobKind
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.incident import IncidentSummary
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
 from agent.model.proposal import latest_preview
+from agent.model.workload import JobKind
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Refusal, plan_remediation
 from agent.remediation.preview import PreviewAction, preview_action

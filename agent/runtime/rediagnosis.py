@@ -3,7 +3,8 @@
 Who calls it: the composition root hands `ApiRediagnosis(api, settings.diagnosis)` to
 `agent.remediation.execute.Remediator` as its `diagnose` callable; tests and the benchmark do the
 same. One call lists what the job's verdict depends on -- every node, the job's namespace (object,
-pods, training jobs, Deployments/ReplicaSets/batch Jobs, CiliumNetworkPolicies, NetworkPolicies)
+pods, the training jobs and owner kinds of the workload table at each version they are served
+as: Deployments/ReplicaSets/batch Jobs, CiliumNetworkPolicies, NetworkPolicies)
 and the CiliumClusterwideNetworkPolicies -- parses it with the snapshot parsers and runs the core's
 scoped diagnosis. It reads the API directly rather than the watch cache so that a remediation
 judges what the server says now. Zone-mirroring labels in `auto` mode are detected over the
@@ -24,8 +25,9 @@ from typing import Any
 import orjson
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
-from agent.model.cluster import ClusterState, JobKind
+from agent.model.cluster import ClusterState
 from agent.model.job import JobRef
+from agent.model.workload import OWNERS, WORKLOADS, JobKind
 from agent.policy.dataplane import CILIUM_CONFIG, CILIUM_CONFIG_NAMESPACE
 from agent.remediation.observe import Rediagnosis
 from agent.settings import DiagnosisSettings, GroupSpec
@@ -35,16 +37,8 @@ from agent.topology.jobs import find_jobs
 
 _NAMESPACED = (
     ("v1", "pods", "Pod"),
-    ("kubeflow.org/v1", "pytorchjobs", "PyTorchJob"),
-    ("kubeflow.org/v1", "tfjobs", "TFJob"),
-    ("kubeflow.org/v1", "mpijobs", "MPIJob"),
-    ("kubeflow.org/v2beta1", "mpijobs", "MPIJob"),
-    ("kubeflow.org/v1", "xgboostjobs", "XGBoostJob"),
-    ("kubeflow.org/v1", "paddlejobs", "PaddleJob"),
-    ("kubeflow.org/v1", "jaxjobs", "JAXJob"),
-    ("apps/v1", "deployments", "Deployment"),
-    ("apps/v1", "replicasets", "ReplicaSet"),
-    ("batch/v1", "jobs", "Job"),
+    *((api_version, w.plural, w.kind.value) for w in WORKLOADS for api_version in w.api_versions),
+    *((o.api_version, o.plural, o.kind) for o in OWNERS),
     ("cilium.io/v2", "ciliumnetworkpolicies", "CiliumNetworkPolicy"),
     ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy"),
 )

@@ -1,15 +1,16 @@
 """Turn the bytes of one or more snapshot files into a `Snapshot`: cluster state plus policies.
 
 Called by the `diagnose` command (which reads the files) and the remediation's re-diagnosis. Each
-item is dispatched on (apiVersion group, kind); unknown kinds are skipped and reported once each
-in `Snapshot.warnings`. A bad item raises `SnapshotError` as `FILE: item N (Kind ns/name): field:
-problem`, except a network policy: one that cannot be read is kept as an `UnreadablePolicy` and
-named in a warning (the diagnosis marks the jobs it may select as uncertain), so one bad policy
-never stops the diagnosis of the others. What shows the dataplane is collected as
-`DataplaneEvidence`: any cilium.io object, a CustomResourceDefinition of the cilium.io group, the
-`cilium-config` ConfigMap (its `data`; consumed, not reported as skipped) and the image of the
-`cilium` DaemonSet. Later files win over earlier ones for the same object. It reads no files
-itself.
+item is dispatched on (apiVersion group, kind): training jobs and a generic group's owners as the
+workload table (`agent.model.workload`) names them, at a version their kind is served as; unknown
+kinds are skipped and reported once each in `Snapshot.warnings`. A bad item raises
+`SnapshotError` as `FILE: item N (Kind ns/name): field: problem`, except a network policy: one
+that cannot be read is kept as an `UnreadablePolicy` and named in a warning (the diagnosis marks
+the jobs it may select as uncertain), so one bad policy never stops the diagnosis of the others.
+What shows the dataplane is collected as `DataplaneEvidence`: any cilium.io object, a
+CustomResourceDefinition of the cilium.io group, the `cilium-config` ConfigMap (its `data`;
+consumed, not reported as skipped) and the image of the `cilium` DaemonSet. Later files win over
+earlier ones for the same object. It reads no files itself.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from agent.errors import SnapshotError
 from agent.model.cluster import (
     ClusterState,
     ContainerPort,
-    JobKind,
     Namespace,
     Node,
     OwnedObject,
     Pod,
     TrainingJobObject,
 )
+from agent.model.workload import OWNERS, JobKind, workload_served
 from agent.policy import Policy, PolicySet
 from agent.policy.dataplane import (
     CILIUM_CONFIG,
@@ -50,13 +51,12 @@ from agent.snapshot.manifests import (
     parse_training_job,
 )
 
-_KUBEFLOW_V1 = {k.value: k for k in JobKind if k is not JobKind.GROUP}
 _POLICY_KINDS = {
     ("networking.k8s.io", "NetworkPolicy"),
     ("cilium.io", "CiliumNetworkPolicy"),
     ("cilium.io", "CiliumClusterwideNetworkPolicy"),
 }
-_OWNED_KINDS = {("apps", "Deployment"), ("apps", "ReplicaSet"), ("batch", "Job")}
+_OWNED_KINDS = {(o.group, o.kind) for o in OWNERS}
 
 
 @dataclass(frozen=True)
@@ -137,12 +137,8 @@ class _Builder:
                 self.cilium.append(f"{kind} {_name(item)}")
         elif kind == "ConfigMap" and api_version == "v1" and _named(item, CILIUM_CONFIG):
             self._cilium_config(item)
-        elif (
-            group == "kubeflow.org"
-            and kind in _KUBEFLOW_V1
-            and (version == "v1" or (version == "v2beta1" and kind == "MPIJob"))
-        ):
-            job = parse_training_job(item, _KUBEFLOW_V1[kind])
+        elif (training := workload_served(group, version, kind)) is not None:
+            job = parse_training_job(item, training.kind)
             self.jobs[(job.kind, job.namespace, job.name)] = job
         elif (group, kind) in _OWNED_KINDS:
             obj = parse_owned_object(item, kind)

@@ -16,7 +16,6 @@ from typing import Any
 from agent.model.cluster import (
     GPU_RESOURCE,
     ContainerPort,
-    JobKind,
     Namespace,
     Node,
     OwnedObject,
@@ -27,6 +26,7 @@ from agent.model.cluster import (
     TrainingJobObject,
 )
 from agent.model.network import Protocol
+from agent.model.workload import JobKind, workload
 from agent.parsing.numbers import NumberError, parse_int
 
 _EMPTY: dict[str, Any] = {}
@@ -319,20 +319,31 @@ def parse_owned_object(item: Mapping[str, Any], kind: str) -> OwnedObject:
     return OwnedObject(kind=kind, namespace=namespace, name=name, owners=_owners(meta))
 
 
-_FINISHED = {"Succeeded", "Failed"}
+def _parent(item: Mapping[str, Any], path: tuple[str, ...]) -> tuple[Mapping[str, Any], str]:
+    """The mapping holding the last key of `path` (each step checked to be a mapping), and the
+    dotted prefix naming it in errors (`spec.runPolicy.`)."""
+    node, where = item, ""
+    for step in path[:-1]:
+        node = _map(node, step, where=where)
+        where = f"{where}{step}."
+    return node, where
 
 
 def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObject:
+    """A training job object, its suspend and managedBy read where its kind's descriptor says."""
+    found = workload(kind)
     meta, namespace, name = metadata(item, namespaced=True)
-    spec = _map(item, "spec", where="")
-    run_policy = _map(spec, "runPolicy", where="spec.")
+    suspension = found.suspension
+    suspend_in, suspend_at = _parent(item, suspension.suspend)
+    manager_in, manager_at = _parent(item, suspension.managed_by)
     status = _map(item, "status", where="")
     finished = False
     for i, cond in enumerate(_list(status, "conditions", where="status.")):
         where = f"status.conditions[{i}]."
         if not isinstance(cond, dict):
             raise ManifestError(where[:-1], f"expected a mapping, got {_type(cond)}")
-        if _opt_str(cond, "type", where=where) in _FINISHED and cond.get("status") == "True":
+        kind_of = _opt_str(cond, "type", where=where)
+        if kind_of in found.conditions.finished and cond.get("status") == "True":
             finished = True
     return TrainingJobObject(
         kind=kind,
@@ -340,7 +351,7 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
         name=name,
         api_version=str(item.get("apiVersion", "")),
         labels=_labels(meta),
-        suspend=_bool(run_policy, "suspend", where="spec.runPolicy."),
-        managed_by=_opt_str(run_policy, "managedBy", where="spec.runPolicy."),
+        suspend=_bool(suspend_in, suspension.suspend[-1], where=suspend_at),
+        managed_by=_opt_str(manager_in, suspension.managed_by[-1], where=manager_at),
         finished=finished,
     )

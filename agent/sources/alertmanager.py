@@ -28,9 +28,10 @@ from typing import Any
 import orjson
 
 from agent.errors import InputError
+from agent.model.job import JobRef
+from agent.model.workload import KUBEFLOW_LABELS
 from agent.parsing.member import member
 from agent.parsing.strict_json import JsonError, parse_json
-from agent.sources.jobkey import JobKey
 
 MAX_BODY = 4 * 1024 * 1024
 
@@ -167,7 +168,14 @@ class Deduper:
 
 
 _NAMESPACE_LABELS = ("namespace", "exported_namespace", "destination_namespace")
-_JOB_LABELS = ("training_job", "job_name", "label_training_kubeflow_org_job_name", "created_by_name")
+def _series_label(pod_label: str) -> str:
+    """The label kube-state-metrics gives a pod label on its series (`label_` and the name with
+    every character outside [a-zA-Z0-9_] as `_`)."""
+    return "label_" + "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_"
+                              for c in pod_label)  # fmt: skip
+
+
+_JOB_LABELS = ("training_job", "job_name", _series_label(KUBEFLOW_LABELS.job_name), "created_by_name")
 _POD_LABELS = ("pod", "exported_pod", "destination_pod")
 _KIND_LABELS = ("job_kind", "created_by_kind")
 
@@ -206,10 +214,10 @@ def target_of(alert: Alert) -> AlertTarget | None:
 def resolve_jobs(
     target: AlertTarget,
     *,
-    jobs_named: Callable[[str, str], list[JobKey]],
-    job_of_pod: Callable[[str, str], JobKey | None],
-) -> list[JobKey]:
-    """Job keys an alert target maps to, using the cache's lookups (by name, or pod -> job)."""
+    jobs_named: Callable[[str, str], list[JobRef]],
+    job_of_pod: Callable[[str, str], JobRef | None],
+) -> list[JobRef]:
+    """The jobs an alert target maps to, using the cache's lookups (by name, or pod -> job)."""
     if target.job_name:
         found = jobs_named(target.namespace, target.job_name)
         if target.kind:

@@ -11,15 +11,21 @@ labels and requested GPUs: `job_uid`, `job_labels`, `job_gpus`) and the Alertman
 - a NetworkPolicy/CNP in namespace N -> namespace N (policies select endpoints of their own
   namespace, and a job's pods share one namespace); a CCNP or a namespace's labels -> everything;
 - a node's labels, taints, GPUs or cordon -> the jobs with pods on it;
-- a Kubeflow job object -> that job. Owner objects (batch Jobs, ReplicaSets) change nothing;
+- a training job object -> that job. Owner objects (batch Jobs, ReplicaSets) change nothing;
 - the cilium-config ConfigMap (identity label filter) -> everything.
 
 Objects are equal when their slim forms are equal, so status churn never reaches the detector.
 
-Gang completion: a job's expected pods are known in advance (the sum of a Kubeflow job's replica
+A pod's job is its controller when that is a kind of the workload table (`agent.model.workload`),
+else the job its job-name label names: the cached job object of that name, else the kind its
+operator-name label names, else (owned by a batch Job) the kind whose launcher a batch Job owns.
+A labelled pod whose kind none of these tell belongs to no job: its changes name its namespace,
+as a generic group's do.
+
+Gang completion: a job's expected pods are known in advance (the sum of a training job's replica
 counts; for a configured generic group, the `replicas` of the Deployments and standalone
 ReplicaSets and the `parallelism` (capped by `completions`) of the batch Jobs of its namespace
-whose pod template matches the group's selector). A watch event that binds a pod and so brings
+whose pod template matches the group's selector; the descriptors say where the counts are). A watch event that binds a pod and so brings
 the job's bound, live (not finished, not deleting) pods up to that number is reported with
 `gang_complete=True`: the detector hands it over without the debounce window. A relist never is
 (it is bulk, not the last bind of a gang); a job whose expected count is unknown (no job object
@@ -39,31 +45,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.model.cluster import GPU_RESOURCE
+from agent.model.job import JobRef
+from agent.model.workload import (
+    BATCH_JOB,
+    KUBEFLOW_LABELS,
+    JobKind,
+    OwnerMove,
+    launched_kind,
+    workload,
+    workload_named,
+    workload_of_operator,
+)
 from agent.parsing.numbers import NumberError, parse_int
 from agent.settings import GroupSpec, NamespaceFilter
-from agent.sources.jobkey import JobKey
-from agent.sources.resources import Resource, Role
+from agent.sources.resources import Resource, Role, job_resource_names, resource_name
 
 Obj = dict[str, Any]
 ObjKey = tuple[str, str]  # (namespace or "", name)
 
 MAX_GPUS = 1_000_000  # GPUs one container may request: far above any real value
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-OPERATOR_LABEL = "training.kubeflow.org/operator-name"
-KUBEFLOW_KINDS = frozenset(
-    {"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"}
-)
-# training-operator's kubeflow.org/v1, then mpi-operator's MPIJob kubeflow.org/v2beta1
-KUBEFLOW_VERSIONS = ("v1", "v2beta1")
-_OPERATORS = {
-    "pytorchjob-controller": "PyTorchJob",
-    "tfjob-controller": "TFJob",
-    "mpijob-controller": "MPIJob",
-    "mpi-operator": "MPIJob",
-    "xgboostjob-controller": "XGBoostJob",
-    "paddlejob-controller": "PaddleJob",
-    "jaxjob-controller": "JAXJob",
-}
+GANG = KUBEFLOW_LABELS  # the labels naming a pod's job (every training kind's pods carry them)
+BATCH_JOB_RESOURCE = resource_name(BATCH_JOB.group, BATCH_JOB.version, BATCH_JOB.plural)
 
 
 class EventType:
@@ -80,7 +82,7 @@ class Change:
     the update may have freed room for a job elsewhere (a node added or changed, a pod holding
     GPUs finished, deleted or unbound), so jobs waiting for room are diagnosed again."""
 
-    jobs: frozenset[JobKey] = frozenset()
+    jobs: frozenset[JobRef] = frozenset()
     namespaces: frozenset[str] = frozenset()
     everything: bool = False
     reasons: tuple[str, ...] = field(default=(), compare=False)
@@ -120,7 +122,7 @@ def merge_all(
 ) -> Change:
     """One Change for many (linear, unlike repeated `merge`); `gang_complete` overrides the flag
     (None: set when any change sets it)."""
-    jobs: set[JobKey] = set()
+    jobs: set[JobRef] = set()
     namespaces: set[str] = set()
     everything = False
     complete = False
@@ -164,7 +166,6 @@ def _controller(obj: Obj) -> dict[str, Any] | None:
 
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-GROUP_KIND = "Group"  # the job kind of a configured generic group
 
 
 def _phase(pod: Obj) -> str:
@@ -206,47 +207,6 @@ def _holds_gpus(pod: Obj | None) -> bool:
     return False
 
 
-def _count(value: object, default: int) -> int | None:
-    """A replica-like count (absent: `default`); None when it is not a non-negative integer."""
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
-
-
-def expected_job_pods(job_obj: Obj) -> int | None:
-    """Pods a Kubeflow job expects: the sum of its replica specs' `replicas` (default 1);
-    None when it has no replica spec or a count is unreadable."""
-    total = 0
-    found = False
-    for key, value in (job_obj.get("spec") or {}).items():
-        if not key.endswith("ReplicaSpecs") or not isinstance(value, dict):
-            continue
-        for rspec in value.values():
-            if not isinstance(rspec, dict):
-                continue
-            replicas = _count(rspec.get("replicas"), 1)
-            if replicas is None:
-                return None
-            total += replicas
-            found = True
-    return total if found and total > 0 else None
-
-
-def expected_workload_pods(kind: str, obj: Obj) -> int | None:
-    """Pods a workload keeps running: Deployment/ReplicaSet `replicas` (default 1), batch Job
-    `parallelism` (default 1) capped by `completions` when set; None when unreadable."""
-    spec = obj.get("spec") or {}
-    if kind == "Job":
-        parallelism = _count(spec.get("parallelism"), 1)
-        completions = _count(spec.get("completions"), 0) if "completions" in spec else None
-        if parallelism is None or ("completions" in spec and completions is None):
-            return None
-        return parallelism if completions is None else min(parallelism, completions)
-    return _count(spec.get("replicas"), 1)
-
-
 def _matches(selector: dict[str, str], labels: Any) -> bool:
     return isinstance(labels, dict) and all(labels.get(k) == v for k, v in selector.items())
 
@@ -277,12 +237,12 @@ class ClusterCache:
         self._lock = threading.RLock()
         self._objects: dict[str, dict[ObjKey, Obj]] = defaultdict(dict)
         self._resources: dict[str, Resource] = {}
-        self._job_of_pod: dict[ObjKey, JobKey] = {}
-        self._pods_of_job: dict[JobKey, set[ObjKey]] = defaultdict(set)
+        self._job_of_pod: dict[ObjKey, JobRef] = {}
+        self._pods_of_job: dict[JobRef, set[ObjKey]] = defaultdict(set)
         # complete gangs whose pods still wait for a label (see `await_labels`); generic groups
         # (pods of no job object) are awaited by their namespace
-        self._awaiting_labels: set[JobKey] = set()
-        self._awaiting_groups: dict[str, set[JobKey]] = defaultdict(set)
+        self._awaiting_labels: set[JobRef] = set()
+        self._awaiting_groups: dict[str, set[JobRef]] = defaultdict(set)
         self._pods_on_node: dict[str, set[ObjKey]] = defaultdict(set)
         self._policies_in: dict[str, set[tuple[str, ObjKey]]] = defaultdict(set)
         self._synced: set[str] = set()
@@ -337,25 +297,34 @@ class ClusterCache:
 
     # -- job identity ----------------------------------------------------------------------
 
-    def _job_key_of_pod(self, pod: Obj) -> JobKey | None:
+    def _job_ref_of_pod(self, pod: Obj) -> JobRef | None:
+        """The job the pod belongs to (see the module docstring); None: no job's."""
         meta = _meta(pod)
         namespace = str(meta.get("namespace") or "")
         labels = meta.get("labels") or {}
         controller = _controller(pod)
-        if controller and controller.get("kind") in KUBEFLOW_KINDS:
-            return JobKey(str(controller["kind"]), namespace, str(controller.get("name") or ""))
-        name = labels.get(JOB_NAME_LABEL)
+        owning = workload_named(str(controller.get("kind"))) if controller else None
+        if controller and owning is not None:
+            return JobRef(owning.kind, namespace, str(controller.get("name") or ""))
+        name = labels.get(GANG.job_name)
         if not name:
             return None
         for r_name, r in self._resources.items():
-            if r.role is Role.JOB and (namespace, name) in self._objects.get(r_name, {}):
-                return JobKey(r.kind, namespace, name)
-        kind = _OPERATORS.get(labels.get(OPERATOR_LABEL, ""))
-        if kind is None and controller and controller.get("kind") == "Job":
-            owner = self._objects.get("jobs.v1.batch", {}).get((namespace, str(controller.get("name"))))
+            if r.job_kind is not None and (namespace, name) in self._objects.get(r_name, {}):
+                return JobRef(r.job_kind, namespace, name)
+        by_operator = workload_of_operator(labels.get(GANG.operator or "", ""))
+        if by_operator is not None:
+            return JobRef(by_operator.kind, namespace, name)
+        if controller and controller.get("kind") == BATCH_JOB.kind:
+            owner = self._objects.get(BATCH_JOB_RESOURCE, {}).get(
+                (namespace, str(controller.get("name")))
+            )
             owner_ctrl = _controller(owner) if owner else None
-            kind = str(owner_ctrl["kind"]) if owner_ctrl else "MPIJob"
-        return JobKey(kind or "Unknown", namespace, name)
+            found = (workload_named(str(owner_ctrl.get("kind"))) if owner_ctrl
+                     else launched_kind())  # fmt: skip
+            if found is not None:
+                return JobRef(found.kind, namespace, name)
+        return None
 
     # -- updates -----------------------------------------------------------------------------
 
@@ -399,7 +368,7 @@ class ClusterCache:
         """The first list of pods into an empty cache: the same indexes as `_apply`, without a
         `Change` per pod (150,000 of them at start-up)."""
         store = self._objects[resource.name]
-        jobs: set[JobKey] = set()
+        jobs: set[JobRef] = set()
         namespaces: set[str] = set()
         for obj in items:
             key = obj_key(obj)
@@ -407,7 +376,7 @@ class ClusterCache:
                 continue
             store[key] = obj
             self._touch(resource.name, key)
-            job = self._job_key_of_pod(obj)
+            job = self._job_ref_of_pod(obj)
             if job is not None:
                 self._job_of_pod[key] = job
                 self._pods_of_job[job].add(key)
@@ -478,8 +447,8 @@ class ClusterCache:
             return Change(everything=True, reasons=(reason,))
         if role is Role.DATAPLANE:
             return Change(everything=True, reasons=(reason,))  # identities of every pod
-        if role is Role.JOB:
-            job = JobKey(resource.kind, key[0], key[1])
+        if role is Role.JOB and resource.job_kind is not None:
+            job = JobRef(resource.job_kind, key[0], key[1])
             # a job object arriving after its pods were all bound completes the gang as well
             complete = (
                 not self._bulk and new is not None and old is None and self._job_complete(job, new)
@@ -488,7 +457,7 @@ class ClusterCache:
         return Change()
 
     def _pods_change(self, pods: Iterable[ObjKey], reason: str) -> Change:
-        jobs: set[JobKey] = set()
+        jobs: set[JobRef] = set()
         namespaces: set[str] = set()
         for pod in pods:
             job = self._job_of_pod.get(pod)
@@ -521,7 +490,7 @@ class ClusterCache:
                 del self._pods_on_node[old_node]
         new_job = None
         if new is not None:
-            new_job = self._job_key_of_pod(new)
+            new_job = self._job_ref_of_pod(new)
             if new_job is not None:
                 self._job_of_pod[key] = new_job
                 self._pods_of_job[new_job].add(key)
@@ -553,7 +522,7 @@ class ClusterCache:
 
     # -- gang completion ----------------------------------------------------------------------
 
-    def await_labels(self, jobs: Iterable[JobKey]) -> None:
+    def await_labels(self, jobs: Iterable[JobRef]) -> None:
         """Jobs whose pods do not carry their zone-mirroring labels yet (written after the bind,
         before the containers start): a label or phase change of one of their bound pods then
         completes the gang again (`gang_complete`: diagnosed at once), until `labels_settled`
@@ -561,16 +530,16 @@ class ClusterCache:
         namespace."""
         with self._lock:
             for job in jobs:
-                if job.kind == GROUP_KIND:
+                if job.kind is JobKind.GROUP:
                     self._awaiting_groups[job.namespace].add(job)
                 else:
                     self._awaiting_labels.add(job)
 
-    def labels_settled(self, jobs: Iterable[JobKey]) -> None:
+    def labels_settled(self, jobs: Iterable[JobRef]) -> None:
         """These jobs' labels no longer need watching (see `await_labels`)."""
         with self._lock:
             for job in jobs:
-                if job.kind == GROUP_KIND:
+                if job.kind is JobKind.GROUP:
                     waiting = self._awaiting_groups.get(job.namespace)
                     if waiting is not None:
                         waiting.discard(job)
@@ -586,20 +555,19 @@ class ClusterCache:
             return job in self._awaiting_labels
         return key[0] in self._awaiting_groups
 
-    def _job_object(self, job: JobKey) -> Obj | None:
-        for version in KUBEFLOW_VERSIONS:
-            obj = self._objects.get(f"{job.kind.lower()}s.{version}.kubeflow.org", {}).get(
-                (job.namespace, job.name)
-            )
+    def _job_object(self, job: JobRef) -> Obj | None:
+        for name in job_resource_names(job.kind):
+            obj = self._objects.get(name, {}).get((job.namespace, job.name))
             if obj is not None:
                 return obj
         return None
 
-    def _job_complete(self, job: JobKey, job_obj: Obj | None = None) -> bool:
+    def _job_complete(self, job: JobRef, job_obj: Obj | None = None) -> bool:
         """All the pods the job's object expects are bound and live (unknown: False)."""
         obj = job_obj if job_obj is not None else self._job_object(job)
-        expected = expected_job_pods(obj) if obj is not None else None
-        if expected is None:
+        # the sum of the templates' counts; 0 (or unreadable) is unknown
+        expected = workload(job.kind).templates.expected_pods(obj) if obj is not None else None
+        if not expected:
             return False
         pods = self._objects.get("pods", {})
         bound = sum(1 for k in self._pods_of_job.get(job, ()) if _bound_live(pods.get(k)))
@@ -631,17 +599,19 @@ class ClusterCache:
         total = 0
         found = False
         for r_name, r in self._resources.items():
-            if r.role is not Role.OWNER or r.kind not in ("Deployment", "ReplicaSet", "Job"):
+            owner = r.owner if r.role is Role.OWNER else None
+            if owner is None:
                 continue
             for (ns, _), obj in self._objects.get(r_name, {}).items():
                 if ns != namespace:
                     continue
-                if r.kind == "ReplicaSet" and (_controller(obj) or {}).get("kind") == "Deployment":
+                if (owner.move is OwnerMove.THROUGH_OWNER
+                        and (_controller(obj) or {}).get("kind") == owner.through):  # fmt: skip
                     continue  # counted through its Deployment
-                template = (obj.get("spec") or {}).get("template") or {}
+                template = owner.templates.container(obj) or {}
                 if not _matches(group.selector, (template.get("metadata") or {}).get("labels")):
                     continue
-                count = expected_workload_pods(r.kind, obj)
+                count = owner.templates.expected_pods(obj)
                 if count is None:
                     return None
                 total += count
@@ -680,60 +650,58 @@ class ClusterCache:
         with self._lock:
             return set(self._objects.get(resource_name, {}))
 
-    def job_keys(self) -> set[JobKey]:
+    def job_keys(self) -> set[JobRef]:
         with self._lock:
             keys = set(self._pods_of_job)
             for r_name, r in self._resources.items():
-                if r.role is Role.JOB:
-                    keys.update(JobKey(r.kind, ns, n) for ns, n in self._objects.get(r_name, {}))
+                if r.job_kind is not None:
+                    kind = r.job_kind
+                    keys.update(JobRef(kind, ns, n) for ns, n in self._objects.get(r_name, {}))
             return keys
 
-    def jobs_named(self, namespace: str, name: str) -> list[JobKey]:
+    def jobs_named(self, namespace: str, name: str) -> list[JobRef]:
         with self._lock:
             return sorted(k for k in self.job_keys() if k.namespace == namespace and k.name == name)
 
-    def job_of_pod(self, namespace: str, pod: str) -> JobKey | None:
+    def job_of_pod(self, namespace: str, pod: str) -> JobRef | None:
         with self._lock:
             return self._job_of_pod.get((namespace, pod))
 
-    def pods_of_job(self, job: JobKey) -> list[Obj]:
+    def pods_of_job(self, job: JobRef) -> list[Obj]:
         with self._lock:
             store = self._objects.get("pods", {})
             return [store[k] for k in sorted(self._pods_of_job.get(job, ())) if k in store]
 
     # -- one job: its object and its pods (for findings and playbook conditions) ------------
 
-    def job_object(self, job: JobKey) -> Obj | None:
-        """The job's own Kubeflow object (`kubeflow.org/v1`, else `v2beta1`), when cached."""
-        for version in KUBEFLOW_VERSIONS:
-            obj = self.get(f"{job.kind.lower()}s.{version}.kubeflow.org", job.namespace, job.name)
-            if obj is not None:
-                return obj
-        return None
+    def job_object(self, job: JobRef) -> Obj | None:
+        """The job's own object (at its kind's preferred version, else another), when cached;
+        None for a generic group."""
+        with self._lock:
+            return self._job_object(job)
 
-    def job_uid(self, job: JobKey) -> str | None:
+    def job_uid(self, job: JobRef) -> str | None:
         """The uid of the job's object; None when it is not cached or has no uid."""
         obj = self.job_object(job)
         uid = _meta(obj).get("uid") if obj is not None else None
         return str(uid) if uid else None
 
-    def job_pending_pods(self, job: JobKey) -> bool:
-        """The job's Kubeflow object is cached and not finished (no Succeeded or Failed condition
-        True): whatever pods it has now, its operator keeps (or, once resumed, makes) its gang."""
+    def job_pending_pods(self, job: JobRef) -> bool:
+        """The job's own object is cached and not finished (none of its kind's finished
+        conditions, Succeeded or Failed, True): whatever pods it has now, its operator keeps (or,
+        once resumed, makes) its gang."""
         obj = self.job_object(job)
         if obj is None:
             return False
-        conditions = (obj.get("status") or {}).get("conditions") or []
-        return not any(isinstance(c, dict) and c.get("type") in FINISHED_PHASES
-                       and c.get("status") == "True" for c in conditions)
+        return workload(job.kind).conditions.finished_as(obj) is None
 
-    def job_labels(self, job: JobKey) -> dict[str, str]:
+    def job_labels(self, job: JobRef) -> dict[str, str]:
         """The labels of the job's object ({} when it is not cached)."""
         obj = self.job_object(job)
         labels = (_meta(obj).get("labels") if obj is not None else None) or {}
         return {str(k): str(v) for k, v in labels.items()}
 
-    def job_gpus(self, job: JobKey) -> int:
+    def job_gpus(self, job: JobRef) -> int:
         """GPUs the job's live pods request (a container's request, else its limit); finished
         pods and unreadable quantities count nothing."""
         total = 0

@@ -30,14 +30,15 @@ from urllib3.exceptions import InsecureRequestWarning
 from urllib3.util.retry import Retry
 
 from agent.errors import ConfigError
+from agent.model.job import JobRef
+from agent.model.workload import WORKLOADS, workload_named
 from agent.settings import PrometheusSettings, read_secret_file
 from agent.sources.drop import DropVerdict, detect_drop
-from agent.sources.jobkey import JobKey
 
 log = logging.getLogger(__name__)
 
 UTILIZATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
-JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
+JOB_KINDS = tuple(w.kind.value for w in WORKLOADS)  # `created_by_kind` of training-job pods
 UNAVAILABLE = "metrics unavailable"
 
 
@@ -89,11 +90,11 @@ class JobMetrics:
 class MetricsReport:
     available: bool
     at: datetime
-    jobs: dict[JobKey, JobMetrics] = field(default_factory=dict)
+    jobs: dict[JobRef, JobMetrics] = field(default_factory=dict)
     error: str | None = None
     queries: int = 0
 
-    def for_job(self, key: JobKey) -> JobMetrics | None:
+    def for_job(self, key: JobRef) -> JobMetrics | None:
         return self.jobs.get(key)
 
     @property
@@ -105,7 +106,7 @@ class QueryFailedError(Exception):
     """Internal: one query failed (wrapped into a MetricsReport before reaching callers)."""
 
 
-def _job_key(metric: dict[str, Any]) -> JobKey | None:
+def _job_ref(metric: dict[str, Any]) -> JobRef | None:
     kind, ns, name = (
         metric.get("created_by_kind"),
         metric.get("namespace"),
@@ -113,9 +114,10 @@ def _job_key(metric: dict[str, Any]) -> JobKey | None:
     )
     if not (isinstance(kind, str) and isinstance(ns, str) and isinstance(name, str)):
         return None
-    if not (kind and ns and name):
-        return None
-    return JobKey(kind, ns, name)
+    found = workload_named(kind)
+    if found is None or not (ns and name):
+        return None  # a series of another owner kind (the query selects the training kinds)
+    return JobRef(found.kind, ns, name)
 
 
 def _number(raw: Any) -> float | None:
@@ -248,20 +250,20 @@ class PrometheusSource:
     def _report(
         self, series: list[Any], base: list[Any], *, now: datetime, queries: int
     ) -> MetricsReport:
-        baselines: dict[JobKey, float] = {}
+        baselines: dict[JobRef, float] = {}
         for item in base:
             if not isinstance(item, dict):
                 continue
-            key = _job_key(item.get("metric") or {})
+            key = _job_ref(item.get("metric") or {})
             value = item.get("value")
             number = _number(value[1]) if isinstance(value, list) and len(value) == 2 else None
             if key is not None and number is not None:
                 baselines[key] = number
-        jobs: dict[JobKey, JobMetrics] = {}
+        jobs: dict[JobRef, JobMetrics] = {}
         for item in series:
             if not isinstance(item, dict):
                 continue
-            key = _job_key(item.get("metric") or {})
+            key = _job_ref(item.get("metric") or {})
             if key is None:
                 continue
             samples: list[tuple[float, float]] = []

@@ -1,9 +1,11 @@
 """The resources the agent watches (a table: adding a kind is one row) and their discovery.
 
 Called by `agent.sources.kube` to decide which list+watch loops to start: core kinds always; Cilium
-policies, Kubeflow kinds, batch/apps owners only when the server serves them (discovered through
-`/apis/{group}/{version}`). kubeflow.org/v2beta1 `mpijobs` (mpi-operator) is watched only when
-kubeflow.org/v1 does not serve `mpijobs` (a cluster serves one). One ConfigMap is watched by name,
+policies, training-job kinds, batch/apps owners only when the server serves them (discovered
+through `/apis/{group}/{version}`). The training-job and owner rows are those of the workload table
+(`agent.model.workload`): one row per version a kind is served as, preferred versions first; a kind
+is watched at one version only, the first the server serves (kubeflow.org/v2beta1 `mpijobs`,
+mpi-operator's, only when kubeflow.org/v1 does not serve `mpijobs`). One ConfigMap is watched by name,
 `kube-system/cilium-config` (its `labels` key is Cilium's identity label filter): a row may fix its
 namespace and a field selector, and a `best_effort` row whose list is forbidden or not found counts
 as synced and empty (an agent without the RBAC for it still runs, with Cilium's default filter).
@@ -17,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from agent.model.workload import OWNERS, WORKLOADS, JobKind, OwnerKind, WorkloadKind
+
 
 class Role(StrEnum):
     """What the cache does with objects of a resource."""
@@ -25,8 +29,8 @@ class Role(StrEnum):
     NODE = "node"
     NAMESPACE = "namespace"
     POLICY = "policy"
-    JOB = "job"  # Kubeflow training job objects
-    OWNER = "owner"  # batch Jobs, ReplicaSets, Deployments: ownership chains only
+    JOB = "job"  # training job objects (a kind of the workload table)
+    OWNER = "owner"  # a generic group's owner kinds (batch Jobs, ...): ownership chains only
     DATAPLANE = "dataplane"  # the cilium-config ConfigMap: how identities are built
     EVENT = "event"  # core/v1 Events read as hints (Cilium's PacketDrop), never cached
 
@@ -43,15 +47,28 @@ class Resource:
     namespace: str | None = None  # watch one namespace only (namespace filters do not apply)
     field_selector: str | None = None
     best_effort: bool = False  # a 403/404 list counts as synced and empty
+    workload: WorkloadKind | None = None  # a JOB row: its kind's descriptor
+    owner: OwnerKind | None = None  # an OWNER row: its kind's descriptor
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    def __post_init__(self) -> None:
+        if (self.role is Role.JOB) != (self.workload is not None):
+            raise ValueError(f"resource {self.plural}: a JOB row, and only one, names its workload")
+        if (self.role is Role.OWNER) != (self.owner is not None):
+            raise ValueError(f"resource {self.plural}: an OWNER row, and only one, names its owner")
+
+    @property
+    def job_kind(self) -> JobKind | None:
+        """The training kind of a JOB row (None for any other row)."""
+        return self.workload.kind if self.workload is not None else None
+
     @property
     def name(self) -> str:
         """A unique name: `pods`, `mpijobs.v2beta1.kubeflow.org`, `configmaps.cilium-config`."""
-        base = self.plural if not self.group else f"{self.plural}.{self.version}.{self.group}"
+        base = self.plural if not self.group else resource_name(self.group, self.version, self.plural)
         return base if self.role is not Role.DATAPLANE else f"{base}.cilium-config"
 
     def list_path(self) -> str:
@@ -63,6 +80,21 @@ class Resource:
     def query(self) -> list[tuple[str, str]]:
         """Query parameters every list and watch of this resource carries."""
         return [("fieldSelector", self.field_selector)] if self.field_selector else []
+
+
+def resource_name(group: str, version: str, plural: str) -> str:
+    """The unique name of a resource of an API group (see `Resource.name`)."""
+    return f"{plural}.{version}.{group}"
+
+
+def _workload_rows() -> tuple[Resource, ...]:
+    """A JOB row per version of each workload kind: every kind's first version, then the
+    second ones, ... (so `group_versions` discovers preferred versions first)."""
+    depth = max(len(w.versions) for w in WORKLOADS)
+    return tuple(
+        Resource(w.kind.value, w.group, w.versions[i], w.plural, True, Role.JOB, workload=w)
+        for i in range(depth) for w in WORKLOADS if i < len(w.versions)
+    )  # fmt: skip
 
 
 RESOURCES: tuple[Resource, ...] = (
@@ -90,17 +122,20 @@ RESOURCES: tuple[Resource, ...] = (
         False,
         Role.POLICY,
     ),
-    Resource("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", True, Role.JOB),
-    Resource("TFJob", "kubeflow.org", "v1", "tfjobs", True, Role.JOB),
-    Resource("MPIJob", "kubeflow.org", "v1", "mpijobs", True, Role.JOB),
-    Resource("XGBoostJob", "kubeflow.org", "v1", "xgboostjobs", True, Role.JOB),
-    Resource("PaddleJob", "kubeflow.org", "v1", "paddlejobs", True, Role.JOB),
-    Resource("JAXJob", "kubeflow.org", "v1", "jaxjobs", True, Role.JOB),
-    Resource("MPIJob", "kubeflow.org", "v2beta1", "mpijobs", True, Role.JOB),
-    Resource("Job", "batch", "v1", "jobs", True, Role.OWNER),
-    Resource("ReplicaSet", "apps", "v1", "replicasets", True, Role.OWNER),
-    Resource("Deployment", "apps", "v1", "deployments", True, Role.OWNER),
+    *_workload_rows(),
+    *(Resource(o.kind, o.group, o.version, o.plural, True, Role.OWNER, owner=o) for o in OWNERS),
 )
+
+
+_JOB_RESOURCE_NAMES: dict[JobKind, tuple[str, ...]] = {
+    w.kind: tuple(r.name for r in RESOURCES if r.workload is w) for w in WORKLOADS
+}
+
+
+def job_resource_names(kind: JobKind) -> tuple[str, ...]:
+    """The resource names a training kind's objects are cached under, preferred version first
+    (none for `Group`)."""
+    return _JOB_RESOURCE_NAMES.get(kind, ())
 
 
 # Cilium's drop event emitter: Warning Events `PacketDrop` from component `cilium`, selected by the
@@ -131,11 +166,9 @@ def select_served(
             continue
         if r.plural not in served.get((r.group, r.version), set()):
             continue
-        if (
-            r.group == "kubeflow.org"
-            and r.version == "v2beta1"
-            and r.plural in served.get(("kubeflow.org", "v1"), set())
-        ):
-            continue  # one MPIJob flavour per cluster: v1 wins when both are served
+        if r.workload is not None:
+            earlier = r.workload.versions[: r.workload.versions.index(r.version)]
+            if any(r.plural in served.get((r.group, v), set()) for v in earlier):
+                continue  # one version per kind: the preferred one when several are served
         chosen.append(r)
     return chosen

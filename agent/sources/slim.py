@@ -14,10 +14,14 @@ from typing import Any
 
 import orjson
 
+from agent.model.workload import WORKLOADS, TemplateLayout
 from agent.sources.resources import Resource, Role
 
 GPU_MARKER = "gpu"
-JOB_CONDITIONS = frozenset({"Succeeded", "Failed", "Suspended"})
+# the conditions the diagnosis reads of a job: suspended, finished (Succeeded, Failed)
+JOB_CONDITIONS = frozenset(
+    {c for w in WORKLOADS for c in (w.conditions.suspended, *w.conditions.finished) if c}
+)
 
 Obj = dict[str, Any]
 
@@ -209,23 +213,21 @@ def slim_config(obj: Obj, resource: Resource) -> Obj:
 
 
 def slim_job(obj: Obj, resource: Resource) -> Obj:
+    """A training job: the spec fields its kind's descriptor reads suspend and managedBy from
+    (`runPolicy`, kept whole when a mapping) and, for replica specs, each replica's `replicas`
+    (default 1) and its template's labels."""
     spec = obj.get("spec") or {}
     out_spec: Obj = {}
-    if isinstance(spec.get("runPolicy"), dict):
-        out_spec["runPolicy"] = spec["runPolicy"]
-    for key, value in spec.items():
-        if key.endswith("ReplicaSpecs") and isinstance(value, dict):
-            replicas: Obj = {}
-            for rtype, rspec in value.items():
-                if not isinstance(rspec, dict):
-                    continue
-                template = rspec.get("template") or {}
-                tmeta = template.get("metadata") or {}
-                replicas[rtype] = {
-                    "replicas": rspec.get("replicas", 1),
-                    "template": {"metadata": {"labels": tmeta.get("labels") or {}}},
-                }
-            out_spec[key] = replicas
+    kind = resource.workload
+    if kind is not None:
+        for path in (kind.suspension.suspend, kind.suspension.managed_by):
+            top = path[1]
+            if top in spec and (len(path) == 2 or isinstance(spec[top], dict)):
+                out_spec[top] = spec[top]
+        field = kind.templates.field
+        value = spec.get(field)
+        if kind.templates.layout is TemplateLayout.REPLICA_SPECS and isinstance(value, dict):
+            out_spec[field] = _slim_replica_specs(value)
     # only the conditions the diagnosis reads (finished, suspended): Running <-> Restarting churn
     # of a crash-looping job must not look like a change
     conditions = [
@@ -240,6 +242,20 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
         "spec": out_spec,
         "status": {"conditions": conditions},
     }
+
+
+def _slim_replica_specs(specs: Obj) -> Obj:
+    replicas: Obj = {}
+    for rtype, rspec in specs.items():
+        if not isinstance(rspec, dict):
+            continue
+        template = rspec.get("template") or {}
+        tmeta = template.get("metadata") or {}
+        replicas[rtype] = {
+            "replicas": rspec.get("replicas", 1),
+            "template": {"metadata": {"labels": tmeta.get("labels") or {}}},
+        }
+    return replicas
 
 
 OWNER_COUNTS = ("replicas", "parallelism", "completions")

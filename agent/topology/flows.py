@@ -15,38 +15,26 @@ needs no coordinator flows. Called by `agent.diagnosis`. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from agent.model.cluster import JobKind, Pod
+from agent.model.cluster import Pod
 from agent.model.flow import FlowRule
 from agent.model.job import Job
 from agent.model.network import PortRange, Protocol
+from agent.model.workload import JobKind, workload
 
 COLLECTIVE_PORTS = PortRange(1024, 65535, Protocol.TCP)
 
-# kind -> (port name, default number)
-NAMED_PORTS: Mapping[JobKind, tuple[str, int]] = {
-    JobKind.PYTORCH: ("pytorchjob-port", 23456),
-    JobKind.TF: ("tfjob-port", 2222),
-    JobKind.MPI: ("ssh", 22),
-    JobKind.XGBOOST: ("xgboostjob-port", 9999),
-    JobKind.PADDLE: ("master", 36543),
-    JobKind.JAX: ("jaxjob-port", 6666),
-}
-_FIRST_PORT_FALLBACK = frozenset({JobKind.PADDLE, JobKind.JAX})
-
-
 def job_port(kind: JobKind, coordinator: Pod | None) -> PortRange:
-    """The coordinator's port for `kind`: by name, else (Paddle, JAX) its first port, else default."""
-    name, default = NAMED_PORTS[kind]
+    """The coordinator's port for `kind` (its descriptor's): by name, else (Paddle, JAX) its
+    first port, else the default."""
+    rule = workload(kind).coordinator
     if coordinator is not None:
         for port in coordinator.ports:
-            if port.name == name:
+            if port.name == rule.port_name:
                 return PortRange.single(port.port, port.protocol)
-        if kind in _FIRST_PORT_FALLBACK and coordinator.ports:
+        if rule.first_port and coordinator.ports:
             first = coordinator.ports[0]
             return PortRange.single(first.port, first.protocol)
-    return PortRange.single(default)
+    return PortRange.single(rule.default_port)
 
 
 def required_flows(job: Job) -> tuple[FlowRule, ...]:

@@ -1,52 +1,50 @@
 """Group pods into training jobs: Kubeflow jobs found from their pods, and configured groups.
 
 Kubeflow pods are recognised by the `training.kubeflow.org/job-name` label or a controller owner
-reference to a Kubeflow kind; the kind comes from that owner, from the owner chain of an mpi-operator
-v2beta1 launcher (pod -> batch Job `<job>-launcher` -> MPIJob), from the operator-name label, or from
-a job object of that name. The job object, when present, adds run policy, labels and status.
-Finished pods are dropped; a job with no live pod yields no `Job`. Generic groups come from
-`GroupSpec`s: one group per namespace holding matching pods. `find_jobs` can be limited to some
-namespaces (a scoped re-diagnosis). Called by `agent.diagnosis`. Pure.
+reference to a kind of the workload table (`agent.model.workload`); the kind comes from that owner,
+from the owner chain of an mpi-operator v2beta1 launcher (pod -> batch Job `<job>-launcher` ->
+MPIJob), from the operator-name label, or from a job object of that name. The job object, when
+present, adds run policy, labels and status. Finished pods are dropped; a job with no live pod
+yields no `Job`. Generic groups come from `GroupSpec`s: one group per namespace holding matching
+pods. `find_jobs` can be limited to some namespaces (a scoped re-diagnosis). Called by
+`agent.diagnosis`. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from agent.model.cluster import (
-    FINISHED_PHASES,
-    KUBEFLOW_KINDS,
-    ClusterState,
-    JobKind,
-    OwnerRef,
-    Pod,
-)
+from agent.model.cluster import FINISHED_PHASES, ClusterState, OwnerRef, Pod
 from agent.model.job import Job, JobRef
-from agent.settings import GroupSpec
-from agent.topology.roles import (
-    JOB_NAME_LABEL,
-    OPERATOR_KINDS,
-    OPERATOR_NAME_LABEL,
-    find_coordinator,
-    replica_index,
-    replica_type,
+from agent.model.workload import (
+    BATCH_JOB,
+    KUBEFLOW_LABELS,
+    JobKind,
+    launched_kind,
+    workload,
+    workload_named,
+    workload_of_operator,
 )
+from agent.settings import GroupSpec
+from agent.topology.roles import find_coordinator, replica_index, replica_type
 
-_KINDS = {k.value: k for k in KUBEFLOW_KINDS}
+GANG = KUBEFLOW_LABELS  # the labels every Kubeflow kind's pods carry
 
 
 def _kind_from_owners(pod: Pod, state: ClusterState) -> tuple[JobKind, str] | None:
     owner = pod.controller
     if owner is None:
         return None
-    kind = _KINDS.get(owner.kind)
-    if kind is not None and owner.api_version.startswith("kubeflow.org/"):
-        return kind, owner.name
-    if owner.kind == "Job":  # mpi-operator v2beta1 launcher: pod -> batch Job -> MPIJob
-        batch = state.owned_objects.get(("Job", pod.namespace, owner.name))
+    found = workload_named(owner.kind)
+    if found is not None and owner.api_version.startswith(f"{found.group}/"):
+        return found.kind, owner.name
+    launched = launched_kind()
+    if launched is not None and owner.kind == BATCH_JOB.kind:
+        # mpi-operator v2beta1 launcher: pod -> batch Job -> MPIJob
+        batch = state.owned_objects.get((BATCH_JOB.kind, pod.namespace, owner.name))
         parent = batch.controller if batch is not None else None
-        if parent is not None and parent.kind == "MPIJob":
-            return JobKind.MPI, parent.name
+        if parent is not None and parent.kind == launched.kind:
+            return launched.kind, parent.name
     return None
 
 
@@ -56,20 +54,22 @@ def _identify(
     by_owner = _kind_from_owners(pod, state)
     if by_owner is not None:
         return by_owner
-    job_name = pod.labels.get(JOB_NAME_LABEL)
+    job_name = pod.labels.get(GANG.job_name)
     if not job_name:
         return None
-    kind = OPERATOR_KINDS.get(pod.labels.get(OPERATOR_NAME_LABEL, ""))
-    if kind is not None:
-        return kind, job_name
+    by_operator = workload_of_operator(pod.labels.get(GANG.operator or "", ""))
+    if by_operator is not None:
+        return by_operator.kind, job_name
     kinds = names.get((pod.namespace, job_name), [])
     if len(kinds) == 1:
         return kinds[0], job_name
     owner = pod.controller
-    if owner is not None and owner.kind == "Job" and owner.name == f"{job_name}-launcher":
+    launched = launched_kind()
+    if (launched is not None and launched.launcher_job is not None and owner is not None
+            and owner.kind == BATCH_JOB.kind and owner.name == f"{job_name}{launched.launcher_job}"):
         # a launcher whose batch Job is not in the snapshot: mpi-operator names it <job>-launcher
-        return JobKind.MPI, job_name
-    return None
+        return launched.kind, job_name
+    return None  # fmt: skip
 
 
 def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> list[Job]:
@@ -83,7 +83,7 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
         names.setdefault((ns, name), []).append(kind)
     members: dict[tuple[JobKind, str, str], list[Pod]] = {}
     for pod in state.pods if among is None else among:
-        if pod.phase in FINISHED_PHASES or (not pod.owners and JOB_NAME_LABEL not in pod.labels):
+        if pod.phase in FINISHED_PHASES or (not pod.owners and GANG.job_name not in pod.labels):
             continue
         found = _identify(pod, state, names=names)
         if found is None:
@@ -92,10 +92,11 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
         members.setdefault((kind, pod.namespace, job_name), []).append(pod)
     jobs = []
     for (kind, ns, name), pods in sorted(members.items()):
-        types = {p.name: replica_type(p, name) for p in pods}
+        gang = workload(kind).labels
+        types = {p.name: replica_type(p, name, gang) for p in pods}
         order = {}
         for p in pods:
-            index = replica_index(p)
+            index = replica_index(p, gang)
             order[p.name] = (types[p.name], -1 if index is None else index, p.name)
         pods.sort(key=lambda p: order[p.name])
         jobs.append(

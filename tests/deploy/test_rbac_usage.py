@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from agent.fakes.slack import FakeSlack
-from agent.model.cluster import JobKind
 from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
+from agent.model.workload import JobKind
 from agent.twin.faults import AuditEntry
 from agent.twin.resources import lookup
 from agent.twin.scenario import Scenario

@@ -11,9 +11,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from agent.diagnosis.diagnose import DENIED_FLOWS_CAP, JobScope, diagnose_cluster
-from agent.model.cluster import JobKind
 from agent.model.finding import Finding
 from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings, load_diagnosis_settings
 from agent.snapshot.collection import Snapshot, parse_snapshot

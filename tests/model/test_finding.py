@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agent.model.cluster import JobKind
 from agent.model.finding import Coordinator, DeniedFlow, Finding, Impact, Verdict
 from agent.model.job import JobRef
 from agent.model.network import DenyReason, Hop, PortRange
+from agent.model.workload import JobKind
 
 
 def test_finding_to_dict_matches_the_issue_shape() -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent.model.cluster import JobKind
 from agent.model.finding import Finding
 from agent.model.job import JobRef
 from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
 
 ZONE = "topology.kubernetes.io/zone"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

@@ -18,7 +18,6 @@ from typing import Any
 
 import yaml
 
-from agent.model.cluster import JobKind
 from agent.model.finding import Finding
 from agent.model.incident import Actor, FindingRecord
 from agent.model.job import JobRef
@@ -28,8 +27,9 @@ from agent.model.lifecycle import (
     IncidentStatus,
     RemediationActionKind,
 )
+from agent.model.workload import JobKind, workload
 from agent.remediation.execute import Remediator
-from agent.remediation.plan import KUBEFLOW, Plan
+from agent.remediation.plan import Plan
 from agent.runtime.rediagnosis import ApiRediagnosis
 from agent.settings import (
     DatabaseSettings,
@@ -207,8 +207,8 @@ def approved_incident(
     finding = settled_finding(lab, ref)
     document = finding.to_dict()
     if ref.kind is not JobKind.GROUP:
-        plural = KUBEFLOW[ref.kind].plural
-        job = lab.api.json("GET", f"/apis/kubeflow.org/v1/namespaces/{ref.namespace}/{plural}/{ref.name}")
+        kind = workload(ref.kind)
+        job = lab.api.json("GET", f"/apis/{kind.api_version}/namespaces/{ref.namespace}/{kind.plural}/{ref.name}")
         document["job"]["uid"] = job["metadata"]["uid"]
     now = datetime.now(UTC)
     record = FindingRecord.from_finding(document, cluster="twin", detected_at=now,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from agent.model.cluster import JobKind
 from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
 from agent.remediation.plan import (
     LiveObjects,
     Plan,

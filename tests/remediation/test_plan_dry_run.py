@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from agent.model.cluster import JobKind
+from agent.model.workload import JobKind
 from agent.remediation.plan import LiveObjects, Plan, plan_remediation
 from tests.remediation.builders import (
     KINDS,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from agent.model.cluster import JobKind
 from agent.model.incident import RemediationAction
 from agent.model.lifecycle import RemediationActionKind
 from agent.model.proposal import from_action, latest_preview, proposed_fix
+from agent.model.workload import JobKind
 from agent.remediation.plan import Plan, Refusal, plan_remediation
 from agent.remediation.preview import describe, preview_action
 from tests.remediation.builders import KINDS, ZONE, cluster_nodes, finding, job

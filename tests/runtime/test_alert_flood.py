@@ -10,10 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind
 from agent.runtime.alerts import AlertReceiver
 from agent.sources.alertmanager import Alert
-from agent.sources.jobkey import JobKey
 from tests.runtime.test_pipeline import JOB, World
 
 
@@ -27,7 +27,7 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 
 def test_a_thousand_alerts_in_one_body_are_one_incident_with_a_short_timeline(world: World) -> None:
-    def on_alert(alert: Alert, jobs: list[JobKey]) -> bool:
+    def on_alert(alert: Alert, jobs: list[JobRef]) -> bool:
         world.pipeline.handle_alert(alert, jobs)
         return True
 

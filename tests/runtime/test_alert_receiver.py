@@ -12,11 +12,12 @@ import orjson
 import pytest
 
 from agent.errors import UnavailableError
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.runtime.alerts import AlertOutcome, AlertReceiver
 from agent.sources.alertmanager import Alert
-from agent.sources.jobkey import JobKey
 
-RESNET = JobKey("PyTorchJob", "ml", "resnet")
+RESNET = JobRef(JobKind.PYTORCH, "ml", "resnet")
 
 
 def body(*fingerprints: str) -> bytes:
@@ -34,7 +35,7 @@ class Store:
         self.stored: list[str] = []
         self.failing: dict[str, Callable[[], bool]] = {}
 
-    def on_alert(self, alert: Alert, jobs: list[JobKey]) -> bool:
+    def on_alert(self, alert: Alert, jobs: list[JobRef]) -> bool:
         fail = self.failing.get(alert.fingerprint)
         if fail is not None and not fail():
             return False

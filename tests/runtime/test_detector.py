@@ -7,13 +7,14 @@ import threading
 
 import pytest
 
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.runtime.detector import Debouncer, Detector
 from agent.sources.cache import Change
-from agent.sources.jobkey import JobKey
 
 
 def job(i: int) -> Change:
-    return Change(jobs=frozenset({JobKey("PyTorchJob", "ml", f"j{i}")}))
+    return Change(jobs=frozenset({JobRef(JobKind.PYTORCH, "ml", f"j{i}")}))
 
 
 @pytest.mark.parametrize(
@@ -107,7 +108,7 @@ def test_a_failing_step_does_not_kill_the_worker() -> None:
 
 
 def gang(i: int) -> Change:
-    return Change(jobs=frozenset({JobKey("PyTorchJob", "ml", f"j{i}")}), gang_complete=True)
+    return Change(jobs=frozenset({JobRef(JobKind.PYTORCH, "ml", f"j{i}")}), gang_complete=True)
 
 
 def relabel_in(namespace: str) -> Change:

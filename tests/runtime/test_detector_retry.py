@@ -13,13 +13,14 @@ from datetime import timedelta
 import pytest
 
 from agent.errors import UnavailableError
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.runtime.detector import BatchOutcome, Debouncer, Detector
 from agent.sources.cache import Change
-from agent.sources.jobkey import JobKey
 
 
 def job(i: int) -> Change:
-    return Change(jobs=frozenset({JobKey("PyTorchJob", "ml", f"j{i}")}))
+    return Change(jobs=frozenset({JobRef(JobKind.PYTORCH, "ml", f"j{i}")}))
 
 
 @pytest.mark.parametrize(
@@ -46,7 +47,7 @@ def test_debouncer_retry(arrivals: list[float], check_at: float, expect_jobs: se
         return
     assert batch is not None
     merged, first_seen = batch
-    assert merged.jobs == frozenset(JobKey("PyTorchJob", "ml", f"j{i}") for i in expect_jobs)
+    assert merged.jobs == frozenset(JobRef(JobKind.PYTORCH, "ml", f"j{i}") for i in expect_jobs)
     assert first_seen == 0.0
     assert d.take(check_at + 10) is None  # nothing left, and the backoff is over
     d.add(job(9), 20.0)

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from agent.model.incident import Actor, IncidentQuery
+from agent.model.job import JobRef
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
 from agent.remediation.approvers import Authority
 from agent.remediation.decision import DecisionRequest, decide
 from agent.runtime import expiry
@@ -23,7 +25,6 @@ from agent.runtime.metrics import AgentMetrics
 from agent.runtime.root import Parts
 from agent.settings import RemediationSettings, Settings
 from agent.sources.cache import ClusterCache
-from agent.sources.jobkey import JobKey
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.store.repository import IncidentStore
 from tests.runtime.step_remediator import StepRemediator
@@ -47,7 +48,7 @@ class Clock:
         self.mono += seconds
 
 
-def _executor(store: IncidentStore, *, objects: Mapping[JobKey, Sequence[Mapping[str, Any]]]
+def _executor(store: IncidentStore, *, objects: Mapping[JobRef, Sequence[Mapping[str, Any]]]
               | None = None, cap: int = 10, cluster: str = "prod"
               ) -> tuple[RemediationExecutor, StepRemediator, Clock]:
     clock = Clock()
@@ -92,7 +93,7 @@ def test_protected_and_kueue_jobs_fail_with_the_reason(store: IncidentStore) -> 
     kueue_job = {"kind": "PyTorchJob", "metadata": {
         "name": "queued", "labels": {"kueue.x-k8s.io/queue-name": "gpus"}}}
     executor, remediator, _ = _executor(
-        store, objects={JobKey("PyTorchJob", "ml", "queued"): [kueue_job]})
+        store, objects={JobRef(JobKind.PYTORCH, "ml", "queued"): [kueue_job]})
     protected = _approved(store, "sys", namespace="kube-system")
     queued = _approved(store, "queued")
     fine = _approved(store, "fine")

@@ -24,6 +24,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agent.errors import ConfigError, InputError
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.http import IncidentFilter, build_app, parse_filters
 from agent.runtime.metrics import AgentMetrics
@@ -31,9 +33,8 @@ from agent.runtime.server import HttpServer
 from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.settings import AlertmanagerSettings, BasicAuthSettings
 from agent.sources.alertmanager import Alert
-from agent.sources.jobkey import JobKey
 
-RESNET = JobKey("PyTorchJob", "ml", "resnet")
+RESNET = JobRef(JobKind.PYTORCH, "ml", "resnet")
 
 
 class Incidents:
@@ -54,12 +55,12 @@ class Incidents:
 class World:
     def __init__(self) -> None:
         self.ready = {"caches": False, "database": True}
-        self.handed: list[tuple[str, list[JobKey]]] = []
+        self.handed: list[tuple[str, list[JobRef]]] = []
         self.accepting = True
         self.metrics = AgentMetrics()
         self.incidents = Incidents()
 
-    def on_alert(self, alert: Alert, jobs: list[JobKey]) -> bool:
+    def on_alert(self, alert: Alert, jobs: list[JobRef]) -> bool:
         if not self.accepting:
             return False
         self.handed.append((alert.name, jobs))

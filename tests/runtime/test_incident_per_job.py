@@ -15,7 +15,8 @@ import pytest
 
 from agent.fakes.slack import FakeSlack
 from agent.model.incident import IncidentQuery, IncidentSummary
-from agent.sources.jobkey import JobKey
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.twin.resources import lookup
 from tests.support.agent_rig import RunningAgent, running_agent
 from tests.support.waiting import wait
@@ -68,7 +69,7 @@ class Edits:
     def gone_and_seen(self) -> None:
         """Wait until the job's pods are gone from the twin and the agent's cache, and a batch
         taken after that (so with the last deletion in it) is handled."""
-        key = JobKey("PyTorchJob", "ml", JOB)
+        key = JobRef(JobKind.PYTORCH, "ml", JOB)
         wait(lambda: not self.rig.cluster.store.list(PODS, namespace="ml")[0]
              and not self.rig.agent.cache.pods_of_job(key), timeout=30, what="the pods gone")
         taken = self.rig.agent.detector.batches

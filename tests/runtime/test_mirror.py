@@ -92,8 +92,8 @@ def kube_pod(name: str, node: str, *, zone_label: str, gpus: int = 1) -> dict[st
 
 def test_incremental_state_and_facts_diagnose_like_a_fresh_mirror() -> None:
     from agent.diagnosis.diagnose import JobScope, diagnose_cluster
-    from agent.model.cluster import JobKind
     from agent.model.job import JobRef
+    from agent.model.workload import JobKind
     from agent.settings import DiagnosisSettings
     from agent.sources.cache import EventType
 

@@ -20,7 +20,9 @@ import pytest
 
 from agent.diagnosis.waste import EgressBasis
 from agent.model.incident import IncidentQuery, Verdict
+from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, MessageKind
+from agent.model.workload import JobKind
 from agent.playbook.loader import load_playbooks
 from agent.runtime.leader import AlwaysLeader
 from agent.runtime.metrics import AgentMetrics
@@ -31,7 +33,6 @@ from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change, ClusterCache
 from agent.sources.drop import DropVerdict
 from agent.sources.egress import EgressMeter
-from agent.sources.jobkey import JobKey
 from agent.sources.kubeapi import KubeApi
 from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import JobMetrics, MetricsReport, PrometheusSource
@@ -42,7 +43,7 @@ from tests.support.prometheus import requires_prometheus, running_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 R = {r.name: r for r in RESOURCES}
-JOB = JobKey("PyTorchJob", "train", "gpt-small")
+JOB = JobRef(JobKind.PYTORCH, "train", "gpt-small")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
@@ -364,7 +365,7 @@ def test_utilization_before_is_measured_while_split_never_before(world: World) -
     assert (again.id, again.utilization_before) == (incident.id, 1.0)
 
 
-DEV_JOB = JobKey("PyTorchJob", "dev", "gpt-small")
+DEV_JOB = JobRef(JobKind.PYTORCH, "dev", "gpt-small")
 T = NOW.timestamp()
 
 
@@ -418,7 +419,7 @@ def test_a_batch_diagnoses_only_the_jobs_it_affects(world: World) -> None:
         ("dev", "zone_split_degraded"),
         ("train", "zone_split_blocked"),
     ]
-    world.pipeline.handle_change(Change(jobs=frozenset({JobKey("NoSuchKind", "elsewhere", "x")})), 0.0)
+    world.pipeline.handle_change(Change(jobs=frozenset({JobRef(JobKind.TF, "elsewhere", "x")})), 0.0)
     assert world.pipeline.diagnosed_last == 0
     world.pipeline.handle_change(Change(everything=True), 0.0)
     assert world.pipeline.diagnosed_last == 2

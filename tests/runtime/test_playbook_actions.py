@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.model.cluster import JobKind
 from agent.model.incident import IncidentSummary
 from agent.model.job import JobRef
 from agent.model.lifecycle import MessageKind, RemediationActionKind
+from agent.model.workload import JobKind
 from agent.playbook.loader import load_playbooks
 from agent.playbook.matching import Event
 from agent.playbook.model import TriggerKind
@@ -26,7 +26,6 @@ from agent.runtime.playbooks import PlaybookActions
 from agent.runtime.previews import PlanPreviews, Preview, placement_key
 from agent.settings import Settings
 from agent.sources.cache import ClusterCache
-from agent.sources.jobkey import JobKey
 from agent.sources.kubeapi import KubeApi
 from agent.store.errors import StoreUnavailableError
 from agent.store.repository import IncidentStore, open_store
@@ -35,7 +34,7 @@ from tests.store.helpers import finding
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-KEY = JobKey("PyTorchJob", "ml", "resnet")
+KEY = JobRef(JobKind.PYTORCH, "ml", "resnet")
 
 
 @pytest.fixture
@@ -153,7 +152,7 @@ def test_a_declared_group_is_posted_whatever_its_pods_request(store: IncidentSto
     record = replace(finding("lab", namespace="ml-lab"), kind="Group")
     incident = store.record_finding(record).incident
     a = actions(store)
-    group = JobKey("Group", "ml-lab", "lab")  # simulates its GPUs: a taint and a node selector
+    group = JobRef(JobKind.GROUP, "ml-lab", "lab")  # simulates its GPUs: a taint and a node selector
     a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(group, "zone_split_blocked", gpus=0)),
            incident, {"verdict": "zone_split_blocked"})
     assert posts(store, incident) == ["notify", "propose_colocation"]
@@ -166,7 +165,7 @@ def test_an_incident_no_playbook_posts_says_why_in_show_and_the_digest(store: In
 
     incident = store.record_finding(finding("cpu-only")).incident
     a = actions(store)
-    a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(KEY._replace(name="cpu-only"),
+    a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(replace(KEY, name="cpu-only"),
                                                    "zone_split_blocked", gpus=0)),
            incident, {"verdict": "zone_split_blocked"})
     assert posts(store, incident) == []

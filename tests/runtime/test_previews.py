@@ -8,13 +8,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agent.model.cluster import JobKind
 from agent.model.finding import Finding
 from agent.model.incident import FindingRecord
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
 from agent.remediation.plan import Refusal
 from agent.remediation.preview import preview_action
 from agent.runtime.previews import PlanPreviews, Preview, placement_key

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.errors import SnapshotError
-from agent.model.cluster import JobKind
+from agent.model.workload import JobKind
 from agent.snapshot.collection import parse_snapshot
 from tests.snapshot.kube_objects import as_list, namespace, node, pod, training_job, zone_only
 

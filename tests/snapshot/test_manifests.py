@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from agent.model.cluster import ContainerPort, JobKind, PodPhase
+from agent.model.cluster import ContainerPort, PodPhase
 from agent.model.network import Protocol
+from agent.model.workload import JobKind
 from agent.snapshot.manifests import (
     ManifestError,
     PodParts,

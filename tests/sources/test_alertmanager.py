@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.sources.alertmanager import (
     Alert,
     AlertStatus,
@@ -18,7 +20,6 @@ from agent.sources.alertmanager import (
     resolve_jobs,
     target_of,
 )
-from agent.sources.jobkey import JobKey
 
 V4 = {
     "version": "4",
@@ -154,22 +155,22 @@ def test_target_of(labels: dict[str, str], target: AlertTarget | None) -> None:
 
 
 JOBS = {
-    ("ml", "resnet"): [JobKey("PyTorchJob", "ml", "resnet"), JobKey("TFJob", "ml", "resnet")],
+    ("ml", "resnet"): [JobRef(JobKind.PYTORCH, "ml", "resnet"), JobRef(JobKind.TF, "ml", "resnet")],
 }
-PODS = {("ml", "resnet-worker-0"): JobKey("PyTorchJob", "ml", "resnet")}
+PODS = {("ml", "resnet-worker-0"): JobRef(JobKind.PYTORCH, "ml", "resnet")}
 
 
 @pytest.mark.parametrize(
     ("target", "expected"),
     [
-        (AlertTarget("ml", "resnet"), [JobKey("PyTorchJob", "ml", "resnet"), JobKey("TFJob", "ml", "resnet")]),
-        (AlertTarget("ml", "resnet", "TFJob"), [JobKey("TFJob", "ml", "resnet")]),
-        (AlertTarget("ml", pod="resnet-worker-0"), [JobKey("PyTorchJob", "ml", "resnet")]),
-        (AlertTarget("ml", "gone", pod="resnet-worker-0"), [JobKey("PyTorchJob", "ml", "resnet")]),
+        (AlertTarget("ml", "resnet"), [JobRef(JobKind.PYTORCH, "ml", "resnet"), JobRef(JobKind.TF, "ml", "resnet")]),
+        (AlertTarget("ml", "resnet", "TFJob"), [JobRef(JobKind.TF, "ml", "resnet")]),
+        (AlertTarget("ml", pod="resnet-worker-0"), [JobRef(JobKind.PYTORCH, "ml", "resnet")]),
+        (AlertTarget("ml", "gone", pod="resnet-worker-0"), [JobRef(JobKind.PYTORCH, "ml", "resnet")]),
         (AlertTarget("ml", pod="nobody"), []),
     ],
 )
-def test_resolve_jobs(target: AlertTarget, expected: list[JobKey]) -> None:
+def test_resolve_jobs(target: AlertTarget, expected: list[JobRef]) -> None:
     found = resolve_jobs(
         target,
         jobs_named=lambda ns, name: JOBS.get((ns, name), []),

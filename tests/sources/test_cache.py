@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.settings import NamespaceFilter
 from agent.sources.cache import Change, ClusterCache
-from agent.sources.jobkey import JobKey
 from agent.sources.resources import RESOURCES
 
 R = {r.name: r for r in RESOURCES}
@@ -18,7 +19,7 @@ CCNP = R["ciliumclusterwidenetworkpolicies.v2.cilium.io"]
 PYTORCH = R["pytorchjobs.v1.kubeflow.org"]
 BATCH = R["jobs.v1.batch"]
 
-RESNET = JobKey("PyTorchJob", "ml", "resnet")
+RESNET = JobRef(JobKind.PYTORCH, "ml", "resnet")
 
 
 def pod(name: str, *, ns: str = "ml", job: str | None = "resnet", node: str | None = "n1", labels: dict[str, str] | None = None, owner: str = "PyTorchJob") -> dict[str, Any]:
@@ -69,14 +70,14 @@ def test_the_pods_of_a_job_awaiting_its_labels_report_their_start() -> None:
     c.apply(R["pods"], "ADDED", gpu_pod("web-1", job=None, phase="Pending"))
     assert c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0")) == Change()  # not awaited
     c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0", phase="Pending"))
-    c.await_labels([RESNET, JobKey("Group", "ml", "web")])
+    c.await_labels([RESNET, JobRef(JobKind.GROUP, "ml", "web")])
     started = c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0"))
     assert started.jobs == {RESNET} and started.gang_complete
     labelled = c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0", labels={"zone": "a"}))
     assert labelled.gang_complete
     group = c.apply(R["pods"], "MODIFIED", gpu_pod("web-1", job=None))
     assert group.namespaces == {"ml"} and group.gang_complete
-    c.labels_settled([RESNET, JobKey("Group", "ml", "web")])
+    c.labels_settled([RESNET, JobRef(JobKind.GROUP, "ml", "web")])
     assert not c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0", labels={"zone": "b"})).gang_complete
     assert c.apply(R["pods"], "MODIFIED", gpu_pod("web-1", job=None, phase="Pending")) == Change()
 
@@ -120,7 +121,7 @@ def test_indexes(cache: tuple[ClusterCache, list[Change]]) -> None:
         ("pods", "MODIFIED", pod("resnet-worker-0", node="n2"), Change()),  # nothing the diagnosis sees
         ("pods", "MODIFIED", {**pod("resnet-worker-0", node="n2"), "status": {"phase": "Pending"}}, Change()),  # live -> live
         ("pods", "MODIFIED", {**pod("resnet-worker-0", node="n2"), "status": {"phase": "Succeeded"}}, Change(jobs=frozenset({RESNET}))),
-        ("pods", "MODIFIED", pod("resnet-worker-0", node="n2", job="other"), Change(jobs=frozenset({RESNET, JobKey("PyTorchJob", "ml", "other")}))),
+        ("pods", "MODIFIED", pod("resnet-worker-0", node="n2", job="other"), Change(jobs=frozenset({RESNET, JobRef(JobKind.PYTORCH, "ml", "other")}))),
         ("pods", "DELETED", pod("resnet-worker-0"), Change(jobs=frozenset({RESNET}))),
         ("pods", "DELETED", pod("ghost"), Change()),
         # a pod of no job -> its namespace (generic groups)
@@ -174,11 +175,11 @@ def test_mpi_launcher_kind_through_the_operator_label_or_batch_owner() -> None:
     launcher["metadata"]["ownerReferences"][0]["name"] = "m-launcher"
     c.replace(BATCH, [{"metadata": {"name": "m-launcher", "namespace": "ml", "ownerReferences": [{"kind": "MPIJob", "name": "m", "controller": True}]}}])
     c.apply(PODS, "ADDED", launcher)
-    assert c.job_of_pod("ml", "m-launcher-abc") == JobKey("MPIJob", "ml", "m")
+    assert c.job_of_pod("ml", "m-launcher-abc") == JobRef(JobKind.MPI, "ml", "m")
     labelled = pod("t-launcher", job="t", owner="Job")
     labelled["metadata"]["labels"]["training.kubeflow.org/operator-name"] = "mpi-operator"
     c.apply(PODS, "ADDED", labelled)
-    assert c.job_of_pod("ml", "t-launcher") == JobKey("MPIJob", "ml", "t")
+    assert c.job_of_pod("ml", "t-launcher") == JobRef(JobKind.MPI, "ml", "t")
 
 
 def test_synced_only_when_every_expected_resource_listed() -> None:

@@ -7,21 +7,16 @@ from typing import Any
 
 import pytest
 
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.settings import GroupSpec
-from agent.sources.cache import (
-    Change,
-    ClusterCache,
-    EventType,
-    expected_job_pods,
-    expected_workload_pods,
-)
-from agent.sources.jobkey import JobKey
+from agent.sources.cache import Change, ClusterCache, EventType
 from agent.sources.resources import RESOURCES
 
 R = {r.name: r for r in RESOURCES}
 PODS, PYTORCH = R["pods"], R["pytorchjobs.v1.kubeflow.org"]
 DEPLOYMENTS, REPLICASETS, BATCH = R["deployments.v1.apps"], R["replicasets.v1.apps"], R["jobs.v1.batch"]
-BERT = JobKey("PyTorchJob", "ml", "bert")
+BERT = JobRef(JobKind.PYTORCH, "ml", "bert")
 
 
 def pytorchjob(workers: Any = 2) -> dict[str, Any]:
@@ -45,39 +40,6 @@ def pod(name: str, *, node: str | None = None, labels: dict[str, str] | None = N
     if node:
         spec["nodeName"] = node
     return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
-
-
-@pytest.mark.parametrize(
-    ("spec", "expected"),
-    [
-        (pytorchjob(2)["spec"], 3),
-        (pytorchjob(None)["spec"], 1),
-        ({"pytorchReplicaSpecs": {"Master": {}, "Worker": {"replicas": 4}}}, 5),  # default 1
-        ({"mpiReplicaSpecs": {"Launcher": {"replicas": 1}, "Worker": {"replicas": 8}}}, 9),
-        ({"pytorchReplicaSpecs": {"Worker": {"replicas": "2"}}}, None),  # unreadable
-        ({"pytorchReplicaSpecs": {"Worker": {"replicas": 0}}}, None),
-        ({}, None),
-    ],
-)
-def test_expected_job_pods(spec: dict[str, Any], expected: int | None) -> None:
-    assert expected_job_pods({"spec": spec}) == expected
-
-
-@pytest.mark.parametrize(
-    ("kind", "spec", "expected"),
-    [
-        ("Deployment", {"replicas": 3}, 3),
-        ("Deployment", {}, 1),
-        ("ReplicaSet", {"replicas": 2}, 2),
-        ("Job", {"parallelism": 4}, 4),
-        ("Job", {"parallelism": 4, "completions": 2}, 2),
-        ("Job", {}, 1),
-        ("Job", {"parallelism": -1}, None),
-        ("Deployment", {"replicas": True}, None),
-    ],
-)
-def test_expected_workload_pods(kind: str, spec: dict[str, Any], expected: int | None) -> None:
-    assert expected_workload_pods(kind, {"spec": spec}) == expected
 
 
 @pytest.fixture

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.sources.cache import ClusterCache
-from agent.sources.jobkey import JobKey
 from agent.sources.resources import RESOURCES
 
 R = {r.name: r for r in RESOURCES}
-RESNET = JobKey("PyTorchJob", "ml", "resnet")
-MPI = JobKey("MPIJob", "ml", "allreduce")
+RESNET = JobRef(JobKind.PYTORCH, "ml", "resnet")
+MPI = JobRef(JobKind.MPI, "ml", "allreduce")
 
 
 def job(name: str, **meta: Any) -> dict[str, Any]:
@@ -47,7 +48,7 @@ def pod(name: str, *, phase: str | None = "Running", **resources: dict[str, Any]
     ],
 )
 def test_job_object_uid_and_labels(
-    objects: dict[str, list[dict[str, Any]]], key: JobKey, uid: str | None, labels: dict[str, str]
+    objects: dict[str, list[dict[str, Any]]], key: JobRef, uid: str | None, labels: dict[str, str]
 ) -> None:
     cache = ClusterCache()
     for resource, items in objects.items():

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.settings import PrometheusSettings
-from agent.sources.jobkey import JobKey
 from agent.sources.prometheus import PrometheusSource, job_utilization_expr, promql_duration
 from tests.support.prometheus import free_port, requires_prometheus, running_prometheus
 
@@ -82,12 +83,12 @@ def test_per_job_utilization_baseline_and_drop_against_real_prometheus(tmp_path:
         report = source.fetch(datetime.fromtimestamp(now, UTC))
     assert report.available, report.error
     assert report.queries == 2 and outcomes == [True, True]
-    assert set(report.jobs) == {JobKey("PyTorchJob", "ml", "resnet"), JobKey("TFJob", "nlp", "bert")}
-    resnet = report.jobs[JobKey("PyTorchJob", "ml", "resnet")]
+    assert set(report.jobs) == {JobRef(JobKind.PYTORCH, "ml", "resnet"), JobRef(JobKind.TF, "nlp", "bert")}
+    resnet = report.jobs[JobRef(JobKind.PYTORCH, "ml", "resnet")]
     assert resnet.now == pytest.approx(30)
     assert resnet.baseline == pytest.approx(90)
     assert resnet.drop.dropped, resnet.drop.reason
-    bert = report.jobs[JobKey("TFJob", "nlp", "bert")]
+    bert = report.jobs[JobRef(JobKind.TF, "nlp", "bert")]
     assert bert.now == pytest.approx(80)
     assert bert.baseline == pytest.approx(80)
     assert not bert.drop.dropped
@@ -199,7 +200,7 @@ def test_tls_ca_file_and_verification_against_real_prometheus(tmp_path: Path) ->
         untrusted = PrometheusSource(_settings(prom.url, retries=0)).fetch(at)
         unverified = PrometheusSource(_settings(prom.url, verify_tls=False)).fetch(at)
     assert trusted.available, trusted.error
-    assert JobKey("PyTorchJob", "ml", "resnet") in trusted.jobs
+    assert JobRef(JobKind.PYTORCH, "ml", "resnet") in trusted.jobs
     assert not untrusted.available
     assert untrusted.error is not None and "SSL" in untrusted.error
     assert unverified.available, unverified.error

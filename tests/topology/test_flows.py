@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from agent.model.cluster import JobKind
 from agent.model.flow import FlowRule
+from agent.model.workload import JobKind
 from agent.settings import GroupSpec
 from agent.topology.flows import job_port, required_flows
 from agent.topology.jobs import find_jobs

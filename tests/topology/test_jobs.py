@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agent.model.cluster import JobKind
+from agent.model.workload import JobKind
 from agent.settings import GroupSpec
 from agent.topology.jobs import find_jobs
 from tests.snapshot.kube_objects import (

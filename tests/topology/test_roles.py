@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from agent.model.cluster import Pod
+from agent.model.workload import KUBEFLOW_LABELS
 from agent.topology.jobs import find_jobs
-from agent.topology.roles import REPLICA_INDEX_LABEL, replica_index
+from agent.topology.roles import replica_index
 from tests.snapshot.kube_objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, load, node, pod
 
 N = [node("a1", "zone-a")]
@@ -79,5 +80,5 @@ def test_replica_type_from_v2beta1_role_and_name() -> None:
 def test_replica_index_reads_ascii_digits_only(
     name: str, index_label: str | None, expected: int | None
 ) -> None:
-    labels = {REPLICA_INDEX_LABEL: index_label} if index_label is not None else {}
+    labels = {KUBEFLOW_LABELS.replica_index: index_label} if index_label is not None else {}
     assert replica_index(Pod(namespace="ml", name=name, labels=labels)) == expected

@@ -1,0 +1,481 @@
+"""The workload kinds zonemedic knows, one descriptor each: the only place their names are written.
+
+A `WorkloadKind` describes a kind of training job whose pods form one gang: its API group, the
+versions it is served as (in preference order: a cluster serving several is read at the first),
+its plural, how its pods name it (`GangLabels`, the operator-name values, the batch Job that owns
+its coordinator), its coordinator and port (`Coordinator`), where its pod templates and their pod
+counts live (`PodTemplates`), how it suspends and resumes and which template fields may change
+while it is suspended (`Suspension`), which conditions say it is suspended or finished, and what
+marks it as Kueue's (`KueueMarkers`). `OwnerKind` describes the workloads a configured generic
+group is made of (batch Job, ReplicaSet, Deployment): its template, pod count, how it is moved.
+`JobKind` names the training kinds, plus `Group` (a configured generic group, no API kind).
+
+Adding a kind is one `WorkloadKind` in `WORKLOADS`: the watch lists and watches it, the cache
+and the snapshot parser read it, topology finds its gang and coordinator, the planner finds its
+templates and suspends it, the re-diagnosis lists it, playbooks may name it, and the RBAC test
+checks the ClusterRole grants it. The layouts a descriptor can state already cover JobSet's
+(`spec.replicatedJobs[].template.spec.template`, its pods counted as replicas times parallelism,
+`spec.suspend`, label `jobset.sigs.k8s.io/jobset-name`).
+
+Read by the sources (what to watch, which job a pod belongs to, the pods a job expects), the
+snapshot parser and the runtime's mirror, topology (labels, coordinator, ports), diagnosis and the
+guards (Kueue markers, managedBy), the planner and the writer (template paths, suspend), the
+re-diagnosis (what to list) and the playbook schema (`job_kinds`). Pure: data, and readers of a
+manifest (plain dicts) along a descriptor's paths. It does not parse manifests into core objects,
+decide anything, or do I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+Path = tuple[str, ...]
+
+
+class JobKind(StrEnum):
+    """Kinds of training job a finding can be about (`Group` is a configured generic group)."""
+
+    PYTORCH = "PyTorchJob"
+    TF = "TFJob"
+    MPI = "MPIJob"
+    XGBOOST = "XGBoostJob"
+    PADDLE = "PaddleJob"
+    JAX = "JAXJob"
+    GROUP = "Group"
+
+
+# --- what a descriptor says ----------------------------------------------------------------------
+
+
+class TemplateLayout(StrEnum):
+    """How a kind keeps its pod templates under `PodTemplates.path`."""
+
+    REPLICA_SPECS = "replica_specs"  # a map replica type -> {replicas, template} (Kubeflow v1)
+    # a list of {name, replicas, template: a batch Job template whose spec.template is the pod
+    # template}; pods: replicas x the Job's parallelism, at most its completions (JobSet)
+    REPLICATED_JOBS = "replicated_jobs"
+    TEMPLATE = "template"  # one pod template; its count beside it in the same spec (apps, batch)
+
+
+class PodCount(StrEnum):
+    """Where the pod count of a `TEMPLATE` layout is read (in the spec holding the template)."""
+
+    REPLICAS = "replicas"  # `replicas`, default 1
+    PARALLELISM = "parallelism"  # batch Job: `parallelism` (default 1), at most `completions`
+
+
+@dataclass(frozen=True, slots=True)
+class PodTemplate:
+    """One pod template of an object: its replica (type or replicated-job name; `template` for a
+    single one), the keys from the object's root to it, the template, and how many pods run from
+    it (None when the count is not a non-negative integer)."""
+
+    replica: str
+    path: tuple[str | int, ...]
+    template: Mapping[str, Any]
+    count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodTemplates:
+    """Where a kind's pod templates live (`path` from the object's root to the replica-spec map,
+    the replicated-job list, or the one template) and where their pod counts are."""
+
+    layout: TemplateLayout
+    path: Path
+    count: PodCount = PodCount.REPLICAS
+
+    @property
+    def field(self) -> str:
+        """The spec field holding the templates (`pytorchReplicaSpecs`, `replicatedJobs`)."""
+        return self.path[-1]
+
+    def container(self, obj: Mapping[str, Any]) -> Any:
+        """What the object holds at `path` (None when absent)."""
+        return dig(obj, self.path)
+
+    def templates(self, obj: Mapping[str, Any]) -> list[PodTemplate]:
+        """The object's pod templates, in the object's order (entries that are not mappings are
+        skipped)."""
+        found = self.container(obj)
+        if self.layout is TemplateLayout.TEMPLATE:
+            if not isinstance(found, Mapping):
+                return []
+            spec = dig(obj, self.path[:-1])
+            return [PodTemplate("template", self.path, found, self._single_count(spec))]
+        if self.layout is TemplateLayout.REPLICA_SPECS:
+            if not isinstance(found, Mapping):
+                return []
+            return [
+                PodTemplate(str(replica), (*self.path, str(replica), "template"),
+                            _mapping(rspec.get("template")), count_of(rspec.get("replicas"), 1))
+                for replica, rspec in found.items() if isinstance(rspec, Mapping)
+            ]  # fmt: skip
+        if not isinstance(found, Sequence) or isinstance(found, str):
+            return []
+        out = []
+        for index, rjob in enumerate(found):
+            if not isinstance(rjob, Mapping):
+                continue
+            job_spec = _mapping(_mapping(rjob.get("template")).get("spec"))
+            replicas, per_job = count_of(rjob.get("replicas"), 1), _parallel(job_spec)
+            count = replicas * per_job if replicas is not None and per_job is not None else None
+            out.append(PodTemplate(str(rjob.get("name") or index),
+                                   (*self.path, index, "template", "spec", "template"),
+                                   _mapping(job_spec.get("template")), count))  # fmt: skip
+        return out
+
+    def expected_pods(self, obj: Mapping[str, Any]) -> int | None:
+        """Pods the object runs once all are up: the sum of its templates' counts; None when it
+        has no template or a count is unreadable."""
+        templates = self.templates(obj)
+        if not templates or any(t.count is None for t in templates):
+            return None
+        return sum(t.count or 0 for t in templates)
+
+    def _single_count(self, spec: Any) -> int | None:
+        spec = _mapping(spec)
+        if self.count is PodCount.PARALLELISM:
+            return _parallel(spec)
+        return count_of(spec.get("replicas"), 1)
+
+
+@dataclass(frozen=True, slots=True)
+class GangLabels:
+    """The pod labels a kind's operator sets: the job's name, the replica type and index, the
+    role (`coordinator_role` marks the coordinator), the operator's name."""
+
+    job_name: str
+    replica_type: str
+    replica_index: str
+    job_role: str | None = None
+    operator: str | None = None
+    coordinator_role: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator:
+    """How a job's coordinator is found and reached: the pod whose role label says so, else the
+    first pod of the first replica type of `replica_types` present (lower case), else (when
+    `worker_zero`) the worker of index 0. Its port: the container port named `port_name`, else
+    (when `first_port`) its first container port, else `default_port`."""
+
+    replica_types: tuple[str, ...]
+    port_name: str
+    default_port: int
+    worker_zero: bool = True
+    first_port: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    """How a kind suspends and resumes: the boolean at `suspend`, the controller named at
+    `managed_by` (values in `own_managers`, or none, mean the kind's own operator), and the
+    pod-template fields (dotted, from the template's root) that may change while suspended
+    (None: every field; the operator creates pods from the template as it is on resume)."""
+
+    suspend: Path
+    managed_by: Path
+    own_managers: frozenset[str]
+    mutable: frozenset[str] | None = None
+
+    def suspended(self, obj: Mapping[str, Any]) -> bool:
+        return bool(dig(obj, self.suspend))
+
+    def manager(self, obj: Mapping[str, Any]) -> str | None:
+        """The controller the object names at `managed_by`, None when unset."""
+        value = dig(obj, self.managed_by)
+        return str(value) if value else None
+
+    def patch(self, suspend: bool) -> dict[str, Any]:
+        """The merge patch that sets `suspend`."""
+        return nest(self.suspend, suspend)
+
+    def may_change(self, field: str) -> bool:
+        """True when the template field (`spec.affinity`) may change while suspended."""
+        return self.mutable is None or field in self.mutable
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    """The status condition types that say an object is suspended, and that it finished (any of
+    `finished` True; `failed` is the one that means it failed)."""
+
+    suspended: str | None
+    finished: tuple[str, ...]
+    failed: str = "Failed"
+
+    def finished_as(self, obj: Mapping[str, Any]) -> str | None:
+        """The finished condition that is True on the object, else None."""
+        for condition in _list(dig(obj, ("status", "conditions"))):
+            if (isinstance(condition, Mapping) and condition.get("type") in self.finished
+                    and condition.get("status") == "True"):  # fmt: skip
+                return str(condition["type"])
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class KueueMarkers:
+    """What says Kueue manages an object: its queue label (or annotation), the label Kueue sets
+    on the pods it manages, and the pod-template annotation asking Topology Aware Scheduling for
+    a zone (what to use instead of zonemedic's restart)."""
+
+    queue_label: str
+    managed_label: str
+    topology_annotation: str
+
+
+KUEUE = KueueMarkers(
+    queue_label="kueue.x-k8s.io/queue-name",
+    managed_label="kueue.x-k8s.io/managed",
+    topology_annotation="kueue.x-k8s.io/podset-required-topology",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadKind:
+    """One kind of training job: everything the agent needs to watch, read, group, plan, suspend
+    and resume it. `launcher_job`: the suffix of the batch Job that owns its coordinator pod
+    (`<job>-launcher`), when one does. `operators`: the operator-name label values naming it."""
+
+    kind: JobKind
+    group: str
+    versions: tuple[str, ...]
+    plural: str
+    labels: GangLabels
+    operators: tuple[str, ...]
+    coordinator: Coordinator
+    templates: PodTemplates
+    suspension: Suspension
+    conditions: Conditions
+    kueue: KueueMarkers = KUEUE
+    launcher_job: str | None = None
+
+    @property
+    def api_versions(self) -> tuple[str, ...]:
+        return tuple(f"{self.group}/{v}" for v in self.versions)
+
+    @property
+    def api_version(self) -> str:
+        """The preferred apiVersion (the first served)."""
+        return self.api_versions[0]
+
+
+NO_CONDITIONS = Conditions(suspended=None, finished=())
+
+
+class OwnerMove(StrEnum):
+    """How a generic group's workload is moved to another zone."""
+
+    ROLLOUT = "rollout"  # patch the template: the rollout replaces the pods (Deployment)
+    RECREATE = "recreate"  # the template is immutable: delete, create it patched (batch Job)
+    THROUGH_OWNER = "through_owner"  # counted and moved through its controller (a ReplicaSet)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerKind:
+    """A workload kind a generic group's pods are owned by. `through`: the controller kind it is
+    counted and moved through (a ReplicaSet's Deployment) when it has one. `suspension`: where
+    it says it is managed by another controller (batch Job `spec.managedBy`), if it can."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    templates: PodTemplates
+    move: OwnerMove
+    conditions: Conditions = NO_CONDITIONS
+    suspension: Suspension | None = None
+    through: str | None = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+KUBEFLOW_GROUP = "kubeflow.org"
+KUBEFLOW_LABELS = GangLabels(
+    job_name="training.kubeflow.org/job-name",
+    replica_type="training.kubeflow.org/replica-type",
+    replica_index="training.kubeflow.org/replica-index",
+    job_role="training.kubeflow.org/job-role",
+    operator="training.kubeflow.org/operator-name",
+    coordinator_role="master",
+)
+# `runPolicy.managedBy` values naming the Kubeflow operators themselves (mpi-operator serves the
+# v2beta1 MPIJob); any other value (Kueue's MultiKueue) means another controller owns suspend.
+KUBEFLOW_MANAGERS = frozenset({"kubeflow.org/training-operator", "kubeflow.org/mpi-operator"})
+_KUBEFLOW_SUSPENSION = Suspension(
+    suspend=("spec", "runPolicy", "suspend"),
+    managed_by=("spec", "runPolicy", "managedBy"),
+    own_managers=KUBEFLOW_MANAGERS,
+)
+_KUBEFLOW_CONDITIONS = Conditions(suspended="Suspended", finished=("Succeeded", "Failed"))
+
+
+def _kubeflow(
+    kind: JobKind, plural: str, specs: str, *, operators: tuple[str, ...], coordinator: Coordinator,
+    versions: tuple[str, ...] = ("v1",), launcher_job: str | None = None,
+) -> WorkloadKind:  # fmt: skip
+    return WorkloadKind(
+        kind=kind, group=KUBEFLOW_GROUP, versions=versions, plural=plural, labels=KUBEFLOW_LABELS,
+        operators=operators, coordinator=coordinator,
+        templates=PodTemplates(TemplateLayout.REPLICA_SPECS, ("spec", specs)),
+        suspension=_KUBEFLOW_SUSPENSION, conditions=_KUBEFLOW_CONDITIONS, launcher_job=launcher_job,
+    )  # fmt: skip
+
+
+PYTORCH = _kubeflow(JobKind.PYTORCH, "pytorchjobs", "pytorchReplicaSpecs",
+                    operators=("pytorchjob-controller",),
+                    coordinator=Coordinator(("master",), "pytorchjob-port", 23456))  # fmt: skip
+TF = _kubeflow(JobKind.TF, "tfjobs", "tfReplicaSpecs", operators=("tfjob-controller",),
+               coordinator=Coordinator(("chief", "master"), "tfjob-port", 2222))  # fmt: skip
+# training-operator's kubeflow.org/v1, or mpi-operator's v2beta1 (launcher owned by a batch Job)
+MPI = _kubeflow(JobKind.MPI, "mpijobs", "mpiReplicaSpecs", versions=("v1", "v2beta1"),
+                operators=("mpijob-controller", "mpi-operator"), launcher_job="-launcher",
+                coordinator=Coordinator(("launcher",), "ssh", 22, worker_zero=False))  # fmt: skip
+XGBOOST = _kubeflow(JobKind.XGBOOST, "xgboostjobs", "xgbReplicaSpecs",
+                    operators=("xgboostjob-controller",),
+                    coordinator=Coordinator(("master",), "xgboostjob-port", 9999))  # fmt: skip
+PADDLE = _kubeflow(JobKind.PADDLE, "paddlejobs", "paddleReplicaSpecs",
+                   operators=("paddlejob-controller",),
+                   coordinator=Coordinator(("master",), "master", 36543, first_port=True))  # fmt: skip
+JAX = _kubeflow(JobKind.JAX, "jaxjobs", "jaxReplicaSpecs", operators=("jaxjob-controller",),
+                coordinator=Coordinator((), "jaxjob-port", 6666, first_port=True))  # fmt: skip
+
+WORKLOADS: tuple[WorkloadKind, ...] = (PYTORCH, TF, MPI, XGBOOST, PADDLE, JAX)
+
+BATCH_JOB = OwnerKind(
+    kind="Job", group="batch", version="v1", plural="jobs",
+    templates=PodTemplates(TemplateLayout.TEMPLATE, ("spec", "template"), PodCount.PARALLELISM),
+    move=OwnerMove.RECREATE,
+    conditions=Conditions(suspended="Suspended", finished=("Complete", "Failed")),
+    suspension=Suspension(suspend=("spec", "suspend"), managed_by=("spec", "managedBy"),
+                          own_managers=frozenset({"kubernetes.io/job-controller"})),
+)  # fmt: skip
+REPLICA_SET = OwnerKind(
+    kind="ReplicaSet", group="apps", version="v1", plural="replicasets",
+    templates=PodTemplates(TemplateLayout.TEMPLATE, ("spec", "template")),
+    move=OwnerMove.THROUGH_OWNER, through="Deployment",
+)  # fmt: skip
+DEPLOYMENT = OwnerKind(
+    kind="Deployment", group="apps", version="v1", plural="deployments",
+    templates=PodTemplates(TemplateLayout.TEMPLATE, ("spec", "template")),
+    move=OwnerMove.ROLLOUT,
+)  # fmt: skip
+
+OWNERS: tuple[OwnerKind, ...] = (BATCH_JOB, REPLICA_SET, DEPLOYMENT)
+# Controllers of a generic group's pods that recreate them after a restart: the owner kinds, and
+# StatefulSets (the agent does not move those, but a restart does not lose their pods).
+RESTARTABLE_CONTROLLERS = frozenset({*(o.kind for o in OWNERS), "StatefulSet"})
+
+_BY_KIND: Mapping[JobKind, WorkloadKind] = {w.kind: w for w in WORKLOADS}
+_BY_NAME: Mapping[str, WorkloadKind] = {w.kind.value: w for w in WORKLOADS}
+_OWNERS_BY_NAME: Mapping[str, OwnerKind] = {o.kind: o for o in OWNERS}
+_BY_OPERATOR: Mapping[str, WorkloadKind] = {op: w for w in WORKLOADS for op in w.operators}
+
+
+def workload(kind: JobKind) -> WorkloadKind:
+    """The descriptor of a training kind; `KeyError` for `Group` (no API kind)."""
+    return _BY_KIND[kind]
+
+
+def workload_named(kind: str, *, group: str | None = None) -> WorkloadKind | None:
+    """The descriptor of the kind named `kind` (and, when given, of API group `group`)."""
+    found = _BY_NAME.get(kind)
+    return found if found is not None and group in (None, found.group) else None
+
+
+def workload_served(group: str, version: str, kind: str) -> WorkloadKind | None:
+    """The descriptor of an object of this apiVersion and kind, when it is a version the kind
+    is served as; else None."""
+    found = workload_named(kind, group=group)
+    return found if found is not None and version in found.versions else None
+
+
+def workload_of_operator(name: str) -> WorkloadKind | None:
+    """The kind an operator-name label value names."""
+    return _BY_OPERATOR.get(name)
+
+
+def launched_kind() -> WorkloadKind | None:
+    """The kind whose coordinator pod is owned by a batch Job (mpi-operator's launcher)."""
+    return next((w for w in WORKLOADS if w.launcher_job is not None), None)
+
+
+def owner_kind(kind: str) -> OwnerKind | None:
+    """The descriptor of a generic group's owner kind named `kind`."""
+    return _OWNERS_BY_NAME.get(kind)
+
+
+def own_managers() -> frozenset[str]:
+    """Every `managedBy` value that names a kind's own controller (any kind of the tables)."""
+    out: set[str] = set()
+    for w in WORKLOADS:
+        out |= w.suspension.own_managers
+    for o in OWNERS:
+        if o.suspension is not None:
+            out |= o.suspension.own_managers
+    return frozenset(out)
+
+
+def managed_by_paths() -> tuple[Path, ...]:
+    """Where objects of the tables name their managing controller, each path once."""
+    paths = [w.suspension.managed_by for w in WORKLOADS]
+    paths += [o.suspension.managed_by for o in OWNERS if o.suspension is not None]
+    return tuple(dict.fromkeys(paths))
+
+
+# --- reading along a path ------------------------------------------------------------------------
+
+
+def dig(obj: Any, path: Sequence[str | int]) -> Any:
+    """The value at `path` (mapping keys, list indexes); None where the path breaks."""
+    node = obj
+    for step in path:
+        if isinstance(step, int):
+            node = node[step] if isinstance(node, list) and 0 <= step < len(node) else None
+        else:
+            node = node.get(step) if isinstance(node, Mapping) else None
+    return node
+
+
+def nest(path: Path, value: Any) -> dict[str, Any]:
+    """`{path[0]: {path[1]: ... value}}`: a merge patch setting one field."""
+    out: dict[str, Any] = {path[-1]: value}
+    for step in reversed(path[:-1]):
+        out = {step: out}
+    return out
+
+
+def count_of(value: object, default: int) -> int | None:
+    """A replica-like count (absent: `default`); None when it is not a non-negative integer."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _parallel(spec: Mapping[str, Any]) -> int | None:
+    """A batch Job spec's running pods: `parallelism` (default 1), at most `completions`."""
+    parallelism = count_of(spec.get("parallelism"), 1)
+    if "completions" not in spec:
+        return parallelism
+    completions = count_of(spec.get("completions"), 0)
+    if parallelism is None or completions is None:
+        return None
+    return min(parallelism, completions)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
