@@ -84,35 +84,43 @@ def _open_by_fingerprint(conn: Connection, fp: str) -> int | None:
     ).scalar()
 
 
-def _insert_incident(conn: Connection, finding: FindingRecord, *, fp: str) -> int:
+def incident_values(finding: FindingRecord, *, fp: str) -> dict[str, Any]:
+    """The columns of the incident a new finding opens (one row, or one of a multi-row insert)."""
     now = finding.detected_at
+    return {
+        "cluster": finding.cluster,
+        "job_kind": finding.kind,
+        "job_namespace": finding.namespace,
+        "job_name": finding.name,
+        "job_uid": finding.uid,
+        "verdict": finding.verdict.value,
+        "fingerprint": fp,
+        "status": IncidentStatus.OPEN.value,
+        "status_by": "detector",
+        "severity": finding.effective_severity.value,
+        "opened_at": now,
+        "updated_at": now,
+        "onset_at": finding.onset_at,
+        "target_zone": finding.target_zone,
+        "diagnosis": dict(finding.diagnosis),
+        "utilization_before": finding.utilization_now,
+        "estimated_cost": finding.estimated_cost,
+        "gpus": finding.gpus,
+        "detections": 1,
+    }
+
+
+def detected_event(finding: FindingRecord) -> dict[str, Any]:
+    """The evidence of a finding's timeline event (`detected`, or a `redetected` one)."""
+    return _evidence(finding)
+
+
+def _insert_incident(conn: Connection, finding: FindingRecord, *, fp: str) -> int:
     incident_id: int = conn.execute(
-        insert(IncidentRow)
-        .values(
-            cluster=finding.cluster,
-            job_kind=finding.kind,
-            job_namespace=finding.namespace,
-            job_name=finding.name,
-            job_uid=finding.uid,
-            verdict=finding.verdict.value,
-            fingerprint=fp,
-            status=IncidentStatus.OPEN.value,
-            status_by="detector",
-            severity=finding.effective_severity.value,
-            opened_at=now,
-            updated_at=now,
-            onset_at=finding.onset_at,
-            target_zone=finding.target_zone,
-            diagnosis=dict(finding.diagnosis),
-            utilization_before=finding.utilization_now,
-            estimated_cost=finding.estimated_cost,
-            gpus=finding.gpus,
-            detections=1,
-        )
-        .returning(IncidentRow.id)
+        insert(IncidentRow).values(**incident_values(finding, fp=fp)).returning(IncidentRow.id)
     ).scalar_one()
-    insert_event(conn, incident_id, kind=EventKind.DETECTED, now=now, actor="detector",
-                 detail=_evidence(finding))
+    insert_event(conn, incident_id, kind=EventKind.DETECTED, now=finding.detected_at,
+                 actor="detector", detail=_evidence(finding))
     return incident_id
 
 
@@ -121,9 +129,19 @@ def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> 
         select(IncidentRow.status).where(IncidentRow.id == incident_id)
     ).scalar_one()
     values: dict[str, Any] = {
-        "updated_at": finding.detected_at,
+        **redetected_values(finding, status=status),
         "detections": IncidentRow.detections + 1,
     }
+    conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
+    # a flood of re-detections (one webhook body of 1,000 alerts) is one timeline row per window
+    fold_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
+               actor="detector", detail=_evidence(finding))
+
+
+def redetected_values(finding: FindingRecord, *, status: str) -> dict[str, Any]:
+    """The columns a re-detection sets on the open incident in `status`, besides counting it in
+    `detections`."""
+    values: dict[str, Any] = {"updated_at": finding.detected_at}
     # Before a decision the incident follows what is seen (a degraded split that starts being
     # blocked is the same incident, now blocked). Once decided it keeps describing what was
     # decided on: what a remediation's own pod moves look like (an old pod still terminating in
@@ -136,10 +154,7 @@ def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> 
             **_known(target_zone=finding.target_zone, estimated_cost=finding.estimated_cost,
                      gpus=finding.gpus, utilization_before=finding.utilization_now),
         )
-    conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
-    # a flood of re-detections (one webhook body of 1,000 alerts) is one timeline row per window
-    fold_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
-               actor="detector", detail=_evidence(finding))
+    return values
 
 
 def _evidence(finding: FindingRecord) -> dict[str, Any]:
