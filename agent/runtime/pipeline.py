@@ -10,9 +10,13 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   of its namespaces: a scoped diagnosis); a cluster-wide change (node, cluster-wide policy,
   namespace labels, start-up, leadership acquired) diagnoses everything and then reconciles like a
   sweep (open incidents of jobs no longer found are superseded), once the caches are synced.
-  A cluster-wide batch reads the cluster's open incidents once (not once per job: a job found
-  healthy with none open costs no query) and records the problems that open a new incident
-  first, then re-detections, then the healthy jobs. A follower remembers the jobs of the last
+  A cluster-wide batch (and a sweep) reads the cluster's open incidents once (not once per job:
+  a job found healthy with none open costs no query) and records the problems that open a new
+  incident first, then re-detections, then the healthy jobs. The problems go to the store
+  `RECORD_BATCH` at a time (`IncidentStore.record_findings`: multi-row statements in one
+  transaction), each new incident with its playbooks' follow-up (plan preview, approval request,
+  outbox messages, the note saying why it is not posted) in the transaction that opens it; a
+  firing that needs an automatic approval is fired once its incident is recorded. A follower remembers the jobs of the last
   changes it saw (at most `_FOLLOWED`); its first cluster-wide batch as the leader diagnoses and
   records those before the diagnosis of every job, so a split that appeared during the hand-over
   is recorded at the start of the new term, not after 150,000 pods are diagnosed.
@@ -67,6 +71,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -78,7 +83,13 @@ from agent.errors import UnavailableError
 from agent.model.cluster import ClusterState, JobKind
 from agent.model.egress import MeasuredEgress
 from agent.model.finding import SPLIT_VERDICTS, Finding
-from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
+from agent.model.incident import (
+    FindingOutcome,
+    FindingRecord,
+    FollowUp,
+    IncidentQuery,
+    IncidentSummary,
+)
 from agent.model.job import Job, JobRef
 from agent.model.lifecycle import (
     EventKind,
@@ -96,7 +107,7 @@ from agent.runtime.http import IncidentDecisions, IncidentQueries
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
 from agent.runtime.playbooks import PlaybookActions
-from agent.runtime.previews import PlanPreviews, Preview
+from agent.runtime.previews import PlanPreviews, Preview, wanted
 from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.cache import Change
@@ -117,6 +128,7 @@ TOPOLOGY_CLASSES = frozenset(
 )
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
+RECORD_BATCH = 200  # problems of a cluster-wide batch recorded per store transaction
 _FOLLOWED = 500  # jobs (and namespaces) changed while following that a new term records first
 # a split job's egress figure is recorded again when the measurement moves this much (or its
 # basis changes): the finding, its chat message and the dashboard follow the measurement
@@ -135,6 +147,20 @@ class StoreWork(StrEnum):
     ALERT = "alert"
     SWEEP = "sweep"
     METRICS = "metrics"
+
+
+@dataclass
+class _Pending:
+    """A finding about to be recorded: its document and store record, and the plan preview to
+    write with the incident it is expected to open."""
+
+    finding: Finding
+    key: JobKey
+    document: dict[str, Any]
+    gpus: int | None
+    record: FindingRecord
+    preview: Preview | None = None
+    previewed: bool = False  # the preview was computed (it may be None: nothing to preview)
 
 
 def job_key(finding: Finding) -> JobKey:
@@ -299,11 +325,13 @@ class AgentPipeline:
                     present = {job_key(f) for f in findings}
                     if self._open_now is not None:
                         scoped.sort(key=self._recording_order)
+                    ready = []
                     for finding in scoped:
                         if change.gang_complete and not self._zone_labels_settled(finding):
                             unsettled.add(job_key(finding))
                             continue
-                        self.record(finding, first_seen=first_seen)
+                        ready.append(finding)
+                    self._record_all(ready, first_seen=first_seen)
                 finally:
                     self._open_now = None
                 # the label updates of an unsettled gang complete it again (no debounce)
@@ -420,10 +448,15 @@ class AgentPipeline:
         with self._lock:
             self.actions.retry_unfired()
             findings = self.diagnose()
-            opened = 0
-            for finding in findings:
-                outcome = self.record(finding, first_seen=None)
-                opened += 1 if (outcome is not None and outcome.new) else 0
+            self._open_now = self._open_by_job()  # one read, then problems in batches
+            try:
+                ordered = list(findings)
+                if self._open_now is not None:
+                    ordered.sort(key=self._recording_order)
+                outcomes = self._record_all(ordered, first_seen=None)
+            finally:
+                self._open_now = None
+            opened = sum(1 for o in outcomes if o is not None and o.new)
             present = {job_key(f) for f in findings}
             closed = self._reconcile(present)
             purged = 0
@@ -508,6 +541,17 @@ class AgentPipeline:
 
     def record(self, finding: Finding, *, first_seen: float | None) -> Any:
         key = job_key(finding)
+        pending = self._prepare(finding, key)
+        if pending is None:
+            return None
+        outcome = self._record_document(pending.document, detected_at=pending.record.detected_at,
+                                        key=key, record=pending.record)  # fmt: skip
+        self._recorded(pending, outcome, first_seen=first_seen, written=None)
+        return outcome
+
+    def _prepare(self, finding: Finding, key: JobKey) -> _Pending | None:
+        """Count the finding and deal with what needs no incident (pending, healthy: resolved);
+        else the finding's document and store record, to be recorded."""
         self.parts.metrics.findings.labels(verdict=str(finding.verdict)).inc()
         if finding.verdict is Verdict.PENDING:
             return None
@@ -524,18 +568,95 @@ class AgentPipeline:
         if finding.verdict in SPLIT_VERDICTS:
             document["waste"] = self._waste(finding, document["metrics"])
         gpus = sum(finding.gpus.values()) if finding.gpus else None
-        outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus)
-        if outcome is None:
-            return None
+        record = self._finding_record(document, detected_at=self.now(), gpus=gpus)
+        return _Pending(finding, key, document, gpus, record)
+
+    def _record_all(self, findings: list[Finding], *, first_seen: float | None) -> list[Any]:
+        """Record findings in order; the outcomes (None where no incident was touched). In a
+        cluster-wide batch (`_open_now`: its problems come first) the problems are recorded
+        `RECORD_BATCH` at a time, each new incident with its playbooks' follow-up (plan
+        preview, approval request, messages) in the store transaction that opens it
+        (`IncidentStore.record_findings`); the rest one at a time."""
+        if self._open_now is None or self.store is None:
+            return [self.record(f, first_seen=first_seen) for f in findings]
+        out: list[Any] = []
+        chunk: list[_Pending] = []
+        for finding in findings:
+            key = job_key(finding)
+            if self._recording_order(finding) == 2:  # healthy or pending: no incident to write
+                self._flush_chunk(chunk, out, first_seen=first_seen)
+                out.append(self.record(finding, first_seen=first_seen))
+                continue
+            pending = self._prepare(finding, key)
+            if pending is None:
+                out.append(None)
+                continue
+            if self.previews is not None and self._recording_order(finding) == 0:
+                pending.preview = self._preview(finding)  # written with its new incident
+                pending.previewed = True
+            chunk.append(pending)
+            if len(chunk) >= RECORD_BATCH:
+                self._flush_chunk(chunk, out, first_seen=first_seen)
+        self._flush_chunk(chunk, out, first_seen=first_seen)
+        return out
+
+    def _flush_chunk(self, chunk: list[_Pending], out: list[Any], *,
+                     first_seen: float | None) -> None:  # fmt: skip
+        if not chunk:
+            return
+        assert self.store is not None
+        written: dict[int, FollowUp | None] = {}
+
+        def follow(i: int, outcome: FindingOutcome) -> FollowUp | None:
+            up = self._follow_up(chunk[i], outcome)
+            written[i] = up
+            return up
+
+        outcomes = self.store.record_findings([p.record for p in chunk], follow=follow)
+        for i, (pending, outcome) in enumerate(zip(chunk, outcomes, strict=True)):
+            self._log_recorded(pending.key, pending.document, outcome)
+            self._recorded(pending, outcome, first_seen=first_seen,
+                           written=written.get(i) if outcome.new else None)  # fmt: skip
+            out.append(outcome)
+        chunk.clear()
+
+    def _follow_up(self, pending: _Pending, outcome: FindingOutcome) -> FollowUp | None:
+        """What to write with the incident `pending` opened (no I/O: the store calls this inside
+        its transaction); None when its firing is left to `_recorded` (an automatic approval,
+        or a preview not computed yet)."""
+        finding = pending.finding
+        if not pending.previewed and self.previews is not None and wanted(finding):
+            return None  # not expected to be new: the preview is computed afterwards
+        trigger = trigger_for_verdict(str(finding.verdict))
+        if trigger is None:
+            if pending.preview is None or self.previews is None:
+                return None
+            return FollowUp(now=self.now(), action=self.previews.draft(pending.preview))
+        event = Event(trigger, self.actions.subject(pending.key, str(finding.verdict),
+                                                    pending.gpus))  # fmt: skip
+        return self.actions.follow_up(event, outcome.incident, pending.document,
+                                      preview=pending.preview)  # fmt: skip
+
+    def _recorded(self, pending: _Pending, outcome: FindingOutcome, *, first_seen: float | None,
+                  written: FollowUp | None) -> None:  # fmt: skip
+        """What follows a recorded finding: egress gauges, waiting drop messages, the plan
+        preview, the detection latency, superseding the other classes' incidents, and the
+        playbooks fired for a new incident, unless its follow-up (`written`) was recorded with
+        it."""
+        finding, key, document = pending.finding, pending.key, pending.document
         if "waste" in document:
             self._show_egress(key, document["waste"], incident=outcome.incident.id,
                               new=outcome.new)  # fmt: skip
         if key in self._pending_drops:
             self._flush_drops([key])
         preview: Preview | None = None
-        if self.previews is not None:
+        if written is not None:
+            self.actions.followed(outcome.incident, written)
+            if written.action is not None and pending.preview is not None and self.previews:
+                self.previews.recorded(outcome.incident.id, pending.preview)
+        elif self.previews is not None:
             if outcome.new:
-                preview = self._preview(finding)
+                preview = pending.preview if pending.previewed else self._preview(finding)
             elif self.previews.stale(outcome.incident, finding):
                 found = self._preview(finding)
                 if found is not None:
@@ -551,18 +672,17 @@ class AgentPipeline:
             reason=f"the job's verdict is now {finding.verdict}",
             to=IncidentStatus.SUPERSEDED,
         )
-        if outcome.new:
+        if outcome.new and written is None:
             trigger = trigger_for_verdict(str(finding.verdict))
             if trigger is not None:
                 self.actions.fire(
-                    Event(trigger, self.actions.subject(key, str(finding.verdict), gpus)),
+                    Event(trigger, self.actions.subject(key, str(finding.verdict), pending.gpus)),
                     outcome.incident,
                     document,
                     preview=preview,
                 )
             elif preview is not None and self.previews is not None:
                 self.previews.record(outcome.incident.id, preview)
-        return outcome
 
     def _waste(self, finding: Finding, metrics: dict[str, Any]) -> dict[str, Any]:
         now, baseline = metrics.get("utilization_now"), metrics.get("utilization_baseline")
@@ -778,19 +898,12 @@ class AgentPipeline:
             pods = tuple(p.name for p in job.pods) if job is not None else ()
         return self.previews.compute(finding, mirror_keys=self.mirror_keys, pod_names=pods)
 
-    def _record_document(
-        self,
-        document: dict[str, Any],
-        *,
-        detected_at: datetime,
-        key: JobKey,
-        gpus: int | None = None,
-    ) -> Any:
-        if self.store is None:
-            return None
+    def _finding_record(
+        self, document: dict[str, Any], *, detected_at: datetime, gpus: int | None = None
+    ) -> FindingRecord:
         metrics = document.get("metrics") or {}
         egress = (document.get("waste") or {}).get("egress_usd_per_day")
-        record = FindingRecord.from_finding(
+        return FindingRecord.from_finding(
             document,
             cluster=self.cluster,
             detected_at=detected_at,
@@ -799,7 +912,24 @@ class AgentPipeline:
             estimated_cost=float(egress) if isinstance(egress, int | float) else None,
             gpus=gpus,
         )
-        outcome = self.store.record_finding(record)
+
+    def _record_document(
+        self,
+        document: dict[str, Any],
+        *,
+        detected_at: datetime,
+        key: JobKey,
+        gpus: int | None = None,
+        record: FindingRecord | None = None,
+    ) -> Any:
+        if self.store is None:
+            return None
+        chosen = record or self._finding_record(document, detected_at=detected_at, gpus=gpus)
+        outcome = self.store.record_finding(chosen)
+        self._log_recorded(key, document, outcome)
+        return outcome
+
+    def _log_recorded(self, key: JobKey, document: dict[str, Any], outcome: FindingOutcome) -> None:
         log.info(
             "finding recorded",
             extra={
@@ -809,7 +939,6 @@ class AgentPipeline:
                 "new": outcome.new,
             },
         )
-        return outcome
 
     def _remember_followed(self, change: Change) -> None:
         """A follower's batch: keep its jobs and namespaces, the latest `_FOLLOWED` of each (a new
@@ -835,8 +964,7 @@ class AgentPipeline:
         found = [f for f in self.diagnose(job_scope(recent)) if in_scope(job_key(f), recent)]
         if self._open_now is not None:
             found.sort(key=self._recording_order)
-        for finding in found:
-            self.record(finding, first_seen=first_seen)
+        self._record_all(found, first_seen=first_seen)
         return {job_key(f) for f in found}
 
     def _open_by_job(self) -> dict[JobKey, list[IncidentSummary]] | None:
