@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -118,15 +119,17 @@ def child(kubeconfig: str, api_url: str, prometheus: str, events: int) -> int:
             pipelines.append(StartupTimed(parts, store))
             return pipelines[-1]
 
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         agent = Agent(settings, pipeline_factory=factory)
         built = time.perf_counter() - started
+        built_cpu = time.process_time() - cpu_started
         synced_at: list[float] = []
 
         def watch_sync() -> None:
             while not agent.parts.cache.synced:
                 time.sleep(0.005)
             synced_at.append(time.perf_counter() - started)
+            synced_at.append(time.process_time() - cpu_started)
 
         threading.Thread(target=watch_sync, daemon=True).start()
         agent.start()
@@ -156,13 +159,20 @@ def child(kubeconfig: str, api_url: str, prometheus: str, events: int) -> int:
             raise SystemExit("the agent never ran a cluster-wide batch as the leader")
         startup = {
             "built_s": built,
+            "built_cpu_s": built_cpu,
             "synced_s": synced_at[0] if synced_at else float("nan"),
+            "synced_cpu_s": synced_at[1] if len(synced_at) > 1 else float("nan"),
             "first_batch_s": first["started"] - started,
             "mirror_s": first["mirror"],
+            "mirror_cpu_s": first["mirror_cpu"],
             "diagnosis_s": first["diagnosis"],
+            "diagnosis_cpu_s": first["diagnosis_cpu"],
             "recording_s": first["recording"],
+            "recording_cpu_s": first["recording_cpu"],
             "first_full_diagnosis_s": first["ended"] - started,
+            "first_full_diagnosis_cpu_s": first["ended_cpu"] - cpu_started,
             "new_incidents": first["new_incidents"],
+            "load_average": os.getloadavg()[0],
         }
         gc.collect()
         rss = rss_mb()
@@ -208,21 +218,24 @@ class StartupTimed(AgentPipeline):
         snapshot = self.mirror.snapshot
 
         def timed_snapshot() -> Any:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return snapshot()
             finally:
                 self._marks.setdefault("mirror", time.perf_counter() - t0)
+                self._marks.setdefault("mirror_cpu", time.thread_time() - c0)
 
         self.mirror.snapshot = timed_snapshot  # type: ignore[method-assign]
 
     def diagnose(self, scope: Any = None) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return super().diagnose(scope)
         finally:
             self._marks.setdefault("diagnosed", time.perf_counter())
+            self._marks.setdefault("diagnosed_cpu", time.thread_time())
             self._marks.setdefault("diagnose", time.perf_counter() - t0)
+            self._marks.setdefault("diagnose_cpu", time.thread_time() - c0)
 
     def handle_change(self, change: Any, first_seen: float) -> Any:
         timing = self.first is None and change.everything and self.parts.is_leader()
@@ -231,13 +244,16 @@ class StartupTimed(AgentPipeline):
         self._marks = {}
         t0 = time.perf_counter()
         again = super().handle_change(change, first_seen)
-        ended = time.perf_counter()
+        ended, ended_cpu, thread_cpu = time.perf_counter(), time.process_time(), time.thread_time()
         marks = self._marks
         incidents = self.store.list_incidents(IncidentQuery(cluster=self.cluster, limit=10_000))
         self.first = {
-            "started": t0, "ended": ended, "mirror": marks.get("mirror", 0.0),
+            "started": t0, "ended": ended, "ended_cpu": ended_cpu,
+            "mirror": marks.get("mirror", 0.0), "mirror_cpu": marks.get("mirror_cpu", 0.0),
             "diagnosis": marks.get("diagnose", 0.0) - marks.get("mirror", 0.0),
+            "diagnosis_cpu": marks.get("diagnose_cpu", 0.0) - marks.get("mirror_cpu", 0.0),
             "recording": ended - marks.get("diagnosed", ended),
+            "recording_cpu": thread_cpu - marks.get("diagnosed_cpu", thread_cpu),
             "new_incidents": len(incidents.incidents),
         }
         return again
