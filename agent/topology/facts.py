@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Any
 
 from agent.model.cluster import ZONE_LABEL, Node, Pod
 
@@ -105,7 +106,7 @@ class FactsIndex:
         self._by_namespace.setdefault(pod.namespace, {})[key] = pod
         self._namespace_tuples.pop(pod.namespace, None)
 
-    def add_many(self, pods: Mapping[Hashable, Pod]) -> None:
+    def add_many(self, pods: Mapping[Any, Pod]) -> None:
         """Add `pods` (key -> pod) at once: the same counters as `add` for each, counted in bulk
         when the index holds no pod yet (a mirror's bulk load), one by one otherwise."""
         if self._pods:
