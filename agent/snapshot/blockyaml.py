@@ -581,10 +581,11 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
                         top[_PENDING] = False
                         j = end
                         tried[0] += 1
-                    elif end - j >= _SUBTREE_LINES:
-                        top[_MEMO] = memo  # stored by `remember` once built
+                    else:  # not found (or too short to look up): counted against the line
                         tried[1] += 1
-                        tried[2] = end - j
+                        if end - j >= _SUBTREE_LINES:
+                            top[_MEMO] = memo  # stored by `remember` once built
+                            tried[2] = end - j
                 continue
             value, text = spec[3], spec[4]
         top[_KEY] = key
