@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
+from agent.fakes.slack import FakeSlack
 from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine
 from agent.store.migrate import upgrade

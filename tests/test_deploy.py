@@ -1,5 +1,6 @@
 """deploy/: the kustomize overlays render, the shipped config is valid, RBAC grants only what is
-needed, and the image (deploy/Dockerfile with .dockerignore) gets the agent without the twin.
+needed, and the image (deploy/Dockerfile with .dockerignore) gets the agent without the twin, the
+fakes and the demo, which the wheel keeps.
 What each overlay renders in detail is tests/deploy/test_kustomize.py."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -96,16 +98,21 @@ def test_dockerignore_patterns_match_as_docker_does(dockerignore: str, path: str
     assert image.ignored(path, image.parse_dockerignore(dockerignore)) is ignored
 
 
-def test_the_image_gets_the_agent_without_the_twin() -> None:
+# The agent's packages that are in the wheel (the demo runs them) but not in the production image.
+NOT_IN_THE_IMAGE = ("twin", "fakes", "demo")
+
+
+def test_the_image_gets_the_agent_without_the_twin_the_fakes_and_the_demo() -> None:
     assert (ROOT / "agent" / "twin" / "cluster.py").exists()  # the twin is in the repo (and wheel)
+    assert (ROOT / "agent" / "fakes" / "slack.py").exists()  # so is the fake Slack
     files = image.context_files(ROOT / "deploy" / "Dockerfile", ROOT)
-    assert [f for f in files if f.startswith(("agent/twin", "agent/demo"))] == []
+    assert [f for f in files if f.startswith(tuple(f"agent/{d}/" for d in NOT_IN_THE_IMAGE))] == []
     agent_files = {f for f in files if f.startswith("agent/")}
     in_repo = {
         p.relative_to(ROOT).as_posix()
         for p in (ROOT / "agent").rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
-        and p.relative_to(ROOT / "agent").parts[0] not in ("twin", "demo")
+        and p.relative_to(ROOT / "agent").parts[0] not in NOT_IN_THE_IMAGE
     }
     assert agent_files == in_repo  # everything else of the agent is there
     assert files["agent/cli.py"] == "/src/agent/cli.py"
@@ -113,6 +120,29 @@ def test_the_image_gets_the_agent_without_the_twin() -> None:
     assert files["migrations/env.py"] == "/src/migrations/env.py"
     assert files["playbooks/zone-split.yaml"] == "/etc/zonemedic/playbooks/zone-split.yaml"
     assert not [f for f in files if f.startswith(("tests/", ".git/", ".venv/"))]
+
+
+def test_the_dockerfile_refuses_a_context_that_holds_what_the_image_leaves_out() -> None:
+    """The build's guard names exactly the directories .dockerignore leaves out (a build from
+    another context, without that .dockerignore, stops instead of shipping the twin or a fake)."""
+    (guard,) = [
+        line for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()
+        if line.startswith("RUN for d in ")
+    ]
+    guarded = guard.removeprefix("RUN for d in ").partition(";")[0].split()
+    assert guarded == [f"agent/{d}" for d in ("twin", "fakes", "demo")]
+    patterns = image.parse_dockerignore((ROOT / ".dockerignore").read_text())
+    assert all(image.ignored(f"{d}/__init__.py", patterns) for d in guarded)
+
+
+def test_the_wheel_keeps_the_twin_the_fakes_and_the_demo() -> None:
+    """`zonemedic demo` runs from the wheel: its packages, and the twin and fakes it runs, are
+    found by the package rule in pyproject.toml (each is a regular package with __init__.py)."""
+    setuptools = pytest.importorskip("setuptools")
+    rule = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = set(setuptools.find_packages(where=str(ROOT), include=rule["find"]["include"]))
+    assert {f"agent.{d}" for d in NOT_IN_THE_IMAGE} <= packages
+    assert "agent.chatops" in packages and not any(p.startswith("tests") for p in packages)
 
 
 # Run the CLI from the current directory only: the editable install of this checkout (a finder on

@@ -1,5 +1,8 @@
 """The import-linter contracts in pyproject.toml: the real tree keeps them all, and a wrong import
-added to a copy of the package breaks the contract that forbids it (so the contracts can fail)."""
+added to a copy of the package breaks the contract that forbids it (so the contracts can fail).
+And no module of the agent imports itself through others: the import graph (grimp's, as
+import-linter builds it, `TYPE_CHECKING` imports included) has no cycle, including the one between
+a package's `__init__` and its own modules that the sibling contract does not see."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,6 +23,10 @@ PURE_EDGES = "Rendering, planning and verifying are pure"
 TWIN = "Only the CLI and the twin itself import the twin"
 PURE_CORE = "The pure core imports no I/O library and no adapter"
 DEMO = "Only the CLI imports the demo"
+FAKES = "Only the demo and the fakes themselves import the fakes"
+FAKES_ALONE = "The fakes import no product code"
+ACYCLIC = "No import cycle among the modules and packages of any package"
+CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -32,7 +40,7 @@ def verdicts(output: str) -> dict[str, str]:
     """Contract name prefix -> KEPT or BROKEN, from lint-imports' summary (names may wrap)."""
     flat = " ".join(output.split())
     found = {}
-    for name in (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO):
+    for name in CONTRACTS:
         at = flat.find(name)
         assert at >= 0, f"contract {name!r} not in the output:\n{output}"
         rest = flat[at:]
@@ -52,8 +60,10 @@ def test_the_real_tree_keeps_every_contract() -> None:
     ("module", "line", "broken"),
     [
         # the model is near the bottom: it must not reach up to an adapter (and the pure edges,
-        # which import the model, would reach the adapter through it)
-        ("agent/model/job.py", "import agent.store.repository", {LAYERS, PURE_CORE, PURE_EDGES}),
+        # which import the model, would reach the adapter through it; the store imports the
+        # model, so this is a cycle as well)
+        ("agent/model/job.py", "import agent.store.repository",
+         {LAYERS, PURE_CORE, PURE_EDGES, ACYCLIC}),
         # siblings in one layer: the adapters must not know each other
         ("agent/sources/cache.py", "import agent.store.engine", {LAYERS, ADAPTERS}),
         ("agent/diagnosis/report.py", "import agent.remediation.plan", {LAYERS}),
@@ -63,8 +73,14 @@ def test_the_real_tree_keeps_every_contract() -> None:
         # production code outside the CLI must not import the twin
         ("agent/runtime/app.py", "import agent.twin.cluster", {TWIN}),
         ("agent/snapshot/documents.py", "import agent.twin.resources", {TWIN, PURE_CORE}),
-        # nor the demo, which is not in the image either
-        ("agent/runtime/app.py", "import agent.demo.story", {DEMO, LAYERS}),
+        # nor the demo, which is not in the image either (and which imports the runtime)
+        ("agent/runtime/app.py", "import agent.demo.story", {DEMO, LAYERS, ACYCLIC}),
+        # nor the fakes (the fake Slack), which are for tests and the demo, and not in the image
+        ("agent/chatops/slack.py", "import agent.fakes.slack", {FAKES}),
+        # a fake speaks its protocol on its own: it does not borrow the agent's signing
+        ("agent/fakes/slack.py", "import agent.chatops.verification", {FAKES_ALONE}),
+        # a cycle between two modules of one package
+        ("agent/twin/clock.py", "import agent.twin.cluster", {ACYCLIC}),
     ],
 )
 def test_a_wrong_import_breaks_its_contract(tmp_path: Path, module: str, line: str, broken: set[str]) -> None:
@@ -76,4 +92,51 @@ def test_a_wrong_import_breaks_its_contract(tmp_path: Path, module: str, line: s
     assert result.returncode != 0, result.stdout
     found = verdicts(result.stdout)
     assert {name for name, verdict in found.items() if verdict == "BROKEN"} == broken, result.stdout
-    assert f"{module.removesuffix('.py').replace('/', '.')} -> " in result.stdout
+    dotted = module.removesuffix(".py").replace("/", ".")
+    # the cycle contract names the imports it would remove relative to their package
+    shown = f".{dotted.rpartition('.')[2]} -> " if broken == {ACYCLIC} else f"{dotted} -> "
+    assert shown in result.stdout
+
+
+def import_cycles(graph: grimp.ImportGraph) -> list[tuple[str, ...]]:
+    """Every cycle of the graph once, as `(a, b, ..., a)`: for each import a -> b, the shortest
+    way back from b to a."""
+    cycles: dict[frozenset[str], tuple[str, ...]] = {}
+    for module in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            back = graph.find_shortest_chain(importer=imported, imported=module)
+            if back is not None:
+                cycles.setdefault(frozenset(back), (module, *back))
+    return sorted(cycles.values())
+
+
+def graph_of(*imports: tuple[str, str]) -> grimp.ImportGraph:
+    graph = grimp.ImportGraph()
+    for importer, imported in imports:
+        graph.add_import(importer=importer, imported=imported)
+    return graph
+
+
+@pytest.mark.parametrize(
+    ("imports", "cycles"),
+    [
+        ([("a.x", "a.y"), ("a.y", "a.z"), ("a.x", "a.z")], []),
+        ([("a.x", "a.y"), ("a.y", "a.x")], [("a.x", "a.y", "a.x")]),
+        ([("a.x", "a.y"), ("a.y", "a.z"), ("a.z", "a.x")], [("a.x", "a.y", "a.z", "a.x")]),
+        # a package's __init__ and one of its modules
+        ([("a.p", "a.p.m"), ("a.p.m", "a.p")], [("a.p", "a.p.m", "a.p")]),
+        # two cycles through one module, each reported once
+        ([("a.x", "a.y"), ("a.y", "a.x"), ("a.x", "a.z"), ("a.z", "a.x")],
+         [("a.x", "a.y", "a.x"), ("a.x", "a.z", "a.x")]),
+    ],
+)
+def test_import_cycles_finds_each_cycle_once(
+    imports: list[tuple[str, str]], cycles: list[tuple[str, ...]]
+) -> None:
+    assert import_cycles(graph_of(*imports)) == cycles
+
+
+def test_no_module_of_the_agent_imports_itself_through_others() -> None:
+    graph = grimp.build_graph("agent", cache_dir=None)
+    assert "agent.twin.apiserver" in graph.modules and "agent.fakes.slack" in graph.modules
+    assert import_cycles(graph) == []

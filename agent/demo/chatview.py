@@ -21,7 +21,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from agent.chatops.fakeslack import FakeSlack
+from agent.fakes.slack import FakeSlack
 
 _TOKEN = re.compile(r"```(.+?)```|`([^`\n]+)`|\*([^*\n]+)\*|(?<![A-Za-z0-9])_([^_\n]+)_(?![A-Za-z0-9])"
                     r"|<([^>|]+)\|([^>]+)>|<([^>]+)>", re.DOTALL)

@@ -33,10 +33,10 @@ from typing import Any
 
 import yaml
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.slack import EVENTS_PATH
 from agent.demo.prometheus import PrometheusServer, find_binary
 from agent.errors import InputError
+from agent.fakes.slack import FakeSlack
 from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.runtime.app import Agent
 from agent.runtime.assembly import AgentAssembly

@@ -24,9 +24,10 @@ a person would read it (`agent.demo.chatview`):
    while split, and once the co-located job settled);
 8. incident resolved; after a rejection or a snooze, steps 5-8 are skipped once the decision's
    thread reply and the message showing it have been shown.
-Each wait looks at its condition before printing what reached Slack meanwhile, so the checklist
-reads in the story's order (pods placed, then the post) whatever the timing. The chart of the
-job's GPU utilization over the story is written as a PNG (`chart`), titled by how the story ended.
+Each wait looks at its condition (read from the stage by `agent.demo.lookout`) before printing
+what reached Slack meanwhile, so the checklist reads in the story's order (pods placed, then the
+post) whatever the timing. The chart of the job's GPU utilization over the story is written as a
+PNG (`chart`), titled by how the story ended.
 Without Prometheus the story runs without utilization and chart, and says so.
 
 What it does not do: touch the cluster or the store itself; the agent does everything, the demo
@@ -35,8 +36,6 @@ only watches, clicks and measures.
 
 from __future__ import annotations
 
-import collections
-import json
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -50,10 +49,11 @@ from rich.text import Text
 from agent.chatops.chart import utilization_png
 from agent.chatops.render import ButtonAction
 from agent.demo.chatview import ChatView
+from agent.demo.lookout import Lookout
 from agent.demo.narration import Narration
 from agent.demo.stage import APPROVER, APPROVER_NAME, Stage, Target
 from agent.errors import ZonemedicError
-from agent.model.incident import IncidentDetail, IncidentQuery, IncidentSummary
+from agent.model.incident import IncidentSummary
 from agent.model.lifecycle import IncidentStatus
 from agent.model.verdict import Verdict
 
@@ -106,19 +106,6 @@ class Summary:
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(self).items()}
 
 
-def utilization_expr(target: Target) -> str:
-    """PromQL: the mean GPU utilization (0-100) of the target's pods (DCGM joined with
-    kube-state-metrics' pod labels, so Kubeflow jobs and generic groups alike)."""
-    labels = ",".join(f'label_{_sanitize(k)}="{v}"' for k, v in sorted(target.pod_labels.items()))
-    pods = f'kube_pod_labels{{namespace="{target.namespace}",{labels}}}'
-    return (f'avg(DCGM_FI_DEV_GPU_UTIL{{namespace="{target.namespace}",pod!=""}} '
-            f"* on (namespace, pod) group_left max by (namespace, pod) ({pods}))")
-
-
-def _sanitize(key: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in key)
-
-
 def zones_text(zones: Mapping[str, int]) -> str:
     return ", ".join(f"{zone} ×{count}" for zone, count in sorted(zones.items()))
 
@@ -132,6 +119,7 @@ class Story:
         self.chart_path = chart_path
         self.scale = timeout_scale
         self.chat = ChatView(stage.slack)
+        self.look = Lookout(stage)
         self.summary = Summary(scenario=stage.scenario.name, job=stage.target.label,
                                metrics=stage.prometheus is not None)
         self.started = time.time()
@@ -162,39 +150,7 @@ class Story:
             self.pump()
             time.sleep(interval)
 
-    # -- reading the parts -----------------------------------------------------------------------
-
-    def zones(self) -> dict[str, int]:
-        counts: collections.Counter[str] = collections.Counter()
-        for pod in self.stage.target_pods():
-            node = (pod.get("spec") or {}).get("nodeName")
-            zone = self.stage.zone_of_node(str(node)) if node else None
-            counts[zone or "(unscheduled)"] += 1
-        return dict(counts)
-
-    def pods_settled(self) -> list[dict[str, Any]] | None:
-        pods = self.stage.target_pods()
-        if pods and all((p.get("spec") or {}).get("nodeName") for p in pods):
-            return pods
-        return None
-
-    def incident(self) -> IncidentSummary | None:
-        store, target = self.stage.store, self.stage.target
-        assert store is not None
-        found = store.list_incidents(IncidentQuery(namespace=target.namespace, name=target.name,
-                                                   limit=5)).incidents
-        return found[0] if found else None
-
-    def detail(self, incident_id: int) -> IncidentDetail:
-        assert self.stage.store is not None
-        return self.stage.store.get_incident(incident_id)
-
-    def utilization_now(self) -> float | None:
-        prometheus = self.stage.prometheus
-        if prometheus is None:
-            return None
-        result = prometheus.query(utilization_expr(self.stage.target))
-        return float(result[0]["value"][1]) if result else None
+    # -- measuring -------------------------------------------------------------------------------
 
     def settled_utilization(self, *, timeout: float, step: str, what: str) -> float | None:
         """The mean of the first `SETTLE_SAMPLES` scrapes in a row that agree within
@@ -204,7 +160,7 @@ class Story:
         deadline = time.monotonic() + timeout * self.scale
         while time.monotonic() < deadline:
             self.pump()
-            value = self.utilization_now()
+            value = self.look.utilization_now()
             if value is not None and (not samples or value != samples[-1]):
                 samples.append(value)
                 self.narration.update(step, f"{what}: {len(samples)} sample(s), {value:.0f}% now")
@@ -223,14 +179,14 @@ class Story:
             n.say(Text(f"note: {stage.metrics_note}", style="yellow"))
         n.begin("placed", f"creating {stage.target.label}")
         stage.apply_workloads()
-        pods = self.wait("the pods' placement", self.pods_settled, timeout=20)
+        pods = self.wait("the pods' placement", self.look.pods_settled, timeout=20)
         time.sleep(0.3)  # the rest of a batch of bindings
-        pods = self.wait("the pods' placement", self.pods_settled, timeout=20)
-        summary.zones_before = self.zones()
+        pods = self.wait("the pods' placement", self.look.pods_settled, timeout=20)
+        summary.zones_before = self.look.zones()
         n.done("placed", f"{len(pods)} pods: {zones_text(summary.zones_before)}")
 
         n.begin("detected", "the agent watches the pods")
-        incident = self.wait("the detection", self.incident, timeout=30)
+        incident = self.wait("the detection", self.look.incident, timeout=30)
         bound = [stage.binds[p["metadata"]["name"]] for p in pods
                  if p["metadata"]["name"] in stage.binds]
         self.detected_at = incident.opened_at.timestamp()
@@ -253,7 +209,7 @@ class Story:
                 timeout=20, step="utilization", what=measuring)
         self.egress(incident)
         awaiting = self.wait("the approval request",
-                             lambda: self._status_in(incident.id, {S.AWAITING_APPROVAL}),
+                             lambda: self.look.status_in(incident.id, {S.AWAITING_APPROVAL}),
                              timeout=20)
         action = self.approve(awaiting)
         if action is not ButtonAction.APPROVE:
@@ -265,7 +221,7 @@ class Story:
         self.wait("the restart", lambda: self._step_seen(incident.id, RESTARTED_STEPS), timeout=40)
         n.done("restarted")
         n.begin("colocated")
-        colocated = self.wait("the co-location", self._colocated, timeout=40)
+        colocated = self.wait("the co-location", self.look.colocated, timeout=40)
         summary.zones_after = colocated
         self.marks.append((time.time(), "co-located"))
         n.done("colocated", zones_text(colocated))
@@ -290,7 +246,7 @@ class Story:
         n.begin("egress", "the agent prices the job's cross-zone bytes")
 
         def waste() -> Mapping[str, Any]:
-            found = self.detail(incident.id).diagnosis.get("waste")
+            found = self.look.detail(incident.id).diagnosis.get("waste")
             return found if isinstance(found, Mapping) else {}
 
         if self.stage.prometheus is not None and incident.verdict is not Verdict.ZONE_SPLIT_BLOCKED:
@@ -316,7 +272,7 @@ class Story:
             # the approver decides on the message with its measured utilization and waste (the
             # agent measures a Kubeflow job's GPUs, not a generic group's)
             n.begin("approved", "the agent adds the measured utilization to the message")
-            self.linger(self._utilization_shown, seconds=6)
+            self.linger(self.look.utilization_shown, seconds=6)
         n.begin("approved", f"waiting for {APPROVER_NAME}")
         if self.answer is not None:
             with n.pause():
@@ -333,9 +289,8 @@ class Story:
             message_ts=message.ts if message else "1.000001")
         if response.status != 200:
             raise DemoError(f"the agent answered the click with HTTP {response.status}")
-        status = self.wait("the decision",
-                           lambda: self._status_in(incident.id, set(S) - {S.AWAITING_APPROVAL,
-                                                                          S.OPEN}),
+        decided = set(S) - {S.AWAITING_APPROVAL, S.OPEN}
+        status = self.wait("the decision", lambda: self.look.status_in(incident.id, decided),
                            timeout=20)
         self.summary.decided_by = APPROVER_NAME
         words = {ButtonAction.APPROVE: "approved", ButtonAction.REJECT: "rejected",
@@ -352,14 +307,15 @@ class Story:
     def finish(self, incident_id: int) -> Summary:
         n, summary = self.narration, self.summary
         final = self.wait("the end of the remediation",
-                          lambda: self._status_in(incident_id, ENDED), timeout=60)
+                          lambda: self.look.status_in(incident_id, ENDED), timeout=60)
         summary.incident_status = final.status.value
         summary.verdict = final.verdict.value
         if final.status is S.RESOLVED:
             n.done("resolved", f"incident #{incident_id} resolved")
             # the thread's last reply and the message's last edit (the follower looks every few
             # seconds): shown, not required
-            self.linger(lambda: self._thread_says("Resolved") and self._message_is("resolved"))
+            self.linger(lambda: (self.look.thread_says("Resolved")
+                                 and self.look.message_is("resolved")))
         else:
             for step in self.narration.steps:
                 if step.at is None and step.key != "resolved":
@@ -367,7 +323,8 @@ class Story:
             if final.status in DECLINED:
                 # the decision's thread reply and the message showing it instead of the buttons
                 words, status = DECLINED[final.status], final.status.value
-                self.linger(lambda: self._thread_says(f"{words} by") and self._message_is(status))
+                self.linger(lambda: (self.look.thread_says(f"{words} by")
+                                     and self.look.message_is(status)))
                 n.skip("resolved", f"incident #{incident_id} {final.status.value}: the job is "
                        "left as it is, split")
             else:
@@ -388,13 +345,9 @@ class Story:
         self.pump()
 
     def write_chart(self) -> str | None:
-        prometheus = self.stage.prometheus
-        if prometheus is None:
+        if self.stage.prometheus is None:
             return None
-        end = time.time()
-        result = prometheus.query_range(utilization_expr(self.stage.target),
-                                        start=self.started, end=end, step=1.0)
-        samples = [(float(t), float(v)) for series in result for t, v in series["values"]]
+        samples = self.look.utilization_samples(start=self.started, end=time.time())
         png = utilization_png(samples, title=chart_title(self.stage.target, self.summary),
                               split_at=self.detected_at, marks=self.marks)
         if png is None:
@@ -404,44 +357,17 @@ class Story:
 
     # -- conditions ------------------------------------------------------------------------------
 
-    def _status_in(self, incident_id: int, statuses: set[S] | frozenset[S]
-                   ) -> IncidentSummary | None:
-        summary = self.detail(incident_id).incident
-        return summary if summary.status in statuses else None
-
     def _step_seen(self, incident_id: int, steps: frozenset[str]) -> bool:
-        detail = self.detail(incident_id)
+        detail = self.look.detail(incident_id)
         if detail.incident.status in ENDED - {S.RESOLVED}:
             raise DemoError(f"the remediation ended {detail.incident.status.value}: "
                             f"{[dict(e.detail) for e in detail.events][-3:]}")
         return any(str(a.payload.get("step")) in steps for a in detail.actions)
 
-    def _colocated(self) -> dict[str, int] | None:
-        pods = self.pods_settled()
-        if pods is None:
-            return None
-        zones = self.zones()
-        return zones if len(zones) == 1 else None
-
     def _applied_words(self) -> str:
         if self.stage.target.kind == "group":
             return "the coordinator's Deployment patched (zone pin, toleration, zone label)"
         return "suspended with the co-location patch (zone pin, toleration)"
-
-    def _thread_says(self, words: str) -> bool:
-        return any(m.thread_ts is not None and words in m.text
-                   for m in self.stage.slack.messages())
-
-    def _utilization_shown(self) -> bool:
-        """The finding's message shows the job's utilization (the agent's evidence arrived)."""
-        posts = [m for m in self.stage.slack.messages() if m.thread_ts is None]
-        return bool(posts) and "GPU utilization:" in json.dumps(posts[0].blocks)
-
-    def _message_is(self, status: str) -> bool:
-        """The finding's message was edited to say the incident is `status` (its fallback text
-        carries the status in brackets)."""
-        posts = [m for m in self.stage.slack.messages() if m.thread_ts is None]
-        return bool(posts) and f"[{status}]" in posts[0].text
 
 
 def chart_title(target: Target, summary: Summary) -> str:

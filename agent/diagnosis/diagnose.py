@@ -13,7 +13,10 @@ Verdicts (per job with at least one live pod):
 Only `zone_split_*` and `zone_label_mismatch` findings can be remediable (see
 `agent.diagnosis.placement`).
 
-Every finding also says how sure it is: the unreadable policies that may select the job's pods
+A finding also names the bound pods whose zone-mirroring labels are still to come
+(`awaiting_labels`, `agent.topology.zones.awaited_labels`: the verdict may change once they are
+written, so the agent does not act on it yet) and whether it waits for room (`awaits_room`: a zone
+would fix it, none has room now). Every finding also says how sure it is: the unreadable policies that may select the job's pods
 (`uncertain`, and a reason line), the caveats of the rules that decided its flows (features not
 modelled exactly) and which of its pods' labels the dataplane's identities leave out, and why
 (`identity`; a reason line when a policy selector reads one of them).
@@ -59,7 +62,7 @@ from agent.topology.capacity import CapacityIndex
 from agent.topology.facts import ClusterFacts
 from agent.topology.flows import required_flows
 from agent.topology.jobs import find_jobs
-from agent.topology.zones import AUTO, mirror_label_keys, pod_zone
+from agent.topology.zones import AUTO, awaited_labels, mirror_label_keys, pod_zone, zone_keys
 
 DENIED_FLOWS_CAP = 50
 UNKNOWN_ZONE = "unknown"
@@ -140,6 +143,8 @@ class _Diagnoser:
             mirror_keys=moving,
         )
         self._selector_keys = policies.selector_label_keys()
+        self._readable_keys = policies.pod_label_keys()
+        self._zone_keys_in: dict[str, tuple[str, ...]] = {}
         self._excluded: dict[str, str | None] = {}
         if facts is None:
             self.capacity = CapacityIndex(state.nodes, state.pods)
@@ -199,7 +204,23 @@ class _Diagnoser:
                     out.append(MislabelledPod(pod.name, key, value, zone))
         return out
 
+    def _zone_keys(self, namespace: str) -> tuple[str, ...]:
+        found = self._zone_keys_in.get(namespace)
+        if found is None:
+            found = self._zone_keys_in[namespace] = zone_keys(
+                self.policies.selector_values(namespace), zones=self.zones,
+                mirror_keys=self.mirror_keys, readable=self._readable_keys)
+        return found
+
     def diagnose(self, job: Job) -> Finding:
+        finding = self._diagnose(job)
+        if finding.verdict is Verdict.PENDING:
+            return finding
+        awaited = awaited_labels(job.pods, keys=self._zone_keys(job.ref.namespace),
+                                 node_zone=self.node_zone)
+        return replace(finding, awaiting_labels=awaited) if awaited else finding
+
+    def _diagnose(self, job: Job) -> Finding:
         pods_by_zone: dict[str, int] = {}
         gpus_by_zone: dict[str, int] = {}
         pending = False
@@ -283,6 +304,7 @@ class _Diagnoser:
             room = ", ".join(f"{z}: {free.get(z, 0)}" for z in fixing)
             reasons.append(f"no zone has {need} free GPUs for the job (free: {room})")
         blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces)
+        awaits_room = bool(fixing) and not candidates and not blocking
         reasons.extend(blocking)
         best = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
         target = best if not blocking else None
@@ -303,6 +325,7 @@ class _Diagnoser:
             reasons=tuple(reasons),
             impact=impact,
             gpus=dict(sorted(gpus_by_zone.items())),
+            awaits_room=awaits_room,
         )
 
 
@@ -347,6 +370,7 @@ class _Diagnoser:
             remediable=target is not None,
             target_zone=target,
             reasons=tuple(reasons),
+            awaits_room=fixed and zone is not None and not room and not blocking,
         )
 
 

@@ -136,7 +136,10 @@ class Finding:
     findings; for remediation planning, not part of the JSON output). `mislabelled`: pods whose
     zone-mirroring label lies; `uncertain`: unreadable policies that may select the job's pods;
     `caveats`: features not modelled exactly that rules deciding its flows use; `identity`: what
-    the dataplane's identities leave out of the job's pod labels.
+    the dataplane's identities leave out of the job's pod labels. `awaiting_labels`: the bound
+    pods whose zone-mirroring labels are still to come (the verdict may change once they are
+    written: not acted on until then); `awaits_room`: a split (or a mislabelled job) some zone
+    would fix, none of which has room for the job now. Neither is part of the JSON output.
     """
 
     job: JobRef
@@ -154,6 +157,8 @@ class Finding:
     uncertain: tuple[UncertainPolicy, ...] = ()
     caveats: tuple[Caveat, ...] = ()
     identity: IdentityNote | None = None
+    awaiting_labels: tuple[str, ...] = ()
+    awaits_room: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -8,7 +8,7 @@ What it does not do: I/O, clock reads or lifecycle decisions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +40,15 @@ def parse_incident_id(raw: object, *, field: str = "incident id") -> int:
     return parse_int(raw, field=field, minimum=1, maximum=MAX_INCIDENT_ID)
 
 
+def reading_since(samples: Sequence[tuple[float, float]], since: datetime) -> float | None:
+    """The latest utilization sample (unix seconds, percent) taken at or after `since`; None when
+    there is none yet. A problem's utilization is read over the time the job had it: a sample
+    from before (the job healthy, or fixed by an earlier incident) never stands for it."""
+    start = since.timestamp()
+    found = [value for at, value in samples if at >= start]
+    return found[-1] if found else None
+
+
 @dataclass(frozen=True)
 class FindingRecord:
     """What the store records for one finding (from `diagnose`, a metric drop or an alert)."""
@@ -59,6 +68,17 @@ class FindingRecord:
     estimated_cost: float | None = None
     gpus: int | None = None
     onset_at: datetime | None = None  # when the problem began (e.g. the last pod's binding)
+    # the job's utilization samples (unix seconds, percent) behind `utilization_now`: the
+    # incident's "utilization before" is read from those taken while it is open (see
+    # `reading_since`), never from a time the job may not have had this problem (fixed, healthy)
+    utilization_samples: tuple[tuple[float, float], ...] = ()
+
+    def utilization_while_open(self, opened_at: datetime) -> float | None:
+        """The utilization "before" this finding says for an incident opened at `opened_at`:
+        the latest sample taken since then; without samples, `utilization_now` as given."""
+        if not self.utilization_samples:
+            return self.utilization_now
+        return reading_since(self.utilization_samples, opened_at)
 
     @property
     def fingerprint(self) -> str:
@@ -87,6 +107,7 @@ class FindingRecord:
         estimated_cost: float | None = None,
         gpus: int | None = None,
         onset_at: datetime | None = None,
+        utilization_samples: Sequence[tuple[float, float]] = (),
     ) -> FindingRecord:
         """Build a record from a finding dict of `zonemedic diagnose --output json`."""
         job = finding.get("job")
@@ -113,6 +134,7 @@ class FindingRecord:
             estimated_cost=estimated_cost,
             gpus=gpus,
             onset_at=onset_at,
+            utilization_samples=tuple(utilization_samples),
         )
 
 
@@ -239,10 +261,18 @@ class IncidentDetail:
 
 @dataclass(frozen=True)
 class FindingOutcome:
-    """What `record_finding` did: opened a new incident, or re-detected an open one."""
+    """What `record_finding` did: opened a new incident, or re-detected an open one.
+    `previous_verdict`: the re-detected incident's verdict before this finding (None when new);
+    `incident.verdict` is its verdict after it."""
 
     incident: IncidentSummary
     new: bool
+    previous_verdict: Verdict | None = None
+
+    @property
+    def verdict_changed(self) -> bool:
+        """A re-detection that changed the incident's verdict."""
+        return self.previous_verdict is not None and self.previous_verdict is not self.incident.verdict
 
 
 @dataclass(frozen=True)

@@ -51,12 +51,17 @@ A process may die at any point; the database holds the last committed state and 
 
 Dedupe
 ------
-One open incident per (cluster, job, verdict class). The verdict class groups verdicts that are the
-same problem at different severities: `zone_split_blocked` and `zone_split_degraded` are one class
-(`zone_split`: a degraded split that starts being blocked is still the same split); every other
-incident verdict is its own class. `pending` and `healthy` are not incidents. The fingerprint hashes
-only identifiers (cluster, job uid or kind/namespace/name, verdict class): never generated text,
-never the diagnosis, so wording changes never open duplicates.
+One open incident per (cluster, job): the job's kind, namespace and name (its uid may change, or
+be unknown at first, and it is still the same job). A re-detection while it is open folds into its
+timeline; a new incident opens only after the last one closed. The verdict class groups verdicts
+that are the same problem at different severities: `zone_split_blocked` and `zone_split_degraded`
+are one class (`zone_split`); every other incident verdict is its own class. Before a decision an
+incident follows what is seen (`follows_verdict`): a verdict of its own class, or any topology
+verdict (`TOPOLOGY_CLASSES`: where the pods are and what the policies allow), replaces its verdict;
+a symptom (a utilization drop, an alert) seen on an incident of another class is a timeline event
+only. `pending` and `healthy` are not incidents. The fingerprint hashes only identifiers (cluster,
+job uid or kind/namespace/name, verdict class) of what opened the incident: never generated text,
+never the diagnosis.
 """
 
 from __future__ import annotations
@@ -92,6 +97,12 @@ _VERDICT_CLASS: dict[Verdict, VerdictClass] = {
     Verdict.GPU_UTILIZATION_DROP: VerdictClass.GPU_UTILIZATION_DROP,
     Verdict.ALERT: VerdictClass.ALERT,
 }
+
+
+# The classes the diagnosis of the pods' placement and the policies gives (not symptoms).
+TOPOLOGY_CLASSES: frozenset[VerdictClass] = frozenset(
+    {VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED, VerdictClass.ZONE_LABEL_MISMATCH}
+)
 
 
 class Severity(StrEnum):
@@ -263,6 +274,20 @@ def verdict_class(verdict: Verdict) -> VerdictClass:
         return _VERDICT_CLASS[verdict]
     except KeyError:
         raise LifecycleError(f"verdict {verdict.value!r} does not open an incident") from None
+
+
+def follows_verdict(current: Verdict, seen: Verdict) -> bool:
+    """Whether an undecided open incident of verdict `current`, re-detected as `seen`, takes
+    `seen` as its verdict: a verdict of the same class always (a degraded split that starts being
+    blocked is the same split, now blocked), a topology verdict always (the job's placement and
+    policies explain more than a symptom, and the job's problem is what they now say); a symptom
+    (a utilization drop, an alert) never replaces a verdict of another class."""
+    seen_class = verdict_class(seen)
+    try:
+        current_class = verdict_class(current)
+    except LifecycleError:
+        return True
+    return seen_class is current_class or seen_class in TOPOLOGY_CLASSES
 
 
 def default_severity(verdict: Verdict) -> Severity:

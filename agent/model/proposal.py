@@ -27,6 +27,7 @@ PREVIEW = "preview"  # payload flag of a plan recorded before approval
 REFUSAL = "refusal"  # payload key: why the fix cannot be applied
 ZONES = "zones"  # payload key: the placement (zone -> pods) the preview was computed for
 TARGET_ZONE = "target_zone"  # payload key: the zone the preview co-locates the job in
+VERDICT = "verdict"  # payload key: the verdict the preview was computed for
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class ProposedFix:
     zones: Mapping[str, int] = field(default_factory=dict)
     action_id: int | None = None
     objects: tuple[PlannedObject, ...] = ()
+    verdict: str | None = None  # the verdict a preview was computed for (not in `to_dict`)
 
     @property
     def applicable(self) -> bool:
@@ -107,15 +109,19 @@ def from_action(action: RemediationAction) -> ProposedFix | None:
     zones = {str(k): int(v) for k, v in zones.items()} if isinstance(zones, Mapping) else {}
     target = payload.get(TARGET_ZONE)
     refusal = payload.get(REFUSAL)
+    verdict = payload.get(VERDICT)
     if isinstance(refusal, str) and refusal:
         return ProposedFix(summary=action.message or "", refusal=refusal, preview=preview,
                            target_zone=str(target) if target else None, zones=zones,
-                           action_id=action.id)  # fmt: skip
+                           action_id=action.id,
+                           verdict=str(verdict) if verdict else None)  # fmt: skip
     plan = payload.get("plan")
     if not isinstance(plan, Mapping):
         return None
     pre = plan.get("preconditions")
     pods = plan.get("pods")
+    if not verdict and isinstance(pre, Mapping):
+        verdict = pre.get("verdict")
     return ProposedFix(
         summary=action.message or "",
         diff=str(plan.get("diff") or ""),
@@ -126,6 +132,7 @@ def from_action(action: RemediationAction) -> ProposedFix | None:
         zones=zones,
         action_id=action.id,
         objects=_planned_objects(plan.get("targets")),
+        verdict=str(verdict) if verdict else None,
     )
 
 

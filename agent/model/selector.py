@@ -65,6 +65,13 @@ class LabelSelector:
             r.key for r in self.match_expressions
         )
 
+    def values(self) -> tuple[tuple[str, str], ...]:
+        """Every (key, value) this selector compares a label with (matchLabels, In, NotIn)."""
+        out = list(self.match_labels)
+        for req in self.match_expressions:
+            out.extend((req.key, value) for value in sorted(req.values))
+        return tuple(out)
+
     def is_empty(self) -> bool:
         """True when the selector has no terms (it matches everything)."""
         return not self.match_labels and not self.match_expressions

@@ -146,17 +146,24 @@ class PolicySet:
         names: set[str] = set()
         by_anchor: dict[tuple[str, str], list[_Entry]] = {}
         unanchored: list[_Entry] = []
+        values: dict[str | None, dict[str, set[str]]] = {}  # namespace -> key -> values
         for policy in self._policies:
+            compared = values.setdefault(policy.namespace, {})
             for subject in policy.subjects:
                 if subject.selector is None:
                     continue  # selects no pod
                 entry = _Entry(policy.id, subject)
                 keys |= subject.selector.keys()
+                selectors = [subject.selector, *subject.selectors()]
                 for sel in subject.selectors():
                     keys |= sel.keys()
                 for rule in subject.rules():
                     keys |= rule.keys()
                     names |= rule.port_names()
+                    selectors.extend(rule.peers)
+                for sel in selectors:
+                    for key, value in sel.values():
+                        compared.setdefault(key, set()).add(value)
                 anchors = _anchors(subject.selector)
                 if not anchors:
                     unanchored.append(entry)
@@ -166,6 +173,8 @@ class PolicySet:
             for sel in record.selects:
                 keys |= sel.keys()
         self._keys = frozenset(keys)
+        self._values = {ns: {k: frozenset(v) for k, v in found.items()}
+                        for ns, found in values.items()}  # fmt: skip
         self._port_names = frozenset(names)
         self._by_anchor = {k: tuple(v) for k, v in by_anchor.items()}
         self._unanchored = tuple(unanchored)
@@ -200,6 +209,16 @@ class PolicySet:
     def selector_label_keys(self) -> frozenset[str]:
         """Every pod label key some selector reads, kept in identities or not."""
         return frozenset(k for k in self._keys if is_pod_label_key(k, _KEEP_ALL))
+
+    def selector_values(self, namespace: str) -> dict[str, frozenset[str]]:
+        """Pod label key -> the values the selectors of the policies that can decide flows
+        between pods of `namespace` (its own policies and the cluster-wide ones) compare it
+        with (matchLabels, In, NotIn)."""
+        out: dict[str, set[str]] = {}
+        for ns in (namespace, None):
+            for key, found in self._values.get(ns, {}).items():
+                out.setdefault(key, set()).update(found)
+        return {k: frozenset(v) for k, v in out.items()}
 
     def uncertain(self, endpoint: Endpoint) -> tuple[UnreadablePolicy, ...]:
         """The unreadable policies that may select `endpoint` (its verdicts are uncertain)."""

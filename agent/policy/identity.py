@@ -1,7 +1,7 @@
 """The security identity of a pod, as the dataplane enforcing network policies sees it.
 
-Called by `agent.policy.manifest` (to normalise selector keys), `agent.policy.evaluator` (to turn an
-`Endpoint` into the label map selectors are matched against) and `agent.policy.dataplane` (which
+Called by `agent.policy.selectors` (to normalise selector keys), `agent.policy.evaluator` (to turn
+an `Endpoint` into the label map selectors are matched against) and `agent.policy.dataplane` (which
 picks the filter for the cluster). Pure; knows nothing of policies.
 
 Identity labels (all of source `k8s`): the pod's labels, `io.kubernetes.pod.namespace`, every

@@ -73,7 +73,7 @@ from typing import Any, cast
 from agent.errors import ClusterWriteError, WriteConflictError
 from agent.model.cluster import JobKind
 from agent.model.finding import REMEDIABLE_VERDICTS
-from agent.model.incident import IncidentDetail, RemediationAction
+from agent.model.incident import IncidentDetail, RemediationAction, reading_since
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
 from agent.remediation.fence import SOLE_WRITER, Fence, FenceClosedError, Leadership, open_fence
@@ -585,12 +585,20 @@ class Remediator:
         return ("GPU utilization not measured for a generic group (the agent measures a "
                 "Kubeflow job's GPUs by their pods' owner)")  # fmt: skip
 
-    def _utilization(self, ref: JobRef) -> tuple[float | None, float | None]:
+    def _utilization(self, run: _Run, *, since: datetime | None = None
+                     ) -> tuple[float | None, float | None]:
+        """The job's utilization, the latest sample taken since `since` (default: since its
+        incident opened, so while split: never one from before, when the job may have been
+        healthy or fixed), and its baseline."""
+        ref = run.ref
         if self.prometheus is None or not self._metrics(ref):
             return None, None
         report = self.prometheus.fetch(self.clock.now())
         found = report.for_job(JobKey(ref.kind.value, ref.namespace, ref.name))
-        return (found.now, found.baseline) if found is not None else (None, None)
+        if found is None:
+            return None, None
+        start = since if since is not None else run.detail.incident.opened_at
+        return reading_since(found.samples, start), found.baseline
 
     def _job(self, ref: JobRef) -> dict[str, Any] | None:
         return None if ref.kind is JobKind.GROUP else self.reader.job(ref)
@@ -611,7 +619,7 @@ class Remediator:
         if isinstance(result, Refusal):
             self._end(run, S.FAILED, result.reason)
             return False
-        before, baseline = self._utilization(run.ref)
+        before, baseline = self._utilization(run)
         won = self.store.transition(
             run.incident_id, S.APPROVED, S.REMEDIATING, actor=self.actor, now=self.clock.now(),
             detail={"target_zone": result.target_zone, "pods": result.pods},
@@ -652,7 +660,7 @@ class Remediator:
             )  # fmt: skip
             if isinstance(result, Refusal):
                 raise _FailedError(result.reason)
-            before, baseline = self._utilization(run.ref)
+            before, baseline = self._utilization(run)
             self._record_plan(run, result, before=before, baseline=baseline)
             return
         run.plan = Plan.from_dict(planned.payload["plan"])
@@ -934,7 +942,8 @@ class Remediator:
             rediagnosis = self.diagnose(run.ref)
             nodes = self.reader.nodes()
             pods = observe_pods(self._job_pods(run), nodes)
-            after, baseline = self._utilization(run.ref)
+            # after: measured since the verification started (the co-located job only)
+            after, baseline = self._utilization(run, since=since)
             finding = rediagnosis.finding
             obs = Observation(
                 target_zone=run.plan.target_zone, expected_pods=self._expected(run), pods=pods,

@@ -7,7 +7,7 @@ plain data out (`PreviewAction`: the action's message, payload and outcome, in t
 `agent.model.proposal` reads back).
 
 Rules: a plan is recorded with its whole `Plan.to_dict()` (diff, preconditions, patches), the
-fix in words as the message, `preview: true` and the placement it was computed for, and no
+fix in words as the message, `preview: true`, the placement and verdict it was computed for, and no
 outcome yet (`succeeded` None). A refusal is recorded as `refusal` with `succeeded` False and
 the message "the fix cannot be applied: <why>". The preview is never what the executor applies:
 the executor re-reads, re-plans and records its own plan (with a `step`) on approval.
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.model.proposal import PREVIEW, REFUSAL, TARGET_ZONE, ZONES
+from agent.model.proposal import PREVIEW, REFUSAL, TARGET_ZONE, VERDICT, ZONES
 from agent.remediation.plan import Plan, Refusal, TargetAction
 
 _FIELD_WORDS = (
@@ -72,21 +72,23 @@ def describe(plan: Plan) -> str:
 
 
 def preview_action(
-    result: Plan | Refusal, *, zones: Mapping[str, int], target_zone: str | None
+    result: Plan | Refusal, *, zones: Mapping[str, int], target_zone: str | None,
+    verdict: str | None = None,
 ) -> PreviewAction:
     """The `plan` action recording a preview of the fix for the placement `zones` (zone ->
-    pods) and `target_zone` (see the module docstring)."""
+    pods), `target_zone` and the finding's `verdict` (see the module docstring)."""
     placement = {str(k): int(v) for k, v in sorted(zones.items())}
+    seen = {VERDICT: verdict} if verdict is not None else {}
     if isinstance(result, Refusal):
         return PreviewAction(
             message=f"the fix cannot be applied: {result.reason}",
             payload={PREVIEW: True, REFUSAL: result.reason, ZONES: placement,
-                     TARGET_ZONE: target_zone},
+                     TARGET_ZONE: target_zone, **seen},
             succeeded=False,
         )
     return PreviewAction(
         message=describe(result),
         payload={PREVIEW: True, "plan": result.to_dict(), ZONES: placement,
-                 TARGET_ZONE: result.target_zone},
+                 TARGET_ZONE: result.target_zone, **seen},
         succeeded=None,
     )

@@ -24,17 +24,25 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   leader); a follower only keeps its parsed mirror warm, so a re-detection lands once in a
   timeline. The composition root submits a cluster-wide change when this replica acquires the
   lease, so a new leader catches up on what it did not record as a follower.
-- A finding of a problem verdict goes to the store (`record_finding`: one open incident per job and
-  verdict class; a re-detection adds a timeline event) with the latest utilization evidence, or
-  `"metrics unavailable"`; a new incident fires the matching playbooks' actions into the store's
-  outbox (`agent.runtime.playbooks`; the chat layer delivers them). A job's uid, labels and
-  requested GPUs come from the cache (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job
-  found healthy resolves its open incidents; a job whose verdict changed class supersedes the
-  other class's incident; a job that is gone (no live pods) supersedes its incidents.
+- The right verdict first: a finding some of whose bound pods still await their zone-mirroring
+  labels (`Finding.awaiting_labels`) is not recorded at all (no incident, no message) until a
+  label write or the pods' start settles it (the cache reports those at once).
+- A finding of a problem verdict goes to the store (`record_finding`: one open incident per job,
+  whatever its verdicts; a re-detection adds a timeline event, and before a decision the incident
+  takes a topology verdict seen) with the latest utilization evidence and samples (the incident's
+  "utilization before" is read from those taken while it is open), or `"metrics unavailable"`;
+  a new incident, or one whose verdict moved to another class, fires the matching playbooks'
+  actions into the store's outbox (`agent.runtime.playbooks`; the chat layer delivers them, one
+  message per incident). A job's uid, labels and requested GPUs come from the cache
+  (`ClusterCache.job_uid`, `job_labels`, `job_gpus`). A job found healthy resolves its open
+  incidents; a job that is gone (no live pods, and no Kubeflow object still there unfinished:
+  a suspended or restarting job keeps its incident) supersedes its incidents. A split some zone
+  would fix but none has room for (`Finding.awaits_room`) is remembered, and a change that may
+  free capacity (`Change.capacity`) diagnoses it again in that batch.
 - A remediable split that opens an incident gets a plan preview (`agent.runtime.previews`: the
   patches, their diff and preconditions, or why the fix cannot be applied), recorded before the
-  playbooks' messages are queued; a re-detection of an undecided incident with another placement
-  records a new one. A split finding also carries its waste per day (`agent.diagnosis.waste`:
+  playbooks' messages are queued; a re-detection of an undecided incident with another verdict
+  or placement records a new one (a refusal saying why when the verdict has no fix). A split finding also carries its waste per day (`agent.diagnosis.waste`:
   idle GPU-hours, cross-zone egress dollars) under `waste`: the egress measured where the egress
   meter's last answer (one query per metrics refresh, `agent.sources.egress`) attributes cross-zone
   flows to the job's pods (`agent.diagnosis.egress`), else estimated, labelled as such; the dollars
@@ -92,6 +100,7 @@ from agent.model.incident import (
 )
 from agent.model.job import Job, JobRef
 from agent.model.lifecycle import (
+    TOPOLOGY_CLASSES,
     EventKind,
     IncidentStatus,
     LifecycleError,
@@ -123,9 +132,6 @@ from agent.topology.jobs import find_jobs
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
-TOPOLOGY_CLASSES = frozenset(
-    {VerdictClass.ZONE_SPLIT, VerdictClass.POLICY_BLOCKED, VerdictClass.ZONE_LABEL_MISMATCH}
-)
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
 RECORD_BATCH = 200  # problems of a cluster-wide batch recorded per store transaction
@@ -138,6 +144,7 @@ DROP_ACTOR = "cilium"  # the timeline actor of Cilium's PacketDrop messages
 MAX_PENDING_DROP_JOBS = 10_000  # jobs whose drop messages wait for an open incident
 MAX_PENDING_DROPS = 50  # messages one job keeps waiting
 MAX_WRITTEN_DROPS = 50_000  # (job, pod, message) written lately, not asked of the store again
+MAX_WAITING_ROOM = 10_000  # jobs waiting for room that capacity changes re-diagnose
 
 
 class StoreWork(StrEnum):
@@ -247,6 +254,8 @@ class AgentPipeline:
         # a cluster-wide batch's one read of the open incidents, by job (None: query per job)
         self._open_now: dict[JobKey, list[IncidentSummary]] | None = None
         # what changed last while this replica followed (most recent last): a new term's first
+        # split jobs some zone would fix, none of which has room (most recent last)
+        self._waiting_room: dict[JobKey, None] = {}
         self._followed_jobs: dict[JobKey, None] = {}
         self._followed_namespaces: dict[str, None] = {}
         self.actions = PlaybookActions(
@@ -296,13 +305,13 @@ class AgentPipeline:
         """Diagnose and record a detector batch. Raises `UnavailableError` when the store refuses
         its writes: the detector retries the batch (recording again is safe: findings dedupe).
 
-        A gang-complete batch (diagnosed the moment the last pod was bound) records only the jobs
-        whose pods already carry the zone-mirroring label of their node's zone: the controller
-        that writes that label follows the bind, and until it has, the policies' view of the job
-        (and so the verdict) is not the one it will have. For the others the cache is told to
-        treat their pods' label updates as completing the gang again (diagnosed at once), and
-        they are returned, to be looked at again after the debounce window in any case."""
-        unsettled: set[JobKey] = set()
+        A finding some of whose pods await their zone-mirroring labels (`awaiting_labels`: bound,
+        not started, without the node's zone on a key the job's policies read) is not recorded:
+        its verdict is not the one the policies will give once the labels are written. The cache
+        is told to treat those pods' label and phase updates as completing the gang again
+        (diagnosed at once, no debounce), so the job is recorded on the first verdict that no
+        label still to come can change. A batch with free capacity (`Change.capacity`: a node
+        added or uncordoned, GPUs freed) also diagnoses the jobs waiting for room."""
         with self._lock:
             loads = self.mirror.frozen_loads
             if not self.parts.is_leader():
@@ -311,6 +320,7 @@ class AgentPipeline:
                 self._remember_followed(change)
                 _freeze_long_lived(change, collect=self.mirror.frozen_loads == loads)
                 return None
+            change = self._with_waiting_for_room(change)
             with self._store_work(StoreWork.DETECTOR):
                 self.actions.retry_unfired()
                 done: set[JobKey] = set()
@@ -325,58 +335,49 @@ class AgentPipeline:
                     present = {job_key(f) for f in findings}
                     if self._open_now is not None:
                         scoped.sort(key=self._recording_order)
-                    ready = []
-                    for finding in scoped:
-                        if change.gang_complete and not self._zone_labels_settled(finding):
-                            unsettled.add(job_key(finding))
-                            continue
-                        ready.append(finding)
-                    self._record_all(ready, first_seen=first_seen)
+                    self._record_settled(scoped, first_seen=first_seen)
                 finally:
                     self._open_now = None
-                # the label updates of an unsettled gang complete it again (no debounce)
-                cache = self.parts.cache
-                cache.labels_settled(job_key(f) for f in scoped if job_key(f) not in unsettled)
-                if unsettled:
-                    cache.await_labels(unsettled)
-                    # labels written while this batch was diagnosed came before the cache
-                    # watched for them: look once more, now that it does
-                    again = Change(jobs=frozenset(unsettled), reasons=("zone labels",))
-                    for finding in self.diagnose(job_scope(again)):
-                        key = job_key(finding)
-                        if key in unsettled and self._zone_labels_settled(finding):
-                            self.record(finding, first_seen=first_seen)
-                            unsettled.discard(key)
-                            cache.labels_settled([key])
                 for key in sorted(change.jobs - present):
                     self.close_job(key, reason="the job has no live pods")
                 if change.everything and self.parts.cache.synced:
                     self._reconcile(present)
             self._refresh_gauge_quietly()
             _freeze_long_lived(change, collect=self.mirror.frozen_loads == loads)
-        if not unsettled:
-            return None
-        return Change(jobs=frozenset(unsettled), reasons=("zone labels not written yet",))
+        return None
 
-    def _zone_labels_settled(self, finding: Finding) -> bool:
-        """Every bound pod of the finding's job carries the zone-mirroring labels the job uses
-        (those of the cluster's mirror labels that some pod of the job carries) with its node's
-        zone. A job none of whose pods carries one does not use them."""
-        if not self.mirror_keys or self._state is None:
-            return True
-        ref = finding.job
-        job = next((j for j in find_jobs(self._state, self.settings.diagnosis.groups,
-                                         namespaces={ref.namespace}) if j.ref == ref), None)
-        if job is None:
-            return True
-        used = [k for k in self.mirror_keys if any(k in pod.labels for pod in job.pods)]
-        nodes = self._state.nodes
-        for pod in job.pods:
-            node = nodes.get(pod.node_name) if pod.node_name else None
-            zone = node.zone if node is not None else None
-            if zone is not None and any(pod.labels.get(k) != zone for k in used):
-                return False
-        return True
+    def _record_settled(self, findings: Iterable[Finding], *, first_seen: float | None) -> int:
+        """Record the findings no zone-mirroring label still to come can change; the others
+        wait for their pods' label or phase updates (`ClusterCache.await_labels`). How many new
+        incidents were opened."""
+        unsettled: set[JobKey] = set()
+        settled: list[JobKey] = []
+        opened = 0
+        ready: list[Finding] = []
+        for finding in findings:
+            key = job_key(finding)
+            if finding.awaiting_labels:
+                unsettled.add(key)
+                continue
+            settled.append(key)
+            ready.append(finding)
+        outcomes = self._record_all(ready, first_seen=first_seen)
+        opened += sum(1 for o in outcomes if o is not None and o.new)
+        cache = self.parts.cache
+        cache.labels_settled(settled)
+        if not unsettled:
+            return opened
+        cache.await_labels(unsettled)
+        # labels written while this batch was diagnosed came before the cache watched for them:
+        # look once more, now that it does
+        again = Change(jobs=frozenset(unsettled), reasons=("zone labels",))
+        for finding in self.diagnose(job_scope(again)):
+            key = job_key(finding)
+            if key in unsettled and not finding.awaiting_labels:
+                outcome = self.record(finding, first_seen=first_seen)
+                opened += 1 if (outcome is not None and outcome.new) else 0
+                cache.labels_settled([key])
+        return opened
 
     def handle_alert(self, alert: Alert, jobs: list[JobKey]) -> None:
         """Record an alert for its jobs (or resolve their alert incidents). The store calls are
@@ -448,16 +449,15 @@ class AgentPipeline:
         with self._lock:
             self.actions.retry_unfired()
             findings = self.diagnose()
+            present = {job_key(f) for f in findings}
             self._open_now = self._open_by_job()  # one read, then problems in batches
             try:
                 ordered = list(findings)
                 if self._open_now is not None:
                     ordered.sort(key=self._recording_order)
-                outcomes = self._record_all(ordered, first_seen=None)
+                opened = self._record_settled(ordered, first_seen=None)
             finally:
                 self._open_now = None
-            opened = sum(1 for o in outcomes if o is not None and o.new)
-            present = {job_key(f) for f in findings}
             closed = self._reconcile(present)
             purged = 0
             if self.store is not None:
@@ -539,6 +539,25 @@ class AgentPipeline:
 
     # -- recording -----------------------------------------------------------------------------
 
+    def _with_waiting_for_room(self, change: Change) -> Change:
+        """A change that may have freed capacity also covers the jobs waiting for room."""
+        if not change.capacity or not self._waiting_room or change.everything:
+            return change
+        waiting = frozenset(self._waiting_room)
+        return Change(jobs=change.jobs | waiting, namespaces=change.namespaces,
+                      reasons=(*change.reasons, f"{len(waiting)} job(s) waiting for room"),
+                      gang_complete=change.gang_complete, capacity=True)  # fmt: skip
+
+    def _wait_for_room(self, key: JobKey, finding: Finding | None) -> None:
+        """Remember (or forget) the job as waiting for room: a split some zone would fix, none
+        of which has room now (re-diagnosed when capacity changes, not at the next resync)."""
+        if finding is not None and finding.awaits_room:
+            if key not in self._waiting_room and len(self._waiting_room) >= MAX_WAITING_ROOM:
+                del self._waiting_room[next(iter(self._waiting_room))]
+            self._waiting_room[key] = None
+        else:
+            self._waiting_room.pop(key, None)
+
     def record(self, finding: Finding, *, first_seen: float | None) -> Any:
         key = job_key(finding)
         pending = self._prepare(finding, key)
@@ -555,6 +574,7 @@ class AgentPipeline:
         self.parts.metrics.findings.labels(verdict=str(finding.verdict)).inc()
         if finding.verdict is Verdict.PENDING:
             return None
+        self._wait_for_room(key, finding)
         if finding.verdict not in SPLIT_VERDICTS:
             self._forget_egress(key)
         if finding.verdict is Verdict.HEALTHY:
@@ -568,14 +588,15 @@ class AgentPipeline:
         if finding.verdict in SPLIT_VERDICTS:
             document["waste"] = self._waste(finding, document["metrics"])
         gpus = sum(finding.gpus.values()) if finding.gpus else None
-        record = self._finding_record(document, detected_at=self.now(), gpus=gpus)
+        record = self._finding_record(document, detected_at=self.now(), gpus=gpus,
+                                      samples=self._samples(key))  # fmt: skip
         return _Pending(finding, key, document, gpus, record)
 
     def _record_all(self, findings: list[Finding], *, first_seen: float | None) -> list[Any]:
         """Record findings in order; the outcomes (None where no incident was touched). In a
-        cluster-wide batch (`_open_now`: its problems come first) the problems are recorded
-        `RECORD_BATCH` at a time, each new incident with its playbooks' follow-up (plan
-        preview, approval request, messages) in the store transaction that opens it
+        cluster-wide batch or a sweep (`_open_now`: its problems come first) the problems are
+        recorded `RECORD_BATCH` at a time, each new incident with its playbooks' follow-up
+        (plan preview, approval request, messages) in the store transaction that opens it
         (`IncidentStore.record_findings`); the rest one at a time."""
         if self._open_now is None or self.store is None:
             return [self.record(f, first_seen=first_seen) for f in findings]
@@ -583,7 +604,8 @@ class AgentPipeline:
         chunk: list[_Pending] = []
         for finding in findings:
             key = job_key(finding)
-            if self._recording_order(finding) == 2:  # healthy or pending: no incident to write
+            order = self._recording_order(finding)
+            if order == 2:  # healthy or pending: no incident to write
                 self._flush_chunk(chunk, out, first_seen=first_seen)
                 out.append(self.record(finding, first_seen=first_seen))
                 continue
@@ -591,7 +613,7 @@ class AgentPipeline:
             if pending is None:
                 out.append(None)
                 continue
-            if self.previews is not None and self._recording_order(finding) == 0:
+            if self.previews is not None and order == 0:
                 pending.preview = self._preview(finding)  # written with its new incident
                 pending.previewed = True
             chunk.append(pending)
@@ -627,28 +649,32 @@ class AgentPipeline:
         finding = pending.finding
         if not pending.previewed and self.previews is not None and wanted(finding):
             return None  # not expected to be new: the preview is computed afterwards
-        trigger = trigger_for_verdict(str(finding.verdict))
+        verdict = str(outcome.incident.verdict)
+        trigger = trigger_for_verdict(verdict)
         if trigger is None:
             if pending.preview is None or self.previews is None:
                 return None
             return FollowUp(now=self.now(), action=self.previews.draft(pending.preview))
-        event = Event(trigger, self.actions.subject(pending.key, str(finding.verdict),
-                                                    pending.gpus))  # fmt: skip
+        event = Event(trigger, self.actions.subject(pending.key, verdict, pending.gpus))
         return self.actions.follow_up(event, outcome.incident, pending.document,
                                       preview=pending.preview)  # fmt: skip
 
     def _recorded(self, pending: _Pending, outcome: FindingOutcome, *, first_seen: float | None,
                   written: FollowUp | None) -> None:  # fmt: skip
         """What follows a recorded finding: egress gauges, waiting drop messages, the plan
-        preview, the detection latency, superseding the other classes' incidents, and the
-        playbooks fired for a new incident, unless its follow-up (`written`) was recorded with
-        it."""
+        preview, the detection latency, and the playbooks fired for a new incident (unless its
+        follow-up, `written`, was recorded with it) or for one that took another class's
+        verdict."""
         finding, key, document = pending.finding, pending.key, pending.document
         if "waste" in document:
             self._show_egress(key, document["waste"], incident=outcome.incident.id,
                               new=outcome.new)  # fmt: skip
         if key in self._pending_drops:
             self._flush_drops([key])
+        # the incident took another class's verdict (a split became a policy block, a drop
+        # became a split): the playbooks of its new verdict fire on it, its one message updated
+        reclassed = not outcome.new and _class_changed(outcome.previous_verdict,
+                                                       outcome.incident.verdict)
         preview: Preview | None = None
         if written is not None:
             self.actions.followed(outcome.incident, written)
@@ -658,31 +684,24 @@ class AgentPipeline:
             if outcome.new:
                 preview = pending.preview if pending.previewed else self._preview(finding)
             elif self.previews.stale(outcome.incident, finding):
-                found = self._preview(finding)
-                if found is not None:
-                    self.previews.record(outcome.incident.id, found)
+                preview = self._replan(finding)
         if outcome.new and first_seen is not None:
             self.parts.metrics.detection_latency.observe(self.monotonic() - first_seen)
         if document["metrics"].get("status") == "ok":
             self._evidence_recorded.add(key)
-        current = verdict_class(finding.verdict)
-        self.resolve(
-            key,
-            set(TOPOLOGY_CLASSES) - {current},
-            reason=f"the job's verdict is now {finding.verdict}",
-            to=IncidentStatus.SUPERSEDED,
-        )
-        if outcome.new and written is None:
-            trigger = trigger_for_verdict(str(finding.verdict))
-            if trigger is not None:
-                self.actions.fire(
-                    Event(trigger, self.actions.subject(key, str(finding.verdict), pending.gpus)),
-                    outcome.incident,
-                    document,
-                    preview=preview,
-                )
-            elif preview is not None and self.previews is not None:
-                self.previews.record(outcome.incident.id, preview)
+        if written is not None:
+            return
+        trigger = trigger_for_verdict(str(outcome.incident.verdict))
+        if (outcome.new or reclassed) and trigger is not None:
+            self.actions.fire(
+                Event(trigger, self.actions.subject(key, str(outcome.incident.verdict),
+                                                    pending.gpus)),
+                outcome.incident,
+                document,
+                preview=preview,
+            )
+        elif preview is not None and self.previews is not None:
+            self.previews.record(outcome.incident.id, preview)
 
     def _waste(self, finding: Finding, metrics: dict[str, Any]) -> dict[str, Any]:
         now, baseline = metrics.get("utilization_now"), metrics.get("utilization_baseline")
@@ -834,9 +853,8 @@ class AgentPipeline:
             refs = frozenset(ref for ref in map(_job_ref, moved) if ref is not None)
             if not refs:
                 return
-            for finding in self.diagnose(JobScope(jobs=refs)):
-                if job_key(finding) in moved:
-                    self.record(finding, first_seen=None)
+            found = [f for f in self.diagnose(JobScope(jobs=refs)) if job_key(f) in moved]
+            self._record_settled(found, first_seen=None)
 
     def _measured_now(self, key: JobKey) -> bool:
         ref = _job_ref(key)
@@ -898,9 +916,27 @@ class AgentPipeline:
             pods = tuple(p.name for p in job.pods) if job is not None else ()
         return self.previews.compute(finding, mirror_keys=self.mirror_keys, pod_names=pods)
 
+    def _replan(self, finding: Finding) -> Preview | None:
+        """A new preview for an undecided incident whose verdict or placement changed: the fix
+        for what is seen now, or, when there is none (no longer remediable), a refusal saying
+        why, so the message never shows a plan for a verdict the incident no longer has."""
+        assert self.previews is not None
+        if wanted(finding):
+            return self._preview(finding)
+        return self.previews.refusal(finding)
+
+    def _samples(self, key: JobKey) -> tuple[tuple[float, float], ...]:
+        """The job's utilization samples in the last metrics report (the store reads the
+        incident's "utilization before" from those taken while it is open)."""
+        if self.report is None or not self.report.available:
+            return ()
+        found = self.report.for_job(key)
+        return found.samples if found is not None else ()
+
     def _finding_record(
-        self, document: dict[str, Any], *, detected_at: datetime, gpus: int | None = None
-    ) -> FindingRecord:
+        self, document: dict[str, Any], *, detected_at: datetime, gpus: int | None = None,
+        samples: tuple[tuple[float, float], ...] = (),
+    ) -> FindingRecord:  # fmt: skip
         metrics = document.get("metrics") or {}
         egress = (document.get("waste") or {}).get("egress_usd_per_day")
         return FindingRecord.from_finding(
@@ -911,6 +947,7 @@ class AgentPipeline:
             utilization_baseline=metrics.get("utilization_baseline"),
             estimated_cost=float(egress) if isinstance(egress, int | float) else None,
             gpus=gpus,
+            utilization_samples=samples,
         )
 
     def _record_document(
@@ -920,11 +957,13 @@ class AgentPipeline:
         detected_at: datetime,
         key: JobKey,
         gpus: int | None = None,
+        samples: tuple[tuple[float, float], ...] = (),
         record: FindingRecord | None = None,
     ) -> Any:
         if self.store is None:
             return None
-        chosen = record or self._finding_record(document, detected_at=detected_at, gpus=gpus)
+        chosen = record or self._finding_record(document, detected_at=detected_at, gpus=gpus,
+                                                samples=samples)  # fmt: skip
         outcome = self.store.record_finding(chosen)
         self._log_recorded(key, document, outcome)
         return outcome
@@ -964,7 +1003,7 @@ class AgentPipeline:
         found = [f for f in self.diagnose(job_scope(recent)) if in_scope(job_key(f), recent)]
         if self._open_now is not None:
             found.sort(key=self._recording_order)
-        self._record_all(found, first_seen=first_seen)
+        self._record_settled(found, first_seen=first_seen)
         return {job_key(f) for f in found}
 
     def _open_by_job(self) -> dict[JobKey, list[IncidentSummary]] | None:
@@ -984,19 +1023,13 @@ class AgentPipeline:
         return out
 
     def _recording_order(self, finding: Finding) -> int:
-        """0: a problem with no open incident of its class (a new incident), 1: a re-detection,
+        """0: a problem of a job with no open incident (a new incident), 1: a re-detection,
         2: healthy or pending (a resolve at most)."""
         try:
-            current = verdict_class(finding.verdict)
+            verdict_class(finding.verdict)
         except LifecycleError:  # healthy, pending
             return 2
-        for incident in (self._open_now or {}).get(job_key(finding), ()):
-            try:
-                if verdict_class(incident.verdict) is current:
-                    return 1
-            except LifecycleError:
-                continue
-        return 0
+        return 1 if (self._open_now or {}).get(job_key(finding)) else 0
 
     def _open_incidents(self, key: JobKey) -> list[IncidentSummary]:
         """The job's open incidents: from the cluster-wide batch's one read while it records
@@ -1044,7 +1077,15 @@ class AgentPipeline:
         return closed
 
     def close_job(self, key: JobKey, *, reason: str) -> int:
+        """Supersede the open incidents of a job that is gone (no live pods). A Kubeflow job
+        whose object is still there and not finished is not gone (suspended by hand or queued,
+        resumed and its pods not created yet, restarting its gang): its incident stays open, and
+        the job's next detection folds into it; it closes once the object is deleted or the job
+        finished."""
         self._forget_egress(key)
+        self._wait_for_room(key, None)
+        if self.parts.cache.job_pending_pods(key):
+            return 0
         return self.resolve(
             key,
             {*TOPOLOGY_CLASSES, VerdictClass.GPU_UTILIZATION_DROP},
@@ -1116,6 +1157,16 @@ class AgentPipeline:
     def post_digest(self, playbook: Playbook, summary: dict[str, Any]) -> int:
         """Queue the playbook's digest actions (see `PlaybookActions.post_digest`); how many."""
         return self.actions.post_digest(playbook, summary)
+
+
+def _class_changed(before: Verdict | None, after: Verdict) -> bool:
+    """Whether an incident's verdict moved to another verdict class."""
+    if before is None or before is after:
+        return False
+    try:
+        return verdict_class(before) is not verdict_class(after)
+    except LifecycleError:
+        return False
 
 
 def _topology(verdict: Verdict) -> bool:

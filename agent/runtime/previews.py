@@ -3,7 +3,10 @@
 Who calls it: the pipeline (`agent.runtime.pipeline`) when a remediable split finding opens an
 incident (the preview is computed before the playbooks fire, and recorded by the firing before
 its messages are queued, so the first Slack post carries the diff), and when a re-detection of
-an incident still awaiting a decision finds the job placed differently than the last preview.
+an incident still awaiting a decision finds another verdict or placement than the last preview
+was computed for: everything the message says about the fix follows the verdict. A verdict with
+no fix (no longer remediable: a policy block, no zone with room) after a preview is recorded as a
+refusal saying why (`refusal`), so no plan for a verdict the incident no longer has is shown.
 
 How: the watch cache keeps slim objects (no pod templates, CPU/memory requests or non-GPU
 allocatable), which the plan and its room check need, so the preview reads the job, its pods,
@@ -19,9 +22,9 @@ Cost: per new (or moved) incident, one GET of the job, one LIST of its pods, and
 previews of one burst (`share_reads`, 5 s) -- one LIST of nodes and one LIST per target-zone node
 of the pods bound there. A sweep that opens no incident reads nothing.
 
-Recording is idempotent per process: the placement (target zone, pods per zone) of the latest
-preview of each incident is remembered, read once from the store after a restart, so a retried
-firing or a re-detection with an unchanged placement records nothing more.
+Recording is idempotent per process: the verdict and placement (target zone, pods per zone) of the
+latest preview of each incident are remembered, read once from the store after a restart, so a
+retried firing or a re-detection with an unchanged verdict and placement records nothing more.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from agent.model.incident import ActionDraft, IncidentSummary
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
 from agent.model.proposal import latest_preview
 from agent.remediation.observe import ClusterReader
-from agent.remediation.plan import plan_remediation
+from agent.remediation.plan import Refusal, plan_remediation
 from agent.remediation.preview import PreviewAction, preview_action
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.store.repository import IncidentStore
@@ -51,13 +54,18 @@ ACTOR = "zonemedic"
 UNDECIDED = frozenset(
     {IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED}
 )
-PlacementKey = tuple[str | None, tuple[tuple[str, int], ...]]
+PlacementKey = tuple[str | None, str | None, tuple[tuple[str, int], ...]]
+REASONS_SHOWN = 2  # of the finding's reasons, in a refusal for a verdict with no fix
 
 
-def placement_key(target_zone: str | None, zones: Any) -> PlacementKey:
-    """What a preview was computed for: the target zone and the pods per zone."""
+def placement_key(verdict: str | None, target_zone: str | None, zones: Any) -> PlacementKey:
+    """What a preview was computed for: the verdict, the target zone and the pods per zone."""
     pairs = tuple(sorted((str(k), int(v)) for k, v in dict(zones or {}).items()))
-    return target_zone, pairs
+    return verdict, target_zone, pairs
+
+
+def finding_key(finding: Finding) -> PlacementKey:
+    return placement_key(finding.verdict.value, finding.target_zone, finding.zones)
 
 
 def wanted(finding: Finding) -> bool:
@@ -155,21 +163,35 @@ class PlanPreviews:
                         extra={"job": str(ref), "error": str(exc)})  # fmt: skip
             return None
         result = plan_remediation(finding, live, mirror_keys=mirror_keys)
-        action = preview_action(result, zones=finding.zones, target_zone=finding.target_zone)
-        return Preview(action, placement_key(finding.target_zone, finding.zones))
+        action = preview_action(result, zones=finding.zones, target_zone=finding.target_zone,
+                                verdict=finding.verdict.value)
+        return Preview(action, finding_key(finding))
+
+    def refusal(self, finding: Finding) -> Preview:
+        """The preview of a finding with no fix: a refusal naming its verdict and why (its first
+        reasons), recorded over an earlier preview of another verdict or placement."""
+        why = "; ".join(finding.reasons[:REASONS_SHOWN])
+        reason = f"the job is now {finding.verdict.value}" + (f": {why}" if why else "")
+        action = preview_action(Refusal(finding.job, reason), zones=finding.zones,
+                                target_zone=finding.target_zone, verdict=finding.verdict.value)
+        return Preview(action, finding_key(finding))
 
     def stale(self, incident: IncidentSummary, finding: Finding) -> bool:
-        """Whether a re-detection calls for a new preview: the incident is undecided, the
-        finding remediable, and the placement differs from the latest preview's."""
-        if incident.status not in UNDECIDED or not wanted(finding):
+        """Whether a re-detection calls for a new preview: the incident is undecided, and either
+        it has a preview whose verdict or placement differs from the finding's, or it has none
+        and the finding is remediable."""
+        if incident.status not in UNDECIDED:
             return False
         if incident.id not in self._latest:
             found = latest_preview(self.store.get_incident(incident.id).actions)
             self._latest[incident.id] = (
-                placement_key(found.target_zone, found.zones)
+                placement_key(found.verdict, found.target_zone, found.zones)
                 if found is not None else None
             )  # fmt: skip
-        return self._latest[incident.id] != placement_key(finding.target_zone, finding.zones)
+        latest = self._latest[incident.id]
+        if latest is None:
+            return wanted(finding)
+        return latest != finding_key(finding)
 
     def draft(self, preview: Preview) -> ActionDraft:
         """The preview as the `plan` action `record` writes, for a store batch to write."""

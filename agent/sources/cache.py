@@ -76,16 +76,19 @@ class EventType:
 class Change:
     """What a cache update affects; `everything` means re-diagnose all jobs. `gang_complete`:
     the update bound the last expected pod of the jobs (or generic groups of the namespaces) it
-    names, so it should be diagnosed at once rather than after the debounce window."""
+    names, so it should be diagnosed at once rather than after the debounce window. `capacity`:
+    the update may have freed room for a job elsewhere (a node added or changed, a pod holding
+    GPUs finished, deleted or unbound), so jobs waiting for room are diagnosed again."""
 
     jobs: frozenset[JobKey] = frozenset()
     namespaces: frozenset[str] = frozenset()
     everything: bool = False
     reasons: tuple[str, ...] = field(default=(), compare=False)
     gang_complete: bool = False
+    capacity: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.jobs or self.namespaces or self.everything)
+        return bool(self.jobs or self.namespaces or self.everything or self.capacity)
 
     def merge(self, other: Change) -> Change:
         return Change(
@@ -94,6 +97,7 @@ class Change:
             everything=self.everything or other.everything,
             reasons=self.reasons + other.reasons,
             gang_complete=self.gang_complete or other.gang_complete,
+            capacity=self.capacity or other.capacity,
         )
 
     def without(self, covered: Change) -> Change:
@@ -105,9 +109,10 @@ class Change:
             j for j in self.jobs if j not in covered.jobs and j.namespace not in covered.namespaces
         )
         namespaces = self.namespaces - covered.namespaces
-        if jobs == self.jobs and namespaces == self.namespaces:
+        capacity = self.capacity and not covered.capacity
+        if jobs == self.jobs and namespaces == self.namespaces and capacity == self.capacity:
             return self
-        return Change(jobs=jobs, namespaces=namespaces, reasons=self.reasons)
+        return Change(jobs=jobs, namespaces=namespaces, reasons=self.reasons, capacity=capacity)
 
 
 def merge_all(
@@ -119,6 +124,7 @@ def merge_all(
     namespaces: set[str] = set()
     everything = False
     complete = False
+    capacity = False
     reasons: list[str] = []
     for c in changes:
         if not c:
@@ -127,6 +133,7 @@ def merge_all(
         namespaces |= c.namespaces
         everything = everything or c.everything
         complete = complete or c.gang_complete
+        capacity = capacity or c.capacity
         if len(reasons) < max_reasons:
             reasons.extend(c.reasons)
     return Change(
@@ -135,6 +142,7 @@ def merge_all(
         everything,
         tuple(reasons[:max_reasons]),
         gang_complete=complete if gang_complete is None else gang_complete,
+        capacity=capacity,
     )
 
 
@@ -156,6 +164,7 @@ def _controller(obj: Obj) -> dict[str, Any] | None:
 
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+GROUP_KIND = "Group"  # the job kind of a configured generic group
 
 
 def _phase(pod: Obj) -> str:
@@ -185,6 +194,16 @@ def _bound_live(pod: Obj | None) -> bool:
         and _phase(pod) not in FINISHED_PHASES
         and not _meta(pod).get("deletionTimestamp")
     )
+
+
+def _holds_gpus(pod: Obj | None) -> bool:
+    """Whether any container of the pod requests (or is limited to) GPUs."""
+    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {} if isinstance(container, dict) else {}
+        if (resources.get("requests") or {}).get(GPU_RESOURCE) or (
+                resources.get("limits") or {}).get(GPU_RESOURCE):
+            return True
+    return False
 
 
 def _count(value: object, default: int) -> int | None:
@@ -260,8 +279,10 @@ class ClusterCache:
         self._resources: dict[str, Resource] = {}
         self._job_of_pod: dict[ObjKey, JobKey] = {}
         self._pods_of_job: dict[JobKey, set[ObjKey]] = defaultdict(set)
-        # complete gangs whose pods still wait for a label (see `await_labels`)
+        # complete gangs whose pods still wait for a label (see `await_labels`); generic groups
+        # (pods of no job object) are awaited by their namespace
         self._awaiting_labels: set[JobKey] = set()
+        self._awaiting_groups: dict[str, set[JobKey]] = defaultdict(set)
         self._pods_on_node: dict[str, set[ObjKey]] = defaultdict(set)
         self._policies_in: dict[str, set[tuple[str, ObjKey]]] = defaultdict(set)
         self._synced: set[str] = set()
@@ -424,7 +445,8 @@ class ClusterCache:
             store[key] = obj
             self._touch(resource.name, key)
             new = obj
-            if resource.role is Role.POD and old is not None and _only_live_phase_changed(old, new):
+            if (resource.role is Role.POD and old is not None and _only_live_phase_changed(old, new)
+                    and not self._awaited(key, new)):
                 return Change()  # Pending -> Running: nothing the diagnosis looks at
         reason = f"{resource.kind} {key[0]}/{key[1]} {event.lower()}"
         return self._index(resource, key, old, new, reason)
@@ -445,7 +467,11 @@ class ClusterCache:
             return Change(namespaces=frozenset({key[0]}), reasons=(reason,))
         if role is Role.NODE:
             pods = self._pods_on_node.get(key[1], set())
-            return self._pods_change(pods, reason)
+            change = self._pods_change(pods, reason)
+            if new is None:
+                return change  # a node removed frees no room
+            return Change(jobs=change.jobs, namespaces=change.namespaces, reasons=(reason,),
+                          capacity=True)  # fmt: skip
         if role is Role.NAMESPACE:
             if old is None or new is None:
                 return Change()  # an empty new namespace, or one whose pods are gone already
@@ -482,7 +508,6 @@ class ClusterCache:
                 members.discard(key)
                 if not members:
                     del self._pods_of_job[old_job]
-                    self._awaiting_labels.discard(old_job)
         else:
             loose = self._loose_pods.get(key[0])
             if loose is not None:
@@ -505,34 +530,61 @@ class ClusterCache:
             node = _node_of(new)
             if node:
                 self._pods_on_node[node].add(key)
+        if old_job is not None and old_job not in self._pods_of_job:
+            self._awaiting_labels.discard(old_job)  # its last pod gone: nothing to await
         newly_bound = not self._bulk and _bound_live(new) and not _bound_live(old)
+        # a pod that held GPUs and no longer counts (finished, deleting, deleted, unbound)
+        freed = _bound_live(old) and not _bound_live(new) and _holds_gpus(old)
         jobs = frozenset(j for j in (old_job, new_job) if j is not None)
+        # an awaited pod's labels or phase moved on: the verdict may be settled now
+        settling = (
+            not self._bulk and _bound_live(new) and _bound_live(old)
+            and (_meta(old or {}).get("labels") != _meta(new or {}).get("labels")
+                 or _phase(old or {}) != _phase(new or {}))
+        )  # fmt: skip
         if jobs:
-            relabelled = (
-                not self._bulk
-                and new_job in self._awaiting_labels
-                and _bound_live(new)
-                and _bound_live(old)
-                and _meta(old or {}).get("labels") != _meta(new or {}).get("labels")
-            )
+            relabelled = settling and new_job in self._awaiting_labels
             complete = (newly_bound or relabelled) and new_job is not None and self._job_complete(new_job)
-            return Change(jobs=jobs, reasons=(reason,), gang_complete=complete)
-        complete = newly_bound and new is not None and self._group_complete(key[0], new)
-        return Change(namespaces=frozenset({key[0]}), reasons=(reason,), gang_complete=complete)
+            return Change(jobs=jobs, reasons=(reason,), gang_complete=complete, capacity=freed)
+        complete = (newly_bound and new is not None and self._group_complete(key[0], new)) or (
+            settling and key[0] in self._awaiting_groups)
+        return Change(namespaces=frozenset({key[0]}), reasons=(reason,), gang_complete=complete,
+                      capacity=freed)  # fmt: skip
 
     # -- gang completion ----------------------------------------------------------------------
 
     def await_labels(self, jobs: Iterable[JobKey]) -> None:
-        """Complete gangs whose pods do not carry their labels yet (the zone-mirroring label is
-        written by a controller after the bind): a label change of one of their bound pods then
-        completes the gang again (`gang_complete`), until `labels_settled` says it is done."""
+        """Jobs whose pods do not carry their zone-mirroring labels yet (written after the bind,
+        before the containers start): a label or phase change of one of their bound pods then
+        completes the gang again (`gang_complete`: diagnosed at once), until `labels_settled`
+        says it is done. A generic group (kind `Group`, pods of no job object) is awaited by its
+        namespace."""
         with self._lock:
-            self._awaiting_labels.update(jobs)
+            for job in jobs:
+                if job.kind == GROUP_KIND:
+                    self._awaiting_groups[job.namespace].add(job)
+                else:
+                    self._awaiting_labels.add(job)
 
     def labels_settled(self, jobs: Iterable[JobKey]) -> None:
         """These jobs' labels no longer need watching (see `await_labels`)."""
         with self._lock:
-            self._awaiting_labels.difference_update(jobs)
+            for job in jobs:
+                if job.kind == GROUP_KIND:
+                    waiting = self._awaiting_groups.get(job.namespace)
+                    if waiting is not None:
+                        waiting.discard(job)
+                        if not waiting:
+                            del self._awaiting_groups[job.namespace]
+                else:
+                    self._awaiting_labels.discard(job)
+
+    def _awaited(self, key: ObjKey, pod: Obj) -> bool:
+        """Whether the pod belongs to a job (or a namespace's group) awaiting its labels."""
+        job = self._job_of_pod.get(key)
+        if job is not None:
+            return job in self._awaiting_labels
+        return key[0] in self._awaiting_groups
 
     def _job_object(self, job: JobKey) -> Obj | None:
         for version in KUBEFLOW_VERSIONS:
@@ -664,6 +716,16 @@ class ClusterCache:
         obj = self.job_object(job)
         uid = _meta(obj).get("uid") if obj is not None else None
         return str(uid) if uid else None
+
+    def job_pending_pods(self, job: JobKey) -> bool:
+        """The job's Kubeflow object is cached and not finished (no Succeeded or Failed condition
+        True): whatever pods it has now, its operator keeps (or, once resumed, makes) its gang."""
+        obj = self.job_object(job)
+        if obj is None:
+            return False
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        return not any(isinstance(c, dict) and c.get("type") in FINISHED_PHASES
+                       and c.get("status") == "True" for c in conditions)
 
     def job_labels(self, job: JobKey) -> dict[str, str]:
         """The labels of the job's object ({} when it is not cached)."""

@@ -5,20 +5,20 @@ Who calls it: `IncidentStore.record_findings` (the pipeline's cluster-wide batch
 new term, a node change), inside one transaction per chunk of findings; the facade owns the
 transaction and its retries.
 
-Guarantees, the same as `findings.record` one finding at a time: one open incident per
-fingerprint (the unique partial index), each new incident with its `detected` event, and a
-finding whose incident is open (or opened by another writer while the batch runs) counted as a
-re-detection by `findings.record` itself. One more: what a new incident's `FollowUp` names (its
+Guarantees, the same as `findings.record` one finding at a time: one open incident per job (the
+unique partial index), each new incident with its `detected` event, and a finding whose job has
+an open incident (or one opened by another writer while the batch runs) counted as a
+re-detection, as `findings.record` counts it. One more: what a new incident's `FollowUp` names (its
 plan preview, its approval request, its outbox messages, its notes) commits in the transaction
 that opens the incident, so a crash never leaves an incident without its queued messages.
 
-How: the open incidents of the chunk's fingerprints are read in one query; the new incidents are
+How: the open incidents of the chunk's jobs are read in one query; the new incidents are
 inserted with one multi-row INSERT ... RETURNING, their `detected` events with one more, and read
 back in one query; their messages go in one multi-row INSERT after one read of the dedupe keys
 already queued. Re-detections update their incidents with one multi-row UPDATE per set of
-columns (`findings.redetected_values`) and fold their `redetected` events as
-`timeline.fold_event` does, after one read of the latest ones. A fingerprint twice in one chunk
-is recorded one at a time after the first. A unique conflict (another writer opened one of the incidents, or queued one of
+columns (`findings.redetection`) and add or fold their `redetected` events as
+`findings.record` does, after one read of the latest ones. A job twice in one chunk is recorded
+one at a time after the first. A unique conflict (another writer opened one of the incidents, or queued one of
 the dedupe keys, meanwhile) rolls that statement back to its savepoint and the chunk is recorded
 one by one (`findings.record`, `outbox.enqueue`) in the same transaction. Plan previews, approval
 requests and notes are written one by one (`timeline.record_action`,
@@ -45,6 +45,7 @@ from agent.model.incident import (
     MessageDraft,
 )
 from agent.model.lifecycle import EventKind
+from agent.model.verdict import Verdict
 from agent.store import approvals, findings, outbox, timeline
 from agent.store.errors import CorruptRecordError, InvalidRecordError
 from agent.store.rows import SUMMARY_COLUMNS, UnreadableError, summary
@@ -54,26 +55,33 @@ Follow = Callable[[int, FindingOutcome], FollowUp | None]
 DETECTOR = "detector"  # the actor of detection events, as `findings.record` writes them
 
 
+Job = tuple[str, str, str, str]  # cluster, kind, namespace, name: one open incident each
+
+
+def _job(record: FindingRecord) -> Job:
+    return (record.cluster, record.kind, record.namespace, record.name)
+
+
 def record_many(
     conn: Connection, records: Sequence[FindingRecord], *, follow: Follow | None
 ) -> list[FindingOutcome]:
     """Record `records` (see the module docstring); the outcomes in their order. `follow(i,
     outcome)` names what to write with the incident that `records[i]` opened."""
-    fps = [r.fingerprint for r in records]
-    open_now = _open_incidents(conn, fps)
-    fresh: dict[str, int] = {}  # fingerprint -> index of the record that opens it
-    again: dict[str, int] = {}  # fingerprint -> index of the first record that re-detects it
-    for i, fp in enumerate(fps):
-        chosen = again if fp in open_now else fresh
-        chosen.setdefault(fp, i)
+    jobs = [_job(r) for r in records]
+    open_now = _open_incidents(conn, records)
+    fresh: dict[Job, int] = {}  # job -> index of the record that opens its incident
+    again: dict[Job, int] = {}  # job -> index of the first record that re-detects it
+    for i, job in enumerate(jobs):
+        chosen = again if job in open_now else fresh
+        chosen.setdefault(job, i)
     outcomes: list[FindingOutcome | None] = [None] * len(records)
-    opened = _open_all(conn, [records[i] for i in fresh.values()], list(fresh))
+    opened = _open_all(conn, [records[i] for i in fresh.values()])
     if opened is not None:
         for i, incident in zip(fresh.values(), opened, strict=True):
             outcomes[i] = FindingOutcome(incident=incident, new=True)
-    seen = _redetect_all(conn, [(records[i], open_now[fp]) for fp, i in again.items()])
-    for i, incident in zip(again.values(), seen, strict=True):
-        outcomes[i] = FindingOutcome(incident=incident, new=False)
+    seen = _redetect_all(conn, [(records[i], open_now[job]) for job, i in again.items()])
+    for i, (incident, previous) in zip(again.values(), seen, strict=True):
+        outcomes[i] = FindingOutcome(incident=incident, new=False, previous_verdict=previous)
     for i, record in enumerate(records):
         if outcomes[i] is None:  # a repeat within the chunk, or a conflict: one at a time
             outcomes[i] = findings.record(conn, record)
@@ -83,14 +91,24 @@ def record_many(
     return done
 
 
-def _open_incidents(conn: Connection, fps: Sequence[str]) -> dict[str, tuple[int, str]]:
-    """Fingerprint -> (id, status) of the open incidents of `fps`."""
+def _open_incidents(conn: Connection, records: Sequence[FindingRecord]) -> dict[Job, Any]:
+    """Job -> (id, status, verdict, opened_at) of its open incident (the oldest, as
+    `findings.record` takes it), for the jobs of `records`."""
+    wanted = {_job(r) for r in records}
     rows = conn.execute(
-        select(IncidentRow.fingerprint, IncidentRow.id, IncidentRow.status).where(
-            IncidentRow.fingerprint.in_(sorted(set(fps))), IncidentRow.closed_at.is_(None)
-        )
-    )
-    return {row.fingerprint: (int(row.id), str(row.status)) for row in rows}
+        select(IncidentRow.id, IncidentRow.cluster, IncidentRow.job_kind,
+               IncidentRow.job_namespace, IncidentRow.job_name, IncidentRow.status,
+               IncidentRow.verdict, IncidentRow.opened_at)
+        .where(IncidentRow.job_name.in_(sorted({r.name for r in records})),
+               IncidentRow.closed_at.is_(None))
+        .order_by(IncidentRow.id)
+    )  # fmt: skip
+    out: dict[Job, Any] = {}
+    for row in rows:
+        job = (row.cluster, row.job_kind, row.job_namespace, row.job_name)
+        if job in wanted and job not in out:
+            out[job] = row
+    return out
 
 
 def _summaries(conn: Connection, ids: Sequence[int]) -> list[IncidentSummary]:
@@ -107,9 +125,7 @@ def _summaries(conn: Connection, ids: Sequence[int]) -> list[IncidentSummary]:
     return out
 
 
-def _open_all(
-    conn: Connection, records: Sequence[FindingRecord], fps: Sequence[str]
-) -> list[IncidentSummary] | None:
+def _open_all(conn: Connection, records: Sequence[FindingRecord]) -> list[IncidentSummary] | None:
     """Open an incident for each record (multi-row inserts); their summaries, or None when one
     conflicts with an incident opened meanwhile (nothing written then)."""
     if not records:
@@ -118,7 +134,7 @@ def _open_all(
         with conn.begin_nested():
             rows = conn.execute(
                 insert(IncidentRow).returning(IncidentRow.id, sort_by_parameter_order=True),
-                [findings.incident_values(r, fp=fp) for r, fp in zip(records, fps, strict=True)],
+                [findings.incident_values(r, fp=r.fingerprint) for r in records],
             ).all()
             ids = [int(row.id) for row in rows]
             conn.execute(
@@ -133,20 +149,24 @@ def _open_all(
 
 
 def _redetect_all(
-    conn: Connection, items: Sequence[tuple[FindingRecord, tuple[int, str]]]
-) -> list[IncidentSummary]:
-    """Count a re-detection on each (record, (open incident id, its status)), as
-    `findings.record` does: the incident's columns (one multi-row UPDATE per set of columns),
-    and its `redetected` event folded into the latest one within `timeline.FOLD_WINDOW` or
-    added (one query for the latest events, one multi-row statement each way)."""
+    conn: Connection, items: Sequence[tuple[FindingRecord, Any]]
+) -> list[tuple[IncidentSummary, Verdict | None]]:
+    """Count a re-detection on each (record, its job's open incident row), as `findings.record`
+    does (`findings.redetection`): the incident's columns (one multi-row UPDATE per set of
+    columns), and its `redetected` event, a row of its own for a new verdict, else folded into
+    the latest one within `timeline.FOLD_WINDOW` or added (one query for the latest events, one
+    multi-row statement each way). The summaries, with each incident's verdict before."""
     if not items:
         return []
     columns = IncidentRow.__table__.c
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for record, (incident_id, status) in items:
-        values = findings.redetected_values(record, status=status)
-        groups.setdefault(tuple(sorted(values)), []).append(
-            {"b_id": incident_id, **{f"v_{k}": v for k, v in values.items()}})
+    seen = []
+    for record, row in items:
+        found = findings.redetection(record, status=row.status, verdict=row.verdict,
+                                     opened_at=row.opened_at)  # fmt: skip
+        seen.append(found)
+        groups.setdefault(tuple(sorted(found.values)), []).append(
+            {"b_id": row.id, **{f"v_{k}": v for k, v in found.values.items()}})
     for names, params in groups.items():
         conn.execute(
             update(IncidentRow)
@@ -155,7 +175,7 @@ def _redetect_all(
                     **{k: bindparam(f"v_{k}", type_=columns[k].type) for k in names}),
             params,
         )  # fmt: skip
-    ids = [incident_id for _, (incident_id, _) in items]
+    ids = [int(row.id) for _, row in items]
     latest_ids = (
         select(func.max(IncidentEventRow.id))
         .where(IncidentEventRow.incident_id.in_(ids),
@@ -172,12 +192,13 @@ def _redetect_all(
     }  # fmt: skip
     added: list[dict[str, Any]] = []
     folded: list[dict[str, Any]] = []
-    for record, (incident_id, _) in items:
+    for (record, row), found in zip(items, seen, strict=True):
+        incident_id = int(row.id)
         now, detail = record.detected_at, findings.detected_event(record)
-        row = latest.get(incident_id)
-        if row is not None and timeline.folds(row.at, now=now):
-            folded.append({"b_id": row.id,
-                           "v_detail": timeline.folded_detail(row.detail, detail, now=now)})
+        last = latest.get(incident_id)
+        if not found.own_row and last is not None and timeline.folds(last.at, now=now):
+            folded.append({"b_id": last.id,
+                           "v_detail": timeline.folded_detail(last.detail, detail, now=now)})
         else:
             added.append({"incident_id": incident_id, "at": now,
                           "kind": EventKind.REDETECTED.value, "actor": DETECTOR, "detail": detail})
@@ -190,7 +211,7 @@ def _redetect_all(
             .values(detail=bindparam("v_detail", type_=IncidentEventRow.__table__.c.detail.type)),
             folded,
         )
-    return _summaries(conn, ids)
+    return list(zip(_summaries(conn, ids), [f.previous for f in seen], strict=True))
 
 
 def _follow_up(conn: Connection, ups: Sequence[tuple[FindingOutcome, FollowUp | None]]) -> None:

@@ -1,10 +1,15 @@
 """Recording findings: open an incident for a new problem, or add a re-detection to the open one.
 
 Who calls it: `IncidentStore.record_finding` (the detector, sweeps and the Alertmanager webhook),
-inside one transaction. Dedupe is by fingerprint (cluster, job, verdict class): the unique partial
-index on open fingerprints makes two concurrent first detections open one incident; the loser of the
-insert race re-reads the winner's incident and counts a re-detection on it. Every re-detection counts
-in `detections`; its timeline row is folded into the last one within `timeline.FOLD_WINDOW`.
+inside one transaction. Dedupe is by job (cluster, kind, namespace, name): a job has at most one
+open incident, whatever its verdicts. The unique partial index on the open incidents' job makes
+two concurrent first detections (two replicas, a restart racing a retry) open one incident; the
+loser of the insert race re-reads the winner's incident and counts a re-detection on it. Every
+re-detection counts in `detections`; before a decision the incident takes the verdict seen when
+`follows_verdict` says so (a verdict change is its own timeline row), other re-detections are
+folded into the last one within `timeline.FOLD_WINDOW`. "Utilization before" is the latest
+utilization sample taken while the incident is open (`FindingRecord.utilization_while_open`):
+never one from before it opened, when the job may have been healthy or fixed.
 
 What it does not do: move an incident through its lifecycle (`agent.store.transitions`), or decide
 what counts as a finding (the detector does).
@@ -12,13 +17,16 @@ what counts as a finding (the detector does).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agent.model.incident import FindingOutcome, FindingRecord
-from agent.model.lifecycle import EventKind, IncidentStatus
+from agent.model.lifecycle import EventKind, IncidentStatus, follows_verdict
+from agent.model.verdict import Verdict
 from agent.store.errors import InvalidRecordError
 from agent.store.rows import summary_by_id
 from agent.store.schema import IncidentRow
@@ -61,26 +69,32 @@ def check_lengths(record: FindingRecord) -> None:
 
 
 def record(conn: Connection, finding: FindingRecord) -> FindingOutcome:
-    """Open an incident for `finding`, or count a re-detection on the open one."""
-    fp = finding.fingerprint
-    existing = _open_by_fingerprint(conn, fp)
+    """Open an incident for `finding`, or count a re-detection on the job's open one."""
+    existing = _open_of_job(conn, finding)
     if existing is None:
         try:
             with conn.begin_nested():
-                incident_id = _insert_incident(conn, finding, fp=fp)
+                incident_id = _insert_incident(conn, finding, fp=finding.fingerprint)
         except IntegrityError:
-            existing = _open_by_fingerprint(conn, fp)
+            existing = _open_of_job(conn, finding)
             if existing is None:  # pragma: no cover - the winner closed it already
                 raise
         else:
             return FindingOutcome(incident=summary_by_id(conn, incident_id), new=True)
-    _redetect(conn, existing, finding=finding)
-    return FindingOutcome(incident=summary_by_id(conn, existing), new=False)
+    previous = _redetect(conn, existing, finding=finding)
+    return FindingOutcome(incident=summary_by_id(conn, existing), new=False,
+                          previous_verdict=previous)
 
 
-def _open_by_fingerprint(conn: Connection, fp: str) -> int | None:
+def _open_of_job(conn: Connection, finding: FindingRecord) -> int | None:
+    """The job's open incident (the oldest, were there several from before the job index)."""
     return conn.execute(
-        select(IncidentRow.id).where(IncidentRow.fingerprint == fp, IncidentRow.closed_at.is_(None))
+        select(IncidentRow.id)
+        .where(IncidentRow.cluster == finding.cluster, IncidentRow.job_kind == finding.kind,
+               IncidentRow.job_namespace == finding.namespace,
+               IncidentRow.job_name == finding.name, IncidentRow.closed_at.is_(None))
+        .order_by(IncidentRow.id)
+        .limit(1)
     ).scalar()
 
 
@@ -103,7 +117,7 @@ def incident_values(finding: FindingRecord, *, fp: str) -> dict[str, Any]:
         "onset_at": finding.onset_at,
         "target_zone": finding.target_zone,
         "diagnosis": dict(finding.diagnosis),
-        "utilization_before": finding.utilization_now,
+        "utilization_before": finding.utilization_while_open(now),
         "estimated_cost": finding.estimated_cost,
         "gpus": finding.gpus,
         "detections": 1,
@@ -124,37 +138,63 @@ def _insert_incident(conn: Connection, finding: FindingRecord, *, fp: str) -> in
     return incident_id
 
 
-def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> None:
-    status = conn.execute(
-        select(IncidentRow.status).where(IncidentRow.id == incident_id)
-    ).scalar_one()
-    values: dict[str, Any] = {
-        **redetected_values(finding, status=status),
-        "detections": IncidentRow.detections + 1,
-    }
-    conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
-    # a flood of re-detections (one webhook body of 1,000 alerts) is one timeline row per window
-    fold_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
-               actor="detector", detail=_evidence(finding))
+@dataclass(frozen=True)
+class Redetection:
+    """What a re-detection writes: `values`, the incident's columns besides `detections`;
+    `previous`, its verdict before (None: unreadable); `own_row`, a new verdict, whose timeline
+    row is its own (never folded into the last)."""
+
+    values: dict[str, Any]
+    previous: Verdict | None
+    own_row: bool
 
 
-def redetected_values(finding: FindingRecord, *, status: str) -> dict[str, Any]:
-    """The columns a re-detection sets on the open incident in `status`, besides counting it in
-    `detections`."""
+def redetection(
+    finding: FindingRecord, *, status: str, verdict: str, opened_at: datetime
+) -> Redetection:
+    """What a re-detection of the open incident in `status` with `verdict` writes."""
+    try:
+        previous: Verdict | None = Verdict(verdict)
+    except ValueError:
+        previous = None
     values: dict[str, Any] = {"updated_at": finding.detected_at}
     # Before a decision the incident follows what is seen (a degraded split that starts being
-    # blocked is the same incident, now blocked). Once decided it keeps describing what was
-    # decided on: what a remediation's own pod moves look like (an old pod still terminating in
-    # the other zone) is a timeline event, never the incident's verdict.
-    if status in _PRE_REMEDIATION:
+    # blocked is the same incident, now blocked; a job whose split became a policy block is the
+    # same job's problem). Once decided it keeps describing what was decided on: what a
+    # remediation's own pod moves look like (an old pod still terminating in the other zone) is
+    # a timeline event, never the incident's verdict.
+    follows = status in _PRE_REMEDIATION and (
+        previous is None or follows_verdict(previous, finding.verdict))
+    if follows:
         values.update(
             verdict=finding.verdict.value,
             severity=finding.effective_severity.value,
             diagnosis=dict(finding.diagnosis),
             **_known(target_zone=finding.target_zone, estimated_cost=finding.estimated_cost,
-                     gpus=finding.gpus, utilization_before=finding.utilization_now),
+                     gpus=finding.gpus,
+                     utilization_before=finding.utilization_while_open(opened_at)),
         )
-    return values
+    return Redetection(values, previous, follows and previous is not finding.verdict)
+
+
+def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> Verdict | None:
+    """Count a re-detection; returns the incident's verdict before it (None: unreadable)."""
+    row = conn.execute(
+        select(IncidentRow.status, IncidentRow.verdict, IncidentRow.opened_at)
+        .where(IncidentRow.id == incident_id)
+    ).one()
+    seen = redetection(finding, status=row.status, verdict=row.verdict, opened_at=row.opened_at)
+    values: dict[str, Any] = {**seen.values, "detections": IncidentRow.detections + 1}
+    conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
+    if seen.own_row:
+        # a new verdict is a row of its own (never folded away): the chat message is re-rendered
+        insert_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
+                     actor="detector", detail=_evidence(finding))
+        return seen.previous
+    # a flood of re-detections (one webhook body of 1,000 alerts) is one timeline row per window
+    fold_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
+               actor="detector", detail=_evidence(finding))
+    return seen.previous
 
 
 def _evidence(finding: FindingRecord) -> dict[str, Any]:

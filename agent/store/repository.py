@@ -167,8 +167,9 @@ class IncidentStore:
     # findings and lifecycle
 
     def record_finding(self, record: FindingRecord) -> FindingOutcome:
-        """Open an incident for the finding, or add a re-detection to the open one (dedupe by
-        fingerprint: cluster, job, verdict class). Returns the incident and whether it is new."""
+        """Open an incident for the finding, or add a re-detection to the job's open one (one
+        open incident per job: cluster, kind, namespace, name). Returns the incident, whether it
+        is new, and the verdict it had before."""
         findings.check_lengths(record)
         return self._write("record finding", lambda conn, _n: findings.record(conn, record))
 

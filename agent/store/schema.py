@@ -87,10 +87,22 @@ class IncidentRow(Base):
     detections: Mapped[int] = mapped_column(Integer, default=1)
 
     __table_args__ = (
-        # One open incident per fingerprint (cluster, job, verdict class): the dedupe guarantee.
+        # One open incident per fingerprint (cluster, job, verdict class it opened with).
         Index(
             "uq_incidents_open_fingerprint",
             "fingerprint",
+            unique=True,
+            sqlite_where=text("closed_at IS NULL"),
+            postgresql_where=text("closed_at IS NULL"),
+        ),
+        # One open incident per job (cluster, kind, namespace, name): the dedupe guarantee, so
+        # two replicas (or a restart) never open a second incident for a job with one open.
+        Index(
+            "uq_incidents_open_job",
+            "cluster",
+            "job_kind",
+            "job_namespace",
+            "job_name",
             unique=True,
             sqlite_where=text("closed_at IS NULL"),
             postgresql_where=text("closed_at IS NULL"),

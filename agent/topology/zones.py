@@ -6,14 +6,24 @@ setting: a key, `""` (none), or `auto`: every pod label key whose value, on the 
 carrying it, is always a zone of the cluster and equals the pod's node zone on more of them than
 not, with at least two distinct values in the cluster. A minority of pods may lie (their label
 names another zone, e.g. put back by a GitOps sync after the pod moved): the diagnosis reports
-them (`zone_label_mismatch`). Called by `agent.diagnosis`. Pure: no I/O.
+them (`zone_label_mismatch`).
+
+Labels still to come (`awaited_labels`): the zone-mirroring label is written after the bind (a
+binding webhook or the node's agent stamps the node's zone on the pod before its containers
+start), so a verdict computed between the bind and that write is not the one the policies will
+give. The keys a job's verdict depends on are the zone-mirroring keys its policies read: the
+mirror keys, and every pod label key a selector compares with a zone name (`zone_keys`: found from
+the policies alone, before any pod carries it). A bound pod awaits them while it has not started
+(phase Pending) and does not carry each with its node's zone; once it runs, what it carries is
+what the policies see (a label that lies then is the pod's own problem, reported as such).
+Called by `agent.diagnosis`. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from agent.model.cluster import ZONE_LABEL, Node, Pod
+from agent.model.cluster import ZONE_LABEL, Node, Pod, PodPhase
 
 AUTO = "auto"
 
@@ -70,3 +80,38 @@ def mirror_label_keys(
     if setting == "":
         return ()
     return (setting,)
+
+
+def zone_keys(
+    values: Mapping[str, Iterable[str]], *, zones: Iterable[str], mirror_keys: Iterable[str],
+    readable: Iterable[str],
+) -> tuple[str, ...]:
+    """The zone-mirroring keys a job's policies read: of the pod label keys its policies'
+    selectors compare (`values`: key -> the values compared), those that are mirror keys or that
+    a selector compares with a zone name; only keys the dataplane's identities keep (`readable`)
+    can change what a selector matches."""
+    zone_set = frozenset(zones)
+    mirrors = frozenset(mirror_keys)
+    keep = frozenset(readable)
+    return tuple(sorted(
+        key for key, compared in values.items()
+        if key in keep and (key in mirrors or not zone_set.isdisjoint(compared))
+    ))
+
+
+def awaited_labels(
+    pods: Iterable[Pod], *, keys: Iterable[str], node_zone: Mapping[str, str | None]
+) -> tuple[str, ...]:
+    """The bound, not yet started pods that do not carry every key of `keys` with their node's
+    zone: their zone-mirroring labels are still to come (see the module docstring)."""
+    wanted = tuple(keys)
+    if not wanted:
+        return ()
+    out: list[str] = []
+    for pod in pods:
+        if pod.node_name is None or pod.phase is not PodPhase.PENDING:
+            continue
+        zone = node_zone.get(pod.node_name)
+        if zone is not None and any(pod.labels.get(k) != zone for k in wanted):
+            out.append(pod.name)
+    return tuple(out)

@@ -23,8 +23,8 @@ from typing import Any
 
 from agent.errors import InputError
 from agent.twin import kubeconfig
-from agent.twin.apipodstreams import PodActivitySource
 from agent.twin.apiserver import ApiServer
+from agent.twin.apistate import PodActivitySource
 from agent.twin.auth import (
     ADMIN,
     Authenticator,

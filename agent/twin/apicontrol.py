@@ -9,16 +9,14 @@ endpoints are open, on 127.0.0.1 only).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.twin.apierror import ApiError, bad_request
+from agent.twin.apistate import ApiState
 from agent.twin.faults import RefusalKind
 
-if TYPE_CHECKING:
-    from agent.twin.apiserver import ApiServer
 
-
-def control(api: ApiServer, method: str, parts: list[str], body: Any) -> dict[str, Any]:
+def control(api: ApiState, method: str, parts: list[str], body: Any) -> dict[str, Any]:
     """The JSON answer to one /twin/ request (`parts` after "twin"); 404 for an unknown one."""
     body = body or {}
     if method == "GET" and parts == ["stats"]:

@@ -6,7 +6,8 @@ protobuf for built-in kinds), authenticates the bearer token, answers health and
 hands /twin/ paths to apicontrol.py and resource routes to apiverbs.py, and turns an `ApiError`
 into its `kind: Status` body. It is the `Exchange` those modules answer through.
 
-Used by `ApiServer` (apiserver.py). It does not know verb semantics or store objects.
+Used by `ApiServer` (apiserver.py), which gives it its `ApiState` (apistate.py). It does not
+know verb semantics or store objects.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import socket
 import ssl
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
@@ -28,11 +29,9 @@ from agent.twin import protobuf
 from agent.twin.apicontrol import control
 from agent.twin.apierror import ApiError, bad_request
 from agent.twin.apiquery import Query
+from agent.twin.apistate import ApiState
 from agent.twin.apiverbs import ResourceRequest
 from agent.twin.auth import Attributes
-
-if TYPE_CHECKING:
-    from agent.twin.apiserver import ApiServer
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,7 @@ class HttpServer(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 256
     allow_reuse_address = True
-    api: ApiServer
+    api: ApiState
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -224,7 +223,7 @@ class Handler(BaseHTTPRequestHandler):
                 if parts and parts[0] in ("healthz", "livez", "readyz"):
                     self.send(200, b"ok", content_type="text/plain")
                     return
-                doc = api.discovery.document(parts, port=api.port)
+                doc = api.discovery.document(parts, port=int(self.server.server_address[1]))
                 if doc is not None:
                     api.authorizer.authorize(user, Attributes(verb="get", path=split.path))
                     self.send_json(200, doc)

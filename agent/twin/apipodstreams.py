@@ -20,11 +20,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from agent.twin.apierror import ApiError, bad_request
 from agent.twin.apiexchange import Exchange
 from agent.twin.apiquery import Query
+from agent.twin.apistate import ApiState, PodActivitySource
 from agent.twin.podlogs import (
     LogLine,
     LogOptions,
@@ -35,25 +36,15 @@ from agent.twin.podlogs import (
     select,
 )
 from agent.twin.resources import lookup
-from agent.twin.training_runtime import PodActivity
-
-if TYPE_CHECKING:
-    from agent.twin.apiserver import ApiServer
 
 PODS = lookup("pods")
 STREAMING = frozenset({"log", "exec", "attach", "portforward"})
 FOLLOW_POLL = 0.5  # seconds between looks at a followed container
-_STREAMS = threading.Lock()  # guards ApiServer.log_streams
+_STREAMS = threading.Lock()  # guards ApiState.log_streams
 _WHAT = {"exec": "exec (running a command in a container)",
          "attach": "attach (a container's standard streams)",
          "portforward": "port-forward (a connection to a pod's port)",
          "log": "container logs"}
-
-
-class PodActivitySource(Protocol):
-    """The training model, as the log reads it (`TrainingRuntime.activity`)."""
-
-    def activity(self, pod: Mapping[str, Any]) -> PodActivity | None: ...
 
 
 def verb_for(subresource: str) -> str:
@@ -72,7 +63,7 @@ def _no_backend(subresource: str, node: str) -> ApiError:
 
 
 def serve_pod_stream(
-    api: ApiServer,
+    api: ApiState,
     ex: Exchange,
     *,
     namespace: str,
@@ -125,7 +116,7 @@ def _lines(pod: Mapping[str, Any], container: str, options: LogOptions,
     return current_lines(pod, container, activity, now=now)
 
 
-def _serve_log(api: ApiServer, ex: Exchange, pod: Mapping[str, Any], *, container: str,
+def _serve_log(api: ApiState, ex: Exchange, pod: Mapping[str, Any], *, container: str,
                options: LogOptions, source: PodActivitySource) -> None:
     now = api.clock()
     lines = select(_lines(pod, container, options, source, now), options, now=now)
@@ -147,7 +138,7 @@ def _serve_log(api: ApiServer, ex: Exchange, pod: Mapping[str, Any], *, containe
     ex.end_stream()
 
 
-def _follow(api: ApiServer, ex: Exchange, lines: list[LogLine], *, name: str, namespace: str,
+def _follow(api: ApiState, ex: Exchange, lines: list[LogLine], *, name: str, namespace: str,
             container: str, generation: tuple[Any, ...], options: LogOptions,
             source: PodActivitySource) -> None:
     """Send `lines`, then every new line, until the container exits or restarts, the pod goes,

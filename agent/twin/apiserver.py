@@ -6,8 +6,8 @@ table's kinds (apiverbs.py, watches in apiwatch.py), `kind: Status` errors, bear
 authentication with RBAC (auth.py), SelfSubjectAccessReview, server-side Table printing for kubectl
 (tables.py), the pods' log from the training model when one is given (`pod_activity`;
 apipodstreams.py), and twin-only endpoints under /twin/ for accounting and faults (apicontrol.py,
-faults.py). This module holds the server's parts and lifecycle; the request handler is
-apihandler.py.
+faults.py). This module holds the server's lifecycle; the parts it shares with the code that
+answers requests are its `ApiState` (apistate.py), the request handler is apihandler.py.
 
 Used by `zonemedic twin apiserver`, `twin up`, tests and benchmarks. The object semantics live in
 the store; the HTTP layer only translates HTTP to store calls and back.
@@ -20,16 +20,13 @@ import time
 from collections.abc import Callable
 
 from agent.twin import tls as twin_tls
-from agent.twin.apidiscovery import Discovery
 from agent.twin.apihandler import Handler, HttpServer
-from agent.twin.apipodstreams import PodActivitySource
-from agent.twin.auth import Authenticator, Authorizer, UserInfo
-from agent.twin.faults import Accounting, Faults
+from agent.twin.apistate import ApiState, PodActivitySource
+from agent.twin.auth import Authenticator, UserInfo
 from agent.twin.store import Store
-from agent.twin.watch import WatchStream
 
 
-class ApiServer:
+class ApiServer(ApiState):
     """The HTTP server; `start()` it, read `url`, `stop()` it (or use it as a context manager)."""
 
     def __init__(
@@ -44,19 +41,8 @@ class ApiServer:
         tls: bool = False,
         pod_activity: PodActivitySource | None = None,
     ) -> None:
-        self.store = store
-        self.pod_activity = pod_activity  # None: no kubelet serves logs (a bare API server)
-        self.log_streams = 0  # `kubectl logs -f` streams open now
-        self.authenticator = authenticator or Authenticator()
-        self.authorizer = Authorizer(store)
-        self.accounting = Accounting()
-        self.faults = Faults()
-        self.bookmark_interval = bookmark_interval
-        self.clock = clock
-        self._watches: set[WatchStream] = set()
-        self._watch_lock = threading.Lock()
-        self.stopping = False
-        self.discovery = Discovery(store.serves)
+        super().__init__(store, authenticator=authenticator, bookmark_interval=bookmark_interval,
+                         clock=clock, pod_activity=pod_activity)
         self._httpd = HttpServer((host, port), Handler)
         self._httpd.api = self
         self.ca_pem: bytes | None = None
@@ -105,32 +91,6 @@ class ApiServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # ------------------------------------------------------------------ faults
-
-    def close_watches(self) -> int:
-        """Fault (and shutdown): end every open HTTP watch stream; clients must re-watch."""
-        with self._watch_lock:
-            streams = list(self._watches)
-        for stream in streams:
-            stream.close()
-        return len(streams)
-
-    def expire_history(self) -> str:
-        """Fault: forget the store's history so that any older resourceVersion gets 410."""
-        return self.store.compact()
-
-    def watch_count(self) -> int:
-        with self._watch_lock:
-            return len(self._watches)
-
-    def track_watch(self, stream: WatchStream, *, add: bool) -> None:
-        """Remember an open HTTP watch stream (add) or forget it, for `close_watches`."""
-        with self._watch_lock:
-            if add:
-                self._watches.add(stream)
-            else:
-                self._watches.discard(stream)
 
 
 def serve(store: Store, *, port: int = 0, tokens: dict[str, UserInfo] | None = None) -> ApiServer:

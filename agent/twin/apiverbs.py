@@ -18,7 +18,7 @@ Used by the HTTP handler (apihandler.py). It does not parse HTTP or resolve path
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -29,6 +29,7 @@ from agent.twin.apierror import ApiError, bad_request, qualified
 from agent.twin.apiexchange import Exchange
 from agent.twin.apipodstreams import STREAMING, serve_pod_stream, verb_for
 from agent.twin.apiquery import Query
+from agent.twin.apistate import ApiState
 from agent.twin.apiwatch import serve_watch
 from agent.twin.auth import Attributes, UserInfo, access_review, forbidden
 from agent.twin.deletion import Propagation
@@ -36,9 +37,6 @@ from agent.twin.faults import WRITE_VERBS, AuditEntry, RefusalKind, WriteRecord
 from agent.twin.patch import PatchType
 from agent.twin.scale import as_scale, replicas_of
 from agent.twin.selectors import SelectorError, parse_fields
-
-if TYPE_CHECKING:
-    from agent.twin.apiserver import ApiServer
 
 _PATCH_TYPES = {t.value: t for t in PatchType}
 
@@ -71,7 +69,7 @@ class ResourceRequest:
 
     def __init__(
         self,
-        api: ApiServer,
+        api: ApiState,
         ex: Exchange,
         *,
         method: str,

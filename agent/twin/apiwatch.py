@@ -18,15 +18,15 @@ from agent.twin import tables
 from agent.twin.apierror import ApiError
 from agent.twin.apiexchange import Exchange
 from agent.twin.apiquery import Query
+from agent.twin.apistate import ApiState
 from agent.twin.resources import ResourceType
 
 if TYPE_CHECKING:
-    from agent.twin.apiserver import ApiServer
     from agent.twin.watch import WatchStream
 
 
 def serve_watch(
-    api: ApiServer,
+    api: ApiState,
     ex: Exchange,
     rt: ResourceType,
     *,
@@ -64,7 +64,7 @@ def serve_watch(
 
 
 def _pump(
-    api: ApiServer,
+    api: ApiState,
     ex: Exchange,
     rt: ResourceType,
     stream: WatchStream,

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.twin import admission_jobset, admission_trainjob, crds
+from agent.twin import admission_jobset, admission_trainjob
 from agent.twin.access import Access, serve_as_service_account
 from agent.twin.apierror import ApiError
 from agent.twin.apiserver import ApiServer
@@ -58,7 +58,7 @@ class TwinCluster:
         release = scenario.trainer_release
         self.store = store if store is not None else Store(trainer_release=release)
         if store is not None:
-            crds.install(self.store, release)
+            self.store.install_crds(release)
         self.store.add_admission(lookup("jobs", group="batch"), template_admission)
         admission_jobset.register(self.store)
         admission_trainjob.register(self.store, release=release)

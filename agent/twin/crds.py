@@ -14,20 +14,16 @@ the `self == oldSelf` immutability rules); deeper levels (pod templates, ML poli
 keep unknown fields, where the upstream schemas spell out every field. The Kubeflow v1 and
 Cilium kinds keep all fields.
 
-`install` creates (or replaces) them in a store; `Store` installs them when it is built and
-`TwinCluster` re-installs them for the scenario's release. Pure apart from `install`.
+`crd_documents(release)` builds them; the store installs them (`Store.install_crds`) when it is
+built and `TwinCluster` re-installs them for the scenario's release. Pure: it writes nothing.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agent.twin.apierror import ApiError
 from agent.twin.resources import RESOURCES, ResourceType, lookup
-
-if TYPE_CHECKING:
-    from agent.twin.store import Store
 
 Obj = dict[str, Any]
 CRDS = lookup("customresourcedefinitions")
@@ -312,22 +308,3 @@ def version_schema(crd: Obj, version: str) -> Obj | None:
             found: Obj | None = ((item.get("schema") or {}).get("openAPIV3Schema")) or None
             return found
     return None
-
-
-def install(store: Store, release: TrainerRelease = DEFAULT_RELEASE) -> None:
-    """Create every CRD, or replace the stored one (a release switch), keeping its identity."""
-    for doc in crd_documents(release):
-        name = doc["metadata"]["name"]
-        try:
-            current = store.get_ref(CRDS, name)
-        except ApiError:
-            current = None
-        if current is None:
-            store.create(CRDS, doc)
-            continue
-        if current.get("spec") == doc["spec"] and (current["metadata"].get("annotations") or {}) \
-                == doc["metadata"]["annotations"]:  # fmt: skip
-            continue
-        replaced = {**doc, "metadata": {**doc["metadata"],
-                                        "resourceVersion": current["metadata"]["resourceVersion"]}}
-        store.update(CRDS, replaced)

@@ -67,7 +67,7 @@ class Store:
         ns = lookup("namespaces")
         for name in INITIAL_NAMESPACES:
             self.create(ns, {"metadata": {"name": name}})
-        crds.install(self, trainer_release)  # the CRDs of the custom kinds the twin serves
+        self.install_crds(trainer_release)
 
     # ------------------------------------------------------------------ served groups
 
@@ -82,6 +82,26 @@ class Store:
         """Whether the API serves this kind: every kind but those of an optional group that is not
         installed. In-process callers are not checked; discovery and the HTTP routes are."""
         return rt.group not in OPTIONAL_GROUPS or rt.group in self._installed
+
+    def install_crds(self, release: TrainerRelease = DEFAULT_RELEASE) -> None:
+        """Create the CustomResourceDefinition of every custom kind the twin serves (crds.py, for
+        a Kubeflow Trainer release), or replace the stored one (a release switch), keeping its
+        identity; one that is already as wanted is not written."""
+        for doc in crds.crd_documents(release):
+            name = doc["metadata"]["name"]
+            try:
+                current = self.get_ref(crds.CRDS, name)
+            except ApiError:
+                current = None
+            if current is None:
+                self.create(crds.CRDS, doc)
+                continue
+            annotations = current["metadata"].get("annotations") or {}
+            if current.get("spec") == doc["spec"] and annotations == doc["metadata"]["annotations"]:
+                continue
+            version = current["metadata"]["resourceVersion"]
+            metadata = {**doc["metadata"], "resourceVersion": version}
+            self.update(crds.CRDS, {**doc, "metadata": metadata})
 
     # ------------------------------------------------------------------ reading
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
+from agent.fakes.slack import FakeSlack
 from tests.store.fixtures import sqlite_template
 
 LOOPBACK_ONLY = "chat tests reach loopback addresses only"

@@ -15,8 +15,8 @@ from starlette.applications import Starlette
 
 from agent.chatops.audit import RefusalReason
 from agent.chatops.delivery import DeliveryReport, SeriesSource
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.slack import EVENTS_PATH
+from agent.fakes.slack import FakeSlack
 from agent.model.incident import FindingRecord
 from agent.model.lifecycle import IncidentStatus, MessageKind
 from agent.model.verdict import Verdict

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
+from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import IncidentStatus
 from tests.support.agent_rig import RunningAgent, approve_from_slack, incident_of, running_agent
 from tests.support.prometheus import requires_prometheus

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
+from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import EventKind, MessageKind, MessageStatus
 from tests.chatops.harness import CHANNEL, ChatRig, now, start_rig
 

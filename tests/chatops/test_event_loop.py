@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 
-from agent.chatops.fakeslack import AgentResponse, FakeSlack
 from agent.chatops.render import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
+from agent.fakes.slack import AgentResponse, FakeSlack
 from agent.runtime.http import build_app
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.server import HttpServer

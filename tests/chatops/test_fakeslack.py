@@ -11,7 +11,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
-from agent.chatops.fakeslack import FakeSlack
+from agent.fakes.slack import FakeSlack
 from tests.chatops.conftest import LOOPBACK_ONLY
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
 from agent.cli import main
+from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
 from agent.settings import DiagnosisSettings, GroupSpec, Settings
 from agent.sources.kubeapi import KubeApi

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
+from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import EventKind, IncidentStatus
 from tests.chatops.harness import CHANNEL, ChatRig, now, start_rig
 from tests.support.approvals import zone_split

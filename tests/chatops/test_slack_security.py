@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from agent.chatops.audit import RefusalReason
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
+from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import EventKind, IncidentStatus
 from tests.chatops.harness import ChatRig, start_rig
 from tests.support.waiting import wait

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
+from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import IncidentStatus
 from agent.settings import SlackMode
 from tests.chatops.harness import ChatRig, start_rig

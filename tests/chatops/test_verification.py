@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.chatops.fakeslack import sign
 from agent.chatops.verification import Refusal, RequestGuard
+from agent.fakes.slack import sign
 
 SECRET = "s3cret"
 NOW = 1_800_000_000

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.cli import main
+from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.store.repository import IncidentStore
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.demo.chatview import ChatView, block_lines, mrkdwn
+from agent.fakes.slack import FakeSlack
 
 
 @pytest.mark.parametrize(("source", "plain", "styled"), [

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.fakeslack import FakeSlack
+from agent.fakes.slack import FakeSlack
 from agent.model.cluster import JobKind
 from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus

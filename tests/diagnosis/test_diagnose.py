@@ -401,3 +401,39 @@ _CONTENDED_REFS = sorted(
 def test_any_scope_equals_the_whole_cluster_run(jobs: set[JobRef], namespaces: set[str]) -> None:
     scope = JobScope(jobs=frozenset(jobs), namespaces=frozenset(namespaces))
     _check_scopes(_CONTENDED_SNAP, DiagnosisSettings(), [scope])
+
+
+def _unlabelled(pods: list[dict[str, Any]], *,
+               started: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """The pods before the zone-mirroring label is written: bound, Pending unless `started`."""
+    out = []
+    for original in pods:
+        pod = {**original, "metadata": {**original["metadata"], "labels": {
+            k: v for k, v in original["metadata"]["labels"].items() if k != "zone"}}}
+        name = pod["metadata"]["name"]
+        pod["status"] = {"phase": "Running" if name in started else "Pending"}
+        out.append(pod)
+    return out
+
+
+def test_a_finding_names_the_pods_whose_zone_labels_are_still_to_come() -> None:
+    """Bound before the zone label the policies select on is written: the verdict computed then
+    is not the one the policies will give (here `zone_split_degraded` for a job whose traffic
+    the zone policies deny once labelled), and the finding says which pods it waits for; the key
+    is known from the policies alone (no pod of the cluster carries it yet)."""
+    job = pytorch("resnet", "b1", "a1", "a2")
+    (early,) = run(ZONE_POLICIES + _unlabelled(job))
+    assert early.verdict.value == "zone_split_degraded"
+    assert early.awaiting_labels == ("resnet-master-0", "resnet-worker-0", "resnet-worker-1")
+    (partial,) = run(ZONE_POLICIES + _unlabelled(job[:1]) + job[1:])
+    assert partial.awaiting_labels == ("resnet-master-0",)
+    (labelled,) = run(ZONE_POLICIES + job)
+    assert (labelled.verdict.value, labelled.awaiting_labels) == ("zone_split_blocked", ())
+    # started without the label: it will not come (the label is written before the start)
+    everyone = frozenset(p["metadata"]["name"] for p in job)
+    (started,) = run(ZONE_POLICIES + _unlabelled(job, started=everyone))
+    assert started.awaiting_labels == ()
+    # no policy reads a zone-valued key: nothing to wait for
+    (free,) = run(_unlabelled(job))
+    assert free.awaiting_labels == ()
+    assert "awaiting_labels" not in free.to_dict()

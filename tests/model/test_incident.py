@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.model.incident import FindingRecord, RecordProblem
+from agent.model.incident import FindingRecord, RecordProblem, reading_since
 from agent.model.lifecycle import LifecycleError, Severity
 from agent.model.verdict import Verdict
 
@@ -56,3 +56,34 @@ def test_bad_findings(finding: dict[str, object], message: str) -> None:
 def test_record_problem_names_the_incident() -> None:
     problem = RecordProblem(7, "unknown status value 'x'")
     assert str(problem) == "incident 7: unknown status value 'x'"
+
+
+OPENED = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+T = OPENED.timestamp()
+
+
+@pytest.mark.parametrize(
+    ("samples", "reading"),
+    [
+        # the job fixed (85%) before this incident opened, blocked (~0%) since: only the latter
+        ([(T - 60, 85.0), (T - 30, 63.0), (T + 10, 2.0), (T + 20, 1.0)], 1.0),
+        ([(T - 60, 85.0), (T - 1, 63.0)], None),  # nothing since it opened yet
+        ([(T, 40.0)], 40.0),  # at the opening itself
+        ([], None),
+    ],
+)
+def test_reading_since_the_incident_opened(samples: list[tuple[float, float]],
+                                          reading: float | None) -> None:  # fmt: skip
+    assert reading_since(samples, OPENED) == reading
+
+
+def test_utilization_before_comes_from_the_samples_while_open() -> None:
+    record = FindingRecord(cluster="c", kind="PyTorchJob", namespace="ml", name="j", uid=None,
+                           verdict=Verdict.ZONE_SPLIT_BLOCKED, detected_at=OPENED,
+                           utilization_now=63.0,
+                           utilization_samples=((T - 30, 63.0),))  # fmt: skip
+    assert record.utilization_while_open(OPENED) is None  # the 63% is from before it opened
+    without = FindingRecord(cluster="c", kind="PyTorchJob", namespace="ml", name="j", uid=None,
+                            verdict=Verdict.GPU_UTILIZATION_DROP, detected_at=OPENED,
+                            utilization_now=30.0)  # fmt: skip
+    assert without.utilization_while_open(OPENED) == 30.0  # a reading given as is

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent.model.incident import Actor
+from agent.model.incident import Actor, IncidentQuery
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.model.verdict import Verdict
 from agent.remediation.approvers import Authority
@@ -157,21 +157,23 @@ def test_a_failing_remediation_is_retried_after_a_pause(
 
 
 def test_one_remediation_in_flight_per_job(store: IncidentStore) -> None:
+    """A job under remediation has no second incident to approve: what is seen meanwhile (its
+    pods moving look like another verdict) folds into the incident being remediated, whose
+    verdict stays the one decided on; it is remediated once."""
     executor, remediator, clock = _executor(store)
     split = _approved(store, "resnet")
     store.transition(split, S.APPROVED, S.REMEDIATING, actor="old-leader", now=clock.now)
     remediator.stop_early.add(split)  # the resumed remediation stops while still verifying
     assert executor.step() == split and _status(store, split) is S.VERIFYING
-    blocked = store.record_finding(finding("resnet", verdict=Verdict.POLICY_BLOCKED)).incident.id
-    assert decide(store, DecisionRequest(blocked, DecisionOutcome.APPROVE, ALICE),
-                  now=clock.now, authority=AUTHORITY).recorded
-    assert executor.step() is None  # split is in its retry pause, blocked waits for it
-    notes = [e for e in store.get_incident(blocked).events if e.kind is EventKind.NOTE]
-    assert "another remediation of PyTorchJob ml/resnet is in flight" in notes[0].detail["waiting"]
+    seen = store.record_finding(finding("resnet", verdict=Verdict.POLICY_BLOCKED))
+    assert (seen.new, seen.incident.id, seen.incident.verdict) == (
+        False, split, Verdict.ZONE_SPLIT_BLOCKED)
+    assert len(store.list_incidents(IncidentQuery(open_only=True)).incidents) == 1
     clock.advance(31)
     remediator.stop_early.clear()
     assert executor.step() == split and _status(store, split) is S.RESOLVED
-    assert executor.step() == blocked
+    assert executor.step() is None
+    assert remediator.calls.count(split) == 2  # resumed, then finished after its pause
 
 
 @pytest.mark.parametrize(("enabled", "jobs"), [

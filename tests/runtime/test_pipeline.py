@@ -173,15 +173,110 @@ def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(wor
     assert registry.get_sample_value("zonemedic_incidents", {"verdict": "zone_split_blocked", "status": "awaiting_approval"}) is None
 
 
-def test_gone_job_supersedes_and_verdict_class_change_supersedes(world: World) -> None:
+def test_gone_job_supersedes_and_a_new_incident_opens_after_it_closed(world: World) -> None:
     world.pipeline.handle_change(Change(everything=True), 0.0)
+    world.load("pytorchjobs.v1.kubeflow.org", [])  # the job deleted, then its pods
     change = world.load("pods", [])
     world.pipeline.handle_change(change, 0.0)
     (gone,) = world.incidents()
     assert gone.status.value == "superseded"
     # back, split again: a new incident (the old one is closed)
+    world.load("pytorchjobs.v1.kubeflow.org", [JOB_OBJECT])
     world.pipeline.handle_change(world.load("pods", split_pods()), 0.0)
     assert [i.status.value for i in world.incidents()] == ["awaiting_approval", "superseded"]
+
+
+DENY_ALL = {
+    "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+    "metadata": {"name": "deny-all", "namespace": "train"},
+    "spec": {"podSelector": {"matchLabels": {"training.kubeflow.org/job-name": "gpt-small"}},
+             "policyTypes": ["Ingress"]},
+}
+
+
+def test_a_job_whose_verdict_changes_class_keeps_its_one_incident(world: World) -> None:
+    """A split that becomes a policy block (co-located by hand under a policy that denies the
+    job's traffic in any zone) and a split again: one incident throughout, its verdict following
+    the diagnosis, the new class's playbook fired on it (its one message updated, never a second
+    post of another incident)."""
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    assert incident.verdict is Verdict.ZONE_SPLIT_BLOCKED
+    world.load("networkpolicies.v1.networking.k8s.io", [DENY_ALL])
+    moved = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
+    world.pipeline.handle_change(world.load("pods", moved), 0.0)
+    (blocked,) = world.incidents()
+    assert (blocked.id, blocked.verdict) == (incident.id, Verdict.POLICY_BLOCKED)
+    world.load("networkpolicies.v1.networking.k8s.io", [])
+    world.pipeline.handle_change(world.load("pods", split_pods()), 0.0)
+    (again,) = world.incidents()
+    assert (again.id, again.verdict, again.status.value) == (
+        incident.id, Verdict.ZONE_SPLIT_BLOCKED, "awaiting_approval")
+    detail = world.store.get_incident(incident.id)
+    seen = [e.detail["verdict"] for e in detail.events if e.kind is EventKind.REDETECTED]
+    assert seen[-2:] == ["policy_blocked", "zone_split_blocked"]
+    posts = sorted(f"{m.payload['playbook']}:{m.payload['action']}"
+                   for m in detail.messages if m.kind is MessageKind.POST)
+    assert posts == ["policy-blocked:notify", "zone-split:notify", "zone-split:propose_colocation"]
+    assert {m.incident_id for m in detail.messages} == {incident.id}
+
+
+def test_a_suspended_job_keeps_its_incident_and_its_resumed_split_folds_into_it(
+    world: World,
+) -> None:
+    """Suspended by hand (its pods gone, the job object suspended) and resumed split again: the
+    same incident, still awaiting its decision (its object, not finished, is still there while it
+    has no pods); the job deleted is gone."""
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    suspended = {**JOB_OBJECT, "spec": {**JOB_OBJECT["spec"], "runPolicy": {"suspend": True}}}
+    world.pipeline.handle_change(world.load("pytorchjobs.v1.kubeflow.org", [suspended]), 0.0)
+    world.pipeline.handle_change(world.load("pods", []), 0.0)
+    (still,) = world.incidents()
+    assert (still.id, still.status.value) == (incident.id, "awaiting_approval")
+    world.pipeline.handle_change(world.load("pytorchjobs.v1.kubeflow.org", [JOB_OBJECT]), 0.0)
+    world.pipeline.handle_change(world.load("pods", split_pods()), 0.0)
+    (resumed,) = world.incidents()
+    # detected, re-detected as the suspend arrived (its pods still there), and resumed
+    assert (resumed.id, resumed.status.value, resumed.detections) == (
+        incident.id, "awaiting_approval", 3)
+    world.load("pytorchjobs.v1.kubeflow.org", [])  # deleted: gone
+    world.pipeline.handle_change(world.load("pods", []), 0.0)
+    (gone,) = world.incidents()
+    assert gone.status.value == "superseded"
+
+
+def filler(name: str, node_name: str, zone: str, gpus: int, phase: str = "Running") -> dict[str, Any]:
+    """A pod of another team's job holding `gpus` GPUs on `node_name`."""
+    out = pod(name, "worker", node_name, zone)
+    out["metadata"]["labels"]["training.kubeflow.org/job-name"] = "other"
+    out["metadata"]["ownerReferences"][0]["name"] = "other"
+    out["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": str(gpus)},
+                                                 "limits": {"nvidia.com/gpu": str(gpus)}}
+    out["status"] = {"phase": phase}
+    return out
+
+
+def test_a_split_waiting_for_room_is_diagnosed_again_when_a_pod_elsewhere_frees_its_gpus(
+    world: World,
+) -> None:
+    """No zone has room for the split job (another job's pods hold the GPUs): its finding says
+    so; when one of those pods finishes, the split job is diagnosed again in that batch (not at
+    the next resync) and its proposal follows."""
+    others = [filler("other-worker-0", "gpu-a1", "zone-a", 5),
+              filler("other-worker-1", "gpu-b1", "zone-b", 5)]
+    world.load("pods", split_pods() + others)
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents(name="gpt-small")
+    waiting = world.store.get_incident(incident.id).diagnosis
+    assert waiting["remediable"] is False and waiting["target_zone"] is None
+    assert any("no zone has 4 free GPUs" in r for r in waiting["reasons"])
+    finished = [filler("other-worker-0", "gpu-a1", "zone-a", 5, phase="Succeeded"), others[1]]
+    change = world.load("pods", split_pods() + finished)
+    assert change.capacity and JOB not in change.jobs
+    world.pipeline.handle_change(change, 0.0)
+    room = world.store.get_incident(incident.id).diagnosis
+    assert (room["remediable"], room["target_zone"]) == (True, "zone-a")
 
 
 def test_alerts_open_and_close_their_own_incident(world: World) -> None:
@@ -219,7 +314,7 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
         world.pipeline.handle_change(Change(everything=True), 0.0)
         (incident,) = world.incidents()
         assert world.store.get_incident(incident.id).diagnosis["metrics"]["status"].startswith("metrics unavailable")
-        # metrics arrive: evidence is attached, and a drop opens its own incident
+        # metrics arrive: evidence is attached, and a drop folds into the job's open incident
         world.pipeline.report = MetricsReport(
             available=True, at=NOW,
             jobs={JOB: JobMetrics(now=30.0, baseline=90.0, drop=DropVerdict(True, "below 70% of baseline", 0.33))},
@@ -233,10 +328,40 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
         (again,) = [e.detail["waste"] for e in detail.events if "waste" in e.detail]
         assert again["gpu_hours_basis"] == "4 GPU(s) x (90% baseline - 30% now) x 24 h"
         assert again["gpu_hours_per_day"] == pytest.approx(4 * 0.6 * 24)
+        assert world.incidents(verdict=Verdict.GPU_UTILIZATION_DROP) == []
+        (still,) = world.incidents()
+        assert (still.id, still.verdict) == (incident.id, Verdict.ZONE_SPLIT_BLOCKED)
+        seen = [e.detail.get("verdict") for e in detail.events if e.kind is EventKind.REDETECTED]
+        assert "gpu_utilization_drop" in seen
+        # a drop of a job with no open incident opens its own
+        world.load("pytorchjobs.v1.kubeflow.org", [])
+        world.pipeline.close_job(JOB, reason="gone")
+        world.pipeline._drop(JOB, world.pipeline.report.jobs[JOB], world.pipeline.report)
         drops = world.incidents(verdict=Verdict.GPU_UTILIZATION_DROP)
         assert len(drops) == 1 and drops[0].utilization_before == 30.0
     finally:
         world.store.close()
+
+
+def test_utilization_before_is_measured_while_split_never_before(world: World) -> None:
+    """The job ran fixed at 85% (a former incident's fix) until it split again: the new
+    incident's "utilization before" is read from the samples taken since it opened, never from
+    the window that still holds the fixed job."""
+    opened = NOW.timestamp()
+    world.pipeline.report = MetricsReport(available=True, at=NOW, jobs={JOB: JobMetrics(
+        now=63.0, baseline=85.0, drop=DropVerdict(False, ""),
+        samples=((opened - 40, 85.0), (opened - 20, 85.0), (opened - 5, 63.0)))})
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    assert incident.utilization_before is None  # no sample of the split yet
+    world.now = NOW + timedelta(seconds=30)
+    world.pipeline.report = MetricsReport(available=True, at=world.now, jobs={JOB: JobMetrics(
+        now=1.0, baseline=85.0, drop=DropVerdict(False, ""),
+        samples=((opened - 20, 85.0), (opened - 5, 63.0), (opened + 10, 2.0),
+                 (opened + 25, 1.0)))})
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    (again,) = world.incidents()
+    assert (again.id, again.utilization_before) == (incident.id, 1.0)
 
 
 DEV_JOB = JobKey("PyTorchJob", "dev", "gpt-small")
@@ -317,6 +442,7 @@ def test_a_follower_records_nothing_and_a_cluster_wide_batch_catches_up(world: W
 def test_a_cluster_wide_batch_reconciles_gone_jobs_once_synced(world: World) -> None:
     world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
     world.leading = False
+    world.load("pytorchjobs.v1.kubeflow.org", [])
     world.pipeline.handle_change(world.load("pods", []), 0.0)  # the job goes while a follower
     assert [i.status.value for i in world.incidents()] == ["awaiting_approval"]
     world.leading = True

@@ -133,7 +133,7 @@ def test_a_preview_is_recorded_before_the_messages_once_even_when_the_store_refu
     zones = {"zone-a": 3, "zone-b": 1}
     refusal = Refusal(JobRef(JobKind.PYTORCH, "ml", "resnet"), "zone zone-a has no room")
     preview = Preview(preview_action(refusal, zones=zones, target_zone="zone-a"),
-                      placement_key("zone-a", zones))  # fmt: skip
+                      placement_key(None, "zone-a", zones))  # fmt: skip
     document = {"verdict": "zone_split_blocked", "remediable": True, "target_zone": "zone-a"}
     with WriteLock(store), pytest.raises(StoreUnavailableError):
         a.fire(split(a), incident, document, preview=preview)

@@ -13,6 +13,7 @@ from agent.model.finding import Finding
 from agent.model.incident import FindingRecord
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
+from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.remediation.plan import Refusal
 from agent.remediation.preview import preview_action
@@ -33,8 +34,9 @@ def split(zones: Mapping[str, int], *, target: str | None = "zone-a",
 
 def refused(finding: Finding, reason: str) -> Preview:
     action = preview_action(Refusal(REF, reason), zones=finding.zones,
-                            target_zone=finding.target_zone)  # fmt: skip
-    return Preview(action, placement_key(finding.target_zone, finding.zones))
+                            target_zone=finding.target_zone, verdict=finding.verdict.value)
+    return Preview(action, placement_key(finding.verdict.value, finding.target_zone,
+                                         finding.zones))  # fmt: skip
 
 
 def test_recorded_once_per_placement_and_read_back_after_a_restart(tmp_path: Path) -> None:
@@ -55,9 +57,12 @@ def test_recorded_once_per_placement_and_read_back_after_a_restart(tmp_path: Pat
         moved = split({"zone-a": 2, "zone-b": 2})
         assert previews.stale(incident, moved)
         assert previews.stale(incident, split({"zone-a": 3, "zone-b": 1}, target="zone-b"))
-        # not previewable, or no longer undecided: no new preview
-        assert not previews.stale(incident, split(moved.zones, remediable=False))
-        assert not previews.stale(incident, split(moved.zones, verdict=Verdict.POLICY_BLOCKED))
+        # another verdict, the same placement: the preview follows the verdict
+        assert previews.stale(incident, split(first.zones, verdict=Verdict.ZONE_SPLIT_DEGRADED))
+        # no longer previewable after a preview: planned again (a refusal saying why)
+        assert previews.stale(incident, split(moved.zones, remediable=False))
+        assert previews.stale(incident, split(moved.zones, verdict=Verdict.POLICY_BLOCKED))
+        # no longer undecided: no new preview
         assert not previews.stale(replace(incident, status=IncidentStatus.APPROVED), moved)
 
         restarted = PlanPreviews(KubeApi(None), store, now=lambda: NOW)
@@ -69,5 +74,34 @@ def test_recorded_once_per_placement_and_read_back_after_a_restart(tmp_path: Pat
         assert [a.payload["refusal"] for a in plans] == ["no room", "still no room"]
         assert [e.kind for e in detail.events].count(EventKind.PLAN_PREVIEWED) == 2
         assert EventKind.REMEDIATION_STEP not in [e.kind for e in detail.events]
+    finally:
+        store.close()
+
+
+def test_a_verdict_with_no_fix_is_a_refusal_naming_the_verdict_and_why(tmp_path: Path) -> None:
+    """Re-planned on a verdict change: a split that became a policy block shows why there is no
+    fix, not the plan computed for the split."""
+    settings = Settings(data_dir=str(tmp_path))
+    settings = replace(settings, database=replace(settings.database,
+                                                  url=f"sqlite:///{tmp_path / 'zm.db'}"))
+    store = upgrade_on_start(settings)
+    try:
+        first = split({"zone-a": 3, "zone-b": 1})
+        incident = store.record_finding(FindingRecord.from_finding(
+            {**first.to_dict(), "job": {"kind": "PyTorchJob", "namespace": "ml", "name": "resnet"}},
+            cluster="prod", detected_at=NOW)).incident  # fmt: skip
+        previews = PlanPreviews(KubeApi(None), store, now=lambda: NOW)
+        assert previews.record(incident.id, refused(first, "no room"))
+        blocked = replace(split(first.zones, verdict=Verdict.POLICY_BLOCKED, remediable=False,
+                                target=None),
+                          reasons=("no single zone makes every required flow allowed: fix the "
+                                   "policies",))  # fmt: skip
+        assert previews.stale(incident, blocked)
+        assert previews.record(incident.id, previews.refusal(blocked))
+        assert not previews.stale(incident, blocked), "recorded once per verdict and placement"
+        fix = proposed_fix(store.get_incident(incident.id).actions)
+        assert fix is not None and fix.verdict == "policy_blocked"
+        assert fix.refusal == ("the job is now policy_blocked: no single zone makes every "
+                               "required flow allowed: fix the policies")
     finally:
         store.close()

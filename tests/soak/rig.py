@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
-from agent.chatops.fakeslack import FakeSlack
+from agent.fakes.slack import FakeSlack
 from agent.twin.access import Access, read_manifests
 from agent.twin.cluster import TwinCluster
 from tests.commands.test_run import AgentProcess

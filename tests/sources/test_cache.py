@@ -32,6 +32,55 @@ def pod(name: str, *, ns: str = "ml", job: str | None = "resnet", node: str | No
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Running"}}
 
 
+def gpu_pod(name: str, *, node: str | None = "n1", phase: str = "Running", **kw: Any) -> dict[str, Any]:
+    out = pod(name, node=node, **kw)
+    out["spec"]["containers"] = [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    out["status"] = {"phase": phase}
+    return out
+
+
+def test_a_pod_freeing_gpus_is_a_capacity_change() -> None:
+    """A pod that held GPUs and stops counting (finished, deleting, deleted) may make room for a
+    job waiting elsewhere: its change says so; a pod without GPUs, or a GPU pod bound, does not."""
+    c = ClusterCache()
+    assert not c.apply(R["pods"], "ADDED", gpu_pod("resnet-worker-0")).capacity
+    assert not c.apply(R["pods"], "ADDED", pod("resnet-master-0")).capacity
+    assert not c.apply(R["pods"], "DELETED", pod("resnet-master-0")).capacity
+    assert c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0", phase="Succeeded")).capacity
+    c.apply(R["pods"], "ADDED", gpu_pod("web-1", job=None))
+    deleting = gpu_pod("web-1", job=None)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    freed = c.apply(R["pods"], "MODIFIED", deleting)
+    assert freed.capacity and freed.namespaces == {"ml"}
+    c.apply(R["pods"], "ADDED", gpu_pod("resnet-worker-1"))
+    assert c.apply(R["pods"], "DELETED", gpu_pod("resnet-worker-1")).capacity
+
+
+def test_the_pods_of_a_job_awaiting_its_labels_report_their_start() -> None:
+    """A job whose verdict waits for its zone-mirroring labels: its pods' start (Pending ->
+    Running) and label writes complete the gang again (diagnosed at once); other jobs' starts
+    stay unseen; a generic group is awaited by its namespace."""
+    c = ClusterCache()
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "resnet", "namespace": "ml"},
+           "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}}
+    c.apply(R["pytorchjobs.v1.kubeflow.org"], "ADDED", job)
+    c.apply(R["pods"], "ADDED", gpu_pod("resnet-worker-0", phase="Pending"))
+    c.apply(R["pods"], "ADDED", gpu_pod("web-1", job=None, phase="Pending"))
+    assert c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0")) == Change()  # not awaited
+    c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0", phase="Pending"))
+    c.await_labels([RESNET, JobKey("Group", "ml", "web")])
+    started = c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0"))
+    assert started.jobs == {RESNET} and started.gang_complete
+    labelled = c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0", labels={"zone": "a"}))
+    assert labelled.gang_complete
+    group = c.apply(R["pods"], "MODIFIED", gpu_pod("web-1", job=None))
+    assert group.namespaces == {"ml"} and group.gang_complete
+    c.labels_settled([RESNET, JobKey("Group", "ml", "web")])
+    assert not c.apply(R["pods"], "MODIFIED", gpu_pod("resnet-worker-0", labels={"zone": "b"})).gang_complete
+    assert c.apply(R["pods"], "MODIFIED", gpu_pod("web-1", job=None, phase="Pending")) == Change()
+
+
 def node(name: str, zone: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}, "spec": {}, "status": {"allocatable": {}}}
 
@@ -80,10 +129,12 @@ def test_indexes(cache: tuple[ClusterCache, list[Change]]) -> None:
         ("ciliumnetworkpolicies.v2.cilium.io", "MODIFIED", policy("p1", rule="b"), Change(namespaces=frozenset({"ml"}))),
         ("ciliumnetworkpolicies.v2.cilium.io", "MODIFIED", policy("p1"), Change()),
         ("ciliumclusterwidenetworkpolicies.v2.cilium.io", "ADDED", policy("c1", None), Change(everything=True)),
-        # node labels -> jobs with pods there (and namespaces of group pods there)
-        ("nodes", "MODIFIED", node("n2", "c"), Change(jobs=frozenset({RESNET}))),
-        ("nodes", "MODIFIED", node("n1", "c"), Change(jobs=frozenset({RESNET}), namespaces=frozenset({"ml"}))),
-        ("nodes", "ADDED", node("n3", "c"), Change()),
+        # node labels -> jobs with pods there (and namespaces of group pods there); a node added
+        # or changed may have room for a job elsewhere (capacity)
+        ("nodes", "MODIFIED", node("n2", "c"), Change(jobs=frozenset({RESNET}), capacity=True)),
+        ("nodes", "MODIFIED", node("n1", "c"), Change(jobs=frozenset({RESNET}), namespaces=frozenset({"ml"}), capacity=True)),
+        ("nodes", "ADDED", node("n3", "c"), Change(capacity=True)),
+        ("nodes", "DELETED", node("n3", "c"), Change()),
         # namespace labels -> everything (policies select namespaces by label)
         ("namespaces", "MODIFIED", {"metadata": {"name": "ml", "labels": {"t": "2"}}}, Change(everything=True)),
         # the job object itself

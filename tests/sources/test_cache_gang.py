@@ -102,7 +102,7 @@ def test_only_the_last_bind_completes_the_gang(bert: tuple[ClusterCache, list[Ch
     assert seen[-1] and not seen[-1].gang_complete
 
 
-def test_a_gang_awaiting_its_labels_completes_again_on_each_label_update(
+def test_a_gang_awaiting_its_labels_completes_again_on_each_label_or_phase_update(
     bert: tuple[ClusterCache, list[Change]],
 ) -> None:
     c, seen = bert
@@ -112,9 +112,10 @@ def test_a_gang_awaiting_its_labels_completes_again_on_each_label_update(
     c.await_labels([BERT])  # the pipeline: diagnosed before the zone labels were written
     c.apply(PODS, EventType.MODIFIED, pod("bert-worker-0", node="n1", labels={"zone": "a"}))
     assert seen[-1].gang_complete and seen[-1].jobs == frozenset({BERT})
+    # its start settles the verdict as well (a label not written by then will not be)
     phase_only = c.apply(PODS, EventType.MODIFIED, pod("bert-worker-0", node="n1",
                                                        labels={"zone": "a"}, phase="Running"))
-    assert not phase_only.gang_complete  # not a label change
+    assert phase_only.gang_complete and phase_only.jobs == frozenset({BERT})
     c.labels_settled([BERT])  # the pipeline: recorded with every label in place
     c.apply(PODS, EventType.MODIFIED, pod("bert-worker-1", node="n1", labels={"zone": "a"}))
     assert not seen[-1].gang_complete

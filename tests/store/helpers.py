@@ -46,5 +46,5 @@ def minutes(n: float) -> timedelta:
 
 
 # The migration revisions, oldest first (one line, one head).
-CHAIN = ["0001", "0002_approval_deadline", "0003_outbox_claims"]
+CHAIN = ["0001", "0002_approval_deadline", "0003_outbox_claims", "0004_one_open_incident_per_job"]
 HEAD = CHAIN[-1]

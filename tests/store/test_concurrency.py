@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.model.incident import Actor, TransitionResult
+from agent.model.incident import Actor, TransitionResult, Verdict
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.store.repository import IncidentStore
 from tests.store.helpers import T0, finding
@@ -99,19 +99,28 @@ def test_two_processes_one_winner(store: IncidentStore, db_url: str) -> None:
     assert [d.actor_id for d in detail.decisions] == winners
 
 
-def test_concurrent_detections_open_one_incident(store: IncidentStore) -> None:
+VERDICTS = [Verdict.ZONE_SPLIT_BLOCKED, Verdict.POLICY_BLOCKED, Verdict.GPU_UTILIZATION_DROP,
+            Verdict.ALERT]
+
+
+@pytest.mark.parametrize("varied", [False, True], ids=["same-finding", "verdicts-and-uids"])
+def test_concurrent_detections_open_one_incident(store: IncidentStore, varied: bool) -> None:
+    """Eight first detections of one job at once (replicas racing, a restart's retry) open one
+    incident, even when they see other verdicts or uids of the job (one open incident per job,
+    held by the store's unique index on the open incidents' job)."""
     barrier = threading.Barrier(8)
     outcomes = []
     errors: list[BaseException] = []
 
-    def detect() -> None:
+    def detect(i: int) -> None:
+        seen = (finding(verdict=VERDICTS[i % 4], uid=f"uid-{i % 3}") if varied else finding())
         barrier.wait()
         try:
-            outcomes.append(store.record_finding(finding()))
+            outcomes.append(store.record_finding(seen))
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=detect) for _ in range(8)]
+    threads = [threading.Thread(target=detect, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:

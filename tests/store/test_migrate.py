@@ -163,3 +163,44 @@ def test_upgrade_keeps_data_and_downgrade_round_trips(empty_url: str) -> None:
         assert store.get_incident(incident_id).incident.id == incident_id
     finally:
         engine.dispose()
+
+
+def test_upgrade_to_one_open_incident_per_job_keeps_the_one_under_way(empty_url: str) -> None:
+    """A database from before the job index holds several open incidents of one job (one per
+    verdict class): the upgrade keeps the one a remediation is under way on (else the newest),
+    supersedes the others with a timeline event naming it, and the index then refuses a second."""
+    engine = make_engine(empty_url)
+    insert = text(
+        "INSERT INTO incidents (cluster, job_kind, job_namespace, job_name, verdict, fingerprint, "
+        "status, severity, opened_at, updated_at, detections, diagnosis) VALUES ('prod', "
+        "'PyTorchJob', 'ml', :name, :verdict, :fp, :status, 'critical', :t, :t, 1, '{}')")
+    rows = [("resnet", "zone_split_blocked", "remediating"), ("resnet", "gpu_utilization_drop", "open"),
+            ("resnet", "alert", "open"), ("bert", "policy_blocked", "open"),
+            ("bert", "zone_split_degraded", "awaiting_approval"), ("gpt", "alert", "open")]
+    try:
+        assert upgrade(engine, DatabaseSettings(), revision="0003_outbox_claims") == "0003_outbox_claims"
+        with engine.begin() as conn:
+            for i, (name, verdict, status) in enumerate(rows):
+                conn.execute(insert, {"name": name, "verdict": verdict, "fp": f"fp{i}",
+                                      "status": status, "t": "2026-11-01 12:00:00"})
+        assert upgrade(engine, DatabaseSettings()) == HEAD
+        assert schema_diff(engine) == []
+        store = IncidentStore(engine)
+        listing = store.list_incidents().incidents
+        still = sorted((i.name, i.verdict.value) for i in listing if i.closed_at is None)
+        assert still == [("bert", "zone_split_degraded"), ("gpt", "alert"),
+                         ("resnet", "zone_split_blocked")]
+        kept = {i.name: i.id for i in listing if i.closed_at is None}
+        for incident in listing:
+            if incident.closed_at is None:
+                continue
+            assert incident.status.value == "superseded"
+            (event,) = [e for e in store.get_incident(incident.id).events
+                        if e.kind.value == "superseded"]
+            assert event.detail["reason"] == (
+                f"one open incident per job: incident {kept[incident.name]} is kept open")
+        with pytest.raises(Exception, match="(?i)unique"), engine.begin() as conn:
+            conn.execute(insert, {"name": "gpt", "verdict": "policy_blocked", "fp": "fp-new",
+                                  "status": "open", "t": "2026-11-01 12:00:00"})
+    finally:
+        engine.dispose()

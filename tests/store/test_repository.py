@@ -82,10 +82,13 @@ def test_record_finding_opens_then_redetects(store: IncidentStore) -> None:
     ("other", "same_incident"),
     [
         ({"verdict": Verdict.ZONE_SPLIT_DEGRADED}, True),
-        ({"verdict": Verdict.POLICY_BLOCKED}, False),
+        ({"verdict": Verdict.POLICY_BLOCKED}, True),  # one open incident per job
+        ({"verdict": Verdict.GPU_UTILIZATION_DROP}, True),
+        ({"uid": "another-uid"}, True),  # the same job (recreated, or its uid unknown at first)
+        ({"uid": ""}, True),
         ({"cluster": "staging"}, False),
-        ({"uid": "another-uid"}, False),
         ({"name": "other-job"}, False),
+        ({"namespace": "other-ns"}, False),
     ],
 )
 def test_dedupe_key(store: IncidentStore, other: dict[str, object], same_incident: bool) -> None:
@@ -93,6 +96,84 @@ def test_dedupe_key(store: IncidentStore, other: dict[str, object], same_inciden
     second = store.record_finding(finding(**other))  # type: ignore[arg-type]
     assert (second.incident.id == first.incident.id) is same_incident
     assert second.new is not same_incident
+    assert len(store.list_incidents(IncidentQuery(open_only=True)).incidents) == (
+        1 if same_incident else 2)
+
+
+@pytest.mark.parametrize(
+    ("opened", "seen", "after"),
+    [
+        # before a decision a topology verdict replaces any verdict, a symptom only its own class
+        (Verdict.ZONE_SPLIT_DEGRADED, Verdict.POLICY_BLOCKED, Verdict.POLICY_BLOCKED),
+        (Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH, Verdict.ZONE_LABEL_MISMATCH),
+        (Verdict.GPU_UTILIZATION_DROP, Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_BLOCKED),
+        (Verdict.ALERT, Verdict.ZONE_SPLIT_DEGRADED, Verdict.ZONE_SPLIT_DEGRADED),
+        (Verdict.ZONE_SPLIT_BLOCKED, Verdict.GPU_UTILIZATION_DROP, Verdict.ZONE_SPLIT_BLOCKED),
+        (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ALERT, Verdict.ZONE_SPLIT_BLOCKED),
+        (Verdict.GPU_UTILIZATION_DROP, Verdict.ALERT, Verdict.GPU_UTILIZATION_DROP),
+    ],
+)
+def test_a_job_keeps_one_incident_whose_verdict_follows_the_diagnosis(
+    store: IncidentStore, opened: Verdict, seen: Verdict, after: Verdict
+) -> None:
+    first = store.record_finding(finding(verdict=opened))
+    again = store.record_finding(finding(verdict=seen, at=T0 + minutes(1)))
+    assert not again.new and again.incident.id == first.incident.id
+    assert again.previous_verdict is opened
+    assert again.incident.verdict is after
+    assert again.verdict_changed is (after is not opened)
+    detail = store.get_incident(first.incident.id)
+    assert detail.diagnosis["verdict"] == after.value
+    # what was seen is on the timeline, a verdict change as a row of its own
+    redetected = [e for e in detail.events if e.kind is EventKind.REDETECTED]
+    assert [e.detail["verdict"] for e in redetected] == [seen.value]
+
+
+def test_a_verdict_change_is_a_timeline_row_of_its_own(store: IncidentStore) -> None:
+    first = store.record_finding(finding(verdict=Verdict.ZONE_SPLIT_DEGRADED))
+    for i, verdict in enumerate([Verdict.ZONE_SPLIT_DEGRADED, Verdict.ZONE_SPLIT_BLOCKED,
+                                 Verdict.ZONE_SPLIT_BLOCKED, Verdict.POLICY_BLOCKED], start=1):
+        store.record_finding(finding(verdict=verdict, at=T0 + minutes(i)))
+    events = store.get_incident(first.incident.id).events
+    rows = [(e.detail["verdict"], e.detail.get("repeats", 1))
+            for e in events if e.kind is EventKind.REDETECTED]
+    # repeats of one verdict fold into its row; each change starts a row
+    assert rows == [("zone_split_degraded", 1), ("zone_split_blocked", 2),
+                    ("policy_blocked", 1)]
+
+
+def test_a_new_incident_only_after_the_last_one_closed(store: IncidentStore) -> None:
+    first = store.record_finding(finding(verdict=Verdict.POLICY_BLOCKED))
+    store.transition(first.incident.id, S.OPEN, S.SUPERSEDED, actor="agent", now=T0 + minutes(1))
+    second = store.record_finding(finding(verdict=Verdict.ZONE_SPLIT_BLOCKED, at=T0 + minutes(2)))
+    assert second.new and second.incident.id != first.incident.id
+
+
+def test_the_store_refuses_a_second_open_incident_of_a_job(store: IncidentStore) -> None:
+    """The unique index, not only the agent's reads: an INSERT that skips the dedupe lookup (a
+    second replica racing, an older agent) is refused by the database itself."""
+    store.record_finding(finding())
+    with store.engine.begin() as conn, pytest.raises(Exception, match="(?i)unique"):
+        conn.execute(text(
+            "INSERT INTO incidents (cluster, job_kind, job_namespace, job_name, verdict, "
+            "fingerprint, status, severity, opened_at, updated_at, detections, diagnosis) VALUES "
+            "('prod', 'PyTorchJob', 'ml', 'resnet', 'policy_blocked', 'another-fp', 'open', "
+            "'critical', :t, :t, 1, '{}')"), {"t": "2026-11-01 12:00:00"})
+    assert len(store.list_incidents().incidents) == 1
+
+
+def test_utilization_before_is_read_from_the_samples_while_open(store: IncidentStore) -> None:
+    opened = T0.timestamp()
+    first = store.record_finding(finding(utilization_now=63.0, utilization_samples=(
+        (opened - 30, 85.0), (opened - 10, 63.0))))
+    assert first.incident.utilization_before is None  # samples from before it opened only
+    again = store.record_finding(finding(at=T0 + minutes(1), utilization_now=2.0,
+                                         utilization_samples=((opened - 10, 63.0),
+                                                              (opened + 40, 2.0))))
+    assert again.incident.utilization_before == 2.0
+    later = store.record_finding(finding(at=T0 + minutes(2), utilization_now=None,
+                                         utilization_samples=((opened - 10, 63.0),)))
+    assert later.incident.utilization_before == 2.0  # never erased by a later lack of samples
 
 
 def test_closed_incident_is_not_reopened(store: IncidentStore) -> None:

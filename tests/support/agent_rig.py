@@ -26,9 +26,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from agent.chatops.fakeslack import FakeSlack
 from agent.chatops.render import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
+from agent.fakes.slack import FakeSlack
 from agent.runtime import expiry
 from agent.runtime.app import Agent
 from agent.runtime.chat import wire_chat

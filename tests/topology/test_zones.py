@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from agent.topology.zones import mirror_label_keys, pod_zone
+from agent.model.cluster import Pod, PodPhase
+from agent.topology.zones import awaited_labels, mirror_label_keys, pod_zone, zone_keys
 from tests.snapshot.kube_objects import load, node, pod
 
 NODES = [node("a1", "zone-a"), node("b1", "zone-b"), node("c1", "zone-c"), node("x", None)]
@@ -93,3 +94,61 @@ def test_mirror_label_keys(
 def test_pod_zone(node_name: str | None, zone: str | None) -> None:
     state = load([*NODES, pod("p", node_name=node_name)]).state
     assert pod_zone(state.pods[0], state.nodes) == zone
+
+
+# -- labels still to come ---------------------------------------------------------------------
+
+ZONE_OF = {"a1": "zone-a", "b1": "zone-b", "bare": None}
+MIRROR = "netpol/zone"
+
+
+def _pod(name: str, node_name: str | None, phase: PodPhase = PodPhase.PENDING,
+         **labels: str) -> Pod:  # fmt: skip
+    return Pod("ml", name, labels={k.replace("__", "/"): v for k, v in labels.items()},
+               node_name=node_name, phase=phase)
+
+
+@pytest.mark.parametrize(
+    ("pods", "keys", "awaited"),
+    [
+        # bound, not started, without the key: its label is still to come
+        ([_pod("w0", "a1")], (MIRROR,), ("w0",)),
+        # carries its node's zone: settled; another zone before it starts: rewritten yet
+        ([_pod("w0", "a1", netpol__zone="zone-a")], (MIRROR,), ()),
+        ([_pod("w0", "a1", netpol__zone="zone-b")], (MIRROR,), ("w0",)),
+        # started: what it carries is what the policies see (a lie is its own verdict)
+        ([_pod("w0", "a1", PodPhase.RUNNING)], (MIRROR,), ()),
+        ([_pod("w0", "a1", PodPhase.RUNNING, netpol__zone="zone-b")], (MIRROR,), ()),
+        # not bound (the job is pending), a node without a zone, no key the policies read
+        ([_pod("w0", None)], (MIRROR,), ()),
+        ([_pod("w0", "bare")], (MIRROR,), ()),
+        ([_pod("w0", "a1")], (), ()),
+        # every key the policies read, on every pod of the gang
+        ([_pod("m0", "b1", netpol__zone="zone-b"), _pod("w0", "a1", netpol__zone="zone-a"),
+          _pod("w1", "a1")], (MIRROR,), ("w1",)),
+        ([_pod("w0", "a1", netpol__zone="zone-a")], (MIRROR, "zone"), ("w0",)),
+    ],
+)
+def test_awaited_labels(pods: list[Pod], keys: tuple[str, ...], awaited: tuple[str, ...]) -> None:
+    assert awaited_labels(pods, keys=keys, node_zone=ZONE_OF) == awaited
+
+
+@pytest.mark.parametrize(
+    ("values", "mirrors", "readable", "keys"),
+    [
+        # a selector comparing a key with a zone name: a zone-mirroring key, before any pod
+        # carries it (the policies alone say so)
+        ({MIRROR: {"zone-a"}, "app": {"web"}}, (), (MIRROR, "app"), (MIRROR,)),
+        ({MIRROR: {"zone-x", "zone-b"}}, (), (MIRROR,), (MIRROR,)),
+        # a detected mirror key the policies read, whatever the values compared
+        ({"zone": {"anything"}}, ("zone",), ("zone",), ("zone",)),
+        # a mirror key no policy reads cannot change a verdict
+        ({"app": {"web"}}, ("zone",), ("app", "zone"), ()),
+        # a key left out of identities never matches: its arrival changes nothing
+        ({MIRROR: {"zone-a"}}, (), (), ()),
+    ],
+)
+def test_zone_keys(values: dict[str, set[str]], mirrors: tuple[str, ...],
+                   readable: tuple[str, ...], keys: tuple[str, ...]) -> None:  # fmt: skip
+    assert zone_keys(values, zones=("zone-a", "zone-b"), mirror_keys=mirrors,
+                     readable=readable) == keys  # fmt: skip

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from agent.twin import crds
 from agent.twin.apierror import ApiError
 from agent.twin.crds import CRDS, TrainerRelease, crd_documents
 from agent.twin.patch import PatchType
@@ -83,12 +82,12 @@ def test_store_installs_the_crds_and_a_release_switch_replaces_them() -> None:
         assert "podTemplateOverrides" in _spec_fields(before)
         assert {c["type"] for c in before["status"]["conditions"]} == {"NamesAccepted",
                                                                       "Established"}
-        crds.install(store, TrainerRelease.V2_2)
+        store.install_crds(TrainerRelease.V2_2)
         after = store.get(CRDS, name)
         assert "runtimePatches" in _spec_fields(after)
         assert after["metadata"]["uid"] == before["metadata"]["uid"]
         version = after["metadata"]["resourceVersion"]
-        crds.install(store, TrainerRelease.V2_2)  # nothing to change: nothing written
+        store.install_crds(TrainerRelease.V2_2)  # nothing to change: nothing written
         assert store.get(CRDS, name)["metadata"]["resourceVersion"] == version
     finally:
         store.close()
@@ -131,7 +130,7 @@ def test_strict_field_validation_refuses_with_400_and_stores_nothing() -> None:
             'error: unknown field "spec.podTemplateOverrides"')
         assert store.list(TRAINJOBS)[0] == []
         # the same object is served whole on v2.1
-        crds.install(store, TrainerRelease.V2_1)
+        store.install_crds(TrainerRelease.V2_1)
         created = store.create(TRAINJOBS, TRAINJOB, field_validation="Strict")
         assert created["spec"]["podTemplateOverrides"] == [{"targetJobs": [{"name": "node"}]}]
     finally:

@@ -1,92 +1,26 @@
-"""Typed settings: read once from a YAML file plus `ZONEMEDIC_` environment overrides, then passed down.
+"""The typed sections of the agent's settings: one frozen dataclass per section of the YAML file.
 
-Who calls it: the CLI (`load_settings`) and nothing else; every other module receives the section it
-needs as an argument. It reads no environment at import time. Unknown keys, wrong types and values
-out of range raise `ConfigError` naming the key (e.g. `database.url: expected a string, got 3`,
-`http.port: must be at most 65535, got 70000`); every problem of a file is collected, in file order,
-into one `ConfigError` (`problems`). A key's range is written in its annotation
-(`Annotated[int, Within(0, 65535)]`); rules across keys live in the section's `__post_init__`.
-Numbers and durations go through `agent.parsing.numbers` (ASCII digits, bounded) and the file
-through `agent.parsing.bounded_yaml`.
-
-Environment overrides name the key path in upper case with `__` between levels:
-`ZONEMEDIC_DATABASE__URL=postgresql+psycopg://...`, `ZONEMEDIC_HTTP__PORT=9090`. Values are parsed as
-YAML scalars/flow collections, so `ZONEMEDIC_KUBERNETES__NAMESPACES__INCLUDE='[a, b]'` works.
-
-`read_secret_file` reads the secret a `*_file` key names (Slack's tokens, the HTTP API token,
-Prometheus' bearer token, the Alertmanager webhook's credentials), for whoever needs it at start-up or per use: never at import, and the
-secret never enters `Settings`.
-
-What it does not do: validate that a URL answers or a file exists (the adapters do that at start).
+Who calls it: `agent.settings.builder` builds them (through `agent.settings.loader`); every other
+module receives the section it needs as an argument (`DiagnosisSettings`, `DatabaseSettings`, ...).
+A key's range is written in its annotation (`Annotated[int, Within(0, 65535)]`,
+`agent.settings.bounds`); rules across keys live in the section's `__post_init__` and raise
+`ConfigError` naming the key (`http.max_connections: must be more than max_requests (100) ...`).
+What it does not do: read a file or the environment, or convert raw values (the builder does).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import types
-import typing
-from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from functools import partial
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
-
-import yaml
+from typing import Annotated
 
 from agent.errors import ConfigError
-from agent.parsing import numbers
-from agent.parsing.bounded_yaml import YamlLimitError, safe_load, syntax_error
-from agent.parsing.member import member
-from agent.parsing.numbers import NumberError
+from agent.settings.bounds import NOT_NEGATIVE, PORT, POSITIVE, Within
+from agent.settings.secrets import EnvironmentSecrets
 
-ENV_PREFIX = "ZONEMEDIC_"
-
-MAX_CONFIG_BYTES = 1024 * 1024  # a configuration file larger than this is refused unread
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
-def parse_duration(value: object, *, key: str = "duration") -> timedelta:
-    """Parse `500ms`, `15s`, `30m`, `2h`, `7d` (or a bare number of seconds) into a timedelta,
-    bounded by `agent.parsing.numbers.MAX_DURATION`; `ConfigError` names the key."""
-    try:
-        return numbers.parse_duration(value, field=key)
-    except NumberError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-@dataclass(frozen=True)
-class Within:
-    """A setting's bounds, written in its annotation: `port: Annotated[int, Within(0, 65535)]`.
-
-    Numbers and durations must lie in [low, high] (either side may be open with None); strings must
-    be one of `choices`."""
-
-    low: Any = None
-    high: Any = None
-    choices: tuple[str, ...] = ()
-
-    def problem(self, value: Any) -> str | None:
-        if self.choices:
-            return None if value in self.choices else f"expected one of {', '.join(self.choices)}"
-        if self.low is not None and value < self.low:
-            return f"must be at least {_shown_bound(self.low)}"
-        if self.high is not None and value > self.high:
-            return f"must be at most {_shown_bound(self.high)}"
-        return None
-
-
-def _shown_bound(bound: Any) -> str:
-    if isinstance(bound, timedelta):
-        return f"{bound.total_seconds():g}s"
-    return f"{bound:g}" if isinstance(bound, float) else str(bound)
-
-
-POSITIVE = Within(low=timedelta(milliseconds=1))
-NOT_NEGATIVE = Within(low=0)
-PORT = Within(0, 65535)  # 0: any free port (tests)
 
 
 class PodZoneLabelMode(StrEnum):
@@ -447,42 +381,6 @@ class SlackSettings:
 
 
 @dataclass(frozen=True)
-class EnvironmentSecrets:
-    """Secrets taken from the environment once, by `load_settings` (never from the config file,
-    never at import). Not a config key: `build` refuses `secrets` in a file or override."""
-
-    slack_bot_token: str | None = field(default=None, repr=False)
-    slack_signing_secret: str | None = field(default=None, repr=False)
-    slack_app_token: str | None = field(default=None, repr=False)
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> EnvironmentSecrets:
-        def get(name: str) -> str | None:
-            value = environ.get(name, "").strip()
-            return value or None
-
-        return cls(
-            slack_bot_token=get("SLACK_BOT_TOKEN"),
-            slack_signing_secret=get("SLACK_SIGNING_SECRET"),
-            slack_app_token=get("SLACK_APP_TOKEN"),
-        )
-
-
-def read_secret_file(path: str, *, key: str) -> str:
-    """The secret in the file `path` that the setting `key` names (`slack.bot_token_file`),
-    surrounding whitespace stripped; `ConfigError` naming the key and the file when it cannot be
-    read, is not UTF-8 or is empty."""
-    try:
-        value = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc.strerror or exc
-        raise ConfigError(f"{key}: cannot read {path}: {reason}") from exc
-    if not value:
-        raise ConfigError(f"{key}: {path} is empty")
-    return value
-
-
-@dataclass(frozen=True)
 class Settings:
     """The agent's whole configuration (one YAML file)."""
 
@@ -505,233 +403,3 @@ class Settings:
     secrets: EnvironmentSecrets = field(
         default_factory=EnvironmentSecrets, repr=False, metadata={"environment_only": True}
     )
-
-
-T = TypeVar("T")
-
-
-def _type_name(tp: Any) -> str:
-    if tp is str:
-        return "a string"
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    if tp is bool:
-        return "true or false"
-    if tp is timedelta:
-        return "a duration"
-    origin = typing.get_origin(tp)
-    if origin is list:
-        return "a list"
-    if origin is dict or dataclasses.is_dataclass(tp):
-        return "a mapping"
-    return str(tp)
-
-
-def _convert(tp: Any, value: Any, key: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Annotated:
-        inner, *rules = typing.get_args(tp)
-        converted = _convert(inner, value, key)
-        for rule in rules:
-            problem = rule.problem(converted) if isinstance(rule, Within) else None
-            if problem is not None:
-                raise ConfigError(f"{key}: {problem}, got {numbers.shown(value)}")
-        return converted
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, key)
-    if tp is timedelta:
-        return parse_duration(value, key=key)
-    if isinstance(tp, type) and issubclass(tp, StrEnum):
-        try:
-            return tp(value)
-        except ValueError:
-            known = ", ".join(m.value for m in tp)
-            raise ConfigError(f"{key}: expected one of {known}, got {value!r}") from None
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true or false, got {numbers.shown(value)}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return _number(numbers.parse_int, value, key, minimum=numbers.INT64_MIN)
-        raise ConfigError(f"{key}: expected an integer, got {numbers.shown(value)}")
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return _number(numbers.parse_float, value, key, minimum=-1e15)
-        raise ConfigError(f"{key}: expected a number, got {numbers.shown(value)}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{key}: expected a string, got {numbers.shown(value)}")
-    if origin is list:
-        (item_tp,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {numbers.shown(value)}")
-        return _collect(
-            partial(_convert, item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)
-        )
-    if origin is dict:
-        key_tp, val_tp = typing.get_args(tp)
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping, got {numbers.shown(value)}")
-        keys = _collect(partial(_convert, key_tp, k, key) for k in value)
-        values = _collect(partial(_convert, val_tp, v, member(key, str(k))) for k, v in value.items())
-        return dict(zip(keys, values, strict=True))
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return build(tp, value, prefix=key)
-    raise ConfigError(f"{key}: unsupported setting type {tp!r}")  # pragma: no cover
-
-
-def _number(parse: Any, value: Any, key: str, *, minimum: Any) -> Any:
-    try:
-        return parse(value, field=key, minimum=minimum)
-    except NumberError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _collect(steps: Iterable[Callable[[], Any]]) -> list[Any]:
-    """Run every conversion step; raise one ConfigError listing every problem of all of them."""
-    results: list[Any] = []
-    problems: list[str] = []
-    for step in steps:
-        try:
-            results.append(step())
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise ConfigError(*problems)
-    return results
-
-
-def build(cls: type[T], data: object, *, prefix: str = "") -> T:
-    """Build dataclass `cls` from a mapping, rejecting unknown keys, wrong types and values out of
-    bounds by name. Every problem is collected: the `ConfigError` lists them all (`.problems`)."""
-    where = prefix or "config"
-    if data is None:
-        data = {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {numbers.shown(data)}")
-    hints = typing.get_type_hints(cls, include_extras=True)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    kwargs: dict[str, Any] = {}
-    problems: list[str] = []
-    given: set[str] = set()
-    for raw_key, value in data.items():
-        name = str(raw_key)
-        given.add(name)
-        key = member(prefix, name)
-        if name in fields and fields[name].metadata.get("environment_only"):
-            problems.append(f"{key}: not a config key (secrets come from files or the environment)")
-            continue
-        if name not in fields:
-            known = ", ".join(sorted(n for n, f in fields.items()
-                                     if not f.metadata.get("environment_only")))
-            problems.append(f"{key}: unknown key (known keys: {known})")
-            continue
-        try:
-            kwargs[name] = _convert(hints[name], value, key)
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-    missing = [
-        n
-        for n, f in fields.items()
-        if n not in given
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
-    for name in missing:
-        problems.append(f"{prefix}.{name}: required key is missing" if prefix else
-                        f"{name}: required key is missing")
-    if problems:
-        raise ConfigError(*problems)
-    return cls(**kwargs)  # a section's own cross-key rules raise ConfigError naming the key
-
-
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping (or nothing); errors name the file. The file is
-    read up to `MAX_CONFIG_BYTES` and parsed through the bounded YAML loader."""
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes, not a config file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-    try:
-        data = safe_load(text)
-    except YamlLimitError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        line, problem = syntax_error(exc, text=text)
-        where = f" line {line}" if line is not None else ""
-        raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
-
-
-def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
-            continue
-        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
-        if not path:
-            continue
-        try:
-            value = safe_load(raw) if raw != "" else ""
-        except YamlLimitError as exc:
-            raise ConfigError(f"{name}: {exc.problem}") from None
-        except yaml.YAMLError:
-            raise ConfigError(f"{name}: cannot parse value {numbers.shown(raw)}") from None
-        node = data
-        for part in path[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = {}
-                node[part] = child
-            if not isinstance(child, dict):
-                raise ConfigError(f"{name}: {part} is not a section")
-            node = child
-        node[path[-1]] = value
-    return data
-
-
-def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Read the agent's settings once: the file (if any), then environment overrides."""
-    data: dict[str, Any] = read_yaml_mapping(path) if path is not None else {}
-    if environ:
-        data = _apply_env(data, environ)
-    settings = build(Settings, data)
-    return dataclasses.replace(settings, secrets=EnvironmentSecrets.from_environ(environ or {}))
-
-
-def load_diagnosis_settings(path: Path | None) -> DiagnosisSettings:
-    """Read a `zonemedic diagnose --config` file: the keys of the agent's `diagnosis:` section,
-    bare or under `diagnosis:` (an agent configuration file, whose other sections are validated
-    as `load_settings` does and otherwise ignored). Both at once is refused, naming the keys."""
-    data = read_yaml_mapping(path) if path is not None else {}
-    if "diagnosis" not in data:
-        return build(DiagnosisSettings, data)
-    bare = sorted(str(k) for k in data if str(k) in _field_names(DiagnosisSettings))
-    if bare:
-        raise ConfigError(
-            f"{path}: diagnosis keys both at the top level ({', '.join(bare)}) and under "
-            "diagnosis:; write them in one place"
-        )
-    return build(Settings, data).diagnosis
-
-
-def _field_names(cls: type[Any]) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
