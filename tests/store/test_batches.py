@@ -36,14 +36,15 @@ from tests.store.helpers import T0, finding, minutes
 
 # Rounds of findings, each recorded as one call; between rounds 1 and 2 incident "b" is approved
 # (decided: a re-detection keeps its verdict). Round 2 is within the fold window of round 1,
-# round 3 past it.
+# round 3 past it; a job seen twice in a round is recorded one at a time after the first.
 ROUNDS: list[list[FindingRecord]] = [
     [finding("a", utilization_now=40.0, gpus=4), finding("b"), finding("c"),
      finding("a", at=T0 + timedelta(seconds=1), utilization_now=39.0)],
     [finding("a", at=T0 + minutes(1), verdict=Verdict.ZONE_SPLIT_DEGRADED),
      finding("b", at=T0 + minutes(1), verdict=Verdict.ZONE_SPLIT_DEGRADED, gpus=8),
      finding("d", at=T0 + minutes(1), verdict=Verdict.POLICY_BLOCKED),
-     finding("c", at=T0 + minutes(1), verdict=Verdict.POLICY_BLOCKED)],
+     finding("c", at=T0 + minutes(1), verdict=Verdict.POLICY_BLOCKED),
+     finding("a", at=T0 + minutes(2), verdict=Verdict.ZONE_SPLIT_DEGRADED)],
     [finding("a", at=T0 + minutes(20), estimated_cost=3.5), finding("d", at=T0 + minutes(20))],
 ]
 
@@ -96,13 +97,17 @@ def test_record_findings_writes_what_record_finding_writes(store: IncidentStore,
             (o.new, o.incident.name, o.incident.verdict, o.incident.detections)
             for o in one_by_one[n]]  # fmt: skip
     assert _contents(store) == expected
-    a = next(i for i in store.list_incidents().incidents if i.name == "a" and i.verdict is
-             Verdict.ZONE_SPLIT_BLOCKED)  # fmt: skip
-    events = store.get_incident(a.id).events
-    redetected = [e for e in events if e.kind is EventKind.REDETECTED]
-    assert len(redetected) == 2  # rounds 1-2 folded into one row, round 3 past the window
-    assert redetected[0].detail["repeats"] == 2
-    assert a.detections == 4
+    (a,) = [i for i in store.list_incidents().incidents if i.name == "a"]  # one per job
+    kinds = [(e.kind, e.detail.get("verdict"), e.detail.get("repeats"))
+             for e in store.get_incident(a.id).events]
+    # a repeat of the same verdict within the window folds; a new verdict is a row of its own
+    assert kinds == [
+        (EventKind.DETECTED, "zone_split_blocked", None),
+        (EventKind.REDETECTED, "zone_split_blocked", None),
+        (EventKind.REDETECTED, "zone_split_degraded", 2),
+        (EventKind.REDETECTED, "zone_split_blocked", None),
+    ]
+    assert a.detections == 5
 
 
 def _follow(records: list[FindingRecord]) -> Any:
