@@ -209,7 +209,7 @@ REMEDIABLE = {"verdict": "zone_split_blocked", "remediable": True, "target_zone"
 NO_ROOM = Preview(
     preview_action(Refusal(JobRef(JobKind.PYTORCH, "ml", "resnet"), "zone zone-a has no room"),
                    zones={"zone-a": 3, "zone-b": 1}, target_zone="zone-a"),
-    placement_key("zone-a", {"zone-a": 3, "zone-b": 1}))  # fmt: skip
+    placement_key(None, "zone-a", {"zone-a": 3, "zone-b": 1}))  # fmt: skip
 
 
 @pytest.mark.parametrize(
