@@ -282,6 +282,52 @@ class FindingOutcome:
 
 
 @dataclass(frozen=True)
+class MessageDraft:
+    """A message to queue with a newly opened incident (an outbox row before it has an id)."""
+
+    kind: MessageKind
+    payload: Mapping[str, Any]
+    channel: str | None = None
+    dedupe_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ActionDraft:
+    """A remediation step to record with a newly opened incident (a plan preview)."""
+
+    kind: RemediationActionKind
+    payload: Mapping[str, Any]
+    actor: str | None = None
+    succeeded: bool | None = None
+    message: str | None = None
+    event: EventKind | None = None
+
+
+@dataclass(frozen=True)
+class EventDraft:
+    """A timeline event to add to a newly opened incident (a note)."""
+
+    kind: EventKind
+    detail: Mapping[str, Any]
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """What is written with a newly opened incident, in the transaction that opens it, in this
+    order: its plan preview (`action`), its approval request (`open -> awaiting_approval` with
+    `approval_deadline`, by `approval_actor`), its outbox messages, then its notes. `now` is the
+    time of these writes."""
+
+    now: datetime
+    action: ActionDraft | None = None
+    approval_deadline: datetime | None = None
+    approval_actor: str = "zonemedic"
+    messages: tuple[MessageDraft, ...] = ()
+    notes: tuple[EventDraft, ...] = ()
+
+
+@dataclass(frozen=True)
 class TransitionResult:
     """The result of a conditional transition or decision.
 

@@ -13,7 +13,9 @@ applies it to the store:
   a note on the incident's timeline says why.
 - NONE (the finding is not remediable): nothing; the incident stays `open`.
 
-A second proposal for the same incident (two playbooks) changes nothing: the incident is no longer
+`planned` is the same rule for an incident opened in a batch (`IncidentStore.record_findings`):
+the request is written with the incident, in its transaction; an automatic approval is left to
+`propose`. A second proposal for the same incident (two playbooks) changes nothing: the incident is no longer
 `open`, and both steps are conditional. What it does not do: post anything or touch the cluster.
 """
 
@@ -67,6 +69,21 @@ class ApprovalRequests:
         reason = next((str(e.detail["reason"]) for e in reversed(events) if e.detail.get("reason")),
                       "no reason recorded")
         return RolledBack(at=at, reason=f"incident {last}: {reason}")
+
+    def planned(
+        self, incident: IncidentSummary, finding: Mapping[str, Any], policy: ApprovalPolicy
+    ) -> ApprovalStep | None:
+        """The step `propose` takes for a new incident where it needs no reads and no decision
+        (a request with its deadline, or none), for the caller to write with the incident; None
+        in a namespace the playbook approves automatically (`propose` reads the job's last
+        rollback and decides there)."""
+        if policy.is_auto(incident.namespace) and incident.status is IncidentStatus.OPEN:
+            return None
+        return approval_step(
+            namespace=incident.namespace, finding=finding, policy=policy,
+            protected_namespaces=self.protected, default_ttl=self.default_ttl, now=self.now(),
+            rolled_back=None, auto_hold=self.auto_hold,
+        )  # fmt: skip
 
     def propose(
         self,

@@ -175,8 +175,7 @@ class ModelMirror:
 
     def _rebuild_facts(self) -> None:
         self._facts = FactsIndex(self._maps[Role.NODE])
-        for slot, pod in self._pods.items():
-            self._facts.add(slot, pod)
+        self._facts.add_many(self._pods)
 
     def _load_all(self) -> None:
         """Parse every cached object afresh (an object unchanged since it was parsed keeps its

@@ -10,9 +10,13 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   of its namespaces: a scoped diagnosis); a cluster-wide change (node, cluster-wide policy,
   namespace labels, start-up, leadership acquired) diagnoses everything and then reconciles like a
   sweep (open incidents of jobs no longer found are superseded), once the caches are synced.
-  A cluster-wide batch reads the cluster's open incidents once (not once per job: a job found
-  healthy with none open costs no query) and records the problems that open a new incident
-  first, then re-detections, then the healthy jobs. A follower remembers the jobs of the last
+  A cluster-wide batch (and a sweep) reads the cluster's open incidents once (not once per job:
+  a job found healthy with none open costs no query) and records the problems that open a new
+  incident first, then re-detections, then the healthy jobs. The problems go to the store
+  `RECORD_BATCH` at a time (`IncidentStore.record_findings`: multi-row statements in one
+  transaction), each new incident with its playbooks' follow-up (plan preview, approval request,
+  outbox messages, the note saying why it is not posted) in the transaction that opens it; a
+  firing that needs an automatic approval is fired once its incident is recorded. A follower remembers the jobs of the last
   changes it saw (at most `_FOLLOWED`); its first cluster-wide batch as the leader diagnoses and
   records those before the diagnosis of every job, so a split that appeared during the hand-over
   is recorded at the start of the new term, not after 150,000 pods are diagnosed.
@@ -75,6 +79,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -86,7 +91,13 @@ from agent.errors import UnavailableError
 from agent.model.cluster import ClusterState
 from agent.model.egress import MeasuredEgress
 from agent.model.finding import SPLIT_VERDICTS, Finding
-from agent.model.incident import FindingRecord, IncidentQuery, IncidentSummary
+from agent.model.incident import (
+    FindingOutcome,
+    FindingRecord,
+    FollowUp,
+    IncidentQuery,
+    IncidentSummary,
+)
 from agent.model.job import Job, JobRef
 from agent.model.lifecycle import (
     TOPOLOGY_CLASSES,
@@ -123,6 +134,7 @@ log = logging.getLogger(__name__)
 ACTOR = "zonemedic"
 _RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
 _MAX_FAILED_WORK = 10_000
+RECORD_BATCH = 200  # problems of a cluster-wide batch recorded per store transaction
 _FOLLOWED = 500  # jobs (and namespaces) changed while following that a new term records first
 # a split job's egress figure is recorded again when the measurement moves this much (or its
 # basis changes): the finding, its chat message and the dashboard follow the measurement
@@ -142,6 +154,20 @@ class StoreWork(StrEnum):
     ALERT = "alert"
     SWEEP = "sweep"
     METRICS = "metrics"
+
+
+@dataclass
+class _Pending:
+    """A finding about to be recorded: its document and store record, and the plan preview to
+    write with the incident it is expected to open."""
+
+    finding: Finding
+    key: JobRef
+    document: dict[str, Any]
+    gpus: int | None
+    record: FindingRecord
+    preview: Preview | None = None
+    previewed: bool = False  # the preview was computed (it may be None: nothing to preview)
 
 
 def in_scope(key: JobRef, change: Change) -> bool:
@@ -314,14 +340,16 @@ class AgentPipeline:
         unsettled: set[JobRef] = set()
         settled: list[JobRef] = []
         opened = 0
+        ready: list[Finding] = []
         for finding in findings:
             key = finding.job
             if finding.awaiting_labels:
                 unsettled.add(key)
                 continue
             settled.append(key)
-            outcome = self.record(finding, first_seen=first_seen)
-            opened += 1 if (outcome is not None and outcome.new) else 0
+            ready.append(finding)
+        outcomes = self._record_all(ready, first_seen=first_seen)
+        opened += sum(1 for o in outcomes if o is not None and o.new)
         cache = self.parts.cache
         cache.labels_settled(settled)
         if not unsettled:
@@ -409,7 +437,14 @@ class AgentPipeline:
             self.actions.retry_unfired()
             findings = self.diagnose()
             present = {f.job for f in findings}
-            opened = self._record_settled(findings, first_seen=None)
+            self._open_now = self._open_by_job()  # one read, then problems in batches
+            try:
+                ordered = list(findings)
+                if self._open_now is not None:
+                    ordered.sort(key=self._recording_order)
+                opened = self._record_settled(ordered, first_seen=None)
+            finally:
+                self._open_now = None
             closed = self._reconcile(present)
             purged = 0
             if self.store is not None:
@@ -512,6 +547,17 @@ class AgentPipeline:
 
     def record(self, finding: Finding, *, first_seen: float | None) -> Any:
         key = finding.job
+        pending = self._prepare(finding, key)
+        if pending is None:
+            return None
+        outcome = self._record_document(pending.document, detected_at=pending.record.detected_at,
+                                        key=key, record=pending.record)  # fmt: skip
+        self._recorded(pending, outcome, first_seen=first_seen, written=None)
+        return outcome
+
+    def _prepare(self, finding: Finding, key: JobRef) -> _Pending | None:
+        """Count the finding and deal with what needs no incident (pending, healthy: resolved);
+        else the finding's document and store record, to be recorded."""
         self.parts.metrics.findings.labels(verdict=str(finding.verdict)).inc()
         if finding.verdict is Verdict.PENDING:
             return None
@@ -529,10 +575,84 @@ class AgentPipeline:
         if finding.verdict in SPLIT_VERDICTS:
             document["waste"] = self._waste(finding, document["metrics"])
         gpus = sum(finding.gpus.values()) if finding.gpus else None
-        outcome = self._record_document(document, detected_at=self.now(), key=key, gpus=gpus,
-                                        samples=self._samples(key))
-        if outcome is None:
-            return None
+        record = self._finding_record(document, detected_at=self.now(), gpus=gpus,
+                                      samples=self._samples(key))  # fmt: skip
+        return _Pending(finding, key, document, gpus, record)
+
+    def _record_all(self, findings: list[Finding], *, first_seen: float | None) -> list[Any]:
+        """Record findings in order; the outcomes (None where no incident was touched). In a
+        cluster-wide batch or a sweep (`_open_now`: its problems come first) the problems are
+        recorded `RECORD_BATCH` at a time, each new incident with its playbooks' follow-up
+        (plan preview, approval request, messages) in the store transaction that opens it
+        (`IncidentStore.record_findings`); the rest one at a time."""
+        if self._open_now is None or self.store is None:
+            return [self.record(f, first_seen=first_seen) for f in findings]
+        out: list[Any] = []
+        chunk: list[_Pending] = []
+        for finding in findings:
+            key = finding.job
+            order = self._recording_order(finding)
+            if order == 2:  # healthy or pending: no incident to write
+                self._flush_chunk(chunk, out, first_seen=first_seen)
+                out.append(self.record(finding, first_seen=first_seen))
+                continue
+            pending = self._prepare(finding, key)
+            if pending is None:
+                out.append(None)
+                continue
+            if self.previews is not None and order == 0:
+                pending.preview = self._preview(finding)  # written with its new incident
+                pending.previewed = True
+            chunk.append(pending)
+            if len(chunk) >= RECORD_BATCH:
+                self._flush_chunk(chunk, out, first_seen=first_seen)
+        self._flush_chunk(chunk, out, first_seen=first_seen)
+        return out
+
+    def _flush_chunk(self, chunk: list[_Pending], out: list[Any], *,
+                     first_seen: float | None) -> None:  # fmt: skip
+        if not chunk:
+            return
+        assert self.store is not None
+        written: dict[int, FollowUp | None] = {}
+
+        def follow(i: int, outcome: FindingOutcome) -> FollowUp | None:
+            up = self._follow_up(chunk[i], outcome)
+            written[i] = up
+            return up
+
+        outcomes = self.store.record_findings([p.record for p in chunk], follow=follow)
+        for i, (pending, outcome) in enumerate(zip(chunk, outcomes, strict=True)):
+            self._log_recorded(pending.key, pending.document, outcome)
+            self._recorded(pending, outcome, first_seen=first_seen,
+                           written=written.get(i) if outcome.new else None)  # fmt: skip
+            out.append(outcome)
+        chunk.clear()
+
+    def _follow_up(self, pending: _Pending, outcome: FindingOutcome) -> FollowUp | None:
+        """What to write with the incident `pending` opened (no I/O: the store calls this inside
+        its transaction); None when its firing is left to `_recorded` (an automatic approval,
+        or a preview not computed yet)."""
+        finding = pending.finding
+        if not pending.previewed and self.previews is not None and wanted(finding):
+            return None  # not expected to be new: the preview is computed afterwards
+        verdict = str(outcome.incident.verdict)
+        trigger = trigger_for_verdict(verdict)
+        if trigger is None:
+            if pending.preview is None or self.previews is None:
+                return None
+            return FollowUp(now=self.now(), action=self.previews.draft(pending.preview))
+        event = Event(trigger, self.actions.subject(pending.key, verdict, pending.gpus))
+        return self.actions.follow_up(event, outcome.incident, pending.document,
+                                      preview=pending.preview)  # fmt: skip
+
+    def _recorded(self, pending: _Pending, outcome: FindingOutcome, *, first_seen: float | None,
+                  written: FollowUp | None) -> None:  # fmt: skip
+        """What follows a recorded finding: egress gauges, waiting drop messages, the plan
+        preview, the detection latency, and the playbooks fired for a new incident (unless its
+        follow-up, `written`, was recorded with it) or for one that took another class's
+        verdict."""
+        finding, key, document = pending.finding, pending.key, pending.document
         if "waste" in document:
             self._show_egress(key, document["waste"], incident=outcome.incident.id,
                               new=outcome.new)  # fmt: skip
@@ -543,26 +663,32 @@ class AgentPipeline:
         reclassed = not outcome.new and _class_changed(outcome.previous_verdict,
                                                        outcome.incident.verdict)
         preview: Preview | None = None
-        if self.previews is not None:
+        if written is not None:
+            self.actions.followed(outcome.incident, written)
+            if written.action is not None and pending.preview is not None and self.previews:
+                self.previews.recorded(outcome.incident.id, pending.preview)
+        elif self.previews is not None:
             if outcome.new:
-                preview = self._preview(finding)
+                preview = pending.preview if pending.previewed else self._preview(finding)
             elif self.previews.stale(outcome.incident, finding):
                 preview = self._replan(finding)
         if outcome.new and first_seen is not None:
             self.parts.metrics.detection_latency.observe(self.monotonic() - first_seen)
         if document["metrics"].get("status") == "ok":
             self._evidence_recorded.add(key)
+        if written is not None:
+            return
         trigger = trigger_for_verdict(str(outcome.incident.verdict))
         if (outcome.new or reclassed) and trigger is not None:
             self.actions.fire(
-                Event(trigger, self.actions.subject(key, str(outcome.incident.verdict), gpus)),
+                Event(trigger, self.actions.subject(key, str(outcome.incident.verdict),
+                                                    pending.gpus)),
                 outcome.incident,
                 document,
                 preview=preview,
             )
         elif preview is not None and self.previews is not None:
             self.previews.record(outcome.incident.id, preview)
-        return outcome
 
     def _waste(self, finding: Finding, metrics: dict[str, Any]) -> dict[str, Any]:
         now, baseline = metrics.get("utilization_now"), metrics.get("utilization_baseline")
@@ -793,20 +919,13 @@ class AgentPipeline:
         found = self.report.for_job(key)
         return found.samples if found is not None else ()
 
-    def _record_document(
-        self,
-        document: dict[str, Any],
-        *,
-        detected_at: datetime,
-        key: JobRef,
-        gpus: int | None = None,
+    def _finding_record(
+        self, document: dict[str, Any], *, detected_at: datetime, gpus: int | None = None,
         samples: tuple[tuple[float, float], ...] = (),
-    ) -> Any:
-        if self.store is None:
-            return None
+    ) -> FindingRecord:  # fmt: skip
         metrics = document.get("metrics") or {}
         egress = (document.get("waste") or {}).get("egress_usd_per_day")
-        record = FindingRecord.from_finding(
+        return FindingRecord.from_finding(
             document,
             cluster=self.cluster,
             detected_at=detected_at,
@@ -816,7 +935,26 @@ class AgentPipeline:
             gpus=gpus,
             utilization_samples=samples,
         )
-        outcome = self.store.record_finding(record)
+
+    def _record_document(
+        self,
+        document: dict[str, Any],
+        *,
+        detected_at: datetime,
+        key: JobRef,
+        gpus: int | None = None,
+        samples: tuple[tuple[float, float], ...] = (),
+        record: FindingRecord | None = None,
+    ) -> Any:
+        if self.store is None:
+            return None
+        chosen = record or self._finding_record(document, detected_at=detected_at, gpus=gpus,
+                                                samples=samples)  # fmt: skip
+        outcome = self.store.record_finding(chosen)
+        self._log_recorded(key, document, outcome)
+        return outcome
+
+    def _log_recorded(self, key: JobRef, document: dict[str, Any], outcome: FindingOutcome) -> None:
         log.info(
             "finding recorded",
             extra={
@@ -826,7 +964,6 @@ class AgentPipeline:
                 "new": outcome.new,
             },
         )
-        return outcome
 
     def _remember_followed(self, change: Change) -> None:
         """A follower's batch: keep its jobs and namespaces, the latest `_FOLLOWED` of each (a new

@@ -12,6 +12,11 @@ Nothing is lost when the store refuses a write: a firing whose messages could no
 is kept (in memory) and `retry_unfired` queues it again; the pipeline calls it before its next
 work, so the outbox gets the messages of an incident opened just before the database went away.
 
+`follow_up` is the same firing as data, for an incident opened in a batch: the store writes the
+preview, the approval request, the messages and the note with the incident, in its transaction
+(`IncidentStore.record_findings`), so the messages of an incident are never lost between two
+transactions; a firing that needs an automatic approval is left to `fire`.
+
 A firing that carries a plan preview (`agent.runtime.previews`) records it on the incident
 first, so the queued messages and `incidents show` carry the fix's diff (or why it cannot be
 applied); the preview rides along in the finding of the outbox payloads as plain data
@@ -36,7 +41,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent.errors import UnavailableError, ZonemedicError
-from agent.model.incident import IncidentQuery, IncidentSummary
+from agent.model.incident import (
+    ActionDraft,
+    EventDraft,
+    FollowUp,
+    IncidentQuery,
+    IncidentSummary,
+    MessageDraft,
+)
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, MessageKind, to_jsonable
 from agent.model.workload import JobKind
@@ -48,8 +60,8 @@ from agent.playbook.matching import (
     trigger_for_verdict,
     unposted_reason,
 )
-from agent.playbook.model import Playbook, PlaybookActionKind
-from agent.remediation.approval import ApprovalStepKind
+from agent.playbook.model import ApprovalPolicy, Playbook, PlaybookActionKind
+from agent.remediation.approval import ApprovalStep, ApprovalStepKind
 from agent.runtime.approvals import ApprovalRequests
 from agent.runtime.previews import PlanPreviews, Preview
 from agent.sources.cache import ClusterCache
@@ -58,6 +70,7 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 ACTOR = "agent"
+APPROVAL_ACTOR = "zonemedic"  # the actor of approval requests (`ApprovalRequests`)
 
 
 class PlaybookActions:
@@ -141,6 +154,68 @@ class PlaybookActions:
         """How many firings wait for `retry_unfired`."""
         return len(self._unfired)
 
+    def follow_up(
+        self,
+        event: Event,
+        incident: IncidentSummary,
+        document: Mapping[str, Any],
+        *,
+        preview: Preview | None = None,
+    ) -> FollowUp | None:
+        """What `fire` writes for a newly opened incident, as data the store writes with the
+        incident in its transaction (`IncidentStore.record_findings`): the plan preview, the
+        approval request, the messages and the note saying why nothing is posted. No I/O (the
+        store calls it inside its transaction). None when a firing needs a read or a decision
+        of its own (an automatic approval): `fire` it once the incident is recorded."""
+        now = self.now()
+        action: ActionDraft | None = None
+        if preview is not None:
+            if self.previews is not None:
+                action = self.previews.draft(preview)
+            document = {**document, "proposed_fix": preview.to_dict()}
+        messages: list[MessageDraft] = []
+        deadline: datetime | None = None
+        for firing in fired(self.playbooks, event):
+            for step in firing.actions:
+                if step.kind is PlaybookActionKind.DIGEST:
+                    continue
+                payload = _payload(step.kind, firing.playbook.name, incident, document)
+                if step.approval is not None and self.approvals is not None:
+                    planned = self.approvals.planned(incident, document, step.approval)
+                    if planned is None:
+                        return None
+                    if planned.kind is ApprovalStepKind.REQUEST and deadline is None:
+                        deadline = planned.deadline
+                    payload["approval"] = self._approval(step.approval, planned)
+                messages.append(MessageDraft(
+                    MessageKind.POST, payload=payload, channel=step.channel or self.channel,
+                    dedupe_key=f"{step.kind.value}:{firing.playbook.name}:{incident.id}",
+                ))  # fmt: skip
+        reason = unposted_reason(self.playbooks, event)
+        notes = () if reason is None else (
+            EventDraft(EventKind.NOTE, {NOT_POSTED: reason}, actor=ACTOR),)  # fmt: skip
+        if action is None and deadline is None and not messages and not notes:
+            return None
+        return FollowUp(now=now, action=action, approval_deadline=deadline,
+                        approval_actor=APPROVAL_ACTOR, messages=tuple(messages), notes=notes)
+
+    def followed(self, incident: IncidentSummary, up: FollowUp) -> None:
+        """Log what a follow-up recorded with its incident (as `fire` logs it)."""
+        if up.approval_deadline is not None:
+            log.info("approval requested", extra={"incident": incident.id,
+                                                  "deadline": up.approval_deadline.isoformat()})
+        for note in up.notes:
+            log.info("incident not posted", extra={"incident": incident.id,
+                                                   "reason": note.detail.get(NOT_POSTED)})
+
+    def _approval(self, policy: ApprovalPolicy, step: ApprovalStep) -> dict[str, Any]:
+        return {
+            "approvers": list(policy.approvers),
+            "expiry_seconds": (policy.expiry or self.approval_ttl).total_seconds(),
+            "auto": step.kind is ApprovalStepKind.AUTO,
+            "deadline": step.deadline.isoformat() if step.deadline else None,
+        }
+
     def _queue(
         self,
         store: IncidentStore,
@@ -157,24 +232,14 @@ class PlaybookActions:
             for action in firing.actions:
                 if action.kind is PlaybookActionKind.DIGEST:
                     continue
-                payload: dict[str, Any] = {
-                    "action": action.kind.value,
-                    "playbook": firing.playbook.name,
-                    "incident_id": incident.id,
-                    "finding": dict(document),
-                }
+                payload = _payload(action.kind, firing.playbook.name, incident, document)
                 if action.approval is not None and self.approvals is not None:
                     # the approval step first (a conditional write, so a retried firing repeats
                     # nothing), so the queued proposal carries the deadline
                     step = self.approvals.propose(
                         incident, document, action.approval, playbook=firing.playbook.name
                     )
-                    payload["approval"] = {
-                        "approvers": list(action.approval.approvers),
-                        "expiry_seconds": (action.approval.expiry or self.approval_ttl).total_seconds(),
-                        "auto": step.kind is ApprovalStepKind.AUTO,
-                        "deadline": step.deadline.isoformat() if step.deadline else None,
-                    }
+                    payload["approval"] = self._approval(action.approval, step)
                 store.enqueue_message(
                     MessageKind.POST,
                     payload=payload,
@@ -235,3 +300,11 @@ class PlaybookActions:
             )
             queued += 1
         return queued
+
+
+def _payload(
+    kind: PlaybookActionKind, playbook: str, incident: IncidentSummary, document: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The outbox payload of one playbook action for an incident."""
+    return {"action": kind.value, "playbook": playbook, "incident_id": incident.id,
+            "finding": dict(document)}

@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
-from agent.model.incident import IncidentSummary
+from agent.model.incident import ActionDraft, IncidentSummary
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
 from agent.model.proposal import latest_preview
 from agent.model.workload import JobKind
@@ -192,6 +192,19 @@ class PlanPreviews:
         if latest is None:
             return wanted(finding)
         return latest != finding_key(finding)
+
+    def draft(self, preview: Preview) -> ActionDraft:
+        """The preview as the `plan` action `record` writes, for a store batch to write."""
+        action = preview.action
+        return ActionDraft(RemediationActionKind.PLAN, payload=action.payload, actor=ACTOR,
+                           succeeded=action.succeeded, message=action.message,
+                           event=EventKind.PLAN_PREVIEWED)  # fmt: skip
+
+    def recorded(self, incident_id: int, preview: Preview) -> None:
+        """The preview was written with its incident (a store batch): remember its placement."""
+        self._latest[incident_id] = preview.key
+        log.info("plan preview recorded", extra={"incident": incident_id,
+                                                 "refused": preview.refusal is not None})
 
     def record(self, incident_id: int, preview: Preview) -> bool:
         """Record the preview on the incident unless this placement's is recorded already."""

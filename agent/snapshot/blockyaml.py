@@ -40,6 +40,8 @@ except ImportError:  # pragma: no cover
 # YAML's line breaks other than \n, tabs, a byte order mark: outside the subset
 _OUTSIDE = ("\t", "\r", "\x85", "\u2028", "\u2029", "\ufeff")
 _NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
+_PRINTABLE_ASCII = b"\t\n\r" + bytes(range(0x20, 0x7F))  # what NON_PRINTABLE allows of ASCII
+_SLICE = 1 << 20  # characters checked at a time
 # characters that cannot start a plain scalar in block context (`-`, `?`, `:` can, when a
 # non-space follows)
 _INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
@@ -47,9 +49,10 @@ _MAX_KEY = 1000  # characters: libyaml refuses implicit keys past 1024
 _MAX_DEPTH = DEFAULT_LIMITS.max_depth - 1  # open collections: deeper is yamlstream's to refuse
 _ITEMS = "items"
 
-# frame layout (a list, for speed): [indent, container, is_mapping, key, pending, streamed]
-# `pending`: a mapping's `key` (or a sequence's last `-`) still waits for its value
-_INDENT, _BOX, _IS_MAP, _KEY, _PENDING, _STREAMED = range(6)
+# frame layout (a list, for speed): [indent, container, is_mapping, key, pending, streamed, memo]
+# `pending`: a mapping's `key` (or a sequence's last `-`) still waits for its value; `memo`: the
+# subtree cache's key for that value, stored once it is built
+_INDENT, _BOX, _IS_MAP, _KEY, _PENDING, _STREAMED, _MEMO = range(7)
 
 
 class UnsupportedError(Exception):
@@ -90,6 +93,17 @@ def _single_quoted(text: str, start: int) -> tuple[str, int] | None:
         return "".join(chunks), k + 1
 
 
+def _non_printable(text: str) -> bool:
+    """Whether the text holds a character YAML does not allow in a stream (the reader's
+    `NON_PRINTABLE`); an ASCII text is checked a slice at a time at memory speed."""
+    if not text.isascii():
+        return _NON_PRINTABLE.search(text) is not None
+    return any(
+        text[i : i + _SLICE].encode("ascii").translate(None, _PRINTABLE_ASCII)
+        for i in range(0, len(text), _SLICE)
+    )
+
+
 def _plain_start(text: str) -> bool:
     c0 = text[0]
     return c0 not in _INDICATORS or (c0 in "-?:" and len(text) > 1 and text[1] != " ")
@@ -98,7 +112,7 @@ def _plain_start(text: str) -> bool:
 def block_values(text: str, *, loader: type[Any] = Loader) -> Iterator[tuple[Part, Any]]:
     """The parts of a text in the subset, as yamlstream hands them out; raises `UnsupportedError`
     (possibly after some parts) where the text leaves it."""
-    if not text.endswith("\n") or any(c in text for c in _OUTSIDE) or _NON_PRINTABLE.search(text):
+    if not text.endswith("\n") or any(c in text for c in _OUTSIDE) or _non_printable(text):
         raise UnsupportedError
     instance = loader("")
     try:
@@ -116,6 +130,9 @@ _BLANK, _COMMENT, _DOCUMENT, _TEXT = 9, 10, 11, 12  # (kind, col)
 _LINE_CACHE = 100_000
 _RELEASE = 200_000  # lines read before they are dropped from the list
 _EMPTY_MAP, _EMPTY_SEQ = object(), object()  # `{}` and `[]`: a fresh container each time
+_SUBTREE_LINES = 2  # a `key:` whose value spans at least this many lines is looked up
+_SUBTREE_CACHE = 20_000  # values of `key:` subtrees remembered by their lines
+_SUBTREE_TRIAL, _SUBTREE_RATIO = 32, 5  # a `key:` line is looked up while 1 in 5 is found
 
 
 def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
@@ -124,6 +141,8 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
     plain_cache: dict[str, Any] = {}
     quoted_cache: dict[str, str] = {}
     line_cache: dict[str, tuple[Any, ...]] = {}
+    subtrees: dict[tuple[int, int, tuple[str, ...]], Any] = {}  # see `_extent`
+    tries: dict[str, list[int]] = {}  # a `key:` line -> [its values found, not found]
     n = len(lines)
     j = 0
     frames: list[list[Any]] = []
@@ -176,11 +195,20 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
         top = frames[-1]
         if top[_IS_MAP]:
             top[_BOX][top[_KEY]] = value
+            if top[_MEMO] is not None:
+                remember(top, value)
         elif top[_STREAMED]:
             out.append((Part.ITEM, value))
         else:
             top[_BOX].append(value)
         top[_PENDING] = False
+
+    def remember(frame: list[Any], value: Any) -> None:
+        """The value of the frame's pending key is built: cache it under the key's lines."""
+        if len(subtrees) >= _SUBTREE_CACHE:
+            subtrees.clear()
+        subtrees[frame[_MEMO]] = value
+        frame[_MEMO] = None
 
     def close() -> None:
         frame = frames.pop()
@@ -204,7 +232,7 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             elif len(frames) == 1 and frames[0][_IS_MAP] and frames[0][_KEY] == _ITEMS:
                 streamed = _list_kind_or_unknown(frames[0][_BOX])
             streamed_doc = streamed_doc or streamed
-        frame = [indent, {} if mapping else [], mapping, None, False, streamed]
+        frame = [indent, {} if mapping else [], mapping, None, False, streamed, None]
         frames.append(frame)
         return frame
 
@@ -462,6 +490,8 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             parent = frames[-1]
             if parent[_IS_MAP]:
                 parent[_BOX][parent[_KEY]] = frame[_BOX]
+                if parent[_MEMO] is not None:
+                    remember(parent, frame[_BOX])
             elif parent[_STREAMED]:
                 out.append((Part.ITEM, frame[_BOX]))
             else:
@@ -497,7 +527,7 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             top[_PENDING] = True
             if len(frames) >= _MAX_DEPTH:
                 raise UnsupportedError
-            top = [spec[2], {}, True, None, False, False]  # `open_frame(mapping=True)`, inline
+            top = [spec[2], {}, True, None, False, False, None]  # `open_frame(mapping=True)`
             frames.append(top)
             col, key = spec[2], spec[3]
             if kind == _ENTRY_KEY_PENDING:
@@ -518,7 +548,7 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             elif top is not None and top[_PENDING] and top[_INDENT] < col:
                 if len(frames) >= _MAX_DEPTH:
                     raise UnsupportedError
-                top = [col, {}, True, None, False, False]  # `open_frame(mapping=True)`, inline
+                top = [col, {}, True, None, False, False, None]  # `open_frame(mapping=True)`
                 frames.append(top)
             elif top is None and not has_root:
                 top = open_frame(col, mapping=True)
@@ -528,6 +558,34 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             if kind == _KEY_PENDING:
                 top[_KEY] = key
                 top[_PENDING] = True
+                top[_MEMO] = None
+                tried = tries.get(line)
+                if tried is None:
+                    tries[line] = tried = [0, 0, 0]
+                if inner is None and (key != _ITEMS or len(frames) > 1) and (
+                    tried[1] < _SUBTREE_TRIAL or tried[0] * _SUBTREE_RATIO >= tried[1]
+                ):  # its values were seen again often enough to look them up
+                    depth = len(frames)
+                    end = j + tried[2]  # as long as the last one: no scan when it is the same
+                    found = subtrees
+                    if tried[2] and end <= n and not _goes_on(lines, end, n, col):
+                        memo = (col, depth, tuple(lines[j:end]))
+                        found = subtrees.get(memo, subtrees)
+                    if found is subtrees:
+                        end = _extent(lines, j, n, col)
+                        memo = (col, depth, tuple(lines[j:end]))
+                        if end - j >= _SUBTREE_LINES:
+                            found = subtrees.get(memo, subtrees)
+                    if found is not subtrees:
+                        top[_BOX][key] = found
+                        top[_PENDING] = False
+                        j = end
+                        tried[0] += 1
+                    else:  # not found (or too short to look up): counted against the line
+                        tried[1] += 1
+                        if end - j >= _SUBTREE_LINES:
+                            top[_MEMO] = memo  # stored by `remember` once built
+                            tried[2] = end - j
                 continue
             value, text = spec[3], spec[4]
         top[_KEY] = key
@@ -549,6 +607,24 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             out.clear()
     finish_document()
     yield from out
+
+
+def _extent(lines: list[str], start: int, n: int, col: int) -> int:
+    """The end of the lines from `start` that belong to the value of a `key:` at column `col`
+    (indented deeper, `-` entries at the key's column, blank lines)."""
+    k = start
+    while k < n and _goes_on(lines, k, n, col):
+        k += 1
+    return k
+
+
+def _goes_on(lines: list[str], k: int, n: int, col: int) -> bool:
+    """Whether line `k` still belongs to the value of a `key:` at column `col` (see `_extent`)."""
+    if k >= n:
+        return False
+    line = lines[k]
+    return (line.startswith(" " * (col + 1)) or line.startswith(" " * col + "- ")
+            or not line.strip(" ") or line == " " * col + "-")  # fmt: skip
 
 
 def _quoted_key(rest: str) -> bool:

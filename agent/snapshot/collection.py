@@ -22,7 +22,6 @@ from typing import Any
 from agent.errors import SnapshotError
 from agent.model.cluster import (
     ClusterState,
-    ContainerPort,
     Namespace,
     Node,
     OwnedObject,
@@ -44,6 +43,7 @@ from agent.settings import DiagnosisSettings
 from agent.snapshot.documents import iter_items
 from agent.snapshot.manifests import (
     ManifestError,
+    PodParts,
     parse_namespace,
     parse_node,
     parse_owned_object,
@@ -112,7 +112,8 @@ class _Builder:
         self.cilium_config: tuple[bool, dict[str, str]] | None = None  # (in kube-system, data)
         self.cilium_image: str | None = None
         self.unknown: dict[str, int] = {}
-        self.ports: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] = {}
+        # containers and owner references the YAML reader shares between pods parsed once
+        self.parts = PodParts(capacity=4096)
 
     def add(self, item: dict[str, Any]) -> None:
         kind: str = item["kind"]
@@ -121,7 +122,7 @@ class _Builder:
             raise ManifestError("apiVersion", "missing or not a string")
         group, _, version = api_version.rpartition("/")
         if kind == "Pod" and api_version == "v1":
-            pod = parse_pod(item, shared=self.ports)
+            pod = parse_pod(item, parts=self.parts)
             self.pods[(pod.namespace, pod.name)] = pod
         elif kind == "Node" and api_version == "v1":
             node = parse_node(item)

@@ -32,6 +32,7 @@ from agent.parsing.numbers import NumberError, parse_int
 _EMPTY: dict[str, Any] = {}
 MAX_GPUS = 1_000_000  # GPUs on one node or in one container: far above any real value
 _PHASES = {p.value: p for p in PodPhase}
+_STR_ONLY = frozenset({str})
 _PROTOCOLS = {p.value: p for p in Protocol if p is not Protocol.ANY}
 
 
@@ -280,7 +281,60 @@ def parse_pod(
     parts: PodParts | None = None,
 ) -> Pod:
     """A Pod. Equal port tuples are shared through `shared` (pods of a job declare the same);
-    with `parts`, shared containers and owner references are parsed once (see `PodParts`)."""
+    with `parts`, shared containers and owner references are parsed once (see `PodParts`).
+
+    A pod whose fields all have their usual types takes a short path (the same checks, made on
+    the values at hand); any other goes through the field-by-field checks that name what is
+    wrong, so both give the same pod or the same `ManifestError`."""
+    meta = item.get("metadata")
+    spec = item.get("spec", _EMPTY)
+    status = item.get("status", _EMPTY)
+    if type(meta) is dict and type(spec) is dict and type(status) is dict:
+        name = meta.get("name")
+        namespace = meta.get("namespace")
+        labels = meta.get("labels", _EMPTY)
+        node_name = spec.get("nodeName")
+        account = spec.get("serviceAccountName")
+        legacy = spec.get("serviceAccount")
+        phase = status.get("phase", "Pending")
+        if (
+            type(name) is str and name
+            and (namespace is None or type(namespace) is str)
+            and type(labels) is dict and _all_str(labels)
+            and (node_name is None or type(node_name) is str)
+            and (account is None or type(account) is str)
+            and (legacy is None or type(legacy) is str)
+            and type(phase) is str and phase in _PHASES
+            and "initContainers" not in spec
+        ):  # fmt: skip
+            gpus, ports = _containers(spec, shared) if parts is None else parts.containers(spec)
+            return Pod(
+                namespace=namespace or "default",
+                name=name,
+                labels=dict(labels),  # a fresh dict beside the Pod: better locality
+                node_name=node_name or None,
+                phase=_PHASES[phase],
+                gpu_request=gpus,
+                ports=ports,
+                service_account=account or legacy or "default",
+                owners=_owners(meta) if parts is None else parts.owners(meta),
+            )
+    return parse_pod_checked(item, shared=shared, parts=parts)
+
+
+def _all_str(labels: dict[Any, Any]) -> bool:
+    """Every key and value of a label map is a string (checked at C speed)."""
+    return not labels or (_STR_ONLY.issuperset(map(type, labels))
+                          and _STR_ONLY.issuperset(map(type, labels.values())))  # fmt: skip
+
+
+def parse_pod_checked(
+    item: Mapping[str, Any],
+    *,
+    shared: dict[tuple[ContainerPort, ...], tuple[ContainerPort, ...]] | None,
+    parts: PodParts | None,
+) -> Pod:
+    """`parse_pod`, each field checked in turn (naming the first that is wrong)."""
     meta, namespace, name = metadata(item, namespaced=True)
     spec = _map(item, "spec", where="")
     status = _map(item, "status", where="")

@@ -17,6 +17,8 @@ what counts as a finding (the detector does).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
@@ -96,58 +98,72 @@ def _open_of_job(conn: Connection, finding: FindingRecord) -> int | None:
     ).scalar()
 
 
-def _insert_incident(conn: Connection, finding: FindingRecord, *, fp: str) -> int:
+def incident_values(finding: FindingRecord, *, fp: str) -> dict[str, Any]:
+    """The columns of the incident a new finding opens (one row, or one of a multi-row insert)."""
     now = finding.detected_at
+    return {
+        "cluster": finding.cluster,
+        "job_kind": finding.kind,
+        "job_namespace": finding.namespace,
+        "job_name": finding.name,
+        "job_uid": finding.uid,
+        "verdict": finding.verdict.value,
+        "fingerprint": fp,
+        "status": IncidentStatus.OPEN.value,
+        "status_by": "detector",
+        "severity": finding.effective_severity.value,
+        "opened_at": now,
+        "updated_at": now,
+        "onset_at": finding.onset_at,
+        "target_zone": finding.target_zone,
+        "diagnosis": dict(finding.diagnosis),
+        "utilization_before": finding.utilization_while_open(now),
+        "estimated_cost": finding.estimated_cost,
+        "gpus": finding.gpus,
+        "detections": 1,
+    }
+
+
+def detected_event(finding: FindingRecord) -> dict[str, Any]:
+    """The evidence of a finding's timeline event (`detected`, or a `redetected` one)."""
+    return _evidence(finding)
+
+
+def _insert_incident(conn: Connection, finding: FindingRecord, *, fp: str) -> int:
     incident_id: int = conn.execute(
-        insert(IncidentRow)
-        .values(
-            cluster=finding.cluster,
-            job_kind=finding.kind,
-            job_namespace=finding.namespace,
-            job_name=finding.name,
-            job_uid=finding.uid,
-            verdict=finding.verdict.value,
-            fingerprint=fp,
-            status=IncidentStatus.OPEN.value,
-            status_by="detector",
-            severity=finding.effective_severity.value,
-            opened_at=now,
-            updated_at=now,
-            onset_at=finding.onset_at,
-            target_zone=finding.target_zone,
-            diagnosis=dict(finding.diagnosis),
-            utilization_before=finding.utilization_while_open(now),
-            estimated_cost=finding.estimated_cost,
-            gpus=finding.gpus,
-            detections=1,
-        )
-        .returning(IncidentRow.id)
+        insert(IncidentRow).values(**incident_values(finding, fp=fp)).returning(IncidentRow.id)
     ).scalar_one()
-    insert_event(conn, incident_id, kind=EventKind.DETECTED, now=now, actor="detector",
-                 detail=_evidence(finding))
+    insert_event(conn, incident_id, kind=EventKind.DETECTED, now=finding.detected_at,
+                 actor="detector", detail=_evidence(finding))
     return incident_id
 
 
-def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> Verdict | None:
-    """Count a re-detection; returns the incident's verdict before it (None: unreadable)."""
-    row = conn.execute(
-        select(IncidentRow.status, IncidentRow.verdict, IncidentRow.opened_at)
-        .where(IncidentRow.id == incident_id)
-    ).one()
+@dataclass(frozen=True)
+class Redetection:
+    """What a re-detection writes: `values`, the incident's columns besides `detections`;
+    `previous`, its verdict before (None: unreadable); `own_row`, a new verdict, whose timeline
+    row is its own (never folded into the last)."""
+
+    values: dict[str, Any]
+    previous: Verdict | None
+    own_row: bool
+
+
+def redetection(
+    finding: FindingRecord, *, status: str, verdict: str, opened_at: datetime
+) -> Redetection:
+    """What a re-detection of the open incident in `status` with `verdict` writes."""
     try:
-        previous: Verdict | None = Verdict(row.verdict)
+        previous: Verdict | None = Verdict(verdict)
     except ValueError:
         previous = None
-    values: dict[str, Any] = {
-        "updated_at": finding.detected_at,
-        "detections": IncidentRow.detections + 1,
-    }
+    values: dict[str, Any] = {"updated_at": finding.detected_at}
     # Before a decision the incident follows what is seen (a degraded split that starts being
     # blocked is the same incident, now blocked; a job whose split became a policy block is the
     # same job's problem). Once decided it keeps describing what was decided on: what a
     # remediation's own pod moves look like (an old pod still terminating in the other zone) is
     # a timeline event, never the incident's verdict.
-    follows = row.status in _PRE_REMEDIATION and (
+    follows = status in _PRE_REMEDIATION and (
         previous is None or follows_verdict(previous, finding.verdict))
     if follows:
         values.update(
@@ -156,18 +172,29 @@ def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> 
             diagnosis=dict(finding.diagnosis),
             **_known(target_zone=finding.target_zone, estimated_cost=finding.estimated_cost,
                      gpus=finding.gpus,
-                     utilization_before=finding.utilization_while_open(row.opened_at)),
+                     utilization_before=finding.utilization_while_open(opened_at)),
         )
+    return Redetection(values, previous, follows and previous is not finding.verdict)
+
+
+def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> Verdict | None:
+    """Count a re-detection; returns the incident's verdict before it (None: unreadable)."""
+    row = conn.execute(
+        select(IncidentRow.status, IncidentRow.verdict, IncidentRow.opened_at)
+        .where(IncidentRow.id == incident_id)
+    ).one()
+    seen = redetection(finding, status=row.status, verdict=row.verdict, opened_at=row.opened_at)
+    values: dict[str, Any] = {**seen.values, "detections": IncidentRow.detections + 1}
     conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
-    if follows and previous is not finding.verdict:
+    if seen.own_row:
         # a new verdict is a row of its own (never folded away): the chat message is re-rendered
         insert_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
                      actor="detector", detail=_evidence(finding))
-        return previous
+        return seen.previous
     # a flood of re-detections (one webhook body of 1,000 alerts) is one timeline row per window
     fold_event(conn, incident_id, kind=EventKind.REDETECTED, now=finding.detected_at,
                actor="detector", detail=_evidence(finding))
-    return previous
+    return seen.previous
 
 
 def _evidence(finding: FindingRecord) -> dict[str, Any]:

@@ -65,10 +65,8 @@ def enqueue(
         with conn.begin_nested():
             message_id: int = conn.execute(
                 insert(OutboxRow)
-                .values(incident_id=incident_id, kind=kind.value, channel=channel,
-                        payload=dict(payload), dedupe_key=dedupe_key,
-                        status=MessageStatus.PENDING.value, attempts=0,
-                        next_attempt_at=now, created_at=now)
+                .values(**message_values(kind, payload=payload, now=now, incident_id=incident_id,
+                                         channel=channel, dedupe_key=dedupe_key))
                 .returning(OutboxRow.id)
             ).scalar_one()
     except IntegrityError:
@@ -80,6 +78,22 @@ def enqueue(
             raise IncidentNotFoundError(incident_id) from None
         raise
     return message_id
+
+
+def message_values(
+    kind: MessageKind,
+    *,
+    payload: Mapping[str, Any],
+    now: datetime,
+    incident_id: int | None,
+    channel: str | None,
+    dedupe_key: str | None,
+) -> dict[str, Any]:
+    """The columns of a newly queued message (one row, or one of a multi-row insert)."""
+    return {"incident_id": incident_id, "kind": kind.value, "channel": channel,
+            "payload": dict(payload), "dedupe_key": dedupe_key,
+            "status": MessageStatus.PENDING.value, "attempts": 0, "next_attempt_at": now,
+            "created_at": now}
 
 
 def _by_dedupe_key(conn: Connection, dedupe_key: str) -> int | None:

@@ -5,7 +5,10 @@ HTTP API and CLI (history queries). Every method takes `now` (no clock reads her
 dataclasses from `agent.model.incident`, never ORM rows. Only the store's modules write the incident
 tables; this facade runs each of their operations in one transaction:
 
-- findings: `record_finding(record)` -> `FindingOutcome` (`agent.store.findings`)
+- findings: `record_finding(record)` -> `FindingOutcome` (`agent.store.findings`);
+  `record_findings(records, follow=)`: many at once, each new incident with what `follow` names
+  for it (plan preview, approval request, outbox messages, notes) in the transaction that opens
+  it, one transaction per `BATCH` findings (`agent.store.batches`)
 - lifecycle: `transition(id, expected, new, *, actor, now)` and `record_decision(id, outcome, *,
   actor, now)` -> `TransitionResult`, one conditional UPDATE each (`agent.store.transitions`)
 - approvals: `request_approval(id, *, deadline, now, actor)`, `expire_due(*, now)`
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -41,6 +44,7 @@ from agent.model.incident import (
     ClaimedMessage,
     FindingOutcome,
     FindingRecord,
+    FollowUp,
     IncidentDetail,
     IncidentListing,
     IncidentQuery,
@@ -62,7 +66,16 @@ from agent.model.lifecycle import (
     check_transition,
 )
 from agent.settings import DatabaseSettings
-from agent.store import approvals, findings, outbox, queries, retention, timeline, transitions
+from agent.store import (
+    approvals,
+    batches,
+    findings,
+    outbox,
+    queries,
+    retention,
+    timeline,
+    transitions,
+)
 from agent.store.engine import make_engine, read_engine
 from agent.store.errors import (
     IncidentNotFoundError,
@@ -78,6 +91,8 @@ from agent.store.rows import UnreadableError
 __all__ = ["IncidentStore", "OutboxPolicy", "open_store"]
 
 T = TypeVar("T")
+
+BATCH = 200  # findings per transaction of `record_findings`
 
 
 class IncidentStore:
@@ -157,6 +172,35 @@ class IncidentStore:
         is new, and the verdict it had before."""
         findings.check_lengths(record)
         return self._write("record finding", lambda conn, _n: findings.record(conn, record))
+
+    def record_findings(
+        self,
+        records: Sequence[FindingRecord],
+        *,
+        follow: Callable[[int, FindingOutcome], FollowUp | None] | None = None,
+        batch: int = BATCH,
+    ) -> list[FindingOutcome]:
+        """`record_finding` for each record, `batch` records per transaction; the outcomes in
+        their order. For each record `i` that opens an incident, `follow(i, outcome)` names what
+        to write with it, in the same transaction (see `agent.store.batches`): it must do no I/O,
+        as it runs inside the transaction and again when the transaction is retried. A chunk the
+        database refuses raises `StoreUnavailableError`: the chunks before it are recorded,
+        with their follow-ups, and recording again counts those as re-detections."""
+        for record in records:
+            findings.check_lengths(record)
+        if batch < 1:
+            raise InvalidRecordError(f"record_findings needs a positive batch size, not {batch}")
+        out: list[FindingOutcome] = []
+        for start in range(0, len(records), batch):
+            part = records[start:start + batch]
+
+            def body(conn: Connection, _attempt: int, part: Sequence[FindingRecord] = part,
+                     start: int = start) -> list[FindingOutcome]:  # fmt: skip
+                chosen = None if follow is None else (lambda i, o: follow(start + i, o))
+                return batches.record_many(conn, part, follow=chosen)
+
+            out.extend(self._write(f"record {len(part)} findings", body))
+        return out
 
     def transition(
         self,

@@ -99,20 +99,34 @@ def fold_event(
         .order_by(IncidentEventRow.id.desc())
         .limit(1)
     ).first()
-    if latest is None or latest.at < now - window:
+    if not folds(latest.at if latest is not None else None, now=now, window=window):
         return insert_event(conn, incident_id, kind=kind, now=now, actor=actor, detail=detail)
-    before = latest.detail if isinstance(latest.detail, dict) else {}
-    repeats = before.get("repeats", 1)
-    folded = {
+    assert latest is not None
+    conn.execute(
+        update(IncidentEventRow)
+        .where(IncidentEventRow.id == latest.id)
+        .values(detail=folded_detail(latest.detail, detail, now=now))
+    )
+    event_id: int = latest.id
+    return event_id
+
+
+def folds(latest_at: datetime | None, *, now: datetime, window: timedelta = FOLD_WINDOW) -> bool:
+    """Whether an observation at `now` folds into the latest event of its kind and actor (at
+    `latest_at`, None when there is none): that one is less than `window` old."""
+    return latest_at is not None and latest_at >= now - window
+
+
+def folded_detail(before: Any, detail: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
+    """The detail of an event a repeat at `now` folds into: the latest detail, `repeats` counted
+    on from the event's `before` detail, and `last_at`."""
+    previous = before if isinstance(before, dict) else {}
+    repeats = previous.get("repeats", 1)
+    return {
         **dict(detail),
         "repeats": (repeats if isinstance(repeats, int) else 1) + 1,
         "last_at": now.isoformat(),
     }
-    conn.execute(
-        update(IncidentEventRow).where(IncidentEventRow.id == latest.id).values(detail=folded)
-    )
-    event_id: int = latest.id
-    return event_id
 
 
 def touch(conn: Connection, incident_id: int, **values: Any) -> None:

@@ -479,9 +479,11 @@ class Calls:
 
     def __init__(self, world: World) -> None:
         self.listings = 0
+        self.transactions = 0  # record_findings calls
         self.recorded: list[str] = []
         store = world.store
         list_incidents, record_finding = store.list_incidents, store.record_finding
+        record_findings = store.record_findings
 
         def counting_list(query: IncidentQuery) -> Any:
             self.listings += 1
@@ -491,8 +493,14 @@ class Calls:
             self.recorded.append(record.namespace)
             return record_finding(record)
 
+        def ordered_records(records: Any, **options: Any) -> Any:
+            self.recorded.extend(record.namespace for record in records)
+            self.transactions += 1
+            return record_findings(records, **options)
+
         store.list_incidents = counting_list  # type: ignore[method-assign]
         store.record_finding = ordered_record  # type: ignore[method-assign]
+        store.record_findings = ordered_records  # type: ignore[method-assign]
 
 
 def test_a_cluster_wide_batch_reads_open_incidents_once_and_records_new_problems_first(world: World) -> None:
@@ -502,8 +510,9 @@ def test_a_cluster_wide_batch_reads_open_incidents_once_and_records_new_problems
     world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
     # one listing before recording, one to reconcile: not one per job
     assert calls.listings == 2
-    # the new split first, then the re-detections (the healthy job records nothing)
+    # the new split first, then the re-detections (the healthy job records nothing), together
     assert calls.recorded == ["train", "dev", "lab"]
+    assert calls.transactions == 1
     assert sorted((i.namespace, i.verdict.value, i.status.value) for i in world.incidents()) == [
         ("dev", "zone_split_degraded", "awaiting_approval"),
         ("lab", "zone_split_degraded", "awaiting_approval"),

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,3 +180,100 @@ def test_an_incident_no_playbook_posts_says_why_in_show_and_the_digest(store: In
     [claimed] = store.claim_messages(now=NOW, lease=timedelta(minutes=1))
     assert claimed.message.kind is MessageKind.DIGEST
     assert claimed.message.payload["not_posted"] == {str(incident.id): reason}
+
+
+# --------------------------------------------------------------------------------------------
+# a firing as data: written with its incident by the store's batch
+
+
+def _auto(playbooks: list[Any], namespace: str) -> list[Any]:
+    """The playbooks with `namespace` opted in to automatic co-location."""
+    out = []
+    for pb in playbooks:
+        steps = tuple(
+            replace(step, approval=replace(step.approval, auto_namespaces=(namespace,)))
+            if step.approval is not None else step for step in pb.actions)  # fmt: skip
+        out.append(replace(pb, actions=steps))
+    return out
+
+
+def _fresh(request: pytest.FixtureRequest, path: Path) -> IncidentStore:
+    template: Path = request.getfixturevalue("sqlite_template")
+    path.write_bytes(template.read_bytes())
+    return open_store(TEST_DB_SETTINGS, url=f"sqlite:///{path}")
+
+
+REMEDIABLE = {"verdict": "zone_split_blocked", "remediable": True, "target_zone": "zone-a",
+              "zones": {"zone-a": 3, "zone-b": 1}}
+NO_ROOM = Preview(
+    preview_action(Refusal(JobRef(JobKind.PYTORCH, "ml", "resnet"), "zone zone-a has no room"),
+                   zones={"zone-a": 3, "zone-b": 1}, target_zone="zone-a"),
+    placement_key(None, "zone-a", {"zone-a": 3, "zone-b": 1}))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "document", "preview", "gpus", "status", "writes"),
+    [
+        ("approval requested", REMEDIABLE, None, 4, "awaiting_approval", (0, 2, 2)),
+        ("the fix refused: previewed, not put up", REMEDIABLE, NO_ROOM, 4, "open", (1, 2, 2)),
+        ("not posted: no GPUs", {"verdict": "zone_split_blocked"}, None, 0, "open", (0, 2, 0)),
+        ("not remediable", {"verdict": "zone_split_blocked"}, None, 4, "open", (0, 1, 2)),
+    ],
+)
+def test_a_follow_up_written_with_its_incident_is_what_fire_writes(
+    request: pytest.FixtureRequest, tmp_path: Path, case: str, document: dict[str, Any],
+    preview: Preview | None, gpus: int, status: str, writes: tuple[int, int, int],
+) -> None:
+    """`writes`: (actions, events, messages) of the incident."""
+    details = []
+    for how in ("fire", "follow_up"):
+        store = _fresh(request, tmp_path / f"{how}.db")
+        try:
+            a = PlaybookActions(
+                playbooks=load_playbooks(REPO / "playbooks"), store=store, cache=ClusterCache(),
+                cluster="prod", channel="#default", approval_ttl=timedelta(minutes=30),
+                now=lambda: NOW, previews=PlanPreviews(KubeApi(None), store, now=lambda: NOW),
+                approvals=ApprovalRequests(store, settings=Settings(), now=lambda: NOW),
+            )  # fmt: skip
+            event = Event(TriggerKind.ZONE_SPLIT, a.subject(KEY, "zone_split_blocked", gpus=gpus))
+            if how == "fire":
+                incident = store.record_finding(finding("resnet")).incident
+                a.fire(event, incident, document, preview=preview)
+            else:
+                ups: list[Any] = []
+
+                def follow(_i: int, outcome: Any, a: PlaybookActions = a, ups: list[Any] = ups,
+                           event: Event = event) -> Any:  # fmt: skip
+                    ups.append(a.follow_up(event, outcome.incident, document, preview=preview))
+                    return ups[-1]
+
+                (outcome,) = store.record_findings([finding("resnet")], follow=follow)
+                assert ups[-1] is not None, case
+                incident = outcome.incident
+            details.append(store.get_incident(incident.id))
+        finally:
+            store.close()
+    fired, written = details
+    assert fired.incident.status.value == status, case
+    assert (len(fired.actions), len(fired.events), len(fired.messages)) == writes, case
+    assert written.incident == fired.incident, case
+    assert [(e.kind, e.actor, e.detail) for e in written.events] == [
+        (e.kind, e.actor, e.detail) for e in fired.events], case  # fmt: skip
+    assert [(m.kind, m.channel, m.payload, m.dedupe_key) for m in written.messages] == [
+        (m.kind, m.channel, m.payload, m.dedupe_key) for m in fired.messages], case  # fmt: skip
+    assert [(x.kind, x.payload, x.message) for x in written.actions] == [
+        (x.kind, x.payload, x.message) for x in fired.actions], case  # fmt: skip
+
+
+def test_an_automatic_approval_is_left_to_fire(store: IncidentStore) -> None:
+    a = PlaybookActions(
+        playbooks=_auto(load_playbooks(REPO / "playbooks"), "ml"), store=store,
+        cache=ClusterCache(), cluster="prod", channel="#default",
+        approval_ttl=timedelta(minutes=30), now=lambda: NOW,
+        approvals=ApprovalRequests(store, settings=Settings(), now=lambda: NOW),
+    )  # fmt: skip
+    incident = store.record_finding(finding("resnet")).incident
+    event = Event(TriggerKind.ZONE_SPLIT, a.subject(KEY, "zone_split_blocked", gpus=4))
+    assert a.follow_up(event, incident, REMEDIABLE) is None
+    a.fire(event, incident, REMEDIABLE)
+    assert store.get_incident(incident.id).incident.status.value == "approved"

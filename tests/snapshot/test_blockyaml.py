@@ -204,3 +204,56 @@ def test_kubectl_like_dumps_are_read_by_the_line_reader(items: list[Any], width:
     text = yaml.dump({"apiVersion": "v1", "items": items, "kind": "List"}, Dumper=DUMPER,
                      default_flow_style=False, width=width)
     assert same_as_yamlstream(text), text
+
+
+# --------------------------------------------------------------------------------------------
+# values written out again (a job's pods: the same containers, the same owner) read once
+
+
+def _pod(i: int, *, extra: str = "") -> str:
+    return (f"- apiVersion: v1\n  kind: Pod\n  metadata:\n    labels:\n      job: j{i // 10}\n"
+            f"    name: p-{i}\n    ownerReferences:\n    - apiVersion: v1\n      controller: true\n"
+            f"      kind: Job\n      name: j{i // 10}\n  spec:\n    containers:\n    - image: x:1\n"
+            f"      ports:\n      - containerPort: 80\n      resources:\n        limits:\n"
+            f"          gpu: '1'\n{extra}    nodeName: n-{i}\n")  # fmt: skip
+
+
+def test_a_repeated_value_is_read_once_and_equals_yamlstreams() -> None:
+    text = "apiVersion: v1\nitems:\n" + "".join(_pod(i) for i in range(200)) + "kind: List\n"
+    assert same_as_yamlstream(text)
+    items = [v for part, v in block_values(text) if part is yamlstream.Part.ITEM]
+    assert len(items) == 200
+    owners = {id(item["metadata"]["ownerReferences"]) for item in items}
+    containers = {id(item["spec"]["containers"]) for item in items}
+    assert len(owners) == 20 and len(containers) == 1  # one per job; one for all
+    assert len({id(item["metadata"]) for item in items}) == 200
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "      script: |+\n        kept\n\n\n",  # a block scalar keeping its trailing breaks
+        "      note: a long\n        folded text\n",  # a plain scalar over two lines
+        "      args:\n      -\n      - x\n",  # an empty entry
+        "# a comment at the left margin\n",  # ends the value: the rest is read line by line
+        "\n      late: 1\n",  # a blank line, then the value goes on
+    ],
+)
+def test_values_with_blank_lines_scalars_and_comments_read_as_yamlstream(extra: str) -> None:
+    text = ("apiVersion: v1\nitems:\n" + "".join(_pod(i, extra=extra) for i in range(60))
+            + "kind: List\n")  # fmt: skip
+    same_as_yamlstream(text)
+
+
+def test_the_same_lines_at_another_depth_are_not_taken_for_each_other() -> None:
+    block = "  a:\n    b:\n      c: 1\n      d: 2\n"
+    text = "".join(f"k{i}:\n{block}" for i in range(40)) + "deep:\n  x:\n" + "".join(
+        "  " + line + "\n" for line in block.splitlines())
+    assert same_as_yamlstream(text)
+
+
+@pytest.mark.parametrize("char", ["\x01", "\x7f", "\x0b", "\x1f"])
+def test_a_control_character_is_left_to_yamlstream(char: str) -> None:
+    text = f"a: b\nc: d{char}e\n"
+    assert not same_as_yamlstream(text)
+    assert same_as_yamlstream("a: b\nc: d\u00e9\n")  # non-ASCII printable: read here

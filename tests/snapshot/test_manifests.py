@@ -15,6 +15,7 @@ from agent.snapshot.manifests import (
     PodParts,
     parse_node,
     parse_pod,
+    parse_pod_checked,
     parse_training_job,
 )
 from tests.snapshot.kube_objects import node, pod, training_job
@@ -122,7 +123,15 @@ def test_pod_fields(manifest: dict[str, Any], field: str, expected: Any, with_pa
         ),
         ("spec.containers.0.resources", {"requests": []}, "spec.containers[0].resources.requests"),
         ("spec.nodeName", 5, "spec.nodeName"),
+        ("spec.serviceAccountName", 0, "spec.serviceAccountName"),
+        ("spec.serviceAccount", ["sa"], "spec.serviceAccount"),
+        ("metadata.namespace", 3, "metadata.namespace"),
+        ("metadata.labels", {3: "x"}, "metadata.labels.3"),
         ("status.phase", "Sleeping", "status.phase"),
+        ("status.phase", ["Running"], "status.phase"),
+        ("status.phase", None, "status.phase"),
+        ("spec", "none", "spec"),
+        ("status", [], "status"),
     ],
 )
 @pytest.mark.parametrize("with_parts", [False, True], ids=["alone", "parts"])
@@ -213,3 +222,23 @@ def test_training_job_fields(
 def test_training_job_wrong_type() -> None:
     with pytest.raises(ManifestError, match=r"spec\.runPolicy\.suspend: expected true or false"):
         parse_training_job(training_job("TFJob", "j", run_policy={"suspend": "yes"}), JobKind.TF)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("metadata.labels", None), ("metadata.labels", {}), ("metadata.namespace", None),
+        ("metadata.namespace", ""), ("spec.nodeName", ""), ("spec.nodeName", None),
+        ("spec.serviceAccountName", ""), ("spec.serviceAccountName", "trainer"),
+        ("spec.serviceAccount", "legacy"), ("spec.initContainers", [
+            {"name": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]),
+        ("status.phase", "Succeeded"), ("status", None), ("spec.containers", None),
+        ("metadata.ownerReferences", None),
+    ],
+)
+def test_the_short_path_parses_what_the_checked_path_parses(path: str, value: Any) -> None:
+    manifest = _with(pod("p", ports=[("x", 1)], gpus=2, node_name="n1",
+                         owner=("v1", "PyTorchJob", "j")), path, value)
+    for parts in (None, PodParts()):
+        assert parse_pod(manifest, parts=parts) == parse_pod_checked(
+            manifest, parts=parts, shared=None)

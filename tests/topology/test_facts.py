@@ -70,3 +70,27 @@ def test_incremental_facts_equal_facts_from_scratch(seed: int) -> None:
         ns: sorted(p.name for p in pods if p.namespace == ns) for ns in {p.namespace for p in pods}
     }
     assert got.zones == ("a", "b", "c")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_bulk_count_equals_pod_by_pod(seed: int) -> None:
+    rng = random.Random(seed)
+    pods = {i: random_pod(rng, i) for i in range(rng.randrange(1, 300))}
+    bulk = FactsIndex(NODES)
+    bulk.add_many(pods)
+    want = cluster_facts(NODES, pods.values())
+    got = bulk.facts()
+    assert replace(got, pods_in={}) == replace(want, pods_in={})
+    assert got.pods_in == want.pods_in  # cluster order, namespace by namespace
+    # later changes count on from the bulk: the same as an index built pod by pod
+    one_by_one = FactsIndex(NODES)
+    for key, pod in pods.items():
+        one_by_one.add(key, pod)
+    for step in range(100):
+        key = rng.randrange(400)
+        for index in (bulk, one_by_one):
+            if step % 3 == 0:
+                index.remove(key)
+            else:
+                index.add(key, random_pod(random.Random(step), key))
+    assert bulk.facts() == one_by_one.facts()
