@@ -548,10 +548,10 @@ class AgentPipeline:
     def record(self, finding: Finding, *, first_seen: float | None) -> Any:
         key = finding.job
         pending = self._prepare(finding, key)
-        if pending is None:
+        if pending is None or self.store is None:  # without a store nothing is prepared
             return None
-        outcome = self._record_document(pending.document, detected_at=pending.record.detected_at,
-                                        key=key, record=pending.record)  # fmt: skip
+        outcome = self.store.record_finding(pending.record)
+        self._log_recorded(key, pending.document, outcome)
         self._recorded(pending, outcome, first_seen=first_seen, written=None)
         return outcome
 
@@ -944,13 +944,11 @@ class AgentPipeline:
         key: JobRef,
         gpus: int | None = None,
         samples: tuple[tuple[float, float], ...] = (),
-        record: FindingRecord | None = None,
     ) -> Any:
         if self.store is None:
             return None
-        chosen = record or self._finding_record(document, detected_at=detected_at, gpus=gpus,
-                                                samples=samples)  # fmt: skip
-        outcome = self.store.record_finding(chosen)
+        outcome = self.store.record_finding(self._finding_record(
+            document, detected_at=detected_at, gpus=gpus, samples=samples))  # fmt: skip
         self._log_recorded(key, document, outcome)
         return outcome
 

@@ -173,24 +173,17 @@ class PlaybookActions:
             if self.previews is not None:
                 action = self.previews.draft(preview)
             document = {**document, "proposed_fix": preview.to_dict()}
-        messages: list[MessageDraft] = []
-        deadline: datetime | None = None
-        for firing in fired(self.playbooks, event):
-            for step in firing.actions:
-                if step.kind is PlaybookActionKind.DIGEST:
-                    continue
-                payload = _payload(step.kind, firing.playbook.name, incident, document)
-                if step.approval is not None and self.approvals is not None:
-                    planned = self.approvals.planned(incident, document, step.approval)
-                    if planned is None:
-                        return None
-                    if planned.kind is ApprovalStepKind.REQUEST and deadline is None:
-                        deadline = planned.deadline
-                    payload["approval"] = self._approval(step.approval, planned)
-                messages.append(MessageDraft(
-                    MessageKind.POST, payload=payload, channel=step.channel or self.channel,
-                    dedupe_key=f"{step.kind.value}:{firing.playbook.name}:{incident.id}",
-                ))  # fmt: skip
+        approvals = self.approvals
+
+        def planned(policy: ApprovalPolicy, _playbook: str) -> ApprovalStep | None:
+            return None if approvals is None else approvals.planned(incident, document, policy)
+
+        posts = self._posts(event, incident, document, approve=planned)
+        if posts is None:
+            return None
+        messages, steps = posts
+        deadline = next((step.deadline for step in steps
+                         if step.kind is ApprovalStepKind.REQUEST), None)  # fmt: skip
         reason = unposted_reason(self.playbooks, event)
         notes = () if reason is None else (
             EventDraft(EventKind.NOTE, {NOT_POSTED: reason}, actor=ACTOR),)  # fmt: skip
@@ -207,6 +200,37 @@ class PlaybookActions:
         for note in up.notes:
             log.info("incident not posted", extra={"incident": incident.id,
                                                    "reason": note.detail.get(NOT_POSTED)})
+
+    def _posts(
+        self,
+        event: Event,
+        incident: IncidentSummary,
+        document: Mapping[str, Any],
+        *,
+        approve: Callable[[ApprovalPolicy, str], ApprovalStep | None],
+    ) -> tuple[list[MessageDraft], list[ApprovalStep]] | None:
+        """The posts (digests aside) of every playbook the event fires, each carrying its
+        approval step as `approve` (policy, playbook name) gives it, and those steps. None when
+        `approve` gives no step for an action that needs one (where `follow_up` cannot decide
+        without a read)."""
+        messages: list[MessageDraft] = []
+        steps: list[ApprovalStep] = []
+        for firing in fired(self.playbooks, event):
+            for action in firing.actions:
+                if action.kind is PlaybookActionKind.DIGEST:
+                    continue
+                payload = _payload(action.kind, firing.playbook.name, incident, document)
+                if action.approval is not None and self.approvals is not None:
+                    step = approve(action.approval, firing.playbook.name)
+                    if step is None:
+                        return None
+                    steps.append(step)
+                    payload["approval"] = self._approval(action.approval, step)
+                messages.append(MessageDraft(
+                    MessageKind.POST, payload=payload, channel=action.channel or self.channel,
+                    dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
+                ))  # fmt: skip
+        return messages, steps
 
     def _approval(self, policy: ApprovalPolicy, step: ApprovalStep) -> dict[str, Any]:
         return {
@@ -228,26 +252,20 @@ class PlaybookActions:
             if self.previews is not None:
                 self.previews.record(incident.id, preview)
             document = {**document, "proposed_fix": preview.to_dict()}
-        for firing in fired(self.playbooks, event):
-            for action in firing.actions:
-                if action.kind is PlaybookActionKind.DIGEST:
-                    continue
-                payload = _payload(action.kind, firing.playbook.name, incident, document)
-                if action.approval is not None and self.approvals is not None:
-                    # the approval step first (a conditional write, so a retried firing repeats
-                    # nothing), so the queued proposal carries the deadline
-                    step = self.approvals.propose(
-                        incident, document, action.approval, playbook=firing.playbook.name
-                    )
-                    payload["approval"] = self._approval(action.approval, step)
-                store.enqueue_message(
-                    MessageKind.POST,
-                    payload=payload,
-                    now=self.now(),
-                    incident_id=incident.id,
-                    channel=action.channel or self.channel,
-                    dedupe_key=f"{action.kind.value}:{firing.playbook.name}:{incident.id}",
-                )
+        approvals = self.approvals
+
+        def propose(policy: ApprovalPolicy, playbook: str) -> ApprovalStep | None:
+            # the approval step first (a conditional write, so a retried firing repeats nothing),
+            # so the queued proposal carries the deadline
+            if approvals is None:
+                return None
+            return approvals.propose(incident, document, policy, playbook=playbook)
+
+        posts = self._posts(event, incident, document, approve=propose)
+        for message in () if posts is None else posts[0]:
+            store.enqueue_message(message.kind, payload=message.payload, now=self.now(),
+                                  incident_id=incident.id, channel=message.channel,
+                                  dedupe_key=message.dedupe_key)  # fmt: skip
         reason = unposted_reason(self.playbooks, event)
         if reason is not None:
             store.add_event(incident.id, EventKind.NOTE, now=self.now(), actor=ACTOR,

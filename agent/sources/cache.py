@@ -197,14 +197,20 @@ def _bound_live(pod: Obj | None) -> bool:
     )
 
 
-def _holds_gpus(pod: Obj | None) -> bool:
-    """Whether any container of the pod requests (or is limited to) GPUs."""
+def _pod_gpus(pod: Obj | None) -> int:
+    """GPUs the pod's containers request (a container's request, else its limit); unreadable
+    quantities count nothing."""
+    total = 0
     for container in ((pod or {}).get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {} if isinstance(container, dict) else {}
-        if (resources.get("requests") or {}).get(GPU_RESOURCE) or (
-                resources.get("limits") or {}).get(GPU_RESOURCE):
-            return True
-    return False
+        resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
+        wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
+            resources.get("limits") or {}
+        ).get(GPU_RESOURCE)
+        try:  # ASCII digits, 0 to a bound: "٨", "-3" or 2**70 count nothing
+            total += parse_int(wanted or 0, field=GPU_RESOURCE, maximum=MAX_GPUS)
+        except NumberError:
+            continue
+    return total
 
 
 def _matches(selector: dict[str, str], labels: Any) -> bool:
@@ -503,7 +509,7 @@ class ClusterCache:
             self._awaiting_labels.discard(old_job)  # its last pod gone: nothing to await
         newly_bound = not self._bulk and _bound_live(new) and not _bound_live(old)
         # a pod that held GPUs and no longer counts (finished, deleting, deleted, unbound)
-        freed = _bound_live(old) and not _bound_live(new) and _holds_gpus(old)
+        freed = _bound_live(old) and not _bound_live(new) and _pod_gpus(old) > 0
         jobs = frozenset(j for j in (old_job, new_job) if j is not None)
         # an awaited pod's labels or phase moved on: the verdict may be settled now
         settling = (
@@ -704,20 +710,8 @@ class ClusterCache:
     def job_gpus(self, job: JobRef) -> int:
         """GPUs the job's live pods request (a container's request, else its limit); finished
         pods and unreadable quantities count nothing."""
-        total = 0
-        for pod in self.pods_of_job(job):
-            if _phase(pod) in FINISHED_PHASES:
-                continue
-            for container in (pod.get("spec") or {}).get("containers") or []:
-                resources = container.get("resources") or {}
-                wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
-                    resources.get("limits") or {}
-                ).get(GPU_RESOURCE)
-                try:  # ASCII digits, 0 to a bound: "٨", "-3" or 2**70 count nothing
-                    total += parse_int(wanted or 0, field=GPU_RESOURCE, maximum=MAX_GPUS)
-                except NumberError:
-                    continue
-        return total
+        return sum(_pod_gpus(pod) for pod in self.pods_of_job(job)
+                   if _phase(pod) not in FINISHED_PHASES)  # fmt: skip
 
     def policies_in(self, namespace: str) -> list[Obj]:
         """Policies of a namespace plus the cluster-wide ones."""

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, select
 
 from agent.model.incident import TransitionResult
 from agent.model.lifecycle import IncidentStatus
+from agent.store.errors import InvalidRecordError
 from agent.store.schema import IncidentRow
 from agent.store.transitions import expire, transition
 
@@ -30,6 +31,14 @@ SNOOZE_END_ACTOR = "snooze-end"
 """Who the end of a snooze is recorded as (`status_by` and the timeline event's actor)."""
 
 _EXPIRABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL)
+
+
+def check_deadline(incident_id: int, *, deadline: datetime, now: datetime) -> None:
+    """Refuse an approval deadline that is not a timezone-aware time after `now`."""
+    if deadline.tzinfo is None or deadline <= now:
+        raise InvalidRecordError(
+            f"incident {incident_id}: the approval deadline {deadline.isoformat()} must be a "
+            f"timezone-aware time after {now.isoformat()}")
 
 
 def request_approval(

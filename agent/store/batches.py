@@ -47,7 +47,7 @@ from agent.model.incident import (
 from agent.model.lifecycle import EventKind
 from agent.model.verdict import Verdict
 from agent.store import approvals, findings, outbox, timeline
-from agent.store.errors import CorruptRecordError, InvalidRecordError
+from agent.store.errors import CorruptRecordError
 from agent.store.rows import SUMMARY_COLUMNS, UnreadableError, summary
 from agent.store.schema import IncidentEventRow, IncidentRow, OutboxRow
 
@@ -222,13 +222,8 @@ def _follow_up(conn: Connection, ups: Sequence[tuple[FindingOutcome, FollowUp | 
         if up is None:
             continue
         incident_id = outcome.incident.id
-        if up.approval_deadline is not None and (
-            up.approval_deadline.tzinfo is None or up.approval_deadline <= up.now
-        ):
-            raise InvalidRecordError(
-                f"incident {incident_id}: the approval deadline "
-                f"{up.approval_deadline.isoformat()} must be a timezone-aware time after "
-                f"{up.now.isoformat()}")
+        if up.approval_deadline is not None:
+            approvals.check_deadline(incident_id, deadline=up.approval_deadline, now=up.now)
         if up.action is not None:
             draft = up.action
             timeline.record_action(

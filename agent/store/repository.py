@@ -254,10 +254,7 @@ class IncidentStore:
         self, incident_id: int, *, deadline: datetime, now: datetime, actor: str
     ) -> TransitionResult:
         """`open -> awaiting_approval` with its approval deadline, one conditional transition."""
-        if deadline.tzinfo is None or deadline <= now:
-            raise InvalidRecordError(
-                f"incident {incident_id}: the approval deadline {deadline.isoformat()} must be a "
-                f"timezone-aware time after {now.isoformat()}")
+        approvals.check_deadline(incident_id, deadline=deadline, now=now)
         token = str(uuid.uuid4())
         return self._write(
             f"request approval on incident {incident_id}",

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.model.workload import dig
 from agent.twin.kueue_labels import QUEUE_LABEL
 from agent.twin.operator_kinds import KINDS as TRAINING_KINDS
 from agent.twin.operator_kinds import TrainingKind
@@ -69,16 +70,6 @@ class QueuedKind:
     @property
     def key(self) -> tuple[str, str, str]:
         return self.resource.key
-
-
-def dig(obj: Any, path: Sequence[str | int]) -> Any:
-    node = obj
-    for step in path:
-        if isinstance(step, int):
-            node = node[step] if isinstance(node, list) and 0 <= step < len(node) else None
-        else:
-            node = node.get(step) if isinstance(node, Mapping) else None
-    return node
 
 
 def is_suspended(kind: QueuedKind, job: Obj) -> bool:

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.twin.kueue_jobs import QueuedKind, dig, queue_name, suspend_patch
+from agent.model.workload import dig
+from agent.twin.kueue_jobs import QueuedKind, queue_name, suspend_patch
 from agent.twin.kueue_labels import (
     JOB_UID_LABEL,
     PODSET_GROUP_NAME,

@@ -1,11 +1,16 @@
-"""Builders for policy manifests and endpoints shared by the policy tests (not a test module)."""
+"""Builders for policy manifests and endpoints, and the parse-error check, shared by the policy
+tests (not a test module)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
+from agent.errors import PolicyError
 from agent.model.network import Endpoint, Protocol
+from agent.policy import parse_policy
 
 
 def cnp(name: str, spec: Mapping[str, Any] | None = None, *, ns: str = "ml", specs: Any = None) -> dict[str, Any]:
@@ -62,3 +67,11 @@ def ep(
         service_account=sa,
         named_ports=named,
     )
+
+
+def assert_parse_error(manifest: Any, message: str) -> None:
+    """Reading `manifest` is refused with one line starting with `message`."""
+    with pytest.raises(PolicyError) as info:
+        parse_policy(manifest)
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)

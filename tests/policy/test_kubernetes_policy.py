@@ -6,9 +6,7 @@ from typing import Any
 
 import pytest
 
-from agent.errors import PolicyError
-from agent.policy import parse_policy
-from tests.policy.builders import knp
+from tests.policy.builders import assert_parse_error, knp
 
 ERRORS: list[tuple[str, Any, str]] = [
     (
@@ -56,7 +54,4 @@ ERRORS: list[tuple[str, Any, str]] = [
 
 @pytest.mark.parametrize(("manifest", "message"), [(m, msg) for _, m, msg in ERRORS], ids=[e[0] for e in ERRORS])
 def test_parse_errors(manifest: Any, message: str) -> None:
-    with pytest.raises(PolicyError) as info:
-        parse_policy(manifest)
-    assert str(info.value).startswith(message), str(info.value)
-    assert "\n" not in str(info.value)
+    assert_parse_error(manifest, message)

@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.errors import PolicyError
-from agent.policy import parse_policy
-from tests.policy.builders import cnp, knp
+from tests.policy.builders import assert_parse_error, cnp, knp
 
 CNP_ID = "CiliumNetworkPolicy/ml/bad"
 ERRORS: list[tuple[str, Any, str]] = [
@@ -85,7 +83,4 @@ ERRORS: list[tuple[str, Any, str]] = [
 
 @pytest.mark.parametrize(("manifest", "message"), [(m, msg) for _, m, msg in ERRORS], ids=[e[0] for e in ERRORS])
 def test_parse_errors(manifest: Any, message: str) -> None:
-    with pytest.raises(PolicyError) as info:
-        parse_policy(manifest)
-    assert str(info.value).startswith(message), str(info.value)
-    assert "\n" not in str(info.value)
+    assert_parse_error(manifest, message)
