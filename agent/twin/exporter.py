@@ -89,10 +89,11 @@ class TwinCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         nodes = self._store.list_refs(NODES)[0]  # stored objects are immutable: no copies
         pods = self._store.list_refs(PODS)[0]
+        at = self._clock.now()  # one instant for every traffic counter of this scrape
         yield from self._dcgm(nodes)
         yield from self._kube_state(nodes, pods)
-        yield from self._network(pods)
-        yield from self._beyla(pods)
+        yield from self._network(pods, at=at)
+        yield from self._beyla(pods, at=at)
 
     # --- DCGM -----------------------------------------------------------------------------------
 
@@ -195,14 +196,14 @@ class TwinCollector(Collector):
 
     # --- network --------------------------------------------------------------------------------
 
-    def _network(self, pods: list[dict[str, Any]]) -> Iterable[Metric]:
+    def _network(self, pods: list[dict[str, Any]], *, at: float) -> Iterable[Metric]:
         live = {(str(_meta(p).get("namespace")), str(_meta(p).get("name"))) for p in pods}
         tx = CounterMetricFamily(
             "container_network_transmit_bytes",
             "Cumulative count of bytes transmitted",
             labels=["namespace", "pod", "interface"],
         )
-        for (ns, name), total in sorted(self._runtime.transmit_bytes().items()):
+        for (ns, name), total in sorted(self._runtime.transmit_bytes(at=at).items()):
             if (ns, name) in live:
                 tx.add_metric([ns, name, "eth0"], float(int(total)))
         yield tx
@@ -235,7 +236,7 @@ class TwinCollector(Collector):
 
     # --- Beyla ----------------------------------------------------------------------------------
 
-    def _beyla(self, pods: list[dict[str, Any]]) -> Iterable[Metric]:
+    def _beyla(self, pods: list[dict[str, Any]], *, at: float) -> Iterable[Metric]:
         keys = ["k8s_cluster_name", *(f"k8s_src_{e}" for e in _FLOW_ENDS),
                 *(f"k8s_dst_{e}" for e in _FLOW_ENDS), "src_zone", "dst_zone"]  # fmt: skip
         flow = CounterMetricFamily(
@@ -245,7 +246,7 @@ class TwinCollector(Collector):
         )
         owners = {(str(_meta(p).get("namespace")), str(_meta(p).get("name"))): beyla_owner(p)
                   for p in pods}  # fmt: skip
-        pairs = sorted(self._runtime.pair_bytes().items())
+        pairs = sorted(self._runtime.pair_bytes(at=at).items())
         for (ns, src, dst), (sent, src_zone, dst_zone) in pairs:
             a, b = owners.get((ns, src)), owners.get((ns, dst))
             if a is None or b is None:
@@ -258,7 +259,7 @@ class TwinCollector(Collector):
             "bytes submitted between different cloud availability zones",
             labels=["k8s_cluster_name", "src_zone", "dst_zone"],
         )
-        for (src_zone, dst_zone), sent in sorted(self._runtime.zone_bytes().items()):
+        for (src_zone, dst_zone), sent in sorted(self._runtime.zone_bytes(at=at).items()):
             inter.add_metric([CLUSTER_NAME, src_zone, dst_zone], float(int(sent)))
         yield inter
 

@@ -308,25 +308,27 @@ class TrainingRuntime(Controller):
             return 0.0
         return gpu_utilization(state.phase, state.timing)
 
-    def transmit_bytes(self) -> dict[PodKey, float]:
-        now = self._clock.now()
+    def transmit_bytes(self, *, at: float) -> dict[PodKey, float]:
+        """Bytes each live pod has transmitted by model time `at`: one scrape reads every
+        counter at one instant, so counters that are sums of others agree exactly."""
+        now = at
         with self._lock:
             return {k: t.total + t.rate * (now - t.since) for k, t in self._traffic.items()}
 
-    def pair_bytes(self) -> dict[PairKey, tuple[float, str, str]]:
-        """Bytes each live pod has sent each ring neighbour (model time), and the two pods'
-        zones, by (namespace, from, to)."""
-        now = self._clock.now()
+    def pair_bytes(self, *, at: float) -> dict[PairKey, tuple[float, str, str]]:
+        """Bytes each live pod has sent each ring neighbour by model time `at`, and the two
+        pods' zones, by (namespace, from, to)."""
+        now = at
         with self._lock:
             return {
                 k: (t.total + t.rate * (now - t.since), *self._pair_zones.get(k, ("", "")))
                 for k, t in self._pairs.items()
             }
 
-    def zone_bytes(self) -> dict[tuple[str, str], float]:
-        """Bytes sent from each zone to each other zone so far (model time), gone pods'
+    def zone_bytes(self, *, at: float) -> dict[tuple[str, str], float]:
+        """Bytes sent from each zone to each other zone by model time `at`, gone pods'
         included: never decreasing, as an exporter's counter is."""
-        now = self._clock.now()
+        now = at
         with self._lock:
             totals = dict(self._retired_zone_bytes)
             for key, t in self._pairs.items():
