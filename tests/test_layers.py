@@ -6,6 +6,7 @@ a package's `__init__` and its own modules that the sibling contract does not se
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -140,3 +141,42 @@ def test_no_module_of_the_agent_imports_itself_through_others() -> None:
     graph = grimp.build_graph("agent", cache_dir=None)
     assert "agent.twin.apiserver" in graph.modules and "agent.fakes.slack" in graph.modules
     assert import_cycles(graph) == []
+
+
+def imported_test_modules(source: str) -> list[str]:
+    """The test modules (`test_*`) a module's source imports, by dotted name."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.rsplit(".", 1)[-1].startswith("test_")]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            if node.module.rsplit(".", 1)[-1].startswith("test_"):
+                found.append(node.module)
+            else:
+                found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("test_")]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("from tests.runtime.test_pipeline import World\n", ["tests.runtime.test_pipeline"]),
+        ("import tests.commands.test_run\n", ["tests.commands.test_run"]),
+        ("from tests.remediation import test_plan\n", ["tests.remediation.test_plan"]),
+        ("from tests.remediation.builders import live\nimport json\n", []),
+        ("from tests.support.waiting import wait\n", []),
+    ],
+)
+def test_imported_test_modules_names_each_test_module(source: str, found: list[str]) -> None:
+    assert imported_test_modules(source) == found
+
+
+def test_no_test_imports_another_test_module() -> None:
+    """Shared fixtures live in a folder's conftest and shared helpers in support modules: a test
+    module imported by another would run its tests twice and tie two files together."""
+    offenders = {
+        str(path.relative_to(REPO)): names
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        if (names := imported_test_modules(path.read_text()))
+    }
+    assert offenders == {}

@@ -3,12 +3,9 @@ replicas on one PostgreSQL (one leader; kill it, the other takes over; no duplic
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +20,7 @@ from agent.runtime.webhook_credentials import OPEN_WARNING
 from agent.twin import cluster as twin_cluster
 from agent.twin import kubeconfig
 from tests.support import postgres
+from tests.support.agent_process import AgentProcess
 from tests.support.waiting import wait
 from tests.twin import twin_fixtures as fixtures
 
@@ -50,72 +48,6 @@ def write_config(tmp_path: Path, kube: Path, database: str, **extra: Any) -> Pat
     path = tmp_path / f"config-{len(list(tmp_path.glob('config-*')))}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-class AgentProcess:
-    """`zonemedic run --config` with its JSON log lines collected from stderr."""
-
-    def __init__(
-        self, config: Path | None, *, cwd: Path = REPO, overrides: dict[str, str] | None = None
-    ) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ZONEMEDIC_")}
-        env.update(overrides or {})
-        flags = ["--config", str(config)] if config is not None else []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent.cli", "run", *flags],
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        self.lines: list[dict[str, Any]] = []
-        self.raw: list[bytes] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.url = ""
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.raw.append(line)
-            with contextlib.suppress(orjson.JSONDecodeError):
-                self.lines.append(orjson.loads(line))
-
-    def wait_url(self, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                if line.get("message") == "http listening":
-                    self.url = str(line["url"])
-                    return self.url
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"agent did not start: {b''.join(self.raw[-20:]).decode()}")
-
-    def logged(self, message: str, **fields: str) -> dict[str, Any] | None:
-        """The first log line with this message and these fields, if any yet."""
-        for line in list(self.lines):
-            if line.get("message") == message and all(line.get(k) == v for k, v in fields.items()):
-                return line
-        return None
-
-    def get(self, path: str, **params: str) -> httpx.Response:
-        return httpx.get(self.url + path, params=params, timeout=5)
-
-    def leader(self) -> bool:
-        try:
-            return "zonemedic_leader 1.0" in self.get("/metrics").text
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        self._reader.join(5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from agent.model.finding import Finding
 from agent.model.job import JobRef
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
+from agent.remediation.plan import LiveObjects
 
 ZONE = "topology.kubernetes.io/zone"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -180,3 +181,31 @@ def batch_job(name: str, *, ns: str = "ml", labels: dict[str, str], parallelism:
 
 def copy_of(obj: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(obj)
+
+
+def live(obj: dict[str, Any], *, nodes: list[dict[str, Any]] | None = None,
+         bound: list[dict[str, Any]] | None = None) -> LiveObjects:  # fmt: skip
+    kind = str(obj["kind"]) + ("/v2beta1" if obj["apiVersion"].endswith("v2beta1") else "")
+    pods = job_pods(kind, obj["metadata"]["name"])
+    return LiveObjects(job=obj, pods=pods, nodes=nodes or cluster_nodes(),
+                       bound_pods=pods + (bound or []))  # fmt: skip
+
+
+def group_live(*, coordinator_zone_node: str = "cpu-b-0") -> LiveObjects:
+    workloads = [
+        deployment("coordinator", labels={"zone": "zone-b", "role": "coordinator"}),
+        replicaset("coordinator-5d9f", "coordinator"),
+        batch_job("workers-a", labels={"zone": "zone-a", "role": "worker"}),
+        batch_job("workers-b", labels={"zone": "zone-b", "role": "worker"}, parallelism=1),
+    ]
+    pods = [
+        pod("coordinator-5d9f-x", node_name=coordinator_zone_node, labels={"zone": "zone-b"},
+            owner=("apps/v1", "ReplicaSet", "coordinator-5d9f")),
+        pod("workers-a-1", node_name="gpu-a-0", gpus=1, labels={"zone": "zone-a"},
+            owner=("batch/v1", "Job", "workers-a")),
+        pod("workers-a-2", node_name="gpu-a-1", gpus=1, labels={"zone": "zone-a"},
+            owner=("batch/v1", "Job", "workers-a")),
+        pod("workers-b-1", node_name="cpu-b-1", gpus=1, labels={"zone": "zone-b"},
+            owner=("batch/v1", "Job", "workers-b")),
+    ]  # fmt: skip
+    return LiveObjects(job=None, pods=pods, nodes=cluster_nodes(), bound_pods=pods, workloads=workloads)

@@ -27,25 +27,17 @@ from tests.remediation.builders import (
     batch_job,
     cluster_nodes,
     copy_of,
-    deployment,
     finding,
+    group_live,
     job,
     job_pods,
+    live,
     node,
     pod,
-    replicaset,
 )
 
 MIRROR = "netpol.example.com/zone"
 TOUCHABLE_SPEC = {"nodeSelector", "affinity", "tolerations"}
-
-
-def live(obj: dict[str, Any], *, nodes: list[dict[str, Any]] | None = None,
-         bound: list[dict[str, Any]] | None = None) -> LiveObjects:  # fmt: skip
-    kind = str(obj["kind"]) + ("/v2beta1" if obj["apiVersion"].endswith("v2beta1") else "")
-    pods = job_pods(kind, obj["metadata"]["name"])
-    return LiveObjects(job=obj, pods=pods, nodes=nodes or cluster_nodes(),
-                       bound_pods=pods + (bound or []))  # fmt: skip
 
 
 def a_plan(kind: str, obj: dict[str, Any], **kw: Any) -> Plan:
@@ -276,26 +268,6 @@ def test_room_counts_requests_of_pods_already_there_but_not_the_jobs_own() -> No
     more = [*squatter, pod("other2", ns="x", node_name="gpu-a-1", gpus=1)]
     result = plan_remediation(finding(JobKind.PYTORCH), live(obj, nodes=nodes, bound=more))
     assert isinstance(result, Refusal) and "nvidia.com/gpu" in result.reason
-
-
-def group_live(*, coordinator_zone_node: str = "cpu-b-0") -> LiveObjects:
-    workloads = [
-        deployment("coordinator", labels={"zone": "zone-b", "role": "coordinator"}),
-        replicaset("coordinator-5d9f", "coordinator"),
-        batch_job("workers-a", labels={"zone": "zone-a", "role": "worker"}),
-        batch_job("workers-b", labels={"zone": "zone-b", "role": "worker"}, parallelism=1),
-    ]
-    pods = [
-        pod("coordinator-5d9f-x", node_name=coordinator_zone_node, labels={"zone": "zone-b"},
-            owner=("apps/v1", "ReplicaSet", "coordinator-5d9f")),
-        pod("workers-a-1", node_name="gpu-a-0", gpus=1, labels={"zone": "zone-a"},
-            owner=("batch/v1", "Job", "workers-a")),
-        pod("workers-a-2", node_name="gpu-a-1", gpus=1, labels={"zone": "zone-a"},
-            owner=("batch/v1", "Job", "workers-a")),
-        pod("workers-b-1", node_name="cpu-b-1", gpus=1, labels={"zone": "zone-b"},
-            owner=("batch/v1", "Job", "workers-b")),
-    ]  # fmt: skip
-    return LiveObjects(job=None, pods=pods, nodes=cluster_nodes(), bound_pods=pods, workloads=workloads)
 
 
 def test_group_moves_only_what_is_outside_the_target_zone() -> None:

@@ -14,7 +14,7 @@ from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind
 from agent.runtime.alerts import AlertReceiver
 from agent.sources.alertmanager import Alert
-from tests.runtime.test_pipeline import JOB, World
+from tests.runtime.world import JOB, World
 
 
 @pytest.fixture

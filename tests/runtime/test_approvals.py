@@ -15,7 +15,7 @@ import pytest
 from agent.model.lifecycle import DecisionSource, EventKind, IncidentStatus, MessageKind
 from agent.playbook.schema import parse_playbook
 from agent.sources.cache import Change
-from tests.runtime.test_pipeline import JOB, NOW, World
+from tests.runtime.world import JOB, NOW, World
 
 S = IncidentStatus
 

@@ -23,9 +23,9 @@ import yaml
 from agent.fakes.slack import FakeSlack
 from agent.twin.access import Access, read_manifests
 from agent.twin.cluster import TwinCluster
-from tests.commands.test_run import AgentProcess
 from tests.remediation.harness import quick
 from tests.soak.workload import AUTO, PROTECTED
+from tests.support.agent_process import AgentProcess
 from tests.support.pgcluster import PrivateCluster, private_cluster
 from tests.support.prometheus import PrometheusServer, running_prometheus
 
