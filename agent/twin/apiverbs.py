@@ -18,6 +18,7 @@ Used by the HTTP handler (apihandler.py). It does not parse HTTP or resolve path
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -93,6 +94,7 @@ class ResourceRequest:
         self.dry_run = "All" in query.all("dryRun")
         self.field_validation = query.one("fieldValidation")
         self.warnings: list[str] = []
+        self._write: WriteRecord | None = None  # this request's write, once admitted
 
     def serve(self) -> None:
         route, rt, sub = self.route, self.rt, self.route.subresource
@@ -166,11 +168,13 @@ class ResourceRequest:
         failure = api.faults.take(self.verb, rt.plural)
         if failure is None:
             if self.verb in WRITE_VERBS:
-                api.accounting.write(WriteRecord(
+                self._write = WriteRecord(
                     time.time(), self.user.name, self.verb, rt.group,
                     f"{rt.plural}/{sub}" if sub else rt.plural, self.namespace or "",
                     route.name or "", self.dry_run,
-                ))
+                )
+                api.accounting.write(self._write)
+                api.faults.wrote(self._write, landed=False)
             return
         if failure.code == 429:
             raise ApiError(
@@ -210,6 +214,9 @@ class ResourceRequest:
         return "as=Table" in self.ex.header("Accept")
 
     def _object(self, code: int, obj: dict[str, Any]) -> None:
+        if self._write is not None:  # a write that landed: its hook runs before the answer
+            named = replace(self._write, name=str(obj.get("metadata", {}).get("name") or ""))
+            self.api.faults.wrote(named, landed=True)
         body: Any = obj
         if self._wants_table():
             body = tables.table(
@@ -391,6 +398,8 @@ class ResourceRequest:
         if grace is None and options.get("gracePeriodSeconds") is not None:
             grace = int(options["gracePeriodSeconds"])
         dry_run = self.dry_run or "All" in (options.get("dryRun") or [])
+        if dry_run and self._write is not None and not self._write.dry_run:
+            self._write = None  # a dry run named in the DeleteOptions: nothing lands
         try:
             policy = Propagation(propagation or "Background")
         except ValueError as exc:

@@ -7,15 +7,20 @@ a log of the allowed writes (who wrote which object when: what a soak checks its
 `Faults` holds injected faults: answer the next N requests with 500 or 429 + Retry-After
 (optionally only for one verb/resource), add latency to every request, and refuse writes the way
 admission does (`refuse`: a validating webhook that denies, or an exhausted ResourceQuota; for one
-verb and resource, optionally one object name, dry runs only, real writes only, or both). Closing
+verb and resource, optionally one object name, dry runs only, real writes only, or both), and run
+a callback on one real write (`on_write`: as it arrives, before it is applied: a request held in
+flight; or once it landed, before its answer is sent: what a client does right after a write
+landed is what the callback makes happen first). Closing
 watch streams and expiring history act on the server and the store; the server exposes all of it
 under /twin/. Thread-safe; no HTTP here (the HTTP layer words a refusal as the server does).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -140,6 +145,15 @@ class _RefuseRule:
     dry_run: bool | None  # None: dry runs and real writes; True: dry runs only; False: real only
 
 
+@dataclass
+class _WriteHook:
+    callback: Callable[[WriteRecord], None]
+    verb: str | None
+    resource: str
+    user: str | None
+    landed: bool  # False: as the write arrives (before it is applied); True: once it landed
+
+
 class Faults:
     """Injected faults; `take(verb, resource)` says whether to fail this request, `refusal(...)`
     whether admission refuses this write."""
@@ -148,7 +162,47 @@ class Faults:
         self._lock = threading.Lock()
         self._rules: list[_FailRule] = []
         self._refusals: list[_RefuseRule] = []
+        self._hooks: list[_WriteHook] = []
         self.latency_seconds = 0.0
+
+    def on_write(
+        self,
+        callback: Callable[[WriteRecord], None],
+        *,
+        resource: str,
+        verb: str | None = None,
+        user: str | None = None,
+        landed: bool = True,
+    ) -> None:
+        """Call `callback` once, on the next real (not dry-run) write of `resource` (by `verb` and
+        `user` when given): as it arrives (`landed=False`: the request waits, unapplied, while the
+        callback runs) or once it landed (before its answer is sent). It runs on the request's
+        thread; what it raises is not the request's concern (the write is answered as usual)."""
+        if verb is not None and verb not in WRITE_VERBS:
+            raise ValueError(f"write hooks apply to writes ({', '.join(sorted(WRITE_VERBS))}), not {verb!r}")
+        with self._lock:
+            self._hooks.append(_WriteHook(callback, verb, resource, user, landed))
+
+    def hooks(self) -> int:
+        """Write hooks still armed."""
+        with self._lock:
+            return len(self._hooks)
+
+    def wrote(self, record: WriteRecord, *, landed: bool) -> None:
+        """Run (and disarm) the hook due for this real write at this moment, if any."""
+        if record.dry_run:
+            return
+        with self._lock:
+            hook = next((h for h in self._hooks if h.landed == landed
+                         and h.resource == record.resource and h.verb in (None, record.verb)
+                         and h.user in (None, record.user)), None)
+            if hook is None:
+                return
+            self._hooks.remove(hook)
+        try:
+            hook.callback(record)
+        except Exception:
+            logging.getLogger(__name__).exception("twin write hook failed")
 
     def refuse(
         self,
@@ -241,4 +295,5 @@ class Faults:
         with self._lock:
             self._rules.clear()
             self._refusals.clear()
+            self._hooks.clear()
             self.latency_seconds = 0.0

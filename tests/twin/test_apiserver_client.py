@@ -22,6 +22,7 @@ from tests.twin.apiserver_harness import Twin, running_twin
 from tests.twin.waiting import eventually
 
 PODS = lookup("pods")
+JOBS = lookup("jobs", "batch")
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
 
@@ -433,6 +434,35 @@ def test_admission_refusals_are_403s_worded_as_the_server_words_them(
     assert 'admission webhook "deny.twin.zonemedic.io" denied the request: jobs are kept for audit' in done.stderr
     faults.clear()
     assert [j.metadata.name for j in batch.list_namespaced_job(ns).items] == ["a"]
+
+
+def test_a_write_hook_runs_once_as_the_write_arrives_or_once_it_landed_before_the_answer(
+    twin: Twin, api: client.ApiClient, ns: str
+) -> None:
+    """`on_write(landed=False)` runs before the write is applied (the object is not there yet),
+    `landed=True` after it is applied and before the client has its answer; a dry run does not
+    use a hook up, and each hook runs once."""
+    batch = client.BatchV1Api(api)
+    faults = twin.server.faults
+    seen: list[tuple[str, str, bool]] = []
+
+    def look(landed: bool) -> Any:
+        def callback(record: Any) -> None:
+            names = [j["metadata"]["name"] for j in twin.store.list(JOBS, namespace=ns)[0]]
+            seen.append((record.verb, record.name, record.name in names))
+        return callback
+
+    faults.on_write(look(False), resource="jobs", verb="create", landed=False)
+    faults.on_write(look(True), resource="jobs", verb="create", landed=True)
+    batch.create_namespaced_job(ns, job_body("a"), dry_run="All")
+    assert seen == [] and faults.hooks() == 2
+    batch.create_namespaced_job(ns, job_body("a"))
+    # a create's name is the body's: known to the hook once the object landed
+    assert seen == [("create", "", False), ("create", "a", True)]
+    batch.create_namespaced_job(ns, job_body("b"))
+    assert len(seen) == 2 and faults.hooks() == 0
+    with pytest.raises(ValueError, match="not 'get'"):
+        faults.on_write(look(True), resource="jobs", verb="get")
 
 
 def test_twin_http_refusal_endpoint(twin: Twin, api: client.ApiClient, ns: str) -> None:
