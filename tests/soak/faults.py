@@ -2,24 +2,50 @@
 (history compacted and every watch cut), API 500s and 429s (the twin's fault injection), the
 Prometheus server stopped then started again, Slack answering 429 or 500 for a while, the
 private PostgreSQL restarted (a real restart: every connection cut), and the leader SIGKILLed
-(a fresh replica started in its place). The first faults are one of each kind, in a random order;
-then kinds are drawn by weight. Every fault injected is counted by kind.
+(a fresh replica started in its place). Three strike at a remediation's write, armed on the twin's
+API server for the agents' next real write of a training job (one armed at a time, dropped if no
+write comes within ARMED_FOR): `record_refused` stops PostgreSQL once the write landed, before
+its answer (the write is in the cluster, its record cannot be made; the database comes back after
+a few seconds); `leader_pause` SIGSTOPs the leader as its write arrives and holds the request
+until the other replica leads, then SIGCONTs it and lets the late write through; `admission_refused`
+has admission (a validating webhook, DENY_WEBHOOK) refuse that write. The first faults are one of
+each kind, in a random order; then kinds are drawn by weight. Every fault injected is counted by
+kind; `Faults.struck` lists the armed ones that struck (kind, job, verb, time).
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from agent.twin.faults import WriteRecord
 from tests.soak.rig import Rig
 
 KINDS = ("watch_cut", "storm_410", "api_500", "api_429", "prometheus_restart", "slack_429",
-         "slack_500", "database_restart", "leader_kill")
-WEIGHTS = (3, 2, 3, 2, 1, 1, 1, 1, 1)
+         "slack_500", "database_restart", "leader_kill", "record_refused", "leader_pause",
+         "admission_refused")
+WEIGHTS = (3, 2, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1)
 MIN_GAP = {"leader_kill": 15.0, "database_restart": 10.0}  # seconds between two of these
+ARMED = ("record_refused", "leader_pause", "admission_refused")
+ARMED_FOR = 30.0  # an armed fault no write struck is dropped after this many seconds
+DENY_WEBHOOK = "deny.soak.zonemedic.io"
+JOB_RESOURCE = "pytorchjobs"
+
+
+@dataclass(frozen=True)
+class Struck:
+    """An armed fault that struck the agents' write of a job."""
+
+    kind: str
+    namespace: str
+    name: str
+    verb: str
+    at: float  # time.time()
 
 
 @dataclass
@@ -42,6 +68,11 @@ class Faults:
         self.last: dict[str, float] = {}
         self.deck: list[str] = []
         self.dealt = False
+        self.struck: list[Struck] = []
+        self.armed: tuple[str, float] | None = None  # kind, time.monotonic() armed
+        self.pausing = threading.Event()  # a leader is SIGSTOPped (no leader kill meanwhile)
+        self.pg_lock = threading.Lock()  # one PostgreSQL stop/start at a time
+        self.threads: list[threading.Thread] = []
 
     def inject(self) -> str:
         """One random fault (one whose minimum gap has not passed becomes a watch cut)."""
@@ -50,6 +81,10 @@ class Faults:
             self.dealt = True
         kind = self.deck.pop() if self.deck else self.rng.choices(KINDS, weights=WEIGHTS)[0]
         if time.monotonic() - self.last.get(kind, -1e9) < MIN_GAP.get(kind, 0.0):
+            kind = "watch_cut"
+        self._drop_stale()
+        if (kind in ARMED and self.armed is not None) or (
+                kind == "leader_kill" and self.pausing.is_set()):
             kind = "watch_cut"
         rig, rng = self.rig, self.rng
         api = rig.access.server
@@ -73,18 +108,97 @@ class Faults:
             rig.slack.fail(status=429 if kind == "slack_429" else 500, seconds=seconds)
             self.log.note(kind, f"{seconds:.1f}s")
         elif kind == "database_restart":
-            rig.pg.restart()
+            with self.pg_lock:
+                rig.pg.restart()
             self.log.note(kind)
+        elif kind in ARMED:
+            self._arm(kind)
+            self.log.note(kind, "armed for the next agent write of a job")
         elif kind == "leader_kill" and rig.replace_leader():
             self.log.note(kind)
         self.last[kind] = time.monotonic()
         return kind
 
+    def _drop_stale(self) -> None:
+        if self.armed is not None and time.monotonic() - self.armed[1] > ARMED_FOR:
+            api = self.rig.access.server.faults
+            if api.hooks() or api.refusals():
+                api.clear()  # nothing else arms hooks or refusals in the soak
+                self.log.note("disarmed", f"{self.armed[0]}: no agent write within {ARMED_FOR:.0f}s")
+            self.armed = None
+
+    def _arm(self, kind: str) -> None:
+        api = self.rig.access.server.faults
+        user = self.rig.access.user.name
+        self.armed = (kind, time.monotonic())
+        if kind == "admission_refused":
+            # admission refuses the next real patch; a hook on its arrival (before admission)
+            # records which job's write it was
+            api.refuse(verb="patch", resource=JOB_RESOURCE, source=DENY_WEBHOOK, count=1,
+                       dry_run=False, message="the soak refuses this write")
+            api.on_write(lambda record: self._strike(kind, record), resource=JOB_RESOURCE,
+                         verb="patch", user=user, landed=False)
+            return
+        if kind == "record_refused":
+            api.on_write(self._refuse_record, resource=JOB_RESOURCE, user=user, landed=True)
+        else:
+            api.on_write(self._pause_leader, resource=JOB_RESOURCE, user=user, landed=False)
+
+    def _strike(self, kind: str, record: WriteRecord) -> None:
+        with self.log.lock:
+            self.struck.append(Struck(kind, record.namespace, record.name, record.verb, time.time()))
+        self.log.note(f"{kind} struck", f"{record.verb} {record.namespace}/{record.name}")
+        self.armed = None
+
+    def _refuse_record(self, record: WriteRecord) -> None:
+        """On the API server's thread, the write landed and is not answered yet: the database
+        stops, so the agent's record of that step is refused; it starts again a few seconds on."""
+        self._strike("record_refused", record)
+        with self.pg_lock:
+            self.rig.pg.stop()
+        down = self.rng.uniform(2, 5)
+
+        def start_later() -> None:
+            time.sleep(down)
+            with self.pg_lock:
+                if not self.rig.pg.running():
+                    self.rig.pg.start()
+
+        thread = threading.Thread(target=start_later, name="soak-pg-back", daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def _pause_leader(self, record: WriteRecord) -> None:
+        """On the API server's thread, the write arrived and is held: the leader that sent it is
+        SIGSTOPped; once the other replica leads (bounded) and a little later, it is SIGCONTed
+        and the held write goes on to be applied (a late write of an old leader)."""
+        self._strike("leader_pause", record)
+        leader = self.rig.leader()
+        if leader is None:
+            return
+        self.pausing.set()
+        os.kill(leader.proc.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                others = [r for r in self.rig.live() if r is not leader]
+                if any(r.leader() for r in others):
+                    break
+                time.sleep(0.3)
+            time.sleep(self.rng.uniform(1, 4))
+        finally:
+            os.kill(leader.proc.pid, signal.SIGCONT)
+            self.pausing.clear()
+
     def heal(self) -> None:
         """End of the faults: nothing pending, everything up."""
+        for thread in self.threads:
+            thread.join(30)
         self.rig.access.server.faults.clear()
+        self.armed = None
         self.rig.slack.heal()
         if self.rig.prometheus.process.poll() is not None:
             self.rig.prometheus.restart()
-        if not self.rig.pg.running():
-            self.rig.pg.start()
+        with self.pg_lock:
+            if not self.rig.pg.running():
+                self.rig.pg.start()

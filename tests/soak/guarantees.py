@@ -15,12 +15,19 @@ fake Slack's records (clicks), plus the counts the soak prints.
    approver clicked (HTTP 200) still awaits approval; every queued message delivered, each
    incident's in the order queued.
 5. The caches converge: each replica's cache holds as many objects of each resource as the twin.
+6. A fault at a remediation's write (tests/soak/faults.py: `record_refused`, `leader_pause`,
+   `admission_refused`) ends the remediation it struck as a remediation, never as "all was
+   fine": the job's incident remediating then ends resolved, rolled back or failed (superseded
+   only when the job was deleted after the fault); one whose write admission refused ends rolled
+   back or failed, and a job rolled back (its last incident) carries no zone pin; one that
+   resolved (its last incident, the job live) runs unsuspended with the zone pin in place.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,8 +45,9 @@ from agent.store.repository import IncidentStore
 from agent.twin.faults import WriteRecord
 from agent.twin.resources import UnknownResourceError, lookup
 from tests.soak.approvers import Click
+from tests.soak.faults import Struck
 from tests.soak.rig import APPROVERS, NOT_APPROVER
-from tests.soak.workload import AUTO, PROTECTED, JobRecord
+from tests.soak.workload import AUTO, PROTECTED, ZONE, JobRecord
 
 S = IncidentStatus
 SPLIT_SEEN = 12.0  # a job split this long (seen by the soak) must have an incident
@@ -96,6 +104,7 @@ def check(
     live_jobs: list[dict[str, Any]],
     caches: dict[str, str],
     twin_counts: dict[str, int],
+    struck: Sequence[Struck] = (),
 ) -> Report:
     report = Report()
     details = all_incidents(store)
@@ -196,6 +205,37 @@ def check(
             if want is not None and want != n:
                 report.violate("5 cache", f"{replica}: {name} {n} cached, {want} in the cluster")
 
+    # 6. a fault at a remediation's write ends that remediation as one
+    live = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in live_jobs}
+    deleted = {(j.namespace, j.name): j.deleted for j in jobs}
+    for hit in struck:
+        key = (hit.namespace, hit.name)
+        what = f"{hit.kind} on {hit.verb} {hit.namespace}/{hit.name}"
+        struck_incident = _remediating_at(by_job[key], hit.at)
+        if struck_incident is None:
+            report.violate("6 struck", f"{what}: no incident of the job was remediating")
+            continue
+        status, number = struck_incident.incident.status, struck_incident.incident.id
+        gone = deleted.get(key)
+        allowed = ({S.ROLLED_BACK, S.FAILED} if hit.kind == "admission_refused"
+                   else {S.RESOLVED, S.ROLLED_BACK, S.FAILED})
+        if status not in allowed and not (status is S.SUPERSEDED and gone is not None
+                                          and gone >= hit.at - 1):
+            report.violate("6 struck", f"{what}: #{number} ended {status.value}")
+            continue
+        last = max(by_job[key], key=lambda d: d.incident.id)
+        job = live.get(key)
+        if job is None or last.incident.id != number:
+            continue
+        pinned = any(ZONE in ((spec.get("template") or {}).get("spec") or {}).get("nodeSelector", {})
+                     for spec in (job["spec"].get("pytorchReplicaSpecs") or {}).values())
+        if status is S.ROLLED_BACK and pinned:
+            report.violate("6 struck", f"{what}: #{number} rolled back, the zone pin left on")
+        if status is S.RESOLVED and (not pinned or (job["spec"].get("runPolicy") or {}).get("suspend")):
+            report.violate("6 struck", f"{what}: #{number} resolved, the job "
+                                       f"{'suspended' if pinned else 'not pinned to a zone'}")
+    report.counts["faults struck"] = dict(Counter(hit.kind for hit in struck))
+
     messages = [m for d in details for m in d.messages]
     report.counts.update({
         "jobs": len(jobs),
@@ -215,6 +255,15 @@ def check(
         "agent writes": len(job_writes),
     })
     return report
+
+
+def _remediating_at(incidents: list[IncidentDetail], at: float) -> IncidentDetail | None:
+    """The job's incident whose remediation had started by `at` and that had not closed before."""
+    when = datetime.fromtimestamp(at, UTC)
+    started = [d for d in incidents
+               if any(e.kind is EventKind.REMEDIATION_STARTED and e.at <= when for e in d.events)
+               and (d.incident.closed_at is None or d.incident.closed_at >= when)]
+    return max(started, key=lambda d: d.incident.id, default=None)
 
 
 def twin_counts_for(names: list[str], store: Any) -> dict[str, int]:

@@ -140,6 +140,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
             live_jobs=rig.cluster.store.list(PYTORCHJOBS)[0],
             caches=caches,
             twin_counts=twin_counts,
+            struck=faults.struck,
         )
         report.counts["faults injected"] = sum(faults.log.counts.values())
         report.counts["faults"] = dict(faults.log.counts)

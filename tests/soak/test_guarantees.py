@@ -20,8 +20,9 @@ from agent.store.repository import IncidentStore
 from agent.twin.faults import WriteRecord
 from tests.chatops.harness import diagnosis
 from tests.soak.approvers import Click
+from tests.soak.faults import Struck
 from tests.soak.guarantees import Report, check
-from tests.soak.workload import PROTECTED, JobRecord
+from tests.soak.workload import PROTECTED, ZONE, JobRecord
 from tests.store.fixtures import sqlite_template
 
 __all__ = ["sqlite_template"]
@@ -37,7 +38,8 @@ def store(sqlite_template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
     opened.close()
 
 
-def incident(store: IncidentStore, namespace: str, name: str, *, approver: str | None) -> int:
+def incident(store: IncidentStore, namespace: str, name: str, *, approver: str | None,
+             ends: IncidentStatus = IncidentStatus.RESOLVED) -> int:
     doc = diagnosis(name)
     doc["job"].update(namespace=namespace, uid=f"uid-{name}")
     found = store.record_finding(FindingRecord.from_finding(doc, cluster="soak", detected_at=T0,
@@ -48,8 +50,8 @@ def incident(store: IncidentStore, namespace: str, name: str, *, approver: str |
         assert store.record_decision(found, DecisionOutcome.APPROVE,
                                      actor=Actor(approver, approver, DecisionSource.SLACK),
                                      now=T0 + timedelta(seconds=1)).applied
-        steps = [IncidentStatus.APPROVED, IncidentStatus.REMEDIATING, IncidentStatus.VERIFYING,
-                 IncidentStatus.RESOLVED]
+        steps = [IncidentStatus.APPROVED, IncidentStatus.REMEDIATING,
+                 *([IncidentStatus.VERIFYING] if ends is IncidentStatus.RESOLVED else []), ends]
         for before, after in itertools.pairwise(steps):
             assert store.transition(found, before, after, actor="zonemedic",
                                     now=T0 + timedelta(seconds=3)).applied
@@ -76,6 +78,62 @@ def test_a_clean_history_keeps_every_guarantee(store: IncidentStore) -> None:
                  twin_events=[{"reason": "PyTorchJobSuspended", "count": 1,
                                "involvedObject": {"uid": "uid-a"}}])
     assert report.violated == 0, report.lines()
+
+
+def struck(kind: str, name: str = "a") -> Struck:
+    """A fault that struck the agents' write of soak-0/NAME right as its remediation started."""
+    return Struck(kind, "soak-0", name, "patch", (T0 + timedelta(seconds=3)).timestamp())
+
+
+def live_job(name: str, *, pinned: bool, suspended: bool = False) -> dict[str, Any]:
+    selector = {ZONE: "us-east-1b"} if pinned else {}
+    return {"metadata": {"namespace": "soak-0", "name": name},
+            "spec": {"runPolicy": {"suspend": suspended}, "pytorchReplicaSpecs": {
+                "Worker": {"template": {"spec": {"nodeSelector": selector}}}}}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "ends", "pinned", "deleted"),
+    [
+        ("record_refused", IncidentStatus.RESOLVED, True, False),
+        ("leader_pause", IncidentStatus.RESOLVED, True, False),
+        ("record_refused", IncidentStatus.SUPERSEDED, False, True),  # the job was deleted
+        ("admission_refused", IncidentStatus.ROLLED_BACK, False, False),
+        ("admission_refused", IncidentStatus.FAILED, False, False),
+    ],
+)
+def test_a_struck_remediation_that_ends_as_one_keeps_guarantee_6(
+    store: IncidentStore, kind: str, ends: IncidentStatus, pinned: bool, deleted: bool
+) -> None:
+    incident(store, "soak-0", "a", approver="U1", ends=ends)
+    jobs = [JobRecord("soak-0", "a", "uid-a", 0.0, kueue=False,
+                      deleted=(T0 + timedelta(seconds=5)).timestamp() if deleted else None)]
+    report = run(store, struck=[struck(kind)], jobs=jobs,
+                 live_jobs=[] if deleted else [live_job("a", pinned=pinned)])
+    assert report.violated == 0, report.lines()
+    assert report.counts["faults struck"] == {kind: 1}
+
+
+@pytest.mark.parametrize(
+    ("kind", "ends", "pinned", "suspended"),
+    [
+        ("record_refused", IncidentStatus.SUPERSEDED, False, False),  # "healthy", the job still there
+        ("admission_refused", IncidentStatus.RESOLVED, True, False),
+        ("admission_refused", IncidentStatus.ROLLED_BACK, True, False),  # the pin left on
+        ("leader_pause", IncidentStatus.RESOLVED, False, False),  # a late write undid the pin
+        ("leader_pause", IncidentStatus.RESOLVED, True, True),
+        ("record_refused", None, False, False),  # no incident was remediating
+    ],
+)
+def test_a_struck_remediation_not_ended_as_one_is_reported(
+    store: IncidentStore, kind: str, ends: IncidentStatus | None, pinned: bool, suspended: bool
+) -> None:
+    if ends is not None:
+        incident(store, "soak-0", "a", approver="U1", ends=ends)
+    report = run(store, struck=[struck(kind)],
+                 live_jobs=[live_job("a", pinned=pinned, suspended=suspended)],
+                 jobs=[JobRecord("soak-0", "a", "uid-a", 0.0, kueue=False)])
+    assert "6 struck" in report.violations, report.lines()
 
 
 @pytest.mark.parametrize(
