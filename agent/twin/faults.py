@@ -188,6 +188,12 @@ class Faults:
         with self._lock:
             return len(self._hooks)
 
+    def disarm(self) -> None:
+        """Drop every write hook and refusal still armed (failures and latency stay)."""
+        with self._lock:
+            self._hooks.clear()
+            self._refusals.clear()
+
     def wrote(self, record: WriteRecord, *, landed: bool) -> None:
         """Run (and disarm) the hook due for this real write at this moment, if any."""
         if record.dry_run:

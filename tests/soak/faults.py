@@ -54,9 +54,11 @@ class FaultLog:
     lines: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def note(self, kind: str, detail: str = "") -> None:
+    def note(self, kind: str, detail: str = "", *, count: bool = True) -> None:
+        """Log a line; `count`: it is a fault injected (not what became of an armed one)."""
         with self.lock:
-            self.counts[kind] += 1
+            if count:
+                self.counts[kind] += 1
             self.lines.append(f"{time.strftime('%H:%M:%S')} {kind} {detail}".rstrip())
 
 
@@ -123,8 +125,9 @@ class Faults:
         if self.armed is not None and time.monotonic() - self.armed[1] > ARMED_FOR:
             api = self.rig.access.server.faults
             if api.hooks() or api.refusals():
-                api.clear()  # nothing else arms hooks or refusals in the soak
-                self.log.note("disarmed", f"{self.armed[0]}: no agent write within {ARMED_FOR:.0f}s")
+                api.disarm()
+                self.log.note("disarmed", f"{self.armed[0]}: no agent write within {ARMED_FOR:.0f}s",
+                              count=False)
             self.armed = None
 
     def _arm(self, kind: str) -> None:
@@ -147,7 +150,8 @@ class Faults:
     def _strike(self, kind: str, record: WriteRecord) -> None:
         with self.log.lock:
             self.struck.append(Struck(kind, record.namespace, record.name, record.verb, time.time()))
-        self.log.note(f"{kind} struck", f"{record.verb} {record.namespace}/{record.name}")
+        self.log.note(f"{kind} struck", f"{record.verb} {record.namespace}/{record.name}",
+                      count=False)
         self.armed = None
 
     def _refuse_record(self, record: WriteRecord) -> None:

@@ -461,6 +461,12 @@ def test_a_write_hook_runs_once_as_the_write_arrives_or_once_it_landed_before_th
     assert seen == [("create", "", False), ("create", "a", True)]
     batch.create_namespaced_job(ns, job_body("b"))
     assert len(seen) == 2 and faults.hooks() == 0
+    faults.on_write(look(True), resource="jobs")
+    faults.refuse(verb="create", resource="jobs")
+    faults.fail(1, code=500, verb="list", resource="pods")
+    faults.disarm()  # hooks and refusals go, the failure stays
+    assert (faults.hooks(), faults.refusals(), faults.pending()) == (0, 0, 1)
+    faults.clear()
     with pytest.raises(ValueError, match="not 'get'"):
         faults.on_write(look(True), resource="jobs", verb="get")
 
