@@ -190,7 +190,9 @@ def check(
             if m.status is not MessageStatus.DELIVERED:
                 undelivered += 1
                 report.violate("4 nothing lost", f"#{d.incident.id} message {m.id} "
-                                                 f"{m.kind.value} {m.status.value}: {m.last_error}")
+                                                 f"{m.kind.value} {m.status.value} (queued "
+                                                 f"{m.created_at:%H:%M:%S}, {m.attempts} "
+                                                 f"attempts): {m.last_error}")
         times = [m.delivered_at for m in ordered if m.delivered_at is not None]
         if times != sorted(times):
             report.violate("4 nothing lost", f"#{d.incident.id} messages delivered out of order")

@@ -22,7 +22,7 @@ from typing import Any
 
 from agent.errors import ZonemedicError
 from agent.model.incident import IncidentQuery
-from agent.model.lifecycle import IncidentStatus
+from agent.model.lifecycle import IncidentStatus, MessageStatus
 from agent.settings import DatabaseSettings
 from agent.store.repository import open_store
 from agent.twin.resources import lookup
@@ -36,6 +36,7 @@ PODS = lookup("pods")
 NODES = lookup("nodes")
 EVENTS = lookup("events")
 JOB_NAME = "training.kubeflow.org/job-name"
+DELIVERY_WAIT = 60.0  # seconds for messages queued after the quiet moment to be delivered
 
 
 class SplitObserver:
@@ -129,6 +130,10 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
         settled = _settle(rig, store, approvers, observer, deadline=time.monotonic() + settle)
         out(f"soak: {'settled' if settled else 'NOT settled'}")
         caches, twin_counts = _caches(rig)
+        # the agents keep working after the quiet moment (a re-detection queues updates, a job
+        # found again opens an incident): what they queued since gets its own bounded wait, so
+        # a message still pending at the check is one the deliverer did not deliver in time
+        _delivered(store, deadline=time.monotonic() + DELIVERY_WAIT)
         report = check(
             store=store,
             writes=rig.access.server.accounting.writes(),
@@ -236,6 +241,20 @@ def _settle(rig: Rig, store: Any, approvers: Approvers, observer: SplitObserver,
             if _quiet(rig, store, approvers):
                 return True
         time.sleep(0.3)
+    return False
+
+
+def _delivered(store: Any, *, deadline: float) -> bool:
+    """Wait (until `deadline`) for every queued message to be delivered (or dead)."""
+    while time.monotonic() < deadline:
+        try:
+            listing = store.list_incidents(IncidentQuery(limit=100_000)).incidents
+            if all(m.status is not MessageStatus.PENDING
+                   for incident in listing for m in store.get_incident(incident.id).messages):
+                return True
+        except ZonemedicError:
+            pass
+        time.sleep(1.0)
     return False
 
 
