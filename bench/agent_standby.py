@@ -62,7 +62,7 @@ def child(kubeconfig: str, db_url: str, identity: str) -> int:
     from agent.runtime.app import Agent
     from agent.runtime.pipeline import AgentPipeline
     from agent.settings import load_settings
-    from agent.sources.cache import Change
+    from agent.sources.change import Change
     from agent.store.migrate import upgrade_on_start
 
     def report(event: str, **extra: Any) -> None:

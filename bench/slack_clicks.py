@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.fakes.slack import FakeSlack
 from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine

@@ -45,17 +45,17 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from agent.chatops.blocks import Rendered
 from agent.chatops.chart import utilization_png
 from agent.chatops.ports import ChatStore, Clock, Outbox
 from agent.chatops.render import (
     REFRESH_EVENTS,
     THREAD_EVENTS,
-    Rendered,
     Utilization,
-    digest_message,
     incident_message,
     thread_update,
 )
+from agent.chatops.replies import digest_message
 from agent.errors import InputError, ZonemedicError
 from agent.model.incident import (
     ClaimedMessage,

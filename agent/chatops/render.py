@@ -1,16 +1,10 @@
-"""Slack messages as plain data: incidents, thread updates, digests and slash-command replies.
+"""An incident's Slack post and its thread updates, as plain data.
 
-Who calls it: the outbox deliverer (`agent.chatops.delivery`) and the Bolt handlers
-(`agent.chatops.slack`). Pure: records in, `Rendered` (Block Kit blocks plus a short plain-text
-fallback) out; no I/O, no clock (times are passed in).
-
-Outside text (names, comments, reasons, labels) is escaped for mrkdwn (`mrkdwn_escape`: `&`, `<`,
-`>`, and every control character written as its escape), so no field can add a line, a link or a
-mention of its own. Rules every message follows (Slack's limits): at most 50 blocks (the middle is cut and a line says
-how much); a section's text at most 3,000 characters, a header 150, a button's text 75 and its
-value 2,000; the plain-text fallback at most 3,000 characters. Long lists (denied flows) are
-grouped by hop, reason and policy when there are many. Button values carry the incident id and
-nothing else.
+Who calls it: the outbox deliverer (`agent.chatops.delivery`). Pure: records in, `Rendered`
+(Block Kit blocks plus a short plain-text fallback) out; no I/O, no clock (times are passed in).
+Every block is built with `agent.chatops.blocks`, which holds Slack's limits and the mrkdwn
+escaping of outside text. Long lists (denied flows) are grouped by hop, reason and policy when
+there are many. Button values carry the incident id and nothing else.
 
 The fix: the latest recorded plan (`agent.model.proposal.ProposedFix`: the preview computed when
 the finding opened the incident, later the plan being executed) in words, and its patch as a
@@ -24,22 +18,35 @@ awaiting approval), the finding is remediable, its fix was not refused and appro
 configured. Not remediable: the reason and the recommendation, Reject / Snooze only. No approvers: no buttons and a line saying how
 to enable approvals. Once decided, the buttons are replaced by the decision.
 
-What it does not do: send anything, read the store, or decide who may click.
+What it does not do: render the digest or slash-command replies (`agent.chatops.replies`), send
+anything, read the store, or decide who may click.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from agent.chatops.blocks import (
+    MAX_SECTION,
+    STATUS_WORDS,
+    ButtonAction,
+    Rendered,
+    button,
+    cap_blocks,
+    context,
+    fallback,
+    fit_lines,
+    header,
+    job_label,
+    mrkdwn_escape,
+    section,
+    when,
+)
 from agent.model.incident import (
     Decision,
-    IncidentDetail,
-    IncidentListing,
-    IncidentStats,
     IncidentSummary,
     TimelineEvent,
 )
@@ -47,17 +54,9 @@ from agent.model.lifecycle import DECISION_STATUS, DecisionOutcome, EventKind, I
 from agent.model.proposal import ProposedFix
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
-from agent.parsing.printable import printable, printable_lines
+from agent.parsing.printable import printable_lines
 
-MAX_BLOCKS = 50
-MAX_SECTION = 3000
-MAX_HEADER = 150
-MAX_BUTTON_TEXT = 75
-MAX_BUTTON_VALUE = 2000
-MAX_FALLBACK = 3000
-MAX_CONTEXT = 2000  # a context element's text
 FLOWS_LISTED = 8  # denied flows listed one per line; more are grouped
-INCIDENTS_LISTED = 20  # slash-command listings and digests
 
 ENABLE_APPROVALS = (
     "Approvals are off: no approvers are configured. Set `slack.approvers.users` or "
@@ -65,23 +64,7 @@ ENABLE_APPROVALS = (
 )
 
 
-class ButtonAction(StrEnum):
-    """The action ids of the decision buttons (the only part of a click trusted besides the user)."""
-
-    APPROVE = "zonemedic_approve"
-    REJECT = "zonemedic_reject"
-    SNOOZE = "zonemedic_snooze"
-
-
 DECIDABLE = frozenset({IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL})
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """One Slack message: the fallback `text` and its `blocks`."""
-
-    text: str
-    blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -90,71 +73,6 @@ class Utilization:
 
     now: float | None
     baseline: float | None
-
-
-# --------------------------------------------------------------------------------------------
-# limits
-
-
-def clip(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` characters, ending in `…` when cut."""
-    if len(text) <= limit:
-        return text
-    return text[: max(0, limit - 1)] + "…"
-
-
-def mrkdwn_escape(text: str) -> str:
-    """Escape the three characters Slack's mrkdwn treats as control characters, and write every
-    control character as its escape (`agent.parsing.printable`): a newline in a display name or
-    a comment cannot start a line of its own ("✅ Approved by ..." forged under the real one)."""
-    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": clip(text, MAX_SECTION)}}
-
-
-def header(text: str) -> dict[str, Any]:
-    return {"type": "header", "text": {"type": "plain_text",
-                                       "text": clip(printable(text), MAX_HEADER), "emoji": True}}
-
-
-def context(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": clip(text, MAX_CONTEXT)}]}
-
-
-def button(
-    text: str, *, action: ButtonAction, value: str, style: str | None = None
-) -> dict[str, Any]:
-    if len(value) > MAX_BUTTON_VALUE:
-        raise ValueError(f"a button value has at most {MAX_BUTTON_VALUE} characters")
-    out: dict[str, Any] = {
-        "type": "button",
-        "text": {"type": "plain_text", "text": clip(printable(text), MAX_BUTTON_TEXT)},
-        "action_id": action.value,
-        "value": value,
-    }
-    if style is not None:
-        out["style"] = style
-    return out
-
-
-def cap_blocks(blocks: Sequence[dict[str, Any]], *, keep_last: int = 0) -> list[dict[str, Any]]:
-    """At most `MAX_BLOCKS` blocks: the middle is replaced by one context line saying how many
-    were left out; the first block and the last `keep_last` (e.g. the buttons) always stay."""
-    if len(blocks) <= MAX_BLOCKS:
-        return list(blocks)
-    tail = list(blocks[len(blocks) - keep_last:]) if keep_last else []
-    room = MAX_BLOCKS - len(tail) - 1
-    head = list(blocks[:room])
-    left_out = len(blocks) - len(tail) - len(head)
-    return [*head, context(f"… {left_out} more block(s) left out (Slack shows at most "
-                           f"{MAX_BLOCKS})"), *tail]
-
-
-def fallback(text: str) -> str:
-    """The plain-text fallback (notifications, screen readers): one printable line."""
-    return clip(printable(text), MAX_FALLBACK)
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,35 +90,11 @@ _VERDICT_TITLE: dict[Verdict, str] = {
     Verdict.HEALTHY: "Healthy",
 }
 
-_STATUS_WORDS: dict[IncidentStatus, str] = {
-    IncidentStatus.OPEN: "open",
-    IncidentStatus.AWAITING_APPROVAL: "awaiting approval",
-    IncidentStatus.SNOOZED: "snoozed",
-    IncidentStatus.APPROVED: "approved",
-    IncidentStatus.REMEDIATING: "remediating",
-    IncidentStatus.VERIFYING: "verifying",
-    IncidentStatus.RESOLVED: "resolved",
-    IncidentStatus.REJECTED: "rejected",
-    IncidentStatus.EXPIRED: "expired",
-    IncidentStatus.FAILED: "failed",
-    IncidentStatus.ROLLED_BACK: "rolled back",
-    IncidentStatus.SUPERSEDED: "superseded",
-}
-
-
 _DECIDED: dict[DecisionOutcome, str] = {
     DecisionOutcome.APPROVE: "Approved",
     DecisionOutcome.REJECT: "Rejected",
     DecisionOutcome.SNOOZE: "Snoozed",
 }
-
-
-def job_label(incident: IncidentSummary) -> str:
-    return f"{incident.kind} {incident.namespace}/{incident.name}"
-
-
-def when(at: datetime) -> str:
-    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
 
 
 def _zones_line(diagnosis: Mapping[str, Any]) -> str | None:
@@ -252,7 +146,7 @@ def denied_flows_text(diagnosis: Mapping[str, Any]) -> str | None:
             ))
     if total > len(flows):
         lines.append(f"_… and {total - len(flows)} more not listed_")
-    return _fit_lines(title, lines)
+    return fit_lines(title, lines)
 
 
 def trust_text(diagnosis: Mapping[str, Any]) -> str | None:
@@ -276,23 +170,7 @@ def trust_text(diagnosis: Mapping[str, Any]) -> str | None:
             lines.append(mrkdwn_escape(f"• caveat: {c.get('policy')} uses {c.get('feature')}"))
     if not lines:
         return None
-    return _fit_lines("*Notes:*", lines)
-
-
-def _fit_lines(title: str, lines: Iterable[str]) -> str:
-    """`title` and as many whole lines as fit in one section, then how many were left out."""
-    out = [title]
-    size = len(title)
-    lines = list(lines)
-    for i, line in enumerate(lines):
-        remaining = len(lines) - i
-        note = f"_… {remaining} more line(s) left out_"
-        if size + 1 + len(line) + 1 + len(note) > MAX_SECTION:
-            out.append(note)
-            break
-        out.append(line)
-        size += 1 + len(line)
-    return "\n".join(out)
+    return fit_lines("*Notes:*", lines)
 
 
 def waste_text(diagnosis: Mapping[str, Any]) -> str | None:
@@ -420,7 +298,7 @@ def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
 
 def _decision_text(incident: IncidentSummary, decision: Decision | None,
                    snoozed_until: datetime | None) -> str:
-    words = _STATUS_WORDS[incident.status]
+    words = STATUS_WORDS[incident.status]
     if decision is not None and incident.status not in DECIDABLE:
         who = decision.actor_name or decision.actor_id
         text = (f"*{_DECIDED[decision.outcome]}* by {mrkdwn_escape(who)} at "
@@ -500,7 +378,7 @@ def incident_message(
             tail.append({"type": "actions", "block_id": "decision", "elements": buttons})
     else:
         tail.append(context(_decision_text(incident, decision, snoozed_until)))
-    status = _STATUS_WORDS[incident.status]
+    status = STATUS_WORDS[incident.status]
     text = f"zonemedic #{incident.id} [{status}]: {title} for {job}"
     if incident.target_zone and applicable:
         text += f"; proposed fix: co-locate in {incident.target_zone}"
@@ -628,118 +506,3 @@ THREAD_EVENTS = frozenset({
 # Events after which the original message is re-rendered (its buttons become the decision).
 REFRESH_EVENTS = frozenset({*THREAD_EVENTS, EventKind.REDETECTED, EventKind.AWAITING_APPROVAL,
                             EventKind.PLAN_PREVIEWED})
-
-
-# --------------------------------------------------------------------------------------------
-# digest and slash-command replies
-
-
-def _incident_line(i: IncidentSummary) -> str:
-    return mrkdwn_escape(
-        f"#{i.id} {i.verdict.value} {i.namespace}/{i.name} [{_STATUS_WORDS[i.status]}] "
-        f"opened {when(i.opened_at)}"
-    )
-
-
-def _listing_section(
-    title: str, incidents: Sequence[IncidentSummary], notes: Mapping[str, str] | None = None
-) -> str:
-    lines = [f"• {_incident_line(i)}" + (f" · _not posted: {mrkdwn_escape(notes[str(i.id)])}_"
-                                          if notes and str(i.id) in notes else "")
-             for i in incidents[:INCIDENTS_LISTED]]
-    if len(incidents) > INCIDENTS_LISTED:
-        lines.append(f"_… and {len(incidents) - INCIDENTS_LISTED} more_")
-    return _fit_lines(title, lines)
-
-
-def digest_message(
-    open_incidents: Sequence[IncidentSummary],
-    stats: IncidentStats,
-    *,
-    period: timedelta,
-    not_posted: Mapping[str, str] | None = None,
-) -> Rendered:
-    """The daily digest: open incidents, resolved in the period, GPU-hours recovered. An open
-    incident no playbook posts says why (`not_posted`: incident id -> the reason)."""
-    resolved = stats.by_outcome.get(IncidentStatus.RESOLVED.value, 0)
-    hours = period.total_seconds() / 3600
-    span = f"{hours / 24:.0f}d" if hours >= 24 else f"{hours:.0f}h"
-    summary = (f"*Open incidents:* {len(open_incidents)} · *resolved in the last {span}:* "
-               f"{resolved} · *GPU-hours recovered:* {stats.gpu_hours_recovered:,.1f}")
-    blocks = [header("zonemedic digest"), section(summary)]
-    if open_incidents:
-        blocks.append(section(_listing_section("*Open:*", open_incidents, not_posted)))
-    text = (f"zonemedic digest: {len(open_incidents)} open, {resolved} resolved in the last {span}, "
-            f"{stats.gpu_hours_recovered:,.1f} GPU-hours recovered")
-    return Rendered(text=fallback(text), blocks=cap_blocks(blocks))
-
-
-def listing_reply(listing: IncidentListing, *, filters: str) -> Rendered:
-    if not listing.incidents:
-        text = f"No incidents{(' for ' + filters) if filters else ''}."
-        return Rendered(text=text, blocks=[section(mrkdwn_escape(text))])
-    title = f"*Incidents{(' (' + mrkdwn_escape(filters) + ')') if filters else ''}:*"
-    blocks = [section(_listing_section(title, listing.incidents))]
-    if listing.problems:
-        blocks.append(context(mrkdwn_escape("; ".join(str(p) for p in listing.problems[:10]))))
-    return Rendered(text=fallback(f"{len(listing.incidents)} incident(s)"), blocks=blocks)
-
-
-def detail_reply(detail: IncidentDetail) -> Rendered:
-    i = detail.incident
-    lines = [
-        f"*#{i.id} {mrkdwn_escape(job_label(i))}* `{i.verdict.value}` [{_STATUS_WORDS[i.status]}]",
-        f"opened {when(i.opened_at)} · detections {i.detections} · target zone "
-        f"{mrkdwn_escape(i.target_zone or '-')}",
-    ]
-    events = [
-        mrkdwn_escape(f"• {when(e.at)} {e.kind.value} {e.actor or ''}".rstrip())
-        for e in detail.events
-    ]
-    for d in detail.decisions:
-        events.append(mrkdwn_escape(
-            f"• decision: {d.outcome.value} by {d.actor_name or d.actor_id} via {d.source.value} "
-            f"at {when(d.decided_at)}"
-        ))
-    blocks = [section("\n".join(lines)), section(_fit_lines("*Timeline:*", events))]
-    return Rendered(text=fallback(f"incident #{i.id}: {i.status.value}"), blocks=blocks)
-
-
-def stats_reply(stats: IncidentStats, *, period: str) -> Rendered:
-    def mean(value: timedelta | None) -> str:
-        if value is None:
-            return "-"
-        minutes = value.total_seconds() / 60
-        return f"{minutes:.0f}m" if minutes < 120 else f"{minutes / 60:.1f}h"
-
-    verdicts = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_verdict.items())) or "-"
-    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_outcome.items())) or "-"
-    text = (
-        f"*Incidents since {when(stats.since)} ({mrkdwn_escape(period)}):* {stats.total}\n"
-        f"By verdict: {mrkdwn_escape(verdicts)}\nBy outcome: {mrkdwn_escape(outcomes)}\n"
-        f"Mean time to detect {mean(stats.mean_time_to_detect)} · decide "
-        f"{mean(stats.mean_time_to_decide)} · resolve {mean(stats.mean_time_to_resolve)}\n"
-        f"GPU-hours recovered: {stats.gpu_hours_recovered:,.1f}"
-    )
-    return Rendered(text=fallback(f"{stats.total} incident(s) since {when(stats.since)}"),
-                    blocks=[section(text)])
-
-
-HELP = (
-    "*/zonemedic* commands:\n"
-    "• `incidents [job NS/NAME] [since 7d] [status S]`: recent incidents\n"
-    "• `show ID`: one incident with its timeline\n"
-    "• `stats [since 30d]`: counts, mean times, GPU-hours recovered\n"
-    "• `sweep`: diagnose every job now (approvers only)\n"
-    "• `help`: this list"
-)
-
-
-def help_reply() -> Rendered:
-    return Rendered(text="zonemedic commands", blocks=[section(HELP)])
-
-
-def plain_reply(text: str) -> Rendered:
-    """A one-line ephemeral answer (errors, refusals, decision results)."""
-    safe = mrkdwn_escape(text)
-    return Rendered(text=fallback(safe), blocks=[section(safe)])

@@ -70,7 +70,7 @@ def question(incident: Any) -> str:
 
 
 def _ask(console: Any) -> Any:
-    from agent.chatops.render import ButtonAction
+    from agent.chatops.blocks import ButtonAction
 
     choices = {"a": ButtonAction.APPROVE, "approve": ButtonAction.APPROVE, "y": ButtonAction.APPROVE,
                "r": ButtonAction.REJECT, "reject": ButtonAction.REJECT, "n": ButtonAction.REJECT,

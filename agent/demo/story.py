@@ -46,8 +46,8 @@ from typing import Any, TypeVar
 from rich.console import Console
 from rich.text import Text
 
+from agent.chatops.blocks import ButtonAction
 from agent.chatops.chart import utilization_png
-from agent.chatops.render import ButtonAction
 from agent.demo.chatview import ChatView
 from agent.demo.lookout import Lookout
 from agent.demo.narration import Narration

@@ -52,7 +52,7 @@ from agent.runtime.server import HttpServer
 from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
-from agent.sources.cache import Change
+from agent.sources.change import Change
 from agent.sources.packetdrops import DropEventReader, PacketDrop
 from agent.sources.resources import PACKET_DROP_EVENTS
 

@@ -39,7 +39,7 @@ from enum import StrEnum
 
 from agent.errors import UnavailableError
 from agent.model.lifecycle import retry_delay
-from agent.sources.cache import Change, merge_all
+from agent.sources.change import Change, merge_all
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,8 @@ from agent.snapshot.manifests import (
     parse_pod,
     parse_training_job,
 )
-from agent.sources.cache import ClusterCache, ObjKey
+from agent.sources.cache import ClusterCache
+from agent.sources.podfacts import ObjKey
 from agent.sources.resources import Resource, Role
 from agent.topology.facts import ClusterFacts, FactsIndex
 

@@ -120,7 +120,7 @@ from agent.runtime.playbooks import PlaybookActions
 from agent.runtime.previews import PlanPreviews, Preview, wanted
 from agent.runtime.root import Parts
 from agent.sources.alertmanager import Alert, AlertStatus
-from agent.sources.cache import Change
+from agent.sources.change import Change
 from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
 from agent.store.probe import write_blocker

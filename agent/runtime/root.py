@@ -29,7 +29,8 @@ from agent.remediation.fence import Leadership
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
 from agent.runtime.metrics import AgentMetrics
 from agent.settings import EgressSource, Settings
-from agent.sources.cache import Change, ClusterCache
+from agent.sources.cache import ClusterCache
+from agent.sources.change import Change
 from agent.sources.egress import EgressMeter
 from agent.sources.kube import KubeSource
 from agent.sources.kubeapi import KubeApi, build_api_client

@@ -30,6 +30,15 @@ from yaml.nodes import ScalarNode
 
 from agent.parsing.bounded_yaml import DEFAULT_LIMITS
 from agent.snapshot import yamlstream
+from agent.snapshot.blockscan import (
+    OUTSIDE,
+    extent,
+    goes_on,
+    non_printable,
+    plain_start,
+    quoted_key,
+    single_quoted,
+)
 from agent.snapshot.yamlstream import CACHE_LIMIT, MERGE, STR, Part
 
 try:  # the loader yamlstream defaults to: its resolver and constructors build the scalars
@@ -37,14 +46,6 @@ try:  # the loader yamlstream defaults to: its resolver and constructors build t
 except ImportError:  # pragma: no cover
     from yaml import SafeLoader as Loader  # type: ignore[assignment]
 
-# YAML's line breaks other than \n, tabs, a byte order mark: outside the subset
-_OUTSIDE = ("\t", "\r", "\x85", "\u2028", "\u2029", "\ufeff")
-_NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
-_PRINTABLE_ASCII = b"\t\n\r" + bytes(range(0x20, 0x7F))  # what NON_PRINTABLE allows of ASCII
-_SLICE = 1 << 20  # characters checked at a time
-# characters that cannot start a plain scalar in block context (`-`, `?`, `:` can, when a
-# non-space follows)
-_INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
 _MAX_KEY = 1000  # characters: libyaml refuses implicit keys past 1024
 _MAX_DEPTH = DEFAULT_LIMITS.max_depth - 1  # open collections: deeper is yamlstream's to refuse
 _ITEMS = "items"
@@ -76,43 +77,10 @@ def iter_values(text: str | bytes, *, loader: type[Any] = Loader) -> Iterator[tu
     yield from values
 
 
-def _single_quoted(text: str, start: int) -> tuple[str, int] | None:
-    """The single-quoted scalar whose content starts at `start` (after the opening quote): its
-    value and the index after the closing quote; None when it does not close on this line."""
-    chunks: list[str] = []
-    i = start
-    while True:
-        k = text.find("'", i)
-        if k < 0:
-            return None
-        if k + 1 < len(text) and text[k + 1] == "'":
-            chunks.append(text[i : k + 1])
-            i = k + 2
-            continue
-        chunks.append(text[i:k])
-        return "".join(chunks), k + 1
-
-
-def _non_printable(text: str) -> bool:
-    """Whether the text holds a character YAML does not allow in a stream (the reader's
-    `NON_PRINTABLE`); an ASCII text is checked a slice at a time at memory speed."""
-    if not text.isascii():
-        return _NON_PRINTABLE.search(text) is not None
-    return any(
-        text[i : i + _SLICE].encode("ascii").translate(None, _PRINTABLE_ASCII)
-        for i in range(0, len(text), _SLICE)
-    )
-
-
-def _plain_start(text: str) -> bool:
-    c0 = text[0]
-    return c0 not in _INDICATORS or (c0 in "-?:" and len(text) > 1 and text[1] != " ")
-
-
 def block_values(text: str, *, loader: type[Any] = Loader) -> Iterator[tuple[Part, Any]]:
     """The parts of a text in the subset, as yamlstream hands them out; raises `UnsupportedError`
     (possibly after some parts) where the text leaves it."""
-    if not text.endswith("\n") or any(c in text for c in _OUTSIDE) or _non_printable(text):
+    if not text.endswith("\n") or any(c in text for c in OUTSIDE) or non_printable(text):
         raise UnsupportedError
     instance = loader("")
     try:
@@ -141,7 +109,7 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
     plain_cache: dict[str, Any] = {}
     quoted_cache: dict[str, str] = {}
     line_cache: dict[str, tuple[Any, ...]] = {}
-    subtrees: dict[tuple[int, int, tuple[str, ...]], Any] = {}  # see `_extent`
+    subtrees: dict[tuple[int, int, tuple[str, ...]], Any] = {}  # see `extent`
     tries: dict[str, list[int]] = {}  # a `key:` line -> [its values found, not found]
     n = len(lines)
     j = 0
@@ -250,7 +218,7 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
         """(key, the rest after `: `, stripped) of a `key: value` or `key:` line."""
         c0 = content[0]
         if c0 == "'":
-            found = _single_quoted(content, 1)
+            found = single_quoted(content, 1)
             if found is None:
                 raise UnsupportedError
             key_text, end = found
@@ -258,7 +226,7 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             if after[:1] != ":" or after[1:2] not in ("", " "):
                 raise UnsupportedError
             return quoted(key_text), after[1:].strip(" ")
-        if not _plain_start(content):
+        if not plain_start(content):
             raise UnsupportedError
         p = content.find(": ")
         if p < 0:
@@ -335,7 +303,7 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
                 raise UnsupportedError
             value += " " if breaks == 0 else "\n" * breaks
             breaks = 0
-            found = _single_quoted(content, 0)
+            found = single_quoted(content, 0)
             if found is None:
                 value += content.replace("''", "'").rstrip(" ")
                 continue
@@ -348,13 +316,13 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
         """The value written after a key or a `-` (`rest`, stripped, not empty); its text when
         it is a plain scalar (later lines may continue it); whether the line alone says it (so
         the line's reading can be cached)."""
-        if _plain_start(rest):
+        if plain_start(rest):
             if ": " in rest or rest.endswith(":"):
                 raise UnsupportedError
             return plain(rest), rest, True
         c0 = rest[0]
         if c0 == "'":
-            found = _single_quoted(rest, 1)
+            found = single_quoted(rest, 1)
             if found is None:
                 return quoted(quoted_lines(rest[1:])), None, False
             value, end = found
@@ -410,7 +378,7 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             kcol = col + len(content) - len(rest)
             if r0 == "-" and (len(rest) == 1 or rest[1] == " "):  # `- - x`: a sequence in one
                 return (_ENTRY_NESTED, col, " " * kcol + rest), True
-            is_key = (": " in rest or rest.endswith(":")) if r0 != "'" else _quoted_key(rest)
+            is_key = (": " in rest or rest.endswith(":")) if r0 != "'" else quoted_key(rest)
             if not is_key:
                 value, text, cacheable = value_of(rest, col)
                 return (_ENTRY_SCALAR, col, value, text), cacheable
@@ -568,11 +536,11 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
                     depth = len(frames)
                     end = j + tried[2]  # as long as the last one: no scan when it is the same
                     found = subtrees
-                    if tried[2] and end <= n and not _goes_on(lines, end, n, col):
+                    if tried[2] and end <= n and not goes_on(lines, end, n, col):
                         memo = (col, depth, tuple(lines[j:end]))
                         found = subtrees.get(memo, subtrees)
                     if found is subtrees:
-                        end = _extent(lines, j, n, col)
+                        end = extent(lines, j, n, col)
                         memo = (col, depth, tuple(lines[j:end]))
                         if end - j >= _SUBTREE_LINES:
                             found = subtrees.get(memo, subtrees)
@@ -607,29 +575,6 @@ def _lines(lines: list[str], loader: Any) -> Iterator[tuple[Part, Any]]:
             out.clear()
     finish_document()
     yield from out
-
-
-def _extent(lines: list[str], start: int, n: int, col: int) -> int:
-    """The end of the lines from `start` that belong to the value of a `key:` at column `col`
-    (indented deeper, `-` entries at the key's column, blank lines)."""
-    k = start
-    while k < n and _goes_on(lines, k, n, col):
-        k += 1
-    return k
-
-
-def _goes_on(lines: list[str], k: int, n: int, col: int) -> bool:
-    """Whether line `k` still belongs to the value of a `key:` at column `col` (see `_extent`)."""
-    if k >= n:
-        return False
-    line = lines[k]
-    return (line.startswith(" " * (col + 1)) or line.startswith(" " * col + "- ")
-            or not line.strip(" ") or line == " " * col + "-")  # fmt: skip
-
-
-def _quoted_key(rest: str) -> bool:
-    found = _single_quoted(rest, 1)
-    return found is not None and rest[found[1] : found[1] + 1] == ":"
 
 
 def _list_kind_or_unknown(mapping: dict[Any, Any]) -> bool:

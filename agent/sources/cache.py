@@ -41,10 +41,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
 
-from agent.model.cluster import GPU_RESOURCE
 from agent.model.job import JobRef
 from agent.model.workload import (
     BATCH_JOB,
@@ -56,165 +53,26 @@ from agent.model.workload import (
     workload_named,
     workload_of_operator,
 )
-from agent.parsing.numbers import NumberError, parse_int
 from agent.settings import GroupSpec, NamespaceFilter
+from agent.sources.change import Change, EventType, merge_all
+from agent.sources.podfacts import (
+    FINISHED_PHASES,
+    Obj,
+    ObjKey,
+    bound_live,
+    controller_ref,
+    labels_match,
+    metadata_of,
+    node_of,
+    obj_key,
+    only_live_phase_changed,
+    phase,
+    pod_gpus,
+)
 from agent.sources.resources import Resource, Role, job_resource_names, resource_name
 
-Obj = dict[str, Any]
-ObjKey = tuple[str, str]  # (namespace or "", name)
-
-MAX_GPUS = 1_000_000  # GPUs one container may request: far above any real value
 GANG = KUBEFLOW_LABELS  # the labels naming a pod's job (every training kind's pods carry them)
 BATCH_JOB_RESOURCE = resource_name(BATCH_JOB.group, BATCH_JOB.version, BATCH_JOB.plural)
-
-
-class EventType:
-    ADDED = "ADDED"
-    MODIFIED = "MODIFIED"
-    DELETED = "DELETED"
-
-
-@dataclass(frozen=True)
-class Change:
-    """What a cache update affects; `everything` means re-diagnose all jobs. `gang_complete`:
-    the update bound the last expected pod of the jobs (or generic groups of the namespaces) it
-    names, so it should be diagnosed at once rather than after the debounce window. `capacity`:
-    the update may have freed room for a job elsewhere (a node added or changed, a pod holding
-    GPUs finished, deleted or unbound), so jobs waiting for room are diagnosed again."""
-
-    jobs: frozenset[JobRef] = frozenset()
-    namespaces: frozenset[str] = frozenset()
-    everything: bool = False
-    reasons: tuple[str, ...] = field(default=(), compare=False)
-    gang_complete: bool = False
-    capacity: bool = False
-
-    def __bool__(self) -> bool:
-        return bool(self.jobs or self.namespaces or self.everything or self.capacity)
-
-    def merge(self, other: Change) -> Change:
-        return Change(
-            jobs=self.jobs | other.jobs,
-            namespaces=self.namespaces | other.namespaces,
-            everything=self.everything or other.everything,
-            reasons=self.reasons + other.reasons,
-            gang_complete=self.gang_complete or other.gang_complete,
-            capacity=self.capacity or other.capacity,
-        )
-
-    def without(self, covered: Change) -> Change:
-        """This change minus what `covered` (a batch handled meanwhile) diagnoses anyway: its
-        jobs, and jobs of its namespaces. Cluster-wide changes and other namespaces stay."""
-        if self.everything or covered.everything:
-            return self if not covered.everything else Change()
-        jobs = frozenset(
-            j for j in self.jobs if j not in covered.jobs and j.namespace not in covered.namespaces
-        )
-        namespaces = self.namespaces - covered.namespaces
-        capacity = self.capacity and not covered.capacity
-        if jobs == self.jobs and namespaces == self.namespaces and capacity == self.capacity:
-            return self
-        return Change(jobs=jobs, namespaces=namespaces, reasons=self.reasons, capacity=capacity)
-
-
-def merge_all(
-    changes: Iterable[Change], *, max_reasons: int = 20, gang_complete: bool | None = None
-) -> Change:
-    """One Change for many (linear, unlike repeated `merge`); `gang_complete` overrides the flag
-    (None: set when any change sets it)."""
-    jobs: set[JobRef] = set()
-    namespaces: set[str] = set()
-    everything = False
-    complete = False
-    capacity = False
-    reasons: list[str] = []
-    for c in changes:
-        if not c:
-            continue
-        jobs |= c.jobs
-        namespaces |= c.namespaces
-        everything = everything or c.everything
-        complete = complete or c.gang_complete
-        capacity = capacity or c.capacity
-        if len(reasons) < max_reasons:
-            reasons.extend(c.reasons)
-    return Change(
-        frozenset(jobs),
-        frozenset(namespaces),
-        everything,
-        tuple(reasons[:max_reasons]),
-        gang_complete=complete if gang_complete is None else gang_complete,
-        capacity=capacity,
-    )
-
-
-def _meta(obj: Obj) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def obj_key(obj: Obj) -> ObjKey:
-    meta = _meta(obj)
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-
-
-def _controller(obj: Obj) -> dict[str, Any] | None:
-    for ref in _meta(obj).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
-
-
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-def _phase(pod: Obj) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def _only_live_phase_changed(old: Obj, new: Obj) -> bool:
-    """True when two versions of a pod differ only in a live phase (Pending/Running/Unknown):
-    the diagnosis only distinguishes live from finished pods."""
-    if _phase(old) in FINISHED_PHASES or _phase(new) in FINISHED_PHASES:
-        return False
-    return {k: v for k, v in old.items() if k != "status"} == {
-        k: v for k, v in new.items() if k != "status"
-    }
-
-
-def _node_of(pod: Obj) -> str | None:
-    node = (pod.get("spec") or {}).get("nodeName")
-    return node if isinstance(node, str) and node else None
-
-
-def _bound_live(pod: Obj | None) -> bool:
-    """Bound to a node, not finished, not being deleted: a pod that counts towards its gang."""
-    return (
-        pod is not None
-        and _node_of(pod) is not None
-        and _phase(pod) not in FINISHED_PHASES
-        and not _meta(pod).get("deletionTimestamp")
-    )
-
-
-def _pod_gpus(pod: Obj | None) -> int:
-    """GPUs the pod's containers request (a container's request, else its limit); unreadable
-    quantities count nothing."""
-    total = 0
-    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
-        resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
-        wanted = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
-            resources.get("limits") or {}
-        ).get(GPU_RESOURCE)
-        try:  # ASCII digits, 0 to a bound: "٨", "-3" or 2**70 count nothing
-            total += parse_int(wanted or 0, field=GPU_RESOURCE, maximum=MAX_GPUS)
-        except NumberError:
-            continue
-    return total
-
-
-def _matches(selector: dict[str, str], labels: Any) -> bool:
-    return isinstance(labels, dict) and all(labels.get(k) == v for k, v in selector.items())
 
 
 class Tracker:
@@ -305,10 +163,10 @@ class ClusterCache:
 
     def _job_ref_of_pod(self, pod: Obj) -> JobRef | None:
         """The job the pod belongs to (see the module docstring); None: no job's."""
-        meta = _meta(pod)
+        meta = metadata_of(pod)
         namespace = str(meta.get("namespace") or "")
         labels = meta.get("labels") or {}
-        controller = _controller(pod)
+        controller = controller_ref(pod)
         owning = workload_named(str(controller.get("kind"))) if controller else None
         if controller and owning is not None:
             return JobRef(owning.kind, namespace, str(controller.get("name") or ""))
@@ -325,7 +183,7 @@ class ClusterCache:
             owner = self._objects.get(BATCH_JOB_RESOURCE, {}).get(
                 (namespace, str(controller.get("name")))
             )
-            owner_ctrl = _controller(owner) if owner else None
+            owner_ctrl = controller_ref(owner) if owner else None
             found = (workload_named(str(owner_ctrl.get("kind"))) if owner_ctrl
                      else launched_kind())  # fmt: skip
             if found is not None:
@@ -390,7 +248,7 @@ class ClusterCache:
             else:
                 self._loose_pods[key[0]].add(key)
                 namespaces.add(key[0])
-            node = _node_of(obj)
+            node = node_of(obj)
             if node:
                 self._pods_on_node[node].add(key)
         if not jobs and not namespaces:
@@ -420,7 +278,7 @@ class ClusterCache:
             store[key] = obj
             self._touch(resource.name, key)
             new = obj
-            if (resource.role is Role.POD and old is not None and _only_live_phase_changed(old, new)
+            if (resource.role is Role.POD and old is not None and only_live_phase_changed(old, new)
                     and not self._awaited(key, new)):
                 return Change()  # Pending -> Running: nothing the diagnosis looks at
         reason = f"{resource.kind} {key[0]}/{key[1]} {event.lower()}"
@@ -489,7 +347,7 @@ class ClusterCache:
                 loose.discard(key)
                 if not loose:
                     del self._loose_pods[key[0]]
-        old_node = _node_of(old) if old else None
+        old_node = node_of(old) if old else None
         if old_node:
             self._pods_on_node[old_node].discard(key)
             if not self._pods_on_node[old_node]:
@@ -502,20 +360,20 @@ class ClusterCache:
                 self._pods_of_job[new_job].add(key)
             else:
                 self._loose_pods[key[0]].add(key)
-            node = _node_of(new)
+            node = node_of(new)
             if node:
                 self._pods_on_node[node].add(key)
         if old_job is not None and old_job not in self._pods_of_job:
             self._awaiting_labels.discard(old_job)  # its last pod gone: nothing to await
-        newly_bound = not self._bulk and _bound_live(new) and not _bound_live(old)
+        newly_bound = not self._bulk and bound_live(new) and not bound_live(old)
         # a pod that held GPUs and no longer counts (finished, deleting, deleted, unbound)
-        freed = _bound_live(old) and not _bound_live(new) and _pod_gpus(old) > 0
+        freed = bound_live(old) and not bound_live(new) and pod_gpus(old) > 0
         jobs = frozenset(j for j in (old_job, new_job) if j is not None)
         # an awaited pod's labels or phase moved on: the verdict may be settled now
         settling = (
-            not self._bulk and _bound_live(new) and _bound_live(old)
-            and (_meta(old or {}).get("labels") != _meta(new or {}).get("labels")
-                 or _phase(old or {}) != _phase(new or {}))
+            not self._bulk and bound_live(new) and bound_live(old)
+            and (metadata_of(old or {}).get("labels") != metadata_of(new or {}).get("labels")
+                 or phase(old or {}) != phase(new or {}))
         )  # fmt: skip
         if jobs:
             relabelled = settling and new_job in self._awaiting_labels
@@ -576,14 +434,14 @@ class ClusterCache:
         if not expected:
             return False
         pods = self._objects.get("pods", {})
-        bound = sum(1 for k in self._pods_of_job.get(job, ()) if _bound_live(pods.get(k)))
+        bound = sum(1 for k in self._pods_of_job.get(job, ()) if bound_live(pods.get(k)))
         return bound >= expected
 
     def _group_complete(self, namespace: str, pod: Obj) -> bool:
         """The pod belongs to a configured group whose expected pods are now all bound."""
-        labels = _meta(pod).get("labels")
+        labels = metadata_of(pod).get("labels")
         for group in self.groups:
-            if group.namespace not in (None, namespace) or not _matches(group.selector, labels):
+            if group.namespace not in (None, namespace) or not labels_match(group.selector, labels):
                 continue
             expected = self._group_expected(namespace, group)
             if expected is None:
@@ -592,7 +450,7 @@ class ClusterCache:
             bound = 0
             for k in self._loose_pods.get(namespace, ()):
                 other = pods.get(k)
-                if _bound_live(other) and _matches(group.selector, _meta(other or {}).get("labels")):
+                if bound_live(other) and labels_match(group.selector, metadata_of(other or {}).get("labels")):
                     bound += 1
             if bound >= expected:
                 return True
@@ -612,10 +470,10 @@ class ClusterCache:
                 if ns != namespace:
                     continue
                 if (owner.move is OwnerMove.THROUGH_OWNER
-                        and (_controller(obj) or {}).get("kind") == owner.through):  # fmt: skip
+                        and (controller_ref(obj) or {}).get("kind") == owner.through):  # fmt: skip
                     continue  # counted through its Deployment
                 template = owner.templates.container(obj) or {}
-                if not _matches(group.selector, (template.get("metadata") or {}).get("labels")):
+                if not labels_match(group.selector, (template.get("metadata") or {}).get("labels")):
                     continue
                 count = owner.templates.expected_pods(obj)
                 if count is None:
@@ -689,7 +547,7 @@ class ClusterCache:
     def job_uid(self, job: JobRef) -> str | None:
         """The uid of the job's object; None when it is not cached or has no uid."""
         obj = self.job_object(job)
-        uid = _meta(obj).get("uid") if obj is not None else None
+        uid = metadata_of(obj).get("uid") if obj is not None else None
         return str(uid) if uid else None
 
     def job_pending_pods(self, job: JobRef) -> bool:
@@ -704,14 +562,14 @@ class ClusterCache:
     def job_labels(self, job: JobRef) -> dict[str, str]:
         """The labels of the job's object ({} when it is not cached)."""
         obj = self.job_object(job)
-        labels = (_meta(obj).get("labels") if obj is not None else None) or {}
+        labels = (metadata_of(obj).get("labels") if obj is not None else None) or {}
         return {str(k): str(v) for k, v in labels.items()}
 
     def job_gpus(self, job: JobRef) -> int:
         """GPUs the job's live pods request (a container's request, else its limit); finished
         pods and unreadable quantities count nothing."""
-        return sum(_pod_gpus(pod) for pod in self.pods_of_job(job)
-                   if _phase(pod) not in FINISHED_PHASES)  # fmt: skip
+        return sum(pod_gpus(pod) for pod in self.pods_of_job(job)
+                   if phase(pod) not in FINISHED_PHASES)  # fmt: skip
 
     def policies_in(self, namespace: str) -> list[Obj]:
         """Policies of a namespace plus the cluster-wide ones."""

@@ -32,7 +32,8 @@ from typing import Any, Protocol
 import orjson
 
 from agent.sources.backoff import Backoff
-from agent.sources.cache import ClusterCache, EventType
+from agent.sources.cache import ClusterCache
+from agent.sources.change import EventType
 from agent.sources.kubeapi import KubeApi, KubeApiError, iter_lines
 from agent.sources.resources import RESOURCES, Resource, group_versions, select_served
 from agent.sources.slim import Sharer, slimmer

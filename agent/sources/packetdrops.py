@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.sources.cache import EventType
+from agent.sources.change import EventType
 from agent.sources.resources import Resource
 
 REASON = "PacketDrop"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
 from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import IncidentStatus

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
 from agent.fakes.slack import AgentResponse, FakeSlack
 from agent.runtime.http import build_app

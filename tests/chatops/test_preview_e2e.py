@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.cli import main
 from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind

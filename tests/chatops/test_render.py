@@ -10,30 +10,33 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.render import (
-    ENABLE_APPROVALS,
+from agent.chatops.blocks import (
     MAX_BLOCKS,
     MAX_BUTTON_TEXT,
     MAX_HEADER,
     MAX_SECTION,
     ButtonAction,
-    ProposedFix,
     Rendered,
-    Utilization,
     button,
     cap_blocks,
     clip,
     context,
+)
+from agent.chatops.render import (
+    ENABLE_APPROVALS,
+    Utilization,
     denied_flows_text,
-    detail_reply,
     diff_block,
-    digest_message,
-    help_reply,
     incident_message,
-    listing_reply,
-    stats_reply,
     thread_update,
     waste_text,
+)
+from agent.chatops.replies import (
+    detail_reply,
+    digest_message,
+    help_reply,
+    listing_reply,
+    stats_reply,
 )
 from agent.model.incident import (
     Decision,
@@ -50,7 +53,7 @@ from agent.model.lifecycle import (
     IncidentStatus,
     Severity,
 )
-from agent.model.proposal import PlannedObject
+from agent.model.proposal import PlannedObject, ProposedFix
 from agent.model.verdict import Verdict
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import EventKind, IncidentStatus
 from tests.chatops.harness import CHANNEL, ChatRig, now, start_rig

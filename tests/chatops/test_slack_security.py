@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agent.chatops.audit import RefusalReason
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import EventKind, IncidentStatus
 from tests.chatops.harness import ChatRig, start_rig

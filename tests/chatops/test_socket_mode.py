@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import IncidentStatus
 from agent.settings import SlackMode

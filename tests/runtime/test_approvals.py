@@ -14,7 +14,7 @@ import pytest
 
 from agent.model.lifecycle import DecisionSource, EventKind, IncidentStatus, MessageKind
 from agent.playbook.schema import parse_playbook
-from agent.sources.cache import Change
+from agent.sources.change import Change
 from tests.runtime.world import JOB, NOW, World
 
 S = IncidentStatus

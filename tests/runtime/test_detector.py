@@ -10,7 +10,7 @@ import pytest
 from agent.model.job import JobRef
 from agent.model.workload import JobKind
 from agent.runtime.detector import Debouncer, Detector
-from agent.sources.cache import Change
+from agent.sources.change import Change
 
 
 def job(i: int) -> Change:

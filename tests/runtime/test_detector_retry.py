@@ -16,7 +16,7 @@ from agent.errors import UnavailableError
 from agent.model.job import JobRef
 from agent.model.workload import JobKind
 from agent.runtime.detector import BatchOutcome, Debouncer, Detector
-from agent.sources.cache import Change
+from agent.sources.change import Change
 
 
 def job(i: int) -> Change:

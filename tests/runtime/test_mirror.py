@@ -95,7 +95,7 @@ def test_incremental_state_and_facts_diagnose_like_a_fresh_mirror() -> None:
     from agent.model.job import JobRef
     from agent.model.workload import JobKind
     from agent.settings import DiagnosisSettings
-    from agent.sources.cache import EventType
+    from agent.sources.change import EventType
 
     node = slimmer(R["nodes"])
     cache = ClusterCache()

@@ -24,7 +24,7 @@ from agent.model.lifecycle import EventKind, MessageKind
 from agent.model.workload import JobKind
 from agent.runtime.pipeline import AgentPipeline, egress_moved, steady_reading
 from agent.sources.alertmanager import Alert, AlertStatus
-from agent.sources.cache import Change
+from agent.sources.change import Change
 from agent.sources.drop import DropVerdict
 from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import JobMetrics, MetricsReport

@@ -14,7 +14,7 @@ import httpx
 from agent.model.incident import IncidentQuery
 from agent.runtime.pipeline import AgentPipeline
 from agent.settings import Settings
-from agent.sources.cache import Change
+from agent.sources.change import Change
 from tests.support.agent_rig import running_agent
 from tests.support.waiting import wait
 

@@ -11,7 +11,7 @@ import pytest
 from agent.runtime.leader import AlwaysLeader, LeaderElector
 from agent.runtime.root import Root
 from agent.settings import PrometheusSettings, Settings, load_settings
-from agent.sources.cache import Change
+from agent.sources.change import Change
 from agent.sources.prometheus import PrometheusSource
 from agent.sources.resources import RESOURCES
 from agent.twin import kubeconfig

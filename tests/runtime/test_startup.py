@@ -18,7 +18,7 @@ from apscheduler.schedulers.base import STATE_RUNNING
 from agent.runtime.app import Agent
 from agent.runtime.pipeline import AgentPipeline
 from agent.runtime.root import Parts
-from agent.sources.cache import Change
+from agent.sources.change import Change
 from agent.store.migrate import upgrade_on_start
 from agent.twin import cluster as twin_cluster
 from agent.twin import kubeconfig

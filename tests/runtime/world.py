@@ -22,7 +22,8 @@ from agent.runtime.metrics import AgentMetrics
 from agent.runtime.pipeline import AgentPipeline
 from agent.runtime.root import Parts
 from agent.settings import PrometheusSettings, Settings
-from agent.sources.cache import Change, ClusterCache
+from agent.sources.cache import ClusterCache
+from agent.sources.change import Change
 from agent.sources.egress import EgressMeter
 from agent.sources.kubeapi import KubeApi
 from agent.sources.prometheus import PrometheusSource

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
 from agent.errors import ZonemedicError
 from agent.model.lifecycle import IncidentStatus

@@ -9,7 +9,8 @@ import pytest
 from agent.model.job import JobRef
 from agent.model.workload import JobKind
 from agent.settings import NamespaceFilter
-from agent.sources.cache import Change, ClusterCache
+from agent.sources.cache import ClusterCache
+from agent.sources.change import Change
 from agent.sources.resources import RESOURCES
 
 R = {r.name: r for r in RESOURCES}

@@ -10,7 +10,8 @@ import pytest
 from agent.model.job import JobRef
 from agent.model.workload import JobKind
 from agent.settings import GroupSpec
-from agent.sources.cache import Change, ClusterCache, EventType
+from agent.sources.cache import ClusterCache
+from agent.sources.change import Change, EventType
 from agent.sources.resources import RESOURCES
 
 R = {r.name: r for r in RESOURCES}

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from agent.chatops.render import ButtonAction
+from agent.chatops.blocks import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
 from agent.fakes.slack import FakeSlack
 from agent.runtime import expiry
