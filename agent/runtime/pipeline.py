@@ -79,7 +79,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -243,6 +243,10 @@ class AgentPipeline:
         # what changed last while this replica followed (most recent last): a new term's first
         # split jobs some zone would fix, none of which has room (most recent last)
         self._waiting_room: dict[JobRef, None] = {}
+        # jobs whose pods await their zone-mirroring labels, since when (monotonic seconds)
+        self._unsettled_since: dict[JobRef, float] = {}
+        self._settle_overdue: set[JobRef] = set()  # ... recorded anyway, past the bound
+        self.label_settle_timeout = parts.settings.detection.label_settle_timeout.total_seconds()
         self._followed_jobs: dict[JobRef, None] = {}
         self._followed_namespaces: dict[str, None] = {}
         self.actions = PlaybookActions(
@@ -327,10 +331,14 @@ class AgentPipeline:
                     self._open_now = None
                 for key in sorted(change.jobs - present):
                     self.close_job(key, reason="the job has no live pods")
+                    self._unsettled_since.pop(key, None)
+                    self._settle_overdue.discard(key)
                 if change.everything and self.parts.cache.synced:
                     self._reconcile(present)
             self._refresh_gauge_quietly()
             _freeze_long_lived(change, collect=self.mirror.frozen_loads == loads)
+            if self._unsettled_since:  # looked at again until settled or past the bound
+                return Change(jobs=frozenset(self._unsettled_since), reasons=("zone labels unsettled",))
         return None
 
     def _record_settled(self, findings: Iterable[Finding], *, first_seen: float | None) -> int:
@@ -343,11 +351,17 @@ class AgentPipeline:
         ready: list[Finding] = []
         for finding in findings:
             key = finding.job
+            to_record = finding
             if finding.awaiting_labels:
-                unsettled.add(key)
-                continue
+                to_record = self._past_settle_bound(finding)
+                if to_record.awaiting_labels:
+                    unsettled.add(key)
+                    continue
+            else:
+                self._settle_overdue.discard(key)
+            self._unsettled_since.pop(key, None)
             settled.append(key)
-            ready.append(finding)
+            ready.append(to_record)
         outcomes = self._record_all(ready, first_seen=first_seen)
         opened += sum(1 for o in outcomes if o is not None and o.new)
         cache = self.parts.cache
@@ -361,10 +375,27 @@ class AgentPipeline:
         for finding in self.diagnose(job_scope(again)):
             key = finding.job
             if key in unsettled and not finding.awaiting_labels:
+                self._unsettled_since.pop(key, None)
                 outcome = self.record(finding, first_seen=first_seen)
                 opened += 1 if (outcome is not None and outcome.new) else 0
                 cache.labels_settled([key])
         return opened
+
+    def _past_settle_bound(self, finding: Finding) -> Finding:
+        """The finding as it is while its labels may still come; once they have been awaited
+        `detection.label_settle_timeout`, the finding to record anyway: the verdict at hand, with
+        a reason naming the pods whose labels were still unsettled."""
+        if finding.job not in self._settle_overdue:
+            now = self.monotonic()
+            since = self._unsettled_since.setdefault(finding.job, now)
+            if now - since < self.label_settle_timeout:
+                return finding
+            self._settle_overdue.add(finding.job)
+        pods = ", ".join(finding.awaiting_labels)
+        note = (f"the zone-mirroring labels were still unsettled after "
+                f"{self.label_settle_timeout:g}s (pods {pods}): recorded with the verdict at hand, "
+                f"which may change once they are written")  # fmt: skip
+        return replace(finding, awaiting_labels=(), reasons=(*finding.reasons, note))
 
     def handle_alert(self, alert: Alert, jobs: list[JobRef]) -> None:
         """Record an alert for its jobs (or resolve their alert incidents). The store calls are

@@ -267,6 +267,11 @@ class DetectionSettings:
     # A cluster-wide diagnosis this often on the leader, whatever the events said: what a lost
     # event or a batch dropped by an unexpected error missed is recorded within this.
     resync: Annotated[timedelta, POSITIVE] = timedelta(minutes=10)
+    # A job whose pods still await their zone-mirroring labels is recorded anyway after this
+    # long, with the verdict at hand and a reason saying the labels were still unsettled.
+    label_settle_timeout: Annotated[timedelta, Within(timedelta(seconds=1), timedelta(minutes=10))] = (
+        timedelta(seconds=45)
+    )
 
 
 class SlackMode(StrEnum):
