@@ -4,26 +4,13 @@ pipeline, the webhook's own parser and receiver)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import orjson
-import pytest
 
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind
 from agent.runtime.alerts import AlertReceiver
 from agent.sources.alertmanager import Alert
 from tests.runtime.world import JOB, World
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
-    try:
-        yield w
-    finally:
-        w.store.close()
 
 
 def test_a_thousand_alerts_in_one_body_are_one_incident_with_a_short_timeline(world: World) -> None:

@@ -5,7 +5,6 @@ does nothing for a finding that cannot be remediated."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -29,15 +28,6 @@ actions:
   - type: propose_colocation
     {approval}
 """
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
-    try:
-        yield w
-    finally:
-        w.store.close()
 
 
 def _use(world: World, text: str) -> None:
