@@ -1,11 +1,10 @@
-"""Applying an approved remediation: the ONLY module that writes to the cluster.
+"""Applying an approved remediation: the run from `approved` to a terminal state.
 
 Who calls it: the leader's executor loop (one `Remediator.run(incident_id)` per incident in
 `approved`, `remediating` or `verifying`), tests and the benchmark. It reads through
 `agent.remediation.observe`, plans with `agent.remediation.plan` and judges with
-`agent.remediation.verify`; every write goes through `ClusterWriter` (official `kubernetes` client,
-JSON merge patches with `application/merge-patch+json` set explicitly, `ApiException` wrapped into
-`ClusterWriteError`/`WriteConflictError`, network and 5xx failures into `KubeApiError`).
+`agent.remediation.verify`; every write goes through `agent.remediation.writer.ClusterWriter`,
+the only module that writes to the cluster.
 
 The story of one incident (each step is a store action plus its timeline event):
 - `approved`: re-diagnose and re-read the job; `superseded` when the job is gone or was recreated
@@ -68,14 +67,14 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
 from agent.errors import ClusterWriteError, WriteConflictError
 from agent.model.finding import REMEDIABLE_VERDICTS
 from agent.model.incident import IncidentDetail, RemediationAction, reading_since
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
-from agent.model.workload import BATCH_JOB, DEPLOYMENT, REPLICA_SET, JobKind, workload
+from agent.model.workload import REPLICA_SET, JobKind, workload
 from agent.remediation.fence import SOLE_WRITER, Fence, FenceClosedError, Leadership, open_fence
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
 from agent.remediation.observe import (
@@ -104,8 +103,15 @@ from agent.remediation.verify import (
     judge,
     judge_placement,
 )
+from agent.remediation.writer import (
+    ClusterWriter,
+    WriteObserver,
+    fenced_patch,
+    resource_version_of,
+    uid_of,
+)
 from agent.settings import RemediationSettings
-from agent.sources.kubeapi import KubeApi, KubeApiError
+from agent.sources.kubeapi import KubeApi
 from agent.sources.prometheus import PrometheusSource
 from agent.store.budget import remediations_started
 from agent.store.repository import IncidentStore
@@ -114,8 +120,6 @@ log = logging.getLogger(__name__)
 
 S = IncidentStatus
 A = RemediationActionKind
-MERGE_PATCH = "application/merge-patch+json"
-FIELD_MANAGER = "zonemedic"
 # On a batch Job zonemedic created: `incident/<id>/planned` or `incident/<id>/original`.
 RECREATED_ANNOTATION = "zonemedic.io/recreated-by"
 _IN_FLIGHT = frozenset({S.REMEDIATING, S.VERIFYING})
@@ -175,149 +179,6 @@ class _WaitError(Exception):
 
 
 # ------------------------------------------------------------------------------------------------
-# the writer
-
-
-def _server_message(exc: Any) -> str:
-    import orjson
-
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            data = orjson.loads(body)
-        except (orjson.JSONDecodeError, TypeError):
-            data = None
-        if isinstance(data, dict) and data.get("message"):
-            return str(data["message"])
-    return str(getattr(exc, "reason", "") or exc)
-
-
-class WriteVerb(StrEnum):
-    PATCH = "patch"
-    DELETE = "delete"
-    CREATE = "create"
-
-
-@dataclass(frozen=True)
-class Write:
-    """One write the server answered with success (what a `WriteObserver` is told)."""
-
-    verb: WriteVerb
-    kind: str
-    namespace: str
-    name: str
-    dry_run: bool
-
-
-WriteObserver = Callable[[Write], None]
-
-
-class ClusterWriter:
-    """Every write zonemedic makes to a cluster: merge patches of Kubeflow jobs and Deployments,
-    batch Job delete and create. Each takes `dry_run` (server-side, `dryRun=All`) and the run's
-    `fence`, checked right before the request is sent (`FenceClosedError`: nothing sent).
-    `observer` hears each write the server accepted, right after its answer."""
-
-    def __init__(
-        self, api_client: Any, *, timeout: float = 10.0, observer: WriteObserver | None = None
-    ) -> None:
-        from kubernetes import client
-
-        self._api_client = api_client
-        self._custom = client.CustomObjectsApi(api_client)
-        self._apps = client.AppsV1Api(api_client)
-        self._batch = client.BatchV1Api(api_client)
-        self._timeout = timeout
-        self._observer = observer
-
-    def _call(self, write: Write, fence: Fence, fn: Callable[[], Any]) -> Any:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        what = f"{write.verb.value} {write.kind} {write.namespace}/{write.name}"
-        fence.check(what)
-        try:
-            answer = fn()
-        except ApiException as exc:
-            status = int(exc.status or 0)
-            message = _server_message(exc)
-            if status == 409:
-                raise WriteConflictError(status, message) from exc
-            if 400 <= status < 500:
-                raise ClusterWriteError(status, message) from exc
-            raise KubeApiError(status, f"{what}: {message}") from exc
-        except (HTTPError, OSError) as exc:
-            raise KubeApiError(0, f"{what}: {type(exc).__name__}: {exc}") from exc
-        if self._observer is not None:
-            self._observer(write)
-        return answer
-
-    def _dry(self, dry_run: bool) -> dict[str, Any]:
-        return {"dry_run": "All"} if dry_run else {}
-
-    def patch_custom(
-        self, target: Target, patch: Mapping[str, Any], *, fence: Fence, dry_run: bool = False
-    ) -> Any:
-        return self._call(
-            Write(WriteVerb.PATCH, target.kind, target.namespace, target.name, dry_run), fence,
-            lambda: self._custom.patch_namespaced_custom_object(
-                target.group, target.version, target.namespace, target.plural, target.name,
-                dict(patch), field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH,
-                _request_timeout=self._timeout, **self._dry(dry_run),
-            ),
-        )  # fmt: skip
-
-    def patch_deployment(
-        self, namespace: str, name: str, patch: Mapping[str, Any], *, fence: Fence,
-        dry_run: bool = False,
-    ) -> Any:  # fmt: skip
-        return self._call(
-            Write(WriteVerb.PATCH, DEPLOYMENT.kind, namespace, name, dry_run), fence,
-            lambda: self._apps.patch_namespaced_deployment(
-                name, namespace, dict(patch), field_manager=FIELD_MANAGER,
-                _content_type=MERGE_PATCH, _request_timeout=self._timeout, **self._dry(dry_run),
-            ),
-        )  # fmt: skip
-
-    def delete_job(
-        self, namespace: str, name: str, *, uid: str | None, resource_version: str | None,
-        fence: Fence, dry_run: bool = False,
-    ) -> None:  # fmt: skip
-        """Delete a batch Job with Foreground propagation (its pods go first), only if it is the
-        object `uid` at `resource_version` (409 otherwise); gone is fine."""
-        from kubernetes import client
-
-        options = client.V1DeleteOptions(
-            propagation_policy="Foreground",
-            preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version),
-            dry_run=["All"] if dry_run else None,
-        )
-        try:
-            self._call(
-                Write(WriteVerb.DELETE, BATCH_JOB.kind, namespace, name, dry_run), fence,
-                lambda: self._batch.delete_namespaced_job(
-                    name, namespace, body=options, _request_timeout=self._timeout,
-                    **self._dry(dry_run),
-                ),
-            )  # fmt: skip
-        except ClusterWriteError as exc:
-            if exc.status != 404:
-                raise
-
-    def create_job(
-        self, namespace: str, manifest: Mapping[str, Any], *, fence: Fence, dry_run: bool = False
-    ) -> Any:
-        name = str((manifest.get("metadata") or {}).get("name"))
-        return self._call(
-            Write(WriteVerb.CREATE, BATCH_JOB.kind, namespace, name, dry_run), fence,
-            lambda: self._batch.create_namespaced_job(
-                namespace, cast(Any, dict(manifest)), field_manager=FIELD_MANAGER,
-                _request_timeout=self._timeout, **self._dry(dry_run),
-            ),
-        )  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------------
 # the executor
 
 
@@ -338,25 +199,6 @@ def _condition(job: Mapping[str, Any], kind: str | None) -> bool:
         c.get("type") == kind and c.get("status") == "True"
         for c in (job.get("status") or {}).get("conditions") or []
     )
-
-
-def _uid(obj: Mapping[str, Any] | None) -> str | None:
-    return None if obj is None else (obj.get("metadata") or {}).get("uid")
-
-
-def _rv(obj: Mapping[str, Any]) -> str | None:
-    return (obj.get("metadata") or {}).get("resourceVersion")
-
-
-def _fenced(patch: Mapping[str, Any], obj: Mapping[str, Any], *, locked: bool) -> dict[str, Any]:
-    """`patch` bound to the live object `obj`: its uid (a 409 if the name now holds another
-    object) and, when `locked`, the resourceVersion read (a 409 if it changed since)."""
-    out = copy.deepcopy(dict(patch))
-    meta: dict[str, Any] = {"uid": _uid(obj)}
-    if locked:
-        meta["resourceVersion"] = _rv(obj)
-    out["metadata"] = {**(out.get("metadata") or {}), **meta}
-    return out
 
 
 def _stamp(obj: Mapping[str, Any] | None) -> str | None:
@@ -509,7 +351,7 @@ class Remediator:
         """Record the intent of a destructive write to `obj` (its uid and resourceVersion now)
         before it is sent; an intent identical to the last one recorded is not repeated."""
         extra = {"target": target.name, "kind": target.kind, "write": write,
-                 "uid": _uid(obj), "resource_version": None if obj is None else _rv(obj)}  # fmt: skip
+                 "uid": uid_of(obj), "resource_version": None if obj is None else resource_version_of(obj)}  # fmt: skip
         last = run.detail.actions[-1] if run.detail.actions else None
         if last is not None and dict(last.payload) == {"step": step.value, **extra}:
             return
@@ -564,8 +406,8 @@ class Remediator:
         if run.ref.kind is not JobKind.GROUP:
             if job is None:
                 return f"{run.ref.kind} {run.ref.namespace}/{run.ref.name} is gone"
-            if summary.uid and _uid(job) != summary.uid:
-                return f"the job was recreated (uid {_uid(job)}, the incident is about {summary.uid})"
+            if summary.uid and uid_of(job) != summary.uid:
+                return f"the job was recreated (uid {uid_of(job)}, the incident is about {summary.uid})"
         if finding.verdict not in REMEDIABLE_VERDICTS:
             return f"the job is now {finding.verdict.value}"
         recorded = run.detail.diagnosis.get("zones")
@@ -706,7 +548,7 @@ class Remediator:
         verdict planned; returns what was read."""
         plan = run.plan
         assert plan is not None
-        if plan.kubeflow and (job is None or _uid(job) != plan.preconditions.uid):
+        if plan.kubeflow and (job is None or uid_of(job) != plan.preconditions.uid):
             raise _SupersededError("the job was deleted or recreated since the plan")
         rediagnosis = self.diagnose(run.ref)
         finding = rediagnosis.finding
@@ -737,13 +579,13 @@ class Remediator:
             if obj is None:
                 continue
             out.append(obj)
-            owners[str(_uid(obj))] = target.name
+            owners[str(uid_of(obj))] = target.name
         for rs in live.workloads:
             if rs.get("kind") == REPLICA_SET.kind:
                 refs = (rs.get("metadata") or {}).get("ownerReferences") or []
                 if any(r.get("controller") and r.get("uid") in owners for r in refs):
                     out.append(rs)
-                    owners[str(_uid(rs))] = "replicaset"
+                    owners[str(uid_of(rs))] = "replicaset"
         for pod in [*live.pods, *live.finished_pods]:
             refs = (pod.get("metadata") or {}).get("ownerReferences") or []
             if any(r.get("controller") and r.get("uid") in owners for r in refs):
@@ -807,7 +649,7 @@ class Remediator:
             target = self._kubeflow_target(run)
             job = self.reader.job(run.ref, api_version=target.api_version)
             suspended_recorded = run.has(Step.SUSPENDED)
-            if job is None or _uid(job) != plan.preconditions.uid:
+            if job is None or uid_of(job) != plan.preconditions.uid:
                 raise _SupersededError(
                     "the job was deleted or recreated during remediation: nothing to restore"
                     if suspended_recorded
@@ -824,7 +666,7 @@ class Remediator:
                 )
             live = self._check_preconditions(run, job)
             self._check_guards(run, live)
-            patch = _fenced(plan.job_patch(resource_version=_rv(job), suspend=True), job,
+            patch = fenced_patch(plan.job_patch(resource_version=resource_version_of(job), suspend=True), job,
                             locked=True)  # fmt: skip
             try:
                 self.writer.patch_custom(target, patch, fence=run.fence, dry_run=True)
@@ -848,8 +690,8 @@ class Remediator:
                 raise _FailedError(f"the API server refused the patch: {exc.message}") from None
             self._record(
                 run, A.APPLY, Step.SUSPENDED,
-                message=f"suspended with the new templates (resourceVersion {_rv(job)})",
-                extra={"resource_version": _rv(job), "attempt": attempt + 1},
+                message=f"suspended with the new templates (resourceVersion {resource_version_of(job)})",
+                extra={"resource_version": resource_version_of(job), "attempt": attempt + 1},
             )  # fmt: skip
             break
         else:
@@ -893,7 +735,7 @@ class Remediator:
             return
         job = self.reader.job(run.ref, api_version=target.api_version)
         if job is not None and _suspended(job, run.ref.kind):
-            resume = _fenced(_resume_patch(run.ref.kind), job, locked=False)
+            resume = fenced_patch(_resume_patch(run.ref.kind), job, locked=False)
             try:
                 self.writer.patch_custom(target, resume, fence=run.fence)
             except ClusterWriteError as exc:
@@ -1015,12 +857,12 @@ class Remediator:
         try:
             for target in plan.targets:
                 obj = self._workload(target)
-                if obj is None or _uid(obj) != target.uid:
+                if obj is None or uid_of(obj) != target.uid:
                     raise _SupersededError(
                         f"{target.kind} {target.name} was deleted or recreated since the plan"
                     )
                 if target.action is TargetAction.ROLLOUT:
-                    patch = _fenced(target.template_patch(), obj, locked=False)
+                    patch = fenced_patch(target.template_patch(), obj, locked=False)
                     self.writer.patch_deployment(target.namespace, target.name, patch,
                                                  fence=fence, dry_run=True)  # fmt: skip
                     continue
@@ -1028,7 +870,7 @@ class Remediator:
                 # on a CREATE: AlreadyExists, admitted; only the name is taken (the Job to replace)
                 with contextlib.suppress(WriteConflictError):
                     self.writer.delete_job(target.namespace, target.name, uid=target.uid,
-                                           resource_version=_rv(obj), fence=fence, dry_run=True)  # fmt: skip
+                                           resource_version=resource_version_of(obj), fence=fence, dry_run=True)  # fmt: skip
                 for state in (TemplateState.PLANNED, TemplateState.ORIGINAL):
                     with contextlib.suppress(WriteConflictError):
                         self.writer.create_job(target.namespace, self._stamped(run, target, state),
@@ -1047,7 +889,7 @@ class Remediator:
         fail = _FailedError if restore else _RollbackError
         for _attempt in range(self.settings.max_conflict_retries + 1):
             obj = self._workload(target)
-            if obj is None or _uid(obj) != target.uid:
+            if obj is None or uid_of(obj) != target.uid:
                 if restore:
                     return f"{where} was deleted or recreated by its owner: nothing to restore"
                 raise self._changed(run, f"{where} was deleted or recreated")
@@ -1064,7 +906,7 @@ class Remediator:
             step = Step.RESTORING if restore else Step.ROLLING_OUT
             self._intend(run, step, target=target, obj=obj, write="patch",
                          message=f"{where}: template patch about to be sent")  # fmt: skip
-            patch = _fenced(target.template_patch(restore=restore), obj, locked=True)
+            patch = fenced_patch(target.template_patch(restore=restore), obj, locked=True)
             try:
                 self.writer.patch_deployment(target.namespace, target.name, patch, fence=run.fence)
             except WriteConflictError:
@@ -1091,7 +933,7 @@ class Remediator:
         while True:
             obj = self._workload(target)
             stamp = _stamp(obj)
-            gone = obj is None or (is_terminating(obj) and _uid(obj) == target.uid)
+            gone = obj is None or (is_terminating(obj) and uid_of(obj) == target.uid)
             if (gone and not restore and run.has(Step.JOB_DELETING, target=target.name)
                     and not run.has(Step.JOB_DELETED, target=target.name)):  # fmt: skip
                 self._record(run, A.APPLY, Step.JOB_DELETED, extra={"target": target.name, "uid": target.uid},
@@ -1122,22 +964,22 @@ class Remediator:
                                f"{self.settings.suspend_timeout.total_seconds():g}s after its deletion")  # fmt: skip
                 self._pause(run)
                 continue
-            if stamp == run.stamp(want) or (restore and _uid(obj) == target.uid):
+            if stamp == run.stamp(want) or (restore and uid_of(obj) == target.uid):
                 if not restore and not run.has(Step.JOB_CREATED, target=target.name):
                     self._record(run, A.APPLY, Step.JOB_CREATED, extra={"target": target.name},
                                  message=f"Job {target.name}: the one created from the plan found")  # fmt: skip
                 return None
-            ours = stamp == run.stamp(TemplateState.PLANNED) if restore else _uid(obj) == target.uid
+            ours = stamp == run.stamp(TemplateState.PLANNED) if restore else uid_of(obj) == target.uid
             if not ours:
                 if restore:
-                    return f"{where} was replaced by someone else (uid {_uid(obj)}); left as it is"
-                raise self._changed(run, f"{where} was replaced by someone else (uid {_uid(obj)})")
+                    return f"{where} was replaced by someone else (uid {uid_of(obj)}); left as it is"
+                raise self._changed(run, f"{where} was replaced by someone else (uid {uid_of(obj)})")
             step = Step.RESTORING if restore else Step.JOB_DELETING
             self._intend(run, step, target=target, obj=obj, write="delete",
                          message=f"{where}: Foreground deletion about to be sent")  # fmt: skip
             try:
-                self.writer.delete_job(target.namespace, target.name, uid=_uid(obj),
-                                       resource_version=_rv(obj), fence=run.fence)  # fmt: skip
+                self.writer.delete_job(target.namespace, target.name, uid=uid_of(obj),
+                                       resource_version=resource_version_of(obj), fence=run.fence)  # fmt: skip
             except WriteConflictError:
                 conflicts += 1  # changed since read (or replaced): look again
                 if conflicts > self.settings.max_conflict_retries:
@@ -1147,7 +989,7 @@ class Remediator:
                 raise fail(f"deleting {where} was refused: {exc.message}") from None
             if not restore:
                 self._record(run, A.APPLY, Step.JOB_DELETED,
-                             extra={"target": target.name, "uid": _uid(obj)},
+                             extra={"target": target.name, "uid": uid_of(obj)},
                              message=f"Job {target.name} deleted (Foreground) for recreation")  # fmt: skip
 
     # -- rollback -----------------------------------------------------------------------------
@@ -1158,8 +1000,8 @@ class Remediator:
             return
         target = self._kubeflow_target(run)
         job = self.reader.job(run.ref, api_version=target.api_version)
-        if job is not None and _suspended(job, run.ref.kind) and _uid(job) == run.plan.preconditions.uid:
-            resume = _fenced(_resume_patch(run.ref.kind), job, locked=False)
+        if job is not None and _suspended(job, run.ref.kind) and uid_of(job) == run.plan.preconditions.uid:
+            resume = fenced_patch(_resume_patch(run.ref.kind), job, locked=False)
             self.writer.patch_custom(target, resume, fence=run.fence)
 
     def _rollback(self, run: _Run, reason: str) -> IncidentStatus:
@@ -1191,7 +1033,7 @@ class Remediator:
         target = self._kubeflow_target(run)
         for _attempt in range(self.settings.max_conflict_retries + 1):
             job = self.reader.job(run.ref, api_version=target.api_version)
-            if job is None or _uid(job) != plan.preconditions.uid:
+            if job is None or uid_of(job) != plan.preconditions.uid:
                 raise _SupersededError("the job was deleted or recreated meanwhile: nothing to restore")
             if target.state_of(job) is TemplateState.ORIGINAL:
                 # restored already (a previous attempt died after the patch): resume if needed
@@ -1199,7 +1041,7 @@ class Remediator:
                 break
             self._intend(run, Step.RESTORING, target=target, obj=job, write="patch",
                          message="restore patch (original templates, suspended) about to be sent")  # fmt: skip
-            patch = _fenced(plan.job_patch(resource_version=_rv(job), suspend=True, restore=True),
+            patch = fenced_patch(plan.job_patch(resource_version=resource_version_of(job), suspend=True, restore=True),
                             job, locked=True)  # fmt: skip
             try:
                 self.writer.patch_custom(target, patch, fence=run.fence)
@@ -1215,7 +1057,7 @@ class Remediator:
             deadline = self.clock.now() + self.settings.suspend_timeout
             while self.reader.kubeflow_pods(run.ref) and self.clock.now() < deadline:
                 self._pause(run)
-            resume = _fenced(_resume_patch(run.ref.kind), job, locked=False)
+            resume = fenced_patch(_resume_patch(run.ref.kind), job, locked=False)
             self.writer.patch_custom(target, resume, fence=run.fence)
 
     def _rollback_group(self, run: _Run) -> list[str]:

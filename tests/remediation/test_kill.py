@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 
 from agent.model.lifecycle import IncidentStatus
-from agent.remediation.execute import RECREATED_ANNOTATION, Step, Write, WriteVerb
+from agent.remediation.execute import RECREATED_ANNOTATION, Step
 from agent.remediation.plan import TemplateState
+from agent.remediation.writer import Write, WriteVerb
 from tests.remediation.crashes import Death, SqliteLock, Walk
 from tests.remediation.harness import (
     FAST,
