@@ -84,17 +84,10 @@ from agent.remediation.observe import (
     is_terminating,
     observe_pods,
 )
-from agent.remediation.plan import (
-    LiveObjects,
-    Plan,
-    Refusal,
-    Target,
-    TargetAction,
-    TemplateState,
-    guard_reason,
-    placement,
-    plan_remediation,
-)
+from agent.remediation.plan import LiveObjects, Plan, Refusal, Target, TargetAction, placement
+from agent.remediation.planner import plan_remediation
+from agent.remediation.template import TemplateState
+from agent.remediation.training_plan import guard_reason
 from agent.remediation.verify import (
     Judgement,
     Observation,

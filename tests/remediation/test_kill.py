@@ -29,7 +29,7 @@ import pytest
 
 from agent.model.lifecycle import IncidentStatus
 from agent.remediation.execute import RECREATED_ANNOTATION, Step
-from agent.remediation.plan import TemplateState
+from agent.remediation.template import TemplateState
 from agent.remediation.writer import Write, WriteVerb
 from tests.remediation.crashes import Death, SqliteLock, Walk
 from tests.remediation.harness import (
