@@ -19,7 +19,8 @@ from datetime import timedelta
 
 from kubernetes import client
 
-from agent.remediation.execute import Remediator, Step
+from agent.remediation.execute import Remediator
+from agent.remediation.run import Step
 from agent.remediation.writer import Write
 from agent.runtime.rediagnosis import ApiRediagnosis
 from agent.settings import DatabaseSettings, DiagnosisSettings, KubernetesSettings

@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from agent.model.lifecycle import IncidentStatus
-from agent.remediation.execute import RECREATED_ANNOTATION, Step
+from agent.remediation.group_steps import RECREATED_ANNOTATION
+from agent.remediation.run import Step
 from agent.remediation.template import TemplateState
 from agent.remediation.writer import Write, WriteVerb
 from tests.remediation.crashes import Death, SqliteLock, Walk
