@@ -56,6 +56,7 @@ RECREATED_ANNOTATION = "zonemedic.io/recreated-by"
 
 
 def _stamp(obj: Mapping[str, Any] | None) -> str | None:
+    """The `RECREATED_ANNOTATION` of a Job (None: not one zonemedic created)."""
     if obj is None:
         return None
     found = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECREATED_ANNOTATION)
@@ -83,10 +84,13 @@ class GroupSteps:
         self.clock = clock
 
     def _workload(self, target: Target) -> dict[str, Any] | None:
+        """The target as live now (None: gone)."""
         return self.reader.object(api_version=target.api_version, plural=target.plural,
                                   namespace=target.namespace, name=target.name)  # fmt: skip
 
     def apply(self, run: Run) -> None:
+        """Before the first write its checks and the dry run; then every target moved, in the
+        plan's order; each idempotent from the recorded steps and the live objects."""
         if run.has(Step.RESUMED):
             return
         plan = run.plan
@@ -161,7 +165,7 @@ class GroupSteps:
             if state is want:
                 if not restore and not run.has(Step.ROLLED_OUT, target=target.name):
                     self.journal.record(run, A.APPLY, Step.ROLLED_OUT, extra={"target": target.name},
-                                 message=f"Deployment {target.name}: planned template found on it")  # fmt: skip
+                                        message=f"Deployment {target.name}: planned template found on it")  # fmt: skip
                 return None
             if state is TemplateState.OTHER:
                 if restore:
@@ -169,7 +173,7 @@ class GroupSteps:
                 raise changed(run, f"{where}: its template was changed by someone else")
             step = Step.RESTORING if restore else Step.ROLLING_OUT
             self.journal.intend(run, step, target=target, obj=obj, write="patch",
-                         message=f"{where}: template patch about to be sent")  # fmt: skip
+                                message=f"{where}: template patch about to be sent")  # fmt: skip
             patch = fenced_patch(target.template_patch(restore=restore), obj, locked=True)
             try:
                 self.writer.patch_deployment(target.namespace, target.name, patch, fence=run.fence)
@@ -179,7 +183,7 @@ class GroupSteps:
                 raise fail(f"the patch of {where} was refused: {exc.message}") from None
             if not restore:
                 self.journal.record(run, A.APPLY, Step.ROLLED_OUT, extra={"target": target.name},
-                             message=f"Deployment {target.name}: template patched (rollout)")  # fmt: skip
+                                    message=f"Deployment {target.name}: template patched (rollout)")  # fmt: skip
             return None
         raise fail(f"{where} kept changing (HTTP 409)")
 
@@ -201,7 +205,7 @@ class GroupSteps:
             if (gone and not restore and run.has(Step.JOB_DELETING, target=target.name)
                     and not run.has(Step.JOB_DELETED, target=target.name)):  # fmt: skip
                 self.journal.record(run, A.APPLY, Step.JOB_DELETED, extra={"target": target.name, "uid": target.uid},
-                             message=f"Job {target.name}: found deleted (its deletion landed unrecorded)")  # fmt: skip
+                                    message=f"Job {target.name}: found deleted (its deletion landed unrecorded)")  # fmt: skip
             if obj is None:
                 try:
                     self.writer.create_job(target.namespace, self._stamped(run, target, want),
@@ -220,7 +224,7 @@ class GroupSteps:
                     raise RollbackError(f"creating {where} was refused: {exc.message}") from None
                 if not restore:
                     self.journal.record(run, A.APPLY, Step.JOB_CREATED, extra={"target": target.name},
-                                 message=f"Job {target.name} recreated with the new template")  # fmt: skip
+                                        message=f"Job {target.name} recreated with the new template")  # fmt: skip
                 return None
             if is_terminating(obj):
                 if self.clock.now() >= deadline:
@@ -231,7 +235,7 @@ class GroupSteps:
             if stamp == run.stamp(want) or (restore and uid_of(obj) == target.uid):
                 if not restore and not run.has(Step.JOB_CREATED, target=target.name):
                     self.journal.record(run, A.APPLY, Step.JOB_CREATED, extra={"target": target.name},
-                                 message=f"Job {target.name}: the one created from the plan found")  # fmt: skip
+                                        message=f"Job {target.name}: the one created from the plan found")  # fmt: skip
                 return None
             ours = stamp == run.stamp(TemplateState.PLANNED) if restore else uid_of(obj) == target.uid
             if not ours:
@@ -240,7 +244,7 @@ class GroupSteps:
                 raise changed(run, f"{where} was replaced by someone else (uid {uid_of(obj)})")
             step = Step.RESTORING if restore else Step.JOB_DELETING
             self.journal.intend(run, step, target=target, obj=obj, write="delete",
-                         message=f"{where}: Foreground deletion about to be sent")  # fmt: skip
+                                message=f"{where}: Foreground deletion about to be sent")  # fmt: skip
             try:
                 self.writer.delete_job(target.namespace, target.name, uid=uid_of(obj),
                                        resource_version=resource_version_of(obj), fence=run.fence)  # fmt: skip
@@ -253,8 +257,8 @@ class GroupSteps:
                 raise fail(f"deleting {where} was refused: {exc.message}") from None
             if not restore:
                 self.journal.record(run, A.APPLY, Step.JOB_DELETED,
-                             extra={"target": target.name, "uid": uid_of(obj)},
-                             message=f"Job {target.name} deleted (Foreground) for recreation")  # fmt: skip
+                                    extra={"target": target.name, "uid": uid_of(obj)},
+                                    message=f"Job {target.name} deleted (Foreground) for recreation")  # fmt: skip
 
     def rollback(self, run: Run) -> list[str]:
         """Restore every target (the last one written first); the notes say what could not be."""

@@ -88,11 +88,14 @@ class TrainingSteps:
         self.clock = clock
 
     def target(self, run: Run) -> Target:
+        """The plan's one target: the training job, suspended and resumed."""
         assert run.plan is not None
         (target,) = [t for t in run.plan.targets if t.action is TargetAction.SUSPEND_RESUME]
         return target
 
     def apply(self, run: Run) -> None:
+        """The suspend patch with the new templates (a 409 re-plans and retries), the wait for
+        the pods to go, the resume; each idempotent from the recorded steps and the live job."""
         retries = self.settings.max_conflict_retries
         for attempt in range(retries + 1):
             plan = run.plan
@@ -118,7 +121,7 @@ class TrainingSteps:
             live = self.recheck.confirm(run, job)
             self.recheck.guards(run, live)
             patch = fenced_patch(plan.job_patch(resource_version=resource_version_of(job), suspend=True), job,
-                            locked=True)  # fmt: skip
+                                 locked=True)  # fmt: skip
             try:
                 self.writer.patch_custom(target, patch, fence=run.fence, dry_run=True)
             except WriteConflictError:
@@ -130,7 +133,7 @@ class TrainingSteps:
                 raise FailedError(f"the server-side dry run refused the patch: {exc.message}") from None
             self.journal.record(run, A.DRY_RUN, Step.DRY_RUN, message="dryRun=All accepted the patch")
             self.journal.intend(run, Step.SUSPENDING, target=target, obj=job, write="patch",
-                         message="suspend patch with the new templates about to be sent")  # fmt: skip
+                                message="suspend patch with the new templates about to be sent")  # fmt: skip
             try:
                 self.writer.patch_custom(target, patch, fence=run.fence)
             except WriteConflictError:
@@ -203,9 +206,9 @@ class TrainingSteps:
                 suspended = _suspended(job, run.ref.kind)
                 break
             self.journal.intend(run, Step.RESTORING, target=target, obj=job, write="patch",
-                         message="restore patch (original templates, suspended) about to be sent")  # fmt: skip
+                                message="restore patch (original templates, suspended) about to be sent")  # fmt: skip
             patch = fenced_patch(plan.job_patch(resource_version=resource_version_of(job), suspend=True, restore=True),
-                            job, locked=True)  # fmt: skip
+                                 job, locked=True)  # fmt: skip
             try:
                 self.writer.patch_custom(target, patch, fence=run.fence)
             except WriteConflictError:
