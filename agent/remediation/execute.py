@@ -217,7 +217,7 @@ class Remediator:
     next leader resumes it. `protected_namespaces`: the guard settings now in force (with
     `settings.max_per_hour`), re-checked before the first write. `on_step`: called after each
     step is recorded; `on_write`: after each write the server accepted (tests kill the process
-    there).
+    there). `writer`: the cluster writer (default: one over `api.api_client` telling `on_write`).
     """
 
     def __init__(
@@ -234,6 +234,7 @@ class Remediator:
         leadership: Leadership = SOLE_WRITER,
         protected_namespaces: Collection[str] = (),
         actor: str = "zonemedic",
+        writer: ClusterWriter | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -241,7 +242,7 @@ class Remediator:
         self.leadership = leadership
         self.actor = actor
         reader = ClusterReader(api)
-        writer = ClusterWriter(api.api_client, observer=on_write)
+        writer = writer or ClusterWriter(api.api_client, observer=on_write)
         self.journal = Journal(store, clock=self.clock, actor=actor,
                                poll_interval=settings.poll_interval, on_step=on_step)  # fmt: skip
         self.recheck = Recheck(reader, diagnose, store=store, clock=self.clock,

@@ -407,8 +407,8 @@ def test_a_paused_old_leaders_late_delete_cannot_remove_the_new_job(
                 gate.hold()
 
         remediator_a = Remediator(api_a, store, diagnose=lab.diagnose, settings=FAST,
-                                  on_step=a_on_step, leadership=lease_a)  # fmt: skip
-        remediator_a.writer = ClusterWriter(api_a.api_client, timeout=120.0)  # A waits for its answer
+                                  on_step=a_on_step, leadership=lease_a,
+                                  writer=ClusterWriter(api_a.api_client, timeout=120.0))  # fmt: skip  # A waits for its answer
 
         def run_a() -> None:
             try:
