@@ -149,6 +149,8 @@ def _mislabelled(pod: Mapping[str, Any], mirror_keys: Sequence[str], zone: str) 
 def plan_group(
     finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: Sequence[str]
 ) -> Plan:
+    """The plan that moves a generic group's workloads outside `zone` into it (see the module
+    docstring), or `PlanRefusedError` with the reason."""
     ref = finding.job
     zones = placement(live.pods, live.nodes)
     by_kind_name = {

@@ -68,6 +68,8 @@ def guard_reason(job: Mapping[str, Any], kind: JobKind) -> str | None:
 def plan_training(
     finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: Sequence[str]
 ) -> Plan:
+    """The plan that co-locates a training job in `zone` (see the module docstring), or
+    `PlanRefusedError` with the reason."""
     ref = finding.job
     job = live.job
     if job is None:
