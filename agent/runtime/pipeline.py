@@ -64,11 +64,13 @@ one-shot sweeps, `refresh_metrics` for the periodic utilization refresh (leader 
   batch that failed half-way re-detects what it had recorded); the webhook answers 503, its
   store calls bounded by `http.database_timeout`, and Alertmanager re-sends; firings not queued
   are queued before the next work. `zonemedic_store_write_failures_total` and
-  `zonemedic_store_write_retries_total` count it by work; readiness probes that a write
-  transaction can start (`database_writes`), not only that the database answers a read.
+  `zonemedic_store_write_retries_total` count it by work; readiness
+  (`agent.runtime.incidents.database_readiness`) probes that a write transaction can start
+  (`database_writes`), not only that the database answers a read.
 
 One diagnosis at a time (a lock shared by the detector and sweeps). What it does not do: decide
-approvals or touch the cluster (remediation does).
+approvals or touch the cluster (remediation does), or serve HTTP reads (the agent serves the
+incidents API over `store`: `agent.runtime.incidents`).
 """
 
 from __future__ import annotations
@@ -113,8 +115,6 @@ from agent.model.workload import JobKind
 from agent.playbook.matching import Event, trigger_for_verdict
 from agent.playbook.model import Playbook, TriggerKind
 from agent.runtime.approvals import ApprovalRequests
-from agent.runtime.http import IncidentDecisions, IncidentQueries
-from agent.runtime.incidents import StoreIncidents
 from agent.runtime.mirror import ModelMirror
 from agent.runtime.playbooks import PlaybookActions
 from agent.runtime.previews import PlanPreviews, Preview, wanted
@@ -123,7 +123,6 @@ from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.change import Change
 from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import UNAVAILABLE, JobMetrics, MetricsReport
-from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore
 from agent.store.resilience import deadline
 from agent.topology.facts import ClusterFacts
@@ -262,35 +261,6 @@ class AgentPipeline:
         )
 
     # -- the protocol --------------------------------------------------------------------------
-
-    def readiness(self) -> dict[str, bool]:
-        """`database`: a read round-trip; `database_writes`: a write transaction can start now
-        (a write probe; reads alone pass while SQLite's write lock is held elsewhere). Each check
-        is bounded by `http.database_timeout`."""
-        if self.store is None:
-            return {"database": True}
-        with deadline(self.settings.http.database_timeout):
-            reachable = self.store.ping()
-            blocker = (
-                write_blocker(self.store.engine, timeout=self.settings.http.database_timeout)
-                if reachable
-                else "the database is unreachable"
-            )
-        if blocker is not None:
-            log.warning("not ready: the database takes no writes", extra={"reason": blocker})
-        return {"database": reachable, "database_writes": blocker is None}
-
-    def incidents(self) -> IncidentQueries | None:
-        if self.store is None:
-            return None
-        return StoreIncidents(self.store, cluster=self.cluster, now=self.now,
-                              authority=self.parts.approvers)
-
-    def decisions(self) -> IncidentDecisions | None:
-        if self.store is None:
-            return None
-        return StoreIncidents(self.store, cluster=self.cluster, now=self.now,
-                              authority=self.parts.approvers)
 
     def handle_change(self, change: Change, first_seen: float) -> Change | None:
         """Diagnose and record a detector batch. Raises `UnavailableError` when the store refuses
