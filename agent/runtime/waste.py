@@ -21,11 +21,12 @@ from datetime import datetime
 from typing import Any
 
 from agent.diagnosis.egress import EgressIndex, job_ends
-from agent.diagnosis.waste import EgressBasis, estimate_waste
+from agent.diagnosis.waste import estimate_waste
 from agent.model.egress import MeasuredEgress
 from agent.model.finding import Finding
 from agent.model.job import Job, JobRef
 from agent.model.lifecycle import EventKind
+from agent.model.waste import EgressBasis
 from agent.runtime.evidence import NOT_CONFIGURED
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.open_incidents import ACTOR

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from agent.diagnosis.waste import EgressBasis
 from agent.model.incident import IncidentQuery, Verdict
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, MessageKind
+from agent.model.waste import EgressBasis
 from agent.model.workload import JobKind
 from agent.runtime.evidence import steady_reading
 from agent.runtime.pipeline import AgentPipeline
