@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent.diagnosis.waste import idle_gpu_hours_per_day
+from agent.model.document import Reading, UtilizationEvidence
 from agent.model.finding import SPLIT_VERDICTS
 from agent.model.incident import IncidentSummary
 from agent.model.job import JobRef
@@ -32,23 +33,18 @@ READING_SPREAD = 5.0  # percentage points between them
 NOT_CONFIGURED = "metrics not configured (prometheus.url is null)"
 
 
-def metrics_evidence(report: MetricsReport | None, key: JobRef) -> dict[str, Any]:
+def metrics_evidence(report: MetricsReport | None, key: JobRef) -> UtilizationEvidence:
     """What a finding says about utilization: numbers, or why there are none."""
     if report is None:
-        return {"status": f"{UNAVAILABLE}: not fetched yet"}
+        return UtilizationEvidence(f"{UNAVAILABLE}: not fetched yet")
     if not report.available:
-        return {"status": report.error or UNAVAILABLE}
+        return UtilizationEvidence(report.error or UNAVAILABLE)
     found = report.for_job(key)
     if found is None:
-        return {"status": "no samples for this job yet", "at": report.at.isoformat()}
-    return {
-        "status": "ok",
-        "at": report.at.isoformat(),
-        "utilization_now": found.now,
-        "utilization_baseline": found.baseline,
-        "dropped": found.drop.dropped,
-        "drop_reason": found.drop.reason,
-    }
+        return UtilizationEvidence("no samples for this job yet", at=report.at)
+    reading = Reading(now=found.now, baseline=found.baseline, dropped=found.drop.dropped,
+                      drop_reason=found.drop.reason)  # fmt: skip
+    return UtilizationEvidence.of(reading, at=report.at)
 
 
 def steady_reading(metrics: JobMetrics, *, now: float, window: timedelta) -> bool:
@@ -66,20 +62,22 @@ def steady_reading(metrics: JobMetrics, *, now: float, window: timedelta) -> boo
     return samples[0][0] <= now - window.total_seconds() * 0.9
 
 
-def gpu_hours_again(incident: IncidentSummary, evidence: dict[str, Any]) -> dict[str, Any] | None:
+def gpu_hours_again(
+    incident: IncidentSummary, evidence: UtilizationEvidence
+) -> dict[str, Any] | None:
     """The split's idle GPU-hours per day from utilization evidence (None without a figure now):
     the part of the finding's `waste` that evidence changes."""
-    now, baseline = evidence.get("utilization_now"), evidence.get("utilization_baseline")
-    if incident.verdict not in SPLIT_VERDICTS or not isinstance(now, int | float):
+    now, baseline = evidence.utilization_now, evidence.utilization_baseline
+    if incident.verdict not in SPLIT_VERDICTS or now is None:
         return None
     hours, basis = idle_gpu_hours_per_day(
         verdict=incident.verdict, gpus=incident.gpus or 0, utilization_now=float(now),
-        utilization_baseline=float(baseline) if isinstance(baseline, int | float) else None,
+        utilization_baseline=float(baseline) if baseline is not None else None,
     )  # fmt: skip
     return {"gpu_hours_per_day": hours, "gpu_hours_basis": basis}
 
 
-class UtilizationEvidence:
+class UtilizationReadings:
     """The last metrics report, and the jobs whose evidence is recorded."""
 
     def __init__(
@@ -93,10 +91,10 @@ class UtilizationEvidence:
         self.report: MetricsReport | None = None
         self.recorded: set[JobRef] = set()  # jobs with an "ok" reading recorded
 
-    def of(self, key: JobRef) -> dict[str, Any]:
-        """The `metrics` of a finding of this job."""
+    def of(self, key: JobRef) -> UtilizationEvidence:
+        """The `metrics` of a document of this job."""
         if not self.configured:
-            return {"status": NOT_CONFIGURED}
+            return UtilizationEvidence(NOT_CONFIGURED)
         return metrics_evidence(self.report, key)
 
     def samples(self, key: JobRef) -> tuple[tuple[float, float], ...]:
@@ -127,7 +125,7 @@ class UtilizationEvidence:
                 continue
             if topology:
                 evidence = metrics_evidence(self.report, key)
-                detail: dict[str, Any] = {"metrics": evidence}
+                detail: dict[str, Any] = {"metrics": evidence.to_dict()}
                 waste = gpu_hours_again(incident, evidence)
                 if waste is not None:
                     detail["waste"] = waste

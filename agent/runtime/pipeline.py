@@ -62,7 +62,7 @@ from agent.playbook.model import Playbook
 from agent.runtime.approvals import ApprovalRequests
 from agent.runtime.diagnoser import Diagnoser
 from agent.runtime.drops import DropMessages
-from agent.runtime.evidence import UtilizationEvidence
+from agent.runtime.evidence import UtilizationReadings
 from agent.runtime.open_incidents import OpenIncidents
 from agent.runtime.playbooks import PlaybookActions
 from agent.runtime.previews import PlanPreviews
@@ -102,7 +102,7 @@ class AgentPipeline:
         metrics, cache, measured = parts.metrics, parts.cache, parts.prometheus is not None
         self.diagnoser = Diagnoser(cache, settings=parts.settings.diagnosis)
         self.open = OpenIncidents(store, cluster=cluster, now=now)
-        self.evidence = UtilizationEvidence(configured=measured, store=store,
+        self.evidence = UtilizationReadings(configured=measured, store=store,
                                             open_incidents=self.open, now=now)  # fmt: skip
         self.waste = SplitWaste(meter=parts.egress, configured=measured, metrics=metrics,
                                 store=store, settings=parts.settings.diagnosis,

@@ -2,7 +2,10 @@
 
 Called by the pipeline (`agent.runtime.pipeline`) and the label-settle wait
 (`agent.runtime.settle`) with the findings to record, and by the signals (`agent.runtime.signals`)
-with a drop's or an alert's document. A finding of a problem verdict goes to the store
+with a drop's or an alert's document. Each finding's typed document
+(`agent.model.document.IncidentDocument`: the finding, the job's uid, evidence, waste) is built
+once here and passed down as it is: to the store (`FindingRecord.of`), to the playbooks' actions
+and to what follows the record. A finding of a problem verdict goes to the store
 (`record_finding`: one open incident per job, whatever its verdicts; a re-detection adds a
 timeline event, and before a decision the incident takes a topology verdict seen) with the latest
 utilization evidence and samples (`agent.runtime.evidence`), or `"metrics unavailable"`, and for a
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agent.model.document import IncidentDocument
 from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingOutcome, FindingRecord, FollowUp
 from agent.model.job import JobRef
@@ -40,7 +44,7 @@ from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, trigger_for_verdict
 from agent.runtime.diagnoser import Diagnoser
 from agent.runtime.drops import DropMessages
-from agent.runtime.evidence import UtilizationEvidence
+from agent.runtime.evidence import UtilizationReadings
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.open_incidents import OpenIncidents, Order
 from agent.runtime.playbooks import PlaybookActions
@@ -62,7 +66,7 @@ class _Pending:
 
     finding: Finding
     key: JobRef
-    document: dict[str, Any]
+    document: IncidentDocument
     gpus: int | None
     record: FindingRecord
     preview: Preview | None = None
@@ -88,7 +92,7 @@ class RecordingParts:
     cache: ClusterCache
     metrics: AgentMetrics
     open: OpenIncidents
-    evidence: UtilizationEvidence
+    evidence: UtilizationReadings
     waste: SplitWaste
     room: WaitingRoom
     drops: DropMessages
@@ -136,14 +140,13 @@ class Recorder:
             return None
         if self.store is None:
             return None
-        document = finding.to_dict()
-        document["job"]["uid"] = self.p.cache.job_uid(key)
-        document["metrics"] = self.p.evidence.of(key)
-        if finding.verdict in SPLIT_VERDICTS:
-            document["waste"] = self.p.waste.estimate(finding, document["metrics"])
+        metrics = self.p.evidence.of(key)
+        waste = self.p.waste.estimate(finding, metrics) if finding.verdict in SPLIT_VERDICTS else None
+        document = IncidentDocument.of_finding(finding, uid=self.p.cache.job_uid(key),
+                                               metrics=metrics, waste=waste)  # fmt: skip
         gpus = sum(finding.gpus.values()) if finding.gpus else None
-        record = self._finding_record(document, detected_at=self.now(), gpus=gpus,
-                                      samples=self.p.evidence.samples(key))  # fmt: skip
+        record = FindingRecord.of(document, cluster=self.p.cluster, detected_at=self.now(),
+                                  gpus=gpus, utilization_samples=self.p.evidence.samples(key))  # fmt: skip
         return _Pending(finding, key, document, gpus, record)
 
     def record_all(self, findings: list[Finding], *, first_seen: float | None) -> list[Any]:
@@ -220,8 +223,8 @@ class Recorder:
         follow-up, `written`, was recorded with it) or for one that took another class's
         verdict."""
         finding, key, document = pending.finding, pending.key, pending.document
-        if "waste" in document:
-            self.p.waste.show(key, document["waste"], incident=outcome.incident.id,
+        if document.waste is not None:
+            self.p.waste.show(key, document.waste, incident=outcome.incident.id,
                               new=outcome.new)  # fmt: skip
         if key in self.p.drops.pending:
             self.p.drops.flush([key])
@@ -241,7 +244,7 @@ class Recorder:
                 preview = self._replan(finding)
         if outcome.new and first_seen is not None:
             self.p.metrics.detection_latency.observe(self.monotonic() - first_seen)
-        if document["metrics"].get("status") == "ok":
+        if document.metrics.ok:
             self.p.evidence.recorded.add(key)
         if written is not None:
             return
@@ -272,39 +275,25 @@ class Recorder:
             return self._preview(finding)
         return self.previews.refusal(finding)
 
-    def _finding_record(
-        self, document: dict[str, Any], *, detected_at: datetime, gpus: int | None = None,
-        samples: tuple[tuple[float, float], ...] = (),
-    ) -> FindingRecord:  # fmt: skip
-        metrics = document.get("metrics") or {}
-        egress = (document.get("waste") or {}).get("egress_usd_per_day")
-        return FindingRecord.from_finding(
-            document,
-            cluster=self.p.cluster,
-            detected_at=detected_at,
-            utilization_now=metrics.get("utilization_now"),
-            utilization_baseline=metrics.get("utilization_baseline"),
-            estimated_cost=float(egress) if isinstance(egress, int | float) else None,
-            gpus=gpus,
-            utilization_samples=samples,
-        )
-
     def record_document(
-        self, document: dict[str, Any], *, detected_at: datetime, key: JobRef,
-    ) -> FindingOutcome | None:  # fmt: skip
+        self, document: IncidentDocument, *, detected_at: datetime
+    ) -> FindingOutcome | None:
         """Record a document that no diagnosis made (a utilization drop, an alert)."""
         if self.store is None:
             return None
-        outcome = self.store.record_finding(self._finding_record(document, detected_at=detected_at))
-        self._log_recorded(key, document, outcome)
+        record = FindingRecord.of(document, cluster=self.p.cluster, detected_at=detected_at)
+        outcome = self.store.record_finding(record)
+        self._log_recorded(document.job, document, outcome)
         return outcome
 
-    def _log_recorded(self, key: JobRef, document: dict[str, Any], outcome: FindingOutcome) -> None:
+    def _log_recorded(
+        self, key: JobRef, document: IncidentDocument, outcome: FindingOutcome
+    ) -> None:
         log.info(
             "finding recorded",
             extra={
                 "job": str(key),
-                "verdict": document.get("verdict"),
+                "verdict": document.verdict.value,
                 "incident": outcome.incident.id,
                 "new": outcome.new,
             },

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
+from agent.model.document import AlertFacts, IncidentDocument
 from agent.model.job import JobRef
 from agent.model.lifecycle import VerdictClass
-from agent.model.verdict import Verdict
 from agent.playbook.matching import Event
 from agent.playbook.model import TriggerKind
-from agent.runtime.evidence import UtilizationEvidence, metrics_evidence
+from agent.runtime.evidence import UtilizationReadings, metrics_evidence
 from agent.runtime.open_incidents import OpenIncidents
 from agent.runtime.playbooks import PlaybookActions
 from agent.runtime.recording import Recorder
@@ -34,7 +33,7 @@ class Signals:
     """Records utilization drops and alerts as incidents."""
 
     def __init__(
-        self, *, recorder: Recorder, open_incidents: OpenIncidents, evidence: UtilizationEvidence,
+        self, *, recorder: Recorder, open_incidents: OpenIncidents, evidence: UtilizationReadings,
         actions: PlaybookActions, cache: ClusterCache, now: Callable[[], datetime],
     ) -> None:  # fmt: skip
         self.recorder = recorder
@@ -50,13 +49,9 @@ class Signals:
         if not metrics.drop.dropped:
             self.open.resolve(key, {VerdictClass.GPU_UTILIZATION_DROP}, reason="utilization recovered")
             return
-        document = {
-            "job": {"kind": key.kind.value, "namespace": key.namespace, "name": key.name,
-                    "uid": self.cache.job_uid(key)},
-            "verdict": Verdict.GPU_UTILIZATION_DROP.value,
-            "metrics": metrics_evidence(report, key),
-        }  # fmt: skip
-        outcome = self.recorder.record_document(document, detected_at=report.at, key=key)
+        document = IncidentDocument.of_drop(key, uid=self.cache.job_uid(key),
+                                            metrics=metrics_evidence(report, key))  # fmt: skip
+        outcome = self.recorder.record_document(document, detected_at=report.at)
         if outcome is not None and outcome.new:
             self.actions.fire(
                 Event(TriggerKind.GPU_UTILIZATION_DROP,
@@ -72,19 +67,11 @@ class Signals:
             if alert.status is AlertStatus.RESOLVED:
                 self.open.resolve(key, {VerdictClass.ALERT}, reason=f"alert {alert.name} resolved")
                 continue
-            diagnosis: dict[str, Any] = {
-                "job": {"kind": key.kind.value, "namespace": key.namespace, "name": key.name},
-                "verdict": Verdict.ALERT.value,
-                "alert": {
-                    "name": alert.name,
-                    "labels": dict(alert.labels),
-                    "annotations": dict(alert.annotations),
-                    "starts_at": alert.starts_at,
-                    "fingerprint": alert.fingerprint,
-                },
-                "metrics": self.evidence.of(key),
-            }
-            outcome = self.recorder.record_document(diagnosis, detected_at=now, key=key)
+            facts = AlertFacts(alert.name, labels=dict(alert.labels),
+                               annotations=dict(alert.annotations), starts_at=alert.starts_at,
+                               fingerprint=alert.fingerprint)  # fmt: skip
+            diagnosis = IncidentDocument.of_alert(key, facts, metrics=self.evidence.of(key))
+            outcome = self.recorder.record_document(diagnosis, detected_at=now)
             if outcome is not None and outcome.new:
                 self.actions.fire(
                     Event(TriggerKind.ALERT, self.actions.subject(key, "alert"), alert.labels),

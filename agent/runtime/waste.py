@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from agent.diagnosis.egress import EgressIndex, job_ends
 from agent.diagnosis.waste import estimate_waste
+from agent.model.document import UtilizationEvidence
 from agent.model.egress import MeasuredEgress
 from agent.model.finding import Finding
 from agent.model.job import Job, JobRef
 from agent.model.lifecycle import EventKind
-from agent.model.waste import EgressBasis
+from agent.model.waste import EgressBasis, Waste
 from agent.runtime.evidence import NOT_CONFIGURED
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.open_incidents import ACTOR
@@ -71,18 +71,18 @@ class SplitWaste:
         self.index: EgressIndex | None = None  # the last answer of the egress meter
         self.shown: dict[JobRef, tuple[EgressBasis, float | None]] = {}  # as recorded
 
-    def estimate(self, finding: Finding, metrics: dict[str, Any]) -> dict[str, Any]:
-        """The split finding's `waste` (plain data), from its utilization evidence `metrics`."""
-        now, baseline = metrics.get("utilization_now"), metrics.get("utilization_baseline")
+    def estimate(self, finding: Finding, metrics: UtilizationEvidence) -> Waste:
+        """The split finding's waste per day, from its utilization evidence `metrics`."""
+        now, baseline = metrics.utilization_now, metrics.utilization_baseline
         settings = self.settings
         measured, unmeasured = self.measured(finding.job)
         return estimate_waste(
             verdict=finding.verdict, impact=finding.impact,
-            utilization_now=float(now) if isinstance(now, int | float) else None,
-            utilization_baseline=float(baseline) if isinstance(baseline, int | float) else None,
+            utilization_now=float(now) if now is not None else None,
+            utilization_baseline=float(baseline) if baseline is not None else None,
             steps_per_day=settings.steps_per_day, price_per_gb=settings.price_per_gb,
             measured=measured, unmeasured=unmeasured,
-        ).to_dict()  # fmt: skip
+        )  # fmt: skip
 
     def measured(self, ref: JobRef) -> tuple[MeasuredEgress | None, str | None]:
         """The job's measured cross-zone bytes, or why there is no measurement."""
@@ -131,17 +131,16 @@ class SplitWaste:
     def _measured_now(self, key: JobRef) -> bool:
         return self.measured(key)[0] is not None
 
-    def show(self, key: JobRef, waste: dict[str, Any], *, incident: int, new: bool) -> None:
+    def show(self, key: JobRef, waste: Waste, *, incident: int, new: bool) -> None:
         """Set the job's gauges, and add a timeline event when the figure moved from the one last
         shown (a change of basis, or beyond `EGRESS_MOVE_SHARE`): a `redetected` event of the
         agent's own (never folded into the detector's), after which its chat message is
         re-rendered; that figure is then the one shown."""
-        source = EgressBasis(str(waste.get("egress_source") or EgressBasis.UNKNOWN.value))
-        usd = waste.get("egress_usd_per_day")
-        usd = float(usd) if isinstance(usd, int | float) else None
+        source = waste.egress_source
+        usd = float(waste.egress_usd_per_day) if waste.egress_usd_per_day is not None else None
         before = self.shown.get(key)
         moved = before is not None and not new and egress_moved(before, (source, usd))
-        self._gauges(key, source, usd, waste.get("cross_zone_gb_per_day"), before)
+        self._gauges(key, source, usd, waste.cross_zone_gb_per_day, before)
         if before is None or new or moved:  # else small moves add up against the last shown
             self.shown[key] = (source, usd)
         if moved:
@@ -149,12 +148,12 @@ class SplitWaste:
             self.store.add_event(incident, EventKind.REDETECTED, now=self.now(), actor=ACTOR,
                                  detail={"egress": {
                                      "source": source.value, "usd_per_day": usd,
-                                     "gb_per_day": waste.get("cross_zone_gb_per_day"),
-                                     "basis": waste.get("egress_basis"),
+                                     "gb_per_day": waste.cross_zone_gb_per_day,
+                                     "basis": waste.egress_basis,
                                  }})  # fmt: skip
 
     def _gauges(
-        self, key: JobRef, source: EgressBasis, usd: float | None, gb: Any,
+        self, key: JobRef, source: EgressBasis, usd: float | None, gb: float | None,
         before: tuple[EgressBasis, float | None] | None,
     ) -> None:  # fmt: skip
         labels = {"namespace": key.namespace, "kind": key.kind, "job": key.name}
@@ -166,7 +165,7 @@ class SplitWaste:
         if usd is None or source is EgressBasis.UNKNOWN:
             return
         metrics.job_egress_cost.labels(**labels, source=source.value).set(usd)
-        per_second = float(gb) * 1e9 / 86_400 if isinstance(gb, int | float) else 0.0
+        per_second = float(gb) * 1e9 / 86_400 if gb is not None else 0.0
         metrics.job_cross_zone_bytes.labels(**labels, source=source.value).set(per_second)
 
     def forget(self, key: JobRef) -> None:
