@@ -80,9 +80,7 @@ class Diagnoser:
     def group_pods(self, finding: Finding) -> tuple[str, ...]:
         """The pod names of a generic group's finding, as the last diagnosis saw them (a plan
         preview names them; a Kubeflow job's pods are found from its object)."""
-        if finding.job.kind is not JobKind.GROUP or self._state is None:
+        if finding.job.kind is not JobKind.GROUP:
             return ()
-        ref = finding.job
-        job = next((j for j in find_jobs(self._state, self.settings.groups,
-                                         namespaces={ref.namespace}) if j.ref == ref), None)  # fmt: skip
+        job = self.job(finding.job)
         return tuple(p.name for p in job.pods) if job is not None else ()
