@@ -1,6 +1,6 @@
 """Who may decide an incident now: the approvers in force, and the one rule every decider meets.
 
-Who calls it: the one decision function (`agent.remediation.decision.decide`) asks an `Authority`
+Who calls it: the one decision function (`agent.approval.decision.decide`) asks an `Authority`
 before it records anything, whichever way the decision comes (a Slack click, the HTTP API, the
 CLI); the chat layer asks it whether a message gets decision buttons. The agent builds one
 `Authority` from the configuration it runs with (`Authority.of`), the CLI one from the

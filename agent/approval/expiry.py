@@ -5,7 +5,7 @@ job `approval-expiry` (every `remediation.pickup_interval`). Each tick is one st
 `expire_due(now=...)`: an incident awaiting approval (or open with a deadline) whose deadline has
 passed becomes `expired`, and a snooze that ended goes back to awaiting approval. Every change is a
 conditional transition, so an expiry racing a decision has one winner; a decision that comes after
-the deadline records nothing whether or not this job ran yet (`agent.remediation.decision`).
+the deadline records nothing whether or not this job ran yet (`agent.approval.decision`).
 
 What it does not do: choose deadlines (the approval step does, when approval is requested), post
 anything, or run on a follower.
@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
-from agent.runtime.root import Parts
+from agent.settings import Settings
 from agent.store.repository import IncidentStore
 
 log = logging.getLogger(__name__)
+
+JOB = "approval-expiry"  # the background job's name
 
 
 class ApprovalExpiry:
@@ -38,10 +41,18 @@ class ApprovalExpiry:
             log.info("approvals expired or snoozes ended", extra={"incidents": moved})
 
 
-def register(parts: Parts, store: IncidentStore) -> ApprovalExpiry:
-    """Register the expiry as the leader-gated background job `approval-expiry`."""
+
+class BackgroundJobs(Protocol):
+    """Where the leader's background jobs are registered (`agent.runtime.root.Parts`)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    def add_background_job(self, name: str, *, every: timedelta, run: Callable[[], None]) -> None: ...
+
+
+def register(parts: BackgroundJobs, store: IncidentStore) -> ApprovalExpiry:
+    """Register the expiry as the leader-gated background job `approval-expiry` (`JOB`)."""
     expiry = ApprovalExpiry(store)
-    parts.add_background_job(
-        "approval-expiry", every=parts.settings.remediation.pickup_interval, run=expiry.tick
-    )
+    parts.add_background_job(JOB, every=parts.settings.remediation.pickup_interval, run=expiry.tick)
     return expiry

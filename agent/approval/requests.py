@@ -3,7 +3,7 @@
 Who calls it: the pipeline's playbook actions (`agent.runtime.playbooks`), when a playbook's
 `propose_colocation` action fires for a newly opened incident (before the proposal is queued for
 the chat layer, so the message sees the deadline).
-What the incident needs is the pure rule `agent.remediation.approval.approval_step`; this module
+What the incident needs is the pure rule `agent.approval.step.approval_step`; this module
 applies it to the store:
 
 - REQUEST: `open -> awaiting_approval` with the deadline (`store.request_approval`); past it, the
@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from agent.approval.approvers import Authority
+from agent.approval.decision import Authorizer, DecisionRequest, decide
+from agent.approval.step import ApprovalStep, ApprovalStepKind, RolledBack, approval_step
 from agent.model.incident import Actor, IncidentQuery, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.playbook.model import ApprovalPolicy
-from agent.remediation.approval import ApprovalStep, ApprovalStepKind, RolledBack, approval_step
-from agent.remediation.approvers import Authority
-from agent.remediation.decision import Authorizer, DecisionRequest, decide
 from agent.settings import Settings
 from agent.store.repository import IncidentStore
 

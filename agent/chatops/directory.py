@@ -2,7 +2,7 @@
 
 Who calls it: the decision authority reads user group members through `members` (wired by
 `agent.runtime.chat`: who may decide an incident is the one decision function's check,
-`agent.remediation.approvers`), the click handler reads display names (`name`) and the slash
+`agent.approval.approvers`), the click handler reads display names (`name`) and the slash
 command's `sweep` asks `check` (approvers only). Group members come from Slack's
 `usergroups.users.list`, cached per group for a TTL; display names from `users.info`, cached
 too. A group that cannot be read right now (Slack down) counts as having no members, so a

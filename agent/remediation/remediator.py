@@ -1,6 +1,6 @@
 """Applying an approved remediation: the run of one incident from `approved` to a terminal state.
 
-Who calls it: the leader's executor loop (`agent.runtime.executor`: one `Remediator.run(incident_id)`
+Who calls it: the leader's executor loop (`agent.runtime.remediation_queue`: one `Remediator.run(incident_id)`
 per incident in `approved`, `remediating` or `verifying`), tests and the benchmark. What it does:
 drives the run (`agent.remediation.run`: its steps and their records) from the recorded steps,
 in this order, each step a store action plus its timeline event:
