@@ -32,15 +32,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agent.model.incident import Actor, IncidentDetail
 from agent.model.lifecycle import DecisionSource
 from agent.playbook.model import Playbook, PlaybookActionKind
 from agent.settings import Settings
 
-# The members of a Slack user group, or None when they cannot be read right now.
-Members = Callable[[str], frozenset[str] | None]
+
+class Members(Protocol):
+    """The port to Slack's user groups: the members of `group`, or None when they cannot be read
+    right now. Slack's adapter is `agent.chatops.directory.ApproverDirectory.members` (cached);
+    the CLI builds one on first use (`agent.commands.decisions.slack_members`)."""
+
+    def __call__(self, group: str, /) -> frozenset[str] | None: ...
+
 
 PROPOSAL = PlaybookActionKind.PROPOSE_COLOCATION.value
 

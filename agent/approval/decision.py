@@ -28,8 +28,10 @@ store's conditional transition; when it loses a race it reads again and judges a
 may only have moved from `open` to `awaiting_approval`, which is still decidable).
 
 What it does not do: authenticate (Slack's signature, the API's bearer token, access to the
-database are the callers'), execute a remediation (the leader's executor picks up `approved` incidents), or render
-anything beyond a one-line message.
+database are the callers'), execute a remediation (the leader's remediation queue,
+`agent.runtime.remediation_queue`, picks up `approved` incidents), parse an HTTP body
+(`agent.runtime.decision_http`) or CLI flags (`agent.commands.decisions`), or render anything
+beyond a one-line message.
 """
 
 from __future__ import annotations

@@ -1,14 +1,17 @@
 """The leader's approval expiry: incidents past their approval deadline become `expired`.
 
-Who calls it: the composition root registers `ApprovalExpiry.tick` as the leader-gated background
-job `approval-expiry` (every `remediation.pickup_interval`). Each tick is one store call,
+Who calls it: the composition root (today `agent.runtime.assembly`, through `register`) registers
+`ApprovalExpiry.tick` as the leader-gated background job `approval-expiry` (`JOB`, every
+`remediation.pickup_interval`); `register` takes any `BackgroundJobs` (the runtime's `Parts`), so
+this package does not import the runtime. Each tick is one store call,
 `expire_due(now=...)`: an incident awaiting approval (or open with a deadline) whose deadline has
 passed becomes `expired`, and a snooze that ended goes back to awaiting approval. Every change is a
 conditional transition, so an expiry racing a decision has one winner; a decision that comes after
 the deadline records nothing whether or not this job ran yet (`agent.approval.decision`).
 
-What it does not do: choose deadlines (the approval step does, when approval is requested), post
-anything, or run on a follower.
+What it does not do: choose deadlines (the approval step, `agent.approval.step`, does when approval
+is requested), hold the SQL (`agent.store.deadlines` does), post anything, or run on a follower
+(the scheduler gates every background job).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ applies it to the store:
 - REQUEST: `open -> awaiting_approval` with the deadline (`store.request_approval`); past it, the
   leader's expiry job moves the incident to `expired` and decisions record nothing.
 - AUTO (a namespace the playbook opts in): the one decision function with the `auto` source, as
-  if a person had approved; the leader's executor then remediates it. Held when the same job's
+  if a person had approved; the leader's remediation queue then remediates it. Held when the same job's
   (same uid) last co-location rolled back within `remediation.auto_hold`: a REQUEST instead, and
   a note on the incident's timeline says why.
 - NONE (the finding is not remediable): nothing; the incident stays `open`.

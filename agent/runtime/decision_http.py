@@ -1,4 +1,6 @@
-"""The HTTP decision API's contract: parse `POST /api/incidents/{id}/decision`, map results to codes.
+"""The HTTP form of a decision: parse `POST /api/incidents/{id}/decision`, map results to codes.
+
+The HTTP adapter of the approval domain (the decision itself is `agent.approval.decision`).
 
 Who calls it: `agent.runtime.http` (the route) and nothing else. The body is one JSON object:
 `{"outcome": "approve" | "reject" | "snooze", "by": "<who>", "reason": "<text>" | null,

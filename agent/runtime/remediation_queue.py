@@ -1,4 +1,7 @@
-"""The leader's remediation executor: approved incidents go to the remediator, one at a time.
+"""The leader's remediation queue: approved incidents go to the remediator, one at a time.
+
+`RemediationExecutor` takes the next incident the guards clear and hands it to the remediator
+(`agent.remediation.remediator.Remediator`, behind the `IncidentRunner` Protocol), which applies it.
 
 Who calls it: the composition root registers `RemediationExecutor.tick` as the leader-gated
 background job `remediation-executor` (every `remediation.pickup_interval`, 1 s by default), so a
