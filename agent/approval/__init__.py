@@ -10,7 +10,7 @@ The rooms of the approval domain, from an incident's opening to its decision or 
 
 Who uses it: the pipeline's playbook actions (`requests`), the HTTP API, Slack's click handler and
 the CLI (`decision` with an `approvers.Authority`), the composition root (`expiry`, the authority).
-Adapters stay where their I/O is: the deadline SQL in `agent.store.deadlines`, Slack's user-group
+Adapters stay where their I/O is: the deadline SQL in `agent.store.approval_deadlines`, Slack's user-group
 lookups in `agent.chatops.directory` (injected as `approvers.Members`), the HTTP body and status
 codes in `agent.runtime.decision_http`, the CLI verbs in `agent.commands.decisions`.
 

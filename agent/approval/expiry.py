@@ -10,7 +10,7 @@ conditional transition, so an expiry racing a decision has one winner; a decisio
 the deadline records nothing whether or not this job ran yet (`agent.approval.decision`).
 
 What it does not do: choose deadlines (the approval step, `agent.approval.step`, does when approval
-is requested), hold the SQL (`agent.store.deadlines` does), post anything, or run on a follower
+is requested), hold the SQL (`agent.store.approval_deadlines` does), post anything, or run on a follower
 (the scheduler gates every background job).
 """
 

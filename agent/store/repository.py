@@ -12,7 +12,7 @@ tables; this facade runs each of their operations in one transaction:
 - lifecycle: `transition(id, expected, new, *, actor, now)` and `record_decision(id, outcome, *,
   actor, now)` -> `TransitionResult`, one conditional UPDATE each (`agent.store.transitions`)
 - approval deadlines: `request_approval(id, *, deadline, now, actor)`, `expire_due(*, now)`
-  (`agent.store.deadlines`)
+  (`agent.store.approval_deadlines`)
 - timeline: `add_event`, `record_action` (`agent.store.timeline`)
 - outbox: `enqueue_message`, `claim_messages`, `mark_delivered`, `mark_failed` with the claim's
   token (`agent.store.outbox`)
@@ -67,8 +67,8 @@ from agent.model.lifecycle import (
 )
 from agent.settings import DatabaseSettings
 from agent.store import (
+    approval_deadlines,
     batches,
-    deadlines,
     findings,
     outbox,
     queries,
@@ -254,11 +254,11 @@ class IncidentStore:
         self, incident_id: int, *, deadline: datetime, now: datetime, actor: str
     ) -> TransitionResult:
         """`open -> awaiting_approval` with its approval deadline, one conditional transition."""
-        deadlines.check_deadline(incident_id, deadline=deadline, now=now)
+        approval_deadlines.check_deadline(incident_id, deadline=deadline, now=now)
         token = str(uuid.uuid4())
         return self._write(
             f"request approval on incident {incident_id}",
-            lambda conn, attempt: deadlines.request_approval(
+            lambda conn, attempt: approval_deadlines.request_approval(
                 conn, incident_id, deadline=deadline, now=now, actor=actor, token=token,
                 attempt=attempt),
         )
@@ -269,7 +269,7 @@ class IncidentStore:
         token = str(uuid.uuid4())
         return self._write(
             "expire overdue approvals",
-            lambda conn, attempt: deadlines.expire_due(conn, now=now, token=token, attempt=attempt),
+            lambda conn, attempt: approval_deadlines.expire_due(conn, now=now, token=token, attempt=attempt),
         )
 
     # ----------------------------------------------------------------------------------------
