@@ -49,6 +49,7 @@ from agent.snapshot.manifests import (
     parse_training_job,
 )
 from agent.sources.cache import ClusterCache
+from agent.sources.gcpause import gc_paused
 from agent.sources.podfacts import ObjKey
 from agent.sources.resources import Resource, Role
 from agent.topology.facts import ClusterFacts, FactsIndex
@@ -186,9 +187,7 @@ class ModelMirror:
         self._pods = {}
         self._pods_tuple = None
         self._maps = {role: {} for role in self._maps}
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             visited = 0
             resources = sorted(self.cache.resources(), key=lambda r: r.role is not Role.NODE)
             for resource in resources:
@@ -210,9 +209,6 @@ class ModelMirror:
                     target[slot if pods else _identity(role, parsed)] = parsed
             self.visited_last = visited
             self._rebuild_facts()
-        finally:
-            if was_enabled:
-                gc.enable()
         if visited >= FREEZE_AT:
             gc.freeze()
             self.frozen_loads += 1
