@@ -149,19 +149,19 @@ class ClusterCache(ObjectStore):
         """The first list of pods into an empty cache: the same indexes as `_apply`, without a
         `Change` per pod (150,000 of them at start-up)."""
         store = self._objects[resource.name]
-        jobs: set[JobRef] = set()
-        namespaces: set[str] = set()
+        f = self.namespace_filter
+        filtering = bool(f.include or f.exclude)
+        touching = self._trackers.partial()
+        stored: list[tuple[ObjKey, Obj]] = []
         for obj in items:
             key = obj_key(obj)
-            if not self.admits_namespace(key[0]):
+            if filtering and not self.admits_namespace(key[0]):
                 continue
             store[key] = obj
-            self._trackers.touch(resource.name, key)
-            job = self._index.add_pod(key, obj)
-            if job is not None:
-                jobs.add(job)
-            else:
-                namespaces.add(key[0])
+            if touching:
+                self._trackers.touch(resource.name, key)
+            stored.append((key, obj))
+        jobs, namespaces = self._index.add_pods(stored)
         if not jobs and not namespaces:
             return Change()
         return Change(

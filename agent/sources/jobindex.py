@@ -22,6 +22,7 @@ from agent.model.job import JobRef
 from agent.model.workload import (
     BATCH_JOB,
     KUBEFLOW_LABELS,
+    JobKind,
     launched_kind,
     workload_named,
     workload_of_operator,
@@ -52,22 +53,27 @@ class JobIndex:
 
     def job_ref_of_pod(self, pod: Obj) -> JobRef | None:
         """The job the pod belongs to (see the module docstring); None: no job's."""
+        found = self._job_of(pod)
+        return JobRef(*found) if found is not None else None
+
+    def _job_of(self, pod: Obj) -> tuple[JobKind, str, str] | None:
+        """`job_ref_of_pod` as (kind, namespace, name): the bulk load interns the refs."""
         meta = metadata_of(pod)
         namespace = str(meta.get("namespace") or "")
         labels = meta.get("labels") or {}
         controller = controller_ref(pod)
         owning = workload_named(str(controller.get("kind"))) if controller else None
         if controller and owning is not None:
-            return JobRef(owning.kind, namespace, str(controller.get("name") or ""))
+            return (owning.kind, namespace, str(controller.get("name") or ""))
         name = labels.get(GANG.job_name)
         if not name:
             return None
         for r_name, r in self._resources.items():
             if r.job_kind is not None and (namespace, name) in self._objects.get(r_name, {}):
-                return JobRef(r.job_kind, namespace, name)
+                return (r.job_kind, namespace, name)
         by_operator = workload_of_operator(labels.get(GANG.operator or "", ""))
         if by_operator is not None:
-            return JobRef(by_operator.kind, namespace, name)
+            return (by_operator.kind, namespace, name)
         if controller and controller.get("kind") == BATCH_JOB.kind:
             owner = self._objects.get(BATCH_JOB_RESOURCE, {}).get(
                 (namespace, str(controller.get("name")))
@@ -76,7 +82,7 @@ class JobIndex:
             found = (workload_named(str(owner_ctrl.get("kind"))) if owner_ctrl
                      else launched_kind())  # fmt: skip
             if found is not None:
-                return JobRef(found.kind, namespace, name)
+                return (found.kind, namespace, name)
         return None
 
     def job_object(self, job: JobRef) -> Obj | None:
@@ -110,6 +116,36 @@ class JobIndex:
         if node:
             self.pods_on_node[node].add(key)
         return job
+
+    def add_pods(
+        self, pods: Iterable[tuple[ObjKey, Obj]]
+    ) -> tuple[set[JobRef], set[str]]:
+        """`add_pod` for each pod of a bulk load; (the jobs, the namespaces of pods of no job)
+        they fall in. The pods of a job share one `JobRef` (made once per job, not per pod)."""
+        jobs: set[JobRef] = set()
+        namespaces: set[str] = set()
+        refs: dict[tuple[JobKind, str, str], tuple[JobRef, set[ObjKey]]] = {}
+        job_of_pod, pods_of_job, pods_on_node = self.job_of_pod, self.pods_of_job, self.pods_on_node
+        for key, pod in pods:
+            found = self._job_of(pod)
+            if found is not None:
+                entry = refs.get(found)
+                if entry is None:
+                    job = JobRef(*found)
+                    members = pods_of_job.get(job)
+                    if members is None:
+                        members = pods_of_job[job] = set()
+                    entry = refs[found] = (job, members)
+                    jobs.add(job)
+                job_of_pod[key] = entry[0]
+                entry[1].add(key)
+            else:
+                self.loose_pods[key[0]].add(key)
+                namespaces.add(key[0])
+            node = node_of(pod)
+            if node:
+                pods_on_node[node].add(key)
+        return jobs, namespaces
 
     def remove_pod(self, key: ObjKey, old: Obj | None) -> JobRef | None:
         """Drop a pod's entries (`old`: its object as indexed, None if it was not); its job."""

@@ -42,6 +42,10 @@ class Trackers:
         tracker.touched = {}
         return everything, touched
 
+    def partial(self) -> bool:
+        """Whether a touch would reach any tracker (one is not reading everything anyway)."""
+        return any(not tracker.everything for tracker in self._trackers)
+
     def touch(self, resource_name: str, key: ObjKey) -> None:
         for tracker in self._trackers:
             if not tracker.everything:
