@@ -20,7 +20,8 @@ for everyone else). Not thread-safe: the pipeline's lock guards it.
 The first `state()` is a bulk load (150,000 pods at start-up): every cached object is parsed in
 one pass, nodes first, the facts index built once at the end; the containers and owner
 references the cache shares between a job's pods are parsed once each (`PodParts`); the cyclic
-garbage collector is paused meanwhile, and a load of at least `FREEZE_AT` objects freezes what
+garbage collector is paused meanwhile (the process's one shared pause, `agent.sources.gcpause`:
+the informers' lists pause it too), and a load of at least `FREEZE_AT` objects freezes what
 the process holds (the cache and the mirror, long-lived by construction) out of its reach at once
 (`frozen_loads` counts it: the pipeline's post-batch full collection, a second pass over the same
 millions of objects, then waits for the next cluster-wide batch).
