@@ -236,7 +236,8 @@ class StartupTimed(AgentPipeline):
         super().__init__(parts, store)
         self.first: dict[str, Any] | None = None
         self._marks: dict[str, float] = {}
-        snapshot = self.mirror.snapshot
+        mirror = self.diagnoser.mirror
+        snapshot = mirror.snapshot
 
         def timed_snapshot() -> Any:
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -246,7 +247,7 @@ class StartupTimed(AgentPipeline):
                 self._marks.setdefault("mirror", time.perf_counter() - t0)
                 self._marks.setdefault("mirror_cpu", time.thread_time() - c0)
 
-        self.mirror.snapshot = timed_snapshot  # type: ignore[method-assign]
+        mirror.snapshot = timed_snapshot  # type: ignore[method-assign]
 
     def diagnose(self, scope: Any = None) -> Any:
         t0, c0 = time.perf_counter(), time.thread_time()

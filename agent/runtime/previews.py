@@ -1,7 +1,7 @@
 """Plan previews: the fix a finding's message and `incidents show` carry before anyone approves.
 
-Who calls it: the pipeline (`agent.runtime.pipeline`) when a remediable split finding opens an
-incident (the preview is computed before the playbooks fire, and recorded by the firing before
+Who calls it: the pipeline's recorder (`agent.runtime.recording`) when a remediable split
+finding opens an incident (the preview is computed before the playbooks fire, and recorded by the firing before
 its messages are queued, so the first Slack post carries the diff), and when a re-detection of
 an incident still awaiting a decision finds another verdict or placement than the last preview
 was computed for: everything the message says about the fix follows the verdict. A verdict with
