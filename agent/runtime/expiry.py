@@ -1,7 +1,7 @@
 """The leader's approval expiry: incidents past their approval deadline become `expired`.
 
-Who calls it: the composition root registers `ApprovalExpiry.tick` as the leader-gated background
-job `approval-expiry` (every `remediation.pickup_interval`). Each tick is one store call,
+Who calls it: the composition root (`agent.runtime.root`) builds it and returns `ApprovalExpiry.tick`
+as the leader-gated background job `approval-expiry` (every `remediation.pickup_interval`). Each tick is one store call,
 `expire_due(now=...)`: an incident awaiting approval (or open with a deadline) whose deadline has
 passed becomes `expired`, and a snooze that ended goes back to awaiting approval. Every change is a
 conditional transition, so an expiry racing a decision has one winner; a decision that comes after
@@ -17,10 +17,11 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from agent.runtime.root import Parts
 from agent.store.repository import IncidentStore
 
 log = logging.getLogger(__name__)
+
+JOB = "approval-expiry"  # the background job's name
 
 
 class ApprovalExpiry:
@@ -36,12 +37,3 @@ class ApprovalExpiry:
         if moved:
             self.moved += len(moved)
             log.info("approvals expired or snoozes ended", extra={"incidents": moved})
-
-
-def register(parts: Parts, store: IncidentStore) -> ApprovalExpiry:
-    """Register the expiry as the leader-gated background job `approval-expiry`."""
-    expiry = ApprovalExpiry(store)
-    parts.add_background_job(
-        "approval-expiry", every=parts.settings.remediation.pickup_interval, run=expiry.tick
-    )
-    return expiry

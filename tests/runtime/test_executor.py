@@ -19,10 +19,10 @@ from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
 from agent.remediation.approvers import Authority
 from agent.remediation.decision import DecisionRequest, decide
-from agent.runtime import expiry
-from agent.runtime.executor import RemediationExecutor, register
+from agent.runtime.executor import RemediationExecutor
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.root import Parts
+from agent.runtime.parts import Parts
+from agent.runtime.root import remediation
 from agent.settings import RemediationSettings, Settings
 from agent.sources.cache import ClusterCache
 from agent.sources.kubeapi import KubeApi, KubeApiError
@@ -188,7 +188,6 @@ def test_registered_as_leader_gated_background_jobs(store: IncidentStore, enable
     parts = Parts(settings=settings, playbooks=[], metrics=AgentMetrics(), cache=ClusterCache(),
                   api=KubeApi(None), prometheus=None, is_leader=lambda: True)
     clock = Clock()
-    register(parts, store, StepRemediator(store, lambda: clock.now))
-    expiry.register(parts, store)
-    assert [job.name for job in parts.background_jobs] == jobs
-    assert all(job.every == timedelta(seconds=1) for job in parts.background_jobs)
+    built = remediation(parts, store, StepRemediator(store, lambda: clock.now))
+    assert [job.name for job in built.background_jobs] == jobs
+    assert all(job.every == timedelta(seconds=1) for job in built.background_jobs)
