@@ -28,7 +28,10 @@ FAKES = "Only the demo and the fakes themselves import the fakes"
 FAKES_ALONE = "The fakes import no product code"
 ACYCLIC = "No import cycle among the modules and packages of any package"
 PIPES = "The pipeline only pipes"
-CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC, PIPES)
+ROOT = "One composition root: only the commands, the demo and the running agent import it"
+RUNNER = "The running agent builds no part"
+CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC, PIPES,
+             ROOT, RUNNER)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -83,6 +86,11 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ("agent/fakes/slack.py", "import agent.chatops.verification", {FAKES_ALONE}),
         # the pipeline serves no HTTP read (the agent does, over its store)
         ("agent/runtime/recording.py", "import agent.runtime.incidents", {PIPES}),
+        # one composition root: a part does not reach back to it (and would close a cycle)
+        ("agent/runtime/pipeline.py", "import agent.runtime.root", {PIPES, ROOT, ACYCLIC}),
+        ("agent/runtime/executor.py", "import agent.runtime.root", {ROOT, ACYCLIC}),
+        # the running agent runs what the root built; it builds no part itself
+        ("agent/runtime/app.py", "import agent.runtime.chat", {RUNNER}),
         # a cycle between two modules of one package
         ("agent/twin/clock.py", "import agent.twin.cluster", {ACYCLIC}),
     ],

@@ -8,10 +8,10 @@ new leader after a hand-over."""
 from __future__ import annotations
 
 import threading
-from functools import partial
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 

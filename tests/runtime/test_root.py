@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.runtime.leader import AlwaysLeader, LeaderElector
 from agent.errors import ConfigError
 from agent.runtime.background import BackgroundJob
+from agent.runtime.leader import AlwaysLeader, LeaderElector
 from agent.runtime.root import Hooks, Injected, Root
 from agent.settings import PrometheusSettings, Settings, load_settings
-from agent.store.migrate import upgrade_on_start
 from agent.sources.change import Change
 from agent.sources.prometheus import PrometheusSource
 from agent.sources.resources import RESOURCES
+from agent.store.migrate import upgrade_on_start
 from agent.twin import kubeconfig
 
 
