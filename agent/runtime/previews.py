@@ -42,7 +42,8 @@ from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKi
 from agent.model.proposal import latest_preview
 from agent.model.workload import JobKind
 from agent.remediation.observe import ClusterReader
-from agent.remediation.plan import Refusal, plan_remediation
+from agent.remediation.plan import Refusal
+from agent.remediation.planner import plan_remediation
 from agent.remediation.preview import PreviewAction, preview_action
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.store.repository import IncidentStore

@@ -76,7 +76,7 @@ from agent.store.repository import IncidentStore
 METRICS_REFRESH_JOB = "metrics-refresh"
 
 # the remediation executor's runner over the agent's parts (the live remediator by default)
-RunnerFactory = Callable[[Parts, IncidentStore], executor.Remediator]
+RunnerFactory = Callable[[Parts, IncidentStore], executor.IncidentRunner]
 
 
 def utc_now() -> datetime:
@@ -278,7 +278,7 @@ class Remediation:
     background_jobs: tuple[BackgroundJob, ...]
 
 
-def remediation(parts: Parts, store: IncidentStore, runner: executor.Remediator) -> Remediation:
+def remediation(parts: Parts, store: IncidentStore, runner: executor.IncidentRunner) -> Remediation:
     """The executor over `runner` (its job `remediation-executor` only when
     `remediation.enabled`: decisions are still recorded and expired otherwise) and the expiry
     (job `approval-expiry`), both every `remediation.pickup_interval`."""
