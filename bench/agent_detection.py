@@ -127,16 +127,23 @@ def run_case(*, rounds: int, others: int, prometheus: bool) -> dict[str, list[fl
     job = next(o for o in scenario.objects if o.get("kind") == "PyTorchJob")
     scenario = replace(scenario, objects=[o for o in scenario.objects if o.get("kind") != "PyTorchJob"])
     scenario = with_other_jobs(scenario, others)
+    mirror = scenario.model.pod_zone_label  # the label the twin's kubelet stamps at pod start
     binds: dict[str, float] = {}
+    labelled: dict[str, float] = {}
     lock = threading.Lock()
 
     def on_pod(event: Any) -> None:
         obj = event.object
+        name = obj["metadata"]["name"]
         if (obj.get("spec") or {}).get("nodeName"):
             with lock:
-                binds.setdefault(obj["metadata"]["name"], time.time())
+                binds.setdefault(name, time.time())
+        if mirror and (obj["metadata"].get("labels") or {}).get(mirror):
+            with lock:
+                labelled.setdefault(name, time.time())
 
-    out: dict[str, list[float]] = {"agent": [], "agent_decided": [], "alert": []}
+    out: dict[str, list[float]] = {"agent": [], "agent_decided": [], "alert": [], "labels": [],
+                                   "from_label": [], "from_label_decided": []}
     pods = lookup("pods")
     with tempfile.TemporaryDirectory() as tmp:
         cluster = TwinCluster(scenario)
@@ -210,8 +217,14 @@ def run_case(*, rounds: int, others: int, prometheus: bool) -> dict[str, list[fl
                 decided = store.list_incidents(_query(name)).incidents[0].opened_at.timestamp()
                 with lock:
                     last = max(t for pod, t in binds.items() if pod.startswith(f"{name}-"))
+                    label = max((t for pod, t in labelled.items() if pod.startswith(f"{name}-")),
+                                default=None)
                 out["agent"].append(stored - last)
                 out["agent_decided"].append(decided - last)
+                if label is not None:
+                    out["labels"].append(label - last)
+                    out["from_label"].append(stored - label)
+                    out["from_label_decided"].append(decided - label)
                 if fired is not None:
                     out["alert"].append(fired - last)
                 cluster.store.delete(pytorchjobs, name, namespace="ml")
@@ -255,8 +268,25 @@ def main() -> int:
               f"(decided: median {statistics.median(got['agent_decided']) * 1000:.1f} ms)")
         sizes = {"rounds": rounds, "other_jobs": others}
         results.add(Figure(f"last pod bound -> incident stored ({label})", "ms",
-                           statistics.median(ms), p95=percentile(ms, 0.95), target=100.0, target_on="p95",
-                           sizes=sizes, note="visible to another connection, polled every 2 ms"))
+                           statistics.median(ms), p95=percentile(ms, 0.95), sizes=sizes,
+                           note="visible to another connection, polled every 2 ms; includes the "
+                                "twin's wait for the zone labels below"))
+        if got["labels"]:
+            waited = [x * 1000 for x in got["labels"]]
+            own = [x * 1000 for x in got["from_label"]]
+            print(f"  twin: last pod bound -> its zone-mirroring label written: median "
+                  f"{statistics.median(waited):.1f} ms; agent: last label written -> incident stored: "
+                  f"median {statistics.median(own):.1f} ms, p95 {percentile(own, 0.95):.1f} ms, max "
+                  f"{max(own):.1f} ms (decided: median "
+                  f"{statistics.median(got['from_label_decided']) * 1000:.1f} ms)")
+            results.add(Figure(f"last pod bound -> its zone-mirroring label written, twin ({label})",
+                               "ms", statistics.median(waited), p95=percentile(waited, 0.95),
+                               sizes=sizes, note="the twin's kubelet stamps it at pod start "
+                                                 "(pod_start_seconds: 2)"))
+            results.add(Figure(f"last zone-mirroring label written -> incident stored ({label})", "ms",
+                               statistics.median(own), p95=percentile(own, 0.95), target=100.0,
+                               target_on="p95", sizes=sizes,
+                               note="the first verdict no label still to come can change"))
         if got["alert"]:
             alert = [x * 1000 for x in got["alert"]]
             ratio = statistics.median(alert) / max(statistics.median(ms), 0.001)
