@@ -110,16 +110,17 @@ def container(
     ports: Ports | None = None,
     env: Mapping[str, str] | None = None,
     limits: bool = True,
+    request_gpus: bool = False,
 ) -> dict[str, Any]:
-    """A container. `cpu`/`memory` are requests (GPUs join them when requested); GPUs are also
-    limits unless `limits=False`. `ports` are (name, number) or (name, number, protocol)."""
+    """A container. `cpu`/`memory` are requests (GPUs join them when one is, or with
+    `request_gpus`); GPUs are also limits unless `limits=False`. `ports` are (name, number) or (name, number, protocol)."""
     out: dict[str, Any] = {"name": name, "image": image}
     requests: dict[str, str] = {}
     if cpu is not None:
         requests["cpu"] = cpu
     if memory is not None:
         requests["memory"] = memory
-    if requests and gpus:
+    if (requests or request_gpus) and gpus:
         requests[GPU] = str(gpus)
     resources: dict[str, Any] = {}
     if requests:
