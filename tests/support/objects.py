@@ -275,6 +275,7 @@ def training_job(
     uid: str | None = None,
     resource_version: str | None = None,
     labels: dict[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
     run_policy: dict[str, Any] | None = None,
     replicas: Mapping[str, Mapping[str, Any]] | None = None,
     conditions: list[str] | None = None,
@@ -291,6 +292,8 @@ def training_job(
     if resource_version is not None:
         meta["resourceVersion"] = resource_version
     meta["labels"] = labels or {}
+    if annotations:
+        meta["annotations"] = dict(annotations)
     spec: dict[str, Any] = {}
     if run_policy is not None or replicas is None:
         spec["runPolicy"] = run_policy or {}
@@ -315,6 +318,7 @@ def batch_job(
     parallelism: int = 2,
     labels: Mapping[str, str] | None = None,
     active: int | None = None,
+    managed_by: str | None = None,
 ) -> dict[str, Any]:
     """A batch/v1 Job as the Job controller leaves it: controller-uid labels on the job, its
     selector and its pod template (`template`: {metadata: {labels}, spec})."""
@@ -323,6 +327,7 @@ def batch_job(
                   "batch.kubernetes.io/job-name": name, "job-name": name}  # fmt: skip
     template_meta = dict(template.get("metadata") or {})
     template_meta["labels"] = {**template_meta.get("labels", {}), **controller}
+    managed = {"managedBy": managed_by} if managed_by is not None else {}
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": "9",
@@ -330,7 +335,8 @@ def batch_job(
                      "labels": {**(labels or {}), **controller}},
         "spec": {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 4,
                  "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
-                 "template": {"metadata": template_meta, "spec": dict(template["spec"])}},
+                 "template": {"metadata": template_meta, "spec": dict(template["spec"])},
+                 **managed},
         "status": {"active": parallelism if active is None else active},
     }  # fmt: skip
 
