@@ -23,10 +23,11 @@ BERT = JobRef(JobKind.PYTORCH, "ml", "bert")
 
 
 def pytorchjob(workers: Any = 2) -> dict[str, Any]:
+    """PyTorchJob `bert`: one master and `workers` workers (None: no worker replica spec)."""
     specs: dict[str, Any] = {"Master": {"replicas": 1}}
     if workers is not None:
         specs["Worker"] = {"replicas": workers}
-    return {"metadata": {"name": "bert", "namespace": "ml"}, "spec": {"pytorchReplicaSpecs": specs}}
+    return objects.training_job("PyTorchJob", "bert", replicas=specs, status=False)
 
 
 def member(name: str, *, node: str | None = None, labels: dict[str, str] | None = None,
