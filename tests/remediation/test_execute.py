@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -29,26 +28,12 @@ from tests.remediation.harness import (
     Terms,
     approved_incident,
     cordon,
-    migrated_template,
-    new_store,
     recorded_plan,
     resumes,
     running_lab,
     served_job,
     split,
 )
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return migrated_template(tmp_path_factory.mktemp("db"))
-
-
-@pytest.fixture
-def store(template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
-    s, _ = new_store(template, tmp_path)
-    yield s
-    s.close()
 
 
 def pods(lab: Lab) -> list[dict[str, Any]]:

@@ -42,7 +42,6 @@ from tests.remediation.harness import (
     approved_incident,
     cordon,
     lab_job,
-    migrated_template,
     new_store,
     recorded_plan,
     recorded_steps,
@@ -57,11 +56,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SLOW_BIND = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
 OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 JOB_WRITE = "patch PyTorchJob llm-finetune"
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return migrated_template(tmp_path_factory.mktemp("db"))
 
 
 def killed_at(lab: Lab, url: str, incident_id: int, point: str, *flags: str) -> None:
