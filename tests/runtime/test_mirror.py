@@ -78,15 +78,14 @@ def test_unparsable_object_is_skipped_with_one_warning(mirror: tuple[ClusterCach
 
 
 def kube_pod(name: str, node: str, *, zone_label: str, gpus: int = 1) -> dict[str, Any]:
-    return slimmer(R["pods"])({
-        "metadata": {"name": name, "namespace": "ml", "labels": {
-            "training.kubeflow.org/job-name": "bert", "training.kubeflow.org/operator-name": "pytorchjob-controller",
-            "training.kubeflow.org/replica-type": "master" if "master" in name else "worker",
-            "zone": zone_label}},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "ports": [{"name": "pytorchjob-port", "containerPort": 23456}],
-                                                   "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
-        "status": {"phase": "Running"},
-    })
+    """Pod `bert-<type>-<index>` of the PyTorchJob `bert` on `node`, labelled `zone=<zone_label>`,
+    as the cache keeps it (slimmed)."""
+    _, rtype, index = name.split("-")
+    main = objects.container(name="c", gpus=gpus, request_gpus=True, limits=False,
+                             ports=[("pytorchjob-port", 23456)])
+    return slimmer(R["pods"])(objects.job_pod("PyTorchJob", "bert", rtype, int(index), name=name,
+                                              node_name=node, extra={"zone": zone_label},
+                                              containers=[main]))
 
 
 def test_incremental_state_and_facts_diagnose_like_a_fresh_mirror() -> None:
