@@ -11,8 +11,8 @@ tables; this facade runs each of their operations in one transaction:
   it, one transaction per `BATCH` findings (`agent.store.batches`)
 - lifecycle: `transition(id, expected, new, *, actor, now)` and `record_decision(id, outcome, *,
   actor, now)` -> `TransitionResult`, one conditional UPDATE each (`agent.store.transitions`)
-- approvals: `request_approval(id, *, deadline, now, actor)`, `expire_due(*, now)`
-  (`agent.store.approvals`)
+- approval deadlines: `request_approval(id, *, deadline, now, actor)`, `expire_due(*, now)`
+  (`agent.store.approval_deadlines`)
 - timeline: `add_event`, `record_action` (`agent.store.timeline`)
 - outbox: `enqueue_message`, `claim_messages`, `mark_delivered`, `mark_failed` with the claim's
   token (`agent.store.outbox`)
@@ -61,7 +61,7 @@ from agent.model.lifecycle import (
     check_transition,
 )
 from agent.settings import DatabaseSettings
-from agent.store import approvals, batches, findings, retention, timeline, transitions
+from agent.store import approval_deadlines, batches, findings, retention, timeline, transitions
 from agent.store.engine import make_engine
 from agent.store.errors import InvalidRecordError
 from agent.store.history import HistoryReads
@@ -170,11 +170,11 @@ class IncidentStore(OutboxOperations, HistoryReads):
         self, incident_id: int, *, deadline: datetime, now: datetime, actor: str
     ) -> TransitionResult:
         """`open -> awaiting_approval` with its approval deadline, one conditional transition."""
-        approvals.check_deadline(incident_id, deadline=deadline, now=now)
+        approval_deadlines.check_deadline(incident_id, deadline=deadline, now=now)
         token = str(uuid.uuid4())
         return self._write(
             f"request approval on incident {incident_id}",
-            lambda conn, attempt: approvals.request_approval(
+            lambda conn, attempt: approval_deadlines.request_approval(
                 conn, incident_id, deadline=deadline, now=now, actor=actor, token=token,
                 attempt=attempt),
         )
@@ -185,7 +185,7 @@ class IncidentStore(OutboxOperations, HistoryReads):
         token = str(uuid.uuid4())
         return self._write(
             "expire overdue approvals",
-            lambda conn, attempt: approvals.expire_due(conn, now=now, token=token, attempt=attempt),
+            lambda conn, attempt: approval_deadlines.expire_due(conn, now=now, token=token, attempt=attempt),
         )
 
     # ----------------------------------------------------------------------------------------
