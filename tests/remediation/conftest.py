@@ -1,7 +1,7 @@
 """Fixtures shared by the remediation tests that run against the lab: a migrated SQLite template
 (once per module) and a fresh incident store copied from it per test.
 
-Who uses it: test_execute, test_execute_group and test_kill (template only; it opens stores with
+Who uses it: test_remediator, test_remediator_group and test_kill (template only; it opens stores with
 its own budgets). What it does not do: start the lab (see `tests.remediation.harness`).
 """
 

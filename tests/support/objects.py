@@ -363,13 +363,21 @@ def replicaset(name: str, deployment_name: str, *, ns: str = "ml") -> dict[str, 
     }  # fmt: skip
 
 
-def cnp(name: str, spec: dict[str, Any], *, ns: str | None = "ml") -> dict[str, Any]:
-    """A CiliumNetworkPolicy, or a CiliumClusterwideNetworkPolicy when `ns` is None."""
+def cnp(
+    name: str, spec: Mapping[str, Any] | None = None, *, ns: str | None = "ml", specs: Any = None
+) -> dict[str, Any]:
+    """A CiliumNetworkPolicy, or a CiliumClusterwideNetworkPolicy when `ns` is None; `spec` and
+    `specs` (Cilium's list form) are left out when None."""
     meta: dict[str, Any] = {"name": name}
     if ns is not None:
         meta["namespace"] = ns
     kind = "CiliumNetworkPolicy" if ns is not None else "CiliumClusterwideNetworkPolicy"
-    return {"apiVersion": "cilium.io/v2", "kind": kind, "metadata": meta, "spec": spec}
+    obj: dict[str, Any] = {"apiVersion": "cilium.io/v2", "kind": kind, "metadata": meta}
+    if spec is not None:
+        obj["spec"] = dict(spec)
+    if specs is not None:
+        obj["specs"] = specs
+    return obj
 
 
 def zone_only(
@@ -386,12 +394,13 @@ def zone_only(
     )
 
 
-def netpol(name: str, spec: dict[str, Any], *, ns: str = "ml") -> dict[str, Any]:
+def netpol(name: str, spec: Mapping[str, Any], *, ns: str = "ml") -> dict[str, Any]:
+    """A Kubernetes NetworkPolicy."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
+        "spec": dict(spec),
     }
 
 
