@@ -114,7 +114,7 @@ def run_case(*, rounds: int, others: int, prometheus: bool) -> dict[str, list[fl
     from sqlalchemy import create_engine, text
 
     from agent.runtime.app import Agent
-    from agent.runtime.pipeline import AgentPipeline
+    from agent.runtime.root import Injected, Root
     from agent.settings import load_settings
     from agent.store.migrate import upgrade_on_start
     from agent.twin.cluster import TwinCluster
@@ -169,7 +169,7 @@ def run_case(*, rounds: int, others: int, prometheus: bool) -> dict[str, list[fl
             ),
         )
         store = upgrade_on_start(settings)
-        agent = Agent(settings, pipeline_factory=lambda parts: AgentPipeline(parts, store))
+        agent = Agent(Root(settings, store=store, injected=Injected(remediation=False)))
         agent.start()
         reader = create_engine(f"sqlite:///{tmp}/zm.db")
         target = cluster.metrics.url.split("://", 1)[1].rstrip("/")

@@ -61,6 +61,7 @@ def child(kubeconfig: str, db_url: str, identity: str) -> int:
     milestones on stdout as JSON lines with wall-clock times."""
     from agent.runtime.app import Agent
     from agent.runtime.pipeline import AgentPipeline
+    from agent.runtime.root import Injected, Root
     from agent.settings import load_settings
     from agent.sources.change import Change
     from agent.store.migrate import upgrade_on_start
@@ -93,7 +94,8 @@ def child(kubeconfig: str, db_url: str, identity: str) -> int:
             remediation=replace(base.remediation, preview=False),
         )
         store = upgrade_on_start(settings)
-        agent = Agent(settings, pipeline_factory=lambda parts: Reporting(parts, store),
+        injected = Injected(remediation=False, pipeline_class=Reporting)
+        agent = Agent(Root(settings, store=store, injected=injected),
                       identity=identity, sync_timeout=1800)
         started_leading = agent._started_leading
 

@@ -111,6 +111,7 @@ def twin_get(api_url: str, path: str) -> Any:
 def child(kubeconfig: str, api_url: str, prometheus: str, events: int) -> int:
     """The agent's side: run, report RSS, time the batches of the parent's events, sweep."""
     from agent.runtime.app import Agent
+    from agent.runtime.root import Injected, Root
     from agent.settings import load_settings
     from agent.store.migrate import upgrade_on_start
 
@@ -133,14 +134,11 @@ def child(kubeconfig: str, api_url: str, prometheus: str, events: int) -> int:
             ),
         )
         store = upgrade_on_start(settings)
-        pipelines: list[StartupTimed] = []
-
-        def factory(parts: Any) -> AgentPipeline:
-            pipelines.append(StartupTimed(parts, store))
-            return pipelines[-1]
-
         started, cpu_started = time.perf_counter(), time.process_time()
-        agent = Agent(settings, pipeline_factory=factory)
+        agent = Agent(Root(settings, store=store,
+                           injected=Injected(remediation=False, pipeline_class=StartupTimed)))
+        assert isinstance(agent.pipeline, StartupTimed)
+        pipelines = [agent.pipeline]
         built = time.perf_counter() - started
         built_cpu = time.process_time() - cpu_started
         synced_at: list[float] = []
@@ -232,8 +230,8 @@ class StartupTimed(AgentPipeline):
     """The agent's pipeline, timing its first cluster-wide batch as the leader (the start-up
     diagnosis): its start and end, the mirror's load, the diagnosis of every job, the recording."""
 
-    def __init__(self, parts: Any, store: Any) -> None:
-        super().__init__(parts, store)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.first: dict[str, Any] | None = None
         self._marks: dict[str, float] = {}
         mirror = self.diagnoser.mirror

@@ -33,8 +33,10 @@ FAMILY_STEPS = "Remediation families do not know each other"
 FAMILY_PLANS = "Remediation family planners do not know each other"
 PIPES = "The pipeline only pipes"
 APPROVALS = "Approvals are the domain: no Slack, no HTTP, no cluster client, no remediation"
+ROOT = "One composition root: only the commands, the demo and the running agent import it"
+RUNNER = "The running agent builds no part"
 CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC,
-             WRITER, ROOMS, FAMILY_STEPS, FAMILY_PLANS, PIPES, APPROVALS)
+             WRITER, ROOMS, FAMILY_STEPS, FAMILY_PLANS, PIPES, APPROVALS, ROOT, RUNNER)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -93,11 +95,16 @@ def test_the_real_tree_keeps_every_contract() -> None:
         # it reaches neither sibling nor up (the runtime imports the approvals: a cycle too), and
         # its rule stays pure; the remediation knows nothing of approvals
         ("agent/approval/decision.py", "import agent.chatops.slack", {LAYERS, APPROVALS}),
-        ("agent/approval/expiry.py", "import agent.runtime.root", {LAYERS, APPROVALS, ACYCLIC}),
+        ("agent/approval/expiry.py", "import agent.runtime.root", {LAYERS, APPROVALS, ACYCLIC, ROOT}),
         ("agent/approval/requests.py", "import agent.commands.decisions", {LAYERS, APPROVALS, ACYCLIC}),
         ("agent/approval/approvers.py", "import time", {PURE_EDGES}),
         ("agent/approval/step.py", "import agent.remediation.plan", {LAYERS, APPROVALS}),
         ("agent/remediation/remediator.py", "import agent.approval.decision", {LAYERS}),
+        # one composition root: a part does not reach back to it (and would close a cycle)
+        ("agent/runtime/pipeline.py", "import agent.runtime.root", {PIPES, ROOT, ACYCLIC}),
+        ("agent/runtime/remediation_queue.py", "import agent.runtime.root", {ROOT, ACYCLIC}),
+        # the running agent runs what the root built; it builds no part itself
+        ("agent/runtime/app.py", "import agent.runtime.chat", {RUNNER}),
         # a cycle between two modules of one package
         ("agent/twin/clock.py", "import agent.twin.cluster", {ACYCLIC}),
         # the remediation's rooms: only the writer (and the API reader) use the Kubernetes client

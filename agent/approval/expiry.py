@@ -1,9 +1,8 @@
 """The leader's approval expiry: incidents past their approval deadline become `expired`.
 
-Who calls it: the composition root (today `agent.runtime.assembly`, through `register`) registers
+Who calls it: the composition root (`agent.runtime.root`) builds it and returns
 `ApprovalExpiry.tick` as the leader-gated background job `approval-expiry` (`JOB`, every
-`remediation.pickup_interval`); `register` takes any `BackgroundJobs` (the runtime's `Parts`), so
-this package does not import the runtime. Each tick is one store call,
+`remediation.pickup_interval`); this package does not import the runtime. Each tick is one store call,
 `expire_due(now=...)`: an incident awaiting approval (or open with a deadline) whose deadline has
 passed becomes `expired`, and a snooze that ended goes back to awaiting approval. Every change is a
 conditional transition, so an expiry racing a decision has one winner; a decision that comes after
@@ -18,10 +17,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from datetime import UTC, datetime
 
-from agent.settings import Settings
 from agent.store.repository import IncidentStore
 
 log = logging.getLogger(__name__)
@@ -43,19 +40,3 @@ class ApprovalExpiry:
             self.moved += len(moved)
             log.info("approvals expired or snoozes ended", extra={"incidents": moved})
 
-
-
-class BackgroundJobs(Protocol):
-    """Where the leader's background jobs are registered (`agent.runtime.root.Parts`)."""
-
-    @property
-    def settings(self) -> Settings: ...
-
-    def add_background_job(self, name: str, *, every: timedelta, run: Callable[[], None]) -> None: ...
-
-
-def register(parts: BackgroundJobs, store: IncidentStore) -> ApprovalExpiry:
-    """Register the expiry as the leader-gated background job `approval-expiry` (`JOB`)."""
-    expiry = ApprovalExpiry(store)
-    parts.add_background_job(JOB, every=parts.settings.remediation.pickup_interval, run=expiry.tick)
-    return expiry

@@ -1,6 +1,6 @@
 """Delivery of the outbox to Slack, and the follower that queues an incident's story into it.
 
-Who calls it: the chat wiring registers `Deliverer.run` as a leader-gated background job (one
+Who calls it: the chat wiring returns `Deliverer.run` as a leader-gated background job (one
 replica delivers, never two rounds at once); the click handler calls `Follower.follow` after a
 recorded decision.
 

@@ -3,9 +3,9 @@
 Reads the settings once (YAML file + `ZONEMEDIC_` environment overrides) and the playbooks, and
 validates them as `zonemedic config check` does (every bad key, value or playbook stops start-up,
 each named, before anything is touched), configures logging, reaches and migrates the database
-(`database.migrate_on_start`), builds the agent (`agent.runtime.app.Agent`) with the leader's remediation executor and
-approval expiry as background jobs and the chat layer (Slack) (`agent.runtime.assembly`, shared
-with `zonemedic demo`), and runs it until
+(`database.migrate_on_start`), builds the agent (`agent.runtime.app.Agent`) over the composition root (`agent.runtime.root`: the
+pipeline, the leader's remediation executor and approval expiry, the chat layer, as
+`zonemedic demo` builds them), and runs it until
 SIGTERM/SIGINT, then shuts down gracefully. A webhook without credentials (`alertmanager`) is a
 warning line at start-up. Called by `agent.cli`. Heavy imports stay inside `run`.
 """
@@ -33,8 +33,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from agent.runtime.app import Agent
-    from agent.runtime.assembly import AgentAssembly
     from agent.runtime.logging import configure_logging, verbosity_level
+    from agent.runtime.root import Root
     from agent.store.migrate import upgrade_on_start
 
     # the same validation as `zonemedic config check`, before anything is touched
@@ -47,13 +47,9 @@ def run(args: argparse.Namespace) -> int:
     open_webhook = open_warning(settings.alertmanager)
     if open_webhook is not None:  # said once the database is there, as the agent starts
         log.warning(open_webhook)
-    # the executor, the expiry and Slack, wired as `zonemedic demo` wires them
-    assembly = AgentAssembly(store)
-    try:
-        agent = Agent(settings, pipeline_factory=assembly.pipeline, playbooks=playbooks)
-        assembly.start()
+    try:  # the executor, the expiry and Slack, built as `zonemedic demo` builds them
+        agent = Agent(Root(settings, store=store, playbooks=playbooks))
         agent.run_until_signalled()
     finally:
-        assembly.stop()
         store.close()
     return 0

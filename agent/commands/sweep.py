@@ -66,8 +66,6 @@ def _table(summary: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     if not args.once:
         raise InputError("sweep: only --once is supported (the agent schedules its own sweeps)")
-    from agent.runtime.leader import AlwaysLeader
-    from agent.runtime.pipeline import AgentPipeline
     from agent.runtime.root import Root
     from agent.store.migrate import upgrade_on_start
 
@@ -77,15 +75,14 @@ def run(args: argparse.Namespace) -> int:
     # the same validation as `zonemedic config check` (every problem named): exit 2 first
     settings, playbooks = validated_settings(args.config, os.environ)
     root = Root(settings, playbooks=playbooks)
-    root.list_once(timeout=sync_timeout)
+    root.clients().list_once(timeout=sync_timeout)
     store = upgrade_on_start(settings)
     try:
-        parts = root.parts(is_leader=AlwaysLeader().is_leader)
-        pipeline = AgentPipeline(parts, store)
+        pipeline = root.sweep_pipeline(store)
         summary = pipeline.sweep(None)
         if not args.no_digest:
             summary["digests"] = sum(
-                pipeline.post_digest(p, summary) for p in parts.playbooks if p.enabled
+                pipeline.post_digest(p, summary) for p in root.playbooks if p.enabled
             )
     finally:
         store.close()

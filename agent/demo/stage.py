@@ -6,9 +6,9 @@ approver), the cluster twin with the scenario's nodes, namespaces and policies b
 workloads (so the agent watches the pods being placed), a real Prometheus scraping the twin's
 exporter every second (when the binary is installed; else the story runs without metrics), and
 the agent itself: its configuration written to `config.yaml` in that directory and read by
-`load_settings` as `zonemedic run` reads it, its SQLite store migrated, its pipeline assembled by
-`agent.runtime.assembly` (the same wiring as `run`: remediation executor, approval expiry, Slack),
-started through `agent.runtime.app.Agent`. `apply_workloads` then creates the scenario's training
+`load_settings` as `zonemedic run` reads it, its SQLite store migrated, its parts built by the
+composition root `agent.runtime.root` (the same wiring as `run`: remediation executor, approval
+expiry, Slack), started through `agent.runtime.app.Agent`. `apply_workloads` then creates the scenario's training
 jobs, Deployments and batch Jobs. Leaving it stops everything in reverse order and removes the
 directory, whatever happened (an error, Ctrl-C).
 
@@ -40,7 +40,7 @@ from agent.fakes.slack import FakeSlack
 from agent.model.workload import BATCH_JOB, DEPLOYMENT, WORKLOADS, workload_named
 from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.runtime.app import Agent
-from agent.runtime.assembly import AgentAssembly
+from agent.runtime.root import Root
 from agent.settings import Settings, load_settings
 from agent.store.migrate import upgrade_on_start
 from agent.store.repository import IncidentStore
@@ -234,14 +234,10 @@ class Stage:
         store = upgrade_on_start(settings)
         self.store = store
         stack.callback(store.close)
-        assembly = AgentAssembly(store)
-        agent = Agent(settings, pipeline_factory=assembly.pipeline, playbooks=playbooks,
-                      sync_timeout=30.0)
+        agent = Agent(Root(settings, store=store, playbooks=playbooks), sync_timeout=30.0)
         self.agent = agent
-        stack.callback(assembly.stop)
         stack.callback(agent.stop)
         agent.start()
-        assembly.start()
 
     def _start_prometheus(self, target: str) -> str | None:
         if not self.want_metrics:

@@ -1,23 +1,25 @@
-"""The agent of `zonemedic run`: wires the parts that `agent.runtime.root` builds and runs them.
+"""The agent of `zonemedic run`: starts and stops, in order, what the composition root built.
 
-Called by `agent.commands.run` (and by end-to-end tests and the demo, in-process). `Root` builds the
-clients, the cache, its source, Prometheus and the leader elector from the settings; this module is
-the only place that knows how the parts fit: the Kubernetes source feeds the cache; cache changes
-and alerts go to the detector; the detector's batches, the scheduler's sweeps and the metric refresh
-go to the `Pipeline` (the glue to the core and the store); Cilium's PacketDrop Events (when
-`kubernetes.packet_drop_events`) go to the pipeline's timeline and, as a hint, to the detector;
-leader election gates the scheduler (and the pipeline's recording of detector batches: acquiring the
-lease submits one cluster-wide change, so the new leader diagnoses, records and reconciles
-everything once); the HTTP app serves health, metrics, the webhook and the incidents API (`agent.runtime.incidents`,
-over the store the pipeline records into: the pipeline serves no HTTP read).
+Called by `agent.commands.run` (and by end-to-end tests and the demo, in-process) with a
+`agent.runtime.root.Root`: `compose` builds every part once (the clients, the cache, its source,
+Prometheus, the leader elector, the pipeline and its pieces, the remediation executor and the
+approval expiry, the chat layer, the alert receiver and the incidents API) and returns the HTTP
+routes and the leader-gated background jobs. This module holds what runs them: the detector (cache
+changes, alerts and, when `kubernetes.packet_drop_events`, Cilium's PacketDrop Events are hints to
+it; its debounced batches go to the pipeline), the scheduler (the playbooks' sweeps, the
+periodic resync and the root's background jobs, gated by leader election, which also gates the
+pipeline's recording of detector batches: acquiring the lease submits one cluster-wide change, so
+the new leader diagnoses, records and reconciles everything once) and the HTTP server over the
+root's routes (health, metrics, the webhook, the incidents API, Slack's events).
 
 Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
 initial sync, the start-up change (one full diagnosis, due at once and queued before the detector
 runs so that its first batch merges it with what the sync reported), leader election's first step on this thread
 (so that first batch is already the leader's when the lease is free: one cluster-wide batch, not
-a follower's then the leader's), detector, scheduler. Stop order (SIGTERM):
-stop watches, let the detector and a running sweep finish their step, release the lease, stop HTTP.
-What it does not do: decide anything itself.
+a follower's then the leader's), detector, scheduler, then the chat layer's connection (Socket
+Mode; HTTP mode has nothing to start). Stop order (SIGTERM): stop watches, let the detector and a
+running sweep finish their step, release the lease, stop HTTP, then the chat layer (Socket Mode
+closed, its workers finish). What it does not do: build any part, or decide anything itself.
 """
 
 from __future__ import annotations
@@ -31,19 +33,15 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from agent.errors import UnavailableError
 from agent.model.job import JobRef
-from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.playbook.model import Playbook
-from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import BatchOutcome, Detector
-from agent.runtime.http import build_app
-from agent.runtime.incidents import StoreIncidents, database_readiness
 from agent.runtime.leader import LeaderElector
 from agent.runtime.limits import HttpLimits
-from agent.runtime.root import Parts, Root
+from agent.runtime.root import Hooks, Root
 from agent.runtime.scheduler import (
     LEDGER_ANNOTATION,
     SweepScheduler,
@@ -51,40 +49,11 @@ from agent.runtime.scheduler import (
     encode_ledger,
 )
 from agent.runtime.server import HttpServer
-from agent.runtime.webhook_credentials import WebhookCredentials
-from agent.settings import Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.change import Change
-from agent.sources.packetdrops import DropEventReader, PacketDrop
-from agent.sources.resources import PACKET_DROP_EVENTS
-from agent.store.repository import IncidentStore
+from agent.sources.packetdrops import PacketDrop
 
 log = logging.getLogger(__name__)
-
-
-class Pipeline(Protocol):
-    """The glue from detection to the core and the store (see `agent.runtime.pipeline`)."""
-
-    def handle_change(self, change: Change, first_seen: float) -> Change | None:
-        """Diagnose and record a batch; returns what to look at again after the debounce."""
-        ...
-
-    def handle_alert(self, alert: Alert, jobs: list[JobRef]) -> None: ...
-
-    def sweep(self, playbook: Playbook | None) -> dict[str, Any]: ...
-
-    def refresh_metrics(self) -> None: ...
-
-    def handle_packet_drops(self, drops: list[PacketDrop]) -> Change:
-        """Record Cilium's drop messages in their jobs' timelines; what to re-diagnose."""
-        ...
-
-    # the incident store it records into (None: it records nothing); the agent serves the
-    # incidents API and the database's readiness over it (`agent.runtime.incidents`)
-    store: IncidentStore | None
-
-
-PipelineFactory = Callable[[Parts], Pipeline]
 
 
 def leader_identity() -> str:
@@ -92,51 +61,41 @@ def leader_identity() -> str:
 
 
 class Agent:
+    """One running agent over what `root` composes for it (`identity`: its leader-election
+    identity; `sync_timeout`: how long `start` waits for the initial sync)."""
+
     def __init__(
         self,
-        settings: Settings,
+        root: Root,
         *,
-        pipeline_factory: PipelineFactory,
-        api_client: Any = None,
         identity: str | None = None,
         sync_timeout: float = 120.0,
-        playbooks: list[Playbook] | None = None,
     ) -> None:
+        settings = root.settings
         self.settings = settings
         self.identity = identity or leader_identity()
         self.sync_timeout = sync_timeout
-        self.playbooks = (
-            playbooks
-            if playbooks is not None
-            else load_playbooks(playbooks_directory(settings.playbooks_dir))
-        )
         self.detector = Detector(
             debounce=settings.detection.debounce.total_seconds(),
             max_delay=settings.detection.max_delay.total_seconds(),
             handle=self._handle_change,
             outcome=self._batch_outcome,
         )
-        self.root = Root(
-            settings, playbooks=self.playbooks, api_client=api_client, on_change=self.detector.submit
-        )
-        self.metrics = self.root.metrics
-        self.api = self.root.api
-        self.cache = self.root.cache
-        self.source = self.root.source
-        self.prometheus = self.root.prometheus
-        self.elector = self.root.elector(
-            identity=self.identity,
-            on_started_leading=self._started_leading,
+        self.composition = composed = root.compose(Hooks(
+            on_change=self.detector.submit, on_alert=self._on_alert,
+            on_packet_drops=self._on_packet_drops, on_started_leading=self._started_leading,
             on_stopped_leading=self._stopped_leading,
-        )
-        self.parts = self.root.parts(is_leader=self.elector.is_leader, leadership=self.elector)
-        self.pipeline = pipeline_factory(self.parts)
-        if settings.kubernetes.packet_drop_events:
-            ignored = self.metrics.packet_drops.labels(outcome="ignored")
-            self.source.add_reader(
-                PACKET_DROP_EVENTS,
-                DropEventReader(self._on_packet_drops, on_ignored=ignored.inc),
-            )
+        ), identity=self.identity)  # fmt: skip
+        self.playbooks = root.playbooks
+        self.parts = composed.parts
+        self.metrics = composed.clients.metrics
+        self.api = composed.clients.api
+        self.cache = composed.clients.cache
+        self.source = composed.clients.source
+        self.prometheus = composed.clients.prometheus
+        self.elector = composed.elector
+        self.pipeline = composed.pipeline
+        self.chat = composed.chat
         self.scheduler = SweepScheduler(
             self.playbooks,
             run_sweep=lambda playbook, expr: self._sweep(playbook),
@@ -145,26 +104,8 @@ class Agent:
             extra_jobs=self._extra_jobs(),
             on_ran=self._record_sweep,
         )
-        self.alerts = AlertReceiver(
-            jobs_named=self.cache.jobs_named,
-            job_of_pod=self.cache.job_of_pod,
-            ready=lambda: self.cache.synced,
-            on_alert=self._on_alert,
-            on_outcome=lambda outcome: self.metrics.alerts.labels(outcome=outcome).inc(),
-        )
-        incidents = (StoreIncidents.of(self.pipeline.store, self.parts)
-                     if self.pipeline.store is not None else None)  # fmt: skip
         self.server = HttpServer(
-            build_app(
-                metrics=self.metrics,
-                readiness=self.readiness,
-                alerts=self.alerts,
-                incidents=incidents,
-                api_token=self._api_token(),
-                decisions=incidents,
-                extra_routes=self.parts.extra_routes,
-                webhook_credentials=WebhookCredentials.of(settings.alertmanager),
-            ),
+            composed.routes.app(metrics=self.metrics, readiness=self.readiness),
             host=settings.http.host,
             port=settings.http.port,
             limits=HttpLimits.of(settings.http),
@@ -174,21 +115,15 @@ class Agent:
 
     # -- wiring helpers -----------------------------------------------------------------------
 
-    def _api_token(self) -> str | None:
-        path = self.settings.http.api_token_file
-        return read_secret_file(path, key="http.api_token_file") if path else None
-
     def _extra_jobs(self) -> Sequence[tuple[str, Any, Callable[[], None]]]:
         from apscheduler.triggers.interval import IntervalTrigger
 
-        jobs: list[tuple[str, Any, Callable[[], None]]] = []
-        if self.prometheus is not None:
-            seconds = max(1.0, self.settings.detection.metrics_interval.total_seconds())
-            jobs.append(("metrics-refresh", IntervalTrigger(seconds=seconds), self.pipeline.refresh_metrics))
+        jobs: list[tuple[str, Any, Callable[[], None]]] = [
+            (job.name, IntervalTrigger(seconds=job.every.total_seconds()), job.run)
+            for job in self.composition.background_jobs
+        ]
         resync = max(1.0, self.settings.detection.resync.total_seconds())
         jobs.append(("detection-resync", IntervalTrigger(seconds=resync), self._resync))
-        for job in self.parts.background_jobs:
-            jobs.append((job.name, IntervalTrigger(seconds=job.every.total_seconds()), job.run))
         return jobs
 
     def _resync(self) -> None:
@@ -255,8 +190,7 @@ class Agent:
 
     def readiness(self) -> dict[str, bool]:
         checks = {"caches_synced": self.cache.synced}
-        checks.update(database_readiness(self.pipeline.store,
-                                         timeout=self.settings.http.database_timeout))
+        checks.update(self.composition.database_readiness())
         return checks
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -277,13 +211,15 @@ class Agent:
         self.scheduler.start()
         if self.elector.is_leader():  # the lease taken before the scheduler ran: resume it now
             self.scheduler.resume()
+        self.chat.start()
 
     @property
     def url(self) -> str:
         return self.server.url
 
     def stop(self) -> None:
-        """Graceful: stop watches, finish the current step, release the lease, stop HTTP."""
+        """Graceful: stop watches, finish the current step, release the lease, stop HTTP, then
+        the chat layer."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -294,6 +230,7 @@ class Agent:
         if isinstance(self.elector, LeaderElector):
             self.elector.stop(timeout=10)
         self.server.stop()
+        self.chat.stop()
         log.info("stopped", extra={"identity": self.identity})
 
     def run_until_signalled(self) -> None:

@@ -1,8 +1,9 @@
-"""Wiring of the chat layer into the agent: one function, `wire_chat`, called by the pipeline factory.
+"""Wiring of the chat layer into the agent: one function, `wire_chat`, called by the composition root.
 
 Given the agent's `Parts` and its incident store, it builds the Slack client, the approver
-directory, the Bolt app and its handlers, mounts POST /slack/events on the agent's HTTP server
-(HTTP mode) and registers the outbox deliverer as a leader-gated background job. Clicks go through
+directory, the Bolt app and its handlers, and returns them as a `Chat` holding the route to mount
+on the agent's HTTP server (POST /slack/events, HTTP mode) and the outbox deliverer as a
+leader-gated background job (`agent.runtime.root` hands both to the agent). Clicks go through
 the one decision function (`agent.approval.decision.decide`), adapted here to the chat layer's
 `Decide` port, so the chat layer never imports the remediation package; the function asks the
 agent's authority (`Parts.authority`: the approvers in force) who may decide, and the authority
@@ -12,7 +13,8 @@ With `slack.enabled: false` it logs once that the agent runs without chat (findi
 recorded and queued) and wires nothing. With Slack enabled and a secret missing it raises
 `ConfigError` naming it, so start-up stops.
 
-What it does not do: build the store or the pipeline, or start the HTTP server.
+What it does not do: build the store or the pipeline, register anything anywhere, or start the
+HTTP server.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from agent.chatops.workspace import Workspace
 from agent.model.incident import Actor, ClaimedMessage, IncidentDetail, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome
 from agent.playbook.model import Playbook
-from agent.runtime.root import Parts
+from agent.runtime.background import BackgroundJob
+from agent.runtime.parts import Parts
 from agent.settings import Settings, SlackMode
 from agent.store.repository import IncidentStore
 
@@ -97,9 +100,11 @@ class StoreDecide:
 
 @dataclass
 class Chat:
-    """What `wire_chat` built (nothing when Slack is disabled)."""
+    """What `wire_chat` built (nothing when Slack is disabled): `routes` for the agent's HTTP
+    server, `background_jobs` for its leader (the outbox deliverer)."""
 
     routes: list[BaseRoute] = field(default_factory=list)
+    background_jobs: tuple[BackgroundJob, ...] = ()
     client: WebClient | None = None
     app: App | None = None
     handlers: ChatHandlers | None = None
@@ -226,10 +231,11 @@ def wire_chat(
     sweep: Sweep | None = None,
     clock: Clock = utc_now,
 ) -> Chat:
-    """The chat layer of a running agent: built from `parts.settings`, its route mounted on
-    `parts.extra_routes` (HTTP mode), its deliverer registered as a leader-gated background job
-    (`slack.deliver_every`), the chart fed by `parts.prometheus`. Call it from the pipeline
-    factory (before the agent builds its HTTP app); call `Chat.start` once the agent started."""
+    """The chat layer of a running agent: built from `parts.settings`, its route (HTTP mode) in
+    `Chat.routes`, its deliverer as the leader-gated background job `DELIVERER_JOB`
+    (`slack.deliver_every`) in `Chat.background_jobs`, the chart fed by `parts.prometheus`. The
+    composition root calls it before the agent builds its HTTP app; the agent calls `Chat.start`
+    once it started."""
     metrics = parts.metrics
 
     def count(reason: RefusalReason) -> None:
@@ -245,6 +251,7 @@ def wire_chat(
     def deliver() -> None:
         deliverer.run()
 
-    parts.add_background_job(DELIVERER_JOB, every=parts.settings.slack.deliver_every, run=deliver)
-    parts.extra_routes.extend(chat.routes)
+    chat.background_jobs = (
+        BackgroundJob(DELIVERER_JOB, every=parts.settings.slack.deliver_every, run=deliver),
+    )
     return chat

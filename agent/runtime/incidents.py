@@ -2,9 +2,9 @@
 decisions (`POST /api/incidents/{id}/decision`, through the one decision function), and the
 store's part of `/readyz` (`database_readiness`).
 
-Built by the running agent (`agent.runtime.app.Agent`, `StoreIncidents.of` over the store its
-pipeline records into) and handed to `agent.runtime.http.build_app` as its `IncidentQueries` and
-`IncidentDecisions`; the pipeline itself serves no HTTP read. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
+Built by the composition root (`agent.runtime.root`, `StoreIncidents.of` over the store the
+pipeline records into) and handed by the running agent to `agent.runtime.http.build_app` as its
+`IncidentQueries` and `IncidentDecisions`; the pipeline itself serves no HTTP read. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
 since, limit) to the store's `IncidentQuery` and returns plain JSON data (the store's
 `to_jsonable`; an incident's detail adds `proposed_fix`, the latest plan or refusal recorded on
 it, see `agent.model.proposal`). A bad filter value is an `InputError` (400); a database that is away is the
@@ -28,7 +28,7 @@ from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
 from agent.runtime.http import IncidentFilter
-from agent.runtime.root import Parts
+from agent.runtime.parts import Parts
 from agent.store.errors import IncidentNotFoundError
 from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore

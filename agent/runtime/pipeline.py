@@ -1,6 +1,7 @@
 """The pipeline: detect, diagnose, record. The glue from detection to the core and the store.
 
-Called by the composition root (`Agent`) through its `Pipeline` protocol: `handle_change` for the
+Built by the composition root (`agent.runtime.root`), which builds its pieces once and hands them
+in as `PipelinePieces`; called by the running agent (`agent.runtime.app.Agent`): `handle_change` for the
 detector's debounced batches, `handle_alert` for Alertmanager alerts, `handle_packet_drops` for
 Cilium's PacketDrop Events, `sweep` for scheduled and one-shot sweeps, `refresh_metrics` for the
 periodic utilization refresh (leader only). It pipes; each noun has a module of its own:
@@ -38,9 +39,9 @@ periodic utilization refresh (leader only). It pipes; each noun has a module of 
   are queued before the next work. Readiness (`agent.runtime.incidents.database_readiness`)
   probes that a write transaction can start, not only that the database answers a read.
 
-One diagnosis at a time (a lock shared by the detector and sweeps). What it does not do: decide
-approvals or touch the cluster (remediation does), or serve HTTP reads (the agent serves the
-incidents API over `store`: `agent.runtime.incidents`).
+One diagnosis at a time (a lock shared by the detector and sweeps). What it does not do: build
+its pieces (the root does), decide approvals or touch the cluster (remediation does), or serve
+HTTP reads (the root builds the incidents API over the same store: `agent.runtime.incidents`).
 """
 
 from __future__ import annotations
@@ -48,13 +49,12 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.approval.requests import ApprovalRequests
 from agent.diagnosis.diagnose import JobScope
 from agent.model.finding import Finding
 from agent.model.job import JobRef
@@ -64,11 +64,11 @@ from agent.runtime.diagnoser import Diagnoser
 from agent.runtime.drops import DropMessages
 from agent.runtime.evidence import UtilizationReadings
 from agent.runtime.open_incidents import OpenIncidents
+from agent.runtime.parts import Parts
 from agent.runtime.plan_previews import PlanPreviews
 from agent.runtime.playbooks import PlaybookActions
-from agent.runtime.recording import Recorder, RecordingParts
+from agent.runtime.recording import Recorder
 from agent.runtime.revisit import FollowedChanges, WaitingRoom, in_scope, job_scope
-from agent.runtime.root import Parts
 from agent.runtime.settle import SettleWait
 from agent.runtime.signals import Signals
 from agent.runtime.store_work import IncidentGauge, StoreWork, StoreWorkLedger
@@ -82,6 +82,27 @@ from agent.store.resilience import deadline
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PipelinePieces:
+    """The pipeline's collaborators, each built once by the composition root
+    (`agent.runtime.root.pipeline_pieces`) and handed in: the pipeline builds none of them."""
+
+    diagnoser: Diagnoser
+    open: OpenIncidents
+    evidence: UtilizationReadings
+    waste: SplitWaste
+    drops: DropMessages
+    room: WaitingRoom
+    followed: FollowedChanges
+    previews: PlanPreviews | None
+    actions: PlaybookActions
+    recorder: Recorder
+    settle: SettleWait
+    signals: Signals
+    work: StoreWorkLedger
+    gauge: IncidentGauge
+
+
 class AgentPipeline:
     """Detect, diagnose, record: the pieces of `agent.runtime`, piped for each kind of work."""
 
@@ -89,51 +110,30 @@ class AgentPipeline:
         self,
         parts: Parts,
         store: IncidentStore | None,
+        pieces: PipelinePieces,
         *,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.parts = parts
         self.settings = parts.settings
-        self.cluster = cluster = parts.settings.cluster_name
+        self.cluster = parts.settings.cluster_name
         self.store = store
         self.now = now
         self._lock = threading.RLock()
-        metrics, cache, measured = parts.metrics, parts.cache, parts.prometheus is not None
-        self.diagnoser = Diagnoser(cache, settings=parts.settings.diagnosis)
-        self.open = OpenIncidents(store, cluster=cluster, now=now)
-        self.evidence = UtilizationReadings(configured=measured, store=store,
-                                            open_incidents=self.open, now=now)  # fmt: skip
-        self.waste = SplitWaste(meter=parts.egress, configured=measured, metrics=metrics,
-                                store=store, settings=parts.settings.diagnosis,
-                                job=self.diagnoser.job, now=now)  # fmt: skip
-        self.drops = DropMessages(store=store, cache=cache, diagnoser=self.diagnoser,
-                                  open_incidents=self.open, metrics=metrics,
-                                  is_leader=parts.is_leader, now=now)  # fmt: skip
-        self.room = WaitingRoom()
-        self.followed = FollowedChanges()
-        approvals = (ApprovalRequests(store, settings=parts.settings, now=now)
-                     if store is not None else None)  # fmt: skip
-        self.previews = (PlanPreviews(parts.api, store, now=now)
-                         if store is not None and parts.settings.remediation.preview else None)  # fmt: skip
-        self.actions = PlaybookActions(
-            playbooks=parts.playbooks, store=store, cache=cache, cluster=cluster,
-            channel=parts.settings.slack.channel, approvals=approvals, previews=self.previews,
-            approval_ttl=parts.settings.slack.approval_ttl, now=now,
-        )  # fmt: skip
-        self.recorder = Recorder(RecordingParts(
-            store=store, cluster=cluster, cache=cache, metrics=metrics, open=self.open,
-            evidence=self.evidence, waste=self.waste, room=self.room, drops=self.drops,
-            diagnoser=self.diagnoser, actions=self.actions, previews=self.previews,
-        ), now=now, monotonic=monotonic)  # fmt: skip
-        self.settle = SettleWait(
-            timeout=parts.settings.detection.label_settle_timeout.total_seconds(), cache=cache,
-            recorder=self.recorder, monotonic=monotonic,
-        )  # fmt: skip
-        self.signals = Signals(recorder=self.recorder, open_incidents=self.open,
-                               evidence=self.evidence, actions=self.actions, cache=cache, now=now)  # fmt: skip
-        self.work = StoreWorkLedger(metrics)
-        self.gauge = IncidentGauge(store, cluster=cluster, metrics=metrics)
+        self.diagnoser = pieces.diagnoser
+        self.open = pieces.open
+        self.evidence = pieces.evidence
+        self.waste = pieces.waste
+        self.drops = pieces.drops
+        self.room = pieces.room
+        self.followed = pieces.followed
+        self.previews = pieces.previews
+        self.actions = pieces.actions
+        self.recorder = pieces.recorder
+        self.settle = pieces.settle
+        self.signals = pieces.signals
+        self.work = pieces.work
+        self.gauge = pieces.gauge
 
     # -- the protocol --------------------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 `RemediationExecutor` takes the next incident the guards clear and hands it to the remediator
 (`agent.remediation.remediator.Remediator`, behind the `IncidentRunner` Protocol), which applies it.
 
-Who calls it: the composition root registers `RemediationExecutor.tick` as the leader-gated
-background job `remediation-executor` (every `remediation.pickup_interval`, 1 s by default), so a
+Who calls it: the composition root (`agent.runtime.root`) builds it and returns
+`RemediationExecutor.tick` as the leader-gated background job `remediation-executor` (every `remediation.pickup_interval`, 1 s by default), so a
 decision recorded by any replica, the CLI, Slack or the HTTP API is picked up by the leader within
 about a second, and a follower or a CLI never touches the cluster.
 
@@ -40,7 +40,7 @@ from agent.model.incident import IncidentSummary
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, ResumeAction, is_terminal
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
-from agent.runtime.root import Parts
+from agent.runtime.parts import Parts
 from agent.settings import RemediationSettings
 from agent.sources.cache import ClusterCache
 from agent.store.budget import remediations_started
@@ -49,6 +49,7 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 ACTOR = "zonemedic"
+JOB = "remediation-executor"  # the background job's name
 S = IncidentStatus
 _IN_FLIGHT = frozenset({S.REMEDIATING, S.VERIFYING})
 _RESUME = frozenset({ResumeAction.REAPPLY_AND_VERIFY, ResumeAction.VERIFY})
@@ -206,22 +207,3 @@ def live_remediator(parts: Parts, store: IncidentStore) -> IncidentRunner:
         leadership=parts.leadership or WhileLeading(parts.is_leader),
         protected_namespaces=settings.diagnosis.protected_namespaces,
     )
-
-
-def register(parts: Parts, store: IncidentStore, remediator: IncidentRunner) -> RemediationExecutor:
-    """Build the executor over `parts` and register it as the leader-gated background job
-    `remediation-executor` (nothing is registered when `remediation.enabled` is false)."""
-    settings = parts.settings
-    executor = RemediationExecutor(
-        store,
-        remediator,
-        cluster=settings.cluster_name,
-        settings=settings.remediation,
-        protected_namespaces=settings.diagnosis.protected_namespaces,
-        objects_of=lambda job: cached_objects(parts.cache, job),
-    )
-    if settings.remediation.enabled:
-        parts.add_background_job(
-            "remediation-executor", every=settings.remediation.pickup_interval, run=executor.tick
-        )
-    return executor

@@ -2,7 +2,7 @@
 leader only (the follower's scheduler is paused and its guard refuses), and a hand-over does not
 run it again: the new leader reads the sweep ledger the old one wrote on the Lease. Only the leader
 records detector batches; the new leader catches up with one full diagnosis on acquiring the lease.
-A background job registered through `Parts.add_background_job` runs on the leader only, and on the
+A background job handed to the composition root (`Injected.background_jobs`) runs on the leader only, and on the
 new leader after a hand-over."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,8 @@ import pytest
 from apscheduler.schedulers.base import STATE_PAUSED
 
 from agent.runtime.app import Agent
-from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Parts
+from agent.runtime.background import BackgroundJob
+from agent.runtime.root import Injected, Root
 from agent.runtime.scheduler import LEDGER_ANNOTATION
 from agent.store.migrate import upgrade_on_start
 from agent.twin import cluster as twin_cluster
@@ -80,14 +81,10 @@ def agents(tmp_path: Path, beats: Beats) -> Iterator[tuple[Agent, Agent]]:
         settings = replace(agent_settings(tmp_path, path, None), playbooks_dir=str(books))
         for name in ("a", "b"):
             store = upgrade_on_start(settings)
-
-            def pipeline(parts: Parts, store: Any = store, name: str = name) -> AgentPipeline:
-                parts.add_background_job(
-                    "heartbeat", every=timedelta(milliseconds=100), run=lambda: beats.beat(name)
-                )
-                return AgentPipeline(parts, store)
-
-            agent = Agent(settings, pipeline_factory=pipeline, identity=name)
+            heartbeat = BackgroundJob("heartbeat", every=timedelta(milliseconds=100),
+                                      run=partial(beats.beat, name))
+            injected = Injected(background_jobs=(heartbeat,))
+            agent = Agent(Root(settings, store=store, injected=injected), identity=name)
             agent.start()
             started.append((agent, store))
         yield started[0][0], started[1][0]

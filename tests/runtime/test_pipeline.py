@@ -23,7 +23,7 @@ from agent.model.lifecycle import EventKind, MessageKind
 from agent.model.waste import EgressBasis
 from agent.model.workload import JobKind
 from agent.runtime.evidence import steady_reading
-from agent.runtime.pipeline import AgentPipeline
+from agent.runtime.root import build_pipeline
 from agent.runtime.waste import egress_moved
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.change import Change
@@ -558,7 +558,7 @@ def test_packet_drops_re_diagnose_their_job_and_reach_its_timeline_once(world: W
     assert written.detail["pod"] == "train/gpt-small-master-0"
     # the emitter's repeats (count bumped) and a relist add nothing, even after a restart
     world.pipeline.handle_packet_drops([replace(DROP, count=2), DROP])
-    restarted = AgentPipeline(world.pipeline.parts, world.store, now=lambda: world.now)
+    restarted = build_pipeline(world.pipeline.parts, world.store, now=lambda: world.now)
     restarted.handle_change(Change(everything=True), 0.0)
     restarted.handle_packet_drops([replace(DROP, count=3)])
     assert len(drop_events(world, incident.id)) == 1

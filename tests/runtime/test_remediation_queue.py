@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from agent.approval import expiry
 from agent.approval.approvers import Authority
 from agent.approval.decision import DecisionRequest, decide
 from agent.model.incident import Actor, IncidentQuery
@@ -21,8 +20,9 @@ from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, In
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.remediation_queue import RemediationExecutor, register
-from agent.runtime.root import Parts
+from agent.runtime.parts import Parts
+from agent.runtime.remediation_queue import RemediationExecutor
+from agent.runtime.root import remediation
 from agent.settings import RemediationSettings, Settings
 from agent.sources.cache import ClusterCache
 from agent.sources.kubeapi import KubeApi, KubeApiError
@@ -188,7 +188,6 @@ def test_registered_as_leader_gated_background_jobs(store: IncidentStore, enable
     parts = Parts(settings=settings, playbooks=[], metrics=AgentMetrics(), cache=ClusterCache(),
                   api=KubeApi(None), prometheus=None, is_leader=lambda: True)
     clock = Clock()
-    register(parts, store, StepRemediator(store, lambda: clock.now))
-    expiry.register(parts, store)
-    assert [job.name for job in parts.background_jobs] == jobs
-    assert all(job.every == timedelta(seconds=1) for job in parts.background_jobs)
+    built = remediation(parts, store, StepRemediator(store, lambda: clock.now))
+    assert [job.name for job in built.background_jobs] == jobs
+    assert all(job.every == timedelta(seconds=1) for job in built.background_jobs)

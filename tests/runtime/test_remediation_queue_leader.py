@@ -19,8 +19,8 @@ from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus
 from agent.runtime import remediation_queue
 from agent.runtime.app import Agent
-from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Parts
+from agent.runtime.parts import Parts
+from agent.runtime.root import Injected, Root
 from agent.store.migrate import upgrade_on_start
 from agent.store.repository import IncidentStore
 from agent.twin import kubeconfig
@@ -58,17 +58,17 @@ def replicas(tmp_path: Path) -> Iterator[tuple[list[Replica], str]]:
         for name in ("a", "b"):
             store = upgrade_on_start(settings)
             remediator = StepRemediator(store, lambda: datetime.now(UTC), name=f"remediator-{name}")
-            box: list[remediation_queue.RemediationExecutor] = []
 
-            def factory(parts: Parts, store: IncidentStore = store,
-                        remediator: StepRemediator = remediator,
-                        box: list[remediation_queue.RemediationExecutor] = box) -> AgentPipeline:
-                box.append(remediation_queue.register(parts, store, remediator))
-                return AgentPipeline(parts, store)
+            def runner(parts: Parts, store: IncidentStore,
+                       remediator: StepRemediator = remediator) -> StepRemediator:
+                return remediator
 
-            agent = Agent(settings, pipeline_factory=factory, identity=name)
+            agent = Agent(Root(settings, store=store, injected=Injected(runner=runner)),
+                          identity=name)
+            built = agent.composition.remediation
+            assert built is not None
             agent.start()
-            started.append(Replica(agent, store, remediator, box[0]))
+            started.append(Replica(agent, store, remediator, built.executor))
         yield started, settings.database.url
     finally:
         for replica in started:

@@ -17,7 +17,7 @@ from apscheduler.schedulers.base import STATE_RUNNING
 
 from agent.runtime.app import Agent
 from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Parts
+from agent.runtime.root import Injected, Root
 from agent.sources.change import Change
 from agent.store.migrate import upgrade_on_start
 from agent.twin import cluster as twin_cluster
@@ -30,8 +30,8 @@ from tests.twin import twin_fixtures as fixtures
 class Watched(AgentPipeline):
     """The real pipeline, noting each batch: (cluster-wide, leading when it ran, its reasons)."""
 
-    def __init__(self, parts: Parts, store: Any) -> None:
-        super().__init__(parts, store)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.batches: list[tuple[bool, bool, tuple[str, ...]]] = []
 
     def handle_change(self, change: Change, first_seen: float) -> Change | None:
@@ -57,12 +57,12 @@ def start(tmp_path: Path) -> Iterator[Any]:
         def start_agent(identity: str) -> tuple[Agent, Watched]:
             store = upgrade_on_start(settings)
             stack.callback(store.close)
-            pipelines: list[Watched] = []
-            agent = Agent(settings, identity=identity,
-                          pipeline_factory=lambda parts: pipelines.append(Watched(parts, store)) or pipelines[-1])
+            injected = Injected(pipeline_class=Watched)
+            agent = Agent(Root(settings, store=store, injected=injected), identity=identity)
             agent.start()
             stack.callback(agent.stop)
-            return agent, pipelines[0]
+            assert isinstance(agent.pipeline, Watched)
+            return agent, agent.pipeline
 
         yield start_agent
 

@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from agent.runtime.leader import AlwaysLeader
-from agent.runtime.pipeline import AgentPipeline
 from agent.runtime.root import Root
 from agent.settings import load_settings
 from agent.store.migrate import upgrade_on_start
@@ -82,11 +80,12 @@ def test_sweep_lists_nothing_and_queries_prometheus_at_most_three_times(
         prometheus=replace(base.prometheus, url=prometheus.url),
     )
     root = Root(settings, playbooks=[])
+    clients = root.clients()
     db = upgrade_on_start(settings)
-    root.source.start()
+    clients.source.start()
     try:
-        assert root.source.wait_synced(20)
-        pipeline = AgentPipeline(root.parts(is_leader=AlwaysLeader().is_leader), db)
+        assert clients.source.wait_synced(20)
+        pipeline = root.sweep_pipeline(db)
         pipeline.sweep(None)  # the first sweep records the incidents; the steady state follows
         assert stats(server.url)["requests"].get("list pods", 0) >= 1  # the audit sees lists
         stats(server.url, reset=True)
@@ -94,7 +93,7 @@ def test_sweep_lists_nothing_and_queries_prometheus_at_most_three_times(
         summary = pipeline.sweep(None)
         requests = stats(server.url)["requests"]
     finally:
-        root.source.stop()
+        clients.source.stop()
         db.close()
         server.stop()
         store.close()

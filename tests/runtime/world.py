@@ -19,8 +19,8 @@ from agent.model.workload import JobKind
 from agent.playbook.loader import load_playbooks
 from agent.runtime.leader import AlwaysLeader
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Parts
+from agent.runtime.parts import Parts
+from agent.runtime.root import build_pipeline
 from agent.settings import PrometheusSettings, Settings
 from agent.sources.cache import ClusterCache
 from agent.sources.change import Change
@@ -94,7 +94,7 @@ class World:
             egress=EgressMeter(source, settings.egress) if source is not None else None,
         )
         self.leading = AlwaysLeader().is_leader()
-        self.pipeline = AgentPipeline(parts, self.store, now=lambda: self.now)
+        self.pipeline = build_pipeline(parts, self.store, now=lambda: self.now)
         self.load("nodes", [objects.node(n, z, gpus=8, cpu=None, hostname=False, taints=[]) for n, z in (("gpu-a1", "zone-a"), ("gpu-b1", "zone-b"))])
         self.load("namespaces", [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "train"}}])
         self.load("ciliumnetworkpolicies.v2.cilium.io", [POLICY])

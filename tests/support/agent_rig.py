@@ -6,9 +6,10 @@ twin over HTTP. `running_agent(tmp_path, scenario, ...)` starts the twin for the
 packaged scenario's name is loaded with fast pods, `quick`), serves its API (with no
 authentication, or with `rbac` as deploy/base's ServiceAccount with exactly its RBAC, the Lease
 then in the deploy namespace), optionally runs a real Prometheus scraping the twin's exporter,
-builds the settings (`agent_settings`), wires the chat layer to a fake Slack when one is given,
-registers the remediation executor (fast remediation timings) and the approval expiry when asked,
-starts the agent and yields a `RunningAgent`; on exit it stops everything in reverse order.
+builds the settings (`agent_settings`), the chat layer on a fake Slack when one is given, the
+remediation executor (fast remediation timings) and the approval expiry when asked, all through
+the composition root (`agent.runtime.root.Root`) as `zonemedic run` builds them, starts the agent
+and yields a `RunningAgent`; on exit it stops everything in reverse order.
 `approve_from_slack` is the approver's side of the chat: it waits for the finding's post with
 buttons and clicks Approve on it; `incident_of` reads the incident a post's buttons carry.
 
@@ -26,16 +27,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from agent.approval import expiry
 from agent.chatops.blocks import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
 from agent.fakes.slack import FakeSlack
 from agent.runtime.app import Agent
-from agent.runtime.chat import wire_chat
 from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.remediation_queue import live_remediator
-from agent.runtime.remediation_queue import register as register_executor
-from agent.runtime.root import Parts
+from agent.runtime.root import Injected, Root
 from agent.settings import (
     DiagnosisSettings,
     EnvironmentSecrets,
@@ -195,16 +192,8 @@ def running_agent(
                 client.close()
         store = upgrade_on_start(settings)
         stack.callback(store.close)
-
-        def pipeline(parts: Parts) -> AgentPipeline:
-            if executor:
-                register_executor(parts, store, live_remediator(parts, store))
-                expiry.register(parts, store)
-            if slack is not None:
-                wire_chat(parts, store=store)
-            return pipeline_class(parts, store)
-
-        agent = Agent(settings, pipeline_factory=pipeline, identity=identity)
+        injected = Injected(remediation=executor, pipeline_class=pipeline_class)
+        agent = Agent(Root(settings, store=store, injected=injected), identity=identity)
         if before_start is not None:
             before_start(agent)
         agent.start()
