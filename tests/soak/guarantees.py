@@ -12,8 +12,9 @@ fake Slack's records (clicks), plus the counts the soak prints.
 3. Never left suspended: no job suspended at the end; no incident left approved, remediating or
    verifying.
 4. Nothing lost: every job seen split for SPLIT_SEEN seconds has an incident; no incident an
-   approver clicked (HTTP 200) still awaits approval; every queued message delivered, each
-   incident's in the order queued.
+   approver clicked (HTTP 200) still awaits approval; every message queued before the soak saw
+   them all delivered (`queued_before`: the agents go on queueing) delivered, each incident's in
+   the order queued.
 5. The caches converge: each replica's cache holds as many objects of each resource as the twin.
 6. A fault at a remediation's write (tests/soak/faults.py: `record_refused`, `leader_pause`,
    `admission_refused`) ends the remediation it struck as a remediation, never as "all was
@@ -105,6 +106,7 @@ def check(
     caches: dict[str, str],
     twin_counts: dict[str, int],
     struck: Sequence[Struck] = (),
+    queued_before: datetime | None = None,
 ) -> Report:
     report = Report()
     details = all_incidents(store)
@@ -183,10 +185,14 @@ def check(
             report.violate("4 nothing lost", f"#{incident} clicked but not in the store")
         elif d.incident.status is S.AWAITING_APPROVAL:
             report.violate("4 nothing lost", f"#{incident} approved in Slack, still awaiting")
-    undelivered = 0
+    undelivered = late = 0
     for d in details:
         ordered = sorted(d.messages, key=lambda m: m.id)
         for m in ordered:
+            if m.status is MessageStatus.PENDING and queued_before is not None and (
+                    m.created_at >= queued_before):
+                late += 1  # queued after every message was seen delivered: not waited for
+                continue
             if m.status is not MessageStatus.DELIVERED:
                 undelivered += 1
                 report.violate("4 nothing lost", f"#{d.incident.id} message {m.id} "
@@ -253,6 +259,7 @@ def check(
             for d in details if d.incident.status in (S.FAILED, S.ROLLED_BACK))),
         "messages": len(messages),
         "undelivered": undelivered,
+        "pending, queued after the delivery wait": late,
         "clicks": len(clicks),
         "agent writes": len(job_writes),
     })

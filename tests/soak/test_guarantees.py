@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agent.model.incident import Actor, FindingRecord
-from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus, MessageKind
 from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine
 from agent.store.repository import IncidentStore
@@ -184,3 +184,23 @@ def test_a_broken_guarantee_is_reported(store: IncidentStore, case: str, guarant
         given["twin_counts"] = {"pods": 4}
     report = run(store, **given)
     assert list(report.violations) == [guarantee], report.lines()
+
+
+@pytest.mark.parametrize(
+    ("queued_after", "cutoff_after", "violated"),
+    [
+        (10, 20, True),  # queued before every message was seen delivered: it had its wait
+        (30, 20, False),  # queued after that moment (the agents go on queueing): not waited for
+        (30, None, True),  # never seen all delivered: every pending message counts
+    ],
+)
+def test_a_pending_message_counts_only_when_queued_before_the_delivery_wait_ended(
+    store: IncidentStore, queued_after: int, cutoff_after: int | None, violated: bool
+) -> None:
+    found = incident(store, "soak-0", "a", approver=None)
+    store.enqueue_message(MessageKind.UPDATE, payload={"text": "update"}, incident_id=found,
+                          now=T0 + timedelta(seconds=queued_after))  # fmt: skip
+    cutoff = None if cutoff_after is None else T0 + timedelta(seconds=cutoff_after)
+    report = run(store, queued_before=cutoff)
+    assert ("4 nothing lost" in report.violations) is violated, report.lines()
+    assert report.counts["pending, queued after the delivery wait"] == (0 if violated else 1)
