@@ -532,6 +532,10 @@ class Remediator:
         return result.status
 
     def _end(self, run: _Run, new: IncidentStatus, reason: str) -> IncidentStatus:
+        """End the incident `new`, only while this run's term holds: a replica whose term ended
+        (its late write answered after another replica took over) ends nothing; the leader
+        decides the incident from what it finds."""
+        self._still_active(run)
         run.status = self._end_early(run.incident_id, run.status, new, reason)
         return run.status
 
