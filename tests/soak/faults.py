@@ -3,12 +3,13 @@
 Prometheus server stopped then started again, Slack answering 429 or 500 for a while, the
 private PostgreSQL restarted (a real restart: every connection cut), and the leader SIGKILLed
 (a fresh replica started in its place). Three strike at a remediation's write, armed on the twin's
-API server for the agents' next real write of a training job (one armed at a time, dropped if no
-write comes within ARMED_FOR): `record_refused` stops PostgreSQL once the write landed, before
+API server for the agents' next real write of a training job (one armed at a time, none while a
+leader is paused, dropped if no write comes within ARMED_FOR): `record_refused` stops PostgreSQL once the write landed, before
 its answer (the write is in the cluster, its record cannot be made; the database comes back after
 a few seconds); `leader_pause` SIGSTOPs the leader as its write arrives and holds the request
 until the other replica leads, then SIGCONTs it and lets the late write through; `admission_refused`
-has admission (a validating webhook, DENY_WEBHOOK) refuse that write. The first faults are one of
+has admission (a validating webhook, DENY_WEBHOOK) refuse that write (the refusal is armed as the
+write arrives, for that request: a write still on its way from before cannot take it). The first faults are one of
 each kind, in a random order; then kinds are drawn by weight. Every fault injected is counted by
 kind; `Faults.struck` lists the armed ones that struck (kind, job, verb, time).
 """
