@@ -387,6 +387,10 @@ class AgentPipeline:
         a reason naming the pods whose labels were still unsettled."""
         if finding.job not in self._settle_overdue:
             now = self.monotonic()
+            if finding.job not in self._unsettled_since:
+                log.info("finding held until the zone-mirroring labels settle",
+                         extra={"job": str(finding.job), "verdict": str(finding.verdict),
+                                "pods": list(finding.awaiting_labels[:5])})  # fmt: skip
             since = self._unsettled_since.setdefault(finding.job, now)
             if now - since < self.label_settle_timeout:
                 return finding
