@@ -161,6 +161,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
             for replica in [*rig.retired, *rig.replicas] for raw in replica.raw)
         for line in report.lines():
             out(f"soak: {line}")
+        _write_logs(tmp_path, rig, workload, faults)
         if report.violated:
             evidence = _evidence(tmp_path, report, rig, workload, faults, store=store)
             for line in evidence.read_text().splitlines()[:400]:
@@ -175,8 +176,8 @@ def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
     faults' timelines, the twin's write log and the incidents (timeline and remediation steps)
     of the jobs the violations name, every agent error, every agent log line that names such a
     job, and every agent line (any level) within 30 s before to 5 s after the violation windows
-    the report gives (`HH:MM:SS` ... `Ns`), replica by replica. The agents' whole logs are
-    written beside it (`agent-<pid>.log`)."""
+    the report gives (`HH:MM:SS` ... `Ns`), replica by replica (their whole logs are beside it,
+    `_write_logs`)."""
     named = set(re.findall(r"job-\d+|llm-finetune", "\n".join(report.lines())))
     windows = [(start - 30, start + float(length) + 5) for start, length in (
         (_clock(m.group(2)), m.group(1)) for m in re.finditer(
@@ -192,7 +193,6 @@ def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
     lines.append("== agent log lines naming those jobs or in their window")
     for replica in [*rig.retired, *rig.replicas]:
         texts = [raw.decode("utf-8", "replace").rstrip() for raw in replica.raw]
-        (tmp_path / f"agent-{replica.proc.pid}.log").write_text("\n".join(texts) + "\n")
         for text in texts:
             stamp = re.search(r'"time": ?"[^"]*T(\d\d:\d\d:\d\d)', text)
             at = _clock(stamp.group(1)) if stamp else None
@@ -203,6 +203,16 @@ def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
     path = tmp_path / "soak-evidence.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _write_logs(tmp_path: Path, rig: Rig, workload: Workload, faults: Faults) -> None:
+    """Every agent's whole log (`agent-<pid>.log`), the workload's and the faults' timelines
+    beside the run, violated or not: a clean run's detection latencies are measured from them."""
+    (tmp_path / "workload.log").write_text("\n".join(workload.log) + "\n")
+    (tmp_path / "faults.log").write_text("\n".join(faults.log.lines) + "\n")
+    for replica in [*rig.retired, *rig.replicas]:
+        texts = [raw.decode("utf-8", "replace").rstrip() for raw in replica.raw]
+        (tmp_path / f"agent-{replica.proc.pid}.log").write_text("\n".join(texts) + "\n")
 
 
 def _incident_lines(store: Any, named: set[str]) -> list[str]:
