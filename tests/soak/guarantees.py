@@ -8,7 +8,8 @@ fake Slack's records (clicks), plus the counts the soak prints.
    non-approver recorded.
 2. At most one remediation per approval: per incident at most one `suspended` step; per job
    (uid) no more suspends or resumes (the twin's events) than its approved incidents account for
-   (one each, two for one that rolled back after resuming: the restore suspends and resumes).
+   (one each, two for one that rolled back after resuming: the restore suspends and resumes); an
+   incident recorded without the job's uid counts for the job of its name (counted apart).
 3. Never left suspended: no job suspended at the end; no incident left approved, remediating or
    verifying.
 4. Nothing lost: every job seen split for SPLIT_SEEN seconds has an incident; no incident an
@@ -138,17 +139,25 @@ def check(
 
     # 2. at most one remediation per approval (a remediation suspends and resumes the job once;
     # a rollback after the resume suspends and resumes it once more to restore it)
+    # an incident recorded before the job's object reached the agent's cache has no uid: it is
+    # the job of its namespace and name (the soak never reuses a name), counted as such
+    uid_of_name = {(j.namespace, j.name): j.uid for j in jobs}
+    name_of_uid = {j.uid: f"{j.namespace}/{j.name}" for j in jobs}
     allowed_of_uid: Counter[str] = Counter()
     incidents_of_uid: dict[str, list[str]] = defaultdict(list)
+    without_uid = 0
     for d in details:
         steps = [str(a.payload.get("step")) for a in d.actions]
         if steps.count("suspended") > 1:
             report.violate("2 once", f"#{d.incident.id} suspended {steps.count('suspended')} times")
-        if valid_approval_at(d) is not None and d.incident.uid:
+        uid = d.incident.uid or uid_of_name.get((d.incident.namespace, d.incident.name))
+        if valid_approval_at(d) is not None and uid:
+            without_uid += 0 if d.incident.uid else 1
             rollback = any(a.kind is RemediationActionKind.ROLLBACK for a in d.actions)
-            allowed_of_uid[d.incident.uid] += 2 if rollback else 1
-            incidents_of_uid[d.incident.uid].append(
-                f"#{d.incident.id} {d.incident.status.value} steps {steps}")
+            allowed_of_uid[uid] += 2 if rollback else 1
+            incidents_of_uid[uid].append(
+                f"#{d.incident.id} {d.incident.status.value} steps {steps}"
+                f"{'' if d.incident.uid else ' (recorded without the uid)'}")
     per_uid: dict[str, Counter[str]] = defaultdict(Counter)
     for e in twin_events:
         reason = str(e.get("reason") or "")
@@ -158,7 +167,8 @@ def check(
     for uid, seen in per_uid.items():
         for reason, n in seen.items():
             if n > allowed_of_uid[uid]:
-                report.violate("2 once", f"job {uid}: {n} x {reason}, at most "
+                report.violate("2 once", f"job {name_of_uid.get(uid, '?')} ({uid}): {n} x "
+                                         f"{reason}, at most "
                                          f"{allowed_of_uid[uid]} for its approved incidents "
                                          f"{incidents_of_uid[uid]}")
 
@@ -243,6 +253,7 @@ def check(
             report.violate("6 struck", f"{what}: #{number} resolved, the job "
                                        f"{'suspended' if pinned else 'not pinned to a zone'}")
     report.counts["faults struck"] = dict(Counter(hit.kind for hit in struck))
+    report.counts["approved incidents recorded without the job's uid"] = without_uid
 
     messages = [m for d in details for m in d.messages]
     report.counts.update({
