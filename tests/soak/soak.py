@@ -161,7 +161,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
             for replica in [*rig.retired, *rig.replicas] for raw in replica.raw)
         for line in report.lines():
             out(f"soak: {line}")
-        _write_logs(tmp_path, rig, workload, faults)
+        _write_logs(tmp_path, rig, workload, faults, observer)
         if report.violated:
             evidence = _evidence(tmp_path, report, rig, workload, faults, store=store)
             for line in evidence.read_text().splitlines()[:400]:
@@ -205,11 +205,16 @@ def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
     return path
 
 
-def _write_logs(tmp_path: Path, rig: Rig, workload: Workload, faults: Faults) -> None:
-    """Every agent's whole log (`agent-<pid>.log`), the workload's and the faults' timelines
-    beside the run, violated or not: a clean run's detection latencies are measured from them."""
+def _write_logs(tmp_path: Path, rig: Rig, workload: Workload, faults: Faults,
+                observer: SplitObserver) -> None:
+    """Every agent's whole log (`agent-<pid>.log`), the workload's and the faults' timelines and
+    each job's longest split as the soak saw it (`splits.log`: start, seconds) beside the run,
+    violated or not: a clean run's detection latencies are measured from them."""
     (tmp_path / "workload.log").write_text("\n".join(workload.log) + "\n")
     (tmp_path / "faults.log").write_text("\n".join(faults.log.lines) + "\n")
+    (tmp_path / "splits.log").write_text("".join(
+        f"{ns}/{name} {time.strftime('%H:%M:%S', time.gmtime(first))}.{int(first % 1 * 1000):03d}"
+        f" {last - first:.1f}\n" for (ns, name), (first, last) in sorted(observer.longest.items())))
     for replica in [*rig.retired, *rig.replicas]:
         texts = [raw.decode("utf-8", "replace").rstrip() for raw in replica.raw]
         (tmp_path / f"agent-{replica.proc.pid}.log").write_text("\n".join(texts) + "\n")
