@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.remediation.execute import Clock, Step
+from agent.remediation.run import Clock, Step
 from bench.results import Figure, Results, percentile, quick_mode
 from tests.remediation.harness import (
     approved_incident,

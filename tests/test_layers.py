@@ -27,7 +27,13 @@ DEMO = "Only the CLI imports the demo"
 FAKES = "Only the demo and the fakes themselves import the fakes"
 FAKES_ALONE = "The fakes import no product code"
 ACYCLIC = "No import cycle among the modules and packages of any package"
-CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC)
+WRITER = "Only the writer writes"
+ROOMS = "Remediation rooms: the plan side imports nothing of the run side"
+FAMILY_STEPS = "Remediation families do not know each other"
+FAMILY_PLANS = "Remediation family planners do not know each other"
+PIPES = "The pipeline only pipes"
+CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC,
+             WRITER, ROOMS, FAMILY_STEPS, FAMILY_PLANS, PIPES)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -80,8 +86,17 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ("agent/chatops/slack.py", "import agent.fakes.slack", {FAKES}),
         # a fake speaks its protocol on its own: it does not borrow the agent's signing
         ("agent/fakes/slack.py", "import agent.chatops.verification", {FAKES_ALONE}),
+        # the pipeline serves no HTTP read (the agent does, over its store)
+        ("agent/runtime/recording.py", "import agent.runtime.incidents", {PIPES}),
         # a cycle between two modules of one package
         ("agent/twin/clock.py", "import agent.twin.cluster", {ACYCLIC}),
+        # the remediation's rooms: only the writer (and the API reader) use the Kubernetes client
+        ("agent/remediation/training_steps.py", "import kubernetes.client", {WRITER}),
+        ("agent/remediation/execute.py", "from kubernetes import client", {WRITER}),
+        # the plan side knows nothing of the run; the families do not know each other
+        ("agent/remediation/planner.py", "import agent.remediation.fence", {ROOMS}),
+        ("agent/remediation/group_steps.py", "import agent.remediation.training_steps", {FAMILY_STEPS}),
+        ("agent/remediation/training_plan.py", "import agent.remediation.group_plan", {FAMILY_PLANS}),
     ],
 )
 def test_a_wrong_import_breaks_its_contract(tmp_path: Path, module: str, line: str, broken: set[str]) -> None:

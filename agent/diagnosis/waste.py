@@ -2,7 +2,7 @@
 
 Who calls it: the agent's pipeline when it records a finding (with the utilization evidence it
 holds and the job's measured cross-zone bytes, if any), so the figures travel with the incident's
-diagnosis as plain data (`Waste.to_dict()` under `waste`) to the chat message, `incidents show`,
+diagnosis (the model's `agent.model.waste.Waste`, `to_dict()` under `waste`) to the chat message, `incidents show`,
 `incidents stats` and the API. Pure: numbers in, numbers and the basis of each figure out; no I/O,
 no clock.
 
@@ -34,52 +34,16 @@ What it does not do: read metrics or settings, or render text for people.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
-from enum import StrEnum
-from typing import Any
 
 from agent.diagnosis.impact import BYTES_PER_GB, cross_zone_cost_usd
 from agent.model.egress import MeasuredEgress
 from agent.model.finding import Impact
 from agent.model.verdict import Verdict
+from agent.model.waste import EgressBasis, Waste
 
 HOURS_PER_DAY = 24.0
 SECONDS_PER_DAY = 86_400.0
-
-
-class EgressBasis(StrEnum):
-    """Where a finding's egress figure comes from."""
-
-    MEASURED = "measured"
-    ESTIMATED = "estimated"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class Waste:
-    """Per-day figures; a figure is None when there is no basis, and its basis says why."""
-
-    gpu_hours_per_day: float | None
-    gpu_hours_basis: str
-    egress_usd_per_day: float | None
-    egress_basis: str
-    cross_zone_gb_per_day: float | None = None
-    egress_source: EgressBasis = EgressBasis.UNKNOWN
-    egress_measured_by: str | None = None  # the exporter, when measured
-    egress_window_seconds: float | None = None  # the rate window, when measured
-    egress_unmeasured: str | None = None  # why nothing was measured
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpu_hours_per_day": self.gpu_hours_per_day, "gpu_hours_basis": self.gpu_hours_basis,
-            "egress_usd_per_day": self.egress_usd_per_day, "egress_basis": self.egress_basis,
-            "cross_zone_gb_per_day": self.cross_zone_gb_per_day,
-            "egress_source": self.egress_source.value,
-            "egress_measured_by": self.egress_measured_by,
-            "egress_window_seconds": self.egress_window_seconds,
-            "egress_unmeasured": self.egress_unmeasured,
-        }  # fmt: skip
 
 
 def span_text(window: timedelta) -> str:

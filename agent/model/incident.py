@@ -1,4 +1,5 @@
-"""Incidents as plain data: what the store takes (`FindingRecord`) and returns (summaries, details,
+"""Incidents as plain data: what the store takes (`FindingRecord`, with the pipeline's typed
+`agent.model.document.IncidentDocument`) and returns (summaries, details,
 timeline events, decisions, actions, outbox messages and claims, listings, stats).
 
 Who uses it: the store persists and returns these shapes; the agent, the CLI, the chat layer and the
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent.model.document import IncidentDocument
 from agent.model.job import JobRef
 from agent.model.lifecycle import (
     DecisionOutcome,
@@ -73,6 +75,12 @@ class FindingRecord:
     # incident's "utilization before" is read from those taken while it is open (see
     # `reading_since`), never from a time the job may not have had this problem (fixed, healthy)
     utilization_samples: tuple[tuple[float, float], ...] = ()
+    # the typed document the pipeline built (`of`): persisted as `diagnosis` in its place
+    document: IncidentDocument | None = None
+
+    def persisted_diagnosis(self) -> dict[str, Any]:
+        """The incident's `diagnosis` column: the document's JSON, else the mapping given."""
+        return self.document.to_dict() if self.document is not None else dict(self.diagnosis)
 
     def utilization_while_open(self, opened_at: datetime) -> float | None:
         """The utilization "before" this finding says for an incident opened at `opened_at`:
@@ -97,6 +105,35 @@ class FindingRecord:
         return self.severity or default_severity(self.verdict)
 
     @classmethod
+    def of(
+        cls,
+        document: IncidentDocument,
+        *,
+        cluster: str,
+        detected_at: datetime,
+        gpus: int | None = None,
+        utilization_samples: Sequence[tuple[float, float]] = (),
+    ) -> FindingRecord:
+        """The record of the pipeline's typed document (read as it is: nothing parsed back)."""
+        job = document.job
+        return cls(
+            cluster=cluster,
+            kind=job.kind.value,
+            namespace=job.namespace,
+            name=job.name,
+            uid=document.uid or None,
+            verdict=document.verdict,
+            detected_at=detected_at,
+            target_zone=document.target_zone,
+            utilization_now=document.metrics.utilization_now,
+            utilization_baseline=document.metrics.utilization_baseline,
+            estimated_cost=document.estimated_cost,
+            gpus=gpus,
+            utilization_samples=tuple(utilization_samples),
+            document=document,
+        )
+
+    @classmethod
     def from_finding(
         cls,
         finding: Mapping[str, Any],
@@ -110,7 +147,8 @@ class FindingRecord:
         onset_at: datetime | None = None,
         utilization_samples: Sequence[tuple[float, float]] = (),
     ) -> FindingRecord:
-        """Build a record from a finding dict of `zonemedic diagnose --output json`."""
+        """Build a record from a finding dict of `zonemedic diagnose --output json` (the agent
+        records its typed documents with `of`)."""
         job = finding.get("job")
         if not isinstance(job, Mapping):
             raise LifecycleError("finding has no 'job' mapping")

@@ -1,9 +1,9 @@
 """The write fence: may this process still write to the cluster for the run it started?
 
 Who uses it: `agent.remediation.execute` opens a `Fence` when a run starts (from the replica's
-`Leadership`) and its `ClusterWriter` checks it right before every write; the composition root
-hands the leader elector in as the `Leadership` (`agent.runtime.leader.LeaderElector.term`), a
-single replica or the CLI hands `SOLE_WRITER`.
+`Leadership`) and `agent.remediation.writer.ClusterWriter` checks it right before every write;
+the composition root hands the leader elector in as the `Leadership`
+(`agent.runtime.leader.LeaderElector.term`), a single replica or the CLI hands `SOLE_WRITER`.
 
 The rule: a run may write only while the replica leads in the same leadership term it started in.
 A term ends when the lease is lost, when it was not renewed within the renew deadline, or when a

@@ -1,9 +1,10 @@
 """What the remediation reads from the cluster: the job, its pods, nodes, pods on nodes, workloads.
 
-Called by `agent.remediation.execute` before planning, while waiting and while verifying, and by
+Called by the remediation run (`agent.remediation.recheck` before planning and before the first
+write, the families' steps while they wait, `agent.remediation.execute` while verifying), and by
 the agent's plan preview (`agent.runtime.previews`) when a finding opens an incident. Reads
 only (GET and LIST through `KubeApi`, JSON as the API returns it); the writes live in
-`agent.remediation.execute`. Also defines what a re-diagnosis hands back (`Rediagnosis`): the
+`agent.remediation.writer`. Also defines what a re-diagnosis hands back (`Rediagnosis`): the
 executor gets a callable producing one from its composition root, because diagnosing belongs to a
 layer of its own. A 404 reads as None; other failures raise `KubeApiError` (an UnavailableError).
 """

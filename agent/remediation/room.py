@@ -1,8 +1,8 @@
 """Does a zone have room for a job's pods, judged as kube-scheduler's filters would judge them.
 
-Called by `agent.remediation.plan` before it proposes any write, with the pods the plan will
-(re)create as they will be after the patch (`PodNeed`: requests, nodeSelector, tolerations,
-affinity, labels, namespace). Pure: plain dicts in, plain data out; it does not schedule anything.
+Called by `agent.remediation.template.require_room` (for the family planners) before a plan
+proposes any write, with the pods the plan will (re)create as they will be after the patch
+(`PodNeed`: requests, nodeSelector, tolerations, affinity, labels, namespace). Pure: plain dicts in, plain data out; it does not schedule anything.
 
 A pod fits on a node of the zone when, in this order:
 - the node is schedulable (not cordoned);

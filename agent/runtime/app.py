@@ -8,7 +8,8 @@ go to the `Pipeline` (the glue to the core and the store); Cilium's PacketDrop E
 `kubernetes.packet_drop_events`) go to the pipeline's timeline and, as a hint, to the detector;
 leader election gates the scheduler (and the pipeline's recording of detector batches: acquiring the
 lease submits one cluster-wide change, so the new leader diagnoses, records and reconciles
-everything once); the HTTP app serves health, metrics, the webhook and the incidents API.
+everything once); the HTTP app serves health, metrics, the webhook and the incidents API (`agent.runtime.incidents`,
+over the store the pipeline records into: the pipeline serves no HTTP read).
 
 Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
 initial sync, the start-up change (one full diagnosis, due at once and queued before the detector
@@ -38,7 +39,8 @@ from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.playbook.model import Playbook
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.detector import BatchOutcome, Detector
-from agent.runtime.http import IncidentDecisions, IncidentQueries, build_app
+from agent.runtime.http import build_app
+from agent.runtime.incidents import StoreIncidents, database_readiness
 from agent.runtime.leader import LeaderElector
 from agent.runtime.limits import HttpLimits
 from agent.runtime.root import Parts, Root
@@ -55,6 +57,7 @@ from agent.sources.alertmanager import Alert
 from agent.sources.change import Change
 from agent.sources.packetdrops import DropEventReader, PacketDrop
 from agent.sources.resources import PACKET_DROP_EVENTS
+from agent.store.repository import IncidentStore
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +79,9 @@ class Pipeline(Protocol):
         """Record Cilium's drop messages in their jobs' timelines; what to re-diagnose."""
         ...
 
-    def readiness(self) -> dict[str, bool]: ...
-
-    def incidents(self) -> IncidentQueries | None: ...
-
-    def decisions(self) -> IncidentDecisions | None: ...
+    # the incident store it records into (None: it records nothing); the agent serves the
+    # incidents API and the database's readiness over it (`agent.runtime.incidents`)
+    store: IncidentStore | None
 
 
 PipelineFactory = Callable[[Parts], Pipeline]
@@ -151,14 +152,16 @@ class Agent:
             on_alert=self._on_alert,
             on_outcome=lambda outcome: self.metrics.alerts.labels(outcome=outcome).inc(),
         )
+        incidents = (StoreIncidents.of(self.pipeline.store, self.parts)
+                     if self.pipeline.store is not None else None)  # fmt: skip
         self.server = HttpServer(
             build_app(
                 metrics=self.metrics,
                 readiness=self.readiness,
                 alerts=self.alerts,
-                incidents=self.pipeline.incidents(),
+                incidents=incidents,
                 api_token=self._api_token(),
-                decisions=self.pipeline.decisions(),
+                decisions=incidents,
                 extra_routes=self.parts.extra_routes,
                 webhook_credentials=WebhookCredentials.of(settings.alertmanager),
             ),
@@ -252,7 +255,8 @@ class Agent:
 
     def readiness(self) -> dict[str, bool]:
         checks = {"caches_synced": self.cache.synced}
-        checks.update(self.pipeline.readiness())
+        checks.update(database_readiness(self.pipeline.store,
+                                         timeout=self.settings.http.database_timeout))
         return checks
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The approval step of a new incident: request a decision with a deadline, or approve it at once.
 
-Who calls it: the pipeline, when a playbook's `propose_colocation` action fires for a newly opened
-incident (before the proposal is queued for the chat layer, so the message sees the deadline).
+Who calls it: the pipeline's playbook actions (`agent.runtime.playbooks`), when a playbook's
+`propose_colocation` action fires for a newly opened incident (before the proposal is queued for
+the chat layer, so the message sees the deadline).
 What the incident needs is the pure rule `agent.remediation.approval.approval_step`; this module
 applies it to the store:
 

@@ -20,8 +20,8 @@ One tick, in one database read plus at most one remediation:
 4. An incident whose remediation raised, or returned still unfinished, is retried after
    `remediation.retry_after`, not at every tick.
 
-What it does not do: write to the cluster (the remediator, `agent.remediation.execute`, is the only
-writer), decide anything, or run on a follower (the scheduler gates every background job).
+What it does not do: write to the cluster (the remediator, `agent.remediation.execute`, writes
+through `agent.remediation.writer`, the only writer), decide anything, or run on a follower (the scheduler gates every background job).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ _IN_FLIGHT = frozenset({S.REMEDIATING, S.VERIFYING})
 _RESUME = frozenset({ResumeAction.REAPPLY_AND_VERIFY, ResumeAction.VERIFY})
 
 
-class Remediator(Protocol):
+class IncidentRunner(Protocol):
     """Runs one incident's remediation (or resumes it) to a stop; returns the status it left.
 
     `agent.remediation.execute.Remediator` is the real one: it moves `approved -> remediating`,
@@ -70,7 +70,7 @@ class RemediationExecutor:
     def __init__(
         self,
         store: IncidentStore,
-        remediator: Remediator,
+        remediator: IncidentRunner,
         *,
         cluster: str,
         settings: RemediationSettings,
@@ -183,19 +183,19 @@ class RemediationExecutor:
         log.info("remediation waits", extra={"incident": incident.id, "reason": reason})
 
 
-def live_remediator(parts: Parts, store: IncidentStore) -> Remediator:
+def live_remediator(parts: Parts, store: IncidentStore) -> IncidentRunner:
     """The real remediator (`agent.remediation.execute.Remediator`) over the agent's clients: it
     re-diagnoses from the live API, writes through the only cluster writer, reads utilization
     from Prometheus when configured, re-checks the guards (this configuration's protected
     namespaces and hourly cap) before its first write, and writes only in the leadership term it
     started in: once this replica's term ends it stops (after its recorded step, before any
     further write), so the next leader resumes alone."""
-    from agent.remediation.execute import Remediator as LiveRemediator
+    from agent.remediation.execute import Remediator
     from agent.remediation.fence import WhileLeading
     from agent.runtime.rediagnosis import ApiRediagnosis
 
     settings = parts.settings
-    return LiveRemediator(
+    return Remediator(
         parts.api, store,
         diagnose=ApiRediagnosis(parts.api, settings.diagnosis),
         settings=settings.remediation,
@@ -205,7 +205,7 @@ def live_remediator(parts: Parts, store: IncidentStore) -> Remediator:
     )
 
 
-def register(parts: Parts, store: IncidentStore, remediator: Remediator) -> RemediationExecutor:
+def register(parts: Parts, store: IncidentStore, remediator: IncidentRunner) -> RemediationExecutor:
     """Build the executor over `parts` and register it as the leader-gated background job
     `remediation-executor` (nothing is registered when `remediation.enabled` is false)."""
     settings = parts.settings

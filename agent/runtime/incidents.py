@@ -1,20 +1,24 @@
-"""The incidents API over the store: reads (`GET /api/incidents`, `/api/incidents/{id}`) and
-decisions (`POST /api/incidents/{id}/decision`, through the one decision function).
+"""The incidents API over the store: reads (`GET /api/incidents`, `/api/incidents/{id}`),
+decisions (`POST /api/incidents/{id}/decision`, through the one decision function), and the
+store's part of `/readyz` (`database_readiness`).
 
-Built by the composition root and handed to `agent.runtime.http.build_app` as its
-`IncidentQueries` and `IncidentDecisions`. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
+Built by the running agent (`agent.runtime.app.Agent`, `StoreIncidents.of` over the store its
+pipeline records into) and handed to `agent.runtime.http.build_app` as its `IncidentQueries` and
+`IncidentDecisions`; the pipeline itself serves no HTTP read. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
 since, limit) to the store's `IncidentQuery` and returns plain JSON data (the store's
 `to_jsonable`; an incident's detail adds `proposed_fix`, the latest plan or refusal recorded on
 it, see `agent.model.proposal`). A bad filter value is an `InputError` (400); a database that is away is the
 store's `StoreUnavailableError` (503). The only write is `decide`, which reads the clock (`now`)
 and hands the request to `agent.remediation.decision.decide` with the agent's authority (the
-approvers in force now: a `by` who is not one is refused, 403).
+approvers in force now: a `by` who is not one is refused, 403). What it does not do: record
+findings (the pipeline does) or write anything but a decision.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent.model.incident import IncidentQuery
@@ -24,8 +28,31 @@ from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
 from agent.remediation.decision import Authorizer, DecisionRequest, DecisionResult, decide
 from agent.runtime.http import IncidentFilter
+from agent.runtime.root import Parts
 from agent.store.errors import IncidentNotFoundError
+from agent.store.probe import write_blocker
 from agent.store.repository import IncidentStore
+from agent.store.resilience import deadline
+
+log = logging.getLogger(__name__)
+
+
+def database_readiness(store: IncidentStore | None, *, timeout: timedelta) -> dict[str, bool]:
+    """`database`: a read round-trip; `database_writes`: a write transaction can start now
+    (a write probe; reads alone pass while SQLite's write lock is held elsewhere). Each check
+    is bounded by `timeout` (`http.database_timeout`). Without a store: `database` only, true."""
+    if store is None:
+        return {"database": True}
+    with deadline(timeout):
+        reachable = store.ping()
+        blocker = (
+            write_blocker(store.engine, timeout=timeout)
+            if reachable
+            else "the database is unreachable"
+        )
+    if blocker is not None:
+        log.warning("not ready: the database takes no writes", extra={"reason": blocker})
+    return {"database": reachable, "database_writes": blocker is None}
 
 
 class StoreIncidents:
@@ -37,6 +64,14 @@ class StoreIncidents:
         self.cluster = cluster
         self.now = now
         self.authority = authority
+
+    @classmethod
+    def of(
+        cls, store: IncidentStore, parts: Parts, *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> StoreIncidents:  # fmt: skip
+        """The incidents API of an agent: its cluster, the clock, the approvers in force."""
+        return cls(store, cluster=parts.settings.cluster_name, now=now, authority=parts.approvers)
 
     def list_incidents(self, filters: IncidentFilter) -> list[dict[str, Any]]:
         query = IncidentQuery(

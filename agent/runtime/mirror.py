@@ -1,8 +1,8 @@
 """The core's view of the watch cache, kept up to date incrementally: parse only what changed.
 
-Called by `agent.runtime.pipeline` before each diagnosis. The mirror `track()`s the cache, so each
-`state()` visits only the objects stored, replaced or deleted since the previous one (the first
-call reads everything): those go through the core's manifest parsers (`agent.snapshot.manifests`,
+Called by `agent.runtime.diagnoser` before each diagnosis (a follower's pipeline calls `state()`).
+The mirror `track()`s the cache, so each `state()` visits only the objects stored, replaced or
+deleted since the previous one (the first call reads everything): those go through the core's manifest parsers (`agent.snapshot.manifests`,
 `agent.policy.parse_policy`); everything else keeps its parsed form, in persistent maps. The
 `PolicySet` is rebuilt only when a policy or the dataplane's configuration changed: policies are
 read by `agent.policy.reading` (the snapshot loader's own reader: a policy that cannot be read is

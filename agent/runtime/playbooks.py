@@ -2,7 +2,8 @@
 queue sweep digests.
 
 Called by the pipeline (`agent.runtime.pipeline`): `fire` when a finding, an alert or a utilization
-drop opens a new incident, `post_digest` after a sweep (and by `zonemedic sweep --once`). Which
+drop opens a new incident, with its typed document (`agent.model.document.IncidentDocument`, whose
+JSON is the payloads' `finding`), `post_digest` after a sweep (and by `zonemedic sweep --once`). Which
 playbooks fire is the pure `agent.playbook.matching`; this module builds the matched subject from
 the watch cache (namespace, kind, labels, requested GPUs, verdict), the outbox payloads, and
 enqueues them with dedupe keys: one message per action, playbook and incident, one digest per
@@ -41,6 +42,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent.errors import UnavailableError, ZonemedicError
+from agent.model.document import IncidentDocument
 from agent.model.incident import (
     ActionDraft,
     EventDraft,
@@ -99,7 +101,7 @@ class PlaybookActions:
         self.approval_ttl = approval_ttl
         self.now = now
         # incident id -> a firing not (fully) queued yet, retried by `retry_unfired`
-        self._unfired: dict[int, tuple[Event, IncidentSummary, Mapping[str, Any], Preview | None]] = {}
+        self._unfired: dict[int, tuple[Event, IncidentSummary, IncidentDocument, Preview | None]] = {}
 
     def subject(self, key: JobRef, verdict: str, gpus: int | None = None) -> Subject:
         """What playbook conditions match on; `gpus` defaults to what the job's live pods request."""
@@ -116,7 +118,7 @@ class PlaybookActions:
         self,
         event: Event,
         incident: IncidentSummary,
-        document: Mapping[str, Any],
+        document: IncidentDocument,
         *,
         preview: Preview | None = None,
     ) -> None:
@@ -158,7 +160,7 @@ class PlaybookActions:
         self,
         event: Event,
         incident: IncidentSummary,
-        document: Mapping[str, Any],
+        document: IncidentDocument,
         *,
         preview: Preview | None = None,
     ) -> FollowUp | None:
@@ -172,13 +174,14 @@ class PlaybookActions:
         if preview is not None:
             if self.previews is not None:
                 action = self.previews.draft(preview)
-            document = {**document, "proposed_fix": preview.to_dict()}
+            document = document.with_fix(preview.to_dict())
         approvals = self.approvals
+        finding = document.to_dict()
 
         def planned(policy: ApprovalPolicy, _playbook: str) -> ApprovalStep | None:
-            return None if approvals is None else approvals.planned(incident, document, policy)
+            return None if approvals is None else approvals.planned(incident, finding, policy)
 
-        posts = self._posts(event, incident, document, approve=planned)
+        posts = self._posts(event, incident, finding, approve=planned)
         if posts is None:
             return None
         messages, steps = posts
@@ -205,12 +208,13 @@ class PlaybookActions:
         self,
         event: Event,
         incident: IncidentSummary,
-        document: Mapping[str, Any],
+        finding: Mapping[str, Any],
         *,
         approve: Callable[[ApprovalPolicy, str], ApprovalStep | None],
     ) -> tuple[list[MessageDraft], list[ApprovalStep]] | None:
         """The posts (digests aside) of every playbook the event fires, each carrying its
-        approval step as `approve` (policy, playbook name) gives it, and those steps. None when
+        approval step as `approve` (policy, playbook name) gives it, and those steps; `finding`:
+        the document's JSON, the payloads' `finding`. None when
         `approve` gives no step for an action that needs one (where `follow_up` cannot decide
         without a read)."""
         messages: list[MessageDraft] = []
@@ -219,7 +223,7 @@ class PlaybookActions:
             for action in firing.actions:
                 if action.kind is PlaybookActionKind.DIGEST:
                     continue
-                payload = _payload(action.kind, firing.playbook.name, incident, document)
+                payload = _payload(action.kind, firing.playbook.name, incident, finding)
                 if action.approval is not None and self.approvals is not None:
                     step = approve(action.approval, firing.playbook.name)
                     if step is None:
@@ -245,23 +249,24 @@ class PlaybookActions:
         store: IncidentStore,
         event: Event,
         incident: IncidentSummary,
-        document: Mapping[str, Any],
+        document: IncidentDocument,
         preview: Preview | None,
     ) -> None:
         if preview is not None:
             if self.previews is not None:
                 self.previews.record(incident.id, preview)
-            document = {**document, "proposed_fix": preview.to_dict()}
+            document = document.with_fix(preview.to_dict())
         approvals = self.approvals
+        finding = document.to_dict()
 
         def propose(policy: ApprovalPolicy, playbook: str) -> ApprovalStep | None:
             # the approval step first (a conditional write, so a retried firing repeats nothing),
             # so the queued proposal carries the deadline
             if approvals is None:
                 return None
-            return approvals.propose(incident, document, policy, playbook=playbook)
+            return approvals.propose(incident, finding, policy, playbook=playbook)
 
-        posts = self._posts(event, incident, document, approve=propose)
+        posts = self._posts(event, incident, finding, approve=propose)
         for message in () if posts is None else posts[0]:
             store.enqueue_message(message.kind, payload=message.payload, now=self.now(),
                                   incident_id=incident.id, channel=message.channel,
@@ -321,8 +326,8 @@ class PlaybookActions:
 
 
 def _payload(
-    kind: PlaybookActionKind, playbook: str, incident: IncidentSummary, document: Mapping[str, Any]
+    kind: PlaybookActionKind, playbook: str, incident: IncidentSummary, finding: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The outbox payload of one playbook action for an incident."""
     return {"action": kind.value, "playbook": playbook, "incident_id": incident.id,
-            "finding": dict(document)}
+            "finding": dict(finding)}

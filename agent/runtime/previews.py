@@ -1,7 +1,7 @@
 """Plan previews: the fix a finding's message and `incidents show` carry before anyone approves.
 
-Who calls it: the pipeline (`agent.runtime.pipeline`) when a remediable split finding opens an
-incident (the preview is computed before the playbooks fire, and recorded by the firing before
+Who calls it: the pipeline's recorder (`agent.runtime.recording`) when a remediable split
+finding opens an incident (the preview is computed before the playbooks fire, and recorded by the firing before
 its messages are queued, so the first Slack post carries the diff), and when a re-detection of
 an incident still awaiting a decision finds another verdict or placement than the last preview
 was computed for: everything the message says about the fix follows the verdict. A verdict with
@@ -42,7 +42,8 @@ from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKi
 from agent.model.proposal import latest_preview
 from agent.model.workload import JobKind
 from agent.remediation.observe import ClusterReader
-from agent.remediation.plan import Refusal, plan_remediation
+from agent.remediation.plan import Refusal
+from agent.remediation.planner import plan_remediation
 from agent.remediation.preview import PreviewAction, preview_action
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.store.repository import IncidentStore

@@ -116,7 +116,7 @@ def incident_values(finding: FindingRecord, *, fp: str) -> dict[str, Any]:
         "updated_at": now,
         "onset_at": finding.onset_at,
         "target_zone": finding.target_zone,
-        "diagnosis": dict(finding.diagnosis),
+        "diagnosis": finding.persisted_diagnosis(),
         "utilization_before": finding.utilization_while_open(now),
         "estimated_cost": finding.estimated_cost,
         "gpus": finding.gpus,
@@ -169,7 +169,7 @@ def redetection(
         values.update(
             verdict=finding.verdict.value,
             severity=finding.effective_severity.value,
-            diagnosis=dict(finding.diagnosis),
+            diagnosis=finding.persisted_diagnosis(),
             **_known(target_zone=finding.target_zone, estimated_cost=finding.estimated_cost,
                      gpus=finding.gpus,
                      utilization_before=finding.utilization_while_open(opened_at)),

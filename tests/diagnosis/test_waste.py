@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 
 from agent.diagnosis.waste import (
-    EgressBasis,
     egress_per_day,
     estimate_waste,
     idle_gpu_hours_per_day,
@@ -19,6 +18,7 @@ from agent.diagnosis.waste import (
 from agent.model.egress import EgressExporter, MeasuredEgress
 from agent.model.finding import Impact
 from agent.model.verdict import Verdict
+from agent.model.waste import EgressBasis
 
 BLOCKED = Verdict.ZONE_SPLIT_BLOCKED
 DEGRADED = Verdict.ZONE_SPLIT_DEGRADED

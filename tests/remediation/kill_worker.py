@@ -19,7 +19,9 @@ from datetime import timedelta
 
 from kubernetes import client
 
-from agent.remediation.execute import Remediator, Step, Write
+from agent.remediation.execute import Remediator
+from agent.remediation.run import Step
+from agent.remediation.writer import Write
 from agent.runtime.rediagnosis import ApiRediagnosis
 from agent.settings import DatabaseSettings, DiagnosisSettings, KubernetesSettings
 from agent.sources.kubeapi import KubeApi, build_api_client

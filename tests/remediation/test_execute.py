@@ -16,8 +16,8 @@ from kubernetes import client
 
 from agent.errors import UnavailableError
 from agent.model.lifecycle import IncidentStatus, RemediationActionKind
-from agent.remediation.execute import Step
-from agent.remediation.plan import TemplateState
+from agent.remediation.run import Step
+from agent.remediation.template import TemplateState
 from agent.store.repository import IncidentStore
 from agent.twin.faults import WriteRecord
 from agent.twin.patch import PatchType

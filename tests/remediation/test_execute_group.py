@@ -29,15 +29,11 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.model.lifecycle import IncidentStatus, RemediationActionKind
-from agent.remediation.execute import (
-    RECREATED_ANNOTATION,
-    ClusterWriter,
-    Remediator,
-    Step,
-    Write,
-    WriteVerb,
-)
+from agent.remediation.execute import Remediator
+from agent.remediation.group_steps import RECREATED_ANNOTATION
 from agent.remediation.plan import Plan, TargetAction
+from agent.remediation.run import Step
+from agent.remediation.writer import ClusterWriter, Write, WriteVerb
 from agent.settings import KubernetesSettings
 from agent.sources.kubeapi import KubeApi, build_api_client
 from agent.store.repository import IncidentStore, open_store
@@ -411,8 +407,8 @@ def test_a_paused_old_leaders_late_delete_cannot_remove_the_new_job(
                 gate.hold()
 
         remediator_a = Remediator(api_a, store, diagnose=lab.diagnose, settings=FAST,
-                                  on_step=a_on_step, leadership=lease_a)  # fmt: skip
-        remediator_a.writer = ClusterWriter(api_a.api_client, timeout=120.0)  # A waits for its answer
+                                  on_step=a_on_step, leadership=lease_a,
+                                  writer=ClusterWriter(api_a.api_client, timeout=120.0))  # fmt: skip  # A waits for its answer
 
         def run_a() -> None:
             try:

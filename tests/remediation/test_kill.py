@@ -28,8 +28,10 @@ from typing import Any
 import pytest
 
 from agent.model.lifecycle import IncidentStatus
-from agent.remediation.execute import RECREATED_ANNOTATION, Step, Write, WriteVerb
-from agent.remediation.plan import TemplateState
+from agent.remediation.group_steps import RECREATED_ANNOTATION
+from agent.remediation.run import Step
+from agent.remediation.template import TemplateState
+from agent.remediation.writer import Write, WriteVerb
 from tests.remediation.crashes import Death, SqliteLock, Walk
 from tests.remediation.harness import (
     FAST,

@@ -10,15 +10,9 @@ import pytest
 
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
-from agent.remediation.plan import (
-    LiveObjects,
-    Plan,
-    Refusal,
-    TargetAction,
-    TemplateState,
-    apply_merge_patch,
-    plan_remediation,
-)
+from agent.remediation.plan import LiveObjects, Plan, Refusal, TargetAction
+from agent.remediation.planner import plan_remediation
+from agent.remediation.template import TemplateState, apply_merge_patch
 from tests.remediation.builders import (
     GPU_TOLERATION,
     JOB_NAME,

@@ -12,7 +12,8 @@ import pytest
 from kubernetes import client, config
 
 from agent.model.workload import JobKind
-from agent.remediation.plan import LiveObjects, Plan, plan_remediation
+from agent.remediation.plan import LiveObjects, Plan
+from agent.remediation.planner import plan_remediation
 from tests.remediation.builders import (
     KINDS,
     ZONE,

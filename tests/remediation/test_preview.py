@@ -12,7 +12,8 @@ from agent.model.incident import RemediationAction
 from agent.model.lifecycle import RemediationActionKind
 from agent.model.proposal import from_action, latest_preview, proposed_fix
 from agent.model.workload import JobKind
-from agent.remediation.plan import Plan, Refusal, plan_remediation
+from agent.remediation.plan import Plan, Refusal
+from agent.remediation.planner import plan_remediation
 from agent.remediation.preview import describe, preview_action
 from tests.remediation.builders import KINDS, ZONE, cluster_nodes, finding, group_live, job, live
 

@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 
-from agent.diagnosis.waste import EgressBasis
 from agent.model.incident import IncidentQuery, Verdict
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, MessageKind
+from agent.model.waste import EgressBasis
 from agent.model.workload import JobKind
-from agent.runtime.pipeline import AgentPipeline, egress_moved, steady_reading
+from agent.runtime.evidence import steady_reading
+from agent.runtime.pipeline import AgentPipeline
+from agent.runtime.waste import egress_moved
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.change import Change
 from agent.sources.drop import DropVerdict
@@ -206,12 +208,12 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
         (incident,) = world.incidents()
         assert world.store.get_incident(incident.id).diagnosis["metrics"]["status"].startswith("metrics unavailable")
         # metrics arrive: evidence is attached, and a drop folds into the job's open incident
-        world.pipeline.report = MetricsReport(
+        world.pipeline.evidence.report = MetricsReport(
             available=True, at=NOW,
             jobs={JOB: JobMetrics(now=30.0, baseline=90.0, drop=DropVerdict(True, "below 70% of baseline", 0.33))},
         )
-        world.pipeline._drop(JOB, world.pipeline.report.jobs[JOB], world.pipeline.report)
-        world.pipeline._attach_evidence(JOB)
+        world.pipeline.signals.drop(JOB, world.pipeline.evidence.report.jobs[JOB], world.pipeline.evidence.report)
+        world.pipeline.evidence.attach(JOB)
         detail = world.store.get_incident(incident.id)
         evidence = [e.detail["metrics"] for e in detail.events if "metrics" in e.detail]
         assert evidence and evidence[-1]["utilization_now"] == 30.0 and evidence[-1]["utilization_baseline"] == 90.0
@@ -227,7 +229,7 @@ def test_metrics_evidence_and_drops(tmp_path: Path) -> None:
         # a drop of a job with no open incident opens its own
         world.load("pytorchjobs.v1.kubeflow.org", [])
         world.pipeline.close_job(JOB, reason="gone")
-        world.pipeline._drop(JOB, world.pipeline.report.jobs[JOB], world.pipeline.report)
+        world.pipeline.signals.drop(JOB, world.pipeline.evidence.report.jobs[JOB], world.pipeline.evidence.report)
         drops = world.incidents(verdict=Verdict.GPU_UTILIZATION_DROP)
         assert len(drops) == 1 and drops[0].utilization_before == 30.0
     finally:
@@ -239,14 +241,14 @@ def test_utilization_before_is_measured_while_split_never_before(world: World) -
     incident's "utilization before" is read from the samples taken since it opened, never from
     the window that still holds the fixed job."""
     opened = NOW.timestamp()
-    world.pipeline.report = MetricsReport(available=True, at=NOW, jobs={JOB: JobMetrics(
+    world.pipeline.evidence.report = MetricsReport(available=True, at=NOW, jobs={JOB: JobMetrics(
         now=63.0, baseline=85.0, drop=DropVerdict(False, ""),
         samples=((opened - 40, 85.0), (opened - 20, 85.0), (opened - 5, 63.0)))})
     world.pipeline.handle_change(Change(everything=True), 0.0)
     (incident,) = world.incidents()
     assert incident.utilization_before is None  # no sample of the split yet
     world.now = NOW + timedelta(seconds=30)
-    world.pipeline.report = MetricsReport(available=True, at=world.now, jobs={JOB: JobMetrics(
+    world.pipeline.evidence.report = MetricsReport(available=True, at=world.now, jobs={JOB: JobMetrics(
         now=1.0, baseline=85.0, drop=DropVerdict(False, ""),
         samples=((opened - 20, 85.0), (opened - 5, 63.0), (opened + 10, 2.0),
                  (opened + 25, 1.0)))})
@@ -281,9 +283,9 @@ def test_evidence_on_a_degraded_split_estimates_idle_gpu_hours_without_a_baselin
     (incident,) = world.incidents()
     detail = world.store.get_incident(incident.id)
     assert detail.diagnosis["waste"]["gpu_hours_basis"] == "not measured yet: no utilization sample of the job yet"
-    world.pipeline.report = MetricsReport(available=True, at=NOW, jobs={
+    world.pipeline.evidence.report = MetricsReport(available=True, at=NOW, jobs={
         DEV_JOB: JobMetrics(now=40.0, baseline=None, drop=DropVerdict(False, "no baseline"))})
-    world.pipeline._attach_evidence(DEV_JOB)
+    world.pipeline.evidence.attach(DEV_JOB)
     events = world.store.get_incident(incident.id).events
     (again,) = [e.detail["waste"] for e in events if "waste" in e.detail]
     assert again == {"gpu_hours_per_day": pytest.approx(4 * 0.6 * 24), "gpu_hours_basis":
@@ -301,18 +303,18 @@ def dev_pods() -> list[dict[str, Any]]:
 def test_a_batch_diagnoses_only_the_jobs_it_affects(world: World) -> None:
     world.load("pods", split_pods() + dev_pods())
     world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
-    assert world.pipeline.diagnosed_last == 1
+    assert world.pipeline.diagnoser.diagnosed_last == 1
     assert [(i.namespace, i.verdict.value) for i in world.incidents()] == [("train", "zone_split_blocked")]
     world.pipeline.handle_change(Change(namespaces=frozenset({"dev"})), 0.0)
-    assert world.pipeline.diagnosed_last == 1
+    assert world.pipeline.diagnoser.diagnosed_last == 1
     assert sorted((i.namespace, i.verdict.value) for i in world.incidents()) == [
         ("dev", "zone_split_degraded"),
         ("train", "zone_split_blocked"),
     ]
     world.pipeline.handle_change(Change(jobs=frozenset({JobRef(JobKind.TF, "elsewhere", "x")})), 0.0)
-    assert world.pipeline.diagnosed_last == 0
+    assert world.pipeline.diagnoser.diagnosed_last == 0
     world.pipeline.handle_change(Change(everything=True), 0.0)
-    assert world.pipeline.diagnosed_last == 2
+    assert world.pipeline.diagnoser.diagnosed_last == 2
     assert len(world.incidents()) == 2  # re-detections, not new incidents
 
 
@@ -320,7 +322,7 @@ def test_a_follower_records_nothing_and_a_cluster_wide_batch_catches_up(world: W
     world.leading = False
     world.pipeline.handle_change(Change(everything=True), 0.0)
     world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
-    assert (world.pipeline.diagnoses, world.pipeline.follower_batches) == (0, 2)
+    assert (world.pipeline.diagnoser.diagnoses, world.pipeline.followed.batches) == (0, 2)
     assert world.incidents() == []
     world.leading = True  # what the composition root submits on acquiring the lease
     world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
@@ -444,7 +446,7 @@ def test_a_new_leader_records_what_changed_while_it_followed_before_diagnosing_e
     world.load("pods", split_pods() + job_pods("dev", split=True) + job_pods("lab", split=True)
                + job_pods("ok", split=False))
     world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
-    assert world.pipeline.follower_batches == 2 and world.incidents(namespace="train") == []
+    assert world.pipeline.followed.batches == 2 and world.incidents(namespace="train") == []
     world.leading = True
     calls = Calls(world)
     diagnosed: list[int] = []

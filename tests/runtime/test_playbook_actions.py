@@ -13,9 +13,12 @@ from typing import Any
 
 import pytest
 
+from agent.model.document import IncidentDocument, UtilizationEvidence
+from agent.model.finding import Finding
 from agent.model.incident import IncidentSummary
 from agent.model.job import JobRef
 from agent.model.lifecycle import MessageKind, RemediationActionKind
+from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
 from agent.playbook.loader import load_playbooks
 from agent.playbook.matching import Event
@@ -70,6 +73,14 @@ def actions(store: IncidentStore) -> PlaybookActions:
     )
 
 
+def document(*, remediable: bool = False, target_zone: str | None = None,
+             zones: dict[str, int] | None = None) -> IncidentDocument:
+    """The typed document of a blocked split of `KEY` (no metrics configured)."""
+    found = Finding(KEY, Verdict.ZONE_SPLIT_BLOCKED, zones or {}, None, remediable=remediable,
+                    target_zone=target_zone)  # fmt: skip
+    return IncidentDocument.of_finding(found, uid=None, metrics=UtilizationEvidence("none"))
+
+
 def split(actions: PlaybookActions) -> Event:
     return Event(TriggerKind.ZONE_SPLIT, actions.subject(KEY, "zone_split_blocked", gpus=4))
 
@@ -83,11 +94,11 @@ def test_a_refused_firing_is_queued_once_the_store_is_back(store: IncidentStore)
     incident = store.record_finding(finding("resnet")).incident
     a = actions(store)
     with WriteLock(store), pytest.raises(StoreUnavailableError):
-        a.fire(split(a), incident, {"verdict": "zone_split_blocked"})
+        a.fire(split(a), incident, document())
     assert a.unfired == 1 and posts(store, incident) == []
     assert a.retry_unfired() == 1
     assert a.unfired == 0 and posts(store, incident) == ["notify", "propose_colocation"]
-    a.fire(split(a), incident, {"verdict": "zone_split_blocked"})  # fired again: queued once
+    a.fire(split(a), incident, document())  # fired again: queued once
     assert a.retry_unfired() == 0
     assert posts(store, incident) == ["notify", "propose_colocation"]
 
@@ -97,7 +108,7 @@ def test_while_the_store_still_refuses_the_firing_stays(store: IncidentStore) ->
     a = actions(store)
     with WriteLock(store):
         with pytest.raises(StoreUnavailableError):
-            a.fire(split(a), incident, {})
+            a.fire(split(a), incident, document())
         with pytest.raises(StoreUnavailableError):
             a.retry_unfired()
         assert a.unfired == 1
@@ -111,7 +122,7 @@ def test_a_firing_rejected_for_good_is_dropped(store: IncidentStore) -> None:
     with WriteLock(store):
         for target in (gone, incident):
             with pytest.raises(StoreUnavailableError):
-                a.fire(split(a), target, {})
+                a.fire(split(a), target, document())
     assert a.unfired == 2
     assert a.retry_unfired() == 2  # the gone one logged and dropped, the other queued
     assert a.unfired == 0 and posts(store, incident) == ["notify", "propose_colocation"]
@@ -133,9 +144,9 @@ def test_a_preview_is_recorded_before_the_messages_once_even_when_the_store_refu
     refusal = Refusal(JobRef(JobKind.PYTORCH, "ml", "resnet"), "zone zone-a has no room")
     preview = Preview(preview_action(refusal, zones=zones, target_zone="zone-a"),
                       placement_key(None, "zone-a", zones))  # fmt: skip
-    document = {"verdict": "zone_split_blocked", "remediable": True, "target_zone": "zone-a"}
     with WriteLock(store), pytest.raises(StoreUnavailableError):
-        a.fire(split(a), incident, document, preview=preview)
+        a.fire(split(a), incident, document(remediable=True, target_zone="zone-a"),
+               preview=preview)
     assert a.retry_unfired() == 1
     detail = store.get_incident(incident.id)
     plans = [x for x in detail.actions if x.kind is RemediationActionKind.PLAN]
@@ -155,7 +166,7 @@ def test_a_declared_group_is_posted_whatever_its_pods_request(store: IncidentSto
     a = actions(store)
     group = JobRef(JobKind.GROUP, "ml-lab", "lab")  # simulates its GPUs: a taint and a node selector
     a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(group, "zone_split_blocked", gpus=0)),
-           incident, {"verdict": "zone_split_blocked"})
+           incident, document())
     assert posts(store, incident) == ["notify", "propose_colocation"]
     assert not [e for e in store.get_incident(incident.id).events if "not_posted" in e.detail]
     assert a.not_posted([incident]) == {}
@@ -168,7 +179,7 @@ def test_an_incident_no_playbook_posts_says_why_in_show_and_the_digest(store: In
     a = actions(store)
     a.fire(Event(TriggerKind.ZONE_SPLIT, a.subject(replace(KEY, name="cpu-only"),
                                                    "zone_split_blocked", gpus=0)),
-           incident, {"verdict": "zone_split_blocked"})
+           incident, document())
     assert posts(store, incident) == []
     reason = ("playbook zone-split: the job's pods request 0 GPU(s), fewer than "
               "conditions.min_gpus 1")
@@ -203,8 +214,7 @@ def _fresh(request: pytest.FixtureRequest, path: Path) -> IncidentStore:
     return open_store(TEST_DB_SETTINGS, url=f"sqlite:///{path}")
 
 
-REMEDIABLE = {"verdict": "zone_split_blocked", "remediable": True, "target_zone": "zone-a",
-              "zones": {"zone-a": 3, "zone-b": 1}}
+REMEDIABLE = document(remediable=True, target_zone="zone-a", zones={"zone-a": 3, "zone-b": 1})
 NO_ROOM = Preview(
     preview_action(Refusal(JobRef(JobKind.PYTORCH, "ml", "resnet"), "zone zone-a has no room"),
                    zones={"zone-a": 3, "zone-b": 1}, target_zone="zone-a"),
@@ -216,12 +226,12 @@ NO_ROOM = Preview(
     [
         ("approval requested", REMEDIABLE, None, 4, "awaiting_approval", (0, 2, 2)),
         ("the fix refused: previewed, not put up", REMEDIABLE, NO_ROOM, 4, "open", (1, 2, 2)),
-        ("not posted: no GPUs", {"verdict": "zone_split_blocked"}, None, 0, "open", (0, 2, 0)),
-        ("not remediable", {"verdict": "zone_split_blocked"}, None, 4, "open", (0, 1, 2)),
+        ("not posted: no GPUs", document(), None, 0, "open", (0, 2, 0)),
+        ("not remediable", document(), None, 4, "open", (0, 1, 2)),
     ],
 )
 def test_a_follow_up_written_with_its_incident_is_what_fire_writes(
-    request: pytest.FixtureRequest, tmp_path: Path, case: str, document: dict[str, Any],
+    request: pytest.FixtureRequest, tmp_path: Path, case: str, document: IncidentDocument,
     preview: Preview | None, gpus: int, status: str, writes: tuple[int, int, int],
 ) -> None:
     """`writes`: (actions, events, messages) of the incident."""

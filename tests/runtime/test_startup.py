@@ -75,14 +75,14 @@ def test_the_first_batch_is_one_cluster_wide_diagnosis_by_the_leader(start: Any)
     everything, leading, reasons = pipeline.batches[0]
     assert (everything, leading) == (True, True)
     assert "start-up" in reasons  # merged with what the initial sync reported
-    wait(lambda: pipeline.diagnoses >= 1, timeout=30, what="the first diagnosis")
-    assert pipeline.follower_batches == 0
+    wait(lambda: pipeline.diagnoser.diagnoses >= 1, timeout=30, what="the first diagnosis")
+    assert pipeline.followed.batches == 0
 
 
 def test_a_replica_starting_while_another_leads_warms_its_mirror_only(start: Any) -> None:
     leader, _ = start("a")
     follower, pipeline = start("b")
     assert leader.elector.is_leader() and not follower.elector.is_leader()
-    wait(lambda: pipeline.follower_batches >= 1, timeout=30, what="the follower's first batch")
+    wait(lambda: pipeline.followed.batches >= 1, timeout=30, what="the follower's first batch")
     assert pipeline.batches[0][:2] == (True, False)
-    assert pipeline.diagnoses == 0 and pipeline.mirror.visited_last > 0  # parsed, not diagnosed
+    assert pipeline.diagnoser.diagnoses == 0 and pipeline.diagnoser.mirror.visited_last > 0  # parsed, not diagnosed

@@ -1,0 +1,43 @@
+"""Planning a remediation: a finding plus the live objects -> the `Plan` that co-locates the job, or a `Refusal`.
+
+Who calls it: the run (`agent.remediation.recheck`, when an approved incident is planned and
+re-planned) and the agent's plan preview (`agent.runtime.previews`). It says no to a finding that
+is not a remediable split with a target zone and hands the rest to the job's family: a training
+kind to `agent.remediation.training_plan`, a generic group to `agent.remediation.group_plan`
+(their refusals, and a resource quantity it cannot read, become the `Refusal`). Pure: it does
+not read the cluster, write it, or read a clock; nothing may be written when it refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agent.model.finding import REMEDIABLE_VERDICTS, Finding
+from agent.model.workload import JobKind
+from agent.remediation.group_plan import plan_group
+from agent.remediation.plan import LiveObjects, Plan, Refusal
+from agent.remediation.room import QuantityError
+from agent.remediation.template import PlanRefusedError
+from agent.remediation.training_plan import plan_training
+
+
+def plan_remediation(
+    finding: Finding, live: LiveObjects, *, mirror_keys: Sequence[str] = ()
+) -> Plan | Refusal:
+    """The plan that co-locates the finding's job in its target zone, or why there is none."""
+    ref = finding.job
+    if finding.verdict not in REMEDIABLE_VERDICTS:
+        return Refusal(ref, f"the job is {finding.verdict.value}, not split across zones "
+                            "nor mislabelled")  # fmt: skip
+    if not finding.remediable or finding.target_zone is None:
+        why = "; ".join(finding.reasons) or "no target zone"
+        return Refusal(ref, f"not remediable: {why}")
+    zone = finding.target_zone
+    try:
+        if ref.kind is JobKind.GROUP:
+            return plan_group(finding, live, zone=zone, mirror_keys=mirror_keys)
+        return plan_training(finding, live, zone=zone, mirror_keys=mirror_keys)
+    except PlanRefusedError as exc:
+        return Refusal(ref, str(exc))
+    except QuantityError as exc:
+        return Refusal(ref, f"cannot read a resource quantity: {exc}")
