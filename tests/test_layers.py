@@ -32,8 +32,9 @@ ROOMS = "Remediation rooms: the plan side imports nothing of the run side"
 FAMILY_STEPS = "Remediation families do not know each other"
 FAMILY_PLANS = "Remediation family planners do not know each other"
 PIPES = "The pipeline only pipes"
+APPROVALS = "Approvals are the domain: no Slack, no HTTP, no cluster client, no remediation"
 CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC,
-             WRITER, ROOMS, FAMILY_STEPS, FAMILY_PLANS, PIPES)
+             WRITER, ROOMS, FAMILY_STEPS, FAMILY_PLANS, PIPES, APPROVALS)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -88,11 +89,20 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ("agent/fakes/slack.py", "import agent.chatops.verification", {FAKES_ALONE}),
         # the pipeline serves no HTTP read (the agent does, over its store)
         ("agent/runtime/recording.py", "import agent.runtime.incidents", {PIPES}),
+        # approvals are one package beside the chat layer and the remediation, below the runtime:
+        # it reaches neither sibling nor up (the runtime imports the approvals: a cycle too), and
+        # its rule stays pure; the remediation knows nothing of approvals
+        ("agent/approval/decision.py", "import agent.chatops.slack", {LAYERS, APPROVALS}),
+        ("agent/approval/expiry.py", "import agent.runtime.root", {LAYERS, APPROVALS, ACYCLIC}),
+        ("agent/approval/requests.py", "import agent.commands.decisions", {LAYERS, APPROVALS, ACYCLIC}),
+        ("agent/approval/approvers.py", "import time", {PURE_EDGES}),
+        ("agent/approval/step.py", "import agent.remediation.plan", {LAYERS, APPROVALS}),
+        ("agent/remediation/remediator.py", "import agent.approval.decision", {LAYERS}),
         # a cycle between two modules of one package
         ("agent/twin/clock.py", "import agent.twin.cluster", {ACYCLIC}),
         # the remediation's rooms: only the writer (and the API reader) use the Kubernetes client
         ("agent/remediation/training_steps.py", "import kubernetes.client", {WRITER}),
-        ("agent/remediation/execute.py", "from kubernetes import client", {WRITER}),
+        ("agent/remediation/remediator.py", "from kubernetes import client", {WRITER}),
         # the plan side knows nothing of the run; the families do not know each other
         ("agent/remediation/planner.py", "import agent.remediation.fence", {ROOMS}),
         ("agent/remediation/group_steps.py", "import agent.remediation.training_steps", {FAMILY_STEPS}),

@@ -49,9 +49,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent.chatops.approvers import ApproverDirectory
 from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.blocks import ButtonAction, Rendered
+from agent.chatops.directory import ApproverDirectory
 from agent.chatops.ports import ChatStore, Clock, Decide, Sweep
 from agent.chatops.replies import detail_reply, help_reply, listing_reply, plain_reply, stats_reply
 from agent.chatops.slash import SlashCommand, SlashError, Verb, parse

@@ -3,7 +3,7 @@
 Who calls it: `agent.commands.incidents` adds these parsers to `incidents`; `agent.cli` dispatches.
 Every flag is checked before anything is opened: a bad ID (not a positive number), an empty `--by`,
 a bad `--for` duration or `--output` is one line on stderr and exit 2, nothing read or written. The
-decision goes through the one decision function (`agent.remediation.decision.decide`), with the
+decision goes through the one decision function (`agent.approval.decision.decide`), with the
 actor `--by` (default: the operating-system user) and source `cli`, and the approvers in force
 in the configuration given (`--config`: its `slack.approvers`, and the playbooks of its
 `playbooks_dir`, read only when the incident names the playbook that proposed its fix; a user
@@ -37,9 +37,9 @@ from agent.parsing.printable import printable
 from agent.settings import Settings, parse_duration
 
 if TYPE_CHECKING:  # the decision module pulls in the store (SQLAlchemy): imported when run
+    from agent.approval.approvers import Authority, Members
+    from agent.approval.decision import DecisionRequest, DecisionResult
     from agent.playbook.model import Playbook
-    from agent.remediation.approvers import Authority, Members
-    from agent.remediation.decision import DecisionRequest, DecisionResult
 
 NOT_AN_APPROVER = 3
 
@@ -89,7 +89,7 @@ def _snooze_for(value: str) -> timedelta:
 
 def build_request(args: argparse.Namespace) -> DecisionRequest:
     """The decision the flags describe; `InputError` names the bad flag."""
-    from agent.remediation.decision import DecisionRequest, validate
+    from agent.approval.decision import DecisionRequest, validate
 
     outcome, _ = _VERBS[args.incidents_action]
     by = os_user() if args.by is None else args.by.strip()
@@ -108,7 +108,7 @@ def build_request(args: argparse.Namespace) -> DecisionRequest:
 
 
 def exit_status(result: DecisionResult) -> int:
-    from agent.remediation.decision import DecisionReason
+    from agent.approval.decision import DecisionReason
 
     if result.recorded:
         return 0
@@ -126,8 +126,8 @@ def slack_members(settings: Settings) -> Members | None:
     slack = settings.slack
     if not slack.enabled or not slack.approvers.usergroups:
         return None
-    from agent.chatops.approvers import ApproverDirectory
     from agent.chatops.credentials import load_credentials
+    from agent.chatops.directory import ApproverDirectory
 
     directory: list[ApproverDirectory] = []
 
@@ -151,9 +151,9 @@ def cli_authority(settings: Settings) -> Authority:
     """The approvers in force for the CLI: the given configuration's, its playbooks read from
     `playbooks_dir` (unset: the shipped ones) only when an incident names the playbook that proposed
     its fix."""
+    from agent.approval.approvers import Authority
     from agent.playbook.loader import load_playbooks, playbooks_directory
     from agent.playbook.schema import PlaybookError
-    from agent.remediation.approvers import Authority
 
     def playbooks() -> list[Playbook]:
         try:
@@ -168,7 +168,7 @@ def cli_authority(settings: Settings) -> Authority:
 def run(args: argparse.Namespace) -> int:
     if args.output not in OUTPUTS:
         raise InputError(f"--output: expected text or json, got {args.output!r}")
-    from agent.remediation.decision import decide
+    from agent.approval.decision import decide
 
     request = build_request(args)
     settings, store = open_cli_store(args)

@@ -1,6 +1,6 @@
 """Strict JSON: the one reader of the JSON bodies the agent's HTTP endpoints accept.
 
-Who calls it: the decision API (`agent.runtime.decision_api`) and the Alertmanager webhook
+Who calls it: the decision API (`agent.runtime.decision_http`) and the Alertmanager webhook
 (`agent.sources.alertmanager`). A body is refused with `JsonError` naming the problem when it is:
 
 - not UTF-8 (the offset of the first bad byte is named);

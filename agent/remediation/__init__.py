@@ -1,1 +1,2 @@
-"""Remediation: `plan` builds patches (pure), `execute` is the only cluster writer, `verify` judges."""
+"""Remediation: `planner` builds patches (pure), `remediator` runs an approved fix through `writer`
+(the only cluster writer), `verify` judges. Approvals are `agent.approval`'s."""

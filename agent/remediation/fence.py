@@ -1,6 +1,6 @@
 """The write fence: may this process still write to the cluster for the run it started?
 
-Who uses it: `agent.remediation.execute` opens a `Fence` when a run starts (from the replica's
+Who uses it: `agent.remediation.remediator` opens a `Fence` when a run starts (from the replica's
 `Leadership`) and `agent.remediation.writer.ClusterWriter` checks it right before every write;
 the composition root hands the leader elector in as the `Leadership`
 (`agent.runtime.leader.LeaderElector.term`), a single replica or the CLI hands `SOLE_WRITER`.

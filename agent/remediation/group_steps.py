@@ -1,6 +1,6 @@
 """The steps of a generic group's remediation: Deployment rollouts and batch Job recreation, and their undoing.
 
-Who calls it: `agent.remediation.execute.Remediator`, for a run whose job is a configured generic
+Who calls it: `agent.remediation.remediator.Remediator`, for a run whose job is a configured generic
 group (`JobKind.GROUP`; its workloads described by `agent.model.workload.OwnerKind`). What it
 does, each step recorded through the run's `Journal` and decided from the recorded plan plus the
 live objects, so a fresh run resumes at any point:

@@ -1,6 +1,6 @@
 """The guards in front of every remediation: may the leader start this approved incident now?
 
-Who calls it: the leader's remediation executor (`agent.runtime.executor`), for each `approved`
+Who calls it: the leader's remediation executor (`agent.runtime.remediation_queue`), for each `approved`
 incident before handing it to the remediator. Pure: plain data in (the incident, the job's live
 objects from the watch cache, the counts the executor read), a `Clearance` out.
 

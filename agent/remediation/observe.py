@@ -1,8 +1,8 @@
 """What the remediation reads from the cluster: the job, its pods, nodes, pods on nodes, workloads.
 
 Called by the remediation run (`agent.remediation.recheck` before planning and before the first
-write, the families' steps while they wait, `agent.remediation.execute` while verifying), and by
-the agent's plan preview (`agent.runtime.previews`) when a finding opens an incident. Reads
+write, the families' steps while they wait, `agent.remediation.remediator` while verifying), and by
+the agent's plan preview (`agent.runtime.plan_previews`) when a finding opens an incident. Reads
 only (GET and LIST through `KubeApi`, JSON as the API returns it); the writes live in
 `agent.remediation.writer`. Also defines what a re-diagnosis hands back (`Rediagnosis`): the
 executor gets a callable producing one from its composition root, because diagnosing belongs to a

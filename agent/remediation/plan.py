@@ -2,8 +2,8 @@
 
 Who uses it: the planners build it (`agent.remediation.planner.plan_remediation`, through the
 family planners `agent.remediation.training_plan` and `agent.remediation.group_plan`); the run
-(`agent.remediation.execute` and its steps) records it as JSON on the incident, reads it back and
-applies it; the preview (`agent.remediation.preview`) and whatever shows it to people
+(`agent.remediation.remediator` and its steps) records it as JSON on the incident, reads it back and
+applies it; the preview (`agent.remediation.preview_action`) and whatever shows it to people
 (`incidents show`, chat) read it. Also what a plan is made from (`LiveObjects`, as read from the
 API) and how pods are placed (`placement`). Pure: plain data in, plain data out; it does not
 plan, read the cluster, write it, or read a clock.

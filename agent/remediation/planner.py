@@ -1,7 +1,7 @@
 """Planning a remediation: a finding plus the live objects -> the `Plan` that co-locates the job, or a `Refusal`.
 
 Who calls it: the run (`agent.remediation.recheck`, when an approved incident is planned and
-re-planned) and the agent's plan preview (`agent.runtime.previews`). It says no to a finding that
+re-planned) and the agent's plan preview (`agent.runtime.plan_previews`). It says no to a finding that
 is not a remediable split with a target zone and hands the rest to the job's family: a training
 kind to `agent.remediation.training_plan`, a generic group to `agent.remediation.group_plan`
 (their refusals, and a resource quantity it cannot read, become the `Refusal`). Pure: it does

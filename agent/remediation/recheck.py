@@ -1,6 +1,6 @@
 """Looking at the job again before acting on it: re-diagnose, superseded?, re-read, re-plan, re-guard.
 
-Who calls it: `agent.remediation.execute.Remediator` when an approved incident is planned (and
+Who calls it: `agent.remediation.remediator.Remediator` when an approved incident is planned (and
 when a run that died before recording its plan plans it again), and the families' steps
 (`agent.remediation.training_steps`, `agent.remediation.group_steps`) right before the first
 write and after a write conflict. The one place where a run compares the job as it is now with

@@ -1,6 +1,6 @@
 """One remediation run as the store records it: its steps, its state, its journal, how it ends.
 
-Who uses it: `agent.remediation.execute.Remediator` opens a `Run` per incident it drives and
+Who uses it: `agent.remediation.remediator.Remediator` opens a `Run` per incident it drives and
 ends it; the steps it hands the run to (`agent.remediation.recheck`, the families'
 `agent.remediation.training_steps` and `agent.remediation.group_steps`) record through the same
 `Journal` and end a run by raising one of the outcomes below. What it does: names the recorded

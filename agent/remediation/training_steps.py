@@ -1,6 +1,6 @@
 """The steps of a training job's remediation (a Kubeflow kind, through its descriptor): suspend, resume, restore.
 
-Who calls it: `agent.remediation.execute.Remediator`, for a run whose job is a training kind
+Who calls it: `agent.remediation.remediator.Remediator`, for a run whose job is a training kind
 (`agent.model.workload.WorkloadKind`: where its `suspend` lives, which condition says suspended).
 What it does, each step recorded through the run's `Journal` and decided from the recorded plan
 plus the live job, so a fresh run resumes at any point:

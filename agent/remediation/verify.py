@@ -1,6 +1,6 @@
 """Judging a remediation from what the agent observes after the resume: verified, keep waiting, failed.
 
-Called by `agent.remediation.execute.Verification` in a poll loop: `judge_placement` while it waits for the
+Called by `agent.remediation.remediator.Verification` in a poll loop: `judge_placement` while it waits for the
 restarted pods to be bound, `judge` during verification. Pure: the observations (pods with zones,
 phases and the scheduler's message, the re-diagnosis, utilization figures, elapsed time) and the
 policy come in as data; no clock, no I/O.

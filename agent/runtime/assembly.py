@@ -14,7 +14,8 @@ anything itself; the `Agent` starts and stops the parts.
 
 from __future__ import annotations
 
-from agent.runtime import chat, executor, expiry
+from agent.approval import expiry
+from agent.runtime import chat, remediation_queue
 from agent.runtime.pipeline import AgentPipeline
 from agent.runtime.root import Parts
 from agent.store.repository import IncidentStore
@@ -32,7 +33,7 @@ class AgentAssembly:
         """The agent's pipeline for `parts` (an `agent.runtime.app.PipelineFactory`)."""
         store = self.store
         # the leader's background jobs: approved incidents to the remediator, deadlines expired
-        executor.register(parts, store, executor.live_remediator(parts, store))
+        remediation_queue.register(parts, store, remediation_queue.live_remediator(parts, store))
         expiry.register(parts, store)
         agent_pipeline = AgentPipeline(parts, store)
         self.chats.append(chat.wire_chat(parts, store=store,

@@ -3,7 +3,7 @@
 Given the agent's `Parts` and its incident store, it builds the Slack client, the approver
 directory, the Bolt app and its handlers, mounts POST /slack/events on the agent's HTTP server
 (HTTP mode) and registers the outbox deliverer as a leader-gated background job. Clicks go through
-the one decision function (`agent.remediation.decision.decide`), adapted here to the chat layer's
+the one decision function (`agent.approval.decision.decide`), adapted here to the chat layer's
 `Decide` port, so the chat layer never imports the remediation package; the function asks the
 agent's authority (`Parts.authority`: the approvers in force) who may decide, and the authority
 reads user group members through this chat layer's Slack client.
@@ -28,10 +28,12 @@ from slack_bolt import App
 from slack_sdk import WebClient
 from starlette.routing import BaseRoute
 
-from agent.chatops.approvers import ApproverDirectory
+from agent.approval.approvers import Authority
+from agent.approval.decision import DecisionReason, DecisionRequest, decide
 from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.credentials import load_credentials
 from agent.chatops.delivery import Deliverer, Follower, SeriesSource
+from agent.chatops.directory import ApproverDirectory
 from agent.chatops.ports import Clock, DecisionReply, Sweep
 from agent.chatops.slack import ChatHandlers, build_app, events_route
 from agent.chatops.verification import RequestGuard
@@ -39,8 +41,6 @@ from agent.chatops.workspace import Workspace
 from agent.model.incident import Actor, ClaimedMessage, IncidentDetail, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome
 from agent.playbook.model import Playbook
-from agent.remediation.approvers import Authority
-from agent.remediation.decision import DecisionReason, DecisionRequest, decide
 from agent.runtime.root import Parts
 from agent.settings import Settings, SlackMode
 from agent.store.repository import IncidentStore

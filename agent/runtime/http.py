@@ -13,7 +13,7 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
   `limit`) and `GET /api/incidents/{id}`: bearer-token auth when `api_token` is set; without a
   token the API answers loopback clients only (403 otherwise), so it is off by default on loopback
   and never open to the network by accident;
-- `POST /api/incidents/{id}/decision` (`agent.runtime.decision_api`): approve, reject or snooze
+- `POST /api/incidents/{id}/decision` (`agent.runtime.decision_http`): approve, reject or snooze
   through the one decision function. The route exists only when `api_token` is set (and a decider
   is given): a bearer token, compared in constant time, is required (401 without it); 400 names a
   bad field, 404 no such incident, 409 already decided / expired / no longer current (naming who
@@ -45,13 +45,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from agent.approval.decision import DecisionRequest, DecisionResult
 from agent.errors import InputError, UnavailableError
 from agent.model.incident import parse_incident_id
 from agent.model.lifecycle import to_jsonable
 from agent.parsing.bounded_body import BodyTooLargeError, read_bounded
 from agent.parsing.numbers import parse_duration, parse_int
-from agent.remediation.decision import DecisionRequest, DecisionResult
-from agent.runtime import decision_api
+from agent.runtime import decision_http
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.limits import ReadDeadlineError
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
@@ -168,10 +168,10 @@ def _decision_route(decisions: IncidentDecisions) -> Route:
     """`POST /api/incidents/{id}/decision`: a write route (mounted behind the bearer token)."""
 
     async def decide(request: Request) -> Response:
-        body = await read_body(request, limit=decision_api.MAX_BODY)
-        wanted = decision_api.parse_decision(request.path_params["incident_id"], body)
+        body = await read_body(request, limit=decision_http.MAX_BODY)
+        wanted = decision_http.parse_decision(request.path_params["incident_id"], body)
         result = await run_in_threadpool(decisions.decide, wanted)
-        status = decision_api.status_code(result)
+        status = decision_http.status_code(result)
         payload: dict[str, Any] = to_jsonable(result)
         if status != 200:
             payload["error"] = result.message

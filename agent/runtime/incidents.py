@@ -9,7 +9,7 @@ since, limit) to the store's `IncidentQuery` and returns plain JSON data (the st
 `to_jsonable`; an incident's detail adds `proposed_fix`, the latest plan or refusal recorded on
 it, see `agent.model.proposal`). A bad filter value is an `InputError` (400); a database that is away is the
 store's `StoreUnavailableError` (503). The only write is `decide`, which reads the clock (`now`)
-and hands the request to `agent.remediation.decision.decide` with the agent's authority (the
+and hands the request to `agent.approval.decision.decide` with the agent's authority (the
 approvers in force now: a `by` who is not one is refused, 403). What it does not do: record
 findings (the pipeline does) or write anything but a decision.
 """
@@ -21,12 +21,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agent.approval.decision import Authorizer, DecisionRequest, DecisionResult, decide
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
-from agent.remediation.decision import Authorizer, DecisionRequest, DecisionResult, decide
 from agent.runtime.http import IncidentFilter
 from agent.runtime.root import Parts
 from agent.store.errors import IncidentNotFoundError

@@ -20,7 +20,8 @@ for everyone else). Not thread-safe: the pipeline's lock guards it.
 The first `state()` is a bulk load (150,000 pods at start-up): every cached object is parsed in
 one pass, nodes first, the facts index built once at the end; the containers and owner
 references the cache shares between a job's pods are parsed once each (`PodParts`); the cyclic
-garbage collector is paused meanwhile, and a load of at least `FREEZE_AT` objects freezes what
+garbage collector is paused meanwhile (the process's one shared pause, `agent.sources.gcpause`:
+the informers' lists pause it too), and a load of at least `FREEZE_AT` objects freezes what
 the process holds (the cache and the mirror, long-lived by construction) out of its reach at once
 (`frozen_loads` counts it: the pipeline's post-batch full collection, a second pass over the same
 millions of objects, then waits for the next cluster-wide batch).
@@ -49,6 +50,7 @@ from agent.snapshot.manifests import (
     parse_training_job,
 )
 from agent.sources.cache import ClusterCache
+from agent.sources.gcpause import gc_paused
 from agent.sources.podfacts import ObjKey
 from agent.sources.resources import Resource, Role
 from agent.topology.facts import ClusterFacts, FactsIndex
@@ -186,9 +188,7 @@ class ModelMirror:
         self._pods = {}
         self._pods_tuple = None
         self._maps = {role: {} for role in self._maps}
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             visited = 0
             resources = sorted(self.cache.resources(), key=lambda r: r.role is not Role.NODE)
             for resource in resources:
@@ -210,9 +210,6 @@ class ModelMirror:
                     target[slot if pods else _identity(role, parsed)] = parsed
             self.visited_last = visited
             self._rebuild_facts()
-        finally:
-            if was_enabled:
-                gc.enable()
         if visited >= FREEZE_AT:
             gc.freeze()
             self.frozen_loads += 1

@@ -54,18 +54,18 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
+from agent.approval.requests import ApprovalRequests
 from agent.diagnosis.diagnose import JobScope
 from agent.model.finding import Finding
 from agent.model.job import JobRef
 from agent.model.lifecycle import TOPOLOGY_CLASSES, IncidentStatus, VerdictClass
 from agent.playbook.model import Playbook
-from agent.runtime.approvals import ApprovalRequests
 from agent.runtime.diagnoser import Diagnoser
 from agent.runtime.drops import DropMessages
 from agent.runtime.evidence import UtilizationReadings
 from agent.runtime.open_incidents import OpenIncidents
+from agent.runtime.plan_previews import PlanPreviews
 from agent.runtime.playbooks import PlaybookActions
-from agent.runtime.previews import PlanPreviews
 from agent.runtime.recording import Recorder, RecordingParts
 from agent.runtime.revisit import FollowedChanges, WaitingRoom, in_scope, job_scope
 from agent.runtime.root import Parts

@@ -18,7 +18,7 @@ preview, the approval request, the messages and the note with the incident, in i
 (`IncidentStore.record_findings`), so the messages of an incident are never lost between two
 transactions; a firing that needs an automatic approval is left to `fire`.
 
-A firing that carries a plan preview (`agent.runtime.previews`) records it on the incident
+A firing that carries a plan preview (`agent.runtime.plan_previews`) records it on the incident
 first, so the queued messages and `incidents show` carry the fix's diff (or why it cannot be
 applied); the preview rides along in the finding of the outbox payloads as plain data
 (`proposed_fix`). A `propose_colocation` action then takes the incident's approval step
@@ -41,6 +41,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent.approval.requests import ApprovalRequests
+from agent.approval.step import ApprovalStep, ApprovalStepKind
 from agent.errors import UnavailableError, ZonemedicError
 from agent.model.document import IncidentDocument
 from agent.model.incident import (
@@ -63,9 +65,7 @@ from agent.playbook.matching import (
     unposted_reason,
 )
 from agent.playbook.model import ApprovalPolicy, Playbook, PlaybookActionKind
-from agent.remediation.approval import ApprovalStep, ApprovalStepKind
-from agent.runtime.approvals import ApprovalRequests
-from agent.runtime.previews import PlanPreviews, Preview
+from agent.runtime.plan_previews import PlanPreviews, Preview
 from agent.sources.cache import ClusterCache
 from agent.store.repository import IncidentStore
 

@@ -47,8 +47,8 @@ from agent.runtime.drops import DropMessages
 from agent.runtime.evidence import UtilizationReadings
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.open_incidents import OpenIncidents, Order
+from agent.runtime.plan_previews import PlanPreviews, Preview, wanted
 from agent.runtime.playbooks import PlaybookActions
-from agent.runtime.previews import PlanPreviews, Preview, wanted
 from agent.runtime.revisit import WaitingRoom
 from agent.runtime.waste import SplitWaste
 from agent.sources.cache import ClusterCache

@@ -1,7 +1,7 @@
 """Re-diagnosing one job from the live API, for the remediation executor.
 
 Who calls it: the composition root hands `ApiRediagnosis(api, settings.diagnosis)` to
-`agent.remediation.execute.Remediator` as its `diagnose` callable; tests and the benchmark do the
+`agent.remediation.remediator.Remediator` as its `diagnose` callable; tests and the benchmark do the
 same. One call lists what the job's verdict depends on -- every node, the job's namespace (object,
 pods, the training jobs and owner kinds of the workload table at each version they are served
 as: Deployments/ReplicaSets/batch Jobs, CiliumNetworkPolicies, NetworkPolicies)

@@ -22,9 +22,9 @@ from typing import Any
 
 from starlette.routing import BaseRoute
 
+from agent.approval.approvers import Authority
 from agent.errors import ConfigError, UnavailableError
 from agent.playbook.model import Playbook
-from agent.remediation.approvers import Authority
 from agent.remediation.fence import Leadership
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
 from agent.runtime.metrics import AgentMetrics

@@ -19,7 +19,6 @@ write to the cluster.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import random
 import threading
@@ -34,6 +33,7 @@ import orjson
 from agent.sources.backoff import Backoff
 from agent.sources.cache import ClusterCache
 from agent.sources.change import EventType
+from agent.sources.gcpause import freeze_at_end, gc_paused
 from agent.sources.kubeapi import KubeApi, KubeApiError, iter_lines
 from agent.sources.resources import RESOURCES, Resource, group_versions, select_served
 from agent.sources.slim import Sharer, slimmer
@@ -41,6 +41,7 @@ from agent.sources.slim import Sharer, slimmer
 log = logging.getLogger(__name__)
 
 LIST_PAGE = 5000
+FREEZE_AT = 20_000  # objects: a list this large is frozen once every list has ended (gcpause)
 
 
 @dataclass
@@ -138,14 +139,14 @@ class Informer:
 
         The cyclic garbage collector is paused meanwhile: parsing a large list creates millions
         of objects that only reference counting frees, and collections triggered by them
-        (scanning the growing cache each time) would otherwise cost more than the parse."""
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self._list()
-        finally:
-            if was_enabled:
-                gc.enable()
+        (scanning the growing cache each time) would otherwise cost more than the parse. The
+        pause is shared by every informer listing at once; a list of `FREEZE_AT` objects or more
+        freezes what the process holds when the last of them ends."""
+        with gc_paused():  # one pause for every informer listing at once (see gcpause)
+            version = self._list()
+            if self.list_stats.items >= FREEZE_AT:
+                freeze_at_end()  # the cache's objects are long-lived: out of the collector's way
+            return version
 
     def _fetch_page(self, token: str | None) -> tuple[Any, float]:
         """One page of the list (parsed) and when it was asked for."""

@@ -152,6 +152,60 @@ def slim_pod(obj: Obj, share: Callable[[Any], Any] = _same) -> Obj:
     return out
 
 
+_OWNER_KEYS = ("apiVersion", "kind", "name", "uid", "controller")
+_SHARED_SPEC = ("serviceAccountName", "nodeSelector", "tolerations", "affinity")
+
+
+def _pod_slimmer(share: Sharer) -> Callable[[Obj], Obj]:
+    """`slim_pod` with `share`, on the informer's path: the same output (and the same sharing),
+    with the memo lookups made in place (150,000 pods at start-up: no closure or call per part
+    that the table already holds)."""
+    table = share._table
+    dumps = orjson.dumps
+
+    def slim(obj: Obj) -> Obj:
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        containers = spec.get("containers") or []
+        key = b"c" + dumps(containers)
+        shared = table.get(key)
+        if shared is None:
+            shared = share.memo(b"c", containers, lambda: [_container(c) for c in containers])
+        out_spec: Obj = {"containers": shared}
+        node = spec.get("nodeName")
+        if node:
+            out_spec["nodeName"] = node
+        for name in _SHARED_SPEC:
+            value = spec.get(name)
+            if value:
+                out_spec[name] = share(value)
+        meta = obj.get("metadata") or {}
+        out_meta: Obj = {"name": meta.get("name", "")}
+        for name in ("namespace", "uid", "labels", "deletionTimestamp"):
+            value = meta.get(name)
+            if value:
+                out_meta[name] = value
+        refs = meta.get("ownerReferences")
+        if refs:
+            key = b"o" + dumps(refs)
+            owners = table.get(key)
+            if owners is None:
+                owners = share.memo(b"o", refs, lambda: [
+                    {k: ref[k] for k in _OWNER_KEYS if k in ref}
+                    for ref in refs if isinstance(ref, dict)
+                ])  # fmt: skip
+            out_meta["ownerReferences"] = owners
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": out_meta,
+            "spec": out_spec,
+            "status": _status(status.get("phase") or "Pending"),
+        }
+
+    return slim
+
+
 _STATUSES: dict[str, Obj] = {}
 
 
@@ -305,7 +359,7 @@ def slim_event(obj: Obj) -> Obj:
 def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable[[Obj], Obj]:
     """The slimming function for objects of `resource` (pods share equal parts via `share`)."""
     if resource.role is Role.POD:
-        return lambda obj: slim_pod(obj, share)
+        return _pod_slimmer(share) if isinstance(share, Sharer) else lambda obj: slim_pod(obj, share)
     if resource.role is Role.NODE:
         return slim_node
     if resource.role is Role.NAMESPACE:

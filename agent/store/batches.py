@@ -22,7 +22,7 @@ one at a time after the first. A unique conflict (another writer opened one of t
 the dedupe keys, meanwhile) rolls that statement back to its savepoint and the chunk is recorded
 one by one (`findings.record`, `outbox.enqueue`) in the same transaction. Plan previews, approval
 requests and notes are written one by one (`timeline.record_action`,
-`approvals.request_approval`, `timeline.insert_event`).
+`approval_deadlines.request_approval`, `timeline.insert_event`).
 
 What it does not do: decide what a follow-up holds (the pipeline and its playbooks do, without I/O:
 `follow` is called inside the transaction, again when a transaction is retried), or read a clock.
@@ -46,7 +46,7 @@ from agent.model.incident import (
 )
 from agent.model.lifecycle import EventKind
 from agent.model.verdict import Verdict
-from agent.store import approvals, findings, outbox, timeline
+from agent.store import approval_deadlines, findings, outbox, timeline
 from agent.store.errors import CorruptRecordError
 from agent.store.rows import SUMMARY_COLUMNS, UnreadableError, summary
 from agent.store.schema import IncidentEventRow, IncidentRow, OutboxRow
@@ -223,7 +223,7 @@ def _follow_up(conn: Connection, ups: Sequence[tuple[FindingOutcome, FollowUp | 
             continue
         incident_id = outcome.incident.id
         if up.approval_deadline is not None:
-            approvals.check_deadline(incident_id, deadline=up.approval_deadline, now=up.now)
+            approval_deadlines.check_deadline(incident_id, deadline=up.approval_deadline, now=up.now)
         if up.action is not None:
             draft = up.action
             timeline.record_action(
@@ -232,7 +232,7 @@ def _follow_up(conn: Connection, ups: Sequence[tuple[FindingOutcome, FollowUp | 
                 event=draft.event,
             )
         if up.approval_deadline is not None:
-            approvals.request_approval(
+            approval_deadlines.request_approval(
                 conn, incident_id, deadline=up.approval_deadline, now=up.now,
                 actor=up.approval_actor, token=str(uuid.uuid4()), attempt=1,
             )

@@ -1,6 +1,6 @@
 """How many remediations a cluster started recently: the count behind the executor's hourly cap.
 
-Who calls it: the leader's remediation executor (`agent.runtime.executor`), before it starts a new
+Who calls it: the leader's remediation executor (`agent.runtime.remediation_queue`), before it starts a new
 remediation. A remediation starts when its incident enters `remediating`, which the store records
 as a `remediation_started` timeline event in the same transaction; this module counts those events
 of one cluster's incidents since a time. Events survive a leader change, so the cap holds across

@@ -11,8 +11,8 @@ tables; this facade runs each of their operations in one transaction:
   it, one transaction per `BATCH` findings (`agent.store.batches`)
 - lifecycle: `transition(id, expected, new, *, actor, now)` and `record_decision(id, outcome, *,
   actor, now)` -> `TransitionResult`, one conditional UPDATE each (`agent.store.transitions`)
-- approvals: `request_approval(id, *, deadline, now, actor)`, `expire_due(*, now)`
-  (`agent.store.approvals`)
+- approval deadlines: `request_approval(id, *, deadline, now, actor)`, `expire_due(*, now)`
+  (`agent.store.approval_deadlines`)
 - timeline: `add_event`, `record_action` (`agent.store.timeline`)
 - outbox: `enqueue_message`, `claim_messages`, `mark_delivered`, `mark_failed` with the claim's
   token (`agent.store.outbox`)
@@ -25,6 +25,11 @@ Every call retries transient database failures within `database.write_retry` (se
 silently. Checks that need no database (an allowed transition, a snooze with its end, column
 lengths) run before any I/O.
 
+The class is assembled from its rooms: `agent.store.transactions.StoreTransactions` (the engine, the
+retrier, one transaction per operation, `ping`/`ready`), `agent.store.messages.OutboxOperations`
+(the outbox) and `agent.store.history.HistoryReads` (the history); findings, lifecycle, approvals,
+timeline and retention are written here.
+
 What it does not do: decide when to transition (the agent), render anything, or read a clock.
 """
 
@@ -33,24 +38,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection
 
 from agent.model.incident import (
-    MAX_INCIDENT_ID,
     Actor,
-    ClaimedMessage,
     FindingOutcome,
     FindingRecord,
     FollowUp,
-    IncidentDetail,
-    IncidentListing,
-    IncidentQuery,
-    IncidentStats,
-    IncidentSummary,
-    OutboxMessage,
     PurgeResult,
     TransitionResult,
 )
@@ -60,108 +57,27 @@ from agent.model.lifecycle import (
     EventKind,
     IncidentStatus,
     LifecycleError,
-    MessageKind,
     RemediationActionKind,
-    ResumeAction,
     check_transition,
 )
 from agent.settings import DatabaseSettings
-from agent.store import (
-    approvals,
-    batches,
-    findings,
-    outbox,
-    queries,
-    retention,
-    timeline,
-    transitions,
-)
-from agent.store.engine import make_engine, read_engine
-from agent.store.errors import (
-    IncidentNotFoundError,
-    InvalidRecordError,
-    StoreError,
-    StoreUnavailableError,
-    safe_url,
-)
+from agent.store import approval_deadlines, batches, findings, retention, timeline, transitions
+from agent.store.engine import make_engine
+from agent.store.errors import InvalidRecordError
+from agent.store.history import HistoryReads
+from agent.store.messages import OutboxOperations
 from agent.store.outbox import OutboxPolicy
-from agent.store.resilience import Readiness, Retrier, RetryPolicy
-from agent.store.rows import UnreadableError
+from agent.store.resilience import Readiness, RetryPolicy
 
 __all__ = ["IncidentStore", "OutboxPolicy", "open_store"]
-
-T = TypeVar("T")
 
 BATCH = 200  # findings per transaction of `record_findings`
 
 
-class IncidentStore:
-    """The repository over one database (see the module docstring for the surface)."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        retry: RetryPolicy | None = None,
-        outbox: OutboxPolicy | None = None,
-        readiness: Readiness | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.engine = engine
-        self._reader = read_engine(engine)
-        self.readiness = readiness or Readiness()
-        self.outbox_policy = outbox or OutboxPolicy()
-        self.target = safe_url(engine.url.render_as_string(hide_password=False))
-        self._retrier = Retrier(
-            target=self.target,
-            policy=retry or RetryPolicy(),
-            readiness=self.readiness,
-            sleep=sleep,
-        )
-
-    # ----------------------------------------------------------------------------------------
-    # plumbing
-
-    def _write(self, what: str, body: Callable[[Connection, int], T]) -> T:
-        def attempt(n: int) -> T:
-            with self.engine.begin() as conn:
-                return body(conn, n)
-
-        return self._retrier.call(attempt, what=what)
-
-    def _read(self, what: str, body: Callable[[Connection], T]) -> T:
-        def attempt(_n: int) -> T:
-            with self._reader.begin() as conn:
-                return body(conn)
-
-        return self._retrier.call(attempt, what=what)
-
-    def ready(self) -> bool:
-        """The readiness flag (last database contact succeeded); never blocks."""
-        return self.readiness.is_ready()
-
-    def ping(self) -> bool:
-        """One quick round-trip (no retry); updates and returns readiness."""
-        try:
-            self._retrier.call(
-                lambda _n: self._read_one("SELECT 1"), what="ping", budget=timedelta(0)
-            )
-        except (StoreError, StoreUnavailableError) as exc:
-            self.readiness.mark_unready(str(exc))
-            return False
-        return True
-
-    def _read_one(self, sql: str) -> Any:
-        with self._reader.connect() as conn:
-            return conn.execute(text(sql)).scalar()
-
-    def wait_until_reachable(self, timeout: timedelta) -> None:
-        """Block until the database answers, retrying with backoff; `StoreUnavailableError` after
-        `timeout` (the start-up path: the health endpoint reports not ready meanwhile)."""
-        self._retrier.call(lambda _n: self._read_one("SELECT 1"), what="connect", budget=timeout)
-
-    def close(self) -> None:
-        self.engine.dispose()
+class IncidentStore(OutboxOperations, HistoryReads):
+    """The repository over one database (see the module docstring for the surface); its
+    transactions, outbox operations and history reads live in `transactions`, `messages` and
+    `history`."""
 
     # ----------------------------------------------------------------------------------------
     # findings and lifecycle
@@ -254,11 +170,11 @@ class IncidentStore:
         self, incident_id: int, *, deadline: datetime, now: datetime, actor: str
     ) -> TransitionResult:
         """`open -> awaiting_approval` with its approval deadline, one conditional transition."""
-        approvals.check_deadline(incident_id, deadline=deadline, now=now)
+        approval_deadlines.check_deadline(incident_id, deadline=deadline, now=now)
         token = str(uuid.uuid4())
         return self._write(
             f"request approval on incident {incident_id}",
-            lambda conn, attempt: approvals.request_approval(
+            lambda conn, attempt: approval_deadlines.request_approval(
                 conn, incident_id, deadline=deadline, now=now, actor=actor, token=token,
                 attempt=attempt),
         )
@@ -269,7 +185,7 @@ class IncidentStore:
         token = str(uuid.uuid4())
         return self._write(
             "expire overdue approvals",
-            lambda conn, attempt: approvals.expire_due(conn, now=now, token=token, attempt=attempt),
+            lambda conn, attempt: approval_deadlines.expire_due(conn, now=now, token=token, attempt=attempt),
         )
 
     # ----------------------------------------------------------------------------------------
@@ -343,102 +259,6 @@ class IncidentStore:
                 event=event,
             ),
         )
-
-    # ----------------------------------------------------------------------------------------
-    # outbox
-
-    def enqueue_message(
-        self,
-        kind: MessageKind,
-        *,
-        payload: Mapping[str, Any],
-        now: datetime,
-        incident_id: int | None = None,
-        channel: str | None = None,
-        dedupe_key: str | None = None,
-    ) -> int:
-        """Queue a message for delivery; with a `dedupe_key` already queued, returns that id."""
-        return self._write(
-            "enqueue message",
-            lambda conn, _n: outbox.enqueue(conn, kind, payload=payload, now=now,
-                                            incident_id=incident_id, channel=channel,
-                                            dedupe_key=dedupe_key),
-        )
-
-    def claim_messages(
-        self, *, now: datetime, limit: int = 20, lease: timedelta
-    ) -> list[ClaimedMessage]:
-        """Claim up to `limit` due messages, oldest first, each with a fresh token until
-        `now + lease` (two deliverers never hold one message; an expired claim can be taken
-        over; a message waits while an earlier one of its incident is pending)."""
-        if lease <= timedelta(0) or limit < 1:
-            raise InvalidRecordError(f"claim needs a positive lease and limit, not {lease}, {limit}")
-        return self._write("claim due messages",
-                           lambda conn, _n: outbox.claim(conn, now=now, limit=limit, lease=lease))
-
-    def mark_delivered(
-        self, message_id: int, *, token: str, now: datetime, external_ref: str | None = None
-    ) -> bool:
-        """The message was delivered: applies only while claim `token` holds the pending message
-        (returns whether it applied); a delivered post adds a `posted` event to its incident."""
-        return self._write(
-            f"mark message {message_id} delivered",
-            lambda conn, attempt: outbox.mark_delivered(
-                conn, message_id, token=token, now=now, external_ref=external_ref,
-                attempt=attempt),
-        )
-
-    def mark_failed(
-        self, message_id: int, *, token: str, now: datetime, error: str
-    ) -> OutboxMessage | None:
-        """A delivery attempt failed: while claim `token` holds the pending message, release it and
-        schedule the next attempt with backoff, or mark it dead after `max_attempts` (dead messages
-        stay with their last error). Returns the message as it now stands, or None when the claim
-        no longer held it (nothing changed)."""
-        policy = self.outbox_policy
-        try:
-            return self._write(
-                f"mark message {message_id} failed",
-                lambda conn, attempt: outbox.mark_failed(conn, message_id, token=token, now=now,
-                                                         error=error, policy=policy,
-                                                         attempt=attempt),
-            )
-        except UnreadableError as exc:
-            raise StoreError(f"outbox message {message_id} cannot be read: {exc}") from None
-
-    # ----------------------------------------------------------------------------------------
-    # history
-
-    def list_incidents(self, query: IncidentQuery | None = None) -> IncidentListing:
-        """Incidents matching `query`, newest first. Rows that cannot be read are reported in
-        `problems` (naming the incident) instead of failing the listing."""
-        chosen = query or IncidentQuery()
-        return self._read("list incidents", lambda conn: queries.list_incidents(conn, chosen))
-
-    def open_counts(self, *, cluster: str) -> dict[tuple[str, str], int]:
-        """Open incidents of `cluster` counted by (verdict, status): one grouped query, for the
-        agent's `zonemedic_incidents` gauge (no rows are materialized)."""
-        return self._read("count open incidents",
-                          lambda conn: queries.open_counts(conn, cluster=cluster))
-
-    def get_incident(self, incident_id: int) -> IncidentDetail:
-        """One incident with its timeline, decisions, actions and messages."""
-        if not 1 <= incident_id <= MAX_INCIDENT_ID:  # no such row; PostgreSQL would overflow
-            raise IncidentNotFoundError(incident_id)
-        return self._read(f"read incident {incident_id}",
-                          lambda conn: queries.get_incident(conn, incident_id))
-
-    def stats(self, *, since: datetime, now: datetime) -> IncidentStats:
-        """Counts by verdict and outcome, mean times to detect/decide/resolve and GPU-hours
-        recovered, over incidents opened in [since, now] (see `agent.store.queries.stats`)."""
-        return self._read("compute incident stats",
-                          lambda conn: queries.stats(conn, since=since, now=now))
-
-    def incidents_to_resume(self) -> list[tuple[IncidentSummary, ResumeAction]]:
-        """Every open incident with what a (re)starting agent must do for it (see
-        `agent.model.lifecycle.resume_action`). Unreadable rows are skipped here and reported
-        by `list_incidents`."""
-        return self._read("list incidents to resume", queries.incidents_to_resume)
 
     # ----------------------------------------------------------------------------------------
     # retention

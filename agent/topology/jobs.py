@@ -82,10 +82,22 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
     for kind, ns, name in state.job_objects:
         names.setdefault((ns, name), []).append(kind)
     members: dict[tuple[JobKind, str, str], list[Pod]] = {}
+    # a job's pods share their owner references (one tuple: the cache and the snapshot reader
+    # share them) and the labels `_identify` reads, so each job is identified once, not per pod;
+    # the entry holds the owners it was made for (identity compared: never a reused id)
+    seen: dict[tuple[int, str, str | None, str | None], tuple[object, tuple[JobKind, str] | None]] = {}
+    operator = GANG.operator or ""
     for pod in state.pods if among is None else among:
         if pod.phase in FINISHED_PHASES or (not pod.owners and GANG.job_name not in pod.labels):
             continue
-        found = _identify(pod, state, names=names)
+        labels = pod.labels
+        memo = (id(pod.owners), pod.namespace, labels.get(GANG.job_name), labels.get(operator))
+        known = seen.get(memo)
+        if known is not None and known[0] is pod.owners:
+            found = known[1]
+        else:
+            found = _identify(pod, state, names=names)
+            seen[memo] = (pod.owners, found)
         if found is None:
             continue
         kind, job_name = found

@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from agent.approval.approvers import Authority
 from agent.chatops.audit import RefusalReason
 from agent.chatops.delivery import DeliveryReport, SeriesSource
 from agent.chatops.slack import EVENTS_PATH
@@ -21,7 +22,6 @@ from agent.model.incident import FindingRecord
 from agent.model.lifecycle import IncidentStatus, MessageKind
 from agent.model.verdict import Verdict
 from agent.playbook.model import Playbook
-from agent.remediation.approvers import Authority
 from agent.runtime.chat import Chat, build_chat
 from agent.runtime.server import HttpServer
 from agent.settings import (

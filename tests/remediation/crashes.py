@@ -26,7 +26,7 @@ from typing import Protocol
 
 from agent.errors import UnavailableError
 from agent.model.lifecycle import IncidentStatus, is_terminal
-from agent.remediation.execute import Remediator
+from agent.remediation.remediator import Remediator
 from agent.remediation.run import Step
 from agent.remediation.writer import Write
 from agent.store.repository import IncidentStore

@@ -28,8 +28,8 @@ from agent.model.lifecycle import (
     RemediationActionKind,
 )
 from agent.model.workload import JobKind, workload
-from agent.remediation.execute import Remediator
 from agent.remediation.plan import Plan
+from agent.remediation.remediator import Remediator
 from agent.runtime.rediagnosis import ApiRediagnosis
 from agent.settings import (
     DatabaseSettings,

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from kubernetes import client
 
-from agent.remediation.execute import Remediator
+from agent.remediation.remediator import Remediator
 from agent.remediation.run import Step
 from agent.remediation.writer import Write
 from agent.runtime.rediagnosis import ApiRediagnosis

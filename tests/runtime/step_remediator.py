@@ -1,4 +1,4 @@
-"""A stand-in for `agent.remediation.execute.Remediator` (built on another branch) in the
+"""A stand-in for `agent.remediation.remediator.Remediator` (built on another branch) in the
 executor's tests: it walks an incident through the lifecycle with the real store (approved ->
 remediating -> verifying -> resolved), records which incidents it was handed, and raises or stops
 early (leaving the incident in flight) when a test asks it to."""

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agent.approval.approvers import Authority
 from agent.model.incident import FindingRecord
 from agent.model.lifecycle import EventKind, RemediationActionKind
-from agent.remediation.approvers import Authority
 from agent.runtime.http import build_app
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.metrics import AgentMetrics

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agent.approval.requests import ApprovalRequests
 from agent.model.document import IncidentDocument, UtilizationEvidence
 from agent.model.finding import Finding
 from agent.model.incident import IncidentSummary
@@ -24,10 +25,9 @@ from agent.playbook.loader import load_playbooks
 from agent.playbook.matching import Event
 from agent.playbook.model import TriggerKind
 from agent.remediation.plan import Refusal
-from agent.remediation.preview import preview_action
-from agent.runtime.approvals import ApprovalRequests
+from agent.remediation.preview_action import preview_action
+from agent.runtime.plan_previews import PlanPreviews, Preview, placement_key
 from agent.runtime.playbooks import PlaybookActions
-from agent.runtime.previews import PlanPreviews, Preview, placement_key
 from agent.settings import Settings
 from agent.sources.cache import ClusterCache
 from agent.sources.kubeapi import KubeApi

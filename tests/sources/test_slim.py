@@ -135,3 +135,26 @@ def test_equal_parts_are_shared_across_pods_and_the_table_is_bounded() -> None:
     for i in range(20):
         share({"x": i})
     assert len(share._table) <= 10
+
+
+def test_the_informers_pod_slimmer_gives_slim_pods_output_and_sharing() -> None:
+    from agent.sources.slim import Sharer
+
+    pods_resource = next(r for r in RESOURCES if r.name == "pods")
+    variants: list[dict[str, Any]] = [
+        POD,
+        {**POD, "metadata": {"name": "bare"}, "spec": {}, "status": {}},
+        {"metadata": {"name": "x", "namespace": "ml", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                      "ownerReferences": ["not a mapping", {"kind": "ReplicaSet", "name": "rs"}]},
+         "spec": {"nodeSelector": {"gpu": "true"}, "affinity": {"nodeAffinity": {}},
+                  "serviceAccount": "legacy", "containers": [{"name": "c"}, "odd"]}},
+        {**POD, "status": {"phase": "Succeeded"}},
+    ]
+    fast, share = slimmer(pods_resource, Sharer()), Sharer()
+    for pod in variants:
+        assert fast(pod) == slim_pod(pod, share) == slim_pod(pod)
+    second = {**POD, "metadata": {**POD["metadata"], "name": "resnet-worker-1"}}
+    a, b = fast(POD), fast(second)
+    assert a["spec"]["containers"] is b["spec"]["containers"]
+    assert a["metadata"]["ownerReferences"] is b["metadata"]["ownerReferences"]
+    assert a["spec"]["tolerations"] is b["spec"]["tolerations"]

@@ -1,6 +1,6 @@
 """The repository on SQLite and PostgreSQL: findings and dedupe, transitions, decisions, actions,
 history queries, stats, retention and unreadable rows (the outbox: test_outbox.py; approval
-deadlines: test_approvals.py)."""
+deadlines: test_approval_deadlines.py)."""
 
 from __future__ import annotations
 

@@ -26,15 +26,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from agent.approval import expiry
 from agent.chatops.blocks import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
 from agent.fakes.slack import FakeSlack
-from agent.runtime import expiry
 from agent.runtime.app import Agent
 from agent.runtime.chat import wire_chat
-from agent.runtime.executor import live_remediator
-from agent.runtime.executor import register as register_executor
 from agent.runtime.pipeline import AgentPipeline
+from agent.runtime.remediation_queue import live_remediator
+from agent.runtime.remediation_queue import register as register_executor
 from agent.runtime.root import Parts
 from agent.settings import (
     DiagnosisSettings,

@@ -12,7 +12,7 @@ How: the watch cache keeps slim objects (no pod templates, CPU/memory requests o
 allocatable), which the plan and its room check need, so the preview reads the job, its pods,
 the nodes and the pods bound to the target zone's nodes once from the API through the read-only
 `agent.remediation.observe.ClusterReader` (GET and LIST only; nothing is written), plans with the
-pure `plan_remediation` and records `agent.remediation.preview.preview_action` as a `plan` action
+pure `plan_remediation` and records `agent.remediation.preview_action.preview_action` as a `plan` action
 with the `plan_previewed` timeline event. A refusal (no room, Kueue-managed, finished...) is
 recorded the same way. The API being away leaves no preview (logged); the next detection of the
 incident tries again. The executor never applies a preview: on approval it re-reads, re-plans and
@@ -44,7 +44,7 @@ from agent.model.workload import JobKind
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Refusal
 from agent.remediation.planner import plan_remediation
-from agent.remediation.preview import PreviewAction, preview_action
+from agent.remediation.preview_action import PreviewAction, preview_action
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.store.repository import IncidentStore
 

@@ -1,4 +1,6 @@
-"""The HTTP decision API's contract: parse `POST /api/incidents/{id}/decision`, map results to codes.
+"""The HTTP form of a decision: parse `POST /api/incidents/{id}/decision`, map results to codes.
+
+The HTTP adapter of the approval domain (the decision itself is `agent.approval.decision`).
 
 Who calls it: `agent.runtime.http` (the route) and nothing else. The body is one JSON object:
 `{"outcome": "approve" | "reject" | "snooze", "by": "<who>", "reason": "<text>" | null,
@@ -12,7 +14,7 @@ now (the body says why; audited on the incident's timeline); 404 no such inciden
 decided, expired or no longer current (the body names who decided or closed it, and when).
 
 What it does not do: authenticate (the route checks the bearer token first) or decide (the one
-decision function, `agent.remediation.decision.decide`, does, behind `IncidentDecisions`).
+decision function, `agent.approval.decision.decide`, does, behind `IncidentDecisions`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from agent.approval.decision import DecisionReason, DecisionRequest, DecisionResult, validate
 from agent.errors import ConfigError, InputError
 from agent.model.incident import Actor, parse_incident_id
 from agent.model.lifecycle import DecisionOutcome, DecisionSource
 from agent.parsing.strict_json import parse_json
-from agent.remediation.decision import DecisionReason, DecisionRequest, DecisionResult, validate
 from agent.settings import parse_duration
 
 FIELDS = ("outcome", "by", "reason", "snooze_for")

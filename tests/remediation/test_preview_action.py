@@ -14,7 +14,7 @@ from agent.model.proposal import from_action, latest_preview, proposed_fix
 from agent.model.workload import JobKind
 from agent.remediation.plan import Plan, Refusal
 from agent.remediation.planner import plan_remediation
-from agent.remediation.preview import describe, preview_action
+from agent.remediation.preview_action import describe, preview_action
 from tests.remediation.builders import KINDS, ZONE, cluster_nodes, finding, group_live, job, live
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -1,7 +1,8 @@
 """Applying an approved remediation: the run of one incident from `approved` to a terminal state.
 
-Who calls it: the leader's executor loop (`agent.runtime.executor`: one `Remediator.run(incident_id)`
-per incident in `approved`, `remediating` or `verifying`), tests and the benchmark. What it does:
+Who calls it: the leader's remediation queue (`agent.runtime.remediation_queue`: one
+`Remediator.run(incident_id)` per incident in `approved`, `remediating` or `verifying`), tests and
+the benchmark. What it does:
 drives the run (`agent.remediation.run`: its steps and their records) from the recorded steps,
 in this order, each step a store action plus its timeline event:
 - `approved`: re-diagnose and re-read the job, and plan it again (`agent.remediation.recheck`);

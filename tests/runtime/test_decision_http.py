@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from agent.approval.approvers import Authority
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
-from agent.remediation.approvers import Authority
-from agent.runtime.decision_api import parse_decision
+from agent.runtime.decision_http import parse_decision
 from agent.runtime.http import build_app
 from agent.runtime.incidents import StoreIncidents
 from agent.runtime.metrics import AgentMetrics

@@ -3,13 +3,13 @@
 Who calls it: the pipeline's playbook actions (`agent.runtime.playbooks`), when a playbook's
 `propose_colocation` action fires for a newly opened incident (before the proposal is queued for
 the chat layer, so the message sees the deadline).
-What the incident needs is the pure rule `agent.remediation.approval.approval_step`; this module
+What the incident needs is the pure rule `agent.approval.step.approval_step`; this module
 applies it to the store:
 
 - REQUEST: `open -> awaiting_approval` with the deadline (`store.request_approval`); past it, the
   leader's expiry job moves the incident to `expired` and decisions record nothing.
 - AUTO (a namespace the playbook opts in): the one decision function with the `auto` source, as
-  if a person had approved; the leader's executor then remediates it. Held when the same job's
+  if a person had approved; the leader's remediation queue then remediates it. Held when the same job's
   (same uid) last co-location rolled back within `remediation.auto_hold`: a REQUEST instead, and
   a note on the incident's timeline says why.
 - NONE (the finding is not remediable): nothing; the incident stays `open`.
@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from agent.approval.approvers import Authority
+from agent.approval.decision import Authorizer, DecisionRequest, decide
+from agent.approval.step import ApprovalStep, ApprovalStepKind, RolledBack, approval_step
 from agent.model.incident import Actor, IncidentQuery, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.playbook.model import ApprovalPolicy
-from agent.remediation.approval import ApprovalStep, ApprovalStepKind, RolledBack, approval_step
-from agent.remediation.approvers import Authority
-from agent.remediation.decision import Authorizer, DecisionRequest, decide
 from agent.settings import Settings
 from agent.store.repository import IncidentStore
 

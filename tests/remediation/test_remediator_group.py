@@ -29,9 +29,9 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.model.lifecycle import IncidentStatus, RemediationActionKind
-from agent.remediation.execute import Remediator
 from agent.remediation.group_steps import RECREATED_ANNOTATION
 from agent.remediation.plan import Plan, TargetAction
+from agent.remediation.remediator import Remediator
 from agent.remediation.run import Step
 from agent.remediation.writer import ClusterWriter, Write, WriteVerb
 from agent.settings import KubernetesSettings

@@ -1,6 +1,6 @@
 """The plan preview: what a finding's fix would do, as the `plan` action recorded before approval.
 
-Who calls it: the agent's plan previews (`agent.runtime.previews`) when a remediable finding opens
+Who calls it: the agent's plan previews (`agent.runtime.plan_previews`) when a remediable finding opens
 an incident or re-detects it with another placement; it plans with `plan_remediation` over the
 live objects it read and records what `preview_action` returns. Pure: a `Plan` or `Refusal` in,
 plain data out (`PreviewAction`: the action's message, payload and outcome, in the shape

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.approval.approvers import Approvers, Authority, authorize
 from agent.model.incident import Actor
 from agent.model.lifecycle import DecisionSource, MessageKind
 from agent.playbook.model import Playbook
 from agent.playbook.schema import parse_playbook
-from agent.remediation.approvers import Approvers, Authority, authorize
 from agent.settings import Settings, SlackApprovers, SlackSettings
 from agent.store.repository import IncidentStore
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store

@@ -1,4 +1,7 @@
-"""The leader's remediation executor: approved incidents go to the remediator, one at a time.
+"""The leader's remediation queue: approved incidents go to the remediator, one at a time.
+
+`RemediationExecutor` takes the next incident the guards clear and hands it to the remediator
+(`agent.remediation.remediator.Remediator`, behind the `IncidentRunner` Protocol), which applies it.
 
 Who calls it: the composition root registers `RemediationExecutor.tick` as the leader-gated
 background job `remediation-executor` (every `remediation.pickup_interval`, 1 s by default), so a
@@ -20,7 +23,7 @@ One tick, in one database read plus at most one remediation:
 4. An incident whose remediation raised, or returned still unfinished, is retried after
    `remediation.retry_after`, not at every tick.
 
-What it does not do: write to the cluster (the remediator, `agent.remediation.execute`, writes
+What it does not do: write to the cluster (the remediator, `agent.remediation.remediator`, writes
 through `agent.remediation.writer`, the only writer), decide anything, or run on a follower (the scheduler gates every background job).
 """
 
@@ -54,7 +57,7 @@ _RESUME = frozenset({ResumeAction.REAPPLY_AND_VERIFY, ResumeAction.VERIFY})
 class IncidentRunner(Protocol):
     """Runs one incident's remediation (or resumes it) to a stop; returns the status it left.
 
-    `agent.remediation.execute.Remediator` is the real one: it moves `approved -> remediating`,
+    `agent.remediation.remediator.Remediator` is the real one: it moves `approved -> remediating`,
     applies the plan, verifies, rolls back, and records every step on the incident."""
 
     def run(self, incident_id: int) -> IncidentStatus: ...
@@ -184,14 +187,14 @@ class RemediationExecutor:
 
 
 def live_remediator(parts: Parts, store: IncidentStore) -> IncidentRunner:
-    """The real remediator (`agent.remediation.execute.Remediator`) over the agent's clients: it
+    """The real remediator (`agent.remediation.remediator.Remediator`) over the agent's clients: it
     re-diagnoses from the live API, writes through the only cluster writer, reads utilization
     from Prometheus when configured, re-checks the guards (this configuration's protected
     namespaces and hourly cap) before its first write, and writes only in the leadership term it
     started in: once this replica's term ends it stops (after its recorded step, before any
     further write), so the next leader resumes alone."""
-    from agent.remediation.execute import Remediator
     from agent.remediation.fence import WhileLeading
+    from agent.remediation.remediator import Remediator
     from agent.runtime.rediagnosis import ApiRediagnosis
 
     settings = parts.settings

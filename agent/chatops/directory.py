@@ -1,14 +1,16 @@
-"""Slack's side of who may decide: members of user groups, display names, `slack.approvers`.
+"""Slack's directory of approvers: members of user groups and display names, read from Slack, cached.
 
+The Slack adapter of the approval domain: `members` is the `agent.approval.approvers.Members`
+port (who may decide an incident is the one decision function's rule, in `agent.approval`).
 Who calls it: the decision authority reads user group members through `members` (wired by
-`agent.runtime.chat`: who may decide an incident is the one decision function's check,
-`agent.remediation.approvers`), the click handler reads display names (`name`) and the slash
-command's `sweep` asks `check` (approvers only). Group members come from Slack's
+`agent.runtime.chat`, and built by the CLI in `agent.commands.decisions`), the click handler reads
+display names (`name`) and the slash command's `sweep` asks `check` (`slack.approvers` only). Group members come from Slack's
 `usergroups.users.list`, cached per group for a TTL; display names from `users.info`, cached
 too. A group that cannot be read right now (Slack down) counts as having no members, so a
 click is refused rather than trusted ("fail closed"), and the answer says it could not check.
 
-What it does not do: record anything or decide about incidents.
+What it does not do: record anything, decide about incidents, or know an incident's playbook
+approvers (the authority, `agent.approval.approvers.Authority`, adds those).
 """
 
 from __future__ import annotations

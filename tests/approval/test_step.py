@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from agent.approval.step import ApprovalStepKind, RolledBack, approval_step
 from agent.playbook.model import ApprovalPolicy
-from agent.remediation.approval import ApprovalStepKind, RolledBack, approval_step
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TTL = timedelta(minutes=30)

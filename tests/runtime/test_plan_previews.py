@@ -18,8 +18,8 @@ from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
 from agent.remediation.plan import Refusal
-from agent.remediation.preview import preview_action
-from agent.runtime.previews import PlanPreviews, Preview, placement_key
+from agent.remediation.preview_action import preview_action
+from agent.runtime.plan_previews import PlanPreviews, Preview, placement_key
 from agent.settings import Settings
 from agent.sources.kubeapi import KubeApi
 from agent.store.migrate import upgrade_on_start

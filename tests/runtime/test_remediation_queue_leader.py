@@ -17,7 +17,7 @@ import pytest
 
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus
-from agent.runtime import executor
+from agent.runtime import remediation_queue
 from agent.runtime.app import Agent
 from agent.runtime.pipeline import AgentPipeline
 from agent.runtime.root import Parts
@@ -39,7 +39,7 @@ class Replica:
     agent: Agent
     store: IncidentStore
     remediator: StepRemediator
-    executor: executor.RemediationExecutor
+    executor: remediation_queue.RemediationExecutor
 
 
 @pytest.fixture
@@ -58,12 +58,12 @@ def replicas(tmp_path: Path) -> Iterator[tuple[list[Replica], str]]:
         for name in ("a", "b"):
             store = upgrade_on_start(settings)
             remediator = StepRemediator(store, lambda: datetime.now(UTC), name=f"remediator-{name}")
-            box: list[executor.RemediationExecutor] = []
+            box: list[remediation_queue.RemediationExecutor] = []
 
             def factory(parts: Parts, store: IncidentStore = store,
                         remediator: StepRemediator = remediator,
-                        box: list[executor.RemediationExecutor] = box) -> AgentPipeline:
-                box.append(executor.register(parts, store, remediator))
+                        box: list[remediation_queue.RemediationExecutor] = box) -> AgentPipeline:
+                box.append(remediation_queue.register(parts, store, remediator))
                 return AgentPipeline(parts, store)
 
             agent = Agent(settings, pipeline_factory=factory, identity=name)

@@ -6,16 +6,16 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 
-from agent.model.incident import Actor, IncidentDetail, TransitionResult
-from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
-from agent.remediation.approvers import Authority
-from agent.remediation.decision import (
+from agent.approval.approvers import Authority
+from agent.approval.decision import (
     DEFAULT_SNOOZE,
     DecisionReason,
     DecisionRequest,
     DecisionResult,
     decide,
 )
+from agent.model.incident import Actor, IncidentDetail, TransitionResult
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.store.repository import IncidentStore
 from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import T0, finding

@@ -7,9 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.model.incident import Actor, Decision, TransitionResult
-from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
-from agent.remediation.decision import (
+from agent.approval.decision import (
     DEFAULT_SNOOZE,
     DecisionError,
     DecisionReason,
@@ -20,6 +18,8 @@ from agent.remediation.decision import (
     validate,
     when,
 )
+from agent.model.incident import Actor, Decision, TransitionResult
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 
 S = IncidentStatus
 D = DecisionOutcome

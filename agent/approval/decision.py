@@ -16,7 +16,7 @@ store's decision method directly, so every path follows the same rules:
 - An incident that is closed without a decision (resolved by re-diagnosis, superseded because its
   job changed or went away) records nothing (`NOT_CURRENT`), naming who closed it and when.
 - An unknown id records nothing (`NOT_FOUND`).
-- A decider who is not an approver in force now (`agent.remediation.approvers`: the configured
+- A decider who is not an approver in force now (`agent.approval.approvers`: the configured
   approvers, read at decision time, never those recorded when the incident opened) records no
   decision (`NOT_AUTHORIZED`, saying why); the refusal is audited as a `note` on the incident's
   timeline. This is checked before the incident's state, for every source alike.
@@ -28,8 +28,10 @@ store's conditional transition; when it loses a race it reads again and judges a
 may only have moved from `open` to `awaiting_approval`, which is still decidable).
 
 What it does not do: authenticate (Slack's signature, the API's bearer token, access to the
-database are the callers'), execute a remediation (the leader's executor picks up `approved` incidents), or render
-anything beyond a one-line message.
+database are the callers'), execute a remediation (the leader's remediation queue,
+`agent.runtime.remediation_queue`, picks up `approved` incidents), parse an HTTP body
+(`agent.runtime.decision_http`) or CLI flags (`agent.commands.decisions`), or render anything
+beyond a one-line message.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+from agent.approval.approvers import Authorization, refusal_note
 from agent.errors import InputError
 from agent.model.incident import Actor, Decision, IncidentDetail, TransitionResult
 from agent.model.lifecycle import (
@@ -49,7 +52,6 @@ from agent.model.lifecycle import (
     EventKind,
     IncidentStatus,
 )
-from agent.remediation.approvers import Authorization, refusal_note
 from agent.store.errors import IncidentNotFoundError
 
 S = IncidentStatus
@@ -153,7 +155,7 @@ class IncidentState:
 
 
 class Authorizer(Protocol):
-    """Who may decide now (`agent.remediation.approvers.Authority`)."""
+    """Who may decide now (`agent.approval.approvers.Authority`)."""
 
     def authorize(self, detail: IncidentDetail, actor: Actor) -> Authorization: ...
 

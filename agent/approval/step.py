@@ -1,6 +1,6 @@
 """What a new incident needs once a playbook proposes co-location: nothing, a request, or auto.
 
-Who calls it: the agent's approval step (`agent.runtime.approvals`), when a `propose_colocation`
+Who calls it: the agent's approval step (`agent.approval.requests`), when a `propose_colocation`
 action of a playbook fires for a newly recorded incident. Pure: plain data in, an `ApprovalStep`
 out, `now` passed in.
 

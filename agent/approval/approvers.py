@@ -1,6 +1,6 @@
 """Who may decide an incident now: the approvers in force, and the one rule every decider meets.
 
-Who calls it: the one decision function (`agent.remediation.decision.decide`) asks an `Authority`
+Who calls it: the one decision function (`agent.approval.decision.decide`) asks an `Authority`
 before it records anything, whichever way the decision comes (a Slack click, the HTTP API, the
 CLI); the chat layer asks it whether a message gets decision buttons. The agent builds one
 `Authority` from the configuration it runs with (`Authority.of`), the CLI one from the
@@ -32,15 +32,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agent.model.incident import Actor, IncidentDetail
 from agent.model.lifecycle import DecisionSource
 from agent.playbook.model import Playbook, PlaybookActionKind
 from agent.settings import Settings
 
-# The members of a Slack user group, or None when they cannot be read right now.
-Members = Callable[[str], frozenset[str] | None]
+
+class Members(Protocol):
+    """The port to Slack's user groups: the members of `group`, or None when they cannot be read
+    right now. Slack's adapter is `agent.chatops.directory.ApproverDirectory.members` (cached);
+    the CLI builds one on first use (`agent.commands.decisions.slack_members`)."""
+
+    def __call__(self, group: str, /) -> frozenset[str] | None: ...
+
 
 PROPOSAL = PlaybookActionKind.PROPOSE_COLOCATION.value
 

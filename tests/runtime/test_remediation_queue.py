@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
+from agent.approval import expiry
+from agent.approval.approvers import Authority
+from agent.approval.decision import DecisionRequest, decide
 from agent.model.incident import Actor, IncidentQuery
 from agent.model.job import JobRef
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
-from agent.remediation.approvers import Authority
-from agent.remediation.decision import DecisionRequest, decide
-from agent.runtime import expiry
-from agent.runtime.executor import RemediationExecutor, register
 from agent.runtime.metrics import AgentMetrics
+from agent.runtime.remediation_queue import RemediationExecutor, register
 from agent.runtime.root import Parts
 from agent.settings import RemediationSettings, Settings
 from agent.sources.cache import ClusterCache
@@ -141,7 +141,7 @@ def test_a_failing_remediation_is_retried_after_a_pause(
     broken = _approved(store, "broken")
     remediator.fail.add(broken)
     remediator.error = lambda _: error
-    with caplog.at_level(logging.INFO, logger="agent.runtime.executor"):
+    with caplog.at_level(logging.INFO, logger="agent.runtime.remediation_queue"):
         assert executor.step() == broken
     (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert record.levelno == level and (record.exc_info is not None) is traceback
