@@ -1,6 +1,7 @@
 """An incident's Slack post and its thread updates, as plain data.
 
-Who calls it: the outbox deliverer (`agent.chatops.delivery`). Pure: records in, `Rendered`
+Who calls it: the outbox deliverer (`agent.chatops.delivery`). Pure: records (the incident's
+stored diagnosis as its typed view, `agent.model.stored.StoredDiagnosis`) in, `Rendered`
 (Block Kit blocks plus a short plain-text fallback) out; no I/O, no clock (times are passed in).
 Every block is built with `agent.chatops.blocks`, which holds Slack's limits and the mrkdwn
 escaping of outside text. Long lists (denied flows) are grouped by hop, reason and policy when
