@@ -14,13 +14,13 @@ import pytest
 import yaml
 
 from agent.cli import main
-from tests.snapshot.kube_objects import as_list, job_pod, node, pod, zone_only
+from tests.support.objects import as_list, job_pod, node, pod, zone_only
 
 ZONES = {"a1": "zone-a", "b1": "zone-b"}
 
 
 def _cluster() -> list[dict[str, Any]]:
-    items = [node("a1", "zone-a"), node("b1", "zone-b"), zone_only("zone-a"), zone_only("zone-b")]
+    items = [node("a1", "zone-a", gpus=8), node("b1", "zone-b", gpus=8), zone_only("zone-a"), zone_only("zone-b")]
     items.append(
         job_pod(
             "PyTorchJob",
@@ -213,7 +213,7 @@ BAD_POD["metadata"]["labels"] = {"app": 7}
         (None, None, r"missing\.yaml: cannot read snapshot"),
         ("kind: List\nitems:\n- {kind: Pod\n", None, r"bad\.yaml: line \d+: invalid YAML"),
         (
-            as_list([node("a1", "z"), BAD_POD]),
+            as_list([node("a1", "z", gpus=8), BAD_POD]),
             None,
             r"bad\.yaml: item 1 \(Pod ml/p\): metadata\.labels\.app: expected a string value",
         ),
@@ -400,7 +400,7 @@ def test_a_bad_input_limit_is_refused(
 def _group_cluster() -> list[dict[str, Any]]:
     """A coordinator Deployment's pod in zone-b and batch Job workers in zone-a, requesting no
     GPUs (the seed lab's workload): not a Kubeflow job, found only once declared."""
-    items = [node("a1", "zone-a"), node("b1", "zone-b")]
+    items = [node("a1", "zone-a", gpus=8), node("b1", "zone-b", gpus=8)]
     items.append(pod("lab-head", node_name="b1", labels={"app": "lab", "role": "head"},
                      owner=("apps/v1", "ReplicaSet", "lab-head-5d8")))
     items += [pod(f"lab-worker-{i}", node_name="a1", labels={"app": "lab", "role": "worker"},

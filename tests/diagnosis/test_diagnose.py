@@ -17,12 +17,13 @@ from agent.model.workload import JobKind
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings, load_diagnosis_settings
 from agent.snapshot.collection import Snapshot, parse_snapshot
-from tests.snapshot.kube_objects import cnp, job_pod, load, node, training_job, zone_only
+from tests.support.objects import cnp, job_pod, node, training_job, zone_only
+from tests.support.snapshots import load
 
 NODES = [
-    node("a1", "zone-a"),
-    node("a2", "zone-a"),
-    node("b1", "zone-b"),
+    node("a1", "zone-a", gpus=8),
+    node("a2", "zone-a", gpus=8),
+    node("b1", "zone-b", gpus=8),
     node("c1", "zone-c", gpus=0),
 ]
 ZONE_OF = {"a1": "zone-a", "a2": "zone-a", "b1": "zone-b", "c1": "zone-c"}

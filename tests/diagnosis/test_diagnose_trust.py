@@ -11,15 +11,16 @@ from agent.model.finding import Finding
 from agent.model.network import DenyReason
 from agent.model.verdict import Verdict
 from agent.settings import DataplaneSetting, DiagnosisSettings
-from tests.snapshot.kube_objects import cnp, job_pod, load, netpol, node, zone_only
+from tests.support.objects import cnp, job_pod, netpol, node, zone_only
+from tests.support.snapshots import load
 
-NODES = [node("a1", "zone-a"), node("a2", "zone-a"), node("b1", "zone-b")]
+NODES = [node("a1", "zone-a", gpus=8), node("a2", "zone-a", gpus=8), node("b1", "zone-b", gpus=8)]
 ZONE_POLICIES = [zone_only("zone-a"), zone_only("zone-b")]
 TOPOLOGY = "topology.kubernetes.io/zone"
 PORT = [("pytorchjob-port", 23456)]
 
 
-def job(name: str, placed: list[tuple[str, dict[str, str]]], *, ns: str = "ml",
+def gang_pods(name: str, placed: list[tuple[str, dict[str, str]]], *, ns: str = "ml",
         ports: list[Any] | None = None) -> list[dict[str, Any]]:
     """A PyTorchJob: the first (node, extra labels) is the master, the others workers."""
     out = []
@@ -45,7 +46,7 @@ A, B = {"zone": "zone-a"}, {"zone": "zone-b"}
 
 def test_a_lying_mirror_label_is_its_own_verdict_and_relabelling_is_the_fix() -> None:
     # the seed lab after a GitOps sync: everything in zone-a, the master labelled zone-b again
-    found = diagnose(ZONE_POLICIES + job("llm", [("a1", B), ("a1", A), ("a2", A)]))["llm"]
+    found = diagnose(ZONE_POLICIES + gang_pods("llm", [("a1", B), ("a1", A), ("a2", A)]))["llm"]
     assert found.verdict is Verdict.ZONE_LABEL_MISMATCH
     assert (found.remediable, found.target_zone) == (True, "zone-a")
     assert [(m.pod, m.label, m.value, m.node_zone) for m in found.mislabelled] == [
@@ -63,21 +64,21 @@ def test_a_lying_mirror_label_is_its_own_verdict_and_relabelling_is_the_fix() ->
 def test_a_lying_label_comes_first_even_when_policies_need_a_change_too() -> None:
     deny = cnp("no-workers", {"endpointSelector": {"matchLabels": {"zone": "zone-a"}},
                               "ingressDeny": [{"fromEndpoints": [{}]}]})  # fmt: skip
-    found = diagnose([*ZONE_POLICIES, deny, *job("llm", [("a1", B), ("a1", A), ("a2", A)])])["llm"]
+    found = diagnose([*ZONE_POLICIES, deny, *gang_pods("llm", [("a1", B), ("a1", A), ("a2", A)])])["llm"]
     assert found.verdict is Verdict.ZONE_LABEL_MISMATCH
     assert not found.remediable and found.target_zone is None
     assert any("stay denied" in r and "policy change" in r for r in found.reasons)
 
 
 def test_a_lying_label_on_a_job_whose_flows_pass_is_a_note() -> None:
-    found = diagnose(job("llm", [("a1", B), ("a1", A), ("a2", A)]))["llm"]
+    found = diagnose(gang_pods("llm", [("a1", B), ("a1", A), ("a2", A)]))["llm"]
     assert found.verdict is Verdict.HEALTHY
     assert found.mislabelled and any("its node is in zone-a" in r for r in found.reasons)
 
 
 def test_a_configured_mirror_label_is_checked_whatever_the_cluster_shows() -> None:
     # one pod only carries the key: auto detection cannot tell, the setting can
-    items = [*ZONE_POLICIES, *job("llm", [("a1", B), ("a1", {}), ("a2", {})])]
+    items = [*ZONE_POLICIES, *gang_pods("llm", [("a1", B), ("a1", {}), ("a2", {})])]
     assert diagnose(items)["llm"].verdict is Verdict.POLICY_BLOCKED
     found = diagnose(items, pod_zone_label="zone")["llm"]
     assert found.verdict is Verdict.ZONE_LABEL_MISMATCH
@@ -86,7 +87,7 @@ def test_a_configured_mirror_label_is_checked_whatever_the_cluster_shows() -> No
 def test_a_split_job_with_a_lying_label_is_still_co_located() -> None:
     # the label makes the split look like one zone to the policies: a degraded split, not a
     # relabel (co-location sets the label to the target zone anyway)
-    items = ZONE_POLICIES + job("llm", [("b1", A), ("a1", A), ("a2", A)])
+    items = ZONE_POLICIES + gang_pods("llm", [("b1", A), ("a1", A), ("a2", A)])
     found = diagnose(items, pod_zone_label="zone")["llm"]
     assert found.verdict is Verdict.ZONE_SPLIT_DEGRADED
     assert found.target_zone == "zone-a" and found.mislabelled
@@ -101,8 +102,8 @@ BROKEN = cnp("newer-field", {"endpointSelector": {"matchLabels": {"training.kube
 
 
 def test_an_unreadable_policy_marks_the_jobs_it_may_select_and_no_other() -> None:
-    items = [BROKEN, *job("llm", [("a1", A), ("a2", A)]), *job("bert", [("a1", A), ("a2", A)]),
-             *job("t5", [("a1", A), ("a2", A)], ns="nlp")]  # fmt: skip
+    items = [BROKEN, *gang_pods("llm", [("a1", A), ("a2", A)]), *gang_pods("bert", [("a1", A), ("a2", A)]),
+             *gang_pods("t5", [("a1", A), ("a2", A)], ns="nlp")]  # fmt: skip
     found = diagnose(items)
     assert {name: f.verdict for name, f in found.items()} == {
         "llm": Verdict.HEALTHY, "bert": Verdict.HEALTHY, "t5": Verdict.HEALTHY
@@ -121,8 +122,8 @@ def test_an_unreadable_policy_marks_the_jobs_it_may_select_and_no_other() -> Non
 
 def test_an_unreadable_selector_makes_every_pod_of_its_namespace_uncertain() -> None:
     broken = cnp("bad-selector", {"endpointSelector": {"matchLabels": ["x"]}})
-    found = diagnose([broken, *job("llm", [("a1", A), ("a2", A)]),
-                      *job("t5", [("a1", A), ("a2", A)], ns="nlp")])  # fmt: skip
+    found = diagnose([broken, *gang_pods("llm", [("a1", A), ("a2", A)]),
+                      *gang_pods("t5", [("a1", A), ("a2", A)], ns="nlp")])  # fmt: skip
     assert found["llm"].uncertain and not found["t5"].uncertain
 
 
@@ -132,7 +133,7 @@ def test_an_unreadable_selector_makes_every_pod_of_its_namespace_uncertain() -> 
 def test_a_caveat_of_a_deciding_rule_reaches_the_finding() -> None:
     auth = cnp("mtls", {"endpointSelector": {}, "ingress": [
         {"fromEndpoints": [{}], "authentication": {"mode": "required"}}]})
-    found = diagnose([auth, *job("llm", [("a1", A), ("a2", A)])])["llm"]
+    found = diagnose([auth, *gang_pods("llm", [("a1", A), ("a2", A)])])["llm"]
     assert found.verdict is Verdict.HEALTHY
     assert [c.to_dict()["feature"] for c in found.caveats] == ["authentication.mode: required"]
     assert found.to_dict()["caveats"][0]["policy"] == "CiliumNetworkPolicy/ml/mtls"
@@ -141,7 +142,7 @@ def test_a_caveat_of_a_deciding_rule_reaches_the_finding() -> None:
 def test_an_l7_rule_on_the_training_port_blocks_the_job() -> None:
     http = cnp("http-only", {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}], "toPorts": [
         {"ports": [{"port": "23456", "protocol": "TCP"}], "rules": {"http": [{}]}}]}]})
-    found = diagnose([http, *job("llm", [("a1", A), ("a2", A)])])["llm"]
+    found = diagnose([http, *gang_pods("llm", [("a1", A), ("a2", A)])])["llm"]
     assert found.verdict is Verdict.POLICY_BLOCKED
     on_port = {f.reason for f in found.denied_flows if f.ports.first == 23456 == f.ports.last}
     assert on_port == {DenyReason.L7_PROXY}
@@ -151,7 +152,7 @@ def test_cilium_identities_leave_labels_out_and_the_finding_says_which_and_why()
     by_zone = cnp("by-zone", {"endpointSelector": {"matchLabels": {TOPOLOGY: "zone-a"}},
                               "ingress": [{}]})  # fmt: skip
     extra = {"pod-template-hash": "5d8f", TOPOLOGY: "zone-a"}
-    found = diagnose([by_zone, *job("llm", [("a1", extra), ("a2", extra)])])["llm"]
+    found = diagnose([by_zone, *gang_pods("llm", [("a1", extra), ("a2", extra)])])["llm"]
     note = found.identity
     assert note is not None and note.dataplane == "cilium"
     excluded = dict(note.excluded)
@@ -170,7 +171,7 @@ def test_plain_kubernetes_selects_on_every_label_and_moves_the_zone_label() -> N
                              "ingress": [{"from": [{"podSelector": {"matchLabels": {TOPOLOGY: z}}}]}]})
         for z in ("zone-a", "zone-b")
     ]  # fmt: skip
-    items = [*same_zone, *job("llm", [("b1", {TOPOLOGY: "zone-b"}), ("a1", {TOPOLOGY: "zone-a"}),
+    items = [*same_zone, *gang_pods("llm", [("b1", {TOPOLOGY: "zone-b"}), ("a1", {TOPOLOGY: "zone-a"}),
                                       ("a2", {TOPOLOGY: "zone-a"})])]  # fmt: skip
     found = diagnose(items)["llm"]
     assert found.identity is not None and found.identity.dataplane == "kubernetes"
@@ -189,7 +190,7 @@ def test_a_named_port_resolves_on_the_rules_protocol() -> None:
                                  "ingress": [{"ports": [*around, {"port": "nccl"}]}]})  # fmt: skip
     tcp = [("nccl", 23456, "TCP")]
     udp = [("nccl", 23456, "UDP"), ("pytorchjob-port", 23456, "TCP")]
-    ok = diagnose([allow_nccl, *job("llm", [("a1", A), ("a2", A)], ports=tcp)])["llm"]
+    ok = diagnose([allow_nccl, *gang_pods("llm", [("a1", A), ("a2", A)], ports=tcp)])["llm"]
     assert ok.verdict is Verdict.HEALTHY
-    found = diagnose([allow_nccl, *job("llm", [("a1", A), ("a2", A)], ports=udp)])["llm"]
+    found = diagnose([allow_nccl, *gang_pods("llm", [("a1", A), ("a2", A)], ports=udp)])["llm"]
     assert found.verdict is Verdict.POLICY_BLOCKED  # a TCP rule naming nccl: nccl is UDP here

@@ -9,7 +9,8 @@ import pytest
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
 from agent.settings import GroupSpec
 from agent.topology.jobs import find_jobs
-from tests.snapshot.kube_objects import job_pod, load, node, pod, training_job
+from tests.support.objects import job_pod, node, pod, training_job
+from tests.support.snapshots import load
 
 
 @pytest.mark.parametrize(
@@ -44,7 +45,7 @@ def test_choose_target_zone(
     assert choose_target_zone(candidates, job_gpus=job_gpus, free_gpus=free) == expected
 
 
-N = [node("a1", "zone-a")]
+N = [node("a1", "zone-a", gpus=8)]
 POD = job_pod("PyTorchJob", "j", "master", 0, node_name="a1")
 GROUP = GroupSpec(name="g", selector={"app": "g"}, coordinator={"role": "c"}, workers={"role": "w"})
 

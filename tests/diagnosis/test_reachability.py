@@ -6,11 +6,12 @@ from agent.diagnosis.reachability import Reachability
 from agent.model.flow import FlowRule
 from agent.model.network import PortRange
 from agent.policy import PolicySet
-from tests.snapshot.kube_objects import job_pod, load, node, zone_only
+from tests.support.objects import job_pod, node, zone_only
+from tests.support.snapshots import load
 
 
 def _setup(workers: int) -> tuple[Reachability, list]:  # type: ignore[type-arg]
-    items = [node("a1", "zone-a"), node("b1", "zone-b"), zone_only("zone-a"), zone_only("zone-b")]
+    items = [node("a1", "zone-a", gpus=8), node("b1", "zone-b", gpus=8), zone_only("zone-a"), zone_only("zone-b")]
     items.append(job_pod("PyTorchJob", "j", "master", 0, node_name="b1", extra={"zone": "zone-b"}))
     items += [
         job_pod("PyTorchJob", "j", "worker", i, node_name="a1", extra={"zone": "zone-a"})

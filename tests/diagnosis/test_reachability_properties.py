@@ -17,7 +17,8 @@ from agent.model.cluster import Pod
 from agent.model.flow import FlowRule
 from agent.model.network import Endpoint, PortRange
 from agent.policy import PolicySet
-from tests.snapshot.kube_objects import cnp, load, namespace, netpol, node, pod
+from tests.support.objects import cnp, namespace, netpol, node, pod
+from tests.support.snapshots import load
 
 KEYS = ("app", "tier", "zone", "replica-index")
 VALUES = ("a", "b", "zone-a", "zone-b")
@@ -100,7 +101,7 @@ def test_classes_report_exactly_the_denied_pairs(
     port: PortRange,
     zone: str | None,
 ) -> None:
-    items = [node("n-a", "zone-a"), node("n-b", "zone-b"), namespace("ml")]
+    items = [node("n-a", "zone-a", gpus=8), node("n-b", "zone-b", gpus=8), namespace("ml")]
     items += [pod(f"p{i}", node_name=ZONE_NODE[z], labels=lb) for i, (lb, z) in enumerate(pods)]
     snap = load(items + policies)
     policy_set = PolicySet(snap.policies)

@@ -6,11 +6,12 @@ from agent.diagnosis.diagnose import diagnose_cluster
 from agent.diagnosis.report import render_table
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
-from tests.snapshot.kube_objects import job_pod, load, node, zone_only
+from tests.support.objects import job_pod, node, zone_only
+from tests.support.snapshots import load
 
 
 def _findings():  # type: ignore[no-untyped-def]
-    items = [node("a1", "zone-a"), node("b1", "zone-b"), zone_only("zone-a"), zone_only("zone-b")]
+    items = [node("a1", "zone-a", gpus=8), node("b1", "zone-b", gpus=8), zone_only("zone-a"), zone_only("zone-b")]
     items.append(
         job_pod("PyTorchJob", "split", "master", 0, node_name="b1", extra={"zone": "zone-b"})
     )
@@ -66,7 +67,7 @@ def test_a_mislabelled_job_its_caveats_and_colour() -> None:
             "metadata": {"name": "mtls", "namespace": "ml"},
             "spec": {"endpointSelector": {"matchLabels": {"zone": "zone-b"}},
                      "ingress": [{"fromEndpoints": [{}], "authentication": {"mode": "required"}}]}}
-    items = [node("a1", "zone-a"), node("b1", "zone-b"), zone_only("zone-a"), auth]
+    items = [node("a1", "zone-a", gpus=8), node("b1", "zone-b", gpus=8), zone_only("zone-a"), auth]
     items.append(job_pod("PyTorchJob", "lab", "master", 0, node_name="a1", extra={"zone": "zone-b"}))
     items += [job_pod("PyTorchJob", "lab", "worker", i, node_name="a1", extra={"zone": "zone-a"})
               for i in range(2)]  # fmt: skip

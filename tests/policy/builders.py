@@ -1,5 +1,5 @@
-"""Builders for policy manifests and endpoints, and the parse-error check, shared by the policy
-tests (not a test module)."""
+"""Policy manifests (the shared builders of `tests.support.objects`, by the names the policy tests
+use), endpoints, and the parse-error check, shared by the policy tests (not a test module)."""
 
 from __future__ import annotations
 
@@ -11,41 +11,15 @@ import pytest
 from agent.errors import PolicyError
 from agent.model.network import Endpoint, Protocol
 from agent.policy import parse_policy
+from tests.support import objects
 
-
-def cnp(name: str, spec: Mapping[str, Any] | None = None, *, ns: str = "ml", specs: Any = None) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": name, "namespace": ns},
-    }
-    if spec is not None:
-        obj["spec"] = dict(spec)
-    if specs is not None:
-        obj["specs"] = specs
-    return obj
+cnp = objects.cnp  # a CiliumNetworkPolicy (`ns` defaults to ml)
+knp = objects.netpol  # a Kubernetes NetworkPolicy
 
 
 def ccnp(name: str, spec: Mapping[str, Any] | None = None, *, specs: Any = None) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumClusterwideNetworkPolicy",
-        "metadata": {"name": name},
-    }
-    if spec is not None:
-        obj["spec"] = dict(spec)
-    if specs is not None:
-        obj["specs"] = specs
-    return obj
-
-
-def knp(name: str, spec: Mapping[str, Any], *, ns: str = "ml") -> dict[str, Any]:
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": dict(spec),
-    }
+    """A CiliumClusterwideNetworkPolicy."""
+    return objects.cnp(name, spec, ns=None, specs=specs)
 
 
 def ep(

@@ -182,7 +182,7 @@ def _endpoint(pod: SpecPod) -> Endpoint:
     )
 
 
-def _pod(pod: SpecPod) -> Pod:
+def _model_pod(pod: SpecPod) -> Pod:
     return Pod(
         namespace=pod.namespace,
         name=pod.name,
@@ -207,7 +207,7 @@ def test_plain_kubernetes_agrees_with_the_spec_on_every_flow(
     policy_set = _plain_set(policies)
     namespaces = {ns: Namespace(ns, labels) for ns, labels in NAMESPACES.items()}
     reach = Reachability(policy_set, namespaces, label_keys=policy_set.pod_label_keys())
-    model = {p.name: _pod(p) for p in pods}
+    model = {p.name: _model_pod(p) for p in pods}
     for src in pods:
         for dst in pods:
             if src is dst:

@@ -1,9 +1,13 @@
-"""Manifests (plain dicts, as the API returns them) for remediation tests: nodes, jobs of every
-Kubeflow kind, their pods, and generic-group workloads."""
+"""The remediation lab's manifests: its nodes, a job of every Kubeflow kind with its pods, and
+generic-group workloads, built with the shared builders of `tests.support.objects`.
+
+Who calls it: remediation tests (plan, dry run, preview, room). What it does not do: build an object
+kind of its own; it only sets the lab's sizes, containers and placements."""
 
 from __future__ import annotations
 
 import copy
+from functools import partial
 from typing import Any
 
 from agent.model.finding import Finding
@@ -11,11 +15,8 @@ from agent.model.job import JobRef
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
 from agent.remediation.plan import LiveObjects
-
-ZONE = "topology.kubernetes.io/zone"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-JOB_NAME = "training.kubeflow.org/job-name"
+from tests.support import objects
+from tests.support.objects import GPU_TOLERATION, JOB_NAME, replicaset
 
 # kind -> (apiVersion, replica specs field, coordinator type, worker type)
 KINDS: dict[str, tuple[str, str, str, str, JobKind]] = {
@@ -28,26 +29,23 @@ KINDS: dict[str, tuple[str, str, str, str, JobKind]] = {
     "JAXJob": ("kubeflow.org/v1", "jaxReplicaSpecs", "Worker", "Worker", JobKind.JAX),
 }
 
+# The lab's nodes and pods: the shared builders with the lab's sizes and training container.
+node = partial(objects.node, cpu="32", memory="128Gi", pods=110)
 
-def node(
-    name: str, zone: str, *, gpus: int = 0, cpu: str = "32", memory: str = "128Gi",
-    cordoned: bool = False, taints: list[dict[str, Any]] | None = None, **labels: str,
+
+def container(*, gpus: int = 0, cpu: str = "2", memory: str = "8Gi") -> dict[str, Any]:
+    """The lab's training container (requests, GPU limits, an env var that must survive)."""
+    return objects.container(image="registry.example.com/train:1", gpus=gpus, cpu=cpu,
+                             memory=memory, env={"KEEP": "me"})  # fmt: skip
+
+
+def pod(
+    name: str, *, ns: str = "ml", node_name: str | None, labels: dict[str, str] | None = None,
+    gpus: int = 0, owner: tuple[str, str, str] | None = None, phase: str = "Running",
 ) -> dict[str, Any]:
-    alloc = {"cpu": cpu, "memory": memory, "pods": "110"}
-    if gpus:
-        alloc["nvidia.com/gpu"] = str(gpus)
-    spec: dict[str, Any] = {}
-    if taints is None and gpus:
-        taints = [dict(GPU_TAINT)]
-    if taints:
-        spec["taints"] = taints
-    if cordoned:
-        spec["unschedulable"] = True
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {ZONE: zone, "kubernetes.io/hostname": name, **labels}},
-        "spec": spec, "status": {"allocatable": alloc},
-    }  # fmt: skip
+    return objects.pod(name, ns=ns, node_name=node_name, labels=labels, owner=owner,
+                       containers=[container(gpus=gpus)], phase=phase)  # fmt: skip
+
 
 
 def cluster_nodes(*, cordon_a: bool = False, gpus: int = 8) -> list[dict[str, Any]]:
@@ -60,60 +58,27 @@ def cluster_nodes(*, cordon_a: bool = False, gpus: int = 8) -> list[dict[str, An
     ]
 
 
-def container(*, gpus: int = 0, cpu: str = "2", memory: str = "8Gi") -> dict[str, Any]:
-    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
-    resources: dict[str, Any] = {"requests": requests}
-    if gpus:
-        requests["nvidia.com/gpu"] = str(gpus)
-        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
-    return {"name": "main", "image": "registry.example.com/train:1", "resources": resources,
-            "env": [{"name": "KEEP", "value": "me"}]}  # fmt: skip
-
-
 def job(
     kind: str, name: str = "train", *, ns: str = "ml", workers: int = 2,
     coordinator_spec: dict[str, Any] | None = None, worker_spec: dict[str, Any] | None = None,
     labels: dict[str, str] | None = None, template_labels: dict[str, str] | None = None,
     run_policy: dict[str, Any] | None = None, conditions: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A job of `kind` with a CPU coordinator (no GPU toleration) and GPU workers."""
-    api_version, field, coord, worker, _ = KINDS[kind]
-    worker_pod_spec = {"tolerations": [dict(GPU_TOLERATION)], "containers": [container(gpus=1)],
-                       "nodeSelector": {"gpu": "true"}, **(worker_spec or {})}  # fmt: skip
-    specs: dict[str, Any] = {
-        worker: {"replicas": workers, "restartPolicy": "OnFailure",
-                 "template": {"metadata": {"labels": {"app": name, **(template_labels or {})},
-                                           "annotations": {"note": "kept"}},
-                              "spec": worker_pod_spec}},
-    }  # fmt: skip
+    """The lab's job of `kind`: a CPU coordinator (no GPU toleration) and GPU workers."""
+    api_version, _, coord, worker, _ = KINDS[kind]
+    template = {"app": name, **(template_labels or {})}
+    replicas = {worker: objects.replica(
+        workers, {"tolerations": [dict(GPU_TOLERATION)], "containers": [container(gpus=1)],
+                  "nodeSelector": {"gpu": "true"}, **(worker_spec or {})},
+        labels=template, annotations={"note": "kept"})}  # fmt: skip
     if coord != worker:
-        specs[coord] = {
-            "replicas": 1, "restartPolicy": "OnFailure",
-            "template": {"metadata": {"labels": {"app": name, **(template_labels or {})}},
-                         "spec": {"containers": [container()], **(coordinator_spec or {})}},
-        }  # fmt: skip
-    return {
-        "apiVersion": api_version, "kind": kind.split("/", maxsplit=1)[0],
-        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": "41",
-                     "labels": labels or {}},
-        "spec": {"runPolicy": {"cleanPodPolicy": "None", **(run_policy or {})}, field: specs},
-        "status": {"conditions": [{"type": c, "status": "True"} for c in conditions or ["Running"]]},
-    }  # fmt: skip
-
-
-def pod(
-    name: str, *, ns: str = "ml", node_name: str | None, labels: dict[str, str] | None = None,
-    gpus: int = 0, owner: tuple[str, str, str] | None = None, phase: str = "Running",
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels or {}}
-    if owner is not None:
-        meta["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": owner[2],
-                                    "uid": "u", "controller": True}]  # fmt: skip
-    spec: dict[str, Any] = {"containers": [container(gpus=gpus)]}
-    if node_name:
-        spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
-            "status": {"phase": phase}}  # fmt: skip
+        replicas[coord] = objects.replica(
+            1, {"containers": [container()], **(coordinator_spec or {})}, labels=template)
+    return objects.training_job(
+        kind.split("/", maxsplit=1)[0], name, ns=ns, api_version=api_version, uid=f"uid-{name}",
+        resource_version="41", labels=labels, replicas=replicas,
+        run_policy={"cleanPodPolicy": "None", **(run_policy or {})},
+        conditions=conditions or ["Running"])  # fmt: skip
 
 
 def job_pods(kind: str, name: str = "train", *, workers: int = 2) -> list[dict[str, Any]]:
@@ -141,42 +106,16 @@ def finding(
 
 
 def deployment(name: str, *, ns: str = "ml", labels: dict[str, str], replicas: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": "7"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name, **labels}},
-                              "spec": {"containers": [container()]}}},
-    }  # fmt: skip
-
-
-def replicaset(name: str, deployment_name: str, *, ns: str = "ml") -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": ns, "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name, "uid": "d",
-             "controller": True}]},
-        "spec": {},
-    }  # fmt: skip
+    return objects.deployment(name, ns=ns, replicas=replicas, template={
+        "metadata": {"labels": {"app": name, **labels}}, "spec": {"containers": [container()]}})
 
 
 def batch_job(name: str, *, ns: str = "ml", labels: dict[str, str], parallelism: int = 2) -> dict[str, Any]:
-    uid = f"uid-{name}"
-    controller = {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
-                  "batch.kubernetes.io/job-name": name, "job-name": name}  # fmt: skip
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": "9",
-                     "creationTimestamp": "2026-01-01T00:00:00Z", "generation": 1,
-                     "labels": {"team": "lab", **controller}},
-        "spec": {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 4,
-                 "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
-                 "template": {"metadata": {"labels": {"app": name, **labels, **controller}},
-                              "spec": {"restartPolicy": "Never", "nodeSelector": {"gpu": "true"},
-                                       "tolerations": [dict(GPU_TOLERATION)],
-                                       "containers": [container(gpus=1)]}}},
-        "status": {"active": parallelism},
-    }  # fmt: skip
+    """A batch Job of GPU workers in the lab."""
+    return objects.batch_job(name, ns=ns, parallelism=parallelism, labels={"team": "lab"}, template={
+        "metadata": {"labels": {"app": name, **labels}},
+        "spec": {"restartPolicy": "Never", "nodeSelector": {"gpu": "true"},
+                 "tolerations": [dict(GPU_TOLERATION)], "containers": [container(gpus=1)]}})  # fmt: skip
 
 
 def copy_of(obj: dict[str, Any]) -> dict[str, Any]:

@@ -230,7 +230,7 @@ def split(lab: Lab) -> None:
     settled_finding(lab)
 
 
-def job(lab: Lab) -> dict[str, Any]:
+def served_job(lab: Lab) -> dict[str, Any]:
     """The seed PyTorchJob as the API serves it."""
     found: dict[str, Any] = lab.api.json("GET", JOB_PATH)
     return found

@@ -9,27 +9,24 @@ from typing import Any
 import pytest
 
 from agent.remediation.guard import ClearanceKind, GuardInput, clear, kueue_reason
+from tests.support import objects
 
 PROTECTED = ("kube-system", "kube-public")
 
 
-def _job(labels: Mapping[str, str] | None = None, *, managed_by: str | None = None,
-         kind: str = "PyTorchJob", annotations: Mapping[str, str] | None = None
-         ) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if managed_by is not None:
-        if kind == "Job":
-            spec["managedBy"] = managed_by
-        else:
-            spec["runPolicy"] = {"managedBy": managed_by}
-    meta: dict[str, Any] = {"name": "resnet", "labels": dict(labels or {})}
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    return {"kind": kind, "metadata": meta, "spec": spec}
-
-
-def _pod(labels: Mapping[str, str]) -> dict[str, Any]:
-    return {"kind": "Pod", "metadata": {"name": "resnet-worker-0", "labels": dict(labels)}}
+def _workload(labels: Mapping[str, str] | None = None, *, managed_by: str | None = None,
+              kind: str = "PyTorchJob", annotations: Mapping[str, str] | None = None
+              ) -> dict[str, Any]:
+    """The workload `resnet` of `kind` (a Kubeflow kind, or a batch `Job`)."""
+    if kind == "Job":
+        job = objects.batch_job("resnet", labels=labels, managed_by=managed_by,
+                                template={"spec": {"containers": [objects.container()]}})
+        if annotations:
+            job["metadata"]["annotations"] = dict(annotations)
+        return job
+    run_policy = {"managedBy": managed_by} if managed_by is not None else None
+    return objects.training_job(kind, "resnet", labels=dict(labels or {}), annotations=annotations,
+                                run_policy=run_policy)
 
 
 def _input(objects: Sequence[Mapping[str, Any]] = (), *, namespace: str = "ml", busy: bool = False,
@@ -42,24 +39,24 @@ def _input(objects: Sequence[Mapping[str, Any]] = (), *, namespace: str = "ml", 
     ("guard", "cap", "kind", "words"),
     [
         (_input(), 5, ClearanceKind.GO, ""),
-        (_input([_job({"team": "vision"}), _pod({"app": "x"})], started=4), 5, ClearanceKind.GO, ""),
-        (_input([_job(managed_by="kubeflow.org/training-operator")]), 5, ClearanceKind.GO, ""),
-        (_input([_job(kind="Job", managed_by="kubernetes.io/job-controller")]), 5,
+        (_input([_workload({"team": "vision"}), objects.pod("resnet-worker-0", labels={"app": "x"})], started=4), 5, ClearanceKind.GO, ""),
+        (_input([_workload(managed_by="kubeflow.org/training-operator")]), 5, ClearanceKind.GO, ""),
+        (_input([_workload(kind="Job", managed_by="kubernetes.io/job-controller")]), 5,
          ClearanceKind.GO, ""),
         (_input(namespace="kube-system"), 5, ClearanceKind.REFUSE,
          "in the protected namespace kube-system"),
         # protected wins over everything else
         (_input(namespace="kube-public", busy=True, started=99), 5, ClearanceKind.REFUSE,
          "protected namespace kube-public"),
-        (_input([_job({"kueue.x-k8s.io/queue-name": "gpu-queue"})]), 5, ClearanceKind.REFUSE,
+        (_input([_workload({"kueue.x-k8s.io/queue-name": "gpu-queue"})]), 5, ClearanceKind.REFUSE,
          "queued by Kueue (label kueue.x-k8s.io/queue-name=gpu-queue)"),
-        (_input([_job(annotations={"kueue.x-k8s.io/queue-name": "q"})]), 5, ClearanceKind.REFUSE,
+        (_input([_workload(annotations={"kueue.x-k8s.io/queue-name": "q"})]), 5, ClearanceKind.REFUSE,
          "annotation kueue.x-k8s.io/queue-name=q"),
-        (_input([_job(), _pod({"kueue.x-k8s.io/managed": "true"})]), 5, ClearanceKind.REFUSE,
+        (_input([_workload(), objects.pod("resnet-worker-0", labels={"kueue.x-k8s.io/managed": "true"})]), 5, ClearanceKind.REFUSE,
          "Pod resnet-worker-0 is managed by Kueue"),
-        (_input([_job(managed_by="kueue.x-k8s.io/multikueue")]), 5, ClearanceKind.REFUSE,
+        (_input([_workload(managed_by="kueue.x-k8s.io/multikueue")]), 5, ClearanceKind.REFUSE,
          "managed by kueue.x-k8s.io/multikueue"),
-        (_input([_job(kind="Job", managed_by="kueue.x-k8s.io/multikueue")]), 5,
+        (_input([_workload(kind="Job", managed_by="kueue.x-k8s.io/multikueue")]), 5,
          ClearanceKind.REFUSE, "Job resnet is managed by kueue.x-k8s.io/multikueue"),
         (_input(busy=True), 5, ClearanceKind.WAIT, "another remediation of PyTorchJob ml/resnet"),
         (_input(started=5), 5, ClearanceKind.WAIT, "5 remediation(s) started in the last hour; "
@@ -81,7 +78,7 @@ def test_clear(guard: GuardInput, cap: int, kind: ClearanceKind, words: str) -> 
         [],
         [{"kind": "PyTorchJob"}],  # no metadata at all
         [{"metadata": {"labels": None, "annotations": "junk"}, "spec": {"runPolicy": "x"}}],
-        [_pod({"kueue.x-k8s.io/managed": "false"})],
+        [objects.pod("resnet-worker-0", labels={"kueue.x-k8s.io/managed": "false"})],
     ],
 )
 def test_not_kueue(objects: list[dict[str, Any]]) -> None:

@@ -41,14 +41,13 @@ from tests.remediation.harness import (
     add_zone_b_workers,
     approved_incident,
     cordon,
-    job,
     lab_job,
-    migrated_template,
     new_store,
     recorded_plan,
     recorded_steps,
     resumes,
     running_lab,
+    served_job,
     split,
     zones,
 )
@@ -57,11 +56,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SLOW_BIND = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
 OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 JOB_WRITE = "patch PyTorchJob llm-finetune"
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return migrated_template(tmp_path_factory.mktemp("db"))
 
 
 def killed_at(lab: Lab, url: str, incident_id: int, point: str, *flags: str) -> None:
@@ -118,7 +112,7 @@ def test_every_point_of_the_kubeflow_path_stopped_then_resumed_remediates_once(
                 assert where in walk.stops, (where, walk.stops)
             patches = [w for w in walk.writes if (w.verb, w.kind) == (WriteVerb.PATCH, "PyTorchJob")]
             assert len(patches) == 2  # one suspend, one resume, whatever the deaths
-            live = job(lab)
+            live = served_job(lab)
             assert live["spec"]["runPolicy"]["suspend"] is False
             assert recorded_plan(store, incident_id).targets[0].state_of(live) is TemplateState.PLANNED
             assert resumed_once(lab)  # restarted exactly once
@@ -136,7 +130,7 @@ def test_every_point_of_the_kubeflow_rollback_killed_then_resumed_restores_the_j
         with running_lab(tmp_path, "seed-degraded") as lab:
             split(lab)
             incident_id = approved_incident(lab, store)
-            original = job(lab)
+            original = served_job(lab)
             cordoned: list[bool] = []
 
             def on_step(step: Step) -> None:
@@ -149,7 +143,7 @@ def test_every_point_of_the_kubeflow_rollback_killed_then_resumed_restores_the_j
             for where in ("step rollback_started", "step restoring patch llm-finetune",
                           f"{JOB_WRITE} #3", f"{JOB_WRITE} #4", "step rolled_back"):
                 assert where in walk.stops, (where, walk.stops)  # the restore patch, the resume
-            live = job(lab)
+            live = served_job(lab)
             assert live["spec"]["runPolicy"]["suspend"] is False
             for rtype, spec in live["spec"]["pytorchReplicaSpecs"].items():
                 assert spec["template"] == original["spec"]["pytorchReplicaSpecs"][rtype]["template"]
@@ -179,7 +173,7 @@ def test_killed_after_each_step_then_resumed_remediates_once(
             assert step.value in recorded_steps(store, incident_id)
             status = lab.remediator(store).run(incident_id)
             assert status is IncidentStatus.RESOLVED
-            live = job(lab)
+            live = served_job(lab)
             assert live["spec"]["runPolicy"]["suspend"] is False
             assert recorded_plan(store, incident_id).targets[0].state_of(live) is TemplateState.PLANNED
             assert resumed_once(lab)  # restarted exactly once
@@ -195,11 +189,11 @@ def test_killed_on_the_rollback_path_then_resumed_restores_the_job(tmp_path: Pat
         with running_lab(tmp_path, "seed-degraded") as lab:
             split(lab)
             incident_id = approved_incident(lab, store)
-            original = job(lab)
+            original = served_job(lab)
             killed_at(lab, url, incident_id, Step.ROLLBACK_STARTED.value, "--cordon-after-suspend")
             status = lab.remediator(store, settings=SLOW_BIND).run(incident_id)
             assert status is IncidentStatus.ROLLED_BACK
-            live = job(lab)
+            live = served_job(lab)
             assert live["spec"]["runPolicy"]["suspend"] is False
             for rtype, spec in live["spec"]["pytorchReplicaSpecs"].items():
                 assert spec["template"] == original["spec"]["pytorchReplicaSpecs"][rtype]["template"]

@@ -14,10 +14,7 @@ from agent.remediation.plan import LiveObjects, Plan, Refusal, TargetAction
 from agent.remediation.planner import plan_remediation
 from agent.remediation.template import TemplateState, apply_merge_patch
 from tests.remediation.builders import (
-    GPU_TOLERATION,
-    JOB_NAME,
     KINDS,
-    ZONE,
     batch_job,
     cluster_nodes,
     copy_of,
@@ -29,6 +26,7 @@ from tests.remediation.builders import (
     node,
     pod,
 )
+from tests.support.objects import GPU_TOLERATION, JOB_NAME, ZONE
 
 MIRROR = "netpol.example.com/zone"
 TOUCHABLE_SPEC = {"nodeSelector", "affinity", "tolerations"}

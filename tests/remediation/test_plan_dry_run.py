@@ -16,7 +16,6 @@ from agent.remediation.plan import LiveObjects, Plan
 from agent.remediation.planner import plan_remediation
 from tests.remediation.builders import (
     KINDS,
-    ZONE,
     batch_job,
     cluster_nodes,
     deployment,
@@ -24,8 +23,8 @@ from tests.remediation.builders import (
     job,
     job_pods,
     pod,
-    replicaset,
 )
+from tests.support.objects import ZONE, replicaset
 from tests.twin.apiserver_harness import running_twin
 
 MERGE_PATCH = "application/merge-patch+json"

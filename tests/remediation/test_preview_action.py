@@ -15,7 +15,8 @@ from agent.model.workload import JobKind
 from agent.remediation.plan import Plan, Refusal
 from agent.remediation.planner import plan_remediation
 from agent.remediation.preview_action import describe, preview_action
-from tests.remediation.builders import KINDS, ZONE, cluster_nodes, finding, group_live, job, live
+from tests.remediation.builders import KINDS, cluster_nodes, finding, group_live, job, live
+from tests.support.objects import ZONE
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ZONES = {"zone-a": 2, "zone-b": 1}

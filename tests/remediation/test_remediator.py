@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -29,26 +28,12 @@ from tests.remediation.harness import (
     Terms,
     approved_incident,
     cordon,
-    job,
-    migrated_template,
-    new_store,
     recorded_plan,
     resumes,
     running_lab,
+    served_job,
     split,
 )
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return migrated_template(tmp_path_factory.mktemp("db"))
-
-
-@pytest.fixture
-def store(template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
-    s, _ = new_store(template, tmp_path)
-    yield s
-    s.close()
 
 
 def pods(lab: Lab) -> list[dict[str, Any]]:
@@ -85,7 +70,7 @@ def test_blocked_job_is_co_located_in_one_restart_and_resolved(tmp_path: Path, s
         assert planning[0] is Step.PLANNED and planning[-1] is Step.PLANNED, seen
         assert set(planning) <= {Step.PLANNED, Step.DRY_RUN, Step.SUSPENDING}, seen
         assert planning.count(Step.PLANNED) <= 1 + FAST.max_conflict_retries, seen
-        live = job(lab)
+        live = served_job(lab)
         assert live["spec"]["runPolicy"]["suspend"] is False
         assert recorded_plan(store, incident_id).targets[0].state_of(live) is TemplateState.PLANNED
         nodes = {n["metadata"]["name"]: n["metadata"]["labels"][ZONE]
@@ -111,7 +96,7 @@ def test_the_agents_service_account_with_the_deploy_cluster_role_is_enough(
         writes = lab.writes()
         assert set(writes) == {"patch pytorchjobs"} and writes["patch pytorchjobs"] >= 3
         assert resumes(lab) == 1
-        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert served_job(lab)["spec"]["runPolicy"]["suspend"] is False
 
 
 def test_target_zone_cordoned_before_approval_fails_and_writes_nothing(
@@ -128,7 +113,7 @@ def test_target_zone_cordoned_before_approval_fails_and_writes_nothing(
         detail = store.get_incident(incident_id)
         reason = detail.events[-1].detail["reason"]
         assert "no zone has 4 free GPUs for the job (free: us-east-1a: 0" in reason
-        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert served_job(lab)["spec"]["runPolicy"]["suspend"] is False
 
 
 def test_target_zone_cordoned_after_the_suspend_rolls_back_to_the_original_templates(
@@ -137,7 +122,7 @@ def test_target_zone_cordoned_after_the_suspend_rolls_back_to_the_original_templ
     with running_lab(tmp_path, "seed-degraded") as lab:
         split(lab)
         incident_id = approved_incident(lab, store)
-        original = job(lab)
+        original = served_job(lab)
 
         def on_step(step: Step) -> None:
             if step is Step.SUSPENDED:
@@ -146,7 +131,7 @@ def test_target_zone_cordoned_after_the_suspend_rolls_back_to_the_original_templ
         settings = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
         status = lab.remediator(store, settings=settings, on_step=on_step).run(incident_id)
         assert status is IncidentStatus.ROLLED_BACK
-        live = job(lab)
+        live = served_job(lab)
         assert live["spec"]["runPolicy"]["suspend"] is False
         for rtype, spec in live["spec"]["pytorchReplicaSpecs"].items():
             assert spec["template"] == original["spec"]["pytorchReplicaSpecs"][rtype]["template"]
@@ -177,7 +162,7 @@ def test_a_conflicting_write_before_the_suspend_patch_is_re_planned_and_retried(
         assert len(plans) >= 2  # planned again after the 409
         applied = [a for a in detail.actions if a.payload.get("step") == "suspended"]
         assert applied[-1].payload["attempt"] == len(plans)
-        assert job(lab)["metadata"]["annotations"]["owner"] == "bob"
+        assert served_job(lab)["metadata"]["annotations"]["owner"] == "bob"
         assert resumes(lab) == 1
 
 
@@ -305,8 +290,8 @@ def test_a_dry_run_refused_by_the_server_fails_with_its_message_and_writes_nothi
         assert 'cannot patch resource "pytorchjobs"' in reason
         dry = [a for a in detail.actions if a.kind is RemediationActionKind.DRY_RUN]
         assert dry[-1].succeeded is False
-        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
-        assert ZONE not in (job(lab)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        assert served_job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert ZONE not in (served_job(lab)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
                            .get("nodeSelector") or {})  # fmt: skip
 
 
@@ -325,10 +310,10 @@ def test_a_lost_lease_stops_the_run_and_the_next_leader_resumes_it(
         assert first.run(incident_id) is IncidentStatus.REMEDIATING
         steps = [a.payload.get("step") for a in store.get_incident(incident_id).actions]
         assert steps[-1] == "suspended"  # nothing after the lease was lost
-        assert job(lab)["spec"]["runPolicy"]["suspend"] is True
+        assert served_job(lab)["spec"]["runPolicy"]["suspend"] is True
         lease.lead()
         assert lab.remediator(store, leadership=lease).run(incident_id) is IncidentStatus.RESOLVED
-        assert job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert served_job(lab)["spec"]["runPolicy"]["suspend"] is False
         assert resumes(lab) == 1
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -52,7 +52,6 @@ from tests.remediation.harness import (
     bound,
     cordon,
     lab_job,
-    migrated_template,
     new_store,
     pods,
     quick,
@@ -68,18 +67,6 @@ from tests.support.waiting import wait
 
 SLOW_BIND = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
 OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return migrated_template(tmp_path_factory.mktemp("db"))
-
-
-@pytest.fixture
-def store(template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
-    s, _ = new_store(template, tmp_path)
-    yield s
-    s.close()
 
 
 def gpu_utilization(lab: Lab) -> dict[str, float]:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from agent.remediation.room import PodNeed, check_room, node_name
-from tests.remediation.builders import ZONE, node, pod
+from tests.remediation.builders import node, pod
+from tests.support.objects import ZONE
 
 HOST = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -13,7 +13,7 @@ from agent.runtime.detector import Debouncer, Detector
 from agent.sources.change import Change
 
 
-def job(i: int) -> Change:
+def job_change(i: int) -> Change:
     return Change(jobs=frozenset({JobRef(JobKind.PYTORCH, "ml", f"j{i}")}))
 
 
@@ -31,7 +31,7 @@ def test_debouncer(arrivals: list[float], check_at: float, expect_jobs: int | No
     d = Debouncer(delay=0.5, max_delay=5.0)
     for i, t in enumerate(arrivals):
         if t <= check_at:
-            d.add(job(i), t)
+            d.add(job_change(i), t)
     batch = d.take(check_at)
     if expect_jobs is None:
         assert batch is None
@@ -70,7 +70,7 @@ def test_worker_turns_a_burst_into_one_batch() -> None:
     detector.start()
     try:
         for i in range(64):  # a burst at t=0: nothing is due before t=0.2
-            assert detector.submit(job(i % 4))
+            assert detector.submit(job_change(i % 4))
         assert not done.is_set()
         clock.now = 0.2  # the quiet window is over (the worker re-checks within 0.2 s)
         assert done.wait(10)
@@ -80,7 +80,7 @@ def test_worker_turns_a_burst_into_one_batch() -> None:
     change, first = batches[0]
     assert len(change.jobs) == 4
     assert first == 0.0
-    assert not detector.submit(job(1))
+    assert not detector.submit(job_change(1))
 
 
 def test_a_failing_step_does_not_kill_the_worker() -> None:
@@ -98,9 +98,9 @@ def test_a_failing_step_does_not_kill_the_worker() -> None:
     detector = Detector(debounce=0.01, max_delay=1.0, handle=handle)
     detector.start()
     try:
-        detector.submit(job(1))
+        detector.submit(job_change(1))
         assert failed.wait(10)
-        detector.submit(job(2))
+        detector.submit(job_change(2))
         assert second.wait(10)
     finally:
         detector.stop()
@@ -121,9 +121,9 @@ def relabel_in(namespace: str) -> Change:
         # a gang-complete change alone: due when it arrives, not after the window
         ([(0.0, gang(1))], 0.0, {"j1"}, set(), None),
         # it does not wait for a relabel of another job that arrived before it
-        ([(0.0, job(2)), (0.1, gang(1))], 0.1, {"j1"}, set(), 0.5),
+        ([(0.0, job_change(2)), (0.1, gang(1))], 0.1, {"j1"}, set(), 0.5),
         # a relabel of the same job waiting in the window is covered by the gang's diagnosis
-        ([(0.0, job(1)), (0.1, gang(1))], 0.1, {"j1"}, set(), None),
+        ([(0.0, job_change(1)), (0.1, gang(1))], 0.1, {"j1"}, set(), None),
         # namespace-scoped changes stay unless the gang batch covers that namespace
         ([(0.0, relabel_in("web")), (0.2, gang(1))], 0.2, {"j1"}, set(), 0.5),
         # two gangs completing together form one batch
@@ -151,14 +151,14 @@ def test_gang_complete_skips_the_window(
 
 def test_a_relabel_alone_still_waits_for_the_window() -> None:
     d = Debouncer(delay=0.5, max_delay=5.0)
-    d.add(job(1), 0.0)
+    d.add(job_change(1), 0.0)
     assert d.take(0.0) is None and d.take(0.49) is None
     assert d.take(0.5) is not None
 
 
 def test_a_failed_batch_backoff_delays_a_gang_too() -> None:
     d = Debouncer(delay=0.5, max_delay=5.0)
-    d.retry(job(3), 0.0, not_before=2.0)
+    d.retry(job_change(3), 0.0, not_before=2.0)
     d.add(gang(1), 1.0)
     assert d.take(1.0) is None
     batch = d.take(2.0)
@@ -178,7 +178,7 @@ def test_worker_hands_a_gang_over_at_once_while_a_relabel_waits() -> None:
     detector = Detector(debounce=0.5, max_delay=5.0, handle=handle, monotonic=clock)
     detector.start()
     try:
-        assert detector.submit(job(2))  # a relabel of another job
+        assert detector.submit(job_change(2))  # a relabel of another job
         assert detector.submit(gang(1))
         with arrived:
             assert arrived.wait_for(lambda: len(batches) == 1, timeout=30)
@@ -195,10 +195,10 @@ def test_worker_hands_a_gang_over_at_once_while_a_relabel_waits() -> None:
 @pytest.mark.parametrize("backoff", [False, True], ids=["due", "after a failed batch"])
 def test_a_change_at_once_takes_everything_pending_with_it(backoff: bool) -> None:
     d = Debouncer(delay=0.5, max_delay=5.0)
-    d.add(job(1), 0.0)
-    d.add(job(2), 0.3)
+    d.add(job_change(1), 0.0)
+    d.add(job_change(2), 0.3)
     if backoff:  # a failed batch's backoff still holds: the store is refusing writes either way
-        d.retry(job(3), 0.0, not_before=2.0)
+        d.retry(job_change(3), 0.0, not_before=2.0)
     d.add(Change(everything=True, reasons=("start-up",)), 0.4, at_once=True)
     if backoff:
         assert d.take(1.9) is None
@@ -208,5 +208,5 @@ def test_a_change_at_once_takes_everything_pending_with_it(backoff: bool) -> Non
     assert change.everything and first == 0.0 and "start-up" in change.reasons
     assert len(change.jobs) == (3 if backoff else 2)
     assert d.take(10.0) is None  # one batch: nothing left, nothing due
-    d.add(job(4), 11.0)  # and later changes wait for the window again
+    d.add(job_change(4), 11.0)  # and later changes wait for the window again
     assert d.take(11.2) is None and d.take(11.5) is not None

@@ -19,7 +19,7 @@ from agent.runtime.detector import BatchOutcome, Debouncer, Detector
 from agent.sources.change import Change
 
 
-def job(i: int) -> Change:
+def job_change(i: int) -> Change:
     return Change(jobs=frozenset({JobRef(JobKind.PYTORCH, "ml", f"j{i}")}))
 
 
@@ -35,12 +35,12 @@ def job(i: int) -> Change:
 )
 def test_debouncer_retry(arrivals: list[float], check_at: float, expect_jobs: set[int] | None) -> None:
     d = Debouncer(delay=0.5, max_delay=2.0)
-    d.add(job(0), 0.0)
+    d.add(job_change(0), 0.0)
     change, first = d.take(0.5) or (Change(), -1.0)
     assert first == 0.0
     d.retry(change, first, not_before=5.0)  # failed at 0.5; backoff until 5.0
     for t in arrivals:
-        d.add(job(int(t)), t)
+        d.add(job_change(int(t)), t)
     batch = d.take(check_at)
     if expect_jobs is None:
         assert batch is None
@@ -50,7 +50,7 @@ def test_debouncer_retry(arrivals: list[float], check_at: float, expect_jobs: se
     assert merged.jobs == frozenset(JobRef(JobKind.PYTORCH, "ml", f"j{i}") for i in expect_jobs)
     assert first_seen == 0.0
     assert d.take(check_at + 10) is None  # nothing left, and the backoff is over
-    d.add(job(9), 20.0)
+    d.add(job_change(9), 20.0)
     assert d.due_at() == 20.5
 
 
@@ -68,7 +68,7 @@ def test_a_batch_is_retried_with_backoff_until_the_store_takes_it() -> None:
     def handle(change: Change, first: float) -> None:
         calls.append((change, first, time.monotonic()))
         if len(calls) == 1:
-            detector.submit(job(2))  # arrives while the first attempt fails
+            detector.submit(job_change(2))  # arrives while the first attempt fails
         if len(calls) <= failures:
             raise UnavailableError("database away")
         handled.set()
@@ -80,7 +80,7 @@ def test_a_batch_is_retried_with_backoff_until_the_store_takes_it() -> None:
     )
     detector.start()
     try:
-        assert detector.submit(job(1))
+        assert detector.submit(job_change(1))
         assert handled.wait(10)
     finally:
         detector.stop()
@@ -88,8 +88,8 @@ def test_a_batch_is_retried_with_backoff_until_the_store_takes_it() -> None:
     assert outcomes == [BatchOutcome.RETRIED] * failures + [BatchOutcome.OK]
     first_seen = calls[0][1]
     assert all(first == first_seen for _, first, _ in calls)  # the detection latency's start
-    assert calls[0][0].jobs == job(1).jobs
-    assert calls[-1][0].jobs == job(1).jobs | job(2).jobs  # merged with what came meanwhile
+    assert calls[0][0].jobs == job_change(1).jobs
+    assert calls[-1][0].jobs == job_change(1).jobs | job_change(2).jobs  # merged with what came meanwhile
     gaps = [b[2] - a[2] for a, b in itertools.pairwise(calls)]
     assert gaps[0] >= 0.05 and gaps[1] >= 0.1 and gaps[2] >= 0.2  # 50 ms, doubling
 
@@ -108,13 +108,13 @@ def test_a_bug_drops_the_batch_instead_of_retrying_it() -> None:
     detector = Detector(debounce=0.01, max_delay=1.0, handle=handle, outcome=outcomes.append)
     detector.start()
     try:
-        detector.submit(job(1))
+        detector.submit(job_change(1))
         deadline = time.monotonic() + 30
         while not calls and time.monotonic() < deadline:
             time.sleep(0.01)
-        detector.submit(job(2))
+        detector.submit(job_change(2))
         assert second.wait(10)
     finally:
         detector.stop()
-    assert [c.jobs for c in calls] == [job(1).jobs, job(2).jobs] and detector.retries == 0
+    assert [c.jobs for c in calls] == [job_change(1).jobs, job_change(2).jobs] and detector.retries == 0
     assert outcomes == [BatchOutcome.ERROR, BatchOutcome.OK]

@@ -12,17 +12,16 @@ from agent.runtime.mirror import ModelMirror
 from agent.sources.cache import ClusterCache
 from agent.sources.resources import RESOURCES
 from agent.sources.slim import slimmer
+from tests.support import objects
 
 R = {r.name: r for r in RESOURCES}
 CNP = R["ciliumnetworkpolicies.v2.cilium.io"]
 
 
-def pod(i: int, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return slimmer(R["pods"])({
-        "metadata": {"name": f"p-{i}", "namespace": "ml", "labels": labels or {"a": "b"}},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
-        "status": {"phase": "Running"},
-    })
+def slim_pod(i: int, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Running pod `p-<i>` on n1, as the cache keeps it (slimmed)."""
+    return slimmer(R["pods"])(objects.pod(f"p-{i}", node_name="n1", labels=labels or {"a": "b"},
+                                          containers=[{"name": "c"}], kind=False))
 
 
 def policy(rule: str) -> dict[str, Any]:
@@ -34,7 +33,7 @@ def policy(rule: str) -> dict[str, Any]:
 def mirror() -> tuple[ClusterCache, ModelMirror]:
     cache = ClusterCache()
     cache.replace(R["nodes"], [slimmer(R["nodes"])({"metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "a"}}})])
-    cache.replace(R["pods"], [pod(i) for i in range(50)])
+    cache.replace(R["pods"], [slim_pod(i) for i in range(50)])
     cache.replace(CNP, [policy("b")])
     return cache, ModelMirror(cache)
 
@@ -46,11 +45,11 @@ def test_only_changed_objects_are_parsed_again(mirror: tuple[ClusterCache, Model
     assert m.parsed_last == 52
     _, again = m.state()
     assert m.parsed_last == 0 and again is policies
-    cache.apply(R["pods"], "MODIFIED", pod(7, labels={"a": "c"}))
+    cache.apply(R["pods"], "MODIFIED", slim_pod(7, labels={"a": "c"}))
     state, same = m.state()
     assert m.parsed_last == 1 and same is policies
     assert next(p for p in state.pods if p.name == "p-7").labels == {"a": "c"}
-    cache.apply(R["pods"], "DELETED", pod(8))
+    cache.apply(R["pods"], "DELETED", slim_pod(8))
     state, _ = m.state()
     assert len(state.pods) == 49 and m.parsed_last == 0
 
@@ -68,7 +67,7 @@ def test_policy_changes_rebuild_the_policy_set(mirror: tuple[ClusterCache, Model
 
 def test_unparsable_object_is_skipped_with_one_warning(mirror: tuple[ClusterCache, ModelMirror], caplog: pytest.LogCaptureFixture) -> None:
     cache, m = mirror
-    bad = pod(99)
+    bad = slim_pod(99)
     bad["spec"] = {"containers": [{"name": "c", "ports": [{"containerPort": "http"}]}], "nodeName": "n1"}
     cache.apply(R["pods"], "ADDED", bad)
     with caplog.at_level(logging.WARNING):
@@ -79,15 +78,14 @@ def test_unparsable_object_is_skipped_with_one_warning(mirror: tuple[ClusterCach
 
 
 def kube_pod(name: str, node: str, *, zone_label: str, gpus: int = 1) -> dict[str, Any]:
-    return slimmer(R["pods"])({
-        "metadata": {"name": name, "namespace": "ml", "labels": {
-            "training.kubeflow.org/job-name": "bert", "training.kubeflow.org/operator-name": "pytorchjob-controller",
-            "training.kubeflow.org/replica-type": "master" if "master" in name else "worker",
-            "zone": zone_label}},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "ports": [{"name": "pytorchjob-port", "containerPort": 23456}],
-                                                   "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
-        "status": {"phase": "Running"},
-    })
+    """Pod `bert-<type>-<index>` of the PyTorchJob `bert` on `node`, labelled `zone=<zone_label>`,
+    as the cache keeps it (slimmed)."""
+    _, rtype, index = name.split("-")
+    main = objects.container(name="c", gpus=gpus, request_gpus=True, limits=False,
+                             ports=[("pytorchjob-port", 23456)])
+    return slimmer(R["pods"])(objects.job_pod("PyTorchJob", "bert", rtype, int(index), name=name,
+                                              node_name=node, extra={"zone": zone_label},
+                                              containers=[main]))
 
 
 def test_incremental_state_and_facts_diagnose_like_a_fresh_mirror() -> None:
@@ -138,7 +136,7 @@ def filled(cache: ClusterCache) -> ClusterCache:
                                      "status": {"allocatable": {"nvidia.com/gpu": "8"}}}) for z in "ab"])
     cache.replace(R["pods"], [kube_pod("bert-master-0", "n-b", zone_label="b"),
                               *(kube_pod(f"bert-worker-{i}", "n-a", zone_label="a") for i in range(3)),
-                              *(pod(i) for i in range(20))])
+                              *(slim_pod(i) for i in range(20))])
     cache.replace(CNP, [policy("b")])
     return cache
 
@@ -230,7 +228,7 @@ def test_cilium_config_decides_the_identity_filter(
 def test_without_cilium_kinds_or_cilium_config_the_dataplane_is_kubernetes() -> None:
     cache = ClusterCache()
     cache.replace(R["nodes"], [])
-    cache.replace(R["pods"], [pod(1, labels={"pod-template-hash": "x"})])
+    cache.replace(R["pods"], [slim_pod(1, labels={"pod-template-hash": "x"})])
     cache.replace(CONFIG, [])
     _, policies = ModelMirror(cache).state()
     assert not policies.dataplane.cilium and policies.identity.keeps("pod-template-hash")

@@ -30,7 +30,7 @@ from agent.sources.change import Change
 from agent.sources.drop import DropVerdict
 from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import JobMetrics, MetricsReport
-from tests.runtime.world import JOB, JOB_OBJECT, NOW, POLICY, R, World, pod, split_pods
+from tests.runtime.world import JOB, JOB_OBJECT, NOW, POLICY, R, World, gpt_pod, split_pods
 from tests.support.prometheus import requires_prometheus, running_prometheus
 
 
@@ -56,7 +56,7 @@ def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(wor
         "deadline": (NOW + timedelta(hours=4)).isoformat()}
     assert [e.kind.value for e in detail.events] == ["detected", "awaiting_approval", "redetected"]
     # co-locate the master in zone-a: the job is healthy, its incident resolved
-    moved = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
+    moved = [gpt_pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
     change = world.load("pods", moved)
     world.pipeline.handle_change(change, 0.0)
     (after,) = world.incidents()
@@ -96,7 +96,7 @@ def test_a_job_whose_verdict_changes_class_keeps_its_one_incident(world: World) 
     (incident,) = world.incidents()
     assert incident.verdict is Verdict.ZONE_SPLIT_BLOCKED
     world.load("networkpolicies.v1.networking.k8s.io", [DENY_ALL])
-    moved = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
+    moved = [gpt_pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
     world.pipeline.handle_change(world.load("pods", moved), 0.0)
     (blocked,) = world.incidents()
     assert (blocked.id, blocked.verdict) == (incident.id, Verdict.POLICY_BLOCKED)
@@ -141,7 +141,7 @@ def test_a_suspended_job_keeps_its_incident_and_its_resumed_split_folds_into_it(
 
 def filler(name: str, node_name: str, zone: str, gpus: int, phase: str = "Running") -> dict[str, Any]:
     """A pod of another team's job holding `gpus` GPUs on `node_name`."""
-    out = pod(name, "worker", node_name, zone)
+    out = gpt_pod(name, "worker", node_name, zone)
     out["metadata"]["labels"]["training.kubeflow.org/job-name"] = "other"
     out["metadata"]["ownerReferences"][0]["name"] = "other"
     out["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": str(gpus)},
@@ -606,7 +606,7 @@ def test_egress_moved(before: tuple[EgressBasis, float | None],
 def test_a_lying_zone_label_is_its_own_incident_with_its_playbook_and_resolves_relabelled(
     world: World,
 ) -> None:
-    lying = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-b"), *split_pods()[1:]]
+    lying = [gpt_pod("gpt-small-master-0", "master", "gpu-a1", "zone-b"), *split_pods()[1:]]
     world.pipeline.handle_change(world.load("pods", lying), 0.0)
     (incident,) = world.incidents()
     assert (incident.verdict, incident.status.value, incident.target_zone) == (
@@ -615,7 +615,7 @@ def test_a_lying_zone_label_is_its_own_incident_with_its_playbook_and_resolves_r
     assert detail.diagnosis["mislabelled_pods"][0]["pod"] == "gpt-small-master-0"
     posts = {m.payload["playbook"] for m in detail.messages if m.kind is MessageKind.POST}
     assert posts == {"zone-label-mismatch"}
-    relabelled = [pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
+    relabelled = [gpt_pod("gpt-small-master-0", "master", "gpu-a1", "zone-a"), *split_pods()[1:]]
     world.pipeline.handle_change(world.load("pods", relabelled), 0.0)
     (after,) = world.incidents()
     assert after.status.value == "resolved"

@@ -30,6 +30,7 @@ from agent.sources.prometheus import PrometheusSource
 from agent.sources.resources import RESOURCES
 from agent.sources.slim import slimmer
 from agent.store.migrate import upgrade_on_start
+from tests.support import objects
 
 REPO = Path(__file__).resolve().parents[2]
 R = {r.name: r for r in RESOURCES}
@@ -37,30 +38,15 @@ JOB = JobRef(JobKind.PYTORCH, "train", "gpt-small")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def node(name: str, zone: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
-            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
-
-
-def pod(name: str, rtype: str, node_name: str, zone: str) -> dict[str, Any]:
-    labels = {
-        "training.kubeflow.org/job-name": "gpt-small",
-        "training.kubeflow.org/operator-name": "pytorchjob-controller",
-        "training.kubeflow.org/replica-type": rtype,
-        "training.kubeflow.org/replica-index": name[-1],
-        "zone": zone,
-    }
-    if rtype == "master":
-        labels["training.kubeflow.org/job-role"] = "master"
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "train", "labels": labels,
-                     "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "gpt-small", "controller": True}]},
-        "spec": {"nodeName": node_name, "containers": [{"name": "pytorch",
-                 "ports": [{"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}],
-                 "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
-        "status": {"phase": "Running"},
-    }
+def gpt_pod(name: str, rtype: str, node_name: str, zone: str) -> dict[str, Any]:
+    """A pod of the world's PyTorchJob `gpt-small` (index: the name's last digit), labelled
+    `zone=<zone>`."""
+    return objects.job_pod(
+        "PyTorchJob", "gpt-small", rtype, int(name[-1]), name=name, ns="train", node_name=node_name,
+        extra={"zone": zone}, coordinator=rtype == "master",
+        containers=[objects.container(name="pytorch", gpus=1, request_gpus=True,
+                                     ports=[("pytorchjob-port", 23456, "TCP")])],
+    )
 
 
 POLICY = {
@@ -75,8 +61,8 @@ JOB_OBJECT = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
 
 
 def split_pods() -> list[dict[str, Any]]:
-    return [pod("gpt-small-master-0", "master", "gpu-b1", "zone-b")] + [
-        pod(f"gpt-small-worker-{i}", "worker", "gpu-a1", "zone-a") for i in range(3)
+    return [gpt_pod("gpt-small-master-0", "master", "gpu-b1", "zone-b")] + [
+        gpt_pod(f"gpt-small-worker-{i}", "worker", "gpu-a1", "zone-a") for i in range(3)
     ]
 
 
@@ -109,7 +95,7 @@ class World:
         )
         self.leading = AlwaysLeader().is_leader()
         self.pipeline = build_pipeline(parts, self.store, now=lambda: self.now)
-        self.load("nodes", [node("gpu-a1", "zone-a"), node("gpu-b1", "zone-b")])
+        self.load("nodes", [objects.node(n, z, gpus=8, cpu=None, hostname=False, taints=[]) for n, z in (("gpu-a1", "zone-a"), ("gpu-b1", "zone-b"))])
         self.load("namespaces", [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "train"}}])
         self.load("ciliumnetworkpolicies.v2.cilium.io", [POLICY])
         self.load("pytorchjobs.v1.kubeflow.org", [JOB_OBJECT])

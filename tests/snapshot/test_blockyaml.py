@@ -210,7 +210,7 @@ def test_kubectl_like_dumps_are_read_by_the_line_reader(items: list[Any], width:
 # values written out again (a job's pods: the same containers, the same owner) read once
 
 
-def _pod(i: int, *, extra: str = "") -> str:
+def _pod_yaml(i: int, *, extra: str = "") -> str:
     return (f"- apiVersion: v1\n  kind: Pod\n  metadata:\n    labels:\n      job: j{i // 10}\n"
             f"    name: p-{i}\n    ownerReferences:\n    - apiVersion: v1\n      controller: true\n"
             f"      kind: Job\n      name: j{i // 10}\n  spec:\n    containers:\n    - image: x:1\n"
@@ -219,7 +219,7 @@ def _pod(i: int, *, extra: str = "") -> str:
 
 
 def test_a_repeated_value_is_read_once_and_equals_yamlstreams() -> None:
-    text = "apiVersion: v1\nitems:\n" + "".join(_pod(i) for i in range(200)) + "kind: List\n"
+    text = "apiVersion: v1\nitems:\n" + "".join(_pod_yaml(i) for i in range(200)) + "kind: List\n"
     assert same_as_yamlstream(text)
     items = [v for part, v in block_values(text) if part is yamlstream.Part.ITEM]
     assert len(items) == 200
@@ -240,7 +240,7 @@ def test_a_repeated_value_is_read_once_and_equals_yamlstreams() -> None:
     ],
 )
 def test_values_with_blank_lines_scalars_and_comments_read_as_yamlstream(extra: str) -> None:
-    text = ("apiVersion: v1\nitems:\n" + "".join(_pod(i, extra=extra) for i in range(60))
+    text = ("apiVersion: v1\nitems:\n" + "".join(_pod_yaml(i, extra=extra) for i in range(60))
             + "kind: List\n")  # fmt: skip
     same_as_yamlstream(text)
 

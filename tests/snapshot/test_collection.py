@@ -7,12 +7,12 @@ import pytest
 from agent.errors import SnapshotError
 from agent.model.workload import JobKind
 from agent.snapshot.collection import parse_objects, parse_snapshot
-from tests.snapshot.kube_objects import as_list, namespace, node, pod, training_job, zone_only
+from tests.support.objects import as_list, namespace, node, pod, training_job, zone_only
 
 
 def test_dispatches_every_supported_kind() -> None:
     items = [
-        node("n1", "zone-a"),
+        node("n1", "zone-a", gpus=8),
         namespace("ml", team="x"),
         pod("p", node_name="n1"),
         zone_only("zone-a"),
@@ -81,8 +81,8 @@ def test_unknown_kinds_warn_once_per_kind() -> None:
 
 
 def test_later_files_win_and_files_combine() -> None:
-    first = as_list([node("n1", "zone-a"), pod("p", node_name="n1")])
-    second = as_list([pod("p", node_name="n2"), node("n2", "zone-b")])
+    first = as_list([node("n1", "zone-a", gpus=8), pod("p", node_name="n1")])
+    second = as_list([pod("p", node_name="n2"), node("n2", "zone-b", gpus=8)])
     snap = parse_snapshot([("a.json", first), ("b.json", second)])
     assert [p.node_name for p in snap.state.pods] == ["n2"]
     assert sorted(snap.state.nodes) == ["n1", "n2"]
@@ -92,7 +92,7 @@ def test_later_files_win_and_files_combine() -> None:
     ("items", "error", "message"),
     [
         (
-            [node("n", "z"), {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "ml"}}],
+            [node("n", "z", gpus=8), {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "ml"}}],
             SnapshotError,
             r"^s\.json: item 1 \(Pod\): metadata\.name: required$",
         ),
@@ -131,7 +131,7 @@ def test_an_unreadable_policy_is_a_warning_naming_it_and_the_field_not_an_error(
         "metadata": {"name": "good", "namespace": "ml"},
         "spec": {"podSelector": {}},
     }
-    snapshot = parse_snapshot([("s.json", as_list([node("n", "z"), bad, good]))])
+    snapshot = parse_snapshot([("s.json", as_list([node("n", "z", gpus=8), bad, good]))])
     assert [p.id for p in snapshot.policies] == ["NetworkPolicy/ml/good"]
     [lost] = snapshot.unreadable
     assert (lost.id, lost.field) == (

@@ -18,7 +18,7 @@ from agent.snapshot.manifests import (
     parse_pod_checked,
     parse_training_job,
 )
-from tests.snapshot.kube_objects import node, pod, training_job
+from tests.support.objects import node, pod, training_job
 
 
 def _with(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -186,7 +186,7 @@ def test_node_fields(manifest: dict[str, Any], gpus: int, cordoned: bool, zone: 
     ],
 )
 def test_node_errors(path: str, value: Any, field: str) -> None:
-    manifest = node("n", "zone-a")
+    manifest = node("n", "zone-a", gpus=8)
     if path.startswith("status.allocatable."):
         manifest["status"]["allocatable"]["nvidia.com/gpu"] = value
     else:

@@ -13,6 +13,8 @@ from agent.settings import GroupSpec
 from agent.sources.cache import ClusterCache
 from agent.sources.change import Change, EventType
 from agent.sources.resources import RESOURCES
+from tests.support import objects
+from tests.support.objects import JOB_NAME
 
 R = {r.name: r for r in RESOURCES}
 PODS, PYTORCH = R["pods"], R["pytorchjobs.v1.kubeflow.org"]
@@ -21,26 +23,21 @@ BERT = JobRef(JobKind.PYTORCH, "ml", "bert")
 
 
 def pytorchjob(workers: Any = 2) -> dict[str, Any]:
+    """PyTorchJob `bert`: one master and `workers` workers (None: no worker replica spec)."""
     specs: dict[str, Any] = {"Master": {"replicas": 1}}
     if workers is not None:
         specs["Worker"] = {"replicas": workers}
-    return {"metadata": {"name": "bert", "namespace": "ml"}, "spec": {"pytorchReplicaSpecs": specs}}
+    return objects.training_job("PyTorchJob", "bert", replicas=specs, status=False)
 
 
-def pod(name: str, *, node: str | None = None, labels: dict[str, str] | None = None,
-        owner: tuple[str, str] | None = ("PyTorchJob", "bert"), phase: str = "Pending",
-        ns: str = "ml", deleting: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": dict(labels or {})}
-    if owner is not None:
-        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
-        if owner[0] == "PyTorchJob":
-            meta["labels"]["training.kubeflow.org/job-name"] = owner[1]
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    spec: dict[str, Any] = {"containers": []}
-    if node:
-        spec["nodeName"] = node
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+def member(name: str, *, node: str | None = None, labels: dict[str, str] | None = None,
+           owner: tuple[str, str] | None = ("PyTorchJob", "bert"), phase: str = "Pending",
+           ns: str = "ml", deleting: bool = False) -> dict[str, Any]:
+    """A pod controlled by `owner` (kind, name; a PyTorchJob's pods carry its job-name label)."""
+    job_label = {JOB_NAME: owner[1]} if owner is not None and owner[0] == "PyTorchJob" else {}
+    refs = [{"kind": owner[0], "name": owner[1], "controller": True}] if owner is not None else None
+    return objects.pod(name, ns=ns, node_name=node, labels={**(labels or {}), **job_label},
+                       owner_refs=refs, deleting=deleting, containers=[], phase=phase, kind=False)
 
 
 @pytest.fixture
@@ -48,20 +45,20 @@ def bert() -> tuple[ClusterCache, list[Change]]:
     seen: list[Change] = []
     c = ClusterCache(on_change=seen.append)
     c.replace(PYTORCH, [pytorchjob(2)])
-    c.replace(PODS, [pod("bert-master-0"), pod("bert-worker-0"), pod("bert-worker-1")])
+    c.replace(PODS, [member("bert-master-0"), member("bert-worker-0"), member("bert-worker-1")])
     seen.clear()
     return c, seen
 
 
 def test_only_the_last_bind_completes_the_gang(bert: tuple[ClusterCache, list[Change]]) -> None:
     c, seen = bert
-    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-0", node="n1"))
-    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-1", node="n1"))
+    c.apply(PODS, EventType.MODIFIED, member("bert-worker-0", node="n1"))
+    c.apply(PODS, EventType.MODIFIED, member("bert-worker-1", node="n1"))
     assert [s.gang_complete for s in seen] == [False, False]
-    c.apply(PODS, EventType.MODIFIED, pod("bert-master-0", node="n2"))
+    c.apply(PODS, EventType.MODIFIED, member("bert-master-0", node="n2"))
     assert seen[-1].gang_complete and seen[-1].jobs == frozenset({BERT})
     # after the gang is complete: a relabel or a phase change is an ordinary change
-    c.apply(PODS, EventType.MODIFIED, pod("bert-master-0", node="n2", labels={"zone": "b"}))
+    c.apply(PODS, EventType.MODIFIED, member("bert-master-0", node="n2", labels={"zone": "b"}))
     assert seen[-1] and not seen[-1].gang_complete
 
 
@@ -70,29 +67,29 @@ def test_a_gang_awaiting_its_labels_completes_again_on_each_label_or_phase_updat
 ) -> None:
     c, seen = bert
     for name in ("bert-worker-0", "bert-worker-1", "bert-master-0"):
-        c.apply(PODS, EventType.MODIFIED, pod(name, node="n1"))
+        c.apply(PODS, EventType.MODIFIED, member(name, node="n1"))
     assert seen[-1].gang_complete
     c.await_labels([BERT])  # the pipeline: diagnosed before the zone labels were written
-    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-0", node="n1", labels={"zone": "a"}))
+    c.apply(PODS, EventType.MODIFIED, member("bert-worker-0", node="n1", labels={"zone": "a"}))
     assert seen[-1].gang_complete and seen[-1].jobs == frozenset({BERT})
     # its start settles the verdict as well (a label not written by then will not be)
-    phase_only = c.apply(PODS, EventType.MODIFIED, pod("bert-worker-0", node="n1",
+    phase_only = c.apply(PODS, EventType.MODIFIED, member("bert-worker-0", node="n1",
                                                        labels={"zone": "a"}, phase="Running"))
     assert phase_only.gang_complete and phase_only.jobs == frozenset({BERT})
     c.labels_settled([BERT])  # the pipeline: recorded with every label in place
-    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-1", node="n1", labels={"zone": "a"}))
+    c.apply(PODS, EventType.MODIFIED, member("bert-worker-1", node="n1", labels={"zone": "a"}))
     assert not seen[-1].gang_complete
 
 
 def test_pods_that_do_not_count(bert: tuple[ClusterCache, list[Change]]) -> None:
     c, seen = bert
-    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-0", node="n1"))
-    c.apply(PODS, EventType.MODIFIED, pod("bert-worker-1", node="n1", phase="Failed"))
-    c.apply(PODS, EventType.MODIFIED, pod("bert-master-0", node="n1", deleting=True))
+    c.apply(PODS, EventType.MODIFIED, member("bert-worker-0", node="n1"))
+    c.apply(PODS, EventType.MODIFIED, member("bert-worker-1", node="n1", phase="Failed"))
+    c.apply(PODS, EventType.MODIFIED, member("bert-master-0", node="n1", deleting=True))
     assert not any(s.gang_complete for s in seen)
     # the replacement pod of the failed worker binds: 3 of 3 live again... but the master is
     # deleting, so still 2 of 3
-    c.apply(PODS, EventType.ADDED, pod("bert-worker-1b", node="n1"))
+    c.apply(PODS, EventType.ADDED, member("bert-worker-1b", node="n1"))
     assert not seen[-1].gang_complete
 
 
@@ -100,22 +97,22 @@ def test_a_relist_is_never_a_gang_completion() -> None:
     seen: list[Change] = []
     c = ClusterCache(on_change=seen.append)
     c.replace(PYTORCH, [pytorchjob(1)])
-    c.replace(PODS, [pod("bert-master-0", node="n1"), pod("bert-worker-0", node="n1")])
+    c.replace(PODS, [member("bert-master-0", node="n1"), member("bert-worker-0", node="n1")])
     assert seen[-1].jobs == frozenset({BERT}) and not seen[-1].gang_complete
 
 
 def test_unknown_expected_count_keeps_the_debounce() -> None:
     seen: list[Change] = []
     c = ClusterCache(on_change=seen.append)  # no job object cached: nothing known to expect
-    c.apply(PODS, EventType.ADDED, pod("bert-master-0", node="n1"))
+    c.apply(PODS, EventType.ADDED, member("bert-master-0", node="n1"))
     assert seen[-1].jobs == frozenset({BERT}) and not seen[-1].gang_complete
 
 
 def test_the_job_object_arriving_last_completes_the_gang() -> None:
     seen: list[Change] = []
     c = ClusterCache(on_change=seen.append)
-    c.apply(PODS, EventType.ADDED, pod("bert-master-0", node="n1"))
-    c.apply(PODS, EventType.ADDED, pod("bert-worker-0", node="n1"))
+    c.apply(PODS, EventType.ADDED, member("bert-master-0", node="n1"))
+    c.apply(PODS, EventType.ADDED, member("bert-worker-0", node="n1"))
     c.apply(PYTORCH, EventType.ADDED, pytorchjob(1))
     assert seen[-1].gang_complete
     c.apply(PYTORCH, EventType.MODIFIED, {**pytorchjob(1), "status": {"conditions": []}})
@@ -147,7 +144,7 @@ def lab_cache(seen: list[Change], groups: tuple[GroupSpec, ...] = (LAB,)) -> Clu
 
 
 def lab_pod(name: str, node: str | None = None, owner: tuple[str, str] = ("Job", "workers")) -> dict[str, Any]:
-    return pod(name, node=node, owner=owner, ns="lab", labels={"app": "llm"})
+    return member(name, node=node, owner=owner, ns="lab", labels={"app": "llm"})
 
 
 def test_a_generic_group_completes_when_its_workloads_pods_are_bound() -> None:
@@ -155,7 +152,7 @@ def test_a_generic_group_completes_when_its_workloads_pods_are_bound() -> None:
     c = lab_cache(seen)
     c.apply(PODS, EventType.ADDED, lab_pod("workers-a", "n1"))
     c.apply(PODS, EventType.ADDED, lab_pod("coord-5d-x", "n2", owner=("ReplicaSet", "coord-5d")))
-    c.apply(PODS, EventType.ADDED, pod("web-1", node="n1", owner=None, ns="lab", labels={"app": "web"}))
+    c.apply(PODS, EventType.ADDED, member("web-1", node="n1", owner=None, ns="lab", labels={"app": "web"}))
     assert not any(s.gang_complete for s in seen)
     c.apply(PODS, EventType.ADDED, lab_pod("workers-b", "n1"))
     assert seen[-1].gang_complete and seen[-1].namespaces == frozenset({"lab"})

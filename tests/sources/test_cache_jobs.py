@@ -12,39 +12,31 @@ from agent.model.job import JobRef
 from agent.model.workload import JobKind
 from agent.sources.cache import ClusterCache
 from agent.sources.resources import RESOURCES
+from tests.support import objects
+from tests.support.objects import JOB_NAME
 
 R = {r.name: r for r in RESOURCES}
 RESNET = JobRef(JobKind.PYTORCH, "ml", "resnet")
 MPI = JobRef(JobKind.MPI, "ml", "allreduce")
 
 
-def job(name: str, **meta: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "ml", **meta}, "spec": {}}
-
-
-def pod(name: str, *, phase: str | None = "Running", **resources: dict[str, Any]) -> dict[str, Any]:
-    containers = [{"name": f"c{i}", "resources": r} for i, r in enumerate(resources.values())]
-    obj: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "ml",
-                     "labels": {"training.kubeflow.org/job-name": "resnet"},
-                     "ownerReferences": [{"kind": "PyTorchJob", "name": "resnet", "controller": True}]},
-        "spec": {"nodeName": "n1", "containers": containers},
-    }
-    if phase is not None:
-        obj["status"] = {"phase": phase}
-    return obj
+def resnet_pod(name: str, *, phase: str | None = "Running", **resources: dict[str, Any]) -> dict[str, Any]:
+    """A pod of the PyTorchJob `resnet` with one container per `resources` (as given, unparsed)."""
+    return objects.pod(name, labels={JOB_NAME: "resnet"}, node_name="n1", phase=phase, kind=False,
+                       owner_refs=[{"kind": "PyTorchJob", "name": "resnet", "controller": True}],
+                       containers=[{"name": f"c{i}", "resources": r} for i, r in enumerate(resources.values())])
 
 
 @pytest.mark.parametrize(
     ("objects", "key", "uid", "labels"),
     [
-        ({"pytorchjobs.v1.kubeflow.org": [job("resnet", uid="u-1", labels={"team": "llm"})]}, RESNET, "u-1", {"team": "llm"}),
-        ({"pytorchjobs.v1.kubeflow.org": [job("resnet")]}, RESNET, None, {}),  # no uid, no labels
-        ({"pytorchjobs.v1.kubeflow.org": [job("resnet", uid="", labels={"n": 1})]}, RESNET, None, {"n": "1"}),
-        ({"pytorchjobs.v1.kubeflow.org": [job("other", uid="u-2")]}, RESNET, None, {}),  # not cached
-        ({"mpijobs.v2beta1.kubeflow.org": [job("allreduce", uid="u-3", labels={"a": "b"})]}, MPI, "u-3", {"a": "b"}),
-        ({"mpijobs.v1.kubeflow.org": [job("allreduce", uid="v1")],
-          "mpijobs.v2beta1.kubeflow.org": [job("allreduce", uid="v2")]}, MPI, "v1", {}),  # v1 first
+        ({"pytorchjobs.v1.kubeflow.org": [objects.training_job("PyTorchJob", "resnet", uid="u-1", labels={"team": "llm"})]}, RESNET, "u-1", {"team": "llm"}),
+        ({"pytorchjobs.v1.kubeflow.org": [objects.training_job("PyTorchJob", "resnet")]}, RESNET, None, {}),  # no uid, no labels
+        ({"pytorchjobs.v1.kubeflow.org": [objects.training_job("PyTorchJob", "resnet", uid="", labels={"n": 1})]}, RESNET, None, {"n": "1"}),
+        ({"pytorchjobs.v1.kubeflow.org": [objects.training_job("PyTorchJob", "other", uid="u-2")]}, RESNET, None, {}),  # not cached
+        ({"mpijobs.v2beta1.kubeflow.org": [objects.training_job("MPIJob", "allreduce", uid="u-3", labels={"a": "b"})]}, MPI, "u-3", {"a": "b"}),
+        ({"mpijobs.v1.kubeflow.org": [objects.training_job("MPIJob", "allreduce", uid="v1")],
+          "mpijobs.v2beta1.kubeflow.org": [objects.training_job("MPIJob", "allreduce", uid="v2")]}, MPI, "v1", {}),  # v1 first
     ],
 )
 def test_job_object_uid_and_labels(
@@ -68,21 +60,21 @@ GPU = "nvidia.com/gpu"
     ("pods", "gpus"),
     [
         ([], 0),
-        ([pod("w-0", a={"requests": {GPU: "2"}, "limits": {GPU: "2"}})], 2),
-        ([pod("w-0", a={"limits": {GPU: "4"}})], 4),  # extended resources: requests default to limits
-        ([pod("w-0", a={"requests": {GPU: "1"}}, b={"limits": {GPU: 2}})], 3),  # every container
-        ([pod("w-0", a={"requests": {GPU: "1"}}), pod("w-1", a={"requests": {GPU: "1"}})], 2),
-        ([pod("w-0", phase="Succeeded", a={"requests": {GPU: "8"}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
-        ([pod("w-0", phase="Failed", a={"requests": {GPU: "8"}})], 0),
-        ([pod("w-0", phase=None, a={"requests": {GPU: "1"}})], 1),  # no status yet: pending, live
-        ([pod("w-0", a={"requests": {GPU: "lots"}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
-        ([pod("w-0", a={"requests": {"cpu": "4"}})], 0),
+        ([resnet_pod("w-0", a={"requests": {GPU: "2"}, "limits": {GPU: "2"}})], 2),
+        ([resnet_pod("w-0", a={"limits": {GPU: "4"}})], 4),  # extended resources: requests default to limits
+        ([resnet_pod("w-0", a={"requests": {GPU: "1"}}, b={"limits": {GPU: 2}})], 3),  # every container
+        ([resnet_pod("w-0", a={"requests": {GPU: "1"}}), resnet_pod("w-1", a={"requests": {GPU: "1"}})], 2),
+        ([resnet_pod("w-0", phase="Succeeded", a={"requests": {GPU: "8"}}), resnet_pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([resnet_pod("w-0", phase="Failed", a={"requests": {GPU: "8"}})], 0),
+        ([resnet_pod("w-0", phase=None, a={"requests": {GPU: "1"}})], 1),  # no status yet: pending, live
+        ([resnet_pod("w-0", a={"requests": {GPU: "lots"}}), resnet_pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([resnet_pod("w-0", a={"requests": {"cpu": "4"}})], 0),
         # hostile quantities count nothing: non-ASCII digits, negatives, beyond 64 bits
-        ([pod("w-0", a={"requests": {GPU: "٨"}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
-        ([pod("w-0", a={"requests": {GPU: "²"}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
-        ([pod("w-0", a={"requests": {GPU: "-3"}}), pod("w-1", a={"requests": {GPU: 1}})], 1),
-        ([pod("w-0", a={"requests": {GPU: -3}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
-        ([pod("w-0", a={"requests": {GPU: "9" * 30}}), pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([resnet_pod("w-0", a={"requests": {GPU: "٨"}}), resnet_pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([resnet_pod("w-0", a={"requests": {GPU: "²"}}), resnet_pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([resnet_pod("w-0", a={"requests": {GPU: "-3"}}), resnet_pod("w-1", a={"requests": {GPU: 1}})], 1),
+        ([resnet_pod("w-0", a={"requests": {GPU: -3}}), resnet_pod("w-1", a={"requests": {GPU: "1"}})], 1),
+        ([resnet_pod("w-0", a={"requests": {GPU: "9" * 30}}), resnet_pod("w-1", a={"requests": {GPU: "1"}})], 1),
     ],
 )
 def test_job_gpus(pods: list[dict[str, Any]], gpus: int) -> None:

@@ -24,6 +24,8 @@ from agent.sources.slim import slimmer
 from agent.twin import apiserver, kubeconfig
 from agent.twin.resources import lookup
 from agent.twin.store import Store
+from tests.support import objects
+from tests.support.objects import JOB_NAME
 
 NODES = lookup("nodes")
 PODS = lookup("pods")
@@ -44,27 +46,17 @@ def twin(tmp_path: Path) -> Iterator[tuple[Any, Any, KubeApi]]:
         store.close()
 
 
-def _pod(i: int, *, job: str = "resnet", node: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}]}
-    if node:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{job}-worker-{i}",
-            "namespace": "default",
-            "labels": {"training.kubeflow.org/job-name": job, "i": str(i)},
-        },
-        "spec": spec,
-    }
+def _worker(i: int, *, job: str = "resnet", node: str | None = None) -> dict[str, Any]:
+    """Worker `i` of `job` as it is created (no status yet)."""
+    return objects.pod(f"{job}-worker-{i}", ns="default", node_name=node, phase=None,
+                       labels={JOB_NAME: job, "i": str(i)})
 
 
 def _seed(store: Any, pods: int = 20) -> None:
     for z in ("a", "b"):
         store.create(NODES, {"metadata": {"name": f"n-{z}", "labels": {"topology.kubernetes.io/zone": z}}})
     for i in range(pods):
-        store.create(PODS, _pod(i, node="n-a" if i % 2 else "n-b"))
+        store.create(PODS, _worker(i, node="n-a" if i % 2 else "n-b"))
     store.create(CNP, {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy", "metadata": {"name": "p", "namespace": "default"}, "spec": {"endpointSelector": {}}})
 
 
@@ -134,7 +126,7 @@ def test_cache_recovers_from_cut_streams_410_storm_500s_and_429s(
     def writer() -> None:
         i = 100
         while not stop.is_set():
-            store.create(PODS, _pod(i, node="n-a"))
+            store.create(PODS, _worker(i, node="n-a"))
             store.patch(PODS, f"resnet-worker-{i}", {"metadata": {"labels": {"x": "y"}}}, namespace="default", patch_type="application/merge-patch+json")
             if i % 3 == 0:
                 store.delete(PODS, f"resnet-worker-{i - 1}", namespace="default", grace_period_seconds=0)
@@ -199,7 +191,7 @@ def test_an_expired_continue_token_restarts_the_list(twin: tuple[Any, Any, KubeA
         deadline = time.monotonic() + 20
         while server.accounting.snapshot().get("list pods", 0) < 2 and time.monotonic() < deadline:
             time.sleep(0.005)
-        store.create(PODS, _pod(99, node="n-a"))  # a write, then the history is compacted:
+        store.create(PODS, _worker(99, node="n-a"))  # a write, then the history is compacted:
         store.compact()  # the tokens handed out so far are too old (410 Expired)
 
     expirer = threading.Thread(target=expire_after_second_page)

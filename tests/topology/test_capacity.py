@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from agent.topology.capacity import CapacityIndex
-from tests.snapshot.kube_objects import load, node, pod
+from tests.support.objects import node, pod
+from tests.support.snapshots import load
 
 
 def test_free_gpus_per_zone() -> None:

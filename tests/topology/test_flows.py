@@ -11,9 +11,10 @@ from agent.model.workload import JobKind
 from agent.settings import GroupSpec
 from agent.topology.flows import job_port, required_flows
 from agent.topology.jobs import find_jobs
-from tests.snapshot.kube_objects import job_pod, load, node, pod
+from tests.support.objects import job_pod, node, pod
+from tests.support.snapshots import load
 
-N = [node("a1", "zone-a")]
+N = [node("a1", "zone-a", gpus=8)]
 R = "1024-65535"
 
 
@@ -27,7 +28,7 @@ def _pairs(rules: tuple[FlowRule, ...]) -> set[tuple[str, str, str, str]]:
     }
 
 
-def _job(
+def _found_job(
     kind: str, replicas: list[tuple[str, int]], ports: list[tuple[str | None, int]] | None = None
 ) -> Any:
     items = [job_pod(kind, "j", t, i, node_name="a1", ports=ports) for t, i in replicas]
@@ -113,7 +114,7 @@ def test_flows_per_kind(
     ports: list[tuple[str | None, int]] | None,
     expected: set[tuple[str, str, str, str]],
 ) -> None:
-    assert _pairs(required_flows(_job(kind, replicas, ports))) == expected
+    assert _pairs(required_flows(_found_job(kind, replicas, ports))) == expected
 
 
 @pytest.mark.parametrize(

@@ -9,18 +9,10 @@ import pytest
 from agent.model.workload import JobKind
 from agent.settings import GroupSpec
 from agent.topology.jobs import find_jobs
-from tests.snapshot.kube_objects import (
-    JOB_NAME,
-    JOB_ROLE,
-    OPERATOR,
-    job_pod,
-    load,
-    node,
-    pod,
-    training_job,
-)
+from tests.support.objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, node, pod, training_job
+from tests.support.snapshots import load
 
-N = [node("a1", "zone-a"), node("b1", "zone-b")]
+N = [node("a1", "zone-a", gpus=8), node("b1", "zone-b", gpus=8)]
 
 
 def _found(

@@ -10,9 +10,10 @@ from agent.model.cluster import Pod
 from agent.model.workload import KUBEFLOW_LABELS
 from agent.topology.jobs import find_jobs
 from agent.topology.roles import replica_index
-from tests.snapshot.kube_objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, load, node, pod
+from tests.support.objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, node, pod
+from tests.support.snapshots import load
 
-N = [node("a1", "zone-a")]
+N = [node("a1", "zone-a", gpus=8)]
 
 
 @pytest.mark.parametrize(

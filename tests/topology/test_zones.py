@@ -8,9 +8,10 @@ import pytest
 
 from agent.model.cluster import Pod, PodPhase
 from agent.topology.zones import awaited_labels, mirror_label_keys, pod_zone, zone_keys
-from tests.snapshot.kube_objects import load, node, pod
+from tests.support.objects import node, pod
+from tests.support.snapshots import load
 
-NODES = [node("a1", "zone-a"), node("b1", "zone-b"), node("c1", "zone-c"), node("x", None)]
+NODES = [node("a1", "zone-a", gpus=8), node("b1", "zone-b", gpus=8), node("c1", "zone-c", gpus=8), node("x", None, gpus=8)]
 
 
 def _pods(*specs: tuple[str | None, dict[str, str]]) -> list[dict[str, Any]]:
@@ -102,7 +103,7 @@ ZONE_OF = {"a1": "zone-a", "b1": "zone-b", "bare": None}
 MIRROR = "netpol/zone"
 
 
-def _pod(name: str, node_name: str | None, phase: PodPhase = PodPhase.PENDING,
+def _model_pod(name: str, node_name: str | None, phase: PodPhase = PodPhase.PENDING,
          **labels: str) -> Pod:  # fmt: skip
     return Pod("ml", name, labels={k.replace("__", "/"): v for k, v in labels.items()},
                node_name=node_name, phase=phase)
@@ -112,21 +113,21 @@ def _pod(name: str, node_name: str | None, phase: PodPhase = PodPhase.PENDING,
     ("pods", "keys", "awaited"),
     [
         # bound, not started, without the key: its label is still to come
-        ([_pod("w0", "a1")], (MIRROR,), ("w0",)),
+        ([_model_pod("w0", "a1")], (MIRROR,), ("w0",)),
         # carries its node's zone: settled; another zone before it starts: rewritten yet
-        ([_pod("w0", "a1", netpol__zone="zone-a")], (MIRROR,), ()),
-        ([_pod("w0", "a1", netpol__zone="zone-b")], (MIRROR,), ("w0",)),
+        ([_model_pod("w0", "a1", netpol__zone="zone-a")], (MIRROR,), ()),
+        ([_model_pod("w0", "a1", netpol__zone="zone-b")], (MIRROR,), ("w0",)),
         # started: what it carries is what the policies see (a lie is its own verdict)
-        ([_pod("w0", "a1", PodPhase.RUNNING)], (MIRROR,), ()),
-        ([_pod("w0", "a1", PodPhase.RUNNING, netpol__zone="zone-b")], (MIRROR,), ()),
+        ([_model_pod("w0", "a1", PodPhase.RUNNING)], (MIRROR,), ()),
+        ([_model_pod("w0", "a1", PodPhase.RUNNING, netpol__zone="zone-b")], (MIRROR,), ()),
         # not bound (the job is pending), a node without a zone, no key the policies read
-        ([_pod("w0", None)], (MIRROR,), ()),
-        ([_pod("w0", "bare")], (MIRROR,), ()),
-        ([_pod("w0", "a1")], (), ()),
+        ([_model_pod("w0", None)], (MIRROR,), ()),
+        ([_model_pod("w0", "bare")], (MIRROR,), ()),
+        ([_model_pod("w0", "a1")], (), ()),
         # every key the policies read, on every pod of the gang
-        ([_pod("m0", "b1", netpol__zone="zone-b"), _pod("w0", "a1", netpol__zone="zone-a"),
-          _pod("w1", "a1")], (MIRROR,), ("w1",)),
-        ([_pod("w0", "a1", netpol__zone="zone-a")], (MIRROR, "zone"), ("w0",)),
+        ([_model_pod("m0", "b1", netpol__zone="zone-b"), _model_pod("w0", "a1", netpol__zone="zone-a"),
+          _model_pod("w1", "a1")], (MIRROR,), ("w1",)),
+        ([_model_pod("w0", "a1", netpol__zone="zone-a")], (MIRROR, "zone"), ("w0",)),
     ],
 )
 def test_awaited_labels(pods: list[Pod], keys: tuple[str, ...], awaited: tuple[str, ...]) -> None:

@@ -1,11 +1,13 @@
-"""Small builders for scheduler test tables: nodes and pods as Kubernetes JSON dicts."""
+"""The scheduler tables' nodes and pods: `tests.support.objects` sized in CPU, memory and GPUs."""
 
 from __future__ import annotations
 
 from typing import Any
 
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-ZONE = "topology.kubernetes.io/zone"
+from tests.support import objects
+
+GPU_TAINT = objects.GPU_TAINT
+ZONE = objects.ZONE
 
 
 def node(
@@ -20,18 +22,9 @@ def node(
     labels: dict[str, str] | None = None,
     unschedulable: bool = False,
 ) -> dict[str, Any]:
-    allocatable: dict[str, Any] = {"cpu": cpu, "memory": memory, "pods": str(pods)}
-    if gpu:
-        allocatable["nvidia.com/gpu"] = str(gpu)
-    all_labels = {"kubernetes.io/hostname": name, ZONE: zone, **(labels or {})}
-    spec: dict[str, Any] = {"taints": taints or []}
-    if unschedulable:
-        spec["unschedulable"] = True
-    return {
-        "metadata": {"name": name, "labels": all_labels},
-        "spec": spec,
-        "status": {"allocatable": allocatable, "capacity": allocatable},
-    }
+    """A node sized for the scheduler's tables (untainted unless `taints` says so)."""
+    return objects.node(name, zone, cpu=cpu, memory=memory, pods=pods, gpus=gpu, taints=taints or [],
+                        cordoned=unschedulable, capacity=True, kind=False, **(labels or {}))
 
 
 def pod(
@@ -46,17 +39,9 @@ def pod(
     phase: str = "Running",
     **spec: Any,
 ) -> dict[str, Any]:
-    requests: dict[str, Any] = {"cpu": cpu, "memory": memory}
-    if gpu:
-        requests["nvidia.com/gpu"] = str(gpu)
-    body_spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": "x", "resources": {"requests": requests}}],
-        **spec,
-    }
-    if node_name:
-        body_spec["nodeName"] = node_name
-    return {
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": body_spec,
-        "status": {"phase": phase if node_name else "Pending"},
-    }
+    """A pod requesting `cpu`, `memory` and `gpu`; extra keywords are spec fields."""
+    return objects.pod(
+        name, ns=namespace, labels=labels, node_name=node_name, spec=spec, kind=False,
+        containers=[objects.container(image="x", cpu=cpu, memory=memory, gpus=gpu, limits=False)],
+        phase=phase if node_name else "Pending",
+    )

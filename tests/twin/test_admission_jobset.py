@@ -26,7 +26,7 @@ def _jobset(*, suspend: bool | None = None, **pod_spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": "js", "namespace": "ml"}, "spec": spec}
 
 
-def _pod(obj: dict[str, Any]) -> dict[str, Any]:
+def _pod_template(obj: dict[str, Any]) -> dict[str, Any]:
     found: dict[str, Any] = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     return found
 
@@ -49,11 +49,11 @@ def test_defaults_on_create_only() -> None:
 def _change(obj: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     if key in ("labels", "annotations"):
-        _pod(out)["metadata"][key] = value
+        _pod_template(out)["metadata"][key] = value
     elif key == "image":
-        _pod(out)["spec"]["containers"][0]["image"] = value
+        _pod_template(out)["spec"]["containers"][0]["image"] = value
     else:
-        _pod(out)["spec"][key] = value
+        _pod_template(out)["spec"][key] = value
     return out
 
 

@@ -18,6 +18,7 @@ from agent.twin.auth import AUTHENTICATED, UserInfo
 from agent.twin.faults import RefusalKind
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
+from tests.support import objects
 from tests.twin.apiserver_harness import Twin, running_twin
 from tests.twin.waiting import eventually
 
@@ -46,9 +47,10 @@ def ns(twin: Twin, api: client.ApiClient, request: pytest.FixtureRequest) -> str
     return name
 
 
-def pod(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+def busybox_pod(name: str, **labels: str) -> dict[str, Any]:
+    """A pod of one busybox container, as a client sends it (no namespace, no status)."""
+    return objects.pod(name, ns=None, labels=labels, phase=None,
+                       containers=[objects.container(name="c", image="busybox")])
 
 
 def pytorchjob(name: str) -> dict[str, Any]:
@@ -60,7 +62,7 @@ def pytorchjob(name: str) -> dict[str, Any]:
 
 def test_core_v1_crud(api: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
-    created = core.create_namespaced_pod(ns, pod("a", app="x"))
+    created = core.create_namespaced_pod(ns, busybox_pod("a", app="x"))
     assert created.metadata.uid and created.status.phase == "Pending"
     assert core.read_namespaced_pod("a", ns).metadata.labels == {"app": "x"}
     listed = core.list_namespaced_pod(ns, label_selector="app=x")
@@ -118,7 +120,7 @@ def test_custom_objects_crud_and_patch_content_types(api: client.ApiClient, ns: 
 
 def test_optimistic_concurrency_conflict(api: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
-    first = core.create_namespaced_pod(ns, pod("a"))
+    first = core.create_namespaced_pod(ns, busybox_pod("a"))
     first.metadata.labels = {"v": "1"}
     core.replace_namespaced_pod("a", ns, first)
     first.metadata.labels = {"v": "2"}
@@ -140,10 +142,10 @@ def test_optimistic_concurrency_conflict(api: client.ApiClient, ns: str) -> None
 
 def test_dry_run_all_changes_nothing(api: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
-    preview = core.create_namespaced_pod(ns, pod("ghost"), dry_run="All")
+    preview = core.create_namespaced_pod(ns, busybox_pod("ghost"), dry_run="All")
     assert preview.metadata.name == "ghost"
     assert core.list_namespaced_pod(ns).items == []
-    core.create_namespaced_pod(ns, pod("real"))
+    core.create_namespaced_pod(ns, busybox_pod("real"))
     core.patch_namespaced_pod("real", ns, {"metadata": {"labels": {"x": "y"}}}, dry_run="All")
     core.delete_namespaced_pod("real", ns, dry_run="All")
     real = core.read_namespaced_pod("real", ns)
@@ -157,7 +159,7 @@ def test_dry_run_all_changes_nothing(api: client.ApiClient, ns: str) -> None:
 def test_list_pages_with_limit_and_continue(api: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
     for i in range(5):
-        core.create_namespaced_pod(ns, pod(f"p{i}"))
+        core.create_namespaced_pod(ns, busybox_pod(f"p{i}"))
     names: list[str] = []
     token = None
     while True:
@@ -171,9 +173,9 @@ def test_list_pages_with_limit_and_continue(api: client.ApiClient, ns: str) -> N
 
 def test_watch_resumes_from_a_resource_version(api: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(ns, pod("before"))
+    core.create_namespaced_pod(ns, busybox_pod("before"))
     rv = core.list_namespaced_pod(ns).metadata.resource_version
-    core.create_namespaced_pod(ns, pod("after"))
+    core.create_namespaced_pod(ns, busybox_pod("after"))
     core.patch_namespaced_pod("after", ns, {"metadata": {"labels": {"k": "v"}}})
     core.delete_namespaced_pod("after", ns)
     seen = []
@@ -187,7 +189,7 @@ def test_watch_resumes_from_a_resource_version(api: client.ApiClient, ns: str) -
 
 def test_watch_without_version_starts_with_current_state(api: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(ns, pod("x"))
+    core.create_namespaced_pod(ns, busybox_pod("x"))
     w = watch.Watch()
     events = w.stream(core.list_namespaced_pod, ns, timeout_seconds=5)
     first = next(iter(events))
@@ -199,9 +201,9 @@ def test_watch_without_version_starts_with_current_state(api: client.ApiClient, 
 def test_expired_version_gives_410_then_a_relist_recovers(twin: Twin, api: client.ApiClient,
                                                           ns: str) -> None:
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(ns, pod("a"))
+    core.create_namespaced_pod(ns, busybox_pod("a"))
     old = core.list_namespaced_pod(ns).metadata.resource_version
-    core.create_namespaced_pod(ns, pod("b"))
+    core.create_namespaced_pod(ns, busybox_pod("b"))
     twin.server.expire_history()
     with pytest.raises(ApiException) as err:
         for _ in watch.Watch().stream(core.list_namespaced_pod, ns, resource_version=old):
@@ -213,7 +215,7 @@ def test_expired_version_gives_410_then_a_relist_recovers(twin: Twin, api: clien
     assert orjson.loads(listed.value.body)["reason"] == "Expired"
     fresh = core.list_namespaced_pod(ns)
     assert sorted(p.metadata.name for p in fresh.items) == ["a", "b"]
-    core.create_namespaced_pod(ns, pod("c"))
+    core.create_namespaced_pod(ns, busybox_pod("c"))
     w = watch.Watch()
     events = w.stream(core.list_namespaced_pod, ns,
                       resource_version=fresh.metadata.resource_version, timeout_seconds=5)
@@ -251,7 +253,7 @@ def test_closed_watch_streams_resume_without_losing_events(twin: Twin, api: clie
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
     for i in range(6):
-        core.create_namespaced_pod(ns, pod(f"p{i}"))
+        core.create_namespaced_pod(ns, busybox_pod(f"p{i}"))
         if i in (1, 3):
             # Close the watch once the reader has the event: it must resume after it.
             assert eventually(lambda n=i + 1: len(names) == n)
@@ -298,7 +300,7 @@ def test_twin_http_fault_endpoints(twin: Twin, api: client.ApiClient, ns: str) -
     bad = http.request("POST", f"{base}/twin/faults/fail", body=orjson.dumps({"code": 404}))
     assert bad.status == 400
     old = core.list_namespaced_pod(ns).metadata.resource_version
-    core.create_namespaced_pod(ns, pod("z"))
+    core.create_namespaced_pod(ns, busybox_pod("z"))
     assert http.request("POST", f"{base}/twin/faults/expire-history").status == 200
     with pytest.raises(ApiException) as err:
         core.list_namespaced_pod(ns, resource_version=old, resource_version_match="NotOlderThan")
@@ -353,7 +355,7 @@ def test_token_auth_over_tls_with_rbac(tmp_path: Path) -> None:
 
 def test_http_create_drops_status_except_for_nodes(api: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
-    body = pod("s")
+    body = busybox_pod("s")
     body["status"] = {"phase": "Running", "podIP": "10.0.0.9"}
     created = core.create_namespaced_pod(ns, body)
     assert created.status.phase == "Pending" and created.status.pod_ip is None

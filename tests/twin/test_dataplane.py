@@ -14,14 +14,16 @@ from agent.twin.dataplane import DropReason, FlowCheck, FlowResult, PodEndpoint,
 from agent.twin.resources import lookup
 from agent.twin.training import JobPhase
 from agent.twin.training_runtime import Flow, group_flows, required_flows
+from tests.support import objects
+from tests.support.objects import JOB_ROLE
 from tests.twin.twin_fixtures import all_running, fast, pods, wait
 
 ZONE_LABEL = "netpol.example.com/zone"
 
 
-def _pod(name: str, role: str | None = None) -> dict[str, Any]:
-    labels = {"training.kubeflow.org/job-role": role} if role else {}
-    return {"metadata": {"name": name, "labels": labels}}
+def _member(name: str, role: str | None = None) -> dict[str, Any]:
+    """A pod of a training gang with job role `role` (none: a worker)."""
+    return objects.pod(name, ns=None, labels={JOB_ROLE: role} if role else {}, phase=None, kind=False)
 
 
 @pytest.mark.parametrize(
@@ -29,15 +31,15 @@ def _pod(name: str, role: str | None = None) -> dict[str, Any]:
     [
         # PyTorch: workers dial the master; the ring runs master -> w0 -> w1 -> master
         (
-            [_pod("m", "master"), _pod("w0"), _pod("w1")],
+            [_member("m", "master"), _member("w0"), _member("w1")],
             [Flow("w0", "m", 1), Flow("w1", "m", 1), Flow("m", "w0", 1), Flow("w0", "w1", 1)],
         ),
         # MPI: the launcher dials every worker; it is not in the ring
         (
-            [_pod("l", "launcher"), _pod("w0"), _pod("w1")],
+            [_member("l", "launcher"), _member("w0"), _member("w1")],
             [Flow("l", "w0", 1), Flow("l", "w1", 1), Flow("w0", "w1", 1)],
         ),
-        ([_pod("w0", "master")], []),
+        ([_member("w0", "master")], []),
     ],
 )
 def test_required_flows(pods_: list[dict[str, Any]], expected: list[Flow]) -> None:

@@ -12,14 +12,10 @@ from agent.twin.dataplane import DropReason, PodEndpoint
 from agent.twin.dataplane_policy import compile_policies
 from agent.twin.patch import PatchType
 from agent.twin.training import JobPhase
+from tests.support.objects import cnp
 from tests.twin.twin_fixtures import PYTORCHJOBS, all_running, fast, pods, wait
 
 ZONE = "netpol.example.com/zone"
-
-
-def cnp(name: str, spec: dict[str, Any], namespace: str = "ml") -> dict[str, Any]:
-    return {"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}  # fmt: skip
 
 
 BOUNDARY = [

@@ -18,6 +18,7 @@ from agent.twin.dataplane import DropHop, DropReason, FlowResult
 from agent.twin.dropevents import DropEventEmitter, drop_message
 from agent.twin.resources import lookup
 from agent.twin.store import Store
+from tests.support import objects
 from tests.twin.twin_fixtures import fast, wait
 
 EVENTS = lookup("events")
@@ -28,13 +29,13 @@ INGRESS = re.compile(
 )
 
 
-def pod(name: str, ip: str, uid: str = "") -> dict[str, Any]:
-    meta = {"name": name, "namespace": "ml", **({"uid": uid} if uid else {})}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "status": {"podIP": ip}}
+def pod_at(name: str, ip: str, uid: str = "") -> dict[str, Any]:
+    """A pod in `ml` with IP `ip`."""
+    return objects.pod(name, uid=uid or None, phase=None, status={"podIP": ip})
 
 
 def test_messages_name_the_peer_as_cilium_does() -> None:
-    src, dst = pod("w-0", "10.0.1.4", "u-src"), pod("m-0", "10.0.2.9", "u-dst")
+    src, dst = pod_at("w-0", "10.0.1.4", "u-src"), pod_at("m-0", "10.0.2.9", "u-dst")
     ingress = FlowResult(False, DropReason.POLICY_DENIED, (), DropHop.INGRESS)
     egress = FlowResult(False, DropReason.POLICY_DENY, (), DropHop.EGRESS)
     named, message = drop_message(src, dst, port=23456, protocol="TCP", result=ingress)
@@ -50,7 +51,7 @@ def test_reasons_and_interval() -> None:
     store = Store()
     store.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
     emitter = DropEventEmitter(store, clock=TwinClock(monotonic=lambda: seconds[0]), interval=60)
-    src, dst = pod("w-0", "10.0.1.4", "u-src"), pod("m-0", "10.0.2.9")
+    src, dst = pod_at("w-0", "10.0.1.4", "u-src"), pod_at("m-0", "10.0.2.9")
     denied = FlowResult(False, DropReason.POLICY_DENIED, (), DropHop.EGRESS)
     assert emitter.emit(src, dst, port=80, result=denied)
     seconds[0] = 30.0

@@ -5,16 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from agent.twin.apierror import ApiError
+from tests.support import objects
 from tests.twin.twin_fixtures import PODS, PYTORCHJOBS, fast, running, wait
 
 
 def owned_pod(name: str, owner: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "ownerReferences": [owner]},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
+    """A pod whose one owner reference is `owner`."""
+    return objects.pod(name, owner_refs=[owner], phase=None,
+                       containers=[objects.container(name="c", image="x")])
 
 
 def exists(cluster: Any, name: str) -> bool:

@@ -10,6 +10,7 @@ import pytest
 from agent.twin import jobset_children as js
 from agent.twin.jobset_gang import gang
 from agent.twin.training_runtime import Flow, flows_for
+from tests.support import objects
 
 
 def _rjob(name: str, *, parallelism: int = 1, replicas: int = 1, ancestor: str | None = None,
@@ -20,10 +21,11 @@ def _rjob(name: str, *, parallelism: int = 1, replicas: int = 1, ancestor: str |
         "template": {"spec": {"containers": [container or {"name": "node"}]}}}}}  # fmt: skip
 
 
-def _pod(rjob: str, job: int, index: int) -> dict[str, Any]:
-    return {"metadata": {"name": f"t-{rjob}-{job}-{index}-x",
-                         "labels": {js.REPLICATED_JOB: rjob, js.JOB_INDEX: str(job)},
-                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}}}
+def _member(rjob: str, job: int, index: int) -> dict[str, Any]:
+    """The pod of replicated job `rjob`, job `job`, completion index `index` of JobSet `t`."""
+    return objects.pod(f"t-{rjob}-{job}-{index}-x", ns=None, phase=None, kind=False,
+                       labels={js.REPLICATED_JOB: rjob, js.JOB_INDEX: str(job)},
+                       annotations={"batch.kubernetes.io/job-completion-index": str(index)})
 
 
 def _jobset(*rjobs: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -39,28 +41,28 @@ TORCH_NODE = {"name": "node", "env": [{"name": "PET_MASTER_PORT", "value": "2950
         # torch: rank 0 is node job 0 completion index 0; the initializer is outside the gang
         (_jobset(_rjob("dataset-initializer", ancestor="dataset-initializer"),
                  _rjob("node", parallelism=3, container=TORCH_NODE)),
-         [_pod("dataset-initializer", 0, 0), _pod("node", 0, 1), _pod("node", 0, 0)],
+         [_member("dataset-initializer", 0, 0), _member("node", 0, 1), _member("node", 0, 0)],
          {"t-node-0-0-x": "master", "t-node-0-1-x": ""}, 29500, 3),
         # MPI: the launcher dials the nodes' ssh port; it holds no rank
         (_jobset(_rjob("node", parallelism=2, container={
             "name": "node", "ports": [{"name": "ssh", "containerPort": 2222}]}),
                  _rjob("launcher", ancestor="trainer")),
-         [_pod("launcher", 0, 0), _pod("node", 0, 0), _pod("node", 0, 1)],
+         [_member("launcher", 0, 0), _member("node", 0, 0), _member("node", 0, 1)],
          {"t-launcher-0-0-x": "launcher", "t-node-0-0-x": "", "t-node-0-1-x": ""}, 2222, 3),
-        (_jobset(_rjob("node", parallelism=2), _rjob("launcher")), [_pod("node", 0, 0)],
+        (_jobset(_rjob("node", parallelism=2), _rjob("launcher")), [_member("node", 0, 0)],
          {"t-node-0-0-x": ""}, 22, 3),
         # a plain JobSet with a declared coordinator, two jobs of two pods; its container port
         (_jobset(_rjob("workers", parallelism=2, replicas=2, container={
             "name": "jax", "ports": [{"containerPort": 1234}]}),
                  coordinator={"replicatedJob": "workers", "jobIndex": 1, "podIndex": 1}),
-         [_pod("workers", 0, 0), _pod("workers", 1, 1)],
+         [_member("workers", 0, 0), _member("workers", 1, 1)],
          {"t-workers-0-0-x": "", "t-workers-1-1-x": "master"}, 1234, 4),
         # no coordinator declared: the first replicated job's job 0 index 0; MASTER_PORT env
         (_jobset(_rjob("workers", parallelism=2, container={
             "name": "torch", "env": [{"name": "MASTER_PORT", "value": "3389"}]})),
-         [_pod("workers", 0, 0), _pod("workers", 0, 1)],
+         [_member("workers", 0, 0), _member("workers", 0, 1)],
          {"t-workers-0-0-x": "master", "t-workers-0-1-x": ""}, 3389, 2),
-        (_jobset(_rjob("model-initializer")), [_pod("model-initializer", 0, 0)], {}, 29500, 0),
+        (_jobset(_rjob("model-initializer")), [_member("model-initializer", 0, 0)], {}, 29500, 0),
     ],
 )
 def test_gang(jobset: dict[str, Any], pods: list[dict[str, Any]], roles: dict[str, str],

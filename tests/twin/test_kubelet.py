@@ -6,22 +6,15 @@ import time
 from typing import Any
 
 from agent.twin.apierror import ApiError
+from tests.support import objects
 from tests.twin.twin_fixtures import PODS, fast, running, wait
 
 
 def bare_pod(name: str, *, node: str, gpu: int = 0, restart: str = "Always") -> dict[str, Any]:
-    resources = {"limits": {"nvidia.com/gpu": str(gpu)}} if gpu else {}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml"},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": restart,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "main", "image": "img:1", "resources": resources}],
-        },
-    }
+    """A pod bound to `node` by hand (no scheduler, tolerates every taint; no status yet)."""
+    main = objects.container(image="img:1", gpus=gpu) | ({} if gpu else {"resources": {}})
+    return objects.pod(name, node_name=node, phase=None, containers=[main],
+                       spec={"restartPolicy": restart, "tolerations": [{"operator": "Exists"}]})
 
 
 def get(cluster: Any, name: str) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def running_pods(cluster: TwinCluster, count: int = 5) -> dict[str, str]:
     return wait(check, timeout=20, what=lambda: f"{count} running pods, saw {zones(cluster)}")
 
 
-def job(cluster: TwinCluster, name: str = "llm-finetune") -> dict[str, Any]:
+def stored_job(cluster: TwinCluster, name: str = "llm-finetune") -> dict[str, Any]:
     return cluster.store.get(PYTORCHJOBS, name, namespace="ml")
 
 
@@ -96,7 +96,7 @@ def deactivate_and_drain(cluster: TwinCluster) -> dict[str, Any]:
 
 
 def annotate(cluster: TwinCluster, annotations: dict[str, str]) -> None:
-    specs = job(cluster)["spec"]["pytorchReplicaSpecs"]
+    specs = stored_job(cluster)["spec"]["pytorchReplicaSpecs"]
     body = {rtype: {"template": {"metadata": {"annotations": annotations}}} for rtype in specs}
     patch_job(cluster, {"spec": {"pytorchReplicaSpecs": body}})
 
@@ -116,12 +116,12 @@ def test_a_queued_job_is_suspended_at_create_and_started_once_admitted(
         "message": "The workload is admitted", "observedGeneration": 1,
         "lastTransitionTime": None}  # fmt: skip
     assert found["status"]["admission"]["clusterQueue"] == "cluster-queue"
-    assert job(kueue)["spec"]["runPolicy"]["suspend"] is False
+    assert stored_job(kueue)["spec"]["runPolicy"]["suspend"] is False
     assert events_for(kueue, "llm-finetune", "CreatedWorkload")
     assert [e["message"] for e in events_for(kueue, "llm-finetune", "Started")] == [
         "Admitted by clusterQueue cluster-queue"]
     # the job was created suspended by the webhook (a job without Kueue would have started)
-    created = job(kueue)
+    created = stored_job(kueue)
     assert created["metadata"]["generation"] >= 2
     wait(lambda: kueue.store.get(CLUSTER_QUEUES, "cluster-queue").get("status", {}).get(
         "admittedWorkloads") == 1, timeout=10, what="the ClusterQueue counting the Workload")
@@ -156,7 +156,7 @@ def test_admission_waits_for_quota_and_a_missing_queue_is_inadmissible(kueue: Tw
          "Inadmissible", timeout=10, what="the lost job's Workload inadmissible")  # fmt: skip
     assert condition(workload(kueue, "lost"), "QuotaReserved")["message"] == (
         "LocalQueue nope doesn't exist")
-    assert job(kueue, "big")["spec"]["runPolicy"]["suspend"] is True
+    assert stored_job(kueue, "big")["spec"]["runPolicy"]["suspend"] is True
     assert not pods(kueue, selector="training.kubeflow.org/job-name=big")
     wait(lambda: kueue.store.get(LOCAL_QUEUES, "user-queue", namespace="ml").get("status", {}).get(
         "pendingWorkloads") == 1, timeout=10, what="the LocalQueue counting one pending Workload")
@@ -164,7 +164,7 @@ def test_admission_waits_for_quota_and_a_missing_queue_is_inadmissible(kueue: Tw
     kueue.store.delete(PYTORCHJOBS, "llm-finetune", namespace="ml")
     wait(lambda: condition(workload(kueue, "big"), "Admitted").get("status") == "True",
          timeout=20, what="the big job admitted once the quota is free")  # fmt: skip
-    wait(lambda: job(kueue, "big")["spec"]["runPolicy"]["suspend"] is False, timeout=10,
+    wait(lambda: stored_job(kueue, "big")["spec"]["runPolicy"]["suspend"] is False, timeout=10,
          what="the big job started")  # fmt: skip
 
 
@@ -226,7 +226,7 @@ def test_gated_pods_wait_for_the_ungater(kueue: TwinCluster) -> None:
     # with the manager stopped the job stays suspended; start it by hand as Kueue would have
     found = workload(kueue)
     assert found is not None
-    template = job(kueue)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    template = stored_job(kueue)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     gated = copy.deepcopy(template)
     gated["spec"]["schedulingGates"] = [GATE]
     patch_job(kueue, {"spec": {"runPolicy": {"suspend": False}, "pytorchReplicaSpecs": {
@@ -252,7 +252,7 @@ def test_deactivation_evicts_without_requeue_and_reactivation_readmits(kueue: Tw
     assert condition(found, "Requeued")["reason"] == "Deactivated"
     assert condition(found, "Admitted")["status"] == "False"
     assert "admission" not in found["status"]
-    assert job(kueue)["spec"]["runPolicy"]["suspend"] is True
+    assert stored_job(kueue)["spec"]["runPolicy"]["suspend"] is True
     assert [e["message"] for e in events_for(kueue, "llm-finetune", "Stopped")] == [
         "The workload is deactivated"]
     # not requeued: once everything settled it is still not admitted and the job stays suspended
@@ -286,7 +286,7 @@ def test_reactivating_the_old_workload_after_annotating_the_job_cannot_start_it(
     assert found is not None and found["metadata"]["uid"] == old["metadata"]["uid"]
     assert all("required" not in p["topologyRequest"] for p in found["spec"]["podSets"])
     wait(kueue.idle, timeout=10, what="the twin idle")
-    assert job(kueue)["spec"]["runPolicy"]["suspend"] is True
+    assert stored_job(kueue)["spec"]["runPolicy"]["suspend"] is True
     assert not pods(kueue)
     with pytest.raises(ApiError, match="must not contain more than one topology annotation"):
         annotate(kueue, {REQUIRED: ZONE, "kueue.x-k8s.io/podset-unconstrained-topology": "true"})
@@ -310,7 +310,7 @@ def test_the_fix_through_kueue_puts_the_group_in_one_zone(kueue: TwinCluster) ->
     master, worker = found["status"]["admission"]["podSetAssignments"]
     assert master["topologyAssignment"]["domains"] == [{"values": ["gpu-a-0"], "count": 1}]
     assert worker["topologyAssignment"]["domains"] == [{"values": ["gpu-a-0"], "count": 4}]
-    assert job(kueue)["spec"]["runPolicy"]["suspend"] is False
+    assert stored_job(kueue)["spec"]["runPolicy"]["suspend"] is False
 
 
 def test_a_group_that_no_zone_can_hold_stays_pending_with_kueues_message(
@@ -319,7 +319,7 @@ def test_a_group_that_no_zone_can_hold_stays_pending_with_kueues_message(
     running_pods(kueue)
     old = deactivate_and_drain(kueue)
     annotate(kueue, {REQUIRED: ZONE, GROUP: "llm"})
-    worker = job(kueue)["spec"]["pytorchReplicaSpecs"]["Worker"]
+    worker = stored_job(kueue)["spec"]["pytorchReplicaSpecs"]["Worker"]
     containers = copy.deepcopy(worker["template"]["spec"]["containers"])
     containers[0]["resources"]["requests"]["memory"] = "100Gi"  # five per GPU node: ten per zone
     patch_job(kueue, {"spec": {"pytorchReplicaSpecs": {"Worker": {
@@ -336,7 +336,7 @@ def test_a_group_that_no_zone_can_hold_stays_pending_with_kueues_message(
         'couldn\'t assign flavors to pod set master: topology "default" allows to fit only 10 out '
         'of 12 pod(s); couldn\'t assign flavors to pod set worker: topology "default" allows to '
         "fit only 10 out of 12 pod(s)")
-    assert job(kueue)["spec"]["runPolicy"]["suspend"] is True
+    assert stored_job(kueue)["spec"]["runPolicy"]["suspend"] is True
 
 
 # --- Kueue owns suspend ---------------------------------------------------------------------
@@ -345,7 +345,7 @@ def test_a_group_that_no_zone_can_hold_stays_pending_with_kueues_message(
 def test_kueue_resumes_a_job_someone_else_suspended(kueue: TwinCluster) -> None:
     running_pods(kueue)
     patch_job(kueue, {"spec": {"runPolicy": {"suspend": True}}})
-    wait(lambda: len(events_for(kueue, "llm-finetune", "Started")) == 1 and job(kueue)["spec"][
+    wait(lambda: len(events_for(kueue, "llm-finetune", "Started")) == 1 and stored_job(kueue)["spec"][
         "runPolicy"]["suspend"] is False, timeout=20, what="Kueue unsuspending the job")
     wait(lambda: events_for(kueue, "llm-finetune", "Started")[0].get("count") == 2, timeout=10,
          what="a second Started event")  # fmt: skip
@@ -357,7 +357,7 @@ def test_a_running_job_is_stopped_while_its_workload_is_not_admitted(kueue: Twin
     running_pods(kueue)
     deactivate_and_drain(kueue)
     patch_job(kueue, {"spec": {"runPolicy": {"suspend": False}}})
-    wait(lambda: job(kueue)["spec"]["runPolicy"]["suspend"] is True, timeout=10,
+    wait(lambda: stored_job(kueue)["spec"]["runPolicy"]["suspend"] is True, timeout=10,
          what="Kueue suspending the job again")  # fmt: skip
     wait(lambda: not pods(kueue), timeout=20, what="the pods it had started gone")
     # still evicted (inactive): stopped again for the same reason, the event counted twice

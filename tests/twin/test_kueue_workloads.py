@@ -22,6 +22,7 @@ from agent.twin.kueue_workloads import (
     workload_name,
 )
 from agent.twin.patch import merge_patch
+from tests.support import objects
 
 PYTORCH = next(k for k in KINDS if k.framework == "kubeflow.org/pytorchjob")
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -33,18 +34,16 @@ ZONE = "topology.kubernetes.io/zone"
 
 
 def pytorchjob(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """PyTorchJob `bert`, suspended and queued: a master and three workers (`annotations` on
+    their pod templates)."""
     def replica(count: int) -> dict[str, Any]:
-        meta: dict[str, Any] = {"labels": {"app": "t"}}
-        if annotations:
-            meta["annotations"] = dict(annotations)
-        return {"replicas": count, "template": {"metadata": meta, "spec": {
-            "containers": [{"name": "pytorch", "image": "img:1"}]}}}
+        return objects.replica(count, {"containers": [{"name": "pytorch", "image": "img:1"}]},
+                               labels={"app": "t"}, annotations=annotations or None, restart_policy=None)
 
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": "bert", "namespace": "ml", "uid": "u-1",
-                         "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
-            "spec": {"runPolicy": {"suspend": True},
-                     "pytorchReplicaSpecs": {"Master": replica(1), "worker": replica(3)}}}
+    return objects.training_job("PyTorchJob", "bert", uid="u-1", status=False,
+                                labels={"kueue.x-k8s.io/queue-name": "user-queue"},
+                                run_policy={"suspend": True},
+                                replicas={"Master": replica(1), "worker": replica(3)})
 
 
 def test_the_workload_name_is_kind_job_and_a_hash_of_kind_group_name_and_uid() -> None:

@@ -14,9 +14,10 @@ from agent.twin.operator_kinds import (
     desired_pods,
     desired_services,
 )
+from tests.support import objects
 
 
-def job(
+def operator_job(
     kind: str,
     version: str,
     specs: dict[str, int],
@@ -24,24 +25,13 @@ def job(
     container: str = "main",
     ports: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """Job `j` of `kind` at `version` as it is created: `specs` maps replica type to replicas."""
     k = next(x for x in KINDS.values() if x.kind == kind and x.version == version)
-    replica_specs = {
-        rtype: {
-            "replicas": n,
-            "restartPolicy": "OnFailure",
-            "template": {
-                "metadata": {"labels": {"app": "train"}},
-                "spec": {"containers": [{"name": container, "image": "img", "ports": ports or []}]},
-            },
-        }
-        for rtype, n in specs.items()
-    }
-    return {
-        "apiVersion": k.api_version,
-        "kind": kind,
-        "metadata": {"name": "j", "namespace": "ml", "uid": "u-1"},
-        "spec": {k.specs_field: replica_specs},
-    }
+    pod_spec = {"containers": [{"name": container, "image": "img", "ports": ports or []}]}
+    return objects.training_job(
+        kind, "j", api_version=k.api_version, uid="u-1", status=False,
+        replicas={rtype: objects.replica(n, pod_spec, labels={"app": "train"}) for rtype, n in specs.items()},
+    )
 
 
 def by_name(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -84,7 +74,7 @@ def test_v1_pod_names_labels_and_owner(
     kind: str, specs: dict[str, int], names: list[str], master: str
 ) -> None:
     k = next(x for x in KINDS.values() if x.kind == kind and x.version == "v1")
-    j = job(kind, "v1", specs)
+    j = operator_job(kind, "v1", specs)
     pods = by_name(desired_pods(k, j))
     assert sorted(pods) == sorted(names)
     for name, pod in pods.items():
@@ -113,7 +103,7 @@ def test_v1_pod_names_labels_and_owner(
 def test_pytorch_env_and_port() -> None:
     k = KINDS[("v1", "pytorchjobs")]
     pods = by_name(
-        desired_pods(k, job("PyTorchJob", "v1", {"Master": 1, "Worker": 2}, container="pytorch"))
+        desired_pods(k, operator_job("PyTorchJob", "v1", {"Master": 1, "Worker": 2}, container="pytorch"))
     )
     assert env_of(pods["j-master-0"]) | {} == {
         "MASTER_ADDR": "j-master-0",
@@ -123,7 +113,7 @@ def test_pytorch_env_and_port() -> None:
         "PYTHONUNBUFFERED": "1",
     }
     assert env_of(pods["j-worker-1"])["RANK"] == "2"
-    custom = job(
+    custom = operator_job(
         "PyTorchJob",
         "v1",
         {"Master": 1, "Worker": 1},
@@ -138,7 +128,7 @@ def test_pytorch_env_and_port() -> None:
 def test_tf_config() -> None:
     k = KINDS[("v1", "tfjobs")]
     pods = by_name(
-        desired_pods(k, job("TFJob", "v1", {"Chief": 1, "Worker": 2}, container="tensorflow"))
+        desired_pods(k, operator_job("TFJob", "v1", {"Chief": 1, "Worker": 2}, container="tensorflow"))
     )
     config = json.loads(env_of(pods["j-worker-1"])["TF_CONFIG"])
     assert config["task"] == {"type": "worker", "index": 1}
@@ -150,13 +140,13 @@ def test_tf_config() -> None:
 
 def test_replica_type_case_is_accepted() -> None:
     k = KINDS[("v1", "pytorchjobs")]
-    j = job("PyTorchJob", "v1", {"Master": 1})
+    j = operator_job("PyTorchJob", "v1", {"Master": 1})
     j["spec"]["pytorchReplicaSpecs"] = {"master": j["spec"]["pytorchReplicaSpecs"]["Master"]}
     assert [p["metadata"]["name"] for p in desired_pods(k, j)] == ["j-master-0"]
 
 
 def test_mpi_v2beta1_launcher_job_workers_and_service() -> None:
-    j = job("MPIJob", "v2beta1", {"Launcher": 1, "Worker": 2})
+    j = operator_job("MPIJob", "v2beta1", {"Launcher": 1, "Worker": 2})
     pods = by_name(desired_pods(MPI_V2, j))
     assert sorted(pods) == ["j-worker-0", "j-worker-1"]
     labels = pods["j-worker-1"]["metadata"]["labels"]

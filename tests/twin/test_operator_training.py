@@ -21,7 +21,7 @@ ZONE = "topology.kubernetes.io/zone"
 JOB = "llm-finetune"
 
 
-def job(cluster: Any) -> dict[str, Any]:
+def stored_job(cluster: Any) -> dict[str, Any]:
     return cluster.store.get(PYTORCHJOBS, JOB, namespace="ml")
 
 
@@ -42,8 +42,8 @@ def test_creates_pods_services_and_conditions() -> None:
         services = cluster.store.list(SERVICES, namespace="ml")[0]
         assert sorted(s["metadata"]["name"] for s in services) == names
         assert all(s["spec"]["clusterIP"] == "None" for s in services)
-        wait(cluster, lambda: condition(job(cluster), "Running") == "True")
-        assert condition(job(cluster), "Created") == "True"
+        wait(cluster, lambda: condition(stored_job(cluster), "Running") == "True")
+        assert condition(stored_job(cluster), "Created") == "True"
         master = cluster.store.get(PODS, f"{JOB}-master-0", namespace="ml")
         env = {e["name"]: e["value"] for e in master["spec"]["containers"][0]["env"]}
         assert env["MASTER_ADDR"] == f"{JOB}-master-0" and env["WORLD_SIZE"] == "5"
@@ -90,12 +90,12 @@ def test_suspend_deletes_pods_and_services_and_resume_uses_the_patched_template(
             cluster,
             lambda: not pods(cluster) and not cluster.store.list(SERVICES, namespace="ml")[0],
         )
-        wait(cluster, lambda: condition(job(cluster), "Suspended") == "True")
-        assert condition(job(cluster), "Running") == "False"
+        wait(cluster, lambda: condition(stored_job(cluster), "Suspended") == "True")
+        assert condition(stored_job(cluster), "Running") == "False"
         cluster.store.patch(PYTORCHJOBS, JOB, {"spec": {"runPolicy": {"suspend": False}}}, namespace="ml",
                             patch_type=PatchType.MERGE)  # fmt: skip
         wait(cluster, all_running(cluster, 5))
-        wait(cluster, lambda: condition(job(cluster), "Suspended") == "False")
+        wait(cluster, lambda: condition(stored_job(cluster), "Suspended") == "False")
         master = cluster.store.get(PODS, f"{JOB}-master-0", namespace="ml")
         assert master["spec"]["nodeSelector"] == {ZONE: "us-east-1a"}
         assert {zone_of(cluster, p) for p in pods(cluster)} == {"us-east-1a"}
@@ -164,11 +164,11 @@ def test_a_job_succeeds_after_its_steps_and_is_never_restarted() -> None:
     with running(fast("seed-degraded"), speed=20) as cluster:
         cluster.store.patch(PYTORCHJOBS, JOB, {"metadata": {"annotations": {"twin.zonemedic.io/steps": "3"}}},
                             namespace="ml", patch_type=PatchType.MERGE)  # fmt: skip
-        wait(cluster, lambda: condition(job(cluster), "Succeeded") == "True")
-        assert condition(job(cluster), "Running") == "False"
+        wait(cluster, lambda: condition(stored_job(cluster), "Succeeded") == "True")
+        assert condition(stored_job(cluster), "Running") == "False"
         assert cluster.runtime.steps("ml", JOB) == 3
         assert {p["status"]["phase"] for p in pods(cluster)} == {"Succeeded"}
-        assert "completionTime" in job(cluster)["status"]
+        assert "completionTime" in stored_job(cluster)["status"]
         # a finished job is not resumed: deleting a pod creates nothing
         cluster.store.delete(PODS, f"{JOB}-worker-0", namespace="ml")
         wait(cluster, lambda: len(pods(cluster)) == 4)

@@ -36,6 +36,7 @@ from agent.twin.resources import lookup
 from agent.twin.store import Store
 from agent.twin.training import JobPhase
 from agent.twin.training_runtime import PodActivity
+from tests.support import objects
 from tests.support.waiting import wait
 from tests.twin import twin_fixtures as fixtures
 
@@ -45,13 +46,14 @@ T0 = 1_800_000_000.0  # wall seconds
 START = "2027-01-15T08:00:00Z"  # T0
 
 
-def _pod(state: dict[str, Any], *, last: dict[str, Any] | None = None,
-         containers: tuple[str, ...] = ("pytorch",), node: str = "gpu-a-0") -> dict[str, Any]:
+def _pod_in(state: dict[str, Any], *, last: dict[str, Any] | None = None,
+            containers: tuple[str, ...] = ("pytorch",), node: str = "gpu-a-0") -> dict[str, Any]:
+    """Running pod `w-0` whose first container is in `state` (and was in `last` before)."""
     status = {"name": containers[0], "state": state, "restartCount": 1 if last else 0,
               "lastState": {"terminated": last} if last else {}}
-    return {"metadata": {"name": "w-0", "namespace": "ml", "uid": "u"},
-            "spec": {"nodeName": node, "containers": [{"name": c} for c in containers]},
-            "status": {"phase": "Running", "containerStatuses": [status]}}
+    return objects.pod("w-0", uid="u", node_name=node, kind=False, phase="Running",
+                       status={"containerStatuses": [status]},
+                       containers=[{"name": c} for c in containers])
 
 
 def _activity(**changes: Any) -> PodActivity:
@@ -67,7 +69,7 @@ def _texts(lines: list[LogLine]) -> list[str]:
 
 
 def test_a_blocked_rank_logs_its_connection_attempts() -> None:
-    lines = current_lines(_pod({"running": {"startedAt": START}}), "pytorch", _activity(),
+    lines = current_lines(_pod_in({"running": {"startedAt": START}}), "pytorch", _activity(),
                           now=T0 + 12)
     assert _texts(lines)[1:] == [
         "rendezvous: connecting to llm-master-0:23456",
@@ -77,7 +79,7 @@ def test_a_blocked_rank_logs_its_connection_attempts() -> None:
     assert lines[0].text.startswith("[twin] container pytorch of pod w-0 started: its workload is "
                                     "simulated (job llm)")
     assert [line.at - T0 for line in lines] == [0, 0, 5, 10]
-    waiting = current_lines(_pod({"running": {"startedAt": START}}), "pytorch",
+    waiting = current_lines(_pod_in({"running": {"startedAt": START}}), "pytorch",
                             _activity(exits=False, attempts=1), now=T0 + 6)
     assert _texts(waiting)[-1] == ("rendezvous: connect() to llm-master-0:23456 timed out "
                                    "(attempt 1), retrying in 5s")
@@ -87,7 +89,7 @@ def test_a_crashed_run_is_the_log_while_the_container_waits_to_restart() -> None
     crash = "RuntimeError: connect() to llm-master-0:23456 timed out after 3 attempts"
     last = {"exitCode": 1, "reason": "Error", "message": crash, "startedAt": START,
             "finishedAt": "2027-01-15T08:00:15Z"}
-    pod = _pod({"waiting": {"reason": "CrashLoopBackOff"}}, last=last)
+    pod = _pod_in({"waiting": {"reason": "CrashLoopBackOff"}}, last=last)
     activity = _activity(dials=(), attempts=0, crashed=("llm-master-0", 23456, 3))
     lines = current_lines(pod, "pytorch", activity, now=T0 + 20)
     assert lines == previous_lines(pod, "pytorch", activity)
@@ -103,13 +105,13 @@ def test_a_crashed_run_is_the_log_while_the_container_waits_to_restart() -> None
 def test_a_training_rank_logs_its_progress() -> None:
     activity = _activity(phase=JobPhase.TRAINING, dials=(), attempts=0, step_seconds=1.25,
                          utilization=0.85, steps=100.4, target=500)
-    lines = current_lines(_pod({"running": {"startedAt": START}}), "pytorch", activity,
+    lines = current_lines(_pod_in({"running": {"startedAt": START}}), "pytorch", activity,
                           now=T0 + 130)
     texts = _texts(lines)
     assert texts[1] == "rendezvous complete: 4 ranks"
     assert texts[2:] == [f"step {s}/500  step_time 1.25s  gpu_util 85%" for s in range(8, 101, 8)]
     assert lines[-1].at == pytest.approx(T0 + 130 - 0.4 * 1.25)
-    later = current_lines(_pod({"running": {"startedAt": START}}), "pytorch",
+    later = current_lines(_pod_in({"running": {"startedAt": START}}), "pytorch",
                           replace(activity, steps=200.4), now=T0 + 255)
     assert set(texts[2:]) <= set(_texts(later))  # the same lines at every look (for -f)
 
@@ -117,13 +119,13 @@ def test_a_training_rank_logs_its_progress() -> None:
 @pytest.mark.parametrize(
     ("pod", "container", "previous", "message"),
     [
-        (_pod({"waiting": {"reason": "ContainerCreating"}}), None, False,
+        (_pod_in({"waiting": {"reason": "ContainerCreating"}}), None, False,
          'container "pytorch" in pod "w-0" is waiting to start: ContainerCreating'),
-        (_pod({"running": {"startedAt": START}}), None, True,
+        (_pod_in({"running": {"startedAt": START}}), None, True,
          'previous terminated container "pytorch" in pod "w-0" not found'),
-        (_pod({"running": {}}, containers=("a", "b")), None, False,
+        (_pod_in({"running": {}}, containers=("a", "b")), None, False,
          "a container name must be specified for pod w-0, choose one of: [a b]"),
-        (_pod({"running": {}}), "nope", False, "container nope is not valid for pod w-0"),
+        (_pod_in({"running": {}}), "nope", False, "container nope is not valid for pod w-0"),
     ],
 )
 def test_log_errors_are_a_real_servers(pod: dict[str, Any], container: str | None,
@@ -273,9 +275,9 @@ def test_a_bare_api_server_answers_logs_as_one_that_cannot_reach_the_kubelet() -
     store = Store()
     with ApiServer(store) as server:
         base = f"{server.url}/api/v1/namespaces/default/pods"
-        store.create(PODS, _pod({"running": {"startedAt": START}}) | {
+        store.create(PODS, _pod_in({"running": {"startedAt": START}}) | {
             "metadata": {"name": "w-0", "namespace": "default"}})
-        pending = _pod({}, node="")
+        pending = _pod_in({}, node="")
         pending["metadata"] = {"name": "pending", "namespace": "default"}
         store.create(PODS, pending)
         logs = httpx.get(f"{base}/w-0/log", timeout=5)

@@ -7,22 +7,15 @@ from typing import Any
 
 from agent.twin.resources import lookup
 from agent.twin.scenario import make_node
+from tests.support import objects
 from tests.twin.twin_fixtures import PODS, fast, running, wait
 
 EVENTS = lookup("events")
 
 
 def gpu_pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml"},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-            ]
-        },
-    }
+    """A pod of one container with a GPU limit, not yet scheduled (no status)."""
+    return objects.pod(name, phase=None, containers=[objects.container(name="c", image="x", gpus=1)])
 
 
 def events_for(cluster: Any, name: str, reason: str) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from agent.twin.store import Store
 from agent.twin.watch import WatchEvent
+from tests.support import objects
 from tests.twin.waiting import eventually
 
 PODS = lookup("pods")
@@ -41,23 +42,18 @@ def store(clock: FakeClock) -> Any:
     s.close()
 
 
-def pod(name: str, *, node: str | None = "n1", labels: dict[str, str] | None = None,
-        owner: dict[str, Any] | None = None, grace: int | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "labels": labels or {}}
-    if owner:
-        meta["ownerReferences"] = [owner]
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i"}]}
-    if node:
-        spec["nodeName"] = node
-    if grace is not None:
-        spec["terminationGracePeriodSeconds"] = grace
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+def default_pod(name: str, *, node: str | None = "n1", labels: dict[str, str] | None = None,
+                owner: dict[str, Any] | None = None, grace: int | None = None) -> dict[str, Any]:
+    """A pod in `default` as a client creates it (no status)."""
+    return objects.pod(name, ns="default", node_name=node, labels=labels, phase=None,
+                       owner_refs=[owner] if owner else None,
+                       spec={} if grace is None else {"terminationGracePeriodSeconds": grace})
 
 
-def job(name: str = "j") -> dict[str, Any]:
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}}}
+def default_job() -> dict[str, Any]:
+    """The PyTorchJob `j` in `default` as a client creates it (two workers, no status)."""
+    return objects.training_job("PyTorchJob", "j", ns="default", status=False,
+                                replicas={"Worker": {"replicas": 2}})
 
 
 def owner_ref(obj: dict[str, Any]) -> dict[str, Any]:
@@ -105,15 +101,15 @@ def test_create_refuses_bad_objects(store: Store, body: dict[str, Any], code: in
 
 
 def test_create_twice_is_already_exists(store: Store) -> None:
-    store.create(PODS, pod("a"))
+    store.create(PODS, default_pod("a"))
     with pytest.raises(ApiError) as err:
-        store.create(PODS, pod("a"))
+        store.create(PODS, default_pod("a"))
     assert err.value.code == 409 and err.value.reason == "AlreadyExists"
     assert err.value.message == 'pods "a" already exists'
 
 
 def test_update_with_stale_version_conflicts(store: Store) -> None:
-    first = store.create(PODS, pod("a"))
+    first = store.create(PODS, default_pod("a"))
     first["metadata"]["labels"] = {"x": "1"}
     second = store.update(PODS, first)
     assert second["metadata"]["labels"] == {"x": "1"}
@@ -125,7 +121,7 @@ def test_update_with_stale_version_conflicts(store: Store) -> None:
 
 
 def test_custom_resource_update_needs_a_resource_version(store: Store) -> None:
-    created = store.create(PYTORCH, job())
+    created = store.create(PYTORCH, default_job())
     del created["metadata"]["resourceVersion"]
     with pytest.raises(ApiError) as err:
         store.update(PYTORCH, created)
@@ -133,7 +129,7 @@ def test_custom_resource_update_needs_a_resource_version(store: Store) -> None:
 
 
 def test_generation_moves_with_spec_not_metadata_or_status(store: Store) -> None:
-    store.create(PYTORCH, job())
+    store.create(PYTORCH, default_job())
     labelled = store.patch(PYTORCH, "j", {"metadata": {"labels": {"a": "b"}}},
                            namespace="default", patch_type=PatchType.MERGE)
     assert labelled["metadata"]["generation"] == 1
@@ -147,7 +143,7 @@ def test_generation_moves_with_spec_not_metadata_or_status(store: Store) -> None
 
 
 def test_main_resource_write_ignores_status_and_status_write_ignores_spec(store: Store) -> None:
-    store.create(PYTORCH, job())
+    store.create(PYTORCH, default_job())
     out = store.patch(PYTORCH, "j", {"status": {"x": 1}}, namespace="default",
                       patch_type=PatchType.MERGE)
     assert "status" not in out
@@ -166,13 +162,13 @@ def test_main_resource_write_ignores_status_and_status_write_ignores_spec(store:
 )
 def test_custom_resources_take_merge_and_json_patch(store: Store, patch_type: PatchType,
                                                     body: Any, expect: bool) -> None:
-    store.create(PYTORCH, job())
+    store.create(PYTORCH, default_job())
     out = store.patch(PYTORCH, "j", body, namespace="default", patch_type=patch_type)
     assert out["spec"]["runPolicy"]["suspend"] is expect
 
 
 def test_strategic_merge_on_custom_resource_is_415(store: Store) -> None:
-    store.create(PYTORCH, job())
+    store.create(PYTORCH, default_job())
     with pytest.raises(ApiError) as err:
         store.patch(PYTORCH, "j", {"spec": {}}, namespace="default",
                     patch_type=PatchType.STRATEGIC)
@@ -180,7 +176,7 @@ def test_strategic_merge_on_custom_resource_is_415(store: Store) -> None:
 
 
 def test_patch_with_stale_resource_version_conflicts(store: Store) -> None:
-    store.create(PYTORCH, job())
+    store.create(PYTORCH, default_job())
     with pytest.raises(ApiError) as err:
         store.patch(PYTORCH, "j", {"metadata": {"resourceVersion": "1"}, "spec": {"a": 1}},
                     namespace="default", patch_type=PatchType.MERGE)
@@ -188,7 +184,7 @@ def test_patch_with_stale_resource_version_conflicts(store: Store) -> None:
 
 
 def test_failed_json_patch_test_is_422_and_changes_nothing(store: Store) -> None:
-    before = store.create(PYTORCH, job())
+    before = store.create(PYTORCH, default_job())
     with pytest.raises(ApiError) as err:
         store.patch(PYTORCH, "j", [{"op": "test", "path": "/spec/x", "value": 1}],
                     namespace="default", patch_type=PatchType.JSON)
@@ -197,7 +193,7 @@ def test_failed_json_patch_test_is_422_and_changes_nothing(store: Store) -> None
 
 
 def test_no_op_write_keeps_the_resource_version(store: Store) -> None:
-    before = store.create(PODS, pod("a", labels={"k": "v"}))
+    before = store.create(PODS, default_pod("a", labels={"k": "v"}))
     after = store.patch(PODS, "a", {"metadata": {"labels": {"k": "v"}}}, namespace="default",
                         patch_type=PatchType.STRATEGIC)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
@@ -207,16 +203,16 @@ def test_dry_run_stores_nothing_and_notifies_nobody(store: Store) -> None:
     seen: list[WatchEvent] = []
     stop = store.subscribe(PODS, seen.append)
     rv = store.resource_version
-    store.create(PODS, pod("a"), dry_run=True)
+    store.create(PODS, default_pod("a"), dry_run=True)
     assert names(store) == []
-    store.create(PODS, pod("b"))
+    store.create(PODS, default_pod("b"))
     store.patch(PODS, "b", {"metadata": {"labels": {"x": "y"}}}, namespace="default",
                 patch_type=PatchType.MERGE, dry_run=True)
     store.delete(PODS, "b", namespace="default", dry_run=True)
     assert store.get(PODS, "b", namespace="default")["metadata"]["labels"] == {}
     assert int(store.resource_version) == int(rv) + 1
     # Events arrive in order: once the marker's is delivered, every earlier one was.
-    store.create(PODS, pod("marker"))
+    store.create(PODS, default_pod("marker"))
     assert eventually(lambda: len(seen) >= 2 and seen[-1].object["metadata"]["name"] == "marker")
     stop()
     assert [(e.type, e.object["metadata"]["name"]) for e in seen] == [
@@ -239,7 +235,7 @@ def test_admission_hook_refuses_a_write(store: Store) -> None:
 
 
 def test_bind_sets_node_once(store: Store) -> None:
-    store.create(PODS, pod("a", node=None))
+    store.create(PODS, default_pod("a", node=None))
     store.bind("default", "a", "n7")
     bound = store.get(PODS, "a", namespace="default")
     assert bound["spec"]["nodeName"] == "n7"
@@ -251,7 +247,7 @@ def test_bind_sets_node_once(store: Store) -> None:
 
 def test_list_selectors_limit_and_continue(store: Store) -> None:
     for i in range(5):
-        store.create(PODS, pod(f"p{i}", labels={"k": "a" if i % 2 else "b"},
+        store.create(PODS, default_pod(f"p{i}", labels={"k": "a" if i % 2 else "b"},
                                node=None if i == 4 else "n1"))
     objs, _ = store.list(PODS, label_selector="k in (a)")
     assert [o["metadata"]["name"] for o in objs] == ["p1", "p3"]
@@ -269,17 +265,17 @@ def test_list_selectors_limit_and_continue(store: Store) -> None:
 
 
 def test_background_delete_collects_dependents(store: Store) -> None:
-    owner = store.create(PYTORCH, job())
+    owner = store.create(PYTORCH, default_job())
     for i in range(2):
-        store.create(PODS, pod(f"j-worker-{i}", node=None, owner=owner_ref(owner)))
-    store.create(PODS, pod("other", node=None))
+        store.create(PODS, default_pod(f"j-worker-{i}", node=None, owner=owner_ref(owner)))
+    store.create(PODS, default_pod("other", node=None))
     store.delete(PYTORCH, "j", namespace="default")
     assert names(store) == ["other"]
 
 
 def test_orphan_delete_keeps_dependents_without_the_reference(store: Store) -> None:
-    owner = store.create(PYTORCH, job())
-    store.create(PODS, pod("w", node=None, owner=owner_ref(owner)))
+    owner = store.create(PYTORCH, default_job())
+    store.create(PODS, default_pod("w", node=None, owner=owner_ref(owner)))
     store.delete(PYTORCH, "j", namespace="default", propagation=Propagation.ORPHAN)
     assert names(store, PYTORCH) == []
     assert "ownerReferences" not in store.get(PODS, "w", namespace="default")["metadata"]
@@ -287,8 +283,8 @@ def test_orphan_delete_keeps_dependents_without_the_reference(store: Store) -> N
 
 def test_foreground_delete_waits_for_terminating_dependents(store: Store,
                                                              clock: FakeClock) -> None:
-    owner = store.create(PYTORCH, job())
-    store.create(PODS, pod("w", node="n1", grace=10, owner=owner_ref(owner)))
+    owner = store.create(PYTORCH, default_job())
+    store.create(PODS, default_pod("w", node="n1", grace=10, owner=owner_ref(owner)))
     pending = store.delete(PYTORCH, "j", namespace="default", propagation=Propagation.FOREGROUND)
     assert pending["metadata"]["finalizers"] == ["foregroundDeletion"]
     assert store.get(PODS, "w", namespace="default")["metadata"]["deletionTimestamp"]
@@ -301,8 +297,8 @@ def test_foreground_delete_waits_for_terminating_dependents(store: Store,
 
 
 def test_graceful_pod_deletion_and_shortening(store: Store, clock: FakeClock) -> None:
-    store.create(PODS, pod("a", grace=30))
-    store.create(PODS, pod("unscheduled", node=None, grace=30))
+    store.create(PODS, default_pod("a", grace=30))
+    store.create(PODS, default_pod("unscheduled", node=None, grace=30))
     marked = store.delete(PODS, "a", namespace="default")
     assert marked["metadata"]["deletionTimestamp"] == "2023-11-14T22:13:50Z"
     assert marked["metadata"]["deletionGracePeriodSeconds"] == 30
@@ -317,7 +313,7 @@ def test_graceful_pod_deletion_and_shortening(store: Store, clock: FakeClock) ->
 def test_graceful_deletion_timer_runs_on_real_time() -> None:
     store = Store()
     try:
-        store.create(PODS, pod("a", grace=1))
+        store.create(PODS, default_pod("a", grace=1))
         store.delete(PODS, "a", namespace="default")
         assert eventually(lambda: names(store) == [], timeout=5)
     finally:
@@ -325,7 +321,7 @@ def test_graceful_deletion_timer_runs_on_real_time() -> None:
 
 
 def test_finalizers_hold_an_object_until_removed(store: Store) -> None:
-    store.create(PYTORCH, {**job(), "metadata": {"name": "j", "finalizers": ["x/y"]}})
+    store.create(PYTORCH, {**default_job(), "metadata": {"name": "j", "finalizers": ["x/y"]}})
     store.delete(PYTORCH, "j", namespace="default")
     assert store.get(PYTORCH, "j", namespace="default")["metadata"]["deletionTimestamp"]
     store.patch(PYTORCH, "j", {"metadata": {"finalizers": None}}, namespace="default",
@@ -335,7 +331,7 @@ def test_finalizers_hold_an_object_until_removed(store: Store) -> None:
 
 def test_namespace_deletion_removes_its_contents(store: Store) -> None:
     store.create(NAMESPACES, {"metadata": {"name": "team"}})
-    store.create(PODS, {**pod("a", node=None), "metadata": {"name": "a", "namespace": "team"}})
+    store.create(PODS, {**default_pod("a", node=None), "metadata": {"name": "a", "namespace": "team"}})
     store.delete(NAMESPACES, "team")
     assert names(store) == []
     assert "team" not in names(store, NAMESPACES)
@@ -358,7 +354,7 @@ def test_subscribe_delivers_in_order_off_the_lock(store: Store) -> None:
             done.set()
 
     stop = store.subscribe(PODS, record)
-    store.create(PODS, pod("a", node=None))
+    store.create(PODS, default_pod("a", node=None))
     assert patched.wait(5)  # the callback's own write came back before the delete
     store.delete(PODS, "a", namespace="default")
     assert done.wait(5)
@@ -367,9 +363,9 @@ def test_subscribe_delivers_in_order_off_the_lock(store: Store) -> None:
 
 
 def test_subscribe_since_replays_history_and_410_after_compaction(store: Store) -> None:
-    store.create(PODS, pod("a", node=None))
+    store.create(PODS, default_pod("a", node=None))
     rv = store.resource_version
-    store.create(PODS, pod("b", node=None))
+    store.create(PODS, default_pod("b", node=None))
     seen: list[str] = []
     got = threading.Event()
 
@@ -392,7 +388,7 @@ def test_history_limit_expires_old_versions() -> None:
     try:
         start = store.resource_version
         for i in range(5):
-            store.create(PODS, pod(f"p{i}", node=None))
+            store.create(PODS, default_pod(f"p{i}", node=None))
         with pytest.raises(ApiError) as err:
             store.list_refs(PODS, resource_version=start)
         assert err.value.code == 410
@@ -402,7 +398,7 @@ def test_history_limit_expires_old_versions() -> None:
 
 
 def test_returned_objects_are_copies(store: Store) -> None:
-    created = store.create(PODS, pod("a"))
+    created = store.create(PODS, default_pod("a"))
     created["metadata"]["labels"]["mutated"] = "yes"
     listed = store.list(PODS)[0][0]
     listed["spec"]["nodeName"] = "elsewhere"
@@ -413,8 +409,8 @@ def test_returned_objects_are_copies(store: Store) -> None:
 def test_selector_watch_turns_label_changes_into_added_and_deleted(store: Store) -> None:
     stream = store.open_watch(PODS, namespace="default", since=store.resource_version,
                               label_selector="app=web")
-    store.create(PODS, pod("a", node=None, labels={"app": "web"}))
-    store.create(PODS, pod("b", node=None, labels={"app": "db"}))
+    store.create(PODS, default_pod("a", node=None, labels={"app": "web"}))
+    store.create(PODS, default_pod("b", node=None, labels={"app": "db"}))
     for labels in ({"app": "db"}, {"app": "web"}, {"app": "web", "x": "1"}):
         store.patch(PODS, "a", {"metadata": {"labels": labels}}, namespace="default",
                     patch_type=PatchType.MERGE)
@@ -429,9 +425,9 @@ def test_selector_watch_turns_label_changes_into_added_and_deleted(store: Store)
 
 
 def test_dry_run_delete_answers_as_the_delete_would(store: Store) -> None:
-    owner = store.create(PYTORCH, job())
-    store.create(PODS, pod("bound", grace=20, owner=owner_ref(owner)))
-    store.create(PODS, pod("free", node=None))
+    owner = store.create(PYTORCH, default_job())
+    store.create(PODS, default_pod("bound", grace=20, owner=owner_ref(owner)))
+    store.create(PODS, default_pod("free", node=None))
     rv = store.resource_version
     marked = store.delete(PODS, "bound", namespace="default", dry_run=True)
     assert marked["metadata"]["deletionGracePeriodSeconds"] == 20
