@@ -234,6 +234,10 @@ class Journal:
         return result.status
 
     def end(self, run: Run, new: IncidentStatus, reason: str) -> IncidentStatus:
+        """End the incident `new`, only while this run's term holds: a replica whose term ended
+        (its late write answered after another replica took over) ends nothing; the leader
+        decides the incident from what it finds."""
+        self.still_active(run)
         run.status = self.end_early(run.incident_id, run.status, new, reason)
         return run.status
 

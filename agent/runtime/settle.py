@@ -16,6 +16,7 @@ store but through the recorder (`agent.runtime.recording`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -27,6 +28,8 @@ from agent.runtime.recording import Recorder
 from agent.runtime.revisit import job_scope
 from agent.sources.cache import ClusterCache
 from agent.sources.change import Change
+
+log = logging.getLogger(__name__)
 
 
 class SettleWait:
@@ -103,6 +106,10 @@ class SettleWait:
         a reason naming the pods whose labels were still unsettled."""
         if finding.job not in self._overdue:
             now = self.monotonic()
+            if finding.job not in self.since:
+                log.info("finding held until the zone-mirroring labels settle",
+                         extra={"job": str(finding.job), "verdict": str(finding.verdict),
+                                "pods": list(finding.awaiting_labels[:5])})  # fmt: skip
             since = self.since.setdefault(finding.job, now)
             if now - since < self.timeout:
                 return finding

@@ -18,6 +18,7 @@ from agent.model.lifecycle import IncidentStatus, RemediationActionKind
 from agent.remediation.run import Step
 from agent.remediation.template import TemplateState
 from agent.store.repository import IncidentStore
+from agent.twin.faults import WriteRecord
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from tests.remediation.crashes import Killed
@@ -314,6 +315,37 @@ def test_a_lost_lease_stops_the_run_and_the_next_leader_resumes_it(
         lease.lead()
         assert lab.remediator(store, leadership=lease).run(incident_id) is IncidentStatus.RESOLVED
         assert served_job(lab)["spec"]["runPolicy"]["suspend"] is False
+        assert resumes(lab) == 1
+
+
+def test_an_old_leaders_late_write_refused_after_its_term_ended_ends_nothing(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """Replica A checks its fence and sends the suspend patch; the term ends while the patch is
+    on its way (A paused, another replica leads), and admission then refuses it. A ends nothing
+    (not `failed`: that is the leader's to decide, and the leader may be remediating it right
+    now); the next leader resumes from the recorded intent and resolves (soak seed 2084175612:
+    a paused leader's late write refused by a webhook)."""
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_incident(lab, store)
+        lease = Terms()
+        api = lab.cluster.api
+        assert api is not None
+
+        def term_ends_then_refused(record: WriteRecord) -> None:
+            lease.lose()
+            api.faults.refuse(verb="patch", resource="pytorchjobs", name=record.name, count=1,
+                              dry_run=False, message="webhook says no")  # fmt: skip
+
+        api.faults.on_write(term_ends_then_refused, resource="pytorchjobs", verb="patch",
+                            landed=False)  # fmt: skip
+        assert lab.remediator(store, leadership=lease).run(incident_id) is IncidentStatus.REMEDIATING
+        detail = store.get_incident(incident_id)
+        assert detail.incident.status is IncidentStatus.REMEDIATING
+        assert [a.payload.get("step") for a in detail.actions][-1] == "suspending"
+        assert job(lab)["spec"]["runPolicy"]["suspend"] is False  # the refused patch wrote nothing
+        lease.lead()
+        assert lab.remediator(store, leadership=lease).run(incident_id) is IncidentStatus.RESOLVED
         assert resumes(lab) == 1
 
 

@@ -3,12 +3,13 @@
 Prometheus server stopped then started again, Slack answering 429 or 500 for a while, the
 private PostgreSQL restarted (a real restart: every connection cut), and the leader SIGKILLed
 (a fresh replica started in its place). Three strike at a remediation's write, armed on the twin's
-API server for the agents' next real write of a training job (one armed at a time, dropped if no
-write comes within ARMED_FOR): `record_refused` stops PostgreSQL once the write landed, before
+API server for the agents' next real write of a training job (one armed at a time, none while a
+leader is paused, dropped if no write comes within ARMED_FOR): `record_refused` stops PostgreSQL once the write landed, before
 its answer (the write is in the cluster, its record cannot be made; the database comes back after
 a few seconds); `leader_pause` SIGSTOPs the leader as its write arrives and holds the request
 until the other replica leads, then SIGCONTs it and lets the late write through; `admission_refused`
-has admission (a validating webhook, DENY_WEBHOOK) refuse that write. The first faults are one of
+has admission (a validating webhook, DENY_WEBHOOK) refuse that write (the refusal is armed as the
+write arrives, for that request: a write still on its way from before cannot take it). The first faults are one of
 each kind, in a random order; then kinds are drawn by weight. Every fault injected is counted by
 kind; `Faults.struck` lists the armed ones that struck (kind, job, verb, time).
 """
@@ -85,9 +86,9 @@ class Faults:
         if time.monotonic() - self.last.get(kind, -1e9) < MIN_GAP.get(kind, 0.0):
             kind = "watch_cut"
         self._drop_stale()
-        if (kind in ARMED and self.armed is not None) or (
+        if (kind in ARMED and (self.armed is not None or self.pausing.is_set())) or (
                 kind == "leader_kill" and self.pausing.is_set()):
-            kind = "watch_cut"
+            kind = "watch_cut"  # one armed fault at a time, and none while a leader is paused
         rig, rng = self.rig, self.rng
         api = rig.access.server
         if kind == "watch_cut":
@@ -135,12 +136,8 @@ class Faults:
         user = self.rig.access.user.name
         self.armed = (kind, time.monotonic())
         if kind == "admission_refused":
-            # admission refuses the next real patch; a hook on its arrival (before admission)
-            # records which job's write it was
-            api.refuse(verb="patch", resource=JOB_RESOURCE, source=DENY_WEBHOOK, count=1,
-                       dry_run=False, message="the soak refuses this write")
-            api.on_write(lambda record: self._strike(kind, record), resource=JOB_RESOURCE,
-                         verb="patch", user=user, landed=False)
+            api.on_write(self._refuse_admission, resource=JOB_RESOURCE, verb="patch", user=user,
+                         landed=False)
             return
         if kind == "record_refused":
             api.on_write(self._refuse_record, resource=JOB_RESOURCE, user=user, landed=True)
@@ -153,6 +150,17 @@ class Faults:
         self.log.note(f"{kind} struck", f"{record.verb} {record.namespace}/{record.name}",
                       count=False)
         self.armed = None
+
+    def _refuse_admission(self, record: WriteRecord) -> None:
+        """On the API server's thread, the agents' next real patch of a job arrived, before
+        admission: admission is told to refuse that job's next real patch, which is this very
+        request (the refusal is armed here, not when the fault is, so a write that arrived before
+        and is still on its way, such as a paused leader's held write, cannot take it, leaving
+        the write struck here to land as if nothing were wrong)."""
+        self.rig.access.server.faults.refuse(
+            verb="patch", resource=JOB_RESOURCE, source=DENY_WEBHOOK, count=1, name=record.name,
+            dry_run=False, message="the soak refuses this write")  # fmt: skip
+        self._strike("admission_refused", record)
 
     def _refuse_record(self, record: WriteRecord) -> None:
         """On the API server's thread, the write landed and is not answered yet: the database
@@ -176,11 +184,12 @@ class Faults:
         """On the API server's thread, the write arrived and is held: the leader that sent it is
         SIGSTOPped; once the other replica leads (bounded) and a little later, it is SIGCONTed
         and the held write goes on to be applied (a late write of an old leader)."""
+        self.pausing.set()  # before the strike disarms: no other armed fault meanwhile
         self._strike("leader_pause", record)
         leader = self.rig.leader()
         if leader is None:
+            self.pausing.clear()
             return
-        self.pausing.set()
         os.kill(leader.proc.pid, signal.SIGSTOP)
         try:
             deadline = time.monotonic() + 30

@@ -8,12 +8,14 @@ fake Slack's records (clicks), plus the counts the soak prints.
    non-approver recorded.
 2. At most one remediation per approval: per incident at most one `suspended` step; per job
    (uid) no more suspends or resumes (the twin's events) than its approved incidents account for
-   (one each, two for one that rolled back after resuming: the restore suspends and resumes).
+   (one each, two for one that rolled back after resuming: the restore suspends and resumes); an
+   incident recorded without the job's uid counts for the job of its name (counted apart).
 3. Never left suspended: no job suspended at the end; no incident left approved, remediating or
    verifying.
 4. Nothing lost: every job seen split for SPLIT_SEEN seconds has an incident; no incident an
-   approver clicked (HTTP 200) still awaits approval; every queued message delivered, each
-   incident's in the order queued.
+   approver clicked (HTTP 200) still awaits approval; every message queued before the soak saw
+   them all delivered (`queued_before`: the agents go on queueing) delivered, each incident's in
+   the order queued.
 5. The caches converge: each replica's cache holds as many objects of each resource as the twin.
 6. A fault at a remediation's write (tests/soak/faults.py: `record_refused`, `leader_pause`,
    `admission_refused`) ends the remediation it struck as a remediation, never as "all was
@@ -105,6 +107,7 @@ def check(
     caches: dict[str, str],
     twin_counts: dict[str, int],
     struck: Sequence[Struck] = (),
+    queued_before: datetime | None = None,
 ) -> Report:
     report = Report()
     details = all_incidents(store)
@@ -136,17 +139,25 @@ def check(
 
     # 2. at most one remediation per approval (a remediation suspends and resumes the job once;
     # a rollback after the resume suspends and resumes it once more to restore it)
+    # an incident recorded before the job's object reached the agent's cache has no uid: it is
+    # the job of its namespace and name (the soak never reuses a name), counted as such
+    uid_of_name = {(j.namespace, j.name): j.uid for j in jobs}
+    name_of_uid = {j.uid: f"{j.namespace}/{j.name}" for j in jobs}
     allowed_of_uid: Counter[str] = Counter()
     incidents_of_uid: dict[str, list[str]] = defaultdict(list)
+    without_uid = 0
     for d in details:
         steps = [str(a.payload.get("step")) for a in d.actions]
         if steps.count("suspended") > 1:
             report.violate("2 once", f"#{d.incident.id} suspended {steps.count('suspended')} times")
-        if valid_approval_at(d) is not None and d.incident.uid:
+        uid = d.incident.uid or uid_of_name.get((d.incident.namespace, d.incident.name))
+        if valid_approval_at(d) is not None and uid:
+            without_uid += 0 if d.incident.uid else 1
             rollback = any(a.kind is RemediationActionKind.ROLLBACK for a in d.actions)
-            allowed_of_uid[d.incident.uid] += 2 if rollback else 1
-            incidents_of_uid[d.incident.uid].append(
-                f"#{d.incident.id} {d.incident.status.value} steps {steps}")
+            allowed_of_uid[uid] += 2 if rollback else 1
+            incidents_of_uid[uid].append(
+                f"#{d.incident.id} {d.incident.status.value} steps {steps}"
+                f"{'' if d.incident.uid else ' (recorded without the uid)'}")
     per_uid: dict[str, Counter[str]] = defaultdict(Counter)
     for e in twin_events:
         reason = str(e.get("reason") or "")
@@ -156,7 +167,8 @@ def check(
     for uid, seen in per_uid.items():
         for reason, n in seen.items():
             if n > allowed_of_uid[uid]:
-                report.violate("2 once", f"job {uid}: {n} x {reason}, at most "
+                report.violate("2 once", f"job {name_of_uid.get(uid, '?')} ({uid}): {n} x "
+                                         f"{reason}, at most "
                                          f"{allowed_of_uid[uid]} for its approved incidents "
                                          f"{incidents_of_uid[uid]}")
 
@@ -183,10 +195,14 @@ def check(
             report.violate("4 nothing lost", f"#{incident} clicked but not in the store")
         elif d.incident.status is S.AWAITING_APPROVAL:
             report.violate("4 nothing lost", f"#{incident} approved in Slack, still awaiting")
-    undelivered = 0
+    undelivered = late = 0
     for d in details:
         ordered = sorted(d.messages, key=lambda m: m.id)
         for m in ordered:
+            if m.status is MessageStatus.PENDING and queued_before is not None and (
+                    m.created_at >= queued_before):
+                late += 1  # queued after every message was seen delivered: not waited for
+                continue
             if m.status is not MessageStatus.DELIVERED:
                 undelivered += 1
                 report.violate("4 nothing lost", f"#{d.incident.id} message {m.id} "
@@ -237,6 +253,7 @@ def check(
             report.violate("6 struck", f"{what}: #{number} resolved, the job "
                                        f"{'suspended' if pinned else 'not pinned to a zone'}")
     report.counts["faults struck"] = dict(Counter(hit.kind for hit in struck))
+    report.counts["approved incidents recorded without the job's uid"] = without_uid
 
     messages = [m for d in details for m in d.messages]
     report.counts.update({
@@ -253,6 +270,7 @@ def check(
             for d in details if d.incident.status in (S.FAILED, S.ROLLED_BACK))),
         "messages": len(messages),
         "undelivered": undelivered,
+        "pending, queued after the delivery wait": late,
         "clicks": len(clicks),
         "agent writes": len(job_writes),
     })

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ NODES = lookup("nodes")
 EVENTS = lookup("events")
 JOB_NAME = "training.kubeflow.org/job-name"
 DELIVERY_WAIT = 60.0  # seconds for messages queued after the quiet moment to be delivered
+QUEUED_MARGIN = timedelta(seconds=2)  # a message queued this close to a read may be missed by it
 
 
 class SplitObserver:
@@ -133,7 +134,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
         # the agents keep working after the quiet moment (a re-detection queues updates, a job
         # found again opens an incident): what they queued since gets its own bounded wait, so
         # a message still pending at the check is one the deliverer did not deliver in time
-        _delivered(store, deadline=time.monotonic() + DELIVERY_WAIT)
+        delivered_by = _delivered(store, deadline=time.monotonic() + DELIVERY_WAIT)
         report = check(
             store=store,
             writes=rig.access.server.accounting.writes(),
@@ -146,6 +147,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
             caches=caches,
             twin_counts=twin_counts,
             struck=faults.struck,
+            queued_before=delivered_by,
         )
         report.counts["faults injected"] = sum(faults.log.counts.values())
         report.counts["faults"] = dict(faults.log.counts)
@@ -157,32 +159,40 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
         report.counts["leases renewed late (new terms)"] = sum(
             b"renewed after the renew deadline" in raw
             for replica in [*rig.retired, *rig.replicas] for raw in replica.raw)
-        store.close()
         for line in report.lines():
             out(f"soak: {line}")
+        _write_logs(tmp_path, rig, workload, faults, observer)
         if report.violated:
-            evidence = _evidence(tmp_path, report, rig, workload, faults)
+            evidence = _evidence(tmp_path, report, rig, workload, faults, store=store)
             for line in evidence.read_text().splitlines()[:400]:
                 out(f"soak evidence: {line[:600]}")
+        store.close()
         return report
 
 
 def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
-              faults: Faults) -> Path:
+              faults: Faults, *, store: Any) -> Path:
     """What a violated guarantee needs to be understood: the violations, the workload's and the
-    faults' timelines, every agent error, every agent log line that names a job the violations
-    name, and every agent line (any level) within 30 s before to 5 s after the violation windows
-    the report gives (`HH:MM:SS` ... `Ns`), replica by replica. The agents' whole logs are
-    written beside it (`agent-<pid>.log`)."""
+    faults' timelines, the twin's write log and the incidents (timeline and remediation steps)
+    of the jobs the violations name, every agent error, every agent log line that names such a
+    job, and every agent line (any level) within 30 s before to 5 s after the violation windows
+    the report gives (`HH:MM:SS` ... `Ns`), replica by replica (their whole logs are beside it,
+    `_write_logs`)."""
     named = set(re.findall(r"job-\d+|llm-finetune", "\n".join(report.lines())))
     windows = [(start - 30, start + float(length) + 5) for start, length in (
         (_clock(m.group(2)), m.group(1)) for m in re.finditer(
             r"split (\d+)s from (\d\d:\d\d:\d\d)", "\n".join(report.lines())))]
     lines = ["== violations", *report.lines(), "== workload", *workload.log,
-             "== faults", *faults.log.lines, "== agent log lines naming those jobs or in their window"]
+             "== faults", *faults.log.lines, "== writes to those jobs (as they arrived)"]
+    lines += [f"{time.strftime('%H:%M:%S', time.gmtime(w.at))}.{int(w.at % 1 * 1000):03d} "
+              f"{w.user} {w.verb} {w.resource} {w.namespace}/{w.name}"
+              f"{' (dry run)' if w.dry_run else ''}"
+              for w in rig.access.server.accounting.writes() if w.name in named]
+    lines.append("== incidents of those jobs")
+    lines += _incident_lines(store, named)
+    lines.append("== agent log lines naming those jobs or in their window")
     for replica in [*rig.retired, *rig.replicas]:
         texts = [raw.decode("utf-8", "replace").rstrip() for raw in replica.raw]
-        (tmp_path / f"agent-{replica.proc.pid}.log").write_text("\n".join(texts) + "\n")
         for text in texts:
             stamp = re.search(r'"time": ?"[^"]*T(\d\d:\d\d:\d\d)', text)
             at = _clock(stamp.group(1)) if stamp else None
@@ -193,6 +203,42 @@ def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
     path = tmp_path / "soak-evidence.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _write_logs(tmp_path: Path, rig: Rig, workload: Workload, faults: Faults,
+                observer: SplitObserver) -> None:
+    """Every agent's whole log (`agent-<pid>.log`), the workload's and the faults' timelines and
+    each job's longest split as the soak saw it (`splits.log`: start, seconds) beside the run,
+    violated or not: a clean run's detection latencies are measured from them."""
+    (tmp_path / "workload.log").write_text("\n".join(workload.log) + "\n")
+    (tmp_path / "faults.log").write_text("\n".join(faults.log.lines) + "\n")
+    (tmp_path / "splits.log").write_text("".join(
+        f"{ns}/{name} {time.strftime('%H:%M:%S', time.gmtime(first))}.{int(first % 1 * 1000):03d}"
+        f" {last - first:.1f}\n" for (ns, name), (first, last) in sorted(observer.longest.items())))
+    for replica in [*rig.retired, *rig.replicas]:
+        texts = [raw.decode("utf-8", "replace").rstrip() for raw in replica.raw]
+        (tmp_path / f"agent-{replica.proc.pid}.log").write_text("\n".join(texts) + "\n")
+
+
+def _incident_lines(store: Any, named: set[str]) -> list[str]:
+    """Each incident of a job in `named`: its status, then its timeline and remediation steps
+    in time order."""
+    out: list[str] = []
+    try:
+        listing = store.list_incidents(IncidentQuery(limit=100_000)).incidents
+        for summary in listing:
+            if summary.name not in named:
+                continue
+            d = store.get_incident(summary.id)
+            out.append(f"#{summary.id} {summary.namespace}/{summary.name} "
+                       f"{summary.status.value} uid {summary.uid}")
+            rows = [(e.at, f"event {e.kind.value} by {e.actor}: {dict(e.detail)}") for e in d.events]
+            rows += [(a.at, f"action {a.kind.value} {a.payload.get('step')} succeeded="
+                            f"{a.succeeded}: {a.message}") for a in d.actions]
+            out += [f"  {at:%H:%M:%S.%f} {text}"[:600] for at, text in sorted(rows, key=lambda r: r[0])]
+    except ZonemedicError as exc:
+        out.append(f"(the store could not be read: {exc})")
+    return out
 
 
 def _clock(hms: str) -> float:
@@ -244,18 +290,23 @@ def _settle(rig: Rig, store: Any, approvers: Approvers, observer: SplitObserver,
     return False
 
 
-def _delivered(store: Any, *, deadline: float) -> bool:
-    """Wait (until `deadline`) for every queued message to be delivered (or dead)."""
+def _delivered(store: Any, *, deadline: float) -> datetime | None:
+    """Wait (until `deadline`) for every queued message to be delivered (or dead); the moment
+    (less `QUEUED_MARGIN`, for a message written as the read began) before which every queued
+    message was seen delivered, or None when that moment did not come. The agents go on queueing
+    (a metrics refresh attaches evidence, a re-detection updates a post): a message queued after
+    it had less time to be delivered than the check gives, so the check leaves it out."""
     while time.monotonic() < deadline:
+        began = datetime.now(UTC) - QUEUED_MARGIN
         try:
             listing = store.list_incidents(IncidentQuery(limit=100_000)).incidents
             if all(m.status is not MessageStatus.PENDING
                    for incident in listing for m in store.get_incident(incident.id).messages):
-                return True
+                return began
         except ZonemedicError:
             pass
         time.sleep(1.0)
-    return False
+    return None
 
 
 def _quiet(rig: Rig, store: Any, approvers: Approvers) -> bool:

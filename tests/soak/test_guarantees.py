@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agent.model.incident import Actor, FindingRecord
-from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
+from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus, MessageKind
 from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine
 from agent.store.repository import IncidentStore
@@ -39,9 +39,11 @@ def store(sqlite_template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
 
 
 def incident(store: IncidentStore, namespace: str, name: str, *, approver: str | None,
-             ends: IncidentStatus = IncidentStatus.RESOLVED) -> int:
+             ends: IncidentStatus = IncidentStatus.RESOLVED, uid: str | None = "") -> int:
+    """An incident of NAMESPACE/NAME (its uid `uid-NAME`, or `uid` when given: None records it
+    without one) approved by `approver` and ending `ends`, or awaiting approval."""
     doc = diagnosis(name)
-    doc["job"].update(namespace=namespace, uid=f"uid-{name}")
+    doc["job"].update(namespace=namespace, uid=f"uid-{name}" if uid == "" else uid)
     found = store.record_finding(FindingRecord.from_finding(doc, cluster="soak", detected_at=T0,
                                                             gpus=4)).incident.id
     assert store.transition(found, IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL,
@@ -184,3 +186,40 @@ def test_a_broken_guarantee_is_reported(store: IncidentStore, case: str, guarant
         given["twin_counts"] = {"pods": 4}
     report = run(store, **given)
     assert list(report.violations) == [guarantee], report.lines()
+
+
+@pytest.mark.parametrize(
+    ("queued_after", "cutoff_after", "violated"),
+    [
+        (10, 20, True),  # queued before every message was seen delivered: it had its wait
+        (30, 20, False),  # queued after that moment (the agents go on queueing): not waited for
+        (30, None, True),  # never seen all delivered: every pending message counts
+    ],
+)
+def test_a_pending_message_counts_only_when_queued_before_the_delivery_wait_ended(
+    store: IncidentStore, queued_after: int, cutoff_after: int | None, violated: bool
+) -> None:
+    found = incident(store, "soak-0", "a", approver=None)
+    store.enqueue_message(MessageKind.UPDATE, payload={"text": "update"}, incident_id=found,
+                          now=T0 + timedelta(seconds=queued_after))  # fmt: skip
+    cutoff = None if cutoff_after is None else T0 + timedelta(seconds=cutoff_after)
+    report = run(store, queued_before=cutoff)
+    assert ("4 nothing lost" in report.violations) is violated, report.lines()
+    assert report.counts["pending, queued after the delivery wait"] == (0 if violated else 1)
+
+
+@pytest.mark.parametrize(("approver", "violated"), [("U1", False), (None, True)])
+def test_an_incident_recorded_without_the_uid_counts_for_the_job_of_its_name(
+    store: IncidentStore, approver: str | None, violated: bool
+) -> None:
+    """The job's object reached the agent's cache after its pods: its incident has no uid. Its
+    remediation's resume counts for the job of that name; a resume no approved incident of the
+    job accounts for is still reported, naming the job."""
+    incident(store, "soak-0", "a", approver=approver, uid=None)
+    report = run(store, jobs=[JobRecord("soak-0", "a", "uid-a", 0.0, kueue=False)],
+                 twin_events=[{"reason": "PyTorchJobResumed", "count": 1,
+                               "involvedObject": {"uid": "uid-a"}}])
+    assert ("2 once" in report.violations) is violated, report.lines()
+    if violated:
+        assert "soak-0/a (uid-a)" in report.violations["2 once"][0]
+    assert report.counts["approved incidents recorded without the job's uid"] == (0 if violated else 1)
