@@ -49,7 +49,6 @@ from agent.parsing.choices import parse_choice
 from agent.parsing.numbers import parse_duration, parse_int
 from agent.parsing.printable import printable
 from agent.playbook.matching import NOT_POSTED
-from agent.store.errors import CorruptRecordError
 
 MIN_WIDTH = 40  # narrower than this, lines are not cut (a table would be unreadable anyway)
 MAX_LIMIT = 10_000
@@ -182,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             text = render_detail(detail, width=output_width(), slack=slack)
         except StoredDocumentError as exc:
+            # the store's error types import SQLAlchemy: only when a record is corrupt
+            from agent.store.errors import CorruptRecordError
+
             raise CorruptRecordError(incident_id, f"column diagnosis: {exc}") from None
         print(text)
         return 0
