@@ -68,6 +68,7 @@ from agent.model.incident import (
 from agent.model.lifecycle import EventKind, MessageKind, MessageStatus
 from agent.model.proposal import ProposedFix
 from agent.model.proposal import proposed_fix as latest_fix
+from agent.model.stored import StoredMetrics, StoredWaste
 
 log = logging.getLogger(__name__)
 
@@ -100,32 +101,32 @@ def parent_ref(detail: IncidentDetail) -> tuple[str, str] | None:
 
 
 def utilization_of(detail: IncidentDetail) -> Utilization:
-    """The latest utilization evidence: a re-detection's metrics, the finding's, else the store's."""
-    candidates: list[Mapping[str, Any]] = []
+    """The latest utilization evidence: a re-detection's metrics, the finding's, else the store's
+    (each read as `StoredMetrics`: `StoredDocumentError` when one is malformed)."""
+    candidates: list[StoredMetrics] = []
     for event in detail.events:
         metrics = event.detail.get("metrics")
         if isinstance(metrics, Mapping):
-            candidates.append(metrics)
-    metrics = detail.diagnosis.get("metrics")
-    if isinstance(metrics, Mapping):
-        candidates.insert(0, metrics)
+            candidates.append(StoredMetrics.from_stored(metrics, where=f"event {event.id}: metrics"))
+    recorded = detail.stored.metrics
+    if recorded is not None:
+        candidates.insert(0, recorded)
     for metrics in reversed(candidates):
-        now = metrics.get("utilization_now")
-        if isinstance(now, int | float):
-            base = metrics.get("utilization_baseline")
-            return Utilization(float(now), float(base) if isinstance(base, int | float) else None)
+        now = metrics.utilization_now
+        if now is not None:
+            base = metrics.utilization_baseline
+            return Utilization(float(now), float(base) if base is not None else None)
     return Utilization(detail.incident.utilization_before, None)
 
 
-def waste_of(detail: IncidentDetail) -> Mapping[str, Any] | None:
+def waste_of(detail: IncidentDetail) -> StoredWaste | None:
     """The latest waste estimate: the finding's, with what later evidence estimated again (an
     event's `waste` replaces the figures it carries)."""
-    recorded = detail.diagnosis.get("waste")
-    waste: dict[str, Any] | None = dict(recorded) if isinstance(recorded, Mapping) else None
+    waste = detail.stored.waste
     for event in sorted(detail.events, key=lambda e: e.id):
         again = event.detail.get("waste")
         if isinstance(again, Mapping) and waste is not None:
-            waste.update(again)
+            waste = waste.revised(again, where=f"event {event.id}: waste")
     return waste
 
 
@@ -362,7 +363,7 @@ class Deliverer:
     def _render(self, detail: IncidentDetail) -> Rendered:
         decision = max(detail.decisions, key=lambda d: (d.decided_at, d.id), default=None)
         return incident_message(
-            detail.incident, detail.diagnosis, fix=proposed_fix(detail),
+            detail.incident, detail.stored, fix=proposed_fix(detail),
             utilization=utilization_of(detail), approvals_enabled=self.approvals(detail),
             proposed=any(m.payload.get("action") == PROPOSE for m in detail.messages),
             decision=decision, snoozed_until=detail.snoozed_until, waste=waste_of(detail),

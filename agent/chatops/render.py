@@ -1,6 +1,7 @@
 """An incident's Slack post and its thread updates, as plain data.
 
-Who calls it: the outbox deliverer (`agent.chatops.delivery`). Pure: records in, `Rendered`
+Who calls it: the outbox deliverer (`agent.chatops.delivery`). Pure: records (the incident's
+stored diagnosis as its typed view, `agent.model.stored.StoredDiagnosis`) in, `Rendered`
 (Block Kit blocks plus a short plain-text fallback) out; no I/O, no clock (times are passed in).
 Every block is built with `agent.chatops.blocks`, which holds Slack's limits and the mrkdwn
 escaping of outside text. Long lists (denied flows) are grouped by hop, reason and policy when
@@ -52,6 +53,7 @@ from agent.model.incident import (
 )
 from agent.model.lifecycle import DECISION_STATUS, DecisionOutcome, EventKind, IncidentStatus
 from agent.model.proposal import ProposedFix
+from agent.model.stored import StoredDiagnosis, StoredFlow, StoredWaste
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
 from agent.parsing.printable import printable_lines
@@ -97,13 +99,13 @@ _DECIDED: dict[DecisionOutcome, str] = {
 }
 
 
-def _zones_line(diagnosis: Mapping[str, Any]) -> str | None:
-    zones = diagnosis.get("zones")
-    if not isinstance(zones, Mapping) or not zones:
+def _zones_line(diagnosis: StoredDiagnosis) -> str | None:
+    zones = diagnosis.zones
+    if not zones:
         return None
-    coordinator = diagnosis.get("coordinator")
-    coord_zone = coordinator.get("zone") if isinstance(coordinator, Mapping) else None
-    coord_pod = coordinator.get("pod") if isinstance(coordinator, Mapping) else None
+    coordinator = diagnosis.coordinator
+    coord_zone = coordinator.zone if coordinator is not None else None
+    coord_pod = coordinator.pod if coordinator is not None else None
     parts = []
     for zone, count in sorted(zones.items(), key=lambda kv: str(kv[0])):
         plural = "pod" if count == 1 else "pods"
@@ -112,85 +114,81 @@ def _zones_line(diagnosis: Mapping[str, Any]) -> str | None:
     return "*Pods per zone:* " + " · ".join(parts)
 
 
-def _flow_line(flow: Mapping[str, Any]) -> str:
-    policies = ", ".join(str(p) for p in flow.get("policies") or []) or "no policy allows it"
+def _policies(flow: StoredFlow) -> str:
+    return ", ".join(flow.policies) or "no policy allows it"
+
+
+def _flow_line(flow: StoredFlow) -> str:
     return (
-        f"`{flow.get('from_pod')}` → `{flow.get('to_pod')}` {flow.get('protocol', 'TCP')}/"
-        f"{flow.get('port')} denied at {flow.get('hop')} ({flow.get('reason')}) by {policies}"
+        f"`{flow.from_pod}` → `{flow.to_pod}` {flow.protocol}/"
+        f"{flow.port} denied at {flow.hop} ({flow.reason}) by {_policies(flow)}"
     )
 
 
-def denied_flows_text(diagnosis: Mapping[str, Any]) -> str | None:
+def denied_flows_text(diagnosis: StoredDiagnosis) -> str | None:
     """Each denied flow on its own line, or (many) grouped by hop, reason and policy."""
-    flows = [f for f in diagnosis.get("denied_flows") or [] if isinstance(f, Mapping)]
+    flows = diagnosis.denied_flows
     if not flows:
         return None
-    total = diagnosis.get("denied_flows_total")
-    total = total if isinstance(total, int) and total >= len(flows) else len(flows)
+    stored_total = diagnosis.denied_flows_total
+    total = (stored_total if stored_total is not None and stored_total >= len(flows)
+             else len(flows))  # fmt: skip
     title = f"*Denied flows ({total}):*"
     if len(flows) <= FLOWS_LISTED:
         lines = [f"• {mrkdwn_escape(_flow_line(f))}" for f in flows]
     else:
-        groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+        groups: dict[tuple[str, str, str], list[StoredFlow]] = {}
         for f in flows:
-            key = (str(f.get("hop")), str(f.get("reason")),
-                   ", ".join(str(p) for p in f.get("policies") or []) or "no policy allows it")
-            groups.setdefault(key, []).append(f)
+            groups.setdefault((f.hop, f.reason, _policies(f)), []).append(f)
         lines = []
         for (hop, reason, policies), members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             example = members[0]
             lines.append(mrkdwn_escape(
                 f"• {len(members)} flow(s) denied at {hop} ({reason}) by {policies}; e.g. "
-                f"{example.get('from_pod')} → {example.get('to_pod')} "
-                f"{example.get('protocol', 'TCP')}/{example.get('port')}"
+                f"{example.from_pod} → {example.to_pod} {example.protocol}/{example.port}"
             ))
     if total > len(flows):
         lines.append(f"_… and {total - len(flows)} more not listed_")
     return fit_lines(title, lines)
 
 
-def trust_text(diagnosis: Mapping[str, Any]) -> str | None:
+def trust_text(diagnosis: StoredDiagnosis) -> str | None:
     """What the verdict rests on that may be wrong: lying zone labels, unreadable policies that
     may select the job, features of deciding rules that are not modelled exactly."""
     lines: list[str] = []
-    for m in diagnosis.get("mislabelled_pods") or []:
-        if isinstance(m, Mapping):
-            lines.append(mrkdwn_escape(
-                f"• pod {m.get('pod')}: {m.get('label')}={m.get('value')}, its node is in "
-                f"{m.get('node_zone')}"
-            ))
-    for u in diagnosis.get("uncertain") or []:
-        if isinstance(u, Mapping):
-            where = f" ({u.get('field')})" if u.get("field") else ""
-            lines.append(mrkdwn_escape(
-                f"• uncertain: {u.get('policy')} cannot be read{where}: {u.get('problem')}"
-            ))
-    for c in diagnosis.get("caveats") or []:
-        if isinstance(c, Mapping):
-            lines.append(mrkdwn_escape(f"• caveat: {c.get('policy')} uses {c.get('feature')}"))
+    for m in diagnosis.mislabelled:
+        lines.append(mrkdwn_escape(
+            f"• pod {m.pod}: {m.label}={m.value}, its node is in {m.node_zone}"
+        ))  # fmt: skip
+    for u in diagnosis.uncertain:
+        where = f" ({u.field})" if u.field else ""
+        lines.append(mrkdwn_escape(
+            f"• uncertain: {u.policy} cannot be read{where}: {u.problem}"
+        ))  # fmt: skip
+    for c in diagnosis.caveats:
+        lines.append(mrkdwn_escape(f"• caveat: {c.policy} uses {c.feature}"))
     if not lines:
         return None
     return fit_lines("*Notes:*", lines)
 
 
-def waste_text(diagnosis: Mapping[str, Any]) -> str | None:
+def waste_text(waste: StoredWaste | None) -> str | None:
     """The finding's waste per day (`waste`, computed with the diagnosis): GPU-hours and
     cross-zone egress dollars, each with its basis, or "unknown" and why. The egress basis says
     whether the figure was measured (by which exporter, over which window) or estimated; a
     figure recorded before bases were labelled is said to be an estimate."""
-    waste = diagnosis.get("waste")
-    if not isinstance(waste, Mapping):
+    if waste is None:
         return None
     parts = []
-    hours = waste.get("gpu_hours_per_day")
-    hours_basis = mrkdwn_escape(str(waste.get("gpu_hours_basis") or ""))
-    if isinstance(hours, int | float):
+    hours = waste.gpu_hours_per_day
+    hours_basis = mrkdwn_escape(str(waste.gpu_hours_basis or ""))
+    if hours is not None:
         parts.append(f"~{hours:,.1f} GPU-hours/day ({hours_basis})")
     else:
         parts.append(f"GPU-hours/day {hours_basis or 'unknown'}")
-    dollars = waste.get("egress_usd_per_day")
-    egress_basis = mrkdwn_escape(str(waste.get("egress_basis") or ""))
-    if isinstance(dollars, int | float):
+    dollars = waste.egress_usd_per_day
+    egress_basis = mrkdwn_escape(str(waste.egress_basis or ""))
+    if dollars is not None:
         if not egress_basis.startswith(("measured", "estimated", "none")):
             egress_basis = f"estimated: {egress_basis}"
         parts.append(f"cross-zone egress ${dollars:,.2f}/day ({egress_basis})")
@@ -207,17 +205,17 @@ def _utilization_line(utilization: Utilization) -> str | None:
 
 
 def _fix_text(
-    incident: IncidentSummary, diagnosis: Mapping[str, Any], fix: ProposedFix | None
+    incident: IncidentSummary, diagnosis: StoredDiagnosis, fix: ProposedFix | None
 ) -> str:
     if fix is not None and fix.refusal is not None:
-        zone = fix.target_zone or incident.target_zone or diagnosis.get("target_zone")
+        zone = fix.target_zone or incident.target_zone or diagnosis.target_zone
         return (f"*The fix cannot be applied:* {mrkdwn_escape(fix.refusal)}\n"
                 f"zonemedic changes nothing and asks no approval. The fix (co-location in zone "
                 f"`{mrkdwn_escape(str(zone))}`) is planned again when the job is re-detected elsewhere; Reject or "
                 "Snooze meanwhile.")  # fmt: skip
     if fix is not None and fix.summary:
         return f"*Proposed fix:* {mrkdwn_escape(fix.summary)}"
-    target = incident.target_zone or diagnosis.get("target_zone")
+    target = incident.target_zone or diagnosis.target_zone
     if incident.verdict is Verdict.ZONE_LABEL_MISMATCH:
         return (
             f"*Proposed fix:* relabel the pod template(s): the zone-mirroring label must be "
@@ -275,18 +273,13 @@ def _planned_from(fix: ProposedFix) -> str:
     )
 
 
-def _not_remediable(diagnosis: Mapping[str, Any]) -> str:
-    reasons = [str(r) for r in diagnosis.get("reasons") or []]
-    why = "; ".join(reasons) or "no single zone can hold the whole job"
-    policies = sorted({
-        str(p)
-        for f in diagnosis.get("denied_flows") or [] if isinstance(f, Mapping)
-        for p in f.get("policies") or []
-    })
-    if diagnosis.get("verdict") == Verdict.ZONE_LABEL_MISMATCH.value:
+def _not_remediable(diagnosis: StoredDiagnosis) -> str:
+    why = "; ".join(diagnosis.reasons) or "no single zone can hold the whole job"
+    policies = sorted({p for f in diagnosis.denied_flows for p in f.policies})
+    if diagnosis.verdict is Verdict.ZONE_LABEL_MISMATCH:
         advice = ("set the zone-mirroring label of the pod template(s) to the node's zone (in "
                   "the manifests a GitOps sync applies too) before changing any policy")
-    elif diagnosis.get("verdict") == Verdict.POLICY_BLOCKED.value and policies:
+    elif diagnosis.verdict is Verdict.POLICY_BLOCKED and policies:
         advice = (f"change {', '.join(policies[:5])} to allow the job's own traffic; "
                   "co-location does not help")
     else:
@@ -314,7 +307,7 @@ def _decision_text(incident: IncidentSummary, decision: Decision | None,
 
 def incident_message(
     incident: IncidentSummary,
-    diagnosis: Mapping[str, Any],
+    diagnosis: StoredDiagnosis,
     *,
     fix: ProposedFix | None = None,
     utilization: Utilization | None = None,
@@ -322,7 +315,7 @@ def incident_message(
     proposed: bool = True,
     decision: Decision | None = None,
     snoozed_until: datetime | None = None,
-    waste: Mapping[str, Any] | None = None,
+    waste: StoredWaste | None = None,
 ) -> Rendered:
     """The finding's message: verdict and job, zones, denied flows, utilization, waste, the fix and
     its patch, and the decision buttons (or the decision, once made). `proposed`: a playbook
@@ -340,7 +333,7 @@ def incident_message(
     util = _utilization_line(utilization)
     if util:
         facts.append(util)
-    wasted = waste_text({"waste": waste} if waste is not None else diagnosis)
+    wasted = waste_text(waste if waste is not None else diagnosis.waste)
     if wasted:
         facts.append(wasted)
     blocks.append(section("\n".join(facts)))
@@ -350,7 +343,7 @@ def incident_message(
     trust = trust_text(diagnosis)
     if trust:
         blocks.append(section(trust))
-    remediable = bool(diagnosis.get("remediable"))
+    remediable = diagnosis.remediable
     applicable = remediable and (fix is None or fix.applicable)
     if remediable:
         blocks.append(section(_fix_text(incident, diagnosis, fix)))

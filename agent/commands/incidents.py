@@ -43,11 +43,13 @@ from agent.model.incident import (
 )
 from agent.model.lifecycle import EventKind, IncidentStatus, MessageStatus, to_jsonable
 from agent.model.proposal import proposed_fix
+from agent.model.stored import StoredDocumentError, StoredWaste
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
 from agent.parsing.numbers import parse_duration, parse_int
 from agent.parsing.printable import printable
 from agent.playbook.matching import NOT_POSTED
+from agent.store.errors import CorruptRecordError
 
 MIN_WIDTH = 40  # narrower than this, lines are not cut (a table would be unreadable anyway)
 MAX_LIMIT = 10_000
@@ -174,8 +176,14 @@ def run(args: argparse.Namespace) -> int:
         slack = SlackState.UNKNOWN
         if args.config is not None or SLACK_OVERRIDE in os.environ:
             slack = SlackState.ON if settings.slack.enabled else SlackState.OFF
-        print(_json(detail_document(detail)) if output == "json"
-              else render_detail(detail, width=output_width(), slack=slack))
+        if output == "json":  # the stored JSON as it is
+            print(_json(detail_document(detail)))
+            return 0
+        try:
+            text = render_detail(detail, width=output_width(), slack=slack)
+        except StoredDocumentError as exc:
+            raise CorruptRecordError(incident_id, f"column diagnosis: {exc}") from None
+        print(text)
         return 0
     since = _since(args.since, now)
     _, store = open_cli_store(args)
@@ -313,8 +321,8 @@ def render_detail(
                 continue
             lines.append(f"  #{m.id} {m.kind.value} {m.status.value} attempts {m.attempts}"
                          f"  {m.channel or ''}  {m.last_error or ''}")
-    waste = d.diagnosis.get("waste")
-    if isinstance(waste, Mapping):
+    waste = d.stored.waste
+    if waste is not None:
         lines.append(f"Waste/day:   {_waste(waste)}")
     out = [_fit(printable(line.rstrip()), width) for line in lines]
     # the fix's diff is printed whole: a cut patch line would misstate the patch
@@ -322,12 +330,12 @@ def render_detail(
     return "\n".join(out)
 
 
-def _waste(waste: Mapping[str, Any]) -> str:
-    hours, dollars = waste.get("gpu_hours_per_day"), waste.get("egress_usd_per_day")
-    gpu = (f"~{hours:,.1f} GPU-hours ({waste.get('gpu_hours_basis')})"
-           if isinstance(hours, int | float) else f"GPU-hours {waste.get('gpu_hours_basis')}")
-    egress = (f"egress ${dollars:,.2f} ({waste.get('egress_basis')})"
-              if isinstance(dollars, int | float) else f"egress {waste.get('egress_basis')}")
+def _waste(waste: StoredWaste) -> str:
+    hours, dollars = waste.gpu_hours_per_day, waste.egress_usd_per_day
+    gpu = (f"~{hours:,.1f} GPU-hours ({waste.gpu_hours_basis})"
+           if hours is not None else f"GPU-hours {waste.gpu_hours_basis}")
+    egress = (f"egress ${dollars:,.2f} ({waste.egress_basis})"
+              if dollars is not None else f"egress {waste.egress_basis}")
     return f"{gpu}; {egress}"
 
 

@@ -55,7 +55,9 @@ from agent.demo.stage import APPROVER, APPROVER_NAME, Stage, Target
 from agent.errors import ZonemedicError
 from agent.model.incident import IncidentSummary
 from agent.model.lifecycle import IncidentStatus
+from agent.model.stored import StoredWaste
 from agent.model.verdict import Verdict
+from agent.model.waste import EgressBasis
 
 T = TypeVar("T")
 S = IncidentStatus
@@ -245,26 +247,25 @@ class Story:
         n, summary = self.narration, self.summary
         n.begin("egress", "the agent prices the job's cross-zone bytes")
 
-        def waste() -> Mapping[str, Any]:
-            found = self.look.detail(incident.id).diagnosis.get("waste")
-            return found if isinstance(found, Mapping) else {}
+        def waste() -> StoredWaste:
+            found = self.look.detail(incident.id).stored.waste
+            return found if found is not None else StoredWaste(None, None, None, None)
 
         if self.stage.prometheus is not None and incident.verdict is not Verdict.ZONE_SPLIT_BLOCKED:
             deadline = time.monotonic() + EGRESS_PATIENCE * self.scale
-            while waste().get("egress_source") != "measured" and time.monotonic() < deadline:
+            while waste().egress_source != EgressBasis.MEASURED.value and time.monotonic() < deadline:
                 self.pump()
                 time.sleep(0.2)
         found = waste()
-        summary.egress_source = found.get("egress_source")
-        summary.egress_measured_by = found.get("egress_measured_by")
-        gb, usd = found.get("cross_zone_gb_per_day"), found.get("egress_usd_per_day")
-        summary.egress_gb_per_day = float(gb) if isinstance(gb, int | float) else None
-        summary.egress_usd_per_day = float(usd) if isinstance(usd, int | float) else None
+        summary.egress_source = found.egress_source
+        summary.egress_measured_by = found.egress_measured_by
+        gb, usd = found.cross_zone_gb_per_day, found.egress_usd_per_day
+        summary.egress_gb_per_day = float(gb) if gb is not None else None
+        summary.egress_usd_per_day = float(usd) if usd is not None else None
         if summary.egress_usd_per_day is None:
-            n.skip("egress", str(found.get("egress_basis") or "no egress figure"))
+            n.skip("egress", str(found.egress_basis or "no egress figure"))
         else:
-            n.done("egress", f"${summary.egress_usd_per_day:,.2f}/day "
-                   f"({found.get('egress_basis')})")
+            n.done("egress", f"${summary.egress_usd_per_day:,.2f}/day ({found.egress_basis})")
 
     def approve(self, incident: IncidentSummary) -> ButtonAction:
         n = self.narration

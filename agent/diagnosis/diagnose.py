@@ -40,7 +40,7 @@ detection (scoped). Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from agent.diagnosis.impact import estimate_impact
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
@@ -70,10 +70,16 @@ UNKNOWN_ZONE = "unknown"
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """The findings of one run plus the zone-mirroring label keys it used."""
+    """The findings of one run plus the zone-mirroring label keys it used, and the jobs it
+    diagnosed (by ref: `job`)."""
 
     findings: tuple[Finding, ...]
     mirror_keys: tuple[str, ...]
+    jobs: Mapping[JobRef, Job] = field(default_factory=dict)
+
+    def job(self, ref: JobRef) -> Job | None:
+        """The diagnosed job of that ref (None: it had no live pod, or was not in scope)."""
+        return self.jobs.get(ref)
 
 
 @dataclass(frozen=True)
@@ -399,4 +405,5 @@ def diagnose_cluster(
     return Diagnosis(
         findings=tuple(diagnoser.diagnose(job) for job in jobs),
         mirror_keys=diagnoser.mirror_keys,
+        jobs={job.ref: job for job in jobs},
     )

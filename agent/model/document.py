@@ -14,7 +14,8 @@ CLI (`incidents show`), Slack's messages and the executor read: the keys are the
 (`Finding.to_dict()`) with `job.uid`, then `metrics`, `waste` (splits only) and `proposed_fix`
 (outbox payloads only); an alert's document has `job` (without `uid`), `verdict`, `alert`,
 `metrics`. What it does not do: compute anything (evidence, waste and verdicts are computed where
-they are built), read the clock, or parse stored JSON back.
+they are built), read the clock, or parse stored JSON back (its readers read the stored JSON as
+`agent.model.stored.StoredDiagnosis`).
 """
 
 from __future__ import annotations

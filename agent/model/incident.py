@@ -29,6 +29,7 @@ from agent.model.lifecycle import (
     default_severity,
     fingerprint,
 )
+from agent.model.stored import StoredDiagnosis
 from agent.model.verdict import Verdict
 from agent.parsing.numbers import parse_int
 
@@ -301,6 +302,12 @@ class IncidentDetail:
     decisions: list[Decision]
     actions: list[RemediationAction]
     messages: list[OutboxMessage]
+
+    @property
+    def stored(self) -> StoredDiagnosis:
+        """`diagnosis` read as its typed view (`agent.model.stored`): what the Slack message,
+        `incidents show` and the remediation read of it; `StoredDocumentError` when malformed."""
+        return StoredDiagnosis.from_stored(self.diagnosis)
 
 
 @dataclass(frozen=True)

@@ -108,8 +108,8 @@ class Recheck:
                 return f"the job was recreated (uid {uid_of(job)}, the incident is about {summary.uid})"
         if finding.verdict not in REMEDIABLE_VERDICTS:
             return f"the job is now {finding.verdict.value}"
-        recorded = run.detail.diagnosis.get("zones")
-        if isinstance(recorded, Mapping) and dict(recorded) != dict(finding.zones):
+        recorded = run.detail.stored.zones
+        if recorded is not None and dict(recorded) != dict(finding.zones):
             return f"placement changed: was {dict(recorded)}, now {dict(finding.zones)}"
         return None
 

@@ -5,10 +5,11 @@ Who calls it: the composition root hands `ApiRediagnosis(api, settings.diagnosis
 same. One call lists what the job's verdict depends on -- every node, the job's namespace (object,
 pods, the training jobs and owner kinds of the workload table at each version they are served
 as: Deployments/ReplicaSets/batch Jobs, CiliumNetworkPolicies, NetworkPolicies)
-and the CiliumClusterwideNetworkPolicies -- parses it with the snapshot parsers and runs the core's
-scoped diagnosis. It reads the API directly rather than the watch cache so that a remediation
-judges what the server says now. Zone-mirroring labels in `auto` mode are detected over the
-namespace's pods. For a generic group it also names the members that finished (pods matching the
+and the CiliumClusterwideNetworkPolicies -- parses the listed objects as they are with the snapshot
+reader's per-object parsers (`parse_objects`) and runs the core's scoped diagnosis, whose result
+names the job's pods (`Diagnosis.job`). It reads the API directly rather than the watch cache so
+that a remediation judges what the server says now. Zone-mirroring labels in `auto` mode are
+detected over the namespace's pods. For a generic group it also names the members that finished (pods matching the
 group's selector and a role, Succeeded or Failed: workers that gave up), which the plan needs to
 recreate a worker Job that failed. A kind the server does not serve (404) is skipped. The dataplane
 is resolved as the agent's mirror resolves it: Cilium when the server serves the cilium.io policy
@@ -22,8 +23,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.model.cluster import ClusterState
 from agent.model.job import JobRef
@@ -31,9 +30,8 @@ from agent.model.workload import OWNERS, WORKLOADS, JobKind
 from agent.policy.dataplane import CILIUM_CONFIG, CILIUM_CONFIG_NAMESPACE
 from agent.remediation.observe import Rediagnosis
 from agent.settings import DiagnosisSettings, GroupSpec
-from agent.snapshot.collection import parse_snapshot
+from agent.snapshot.collection import parse_objects
 from agent.sources.kubeapi import KubeApi, KubeApiError
-from agent.topology.jobs import find_jobs
 
 _NAMESPACED = (
     ("v1", "pods", "Pod"),
@@ -120,7 +118,7 @@ class ApiRediagnosis:
             items += self._items(api_version, f"namespaces/{ns}/{plural}", kind)
         items += self._items("cilium.io/v2", "ciliumclusterwidenetworkpolicies",
                              "CiliumClusterwideNetworkPolicy")  # fmt: skip
-        snapshot = parse_snapshot([("api", orjson.dumps({"kind": "List", "items": items}))])
+        snapshot = parse_objects(items, source="api")
         served = tuple(f"API group {v}" for v in sorted(self._served) if v.startswith("cilium.io"))
         snapshot = dataclasses.replace(snapshot, evidence=dataclasses.replace(
             snapshot.evidence, cilium=served + snapshot.evidence.cilium,
@@ -132,9 +130,7 @@ class ApiRediagnosis:
             only=JobScope(jobs=frozenset({ref})),
         )  # fmt: skip
         finding = next((f for f in diagnosis.findings if f.job == ref), None)
-        job = next(
-            (j for j in find_jobs(state, self.settings.groups, namespaces={ns}) if j.ref == ref), None
-        )
+        job = diagnosis.job(ref)
         pods = tuple(p.name for p in job.pods) if job is not None else ()
         return Rediagnosis(finding=finding, mirror_keys=diagnosis.mirror_keys, pods=pods,
                            finished=finished_members(state, self.settings.groups, ref))  # fmt: skip

@@ -1,6 +1,7 @@
 """Turn the bytes of one or more snapshot files into a `Snapshot`: cluster state plus policies.
 
-Called by the `diagnose` command (which reads the files) and the remediation's re-diagnosis. Each
+Called by the `diagnose` command (which reads the files: `parse_snapshot`) and the remediation's
+re-diagnosis (the API's objects, already decoded: `parse_objects`). Each
 item is dispatched on (apiVersion group, kind): training jobs and a generic group's owners as the
 workload table (`agent.model.workload`) names them, at a version their kind is served as; unknown
 kinds are skipped and reported once each in `Snapshot.warnings`. A bad item raises
@@ -204,13 +205,26 @@ class _Builder:
         )
 
 
+def _add_all(builder: _Builder, items: Iterable[dict[str, Any]], *, source: str) -> None:
+    for index, item in enumerate(items):
+        try:
+            builder.add(item)
+        except ManifestError as exc:
+            raise SnapshotError(f"{source}: item {index} ({_describe(item)}): {exc}") from None
+
+
 def parse_snapshot(files: Iterable[tuple[str, bytes]]) -> Snapshot:
     """Parse (name, content) pairs, in order, into one `Snapshot`."""
     builder = _Builder()
     for source, data in files:
-        for index, item in enumerate(iter_items(data, source=source)):
-            try:
-                builder.add(item)
-            except ManifestError as exc:
-                raise SnapshotError(f"{source}: item {index} ({_describe(item)}): {exc}") from None
+        _add_all(builder, iter_items(data, source=source), source=source)
+    return builder.build()
+
+
+def parse_objects(items: Iterable[dict[str, Any]], *, source: str) -> Snapshot:
+    """Parse Kubernetes objects already decoded (each with its `apiVersion` and `kind`, as the
+    API's list items are once those are set), in order, into one `Snapshot`: the same per-object
+    dispatch as `parse_snapshot`, without a file to decode. `source` names them in errors."""
+    builder = _Builder()
+    _add_all(builder, items, source=source)
     return builder.build()

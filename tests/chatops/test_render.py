@@ -54,6 +54,7 @@ from agent.model.lifecycle import (
     Severity,
 )
 from agent.model.proposal import PlannedObject, ProposedFix
+from agent.model.stored import StoredDiagnosis, StoredWaste
 from agent.model.verdict import Verdict
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -175,7 +176,7 @@ def test_incident_message(
     if incident.status is S.APPROVED:
         decision = Decision(1, incident.id, DecisionOutcome.APPROVE, "U1", "alice",
                             DecisionSource.SLACK, T0, None, "ml/resnet")
-    r = incident_message(incident, diag, approvals_enabled=bool(approvals),
+    r = incident_message(incident, StoredDiagnosis.from_stored(diag), approvals_enabled=bool(approvals),
                          proposed=approvals != "notify-only", decision=decision)
     text = all_text(r)
     for piece in must:
@@ -207,7 +208,7 @@ def decision(outcome: DecisionOutcome) -> Decision:
 def test_the_decision_replaces_the_buttons_in_words(
     status: IncidentStatus, outcome: DecisionOutcome, snoozed_until: datetime | None, expected: str
 ) -> None:
-    r = incident_message(summary(status=status), diagnosis(), approvals_enabled=True,
+    r = incident_message(summary(status=status), StoredDiagnosis.from_stored(diagnosis()), approvals_enabled=True,
                          decision=decision(outcome), snoozed_until=snoozed_until)
     assert r.blocks[-1] == context(expected)
     assert buttons(r) == []
@@ -215,7 +216,7 @@ def test_the_decision_replaces_the_buttons_in_words(
 
 def test_utilization_now_vs_baseline_is_shown() -> None:
     incident = summary(verdict=Verdict.ZONE_SPLIT_DEGRADED)
-    r = incident_message(incident, diagnosis(verdict="zone_split_degraded"),
+    r = incident_message(incident, StoredDiagnosis.from_stored(diagnosis(verdict="zone_split_degraded")),
                          utilization=Utilization(now=40.0, baseline=85.0), approvals_enabled=True)
     assert "40% now (baseline 85%)" in all_text(r)
 
@@ -249,18 +250,19 @@ def test_utilization_now_vs_baseline_is_shown() -> None:
     ],
 )
 def test_waste_text(waste: dict[str, Any] | None, expected: str | None) -> None:
-    assert waste_text({"waste": waste} if waste is not None else {}) == expected
+    assert waste_text(StoredWaste.from_stored(waste) if waste is not None else None) == expected
 
 
 def test_the_latest_waste_estimate_replaces_the_findings() -> None:
     diag = diagnosis(waste={"gpu_hours_per_day": None, "gpu_hours_basis": "not measured yet: no "
                             "utilization sample of the job yet", "egress_usd_per_day": None,
                             "egress_basis": "unknown: set diagnosis.bytes_per_step"})
-    first = all_text(incident_message(summary(), diag, approvals_enabled=True))
+    first = all_text(incident_message(summary(), StoredDiagnosis.from_stored(diag), approvals_enabled=True))
     assert "GPU-hours/day not measured yet: no utilization sample of the job yet" in first
     later = {**diag["waste"], "gpu_hours_per_day": 57.6,
              "gpu_hours_basis": "4 GPU(s) x 60% idle now x 24 h; no pre-split baseline, so an upper bound"}
-    text = all_text(incident_message(summary(), diag, approvals_enabled=True, waste=later))
+    text = all_text(incident_message(summary(), StoredDiagnosis.from_stored(diag), approvals_enabled=True,
+                                         waste=StoredWaste.from_stored(later)))
     assert ("~57.6 GPU-hours/day (4 GPU(s) x 60% idle now x 24 h; no pre-split baseline, so an "
             "upper bound); cross-zone egress $/day unknown: set diagnosis.bytes_per_step") in text
     assert "not measured yet" not in text
@@ -270,7 +272,8 @@ def test_refused_fix_says_why_and_offers_no_approve() -> None:
     fix = ProposedFix(summary="the fix cannot be applied: zone zone-a has no room",
                       refusal="zone zone-a has no room for resnet-worker-0 (nvidia.com/gpu)",
                       target_zone="zone-a")
-    r = incident_message(summary(), diagnosis(), fix=fix, approvals_enabled=True)
+    r = incident_message(summary(), StoredDiagnosis.from_stored(diagnosis()), fix=fix,
+                         approvals_enabled=True)
     text = all_text(r)
     assert "The fix cannot be applied:* zone zone-a has no room for resnet-worker-0" in text
     assert "*Patch:*" not in text
@@ -286,7 +289,8 @@ def test_planned_fix_shows_words_diff_and_preconditions_with_approve() -> None:
                       preconditions={"uid": "u1", "resource_version": "42",
                                      "verdict": "zone_split_blocked",
                                      "placement": {"resnet-master-0": "zone-b"}})
-    r = incident_message(summary(), diagnosis(), fix=fix, approvals_enabled=True)
+    r = incident_message(summary(), StoredDiagnosis.from_stored(diagnosis()), fix=fix,
+                         approvals_enabled=True)
     text = all_text(r)
     assert "*Proposed fix:* co-locate the job in zone zone-a" in text
     assert "```# PyTorchJob ml/resnet: suspend" in text and "+  zone: zone-a```" in text
@@ -303,7 +307,7 @@ def test_a_group_plan_names_the_objects_it_was_planned_from() -> None:
                                      "placement": {"coord-1": "zone-b", "w-1": "zone-a"}},
                       objects=(PlannedObject("Deployment", "ml", "coord", "d-uid", "28"),
                                PlannedObject("Job", "ml", "workers", "j-uid", "31")))
-    text = all_text(incident_message(summary(kind="Group"), diagnosis(), fix=fix,
+    text = all_text(incident_message(summary(kind="Group"), StoredDiagnosis.from_stored(diagnosis()), fix=fix,
                                      approvals_enabled=True))
     assert ("Previewed before approval from Deployment ml/coord (uid d-uid, resourceVersion 28); "
             "Job ml/workers (uid j-uid, resourceVersion 31), verdict zone_split_blocked, 2 pod(s)"
@@ -314,7 +318,8 @@ def test_a_group_plan_names_the_objects_it_was_planned_from() -> None:
 def test_many_denied_flows_are_grouped_and_fit() -> None:
     flows = [flow(i) for i in range(30)] + [flow(i, policy="NetworkPolicy/ml/deny", hop="egress")
                                            for i in range(5)]
-    text = denied_flows_text({"denied_flows": flows, "denied_flows_total": 500})
+    text = denied_flows_text(StoredDiagnosis.from_stored({"denied_flows": flows,
+                                                          "denied_flows_total": 500}))
     assert text is not None
     assert "30 flow(s) denied at ingress (default_deny) by CiliumNetworkPolicy/ml/zone-b-only" in text
     assert "5 flow(s) denied at egress" in text
@@ -326,8 +331,8 @@ def test_long_names_and_huge_diff_stay_within_limits() -> None:
     long = "x" * 400
     incident = summary(name=long, namespace=long)
     diff = "\n".join(f"+  line {i} " + "y" * 80 for i in range(500))
-    r = incident_message(incident, diagnosis(reasons=[long] * 50, denied_flows=[
-        flow(i, policy="P" * 300) for i in range(200)]),
+    r = incident_message(incident, StoredDiagnosis.from_stored(diagnosis(
+        reasons=[long] * 50, denied_flows=[flow(i, policy="P" * 300) for i in range(200)])),
         fix=ProposedFix(summary="s" * 5000, diff=diff), approvals_enabled=True)
     assert_within_limits(r)
     patches = [b["text"]["text"] for b in r.blocks
@@ -483,6 +488,7 @@ def test_a_display_name_cannot_forge_a_line_in_the_decided_message() -> None:
     decision = Decision(id=1, incident_id=7, outcome=DecisionOutcome.APPROVE, actor_id="U9",
                         actor_name=FORGED, source=DecisionSource.SLACK, decided_at=T0,
                         comment=None, job="ml/resnet")
-    r = incident_message(decided, diagnosis(), approvals_enabled=True, decision=decision)
+    r = incident_message(decided, StoredDiagnosis.from_stored(diagnosis()), approvals_enabled=True,
+                         decision=decision)
     texts = [b["elements"][0]["text"] for b in r.blocks if b["type"] == "context"]
     assert texts == ["*Approved* by dana\\n✅ Approved by mallory\\x1b[2J\\r at 2026-11-30 12:00 UTC"]

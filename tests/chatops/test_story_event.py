@@ -16,6 +16,7 @@ from agent.model.lifecycle import (
     RemediationActionKind,
     Severity,
 )
+from agent.model.stored import StoredWaste
 from agent.model.verdict import Verdict
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -57,10 +58,12 @@ def test_a_groups_resumed_step_reads_as_its_workloads_moving() -> None:
 
 def test_the_latest_evidence_refines_the_findings_waste() -> None:
     assert waste_of(detail()) is None
-    assert waste_of(detail(waste=NOT_YET)) == NOT_YET
+    assert waste_of(detail(waste=NOT_YET)) == StoredWaste.from_stored(NOT_YET)
     again = {"gpu_hours_per_day": 57.6, "gpu_hours_basis": "4 GPU(s) x 60% idle now x 24 h"}
     later = {"gpu_hours_per_day": 40.0, "gpu_hours_basis": "a later estimate"}
     events = [TimelineEvent(i, 3, T0, EventKind.REDETECTED, "zonemedic", d)
               for i, d in ((1, {"metrics": {}}), (2, {"waste": again}), (3, {"waste": later}))]
-    assert waste_of(detail(waste=NOT_YET, events=events)) == {**NOT_YET, **later}
-    assert waste_of(detail(waste=NOT_YET, events=list(reversed(events)))) == {**NOT_YET, **later}
+    assert waste_of(detail(waste=NOT_YET, events=events)) == StoredWaste.from_stored(
+        {**NOT_YET, **later})
+    assert waste_of(detail(waste=NOT_YET, events=list(reversed(events)))) == StoredWaste.from_stored(
+        {**NOT_YET, **later})

@@ -415,3 +415,18 @@ def test_show_escapes_control_characters_from_outside(
                          "--database", db_url)
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "already approved by m\\n  12:00:00  approve  dana (via slack)" in err
+
+
+def test_show_names_a_malformed_diagnosis_and_json_still_prints_it(
+        capsys: pytest.CaptureFixture[str], db_url: str, store: IncidentStore,
+        history: dict[str, int]) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE incidents SET diagnosis = :d WHERE id = :id"),
+                     {"d": json.dumps({"zones": ["zone-a"]}), "id": history["old"]})
+    code, out, err = cli(capsys, "incidents", "show", str(history["old"]), "--database", db_url)
+    assert (code, out) == (1, "")
+    assert err == (f"zonemedic: incident {history['old']} cannot be read: column diagnosis: "
+                   "diagnosis.zones: expected an object, got list\n")
+    code, out, _ = cli(capsys, "incidents", "show", str(history["old"]), "--database", db_url,
+                       "--output", "json")
+    assert code == 0 and json.loads(out)["diagnosis"] == {"zones": ["zone-a"]}

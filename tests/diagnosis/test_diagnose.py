@@ -326,6 +326,9 @@ def _check_scopes(snap: Snapshot, settings: DiagnosisSettings, scopes: list[JobS
         scoped = diagnose_cluster(snap.state, policies, settings=settings, only=scope)
         assert scoped.findings == tuple(f for f in full.findings if scope.covers(f.job)), scope
         assert scoped.mirror_keys == full.mirror_keys
+        # the jobs it diagnosed, by ref: the findings' jobs, as the whole-cluster run found them
+        assert list(scoped.jobs) == [f.job for f in scoped.findings]
+        assert all(scoped.job(ref) == full.job(ref) for ref in scoped.jobs)
     return len(full.findings)
 
 

@@ -343,7 +343,7 @@ def test_an_old_leaders_late_write_refused_after_its_term_ended_ends_nothing(
         detail = store.get_incident(incident_id)
         assert detail.incident.status is IncidentStatus.REMEDIATING
         assert [a.payload.get("step") for a in detail.actions][-1] == "suspending"
-        assert job(lab)["spec"]["runPolicy"]["suspend"] is False  # the refused patch wrote nothing
+        assert served_job(lab)["spec"]["runPolicy"]["suspend"] is False  # the refused patch wrote nothing
         lease.lead()
         assert lab.remediator(store, leadership=lease).run(incident_id) is IncidentStatus.RESOLVED
         assert resumes(lab) == 1

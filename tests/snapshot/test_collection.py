@@ -6,7 +6,7 @@ import pytest
 
 from agent.errors import SnapshotError
 from agent.model.workload import JobKind
-from agent.snapshot.collection import parse_snapshot
+from agent.snapshot.collection import parse_objects, parse_snapshot
 from tests.support.objects import as_list, namespace, node, pod, training_job, zone_only
 
 
@@ -143,3 +143,24 @@ def test_an_unreadable_policy_is_a_warning_naming_it_and_the_field_not_an_error(
         "CiliumNetworkPolicy/ml/bad" in w and "matchExpressions[0].operator" in w
         for w in snapshot.warnings
     )
+
+
+def test_decoded_objects_parse_as_the_same_objects_in_a_file() -> None:
+    items = [
+        node("n1", "zone-a"),
+        namespace("ml", team="x"),
+        pod("p", node_name="n1"),
+        zone_only("zone-a"),
+        training_job("PyTorchJob", "j"),
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "x", "namespace": "a"}},
+    ]
+    from_file = parse_snapshot([("api", as_list(items))])
+    assert parse_objects(items, source="api") == from_file
+    assert from_file.warnings == ("skipped 1 object(s) of unsupported kind apps/v1 DaemonSet",)
+
+
+def test_a_bad_decoded_object_is_named_by_its_source_and_index() -> None:
+    bad = pod("p", node_name="n1")
+    bad["spec"]["containers"] = "none"
+    with pytest.raises(SnapshotError, match=r"^api: item 1 \(Pod ml/p\): "):
+        parse_objects([node("n1", "zone-a"), bad], source="api")
