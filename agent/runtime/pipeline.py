@@ -26,10 +26,13 @@ periodic utilization refresh (leader only). It pipes; each noun has a module of 
   cluster-wide batch (and a sweep) reads the cluster's open incidents once and records the
   problems that open a new incident first, then re-detections, then the healthy jobs.
 - Only the leader records detector batches (with leader election off every replica is the
-  leader); a follower only keeps its parsed mirror warm, so a re-detection lands once in a
-  timeline, and remembers what changed: its first cluster-wide batch as the leader records those
-  jobs first. The composition root submits a cluster-wide change when this replica acquires the
-  lease, so a new leader catches up on what it did not record as a follower.
+  leader), so a re-detection lands once in a timeline; a follower keeps its parsed mirror warm,
+  remembers what changed (its first cluster-wide batch as the leader records those jobs first)
+  and diagnoses its scoped batches to keep the splits it saw (`agent.runtime.unrecorded`). The
+  composition root submits a cluster-wide change when this replica acquires the lease, so a new
+  leader catches up on what it did not record as a follower; after that catch-up, the splits it
+  saw whose jobs were deleted or healed meanwhile and that the leader never recorded (no replica
+  recorded for a while) are recorded, closed at once as superseded with the reason.
 - A job that is gone (no live pods, and no Kubeflow object still there unfinished: a suspended or
   restarting job keeps its incident) supersedes its incidents.
 - The database refusing writes: the work raises `UnavailableError` instead of dropping anything.
@@ -72,6 +75,7 @@ from agent.runtime.revisit import FollowedChanges, WaitingRoom, in_scope, job_sc
 from agent.runtime.settle import SettleWait
 from agent.runtime.signals import Signals
 from agent.runtime.store_work import IncidentGauge, StoreWork, StoreWorkLedger
+from agent.runtime.unrecorded import FollowedProblems, record_missed
 from agent.runtime.waste import SplitWaste
 from agent.sources.alertmanager import Alert
 from agent.sources.change import Change
@@ -94,6 +98,7 @@ class PipelinePieces:
     drops: DropMessages
     room: WaitingRoom
     followed: FollowedChanges
+    problems: FollowedProblems
     previews: PlanPreviews | None
     actions: PlaybookActions
     recorder: Recorder
@@ -127,6 +132,7 @@ class AgentPipeline:
         self.drops = pieces.drops
         self.room = pieces.room
         self.followed = pieces.followed
+        self.problems = pieces.problems
         self.previews = pieces.previews
         self.actions = pieces.actions
         self.recorder = pieces.recorder
@@ -147,26 +153,39 @@ class AgentPipeline:
             mirror = self.diagnoser.mirror
             loads = mirror.frozen_loads
             if not self.parts.is_leader():
-                mirror.state()  # a follower keeps its parsed mirror warm; the leader records
-                self.followed.remember(change)
+                self._follow(change)
                 _freeze_long_lived(change, collect=mirror.frozen_loads == loads)
                 return None
             change = self.room.widen(change)
             with self.work.run(StoreWork.DETECTOR):
                 self.actions.retry_unfired()
-                present = self._record_change(change, first_seen)
+                found = self._record_change(change, first_seen)
+                present = set(found)
                 for key in sorted(change.jobs - present):
                     self.close_job(key, reason="the job has no live pods")
                     self.settle.gone(key)
                 if change.everything and self.parts.cache.synced:
                     self._reconcile(present)
+                    record_missed(self.problems, store=self.store, cluster=self.cluster,
+                                  found=found, evidence=self.evidence)  # fmt: skip
             self.gauge.refresh_quietly()
             _freeze_long_lived(change, collect=mirror.frozen_loads == loads)
             return self.settle.again()
 
-    def _record_change(self, change: Change, first_seen: float) -> set[JobRef]:
+    def _follow(self, change: Change) -> None:
+        """A follower's batch: remember what changed (`FollowedChanges`) and, for a scoped batch,
+        diagnose its jobs (as the leader would) to keep the splits seen (`FollowedProblems`: a new
+        term records those the leader did not); a cluster-wide batch only keeps the parsed mirror
+        warm (a whole diagnosis on every replica is not paid). Nothing is recorded."""
+        self.followed.remember(change)
+        if change.everything:
+            self.diagnoser.mirror.state()
+            return
+        self.problems.note(f for f in self.diagnose(job_scope(change)) if in_scope(f.job, change))
+
+    def _record_change(self, change: Change, first_seen: float) -> dict[JobRef, Finding]:
         """Diagnose and record the batch's jobs (a cluster-wide one: what changed last while
-        following first, under one read of the open incidents); the jobs found."""
+        following first, under one read of the open incidents); the findings, by job."""
         with self.open.batch() if change.everything else nullcontext():
             done = self._record_followed(first_seen) if change.everything else set()
             findings = self.diagnose(None if change.everything else job_scope(change))
@@ -174,7 +193,7 @@ class AgentPipeline:
             if self.open.held is not None:
                 scoped.sort(key=self.open.recording_order)
             self._record_settled(scoped, first_seen=first_seen)
-        return {f.job for f in findings}
+        return {f.job: f for f in findings}
 
     def _record_followed(self, first_seen: float) -> set[JobRef]:
         """At a cluster-wide batch (a new term, or the start-up), record the jobs of the changes

@@ -60,6 +60,7 @@ from agent.runtime.revisit import FollowedChanges, WaitingRoom
 from agent.runtime.settle import SettleWait
 from agent.runtime.signals import Signals
 from agent.runtime.store_work import IncidentGauge, StoreWorkLedger
+from agent.runtime.unrecorded import FollowedProblems
 from agent.runtime.waste import SplitWaste
 from agent.runtime.webhook_credentials import WebhookCredentials
 from agent.settings import EgressSource, Settings, read_secret_file
@@ -252,7 +253,8 @@ def pipeline_pieces(
                       actions=actions, cache=cache, now=now)  # fmt: skip
     return PipelinePieces(
         diagnoser=diagnoser, open=open_incidents, evidence=evidence, waste=waste, drops=drops,
-        room=room, followed=FollowedChanges(), previews=previews, actions=actions,
+        room=room, followed=FollowedChanges(), problems=FollowedProblems(cache=cache, now=now),
+        previews=previews, actions=actions,
         recorder=recorder, settle=settle, signals=signals, work=StoreWorkLedger(metrics),
         gauge=IncidentGauge(store, cluster=cluster, metrics=metrics),
     )  # fmt: skip

@@ -24,6 +24,7 @@ from agent.model.waste import EgressBasis
 from agent.model.workload import JobKind
 from agent.runtime.evidence import steady_reading
 from agent.runtime.root import build_pipeline
+from agent.runtime.unrecorded import MissedReason
 from agent.runtime.waste import egress_moved
 from agent.sources.alertmanager import Alert, AlertStatus
 from agent.sources.change import Change
@@ -322,7 +323,9 @@ def test_a_follower_records_nothing_and_a_cluster_wide_batch_catches_up(world: W
     world.leading = False
     world.pipeline.handle_change(Change(everything=True), 0.0)
     world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
-    assert (world.pipeline.diagnoser.diagnoses, world.pipeline.followed.batches) == (0, 2)
+    # the scoped batch is diagnosed (the split kept), the cluster-wide one only parsed
+    assert (world.pipeline.diagnoser.diagnoses, world.pipeline.followed.batches) == (1, 2)
+    assert JOB in world.pipeline.problems.kept
     assert world.incidents() == []
     world.leading = True  # what the composition root submits on acquiring the lease
     world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
@@ -345,6 +348,64 @@ def test_a_cluster_wide_batch_reconciles_gone_jobs_once_synced(world: World) -> 
     assert world.cache.synced
     world.pipeline.handle_change(Change(everything=True), 0.0)
     assert [i.status.value for i in world.incidents()] == ["superseded"]
+
+
+def _synced(world: World) -> None:
+    world.cache.expect(R[name] for name in ("nodes", "namespaces", "pods", "pytorchjobs.v1.kubeflow.org"))
+    assert world.cache.synced
+
+
+def test_a_split_seen_while_following_and_deleted_before_the_hand_over_is_recorded_superseded(
+    world: World,
+) -> None:
+    world.leading = False  # the leader records nothing (a blackout)
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)  # the follower sees the split
+    world.load("pytorchjobs.v1.kubeflow.org", [])
+    world.pipeline.handle_change(world.load("pods", []), 0.0)  # and the job deleted
+    assert world.incidents() == []
+    world.leading = True
+    _synced(world)
+    world.pipeline.handle_change(Change(everything=True, reasons=("leadership acquired",)), 0.0)
+    (incident,) = world.incidents()
+    assert (incident.verdict.value, incident.status.value) == ("zone_split_blocked", "superseded")
+    assert incident.uid == "job-uid-1"  # the uid the follower saw
+    detail = world.store.get_incident(incident.id)
+    assert [e.kind.value for e in detail.events] == ["detected", "superseded"]
+    assert detail.events[-1].detail["reason"] == MissedReason.DELETED.value
+    assert detail.messages == []  # no playbook fired: no post, no approval asked for a gone job
+    assert world.pipeline.problems.kept == {}
+    world.pipeline.handle_change(Change(everything=True), 0.0)  # recorded once
+    assert len(world.incidents()) == 1
+
+
+def test_a_split_seen_while_following_that_healed_before_the_hand_over_is_recorded_superseded(
+    world: World,
+) -> None:
+    world.leading = False
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)
+    world.pipeline.handle_change(world.load("pods", job_pods("train", split=False)), 0.0)
+    assert world.pipeline.problems.kept[JOB].healed
+    world.leading = True
+    _synced(world)
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    (incident,) = world.incidents()
+    assert incident.status.value == "superseded"
+    detail = world.store.get_incident(incident.id)
+    assert detail.events[-1].detail["reason"] == MissedReason.HEALED.value
+
+
+def test_a_split_the_leader_recorded_is_not_recorded_again_by_the_next_leader(world: World) -> None:
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)  # the leader records it
+    world.leading = False
+    world.pipeline.handle_change(Change(jobs=frozenset({JOB})), 0.0)  # seen again while following
+    world.load("pytorchjobs.v1.kubeflow.org", [])
+    world.pipeline.handle_change(world.load("pods", []), 0.0)
+    world.leading = True
+    _synced(world)
+    world.pipeline.handle_change(Change(everything=True), 0.0)
+    # the leader's incident is superseded (the job is gone); no second one
+    assert [i.status.value for i in world.incidents()] == ["superseded"]
+    assert world.pipeline.problems.kept == {}
 
 
 def job_pods(namespace: str, *, split: bool) -> list[dict[str, Any]]:
