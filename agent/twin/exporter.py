@@ -303,11 +303,15 @@ class MetricsServer:
                 else:
                     self.send_error(404)
                     return
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # the scraper gave up (a restarted Prometheus, a timed-out scrape): its loss
+                    log.debug("metrics: the scraper closed the connection before the answer")
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("metrics: " + format, *args)
