@@ -106,15 +106,11 @@ def load_snapshot(paths: Sequence[Path], *, max_input: int = 1 << 30) -> Snapsho
     collections would otherwise rescan again and again, making parse and diagnosis superlinear.
     """
     from agent.snapshot.collection import parse_snapshot
+    from agent.sources.gcpause import freeze_at_end, gc_paused
 
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
+        freeze_at_end()
         return parse_snapshot(_read_all(paths, limit=max_input))
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 def _use_colour() -> bool:

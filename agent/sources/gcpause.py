@@ -1,6 +1,7 @@
 """One pause of the cyclic garbage collector shared by every bulk load of the process.
 
-Used by `agent.sources.kube` (each informer's full list) and the runtime's mirror (its bulk load):
+Used by `agent.sources.kube` (each informer's full list), the runtime's mirror (its bulk load) and
+`zonemedic diagnose` (a snapshot's parse):
 building 150,000 slim objects, then their parsed forms, creates millions of long-lived objects
 that only reference counting frees; collections triggered meanwhile scan the growing heap and
 cost more than the parse. Informers list on their own threads at once, so a pause is counted:
