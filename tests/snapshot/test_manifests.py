@@ -18,7 +18,7 @@ from agent.snapshot.manifests import (
     parse_pod_checked,
     parse_training_job,
 )
-from tests.support.objects import jobset, node, pod, replicated_job, trainjob, training_job
+from tests.support.objects import jobset, node, pod, replicated_job, training_job, trainjob
 
 
 def _with(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
