@@ -16,8 +16,8 @@ from tests.support.objects import (
     node,
     pod,
     replicated_job,
-    trainjob,
     training_job,
+    trainjob,
 )
 from tests.support.snapshots import load
 
