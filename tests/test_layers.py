@@ -24,7 +24,8 @@ PURE_EDGES = "Rendering, planning and verifying are pure"
 TWIN = "Only the CLI and the twin itself import the twin"
 PURE_CORE = "The pure core imports no I/O library and no adapter"
 DEMO = "Only the CLI imports the demo"
-FAKES = "Only the demo and the fakes themselves import the fakes"
+FAKES = "Only the demo, the rig and the fakes themselves import the fakes"
+RIG = "Only the demo imports the rig"
 FAKES_ALONE = "The fakes import no product code"
 ACYCLIC = "No import cycle among the modules and packages of any package"
 WRITER = "Only the writer writes"
@@ -33,9 +34,9 @@ FAMILY_STEPS = "Remediation families do not know each other"
 FAMILY_PLANS = "Remediation family planners do not know each other"
 PIPES = "The pipeline only pipes"
 APPROVALS = "Approvals are the domain: no Slack, no HTTP, no cluster client, no remediation"
-ROOT = "One composition root: only the commands, the demo and the running agent import it"
+ROOT = "One composition root: only the commands, the demo, the rig and the running agent"
 RUNNER = "The running agent builds no part"
-CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC,
+CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, RIG, ACYCLIC,
              WRITER, ROOMS, FAMILY_STEPS, FAMILY_PLANS, PIPES, APPROVALS, ROOT, RUNNER)
 
 
@@ -89,6 +90,9 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ("agent/chatops/slack.py", "import agent.fakes.slack", {FAKES}),
         # a fake speaks its protocol on its own: it does not borrow the agent's signing
         ("agent/fakes/slack.py", "import agent.chatops.verification", {FAKES_ALONE}),
+        # nor the rig, which starts the fakes and the twin with agents (the demo's, the tests')
+        ("agent/commands/run.py", "import agent.rig.rig", {RIG}),
+        ("agent/runtime/app.py", "import agent.rig.config", {RIG, LAYERS, ACYCLIC}),
         # the pipeline serves no HTTP read (the agent does, over its store)
         ("agent/runtime/recording.py", "import agent.runtime.incidents", {PIPES}),
         # approvals are one package beside the chat layer and the remediation, below the runtime:
