@@ -44,7 +44,7 @@ class BlackedOut(AgentPipeline):
     store does after its own retries, with the database stopped)."""
 
     def handle_change(self, change: Change, first_seen: float) -> Change | None:
-        if BLACKOUT.is_set() and self.parts.is_leader():
+        if BLACKOUT.is_set() and self.is_leader():
             raise UnavailableError("the database is stopped (the test's blackout)")
         return super().handle_change(change, first_seen)
 
@@ -94,7 +94,7 @@ def test_a_split_no_replica_recorded_gets_its_incident_from_the_follower(replica
     wait(lambda: leader.detector.retries >= 1, timeout=30, what="the leader's batch refused")
     rt = by_kind(replicas.job["apiVersion"], replicas.job["kind"])
     replicas.cluster.store.delete(rt, name, namespace="ml")  # deleted before anyone recorded it
-    cache = follower.pipeline.parts.cache
+    cache = follower.pipeline.cache
     wait(lambda: cache.job_object(key) is None and not cache.pods_of_job(key), timeout=30,
          what="the follower to see the job gone")  # fmt: skip
     assert replicas.incidents(name) == []  # nothing recorded so far

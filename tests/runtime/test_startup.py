@@ -32,7 +32,7 @@ class Watched(AgentPipeline):
         self.batches: list[tuple[bool, bool, tuple[str, ...]]] = []
 
     def handle_change(self, change: Change, first_seen: float) -> Change | None:
-        self.batches.append((change.everything, self.parts.is_leader(), change.reasons))
+        self.batches.append((change.everything, self.is_leader(), change.reasons))
         return super().handle_change(change, first_seen)
 
 
