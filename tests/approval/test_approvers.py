@@ -15,10 +15,7 @@ from agent.playbook.model import Playbook
 from agent.playbook.schema import parse_playbook
 from agent.settings import Settings, SlackApprovers, SlackSettings
 from agent.store.repository import IncidentStore
-from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
-
-__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
 SLACK, CLI, API, AUTO = (DecisionSource.SLACK, DecisionSource.CLI, DecisionSource.API,
                          DecisionSource.AUTO)
