@@ -179,17 +179,23 @@ def test_no_module_of_the_agent_imports_itself_through_others() -> None:
     assert import_cycles(graph) == []
 
 
+def _is_test_module(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return last.startswith("test_") or last == "conftest"
+
+
 def imported_test_modules(source: str) -> list[str]:
-    """The test modules (`test_*`) a module's source imports, by dotted name."""
+    """The test modules (`test_*`, and a folder's `conftest`) a module's source imports, by
+    dotted name."""
     found: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name.rsplit(".", 1)[-1].startswith("test_")]
+            found += [a.name for a in node.names if _is_test_module(a.name)]
         elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
-            if node.module.rsplit(".", 1)[-1].startswith("test_"):
+            if _is_test_module(node.module):
                 found.append(node.module)
             else:
-                found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("test_")]
+                found += [f"{node.module}.{a.name}" for a in node.names if _is_test_module(a.name)]
     return found
 
 
@@ -199,6 +205,7 @@ def imported_test_modules(source: str) -> list[str]:
         ("from tests.runtime.test_pipeline import World\n", ["tests.runtime.test_pipeline"]),
         ("import tests.commands.test_run\n", ["tests.commands.test_run"]),
         ("from tests.remediation import test_plan\n", ["tests.remediation.test_plan"]),
+        ("from tests.chatops.conftest import LOOPBACK_ONLY\n", ["tests.chatops.conftest"]),
         ("from tests.remediation.builders import live\nimport json\n", []),
         ("from tests.support.waiting import wait\n", []),
     ],
@@ -209,7 +216,8 @@ def test_imported_test_modules_names_each_test_module(source: str, found: list[s
 
 def test_no_test_imports_another_test_module() -> None:
     """Shared fixtures live in a folder's conftest and shared helpers in support modules: a test
-    module imported by another would run its tests twice and tie two files together."""
+    module imported by another would run its tests twice and tie two files together (and a
+    conftest imported by a test would register its fixtures twice)."""
     offenders = {
         str(path.relative_to(REPO)): names
         for path in sorted((REPO / "tests").rglob("*.py"))
