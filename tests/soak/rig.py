@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import yaml
 from agent.fakes.slack import FakeSlack
 from agent.twin.access import Access, read_manifests
 from agent.twin.cluster import TwinCluster
+from agent.twin.groups import TrainingGroup
 from tests.remediation.harness import quick
 from tests.soak.workload import AUTO, PROTECTED
 from tests.support.agent_process import AgentProcess
@@ -55,7 +56,7 @@ actions:
 
 
 def agent_config(tmp_path: Path, *, kubeconfig: Path, database: str, prometheus: str,
-                 slack: FakeSlack) -> Path:
+                 slack: FakeSlack, groups: Sequence[TrainingGroup] = ()) -> Path:
     books = tmp_path / "playbooks"
     books.mkdir(exist_ok=True)
     (books / "zone-split.yaml").write_text(PLAYBOOK)
@@ -74,7 +75,8 @@ def agent_config(tmp_path: Path, *, kubeconfig: Path, database: str, prometheus:
         "playbooks_dir": str(books),
         "prometheus": {"url": prometheus, "timeout": "2s", "retries": 0,
                        "drop_duration": "20s", "baseline_offset": "5m"},
-        "diagnosis": {"protected_namespaces": ["kube-system", PROTECTED]},
+        "diagnosis": {"protected_namespaces": ["kube-system", PROTECTED],
+                      "groups": [g.as_config() for g in groups]},
         "detection": {"metrics_interval": "2s"},
         "slack": {"enabled": True, "api_url": slack.base_url, "channel": CHANNEL,
                   "bot_token_file": str(tmp_path / "bot-token"),
@@ -141,11 +143,15 @@ class Rig:
 
 
 @contextlib.contextmanager
-def running_rig(tmp_path: Path, *, replicas: int = 2) -> Iterator[Rig]:
+def running_rig(tmp_path: Path, *, replicas: int = 2,
+                groups: Sequence[TrainingGroup] = ()) -> Iterator[Rig]:
+    """The rig; `groups`: generic groups declared to the twin (its training runtime runs them)
+    and to the agents (`diagnosis.groups`)."""
     documents = read_manifests([DEPLOY / "serviceaccount.yaml", DEPLOY / "rbac.yaml"],
                                namespace="zonemedic")
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(TwinCluster(quick("seed-blocked")))
+        cluster = stack.enter_context(
+            TwinCluster(replace(quick("seed-blocked"), groups=list(groups))))
         access = cluster.serve_api_as(documents)
         kubeconfig = access.kubeconfig(tmp_path / "agent.kubeconfig")
         pg = stack.enter_context(private_cluster())
@@ -154,7 +160,7 @@ def running_rig(tmp_path: Path, *, replicas: int = 2) -> Iterator[Rig]:
             running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s"))
         slack = stack.enter_context(FakeSlack(users=USERS))
         config = agent_config(tmp_path, kubeconfig=kubeconfig, database=pg.url,
-                              prometheus=prometheus.url, slack=slack)
+                              prometheus=prometheus.url, slack=slack, groups=groups)
         rig = Rig(cluster, access, pg, prometheus, slack, config)
         stack.callback(rig.stop)
         for _ in range(replicas):
