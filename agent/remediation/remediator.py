@@ -248,7 +248,7 @@ class Remediator:
                                poll_interval=settings.poll_interval, on_step=on_step)  # fmt: skip
         self.recheck = Recheck(reader, diagnose, store=store, clock=self.clock,
                                protected_namespaces=protected_namespaces,
-                               max_per_hour=settings.max_per_hour)  # fmt: skip
+                               max_per_hour=settings.max_per_hour, actor=actor)  # fmt: skip
         self.training = TrainingSteps(reader=reader, writer=writer, journal=self.journal,
                                       recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         self.groups = GroupSteps(reader=reader, writer=writer, journal=self.journal,
