@@ -190,8 +190,8 @@ def check(
     # a rollback after the resume suspends and resumes it once more to restore it)
     # an incident recorded before the job's object reached the agent's cache has no uid: it is
     # the job of its namespace and name (the soak never reuses a name), counted as such
-    uid_of_name = {(j.namespace, j.name): j.uid for j in jobs}
-    name_of_uid = {j.uid: f"{j.namespace}/{j.name}" for j in jobs}
+    uid_of_name = {(j.namespace, j.name): j.uid for j in jobs if j.kind != "Group"}
+    name_of_uid = {j.uid: f"{j.namespace}/{j.name}" for j in jobs if j.kind != "Group"}
     allowed_of_uid: Counter[str] = Counter()
     incidents_of_uid: dict[str, list[str]] = defaultdict(list)
     without_uid = 0
