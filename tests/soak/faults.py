@@ -175,12 +175,15 @@ class Faults:
                 api.on_write(self._pause_leader, resource=resource, verb=verb, user=user,
                              landed=False)
 
-    def _claimed(self) -> bool:
+    def _claimed(self, *, pause: bool = False) -> bool:
         """Whether this strike is the armed fault's (the first of its hooks to fire): the
-        others are dropped."""
+        others are dropped. `pause`: a leader is about to be paused, marked in the same step (no
+        other armed fault or leader kill in between)."""
         with self.claim:
             if self.armed is None:
                 return False
+            if pause:
+                self.pausing.set()
             self.armed = None
         self.rig.access.server.faults.disarm()
         return True
@@ -257,9 +260,8 @@ class Faults:
         """On the API server's thread, the write arrived and is held: the leader that sent it is
         SIGSTOPped; once the other replica leads (bounded) and a little later, it is SIGCONTed
         and the held write goes on to be applied (a late write of an old leader)."""
-        if not self._claimed():
+        if not self._claimed(pause=True):  # paused before disarmed: no other armed fault meanwhile
             return
-        self.pausing.set()  # before the strike disarms: no other armed fault meanwhile
         self._strike("leader_pause", record)
         leader = self.rig.leader()
         if leader is None:
