@@ -1,6 +1,7 @@
 """Fixtures of the soak's fast tests (test_guarantees, test_faults): a fresh SQLite incident
-store per test, copied from the migrated template (`tests.store.fixtures.sqlite_template`). It
-does not start the soak's rig."""
+store per test (SQLite only: the checks read a recorded history, the backend is not their
+concern), copied from the migrated template (`sqlite_template`, tests/conftest.py). It does not
+start the soak's rig."""
 
 from __future__ import annotations
 
@@ -13,9 +14,6 @@ import pytest
 from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine
 from agent.store.repository import IncidentStore
-from tests.store.fixtures import sqlite_template
-
-__all__ = ["sqlite_template"]
 
 
 @pytest.fixture
