@@ -21,7 +21,7 @@ from typing import Any
 from agent.model.selector import LabelSelector
 from agent.policy.context import ManifestContext
 from agent.policy.ports import parse_port
-from agent.policy.rule import PortMatch, Rule, Subject
+from agent.policy.rule import Enforcement, PortMatch, Rule, Subject
 from agent.policy.selectors import cilium_selector, endpoint_selector, peer_selector
 
 # Entities that cover every Cilium-managed pod; the others (world, host, ...) cover none.
@@ -200,7 +200,16 @@ def _parse_cilium_rule(
         ingress_requires=tuple(requires["ingress"]),
         egress_requires=tuple(requires["egress"]),
         caveats=tuple(dict.fromkeys(caveats)),
+        path=path,
+        ingress_enforcement=_enforcement(has_ingress, dd_ingress),
+        egress_enforcement=_enforcement(has_egress, dd_egress),
     )
+
+
+def _enforcement(has_rules: bool, default_deny: bool | None) -> Enforcement:
+    if default_deny is None:
+        return Enforcement.RULES if has_rules else Enforcement.NO_RULES
+    return Enforcement.DEFAULT_DENY_ON if default_deny else Enforcement.DEFAULT_DENY_OFF
 
 
 def _parse_cilium_peer_rule(

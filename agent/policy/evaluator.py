@@ -47,7 +47,8 @@ from agent.policy.identity import (
     identity_labels,
     is_pod_label_key,
 )
-from agent.policy.rule import Policy, Rule, Subject, UnreadablePolicy
+from agent.policy.rule import Policy, PolicyKind, Rule, Subject, UnreadablePolicy
+from agent.policy.trace import FlowTrace, HopTrace, RuleEffect, RuleMatch, SelectingBlock
 
 _CONCRETE_PROTOCOLS = (Protocol.TCP, Protocol.UDP, Protocol.SCTP)
 _ALLOWED = FlowVerdict(allowed=True)
@@ -141,6 +142,7 @@ class PolicySet:
         else:
             self.ignored = ()
         self._policies = given
+        self._kinds: dict[str, PolicyKind] = {p.id: p.kind for p in given}
         self.unreadable = lost
         keys: set[str] = {NAMESPACE_KEY}
         names: set[str] = set()
@@ -254,6 +256,21 @@ class PolicySet:
             self._verdicts[key] = verdict
         return verdict
 
+    def trace(self, src: Endpoint, dst: Endpoint, ports: PortRange) -> FlowTrace:
+        """`check`'s verdict for the flow with the evaluator's record of how it got there: every
+        hop and protocol evaluated (not only up to the first denial), each with the blocks
+        selecting its endpoint and every rule that matched. Not cached (it is for people)."""
+        s = self._identities[self.equivalence_key(src)]
+        d = self._identities[self.equivalence_key(dst)]
+        hops: list[HopTrace] = []
+        verdict = self._evaluate(s, d, ports, trace=hops)
+        return FlowTrace(verdict=verdict, hops=tuple(hops))
+
+    def identity_of(self, endpoint: Endpoint) -> dict[str, str]:
+        """The identity labels the dataplane judges `endpoint` by (every kept label, not only
+        those this set's selectors read)."""
+        return identity_labels(endpoint, self.identity)
+
     # -- internals -----------------------------------------------------------------------------
 
     def _intern(self, endpoint: Endpoint) -> int:
@@ -299,9 +316,18 @@ class PolicySet:
             if entry.subject.selector is not None and entry.subject.selector.matches(labels)
         )
 
-    def _evaluate(self, src: _Identity, dst: _Identity, ports: PortRange) -> FlowVerdict:
+    def _evaluate(
+        self,
+        src: _Identity,
+        dst: _Identity,
+        ports: PortRange,
+        trace: list[HopTrace] | None = None,
+    ) -> FlowVerdict:
+        """The flow's verdict. With `trace` (a list), every hop and protocol is evaluated and
+        recorded in it, and the verdict is still the first denial in the order `check` uses."""
         protocols = _CONCRETE_PROTOCOLS if ports.protocol is Protocol.ANY else (ports.protocol,)
         caveats: list[Caveat] = []
+        first_denial: FlowVerdict | None = None
         for hop in (Hop.EGRESS, Hop.INGRESS):
             for protocol in protocols:
                 verdict = self._hop(
@@ -312,9 +338,15 @@ class PolicySet:
                     last=ports.last,
                     protocol=protocol,
                     caveats=caveats,
+                    trace=trace,
                 )
                 if verdict is not None:
-                    return verdict
+                    if trace is None:
+                        return verdict
+                    if first_denial is None:
+                        first_denial = verdict
+        if first_denial is not None:
+            return first_denial
         if caveats:
             return FlowVerdict(True, caveats=tuple(dict.fromkeys(caveats)))
         return _ALLOWED
@@ -329,23 +361,96 @@ class PolicySet:
         last: int,
         protocol: Protocol,
         caveats: list[Caveat],
+        trace: list[HopTrace] | None = None,
     ) -> FlowVerdict | None:
         """The denial at one hop for one protocol, or None when the hop allows every port (the
-        caveats of the rules that allowed it are added to `caveats`)."""
+        caveats of the rules that allowed it are added to `caveats`). With `trace`, the hop's
+        selecting blocks, every matching rule and the verdict are appended to it as a `HopTrace`
+        (the decision itself does not change)."""
         egress = hop is Hop.EGRESS
         selected = src.selected if egress else dst.selected
+        matched: list[RuleMatch] | None = None if trace is None else []
+        verdict = self._decide(
+            egress, selected, src, dst, first=first, last=last, protocol=protocol,
+            caveats=caveats, matched=matched,
+        )  # fmt: skip
+        if trace is not None and matched is not None:
+            trace.append(
+                HopTrace(
+                    hop=hop,
+                    protocol=protocol,
+                    selecting=tuple(self._block(entry, egress=egress) for entry in selected),
+                    matched=tuple(matched),
+                    verdict=verdict,
+                )
+            )
+        return verdict
+
+    def _block(self, entry: _Entry, *, egress: bool) -> SelectingBlock:
+        subject = entry.subject
+        return SelectingBlock(
+            policy=entry.policy_id,
+            kind=self._kinds[entry.policy_id],
+            section=subject.path,
+            enforcement=subject.egress_enforcement if egress else subject.ingress_enforcement,
+            enforces=subject.enforce_egress if egress else subject.enforce_ingress,
+        )
+
+    def _match(
+        self,
+        entry: _Entry,
+        rule: Rule,
+        *,
+        field: str,
+        index: int,
+        effect: RuleEffect,
+        protocol: Protocol,
+        named: Mapping[tuple[str, Protocol], int],
+    ) -> RuleMatch:
+        return RuleMatch(
+            policy=entry.policy_id,
+            kind=self._kinds[entry.policy_id],
+            section=entry.subject.path,
+            field=field,
+            index=index,
+            rule=rule,
+            effect=effect,
+            protocol=protocol,
+            intervals=tuple(rule.intervals(protocol, named)),
+        )
+
+    def _decide(
+        self,
+        egress: bool,
+        selected: tuple[_Entry, ...],
+        src: _Identity,
+        dst: _Identity,
+        *,
+        first: int,
+        last: int,
+        protocol: Protocol,
+        caveats: list[Caveat],
+        matched: list[RuleMatch] | None,
+    ) -> FlowVerdict | None:
         if not selected:
             return None
+        hop = Hop.EGRESS if egress else Hop.INGRESS
         peer = dst.labels if egress else src.labels
         named = dst.named_ports
 
         denied_by: set[str] = set()
+        deny_field = "egressDeny" if egress else "ingressDeny"
         for entry in selected:
             deny_rules = entry.subject.egress_deny if egress else entry.subject.ingress_deny
-            for rule in deny_rules:
+            for index, rule in enumerate(deny_rules):
                 if _hits(rule, peer, protocol=protocol, named=named, first=first, last=last):
                     denied_by.add(entry.policy_id)
-                    break
+                    if matched is None:
+                        break
+                    matched.append(self._match(
+                        entry, rule, field=deny_field, index=index, effect=RuleEffect.DENY,
+                        protocol=protocol, named=named,
+                    ))  # fmt: skip
         if denied_by:
             return FlowVerdict(False, hop, DenyReason.DENY_RULE, tuple(sorted(denied_by)))
 
@@ -362,19 +467,30 @@ class PolicySet:
         intervals: list[tuple[int, int]] = []
         deciding: list[tuple[str, Rule]] = []
         l7_by: set[str] = set()
+        allow_field = "egress" if egress else "ingress"
         for entry in selected:
             allow_rules = entry.subject.egress if egress else entry.subject.ingress
-            for rule in allow_rules:
+            for index, rule in enumerate(allow_rules):
                 matches = rule.peer_matches(peer, requires)
                 if matches:
                     found = rule.intervals(protocol, named)
                     intervals.extend(found)
                     if any(lo <= last and hi >= first for lo, hi in found):
                         deciding.append((entry.policy_id, rule))
+                        if matched is not None:
+                            matched.append(self._match(
+                                entry, rule, field=allow_field, index=index,
+                                effect=RuleEffect.ALLOW, protocol=protocol, named=named,
+                            ))  # fmt: skip
                 if (matches or enforcing) and _l7_on(
                     rule, protocol=protocol, named=named, first=first, last=last
                 ):
                     l7_by.add(entry.policy_id)
+                    if matched is not None:
+                        matched.append(self._match(
+                            entry, rule, field=allow_field, index=index, effect=RuleEffect.L7,
+                            protocol=protocol, named=named,
+                        ))  # fmt: skip
         if enforcing and not (intervals and _covers(intervals, first, last)):
             return FlowVerdict(False, hop, DenyReason.DEFAULT_DENY, tuple(sorted(enforcing)))
         if l7_by:

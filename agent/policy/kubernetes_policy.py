@@ -17,7 +17,7 @@ from typing import Any
 from agent.model.selector import LabelSelector
 from agent.policy.context import ManifestContext
 from agent.policy.ports import parse_port
-from agent.policy.rule import PortMatch, Rule, Subject
+from agent.policy.rule import Enforcement, PortMatch, Rule, Subject
 from agent.policy.selectors import label_selector, namespace_peer, with_namespace
 
 # Fields each object may hold (the networking.k8s.io/v1 schema): a misspelt field is an error.
@@ -49,6 +49,7 @@ def parse_kubernetes_spec(raw: Any, namespace: str, *, ctx: ManifestContext) -> 
         )
 
     types_raw = ctx.optional_list(raw, "policyTypes", path="spec")
+    implied = not types_raw
     if not types_raw:
         types = {"Ingress"}
         if sections["egress"]:
@@ -65,7 +66,15 @@ def parse_kubernetes_spec(raw: Any, namespace: str, *, ctx: ManifestContext) -> 
         egress=sections["egress"] if "Egress" in types else (),
         enforce_ingress="Ingress" in types,
         enforce_egress="Egress" in types,
+        ingress_enforcement=_enforcement("Ingress" in types, implied=implied),
+        egress_enforcement=_enforcement("Egress" in types, implied=implied),
     )
+
+
+def _enforcement(listed: bool, *, implied: bool) -> Enforcement:
+    if implied:
+        return Enforcement.POLICY_TYPES_DEFAULT if listed else Enforcement.NOT_IMPLIED
+    return Enforcement.POLICY_TYPES if listed else Enforcement.NOT_IN_POLICY_TYPES
 
 
 def _parse_k8s_rule(

@@ -18,6 +18,20 @@ from agent.model.network import Protocol
 from agent.model.selector import LabelSelector
 
 
+class Enforcement(StrEnum):
+    """Why a policy block does or does not put its endpoints in default deny for a direction."""
+
+    RULES = "rules"  # Cilium: the block has rules for the direction, enableDefaultDeny unset
+    NO_RULES = "no_rules"  # Cilium: no rules for the direction, enableDefaultDeny unset
+    DEFAULT_DENY_ON = "enable_default_deny_true"  # Cilium: enableDefaultDeny.<direction>: true
+    DEFAULT_DENY_OFF = "enable_default_deny_false"  # Cilium: enableDefaultDeny.<direction>: false
+    POLICY_TYPES = "policy_types"  # NetworkPolicy: the direction is listed in policyTypes
+    NOT_IN_POLICY_TYPES = "not_in_policy_types"  # NetworkPolicy: policyTypes leaves it out
+    POLICY_TYPES_DEFAULT = "policy_types_default"  # NetworkPolicy: policyTypes unset, implied
+    NOT_IMPLIED = "not_implied"  # NetworkPolicy: policyTypes unset, no egress rules
+    UNKNOWN = "unknown"  # built without the manifest (tests)
+
+
 class PolicyKind(StrEnum):
     """The manifest kinds the evaluator understands."""
 
@@ -152,7 +166,9 @@ class Subject:
     default deny for that direction. `ingress_requires`/`egress_requires` are the selectors of its
     allow rules' `fromRequires`/`toRequires`: they narrow the endpoint selectors of every allow
     rule of every subject selecting the same endpoint. `caveats` names what the block uses that
-    is not modelled exactly and may decide any flow of an endpoint it selects.
+    is not modelled exactly and may decide any flow of an endpoint it selects. `path` is where the
+    block is in its manifest (`spec`, `specs[1]`); `ingress_enforcement`/`egress_enforcement` say
+    why each direction is or is not enforced (the explanation shows it).
     """
 
     selector: LabelSelector | None
@@ -165,6 +181,9 @@ class Subject:
     ingress_requires: tuple[LabelSelector, ...] = ()
     egress_requires: tuple[LabelSelector, ...] = ()
     caveats: tuple[str, ...] = ()
+    path: str = "spec"
+    ingress_enforcement: Enforcement = Enforcement.UNKNOWN
+    egress_enforcement: Enforcement = Enforcement.UNKNOWN
 
     def rules(self) -> tuple[Rule, ...]:
         """Every rule of every direction."""

@@ -305,3 +305,36 @@ def test_adding_a_deny_rule_never_allows_a_denied_flow(
     after = _check(changed, src, dst, ports)
     if not before.allowed:
         assert not after.allowed, after
+
+
+@SETTINGS
+@given(manifests(), ENDPOINTS, ENDPOINTS, PORTS, st.booleans())
+def test_the_trace_is_the_checks_answer(
+    policies: list[dict[str, Any]], src: Endpoint, dst: Endpoint, ports: PortRange, cilium: bool
+) -> None:
+    """On random policy sets, under either dataplane, the trace's verdict is `check`'s (on a warm
+    set and a fresh one), its first denying hop is the verdict's, and every denial names exactly
+    the policies that its hop's record shows deciding it."""
+    from agent.model.network import DenyReason
+    from agent.policy.dataplane import DataplaneEvidence, resolve_dataplane
+    from agent.policy.trace import RuleEffect
+
+    evidence = DataplaneEvidence(cilium=("CiliumNetworkPolicy ml/x",) if cilium else ())
+    parsed = [parse_policy(p) for p in policies]
+    warm = PolicySet(parsed, dataplane=resolve_dataplane(evidence))
+    verdict = warm.check(src, dst, ports)
+    trace = PolicySet(parsed, dataplane=resolve_dataplane(evidence)).trace(src, dst, ports)
+    assert trace.verdict == verdict
+    assert warm.trace(src, dst, ports) == trace
+    denials = trace.denials()
+    assert bool(denials) is not verdict.allowed
+    if denials:
+        assert denials[0].verdict == verdict
+    for hop in trace.hops:
+        denies = sorted({m.policy for m in hop.matched if m.effect is RuleEffect.DENY})
+        if hop.verdict is None:
+            assert not denies
+        elif hop.verdict.reason is DenyReason.DENY_RULE:
+            assert list(hop.verdict.policies) == denies
+        elif hop.verdict.reason is DenyReason.DEFAULT_DENY:
+            assert hop.verdict.policies == hop.enforcing and not denies
