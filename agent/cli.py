@@ -53,6 +53,7 @@ COMMANDS: dict[str, str] = {
     "incidents": "agent.commands.incidents",
     "db": "agent.commands.db",
     "diagnose": "agent.commands.diagnose",
+    "explain": "agent.commands.explain",
     "demo": "agent.demo.command",
 }
 

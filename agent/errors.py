@@ -34,6 +34,11 @@ class PolicyError(InputError):
     """A network policy cannot be understood (bad selector, unknown operator, wrong type)."""
 
 
+class ExplainError(InputError):
+    """An explain query is malformed or names what the cluster does not hold (a pod, a
+    namespace); the message names the bad part in one line."""
+
+
 class UnavailableError(ZonemedicError):
     """A dependency (database, Kubernetes API, Prometheus, Slack) cannot be reached right now."""
 

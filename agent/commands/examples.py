@@ -37,6 +37,14 @@ EXAMPLES: dict[str, list[str]] = {
         "zonemedic diagnose cluster.yaml --config /etc/zonemedic/config/config.yaml"
         "   # the agent's config: its diagnosis: section (groups)",
     ],
+    "explain": [
+        "zonemedic explain --from ml/llm-finetune-worker-0 --to ml/llm-finetune-master-0"
+        " --port 23456/TCP",
+        "zonemedic explain --from ml --from-labels app=trainer,role=worker"
+        " --to ml/llm-finetune-master-0 --port 23456 --json   # a pod that does not exist yet",
+        "zonemedic explain --snapshot cluster.yaml --matrix --namespace ml --port 23456"
+        " --port 29500",
+    ],
     "config": ["zonemedic config check config.yaml"],
     "config check": [
         "zonemedic config check /etc/zonemedic/config/config.yaml",
