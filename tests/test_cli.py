@@ -149,6 +149,8 @@ def test_run_logs_text_on_a_terminal(tmp_path: Path) -> None:
 
 MACHINE_OUTPUT = {  # command path -> the arguments it needs besides the output flag
     "diagnose": ["examples/split-blocked.yaml"],
+    "explain": ["--snapshot", "examples/split-blocked.yaml", "--from", "ml/resnet-worker-0",
+                "--to", "ml/resnet-master-0", "--port", "23456"],
     "sweep": ["--once"],
     "demo": [],
     "incidents list": [],
@@ -178,6 +180,7 @@ def test_json_and_output_json_print_the_same(tmp_path: Path) -> None:
     database = f"sqlite:///{tmp_path / 'zm.db'}"
     assert cli("db", "upgrade", "--database", database).returncode == 0
     for argv in (["diagnose", "examples/split-blocked.yaml"],
+                 ["explain", *MACHINE_OUTPUT["explain"]],
                  ["incidents", "list", "--database", database]):
         long_form, alias = cli(*argv, "--output", "json"), cli(*argv, "--json")
         assert (long_form.returncode, alias.returncode) == (0, 0), alias.stderr
