@@ -15,7 +15,7 @@ egress is often denied at ingress too, and a fix must open both). A side is an e
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -205,17 +205,31 @@ class Judged:
 
 
 class PodIndex:
-    """Pods by (namespace, name), built once per state (a long-lived caller keeps it)."""
+    """Pods by namespace and name. `pods_in` (the agent's facts index: each namespace's pods)
+    spares a pass over every pod; without it the state's pods are grouped once. A namespace's
+    name map is built when first asked."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(
+        self, state: ClusterState, *, pods_in: Mapping[str, Sequence[Pod]] | None = None
+    ) -> None:
         self.state = state
-        self._pods = {(p.namespace, p.name): p for p in state.pods}
+        if pods_in is None:
+            grouped: dict[str, list[Pod]] = {}
+            for pod in state.pods:
+                grouped.setdefault(pod.namespace, []).append(pod)
+            pods_in = grouped
+        self._pods_in = pods_in
+        self._by_name: dict[str, dict[str, Pod]] = {}
 
     def get(self, namespace: str, name: str) -> Pod | None:
-        return self._pods.get((namespace, name))
+        named = self._by_name.get(namespace)
+        if named is None:
+            named = self._by_name[namespace] = {p.name: p for p in self._pods_in.get(namespace, ())}
+        return named.get(name)
 
     def in_namespace(self, namespace: str) -> list[Pod]:
-        return sorted((p for (ns, _), p in self._pods.items() if ns == namespace and p.live),
+        """The live pods of `namespace`, by name."""
+        return sorted((p for p in self._pods_in.get(namespace, ()) if p.live),
                       key=lambda p: p.name)  # fmt: skip
 
     def resolve(self, side: Side, *, where: str = "the cluster") -> Judged:

@@ -13,6 +13,11 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
   `limit`) and `GET /api/incidents/{id}`: bearer-token auth when `api_token` is set; without a
   token the API answers loopback clients only (403 otherwise), so it is off by default on loopback
   and never open to the network by accident;
+- `GET /api/explain?from=NS/POD&to=NS/POD&port=PORT[/PROTO]` (or `from=NS&from_labels=K=V,...`,
+  `to_labels`): why the network policies allow or deny that flow, the JSON of `zonemedic explain`
+  (`agent.runtime.explainer`); read-only, behind the same check as the incidents API (bearer
+  token, or loopback without one); 400 names a bad parameter or an unknown pod, 503 before the
+  caches are synced or without an explainer;
 - `POST /api/incidents/{id}/decision` (`agent.runtime.decision_http`): approve, reject or snooze
   through the one decision function. The route exists only when `api_token` is set (and a decider
   is given): a bearer token, compared in constant time, is required (401 without it); 400 names a
@@ -46,6 +51,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent.approval.decision import DecisionRequest, DecisionResult
+from agent.diagnosis.explanation import ExplainQuery
 from agent.errors import InputError, UnavailableError
 from agent.model.incident import parse_incident_id
 from agent.model.lifecycle import to_jsonable
@@ -53,6 +59,7 @@ from agent.parsing.bounded_body import BodyTooLargeError, read_bounded
 from agent.parsing.numbers import parse_duration, parse_int
 from agent.runtime import decision_http
 from agent.runtime.alerts import AlertReceiver
+from agent.runtime.explainer import parse_params
 from agent.runtime.limits import ReadDeadlineError
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
 from agent.runtime.webhook_credentials import WebhookCredentials
@@ -81,6 +88,12 @@ class IncidentQueries(Protocol):
     def list_incidents(self, filters: IncidentFilter) -> list[dict[str, Any]]: ...
 
     def get_incident(self, incident_id: int) -> dict[str, Any] | None: ...
+
+
+class Explainer(Protocol):
+    """What `GET /api/explain` calls (`agent.runtime.explainer.LiveExplainer`)."""
+
+    def explain(self, query: ExplainQuery) -> dict[str, Any]: ...
 
 
 class IncidentDecisions(Protocol):
@@ -191,6 +204,7 @@ def build_app(
     write_routes: Sequence[Route] = (),
     extra_routes: Sequence[BaseRoute] = (),
     webhook_credentials: WebhookCredentials | None = None,
+    explainer: Explainer | None = None,
 ) -> Starlette:
     """The app. `write_routes` (API endpoints that change something) are mounted only when
     `api_token` is set, each behind the bearer token; without a token they do not exist (404)."""
@@ -263,6 +277,15 @@ def build_app(
             return _error(404, f"no incident {incident_id}")
         return JSONResponse(found)
 
+    async def explain(request: Request) -> Response:
+        denied = authorized(request)
+        if denied is not None:
+            return denied
+        query = parse_params(dict(request.query_params))
+        if explainer is None:
+            return _error(503, "explanations are not available in this agent")
+        return JSONResponse(await run_in_threadpool(explainer.explain, query))
+
     routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -270,6 +293,7 @@ def build_app(
         Route("/alertmanager", alertmanager, methods=["POST"]),
         Route("/api/incidents", list_incidents, methods=["GET"]),
         Route("/api/incidents/{incident_id}", get_incident, methods=["GET"]),
+        Route("/api/explain", explain, methods=["GET"]),
     ]
     if api_token is not None:
         writes = [*write_routes]

@@ -59,10 +59,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent.diagnosis.diagnose import JobScope
+from agent.model.cluster import ClusterState
 from agent.model.finding import Finding
 from agent.model.job import JobRef
 from agent.model.lifecycle import TOPOLOGY_CLASSES, IncidentStatus, VerdictClass
 from agent.playbook.model import Playbook
+from agent.policy import PolicySet
 from agent.runtime.diagnoser import Diagnoser
 from agent.runtime.drops import DropMessages
 from agent.runtime.evidence import UtilizationReadings
@@ -84,6 +86,7 @@ from agent.sources.packetdrops import PacketDrop
 from agent.sources.prometheus import PrometheusSource
 from agent.store.repository import IncidentStore
 from agent.store.resilience import deadline
+from agent.topology.facts import ClusterFacts
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +316,12 @@ class AgentPipeline:
         to re-diagnose."""
         with self._lock:
             return self.drops.handle(drops)
+
+    def parsed_view(self) -> tuple[ClusterState, PolicySet, ClusterFacts]:
+        """The parsed cluster, policies and facts the next diagnosis reads (brought up to date
+        under the lock), for explanations (`agent.runtime.explainer`)."""
+        with self._lock:
+            return self.diagnoser.mirror.snapshot()
 
     def diagnose(self, scope: JobScope | None = None) -> tuple[Finding, ...]:
         """Findings of every job, or of the jobs `scope` covers (each as in a full diagnosis)."""

@@ -46,6 +46,7 @@ from agent.runtime.background import BackgroundJob, unique
 from agent.runtime.diagnoser import Diagnoser
 from agent.runtime.drops import DropMessages
 from agent.runtime.evidence import UtilizationReadings
+from agent.runtime.explainer import LiveExplainer
 from agent.runtime.http import build_app
 from agent.runtime.incidents import StoreIncidents, database_readiness
 from agent.runtime.leader import AlwaysLeader, LeaderElector, LeaseClient
@@ -312,12 +313,13 @@ class Routes:
     api_token: str | None
     webhook_credentials: WebhookCredentials | None
     extra: tuple[BaseRoute, ...]
+    explainer: LiveExplainer | None = None
 
     def app(self, *, metrics: AgentMetrics, readiness: Callable[[], dict[str, bool]]) -> Starlette:
         return build_app(
             metrics=metrics, readiness=readiness, alerts=self.alerts, incidents=self.incidents,
             api_token=self.api_token, decisions=self.incidents, extra_routes=self.extra,
-            webhook_credentials=self.webhook_credentials,
+            webhook_credentials=self.webhook_credentials, explainer=self.explainer,
         )  # fmt: skip
 
 
@@ -409,6 +411,8 @@ class Root:
             jobs.extend(wired.background_jobs)
         jobs.extend(injected.background_jobs)
         cache = clients.cache
+        explainer = LiveExplainer(pipeline.parsed_view, settings=settings.diagnosis,
+                                  ready=lambda: cache.synced)  # fmt: skip
         alerts = AlertReceiver(
             jobs_named=cache.jobs_named,
             job_of_pod=cache.job_of_pod,
@@ -423,6 +427,7 @@ class Root:
             api_token=read_secret_file(token_file, key="http.api_token_file") if token_file else None,
             webhook_credentials=WebhookCredentials.of(settings.alertmanager),
             extra=tuple(wired.routes),
+            explainer=explainer,
         )
         return Composition(
             clients=clients, parts=parts, elector=elector, store=store, pipeline=pipeline,
