@@ -24,6 +24,7 @@ from agent.model.incident import (
     IncidentStats,
 )
 from agent.model.lifecycle import DecisionOutcome, EventKind, IncidentStatus, MessageKind
+from agent.policy.explanation import ExplainQuery
 
 
 class ChatStore(Protocol):
@@ -87,6 +88,8 @@ class Decide(Protocol):
 
 
 Sweep = Callable[[], str]  # runs one sweep now; returns a one-line summary
+# explains one flow (`agent.runtime.explainer.LiveExplainer.explain`): `Explanation.to_dict()`
+Explain = Callable[[ExplainQuery], Mapping[str, Any]]
 # whether this actor (a Slack user) may start a sweep: the approval rule over `slack.approvers`
 MaySweep = Callable[[Actor], bool]
 Clock = Callable[[], datetime]

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 from agent.chatops.blocks import (
+    MAX_SECTION,
     STATUS_WORDS,
     Rendered,
     cap_blocks,
@@ -29,6 +31,7 @@ from agent.chatops.blocks import (
 )
 from agent.model.incident import IncidentDetail, IncidentListing, IncidentStats, IncidentSummary
 from agent.model.lifecycle import IncidentStatus
+from agent.policy.explain_report import render_explanation
 
 INCIDENTS_LISTED = 20  # slash-command listings and digests
 
@@ -131,12 +134,33 @@ HELP = (
     "• `show ID`: one incident with its timeline\n"
     "• `stats [since 30d]`: counts, mean times, GPU-hours recovered\n"
     "• `sweep`: diagnose every job now (approvers only)\n"
+    "• `explain from NS/POD to NS/POD port PORT[/PROTO]`: why the network policies allow or "
+    "deny that flow (`from NS from-labels K=V,...` for a pod to be)\n"
     "• `help`: this list"
 )
 
 
 def help_reply() -> Rendered:
     return Rendered(text="zonemedic commands", blocks=[section(HELP)])
+
+
+def explain_reply(answer: Mapping[str, Any]) -> Rendered:
+    """An explanation (`Explanation.to_dict()`) as a person reads it: the verdict in bold, then
+    the hops, rules and identities as `zonemedic explain` prints them, in code blocks that fit
+    Slack's section size."""
+    verdict = "allowed" if answer["allowed"] else "DENIED at " + " and ".join(answer["denied_at"])
+    title = mrkdwn_escape(f"{answer['from']} → {answer['to']} port {answer['port']}: {verdict}")
+    lines = render_explanation(answer).splitlines()[1:]
+    blocks = [section(f"*{title}*")]
+    chunk: list[str] = []
+    for line in lines:
+        if chunk and sum(len(x) + 1 for x in chunk) + len(line) > MAX_SECTION - 200:
+            blocks.append(section("```" + mrkdwn_escape("\n".join(chunk)) + "```"))
+            chunk = []
+        chunk.append(line)
+    if chunk:
+        blocks.append(section("```" + mrkdwn_escape("\n".join(chunk)) + "```"))
+    return Rendered(text=fallback(title), blocks=cap_blocks(blocks))
 
 
 def plain_reply(text: str) -> Rendered:

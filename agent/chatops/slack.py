@@ -26,7 +26,10 @@ module-level Bolt app would call Slack on import).
   exactly one decision, the others are told who decided. A recorded decision queues the message
   update and the thread reply through the outbox (`agent.chatops.delivery.Follower`).
 - `/zonemedic incidents|show|stats|sweep|help` replies ephemerally from the store's queries (the
-  CLI's); `sweep` is for approvers only.
+  CLI's); `sweep` is for approvers only. `/zonemedic explain from NS/POD to NS/POD port P` replies
+  with the injected `Explain`'s answer (the agent's evaluator over its cache, as
+  `GET /api/explain`), rendered by `agent.chatops.replies.explain_reply`; anyone may ask (it is
+  read-only).
 
 What it does not do: decide, deliver queued messages (the deliverer does) or render (render does).
 """
@@ -52,8 +55,15 @@ from starlette.routing import Route
 from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.blocks import ButtonAction, Rendered
 from agent.chatops.directory import ApproverDirectory
-from agent.chatops.ports import ChatStore, Clock, Decide, MaySweep, Sweep
-from agent.chatops.replies import detail_reply, help_reply, listing_reply, plain_reply, stats_reply
+from agent.chatops.ports import ChatStore, Clock, Decide, Explain, MaySweep, Sweep
+from agent.chatops.replies import (
+    detail_reply,
+    explain_reply,
+    help_reply,
+    listing_reply,
+    plain_reply,
+    stats_reply,
+)
 from agent.chatops.slash import SlashCommand, SlashError, Verb, parse
 from agent.chatops.verification import RequestGuard
 from agent.chatops.workspace import Workspace
@@ -88,6 +98,7 @@ class ChatHandlers:
     follow: Callable[[int], object]  # queue the message update and thread replies of an incident
     decide: Decide | None = None  # None: decisions are not wired yet; clicks say so
     sweep: Sweep | None = None
+    explain: Explain | None = None  # None: this agent does not explain flows
     workspace: Workspace | None = None  # None: no team check (tests of the handlers alone)
     audit: RefusalAudit = field(default_factory=RefusalAudit)
 
@@ -216,6 +227,13 @@ class ChatHandlers:
         if verb is Verb.STATS and parsed.since is not None:
             return stats_reply(self.store.stats(since=parsed.since, now=self.clock()),
                                period=parsed.period)
+        if verb is Verb.EXPLAIN and parsed.explain is not None:
+            if self.explain is None:
+                return plain_reply("Flows cannot be explained from Slack in this agent.")
+            try:
+                return explain_reply(self.explain(parsed.explain))
+            except InputError as exc:
+                return plain_reply(f"{exc}")
         if verb is not Verb.SWEEP:
             return help_reply()
         # sweep: approvers only (`slack.approvers`), by the one rule

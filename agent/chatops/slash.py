@@ -8,6 +8,8 @@ Grammar (words in any order after the verb; ages like 7d, 12h, 30m):
   show ID
   stats [since 30d]
   sweep          (approvers only: checked by the caller)
+  explain from NS/POD to NS/POD port PORT[/PROTO] [from-labels K=V,...] [to-labels K=V,...]
+                 (with from-labels/to-labels, from/to name the namespace only)
   help           (also: nothing at all)
 
 What it does not do: check who may run a command, or query anything.
@@ -19,10 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from agent.errors import ConfigError, InputError
+from agent.errors import ConfigError, ExplainError, InputError
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus
 from agent.parsing.choices import parse_choice
+from agent.policy.explanation import ExplainQuery, parse_query
 from agent.settings import parse_duration
 
 DEFAULT_SINCE = "7d"
@@ -40,6 +43,7 @@ class Verb(StrEnum):
     SHOW = "show"
     STATS = "stats"
     SWEEP = "sweep"
+    EXPLAIN = "explain"
     HELP = "help"
 
 
@@ -51,6 +55,7 @@ class SlashCommand:
     incident_id: int | None = None  # show
     since: datetime | None = None  # stats
     period: str = ""  # stats: the age as typed
+    explain: ExplainQuery | None = None  # explain
 
 
 def _age(value: str, now: datetime) -> datetime:
@@ -97,6 +102,15 @@ def parse(text: str, *, now: datetime, cluster: str | None = None) -> SlashComma
         if len(rest) != 1 or not rest[0].lstrip("#").isdigit() or int(rest[0].lstrip("#")) < 1:
             raise SlashError("`show`: expected one incident number, e.g. `show 42`")
         return SlashCommand(verb, incident_id=int(rest[0].lstrip("#")))
+    if verb is Verb.EXPLAIN:
+        pairs = _pairs(rest, {"from", "to", "port", "from-labels", "to-labels"}, verb)
+        try:
+            flow = parse_query(source=pairs.get("from"), destination=pairs.get("to"),
+                               port=pairs.get("port"), from_labels=pairs.get("from-labels"),
+                               to_labels=pairs.get("to-labels"))  # fmt: skip
+        except ExplainError as exc:
+            raise SlashError(f"`explain`: {exc}") from None
+        return SlashCommand(verb, explain=flow)
     if verb is Verb.STATS:
         pairs = _pairs(rest, {"since"}, verb)
         period = pairs.get("since", DEFAULT_STATS_SINCE)

@@ -4,7 +4,7 @@
 [--config FILE] [--output text|json]` reads the cluster (live through the kubeconfig:
 `--kubeconfig`/`--context`, else in-cluster, else ~/.kube/config; or `kubectl get -o yaml` dumps
 with `--snapshot`, repeatable) and prints the evaluator's explanation
-(`agent.diagnosis.explanation`): per hop whether it is enforced and why, the rules that matched, the
+(`agent.policy.explanation`): per hop whether it is enforced and why, the rules that matched, the
 verdict, and the identities. `--from NS --from-labels K=V,...` (and `--to-labels`) stands for a
 pod that does not exist yet. `--matrix` with `--pods NS/POD,...` (or `--namespace NS`, repeatable:
 its live pods) and `--port` (repeatable) prints one reachability table per port, as Kubernetes'
@@ -121,7 +121,7 @@ def _live_snapshot(args: argparse.Namespace) -> Snapshot:
 
 
 def _matrix_sides(args: argparse.Namespace, index: Any) -> list[Any]:
-    from agent.diagnosis.explanation import Side, parse_side
+    from agent.policy.explanation import Side, parse_side
 
     sides = [parse_side(item.strip(), None, field="pods")
              for group in args.pods for item in group.split(",") if item.strip()]  # fmt: skip
@@ -159,9 +159,9 @@ def _check_args(args: argparse.Namespace) -> None:
 def _explain(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: Snapshot) -> int:
     import orjson
 
-    from agent.diagnosis.explain_report import render_explanation, render_matrices
-    from agent.diagnosis.explanation import PodIndex, explain, matrix, parse_ports, parse_query
     from agent.parsing.printable import printable
+    from agent.policy.explain_report import render_explanation, render_matrices
+    from agent.policy.explanation import PodIndex, explain, matrix, parse_ports, parse_query
     from agent.topology.zones import mirror_label_keys
 
     where = "the snapshot" if args.snapshot else "the cluster"

@@ -1,7 +1,7 @@
 """The decision trace of one flow: what the evaluator looked at at each hop, and why it decided.
 
 Built by `agent.policy.evaluator.PolicySet.trace` (the same code path as `check`: the trace is the
-evaluator's own record, never a second evaluation), read by `agent.diagnosis.explanation` to answer
+evaluator's own record, never a second evaluation), read by `agent.policy.explanation` to answer
 "why is this flow dropped". A `HopTrace` is one hop (egress at the source, ingress at the
 destination) for one concrete protocol: the policy blocks selecting the endpoint, those that make
 the direction enforced (with why: `Enforcement`), every rule that matched the peer and a port of

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent.diagnosis.explanation import ExplainQuery, PodIndex, explain, parse_query
 from agent.errors import ExplainError, UnavailableError
 from agent.model.cluster import ClusterState
 from agent.policy import PolicySet
+from agent.policy.explanation import ExplainQuery, PodIndex, explain, parse_query
 from agent.settings import DiagnosisSettings
 from agent.topology.facts import ClusterFacts
 from agent.topology.zones import AUTO, mirror_label_keys

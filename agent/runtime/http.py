@@ -51,12 +51,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agent.approval.decision import DecisionRequest, DecisionResult
-from agent.diagnosis.explanation import ExplainQuery
 from agent.errors import InputError, UnavailableError
 from agent.model.incident import parse_incident_id
 from agent.model.lifecycle import to_jsonable
 from agent.parsing.bounded_body import BodyTooLargeError, read_bounded
 from agent.parsing.numbers import parse_duration, parse_int
+from agent.policy.explanation import ExplainQuery
 from agent.runtime import decision_http
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.explainer import parse_params

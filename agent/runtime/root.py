@@ -395,6 +395,8 @@ class Root:
                 PACKET_DROP_EVENTS, DropEventReader(hooks.on_packet_drops, on_ignored=ignored.inc)
             )
         pipeline = build_pipeline(parts, store, cls=injected.pipeline_class)
+        explainer = LiveExplainer(pipeline.parsed_view, settings=settings.diagnosis,
+                                  ready=lambda: clients.cache.synced)  # fmt: skip
         jobs: list[BackgroundJob] = []
         if clients.prometheus is not None:
             seconds = max(1.0, settings.detection.metrics_interval.total_seconds())
@@ -407,12 +409,11 @@ class Root:
                 runner = (injected.runner or remediation_queue.live_remediator)(parts, store)
                 remediating = remediation(parts, store, runner)
                 jobs.extend(remediating.background_jobs)
-            wired = chat.wire_chat(parts, store=store, sweep=chat.sweep_command(pipeline.sweep))
+            wired = chat.wire_chat(parts, store=store, sweep=chat.sweep_command(pipeline.sweep),
+                                   explain=explainer.explain)
             jobs.extend(wired.background_jobs)
         jobs.extend(injected.background_jobs)
         cache = clients.cache
-        explainer = LiveExplainer(pipeline.parsed_view, settings=settings.diagnosis,
-                                  ready=lambda: cache.synced)  # fmt: skip
         alerts = AlertReceiver(
             jobs_named=cache.jobs_named,
             job_of_pod=cache.job_of_pod,

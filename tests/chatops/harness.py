@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from agent.approval.approvers import Authority
 from agent.chatops.audit import RefusalReason
 from agent.chatops.delivery import DeliveryReport, SeriesSource
+from agent.chatops.ports import Explain
 from agent.chatops.slack import EVENTS_PATH
 from agent.fakes.slack import FakeSlack
 from agent.model.incident import FindingRecord
@@ -136,6 +137,7 @@ def start_rig(
     series: SeriesSource | None = None,
     serve: bool = True,
     sweep: Callable[[], str] | None = None,
+    explain: Explain | None = None,
     mode: SlackMode = SlackMode.HTTP,
     shared_db: Path | None = None,
     on_refused: Callable[[RefusalReason], None] | None = None,
@@ -157,7 +159,7 @@ def start_rig(
                                    slack_signing_secret=slack.signing_secret,
                                    slack_app_token=slack.app_token),
     )
-    chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep,
+    chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep, explain=explain,
                       claim_lease=FAST_LEASE, on_refused=on_refused,
                       authority=Authority.of(settings, playbooks or []))
     if chat.deliverer is not None and chat.deliverer.follower is not None:

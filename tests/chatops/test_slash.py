@@ -8,6 +8,7 @@ import pytest
 
 from agent.chatops.slash import SlashError, Verb, parse
 from agent.model.lifecycle import IncidentStatus
+from agent.model.network import PortRange, Protocol
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -29,6 +30,12 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
          == ("ml", "resnet", IncidentStatus.RESOLVED, NOW - timedelta(days=2))
          and c.filters == "job ml/resnet, since 2d, status resolved"),
         ("INCIDENTS status open", Verb.INCIDENTS, lambda c: c.query.status is IncidentStatus.OPEN),
+        ("explain from ml/w-0 to ml/m-0 port 23456", Verb.EXPLAIN,
+         lambda c: (str(c.explain.source), str(c.explain.destination), c.explain.ports)
+         == ("ml/w-0", "ml/m-0", PortRange.single(23456))),
+        ("explain to ml/m-0 port 53/udp from ml from-labels app=x,zone=a", Verb.EXPLAIN,
+         lambda c: (c.explain.source.labels, c.explain.ports.protocol)
+         == ((("app", "x"), ("zone", "a")), Protocol.UDP)),
     ],
 )
 def test_parses(text: str, verb: Verb, check: object) -> None:
@@ -53,6 +60,12 @@ def test_parses(text: str, verb: Verb, check: object) -> None:
         ("incidents since 1d since 2d", "'since' given twice"),
         ("sweep now", "takes no arguments"),
         ("x" * 501, "too long"),
+        ("explain from ml/a to ml/b", "`explain`: port: give PORT"),
+        ("explain from ml/a to ml/b port 99999", "`explain`: port: '99999' is not a port"),
+        ("explain from ml/a to ml/b port 80/gre", "unknown protocol 'gre'"),
+        ("explain from ml to ml/b port 80", "from: expected NAMESPACE/POD"),
+        ("explain from ml from-labels app to ml/b port 80", "from-labels: expected KEY=VALUE"),
+        ("explain from ml/a to ml/b port 80 via x", "unknown filter 'via'"),
     ],
 )
 def test_refuses_with_the_reason(text: str, message: str) -> None:

@@ -15,8 +15,8 @@ import yaml
 
 from agent.cli import main
 from agent.commands.diagnose import load_snapshot
-from agent.diagnosis.explanation import PodIndex, endpoint_of
 from agent.model.network import PortRange
+from agent.policy.explanation import PodIndex, endpoint_of
 from agent.settings import DiagnosisSettings
 from agent.twin import cluster as twin_cluster
 from agent.twin import kubeconfig

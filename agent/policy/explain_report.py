@@ -1,4 +1,4 @@
-"""Render an explanation (`agent.diagnosis.explanation.Explanation.to_dict()`) and reachability
+"""Render an explanation (`agent.policy.explanation.Explanation.to_dict()`) and reachability
 matrices for people: the `explain` command's text output and the Slack `/zonemedic explain` reply.
 
 The first line is the flow and its verdict; then one line per hop (per protocol when the query
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.diagnosis.explanation import Matrix
 from agent.parsing.printable import printable
+from agent.policy.explanation import Matrix
 
 _VERDICT_TEXT = {
     "allowed": "allowed",

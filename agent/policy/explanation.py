@@ -9,7 +9,7 @@ code path of `PolicySet.check` that the diagnosis uses), never a second reading 
 egress is often denied at ingress too, and a fix must open both). A side is an existing pod
 (`NS/POD`) or, for a pod that does not exist yet, a namespace and labels. Bad input raises
 `ExplainError` naming what is wrong. What it does not do: read the cluster or render for people
-(`agent.diagnosis.explain_report` renders). Pure: no I/O.
+(`agent.policy.explain_report` renders). Pure: no I/O.
 """
 
 from __future__ import annotations
