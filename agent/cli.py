@@ -54,6 +54,7 @@ COMMANDS: dict[str, str] = {
     "db": "agent.commands.db",
     "diagnose": "agent.commands.diagnose",
     "explain": "agent.commands.explain",
+    "whatif": "agent.commands.whatif",
     "demo": "agent.demo.command",
 }
 

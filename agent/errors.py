@@ -39,6 +39,10 @@ class ExplainError(InputError):
     namespace); the message names the bad part in one line."""
 
 
+class WhatIfError(InputError):
+    """A what-if change names an object the cluster does not hold, or a kind it cannot delete."""
+
+
 class UnavailableError(ZonemedicError):
     """A dependency (database, Kubernetes API, Prometheus, Slack) cannot be reached right now."""
 

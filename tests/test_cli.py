@@ -151,6 +151,8 @@ MACHINE_OUTPUT = {  # command path -> the arguments it needs besides the output 
     "diagnose": ["examples/split-blocked.yaml"],
     "explain": ["--snapshot", "examples/split-blocked.yaml", "--from", "ml/resnet-worker-0",
                 "--to", "ml/resnet-master-0", "--port", "23456"],
+    "whatif": ["--snapshot", "examples/split-blocked.yaml", "--delete",
+               "CiliumNetworkPolicy/ml/zone-b-only"],
     "sweep": ["--once"],
     "demo": [],
     "incidents list": [],

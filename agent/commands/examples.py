@@ -45,6 +45,11 @@ EXAMPLES: dict[str, list[str]] = {
         "zonemedic explain --snapshot cluster.yaml --matrix --namespace ml --port 23456"
         " --port 29500",
     ],
+    "whatif": [
+        "zonemedic whatif --snapshot cluster.yaml --apply allow-nccl.yaml",
+        "zonemedic whatif --snapshot cluster.yaml --delete CiliumNetworkPolicy/ml/zone-b-only"
+        " --json",
+    ],
     "config": ["zonemedic config check config.yaml"],
     "config check": [
         "zonemedic config check /etc/zonemedic/config/config.yaml",

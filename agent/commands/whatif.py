@@ -1,0 +1,97 @@
+"""`zonemedic whatif`: what a policy change would do to every job, before it is made.
+
+`zonemedic whatif --snapshot FILE [...] [--apply FILE ...] [--delete KIND/NS/NAME ...]
+[--config FILE] [--output text|json]` parses the dump as it is and as the change would leave it
+(`--apply`: the file's objects added or replacing those of the same kind, namespace and name, as a
+later snapshot file does; `--delete`: a NetworkPolicy, CiliumNetworkPolicy or Pod `KIND/NS/NAME`,
+or `CiliumClusterwideNetworkPolicy/NAME`, removed), then prints the blast radius
+(`agent.diagnosis.whatif`): each job whose verdict changes and each required flow whose verdict
+changes. Exit 0 whatever changes; bad input (an unreadable file, an object that is not there, a kind
+it cannot delete) is one line, exit 2. Dumps only: it reads no live cluster, and applies nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.errors import WhatIfError
+
+if TYPE_CHECKING:
+    from agent.snapshot.collection import Snapshot
+
+_POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "whatif",
+        help="show which jobs and flows a policy change would change",
+        description="Diagnose every job of a dump as it is and as a policy change would leave it, "
+        "and print each job and each required flow whose verdict changes.",
+    )
+    parser.add_argument("--snapshot", action="append", default=[], metavar="FILE", type=Path,
+                        help="a `kubectl get -o yaml` dump (repeatable; required)")
+    parser.add_argument("--apply", action="append", default=[], metavar="FILE", type=Path,
+                        help="objects (policies) to apply (repeatable)")
+    parser.add_argument("--delete", action="append", default=[], metavar="KIND/NS/NAME",
+                        help="an object to delete: NetworkPolicy/NS/NAME, CiliumNetworkPolicy/NS/"
+                        "NAME, CiliumClusterwideNetworkPolicy/NAME, Pod/NS/NAME (repeatable)")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="diagnosis config (YAML): the agent's diagnosis: keys")
+    parser.add_argument("--output", choices=("text", "json"), default="text")
+    parser.set_defaults(handler=run)
+
+
+def _delete(snapshot: Snapshot, targets: list[str]) -> Snapshot:
+    policies = {p.id: p for p in snapshot.policies}
+    unreadable = {u.id: u for u in snapshot.unreadable}
+    pods = {f"Pod/{p.namespace}/{p.name}": p for p in snapshot.state.pods}
+    for target in targets:
+        kind = target.partition("/")[0]
+        if kind not in (*_POLICY_KINDS, "Pod"):
+            raise WhatIfError(f"--delete: cannot delete a {kind!r} (kinds: "
+                              f"{', '.join((*_POLICY_KINDS, 'Pod'))})")  # fmt: skip
+        found = policies.pop(target, None) or unreadable.pop(target, None) or pods.pop(target, None)
+        if found is None:
+            raise WhatIfError(f"--delete: no {target} in the snapshot")
+    state = dataclasses.replace(snapshot.state, pods=tuple(pods.values()))
+    return dataclasses.replace(snapshot, state=state, policies=tuple(policies.values()),
+                               unreadable=tuple(unreadable.values()))  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    import orjson
+
+    from agent.commands.diagnose import load_snapshot
+    from agent.diagnosis.whatif import Cluster, blast_radius
+    from agent.parsing.printable import printable
+    from agent.settings import load_diagnosis_settings
+
+    if not args.snapshot:
+        raise WhatIfError("whatif: give --snapshot FILE (a `kubectl get -o yaml` dump)")
+    if not args.apply and not args.delete:
+        raise WhatIfError("whatif: give a change: --apply FILE or --delete KIND/NS/NAME")
+    settings = load_diagnosis_settings(args.config)
+    try:
+        before = load_snapshot(args.snapshot)
+        after = _delete(load_snapshot([*args.snapshot, *args.apply]), args.delete)
+        for warning in after.warnings:
+            print(f"zonemedic: warning: {printable(str(warning))}", file=sys.stderr)
+        result = blast_radius(
+            Cluster(before.state, before.policy_set(settings)),
+            Cluster(after.state, after.policy_set(settings)),
+            settings=settings,
+        )
+    finally:
+        gc.unfreeze()
+    if args.output == "json":
+        sys.stdout.buffer.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.flush()
+    else:
+        sys.stdout.write("".join(printable(line) + "\n" for line in result.render().splitlines()))
+    return 0

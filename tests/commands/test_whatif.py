@@ -1,0 +1,73 @@
+"""`zonemedic whatif` on the example dump: deleting or applying a policy prints exactly the jobs and
+required flows whose verdicts change; a change that opens nothing changes nothing; bad input is one
+line, exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from agent.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DUMP = str(ROOT / "examples" / "split-blocked.yaml")
+CONFIG = str(ROOT / "examples" / "split-blocked.config.yaml")
+
+
+def whatif(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["whatif", "--snapshot", DUMP, "--config", CONFIG, *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _allow_all_in_ml(path: Path, *, namespace: str = "ml") -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+        "metadata": {"name": "allow-ml", "namespace": namespace},
+        "spec": {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}]}]},
+    }))  # fmt: skip
+    return path
+
+
+def test_deleting_a_zone_policy_opens_the_flows_into_its_zone(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = whatif(capsys, "--delete", "CiliumNetworkPolicy/ml/zone-b-only", "--json")
+    assert code == 0, err
+    result = orjson.loads(out)
+    assert result["jobs"] == []  # the workers' side (zone-a-only) still blocks the master's flows
+    opened = {(f["from"], f["to"], f["port"]) for f in result["flows"]}
+    assert opened == {(f"ml/resnet-worker-{i}", "ml/resnet-master-0", port)
+                      for i in range(3) for port in ("23456/TCP", "1024-65535/TCP")}
+    assert all(f["before"] == {"allowed": False, "hop": "ingress", "reason": "default_deny",
+                               "policies": ["CiliumNetworkPolicy/ml/zone-b-only"]}
+               and f["after"] == {"allowed": True} for f in result["flows"])
+
+
+def test_applying_an_allow_policy_unblocks_the_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = whatif(capsys, "--apply", str(_allow_all_in_ml(tmp_path / "allow.yaml")))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("what if: 2 job(s), 18 pod-pair flow(s) checked; 1 job verdict(s)")
+    assert "  job PyTorchJob/ml/resnet: zone_split_blocked -> zone_split_degraded" in lines
+
+
+def test_a_change_elsewhere_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = whatif(capsys, "--apply", str(_allow_all_in_ml(tmp_path / "a.yaml", namespace="web")),
+                          "--json")
+    result = orjson.loads(out)
+    assert (code, result["jobs"], result["flows"], result["flows_checked"]) == (0, [], [], 18)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--delete", "CiliumNetworkPolicy/ml/nope"], "--delete: no CiliumNetworkPolicy/ml/nope in the snapshot"),
+    (["--delete", "Deployment/ml/x"], "--delete: cannot delete a 'Deployment' (kinds: NetworkPolicy, "
+     "CiliumNetworkPolicy, CiliumClusterwideNetworkPolicy, Pod)"),
+    ([], "whatif: give a change: --apply FILE or --delete KIND/NS/NAME"),
+    (["--apply", "/nonexistent.yaml"], "/nonexistent.yaml: cannot read snapshot: No such file or directory"),
+])
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert whatif(capsys, *args) == (2, "", f"zonemedic: error: {message}\n")
