@@ -17,7 +17,6 @@ one line, exit 2; a cluster that cannot be reached is exit 1. It changes nothing
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import sys
 from pathlib import Path
@@ -28,22 +27,6 @@ from agent.errors import ExplainError
 if TYPE_CHECKING:
     from agent.settings import DiagnosisSettings
     from agent.snapshot.collection import Snapshot
-
-# (path, apiVersion of the items, kind of the items, optional: absent when the API is not served)
-_LIVE_LISTS = (
-    ("/api/v1/namespaces", "v1", "Namespace", False),
-    ("/api/v1/nodes", "v1", "Node", False),
-    ("/api/v1/pods", "v1", "Pod", False),
-    ("/apis/networking.k8s.io/v1/networkpolicies", "networking.k8s.io/v1", "NetworkPolicy", False),
-    ("/apis/cilium.io/v2/ciliumnetworkpolicies", "cilium.io/v2", "CiliumNetworkPolicy", True),
-    ("/apis/cilium.io/v2/ciliumclusterwidenetworkpolicies", "cilium.io/v2",
-     "CiliumClusterwideNetworkPolicy", True),
-)
-_LIVE_OBJECTS = (
-    ("/api/v1/namespaces/kube-system/configmaps/cilium-config", "v1", "ConfigMap"),
-    ("/apis/apps/v1/namespaces/kube-system/daemonsets/cilium", "apps/v1", "DaemonSet"),
-)
-
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -81,45 +64,6 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _live_snapshot(args: argparse.Namespace) -> Snapshot:
-    """List what an explanation reads from the live cluster, as the API returns it."""
-    from agent.settings import KubernetesSettings
-    from agent.snapshot.collection import parse_objects
-    from agent.sources.kubeapi import KubeApi, KubeApiError, build_api_client
-
-    api = KubeApi(build_api_client(KubernetesSettings(kubeconfig=args.kubeconfig,
-                                                      context=args.context)))  # fmt: skip
-    items: list[dict[str, Any]] = []
-    served: list[str] = []
-    for path, api_version, kind, optional in _LIVE_LISTS:
-        try:
-            body = api.json("GET", path, timeout=60)
-        except KubeApiError as exc:
-            if optional and exc.status == 404:
-                continue
-            raise
-        if optional:
-            served.append(f"API group {api_version}")
-        for item in body.get("items") or ():
-            items.append({**item, "apiVersion": api_version, "kind": kind})
-    for path, api_version, kind in _LIVE_OBJECTS:
-        try:
-            items.append({**api.json("GET", path, timeout=30), "apiVersion": api_version,
-                          "kind": kind})  # fmt: skip
-        except KubeApiError as exc:
-            if exc.status not in (403, 404):
-                raise
-    api.api_client.close()
-    snapshot = parse_objects(items, source="the live cluster")
-    if served:
-        evidence = snapshot.evidence
-        cilium = (*evidence.cilium, *dict.fromkeys(served))[:3]
-        snapshot = dataclasses.replace(
-            snapshot, evidence=dataclasses.replace(evidence, cilium=cilium)
-        )
-    return snapshot
-
-
 def _matrix_sides(args: argparse.Namespace, index: Any) -> list[Any]:
     from agent.policy.explanation import Side, parse_side
 
@@ -132,12 +76,14 @@ def _matrix_sides(args: argparse.Namespace, index: Any) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from agent.commands.diagnose import load_snapshot
+    from agent.commands.live_cluster import live_snapshot, read_live
     from agent.settings import load_diagnosis_settings
 
     settings = load_diagnosis_settings(args.config)
     _check_args(args)
     try:
-        snapshot = load_snapshot(args.snapshot) if args.snapshot else _live_snapshot(args)
+        snapshot = load_snapshot(args.snapshot) if args.snapshot else live_snapshot(
+            read_live(kubeconfig=args.kubeconfig, context=args.context))
         return _explain(args, settings, snapshot)
     finally:
         gc.unfreeze()

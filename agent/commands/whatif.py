@@ -1,13 +1,14 @@
 """`zonemedic whatif`: what a policy change would do to every job, before it is made.
 
-`zonemedic whatif --snapshot FILE [...] [--apply FILE ...] [--delete KIND/NS/NAME ...]
-[--config FILE] [--output text|json]` parses the dump as it is and as the change would leave it
+`zonemedic whatif [--snapshot FILE ...] [--apply FILE ...] [--delete KIND/NS/NAME ...]
+[--config FILE] [--output text|json]` parses the dump (or, without `--snapshot`, the live cluster
+through the kubeconfig: `--kubeconfig`/`--context`, read-only, `agent.commands.live_cluster`) as it is and as the change would leave it
 (`--apply`: the file's objects added or replacing those of the same kind, namespace and name, as a
 later snapshot file does; `--delete`: a NetworkPolicy, CiliumNetworkPolicy or Pod `KIND/NS/NAME`,
 or `CiliumClusterwideNetworkPolicy/NAME`, removed), then prints the blast radius
 (`agent.diagnosis.whatif`): each job whose verdict changes and each required flow whose verdict
 changes. Exit 0 whatever changes; bad input (an unreadable file, an object that is not there, a kind
-it cannot delete) is one line, exit 2. Dumps only: it reads no live cluster, and applies nothing.
+it cannot delete) is one line, exit 2; an unreachable cluster exit 1. It applies nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ def register(subparsers: Any) -> None:
         "and print each job and each required flow whose verdict changes.",
     )
     parser.add_argument("--snapshot", action="append", default=[], metavar="FILE", type=Path,
-                        help="a `kubectl get -o yaml` dump (repeatable; required)")
+                        help="a `kubectl get -o yaml` dump (repeatable; default: the live "
+                        "cluster)")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="the kubeconfig of the live cluster")
+    parser.add_argument("--context", metavar="NAME", help="the kubeconfig context")
     parser.add_argument("--apply", action="append", default=[], metavar="FILE", type=Path,
                         help="objects (policies) to apply (repeatable)")
     parser.add_argument("--delete", action="append", default=[], metavar="KIND/NS/NAME",
@@ -64,6 +68,18 @@ def _delete(snapshot: Snapshot, targets: list[str]) -> Snapshot:
                                unreadable=tuple(unreadable.values()))  # fmt: skip
 
 
+def _items(path: Path) -> list[dict[str, Any]]:
+    """The objects of an `--apply` file."""
+    from agent.errors import SnapshotError
+    from agent.snapshot.documents import iter_items
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return list(iter_items(data, source=str(path)))
+
+
 def run(args: argparse.Namespace) -> int:
     import orjson
 
@@ -72,14 +88,20 @@ def run(args: argparse.Namespace) -> int:
     from agent.parsing.printable import printable
     from agent.settings import load_diagnosis_settings
 
-    if not args.snapshot:
-        raise WhatIfError("whatif: give --snapshot FILE (a `kubectl get -o yaml` dump)")
     if not args.apply and not args.delete:
         raise WhatIfError("whatif: give a change: --apply FILE or --delete KIND/NS/NAME")
     settings = load_diagnosis_settings(args.config)
     try:
-        before = load_snapshot(args.snapshot)
-        after = _delete(load_snapshot([*args.snapshot, *args.apply]), args.delete)
+        if args.snapshot:
+            before = load_snapshot(args.snapshot)
+            changed = load_snapshot([*args.snapshot, *args.apply])
+        else:
+            from agent.commands.live_cluster import live_snapshot, read_live
+
+            applied = [item for path in args.apply for item in _items(path)]
+            live = read_live(kubeconfig=args.kubeconfig, context=args.context)
+            before, changed = live_snapshot(live), live_snapshot(live, applied)
+        after = _delete(changed, args.delete)
         for warning in after.warnings:
             print(f"zonemedic: warning: {printable(str(warning))}", file=sys.stderr)
         result = blast_radius(

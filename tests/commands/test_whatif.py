@@ -71,3 +71,16 @@ def test_bad_input_is_one_line_and_exit_2(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert whatif(capsys, *args) == (2, "", f"zonemedic: error: {message}\n")
+
+
+def test_live_through_the_kubeconfig(twin: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Against the twin: deleting the master's zone policy opens the workers' flows to it."""
+    code = main(["whatif", "--kubeconfig", str(twin["kubeconfig"]), "--config", str(twin["config"]),
+                 "--delete", "CiliumNetworkPolicy/ml/zone-boundary-us-east-1b", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    result = orjson.loads(out.out)
+    assert all(f["after"] == {"allowed": True} for f in result["flows"])
+    opened = {(f["from"], f["to"], f["port"]) for f in result["flows"]}
+    assert opened == {(f"ml/llm-finetune-worker-{i}", "ml/llm-finetune-master-0", port)
+                      for i in range(4) for port in ("23456/TCP", "1024-65535/TCP")}
