@@ -10,12 +10,24 @@ marks it as Kueue's (`KueueMarkers`). `OwnerKind` describes the workloads a conf
 group is made of (batch Job, ReplicaSet, Deployment): its template, pod count, how it is moved.
 `JobKind` names the training kinds, plus `Group` (a configured generic group, no API kind).
 
+Two families are described. Kubeflow training-operator v1 kinds (and mpi-operator's v2beta1
+MPIJob) keep a replica-spec map and label their pods `training.kubeflow.org/*`. JobSet
+(`jobset.x-k8s.io/v1alpha2`) keeps a list of replicated jobs, each a batch Job template run
+`replicas` times; its pods are owned by those Jobs and labelled `jobset.sigs.k8s.io/jobset-name`,
+`replicatedjob-name`, `job-index`, `job-global-index`, with the annotation
+`batch.kubernetes.io/job-completion-index`. A Kubeflow Trainer v2 TrainJob
+(`trainer.kubeflow.org/v1alpha1`) holds no pod template: its controller materialises it as a
+JobSet of the same name and namespace with a controller ownerReference to it
+(`WorkloadKind.materialised`), and its pods, templates and coordinator are that JobSet's; a pod
+of a JobSet a TrainJob owns belongs to the TrainJob. Initializer replicated jobs
+(`dataset-initializer`, `model-initializer`) run before training and are outside the gang
+(`PodTemplates.outside`).
+
 Adding a kind is one `WorkloadKind` in `WORKLOADS`: the watch lists and watches it, the cache
 and the snapshot parser read it, topology finds its gang and coordinator, the planner finds its
 templates and suspends it, the re-diagnosis lists it, playbooks may name it, and the RBAC test
-checks the ClusterRole grants it. The layouts a descriptor can state already cover JobSet's
-(`spec.replicatedJobs[].template.spec.template`, its pods counted as replicas times parallelism,
-`spec.suspend`, label `jobset.sigs.k8s.io/jobset-name`).
+checks the ClusterRole grants it. LeaderWorkerSet and KubeRay fit the same types (a template
+layout, gang labels, a coordinator rule) when they come.
 
 Read by the sources (what to watch, which job a pod belongs to, the pods a job expects), the
 snapshot parser and the runtime's mirror, topology (labels, coordinator, ports), diagnosis and the
@@ -44,6 +56,8 @@ class JobKind(StrEnum):
     XGBOOST = "XGBoostJob"
     PADDLE = "PaddleJob"
     JAX = "JAXJob"
+    TRAINJOB = "TrainJob"
+    JOBSET = "JobSet"
     GROUP = "Group"
 
 
@@ -71,22 +85,29 @@ class PodCount(StrEnum):
 class PodTemplate:
     """One pod template of an object: its replica (type or replicated-job name; `template` for a
     single one), the keys from the object's root to it, the template, and how many pods run from
-    it (None when the count is not a non-negative integer)."""
+    it (None when the count is not a non-negative integer); `in_gang` False for a replica that
+    runs outside the gang (an initializer)."""
 
     replica: str
     path: tuple[str | int, ...]
     template: Mapping[str, Any]
     count: int | None
+    in_gang: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class PodTemplates:
     """Where a kind's pod templates live (`path` from the object's root to the replica-spec map,
-    the replicated-job list, or the one template) and where their pod counts are."""
+    the replicated-job list, or the one template) and where their pod counts are. `outside`:
+    replicas (replicated-job names) that run outside the gang, before it (initializers): not
+    counted in `expected_pods`; a replicated job is one of them by its name or by the value of
+    its Job template's label `outside_label`."""
 
     layout: TemplateLayout
     path: Path
     count: PodCount = PodCount.REPLICAS
+    outside: frozenset[str] = frozenset()
+    outside_label: str | None = None
 
     @property
     def field(self) -> str:
@@ -120,18 +141,27 @@ class PodTemplates:
         for index, rjob in enumerate(found):
             if not isinstance(rjob, Mapping):
                 continue
-            job_spec = _mapping(_mapping(rjob.get("template")).get("spec"))
+            job_template = _mapping(rjob.get("template"))
+            job_spec = _mapping(job_template.get("spec"))
             replicas, per_job = count_of(rjob.get("replicas"), 1), _parallel(job_spec)
             count = replicas * per_job if replicas is not None and per_job is not None else None
+            labels = _mapping(_mapping(job_template.get("metadata")).get("labels"))
+            step = labels.get(self.outside_label) if self.outside_label else None
+            names = {str(rjob.get("name")), *((str(step),) if step is not None else ())}
             out.append(PodTemplate(str(rjob.get("name") or index),
                                    (*self.path, index, "template", "spec", "template"),
-                                   _mapping(job_spec.get("template")), count))  # fmt: skip
+                                   _mapping(job_spec.get("template")), count,
+                                   in_gang=not names & self.outside))  # fmt: skip
         return out
 
+    def gang_templates(self, obj: Mapping[str, Any]) -> list[PodTemplate]:
+        """The object's pod templates whose pods form the gang (`outside` ones left out)."""
+        return [t for t in self.templates(obj) if t.in_gang]
+
     def expected_pods(self, obj: Mapping[str, Any]) -> int | None:
-        """Pods the object runs once all are up: the sum of its templates' counts; None when it
-        has no template or a count is unreadable."""
-        templates = self.templates(obj)
+        """Pods of the gang the object runs once all are up: the sum of its gang templates'
+        counts; None when it has no gang template or a count is unreadable."""
+        templates = self.gang_templates(obj)
         if not templates or any(t.count is None for t in templates):
             return None
         return sum(t.count or 0 for t in templates)
@@ -146,7 +176,10 @@ class PodTemplates:
 @dataclass(frozen=True, slots=True)
 class GangLabels:
     """The pod labels a kind's operator sets: the job's name, the replica type and index, the
-    role (`coordinator_role` marks the coordinator), the operator's name."""
+    role (`coordinator_role` marks the coordinator), the operator's name. JobSet pods: the
+    replicated job is the replica type, the Job's index within it the replica index,
+    `global_index` its index among all the JobSet's Jobs, and the pod's index within its
+    (Indexed) Job is the annotation `completion_index`."""
 
     job_name: str
     replica_type: str
@@ -154,20 +187,44 @@ class GangLabels:
     job_role: str | None = None
     operator: str | None = None
     coordinator_role: str | None = None
+    global_index: str | None = None
+    completion_index: str | None = None  # a pod annotation, not a label
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """A replica type whose pods launch the ranks instead of holding one (MPI): when the job has
+    it and another replica type, its pod is the coordinator; it dials every rank on the ranks'
+    container port named `port_name`, else (when `probe_port`) the TCP port of their readiness
+    probe (sshd's), else `default_port`; it holds no GPU rank."""
+
+    replica_type: str
+    port_name: str = "ssh"
+    default_port: int = 22
+    probe_port: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Coordinator:
     """How a job's coordinator is found and reached: the pod whose role label says so, else the
-    first pod of the first replica type of `replica_types` present (lower case), else (when
-    `worker_zero`) the worker of index 0. Its port: the container port named `port_name`, else
-    (when `first_port`) its first container port, else `default_port`."""
+    launcher (`launcher`, when the job has it beside another replica type), else the pod the
+    object names at `declared` (JobSet `spec.coordinator{replicatedJob, jobIndex, podIndex}`),
+    else the first pod of the first replica type of `replica_types` present (lower case), else
+    (when `first_replica`) of its first replica in the object's order, else (when `worker_zero`)
+    the worker of index 0. "First pod" of a replica type with `GangLabels.completion_index` is
+    rank 0: replica index 0 and completion index 0. Its port: the value of the first env var of
+    `port_env` its containers set, else the container port named `port_name`, else (when
+    `first_port`) its first container port, else `default_port`."""
 
     replica_types: tuple[str, ...]
-    port_name: str
+    port_name: str | None
     default_port: int
     worker_zero: bool = True
     first_port: bool = False
+    port_env: tuple[str, ...] = ()
+    declared: Path | None = None
+    first_replica: bool = False
+    launcher: Launcher | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +296,11 @@ KUEUE = KueueMarkers(
 class WorkloadKind:
     """One kind of training job: everything the agent needs to watch, read, group, plan, suspend
     and resume it. `launcher_job`: the suffix of the batch Job that owns its coordinator pod
-    (`<job>-launcher`), when one does. `operators`: the operator-name label values naming it."""
+    (`<job>-launcher`), when one does. `operators`: the operator-name label values naming it.
+    `materialised`: the kind its controller materialises it as (same name and namespace, a
+    controller ownerReference to it), whose object holds its pod templates (read with
+    `templates`) and owns its pods; None when its own object does. `pods_owned_by`: the kind
+    that owns its pods (controller ownerReference) when not itself (JobSet: batch Jobs)."""
 
     kind: JobKind
     group: str
@@ -253,6 +314,8 @@ class WorkloadKind:
     conditions: Conditions
     kueue: KueueMarkers = KUEUE
     launcher_job: str | None = None
+    materialised: JobKind | None = None
+    pods_owned_by: str | None = None
 
     @property
     def api_versions(self) -> tuple[str, ...]:
@@ -348,7 +411,65 @@ PADDLE = _kubeflow(JobKind.PADDLE, "paddlejobs", "paddleReplicaSpecs",
 JAX = _kubeflow(JobKind.JAX, "jaxjobs", "jaxReplicaSpecs", operators=("jaxjob-controller",),
                 coordinator=Coordinator((), "jaxjob-port", 6666, first_port=True))  # fmt: skip
 
-WORKLOADS: tuple[WorkloadKind, ...] = (PYTORCH, TF, MPI, XGBOOST, PADDLE, JAX)
+# --- JobSet and Kubeflow Trainer v2 ---
+
+JOBSET_GROUP = "jobset.x-k8s.io"
+TRAINER_GROUP = "trainer.kubeflow.org"
+JOBSET_LABELS = GangLabels(
+    job_name="jobset.sigs.k8s.io/jobset-name",
+    replica_type="jobset.sigs.k8s.io/replicatedjob-name",
+    replica_index="jobset.sigs.k8s.io/job-index",
+    global_index="jobset.sigs.k8s.io/job-global-index",
+    completion_index="batch.kubernetes.io/job-completion-index",
+)
+# The Trainer's initializer steps: replicated jobs named so, or whose Job template carries the
+# ancestor-step label with that value; they complete before the trainer nodes start.
+TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+INITIALIZERS = frozenset({"dataset-initializer", "model-initializer"})
+REPLICATED_JOBS = PodTemplates(
+    TemplateLayout.REPLICATED_JOBS, ("spec", "replicatedJobs"), outside=INITIALIZERS, outside_label=TRAINER_ANCESTOR_LABEL,
+)  # fmt: skip
+# The pod-template fields the JobSet webhook lets change while the JobSet is (or is being)
+# suspended (Kueue's mutable scheduling directives); everything else in replicatedJobs is
+# immutable, affinity included. A TrainJob's runtime patches land in its JobSet: the same set.
+JOBSET_MUTABLE = frozenset({"metadata.labels", "metadata.annotations", "spec.nodeSelector",
+                            "spec.tolerations", "spec.schedulingGates"})  # fmt: skip
+JOBSET_CONTROLLER = "jobset.sigs.k8s.io/jobset-controller"
+TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
+TRAINER_PORT = 29500  # the Trainer's torch master port (PET_MASTER_PORT) and container port
+# MPI (Trainer's `launcher` replicated job): it dials the nodes' sshd; upstream's runtimes name no
+# port and probe sshd's (e.g. 2222) with a TCP readiness probe.
+MPI_LAUNCHER = Launcher("launcher", port_name="ssh", default_port=22, probe_port=True)
+_MASTER_PORT_ENV = ("PET_MASTER_PORT", "MASTER_PORT")
+
+JOBSET = WorkloadKind(
+    kind=JobKind.JOBSET, group=JOBSET_GROUP, versions=("v1alpha2",), plural="jobsets",
+    labels=JOBSET_LABELS, operators=(),
+    # spec.coordinator when set, else rank 0 of `node`, else of the first replicated job
+    coordinator=Coordinator(("node",), None, TRAINER_PORT, worker_zero=False, first_port=True,
+                            port_env=_MASTER_PORT_ENV, declared=("spec", "coordinator"),
+                            first_replica=True, launcher=MPI_LAUNCHER),
+    templates=REPLICATED_JOBS,
+    suspension=Suspension(suspend=("spec", "suspend"), managed_by=("spec", "managedBy"),
+                          own_managers=frozenset({JOBSET_CONTROLLER}), mutable=JOBSET_MUTABLE),
+    conditions=Conditions(suspended="Suspended", finished=("Completed", "Failed")),
+    pods_owned_by="Job",
+)  # fmt: skip
+TRAINJOB = WorkloadKind(
+    kind=JobKind.TRAINJOB, group=TRAINER_GROUP, versions=("v1alpha1",), plural="trainjobs",
+    labels=JOBSET_LABELS, operators=(),
+    # torch: rank 0 is `node` job 0, completion index 0 (PET_MASTER_ADDR=<job>-node-0-0.<job>);
+    # MPI: the launcher
+    coordinator=Coordinator(("node",), None, TRAINER_PORT, worker_zero=False, first_port=True,
+                            port_env=_MASTER_PORT_ENV, first_replica=True, launcher=MPI_LAUNCHER),
+    templates=REPLICATED_JOBS,  # read on its JobSet (`materialised`)
+    suspension=Suspension(suspend=("spec", "suspend"), managed_by=("spec", "managedBy"),
+                          own_managers=frozenset({TRAINJOB_CONTROLLER}), mutable=JOBSET_MUTABLE),
+    conditions=Conditions(suspended="Suspended", finished=("Complete", "Failed")),
+    materialised=JobKind.JOBSET, pods_owned_by="Job",
+)  # fmt: skip
+
+WORKLOADS: tuple[WorkloadKind, ...] = (PYTORCH, TF, MPI, XGBOOST, PADDLE, JAX, TRAINJOB, JOBSET)
 
 BATCH_JOB = OwnerKind(
     kind="Job", group="batch", version="v1", plural="jobs",
@@ -401,6 +522,11 @@ def workload_served(group: str, version: str, kind: str) -> WorkloadKind | None:
 def workload_of_operator(name: str) -> WorkloadKind | None:
     """The kind an operator-name label value names."""
     return _BY_OPERATOR.get(name)
+
+
+def materialising(kind: JobKind) -> WorkloadKind | None:
+    """The kind whose objects are materialised as objects of `kind` (JobSet: TrainJob)."""
+    return next((w for w in WORKLOADS if w.materialised is kind), None)
 
 
 def launched_kind() -> WorkloadKind | None:

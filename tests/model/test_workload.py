@@ -11,12 +11,15 @@ import pytest
 from agent.model.workload import (
     BATCH_JOB,
     DEPLOYMENT,
+    INITIALIZERS,
     JAX,
+    JOBSET,
     MPI,
     OWNERS,
     PYTORCH,
     REPLICA_SET,
     TF,
+    TRAINJOB,
     WORKLOADS,
     Conditions,
     JobKind,
@@ -24,10 +27,10 @@ from agent.model.workload import (
     PodCount,
     PodTemplates,
     Suspension,
-    TemplateLayout,
     dig,
     launched_kind,
     managed_by_paths,
+    materialising,
     nest,
     own_managers,
     owner_kind,
@@ -36,17 +39,32 @@ from agent.model.workload import (
     workload_of_operator,
     workload_served,
 )
+from agent.twin import crds as twin_crds
+from agent.twin import jobset_children as twin_jobset
+from agent.twin import jobset_gang as twin_gang
+from agent.twin import trainjob_build as twin_trainer
 from agent.twin.operator_kinds import KINDS as TWIN_TRAINING_KINDS
 from agent.twin.resources import lookup
 
-# JobSet's layout (jobset.x-k8s.io/v1alpha2), as the next kinds will describe it
-REPLICATED_JOBS = PodTemplates(TemplateLayout.REPLICATED_JOBS, ("spec", "replicatedJobs"))
-JOBSET_SUSPENSION = Suspension(
-    suspend=("spec", "suspend"), managed_by=("spec", "managedBy"),
-    own_managers=frozenset({"jobset.sigs.k8s.io/jobset-controller"}),
-    mutable=frozenset({"metadata.labels", "metadata.annotations", "spec.nodeSelector",
-                       "spec.tolerations", "spec.schedulingGates"}),
-)  # fmt: skip
+REPLICATED_JOBS = JOBSET.templates
+JOBSET_SUSPENSION = JOBSET.suspension
+KUBEFLOW_KINDS = tuple(w for w in WORKLOADS if w.group == "kubeflow.org")
+
+
+def _rjob(name: str, *, replicas: int | None = None, parallelism: int | None = None,
+          completions: int | None = None, step: str | None = None) -> dict[str, Any]:
+    """A replicated job of a JobSet spec (a batch Job template run `replicas` times)."""
+    job_spec: dict[str, Any] = {"template": {"spec": {"containers": [{"name": name}]}}}
+    if parallelism is not None:
+        job_spec["parallelism"] = parallelism
+    if completions is not None:
+        job_spec["completions"] = completions
+    out: dict[str, Any] = {"name": name, "template": {"spec": job_spec}}
+    if step is not None:
+        out["template"]["metadata"] = {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": step}}
+    if replicas is not None:
+        out["replicas"] = replicas
+    return out
 
 
 def test_every_training_kind_has_one_descriptor_and_names_are_unique() -> None:
@@ -91,6 +109,21 @@ def test_every_training_kind_has_one_descriptor_and_names_are_unique() -> None:
         ]}}, 2),
         (REPLICATED_JOBS, {"spec": {"replicatedJobs": [{"name": "node", "replicas": -2}]}}, None),
         (REPLICATED_JOBS, {"spec": {"replicatedJobs": "node"}}, None),
+        # a TrainJob's JobSet: torch nodes (numNodes as parallelism = completions), initializers
+        # outside the gang by name or by the Trainer's ancestor-step label
+        (TRAINJOB.templates, {"spec": {"replicatedJobs": [
+            _rjob("dataset-initializer", replicas=1), _rjob("model-initializer", replicas=1),
+            _rjob("node", replicas=1, parallelism=4, completions=4)]}}, 4),
+        (TRAINJOB.templates, {"spec": {"replicatedJobs": [
+            _rjob("fetch-data", step="dataset-initializer"),
+            _rjob("node", parallelism=3, completions=3)]}}, 3),
+        # MPI: the launcher and the nodes
+        (TRAINJOB.templates, {"spec": {"replicatedJobs": [
+            _rjob("node", parallelism=2, completions=2), _rjob("launcher", step="trainer")]}}, 3),
+        (TRAINJOB.templates, {"spec": {"replicatedJobs": [_rjob("dataset-initializer")]}}, None),
+        (JOBSET.templates, {"spec": {"replicatedJobs": [_rjob("workers", replicas=4, parallelism=2),
+                                                         _rjob("driver")]}}, 9),
+        (JOBSET.templates, {"spec": {"replicatedJobs": [{"name": ["odd"], "replicas": 1}]}}, 1),
     ],
 )
 def test_expected_pods(templates: PodTemplates, obj: dict[str, Any], expected: int | None) -> None:
@@ -113,6 +146,11 @@ def test_templates_name_their_replica_and_path() -> None:
     assert (single.replica, single.path, single.count) == ("template", ("spec", "template"), 1)
     assert PYTORCH.templates.field == "pytorchReplicaSpecs"
     assert BATCH_JOB.templates.count is PodCount.PARALLELISM
+    trainjob_set = {"spec": {"replicatedJobs": [_rjob("model-initializer"), _rjob("node", parallelism=2)]}}
+    assert [(t.replica, t.in_gang) for t in TRAINJOB.templates.templates(trainjob_set)] == [
+        ("model-initializer", False), ("node", True)]
+    assert [t.replica for t in TRAINJOB.templates.gang_templates(trainjob_set)] == ["node"]
+    assert all(t.in_gang for t in TF.templates.templates(job))
 
 
 @pytest.mark.parametrize(
@@ -125,6 +163,10 @@ def test_templates_name_their_replica_and_path() -> None:
         (JOBSET_SUSPENSION, {"spec": {"suspend": True, "managedBy": "kueue.x-k8s.io/multikueue"}},
          True, "kueue.x-k8s.io/multikueue"),
         (BATCH_JOB.suspension, {"spec": {"suspend": False}}, False, None),
+        (TRAINJOB.suspension, {"spec": {"suspend": True, "managedBy": "trainer.kubeflow.org/trainjob-controller"}},
+         True, "trainer.kubeflow.org/trainjob-controller"),
+        (TRAINJOB.suspension, {"spec": {"runPolicy": {"suspend": True}}}, False, None),
+        (JOBSET.suspension, {"spec": {"suspend": False}}, False, None),
     ],
 )
 def test_suspension_reads_where_the_kind_keeps_it(
@@ -138,10 +180,19 @@ def test_suspend_patches_and_what_may_change_while_suspended() -> None:
     assert PYTORCH.suspension.patch(True) == {"spec": {"runPolicy": {"suspend": True}}}
     assert JOBSET_SUSPENSION.patch(False) == {"spec": {"suspend": False}}
     assert nest(("a",), 1) == {"a": 1}
+    assert TRAINJOB.suspension.patch(True) == {"spec": {"suspend": True}}
     # Kubeflow operators create pods from the template as it is on resume: any field may change
-    assert all(w.suspension.may_change("spec.affinity") for w in WORKLOADS)
-    assert JOBSET_SUSPENSION.may_change("spec.nodeSelector")
-    assert not JOBSET_SUSPENSION.may_change("spec.affinity")
+    assert all(w.suspension.may_change("spec.affinity") for w in KUBEFLOW_KINDS)
+    # the JobSet webhook: only Kueue's scheduling directives change while suspended, and a
+    # TrainJob's runtime patches land in its JobSet
+    for kind in (JOBSET, TRAINJOB):
+        for field in ("metadata.labels", "metadata.annotations", "spec.nodeSelector",
+                      "spec.tolerations", "spec.schedulingGates"):
+            assert kind.suspension.may_change(field), (kind.kind, field)
+        assert not kind.suspension.may_change("spec.affinity")
+        assert not kind.suspension.may_change("spec.containers")
+    assert JOBSET.suspension.own_managers == {"jobset.sigs.k8s.io/jobset-controller"}
+    assert TRAINJOB.suspension.own_managers == {"trainer.kubeflow.org/trainjob-controller"}
 
 
 @pytest.mark.parametrize(
@@ -155,6 +206,13 @@ def test_suspend_patches_and_what_may_change_while_suspended() -> None:
         (BATCH_JOB.conditions, [{"type": "Succeeded", "status": "True"}], None),
         (Conditions(suspended=None, finished=()), [{"type": "Failed", "status": "True"}], None),
         (PYTORCH.conditions, ["bad"], None),
+        (TRAINJOB.conditions, [{"type": "Complete", "status": "True"}], "Complete"),
+        (TRAINJOB.conditions, [{"type": "Completed", "status": "True"}], None),  # JobSet's word
+        (TRAINJOB.conditions, [{"type": "Failed", "status": "True"}], "Failed"),
+        (JOBSET.conditions, [{"type": "Completed", "status": "True"}], "Completed"),
+        (JOBSET.conditions, [{"type": "Complete", "status": "True"}], None),  # the TrainJob's word
+        (JOBSET.conditions, [{"type": "StartupPolicyCompleted", "status": "True"}], None),
+        (JOBSET.conditions, [{"type": "Failed", "status": "False"}], None),
     ],
 )
 def test_finished_conditions(conditions: Conditions, status: list[Any], finished: str | None) -> None:
@@ -173,10 +231,40 @@ def test_lookups() -> None:
     assert owner_kind(REPLICA_SET.through or "") is DEPLOYMENT
     assert managed_by_paths() == (("spec", "runPolicy", "managedBy"), ("spec", "managedBy"))
     assert own_managers() == {"kubeflow.org/training-operator", "kubeflow.org/mpi-operator",
-                              "kubernetes.io/job-controller"}
+                              "kubernetes.io/job-controller", "jobset.sigs.k8s.io/jobset-controller",
+                              "trainer.kubeflow.org/trainjob-controller"}
+    assert workload_served("trainer.kubeflow.org", "v1alpha1", "TrainJob") is TRAINJOB
+    assert workload_served("jobset.x-k8s.io", "v1alpha2", "JobSet") is JOBSET
+    assert workload_served("jobset.x-k8s.io", "v1alpha1", "JobSet") is None
+    assert workload_named("JobSet", group="kubeflow.org") is None
+    assert materialising(JobKind.JOBSET) is TRAINJOB and materialising(JobKind.PYTORCH) is None
+    assert TRAINJOB.materialised is JobKind.JOBSET and JOBSET.materialised is None
+    assert JOBSET.pods_owned_by == TRAINJOB.pods_owned_by == BATCH_JOB.kind
+    assert TRAINJOB.api_version == "trainer.kubeflow.org/v1alpha1"
+    assert JOBSET.api_version == "jobset.x-k8s.io/v1alpha2"
+    assert TRAINJOB.labels is JOBSET.labels  # a TrainJob's pods are its JobSet's
 
 
-@pytest.mark.parametrize("kind", WORKLOADS, ids=lambda w: w.kind.value)
+@pytest.mark.parametrize(
+    ("kind", "rule"),
+    [
+        # torch TrainJob: rank 0 of `node` on PET_MASTER_PORT (29500); MPI: the launcher
+        (TRAINJOB, ("node", 29500, ("PET_MASTER_PORT", "MASTER_PORT"), None, "launcher")),
+        # JobSet: spec.coordinator, else `node`, else the first replicated job
+        (JOBSET, ("node", 29500, ("PET_MASTER_PORT", "MASTER_PORT"), ("spec", "coordinator"), "launcher")),
+        (PYTORCH, ("master", 23456, (), None, None)),
+        (MPI, ("launcher", 22, (), None, None)),
+    ],
+    ids=lambda v: getattr(getattr(v, "kind", None), "value", "rule"),
+)
+def test_coordinator_rules(kind: Any, rule: tuple[Any, ...]) -> None:
+    c = kind.coordinator
+    launcher = c.launcher.replica_type if c.launcher is not None else None
+    assert (c.replica_types[0], c.default_port, c.port_env, c.declared, launcher) == rule
+    assert c.worker_zero is (kind.group == "kubeflow.org" and kind is not MPI)
+
+
+@pytest.mark.parametrize("kind", KUBEFLOW_KINDS, ids=lambda w: w.kind.value)
 def test_descriptor_agrees_with_the_twins_api_server_and_operator(kind: Any) -> None:
     for version in kind.versions:
         served = lookup(kind.plural, group=kind.group, version=version)
@@ -195,3 +283,29 @@ def test_descriptor_agrees_with_the_twins_api_server_and_operator(kind: Any) -> 
 def test_owner_kinds_are_served_by_the_twin(owner: Any) -> None:
     served = lookup(owner.plural, group=owner.group, version=owner.version)
     assert (served.kind, served.plural) == (owner.kind, owner.plural)
+
+
+@pytest.mark.parametrize("kind", [TRAINJOB, JOBSET], ids=lambda w: w.kind.value)
+def test_jobset_kinds_agree_with_the_twins_api_server_and_controllers(kind: Any) -> None:
+    (version,) = kind.versions
+    served = lookup(kind.plural, group=kind.group, version=version)
+    assert (served.kind, served.plural, served.version) == (kind.kind.value, kind.plural, version)
+    labels = kind.labels
+    assert (labels.job_name, labels.replica_type, labels.replica_index, labels.global_index) == (
+        twin_jobset.JOBSET_NAME, twin_jobset.REPLICATED_JOB, twin_jobset.JOB_INDEX,
+        twin_jobset.JOB_GLOBAL_INDEX)
+    assert labels.completion_index == twin_gang.COMPLETION_INDEX
+    assert kind.coordinator.default_port == twin_gang.DEFAULT_PORT == twin_trainer.TRAINER_PORT
+    assert kind.coordinator.launcher is not None
+    assert kind.coordinator.launcher.replica_type == twin_gang.LAUNCHER
+    assert kind.coordinator.replica_types == (twin_gang.NODE,)
+    assert kind.templates.outside == frozenset(twin_gang.INITIALIZERS)
+    assert kind.templates.outside_label == twin_gang.ANCESTOR
+    assert JOBSET.api_version == twin_jobset.GROUP_VERSION
+    assert TRAINJOB.api_version == twin_trainer.API_VERSION
+    assert frozenset(twin_trainer.INITIALIZERS) == INITIALIZERS
+
+
+def test_own_managers_agree_with_the_twins_controllers() -> None:
+    assert JOBSET.suspension.own_managers == {twin_jobset.CONTROLLER_NAME}
+    assert TRAINJOB.suspension.own_managers == {twin_crds.TRAINJOB_CONTROLLER}
