@@ -29,7 +29,7 @@ across zones, nothing to change, or no room in the zone for every pod of the gan
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
@@ -57,8 +57,8 @@ from agent.remediation.room import (
     tolerates,
 )
 from agent.remediation.template import (
-    TemplateChange,
     PlanRefusedError,
+    TemplateChange,
     meta_of,
     nodes_in_zone,
     pod_key,
@@ -134,6 +134,10 @@ def _labels_of(pods: Sequence[Mapping[str, Any]], replica: str, *, replica_label
     return {job_label: job}
 
 
+def _constant(labels: Mapping[str, str]) -> Callable[[int], Mapping[str, str]]:
+    return lambda _index: labels
+
+
 def _override(ref_kind: JobKind, trainer: TrainerOverrides | None,
               changes: Sequence[TemplateChange]) -> dict[str, Any]:  # fmt: skip
     if ref_kind is JobKind.JOBSET:
@@ -198,11 +202,11 @@ def plan_jobset(finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: 
             change = _jobset_change(found, template.replica) if found is not None else None
         if change is not None:
             changes.append(change)
-        pod_labels = _labels_of(live.pods, template.replica, replica_label=labels.replica_type,
-                                job_label=labels.job_name, job=ref.name)  # fmt: skip
+        found_labels = _labels_of(live.pods, template.replica, replica_label=labels.replica_type,
+                                  job_label=labels.job_name, job=ref.name)  # fmt: skip
         needs.extend(pod_needs(
             f"{ref.name}-{template.replica}", template.template, change, template.count,
-            namespace=ref.namespace, relabel=relabel, pod_labels=lambda _i, found=pod_labels: found,
+            namespace=ref.namespace, relabel=relabel, pod_labels=_constant(found_labels),
         ))  # fmt: skip
     if not changes:
         raise PlanRefusedError(f"every replicated job already pins zone {zone}: a restart would not move it")

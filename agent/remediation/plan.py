@@ -31,7 +31,6 @@ from agent.model.job import JobRef
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind, workload
 from agent.remediation.room import node_labels
-from agent.remediation.trainer_release import TrainerOverrides
 from agent.remediation.template import (
     TemplateChange,
     TemplateState,
@@ -39,6 +38,7 @@ from agent.remediation.template import (
     meta_of,
     rendered,
 )
+from agent.remediation.trainer_release import TrainerOverrides
 
 
 class TargetAction(StrEnum):
