@@ -50,7 +50,7 @@ from agent.twin.groups import TrainingGroup
 from agent.twin.resources import lookup
 from agent.twin.scenario import ZONE_LABEL, Scenario, load_scenario
 
-SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi")
 WORKLOAD_KINDS = frozenset({*(w.kind.value for w in WORKLOADS), DEPLOYMENT.kind, BATCH_JOB.kind})
 CHANNEL = "#ml-infra"
 APPROVER = "U0DEMO"
@@ -91,7 +91,8 @@ class Target:
 
 
 def story_target(scenario: Scenario) -> Target:
-    """The scenario's first Kubeflow job, else its first generic group."""
+    """The scenario's first training job (a Kubeflow job, a TrainJob: its pods carry its kind's
+    job-name label), else its first generic group."""
     for obj in scenario.objects:
         found = workload_named(str(obj.get("kind")))
         if found is not None:

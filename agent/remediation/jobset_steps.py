@@ -279,20 +279,54 @@ class JobSetSteps:
                 raise FailedError(f"{what} within {self.settings.suspend_timeout.total_seconds():g}s")
             self.journal.pause(run)
 
+    def _restored(self, run: Run, target: Target, job: Mapping[str, Any]) -> bool:
+        """Nothing of zonemedic's left: its overrides out, the JobSet's templates original, no
+        child Job keeping a planned value."""
+        if jobset_patch.override_state(target, job) is not TemplateState.ORIGINAL:
+            return False
+        jobset = self._jobset(run, job)
+        if jobset is None or jobset_patch.templates_state(target, jobset) is not TemplateState.ORIGINAL:
+            return False
+        return not jobset_patch.stale_children(target, self._children(run.ref))
+
     def rollback(self, run: Run) -> list[str]:
         """Take zonemedic's changes back out and resume; nothing it could not restore (`[]`), or
-        the child Jobs it recreated."""
+        the child Jobs it recreated. A job found restored already is only resumed (a rollback
+        that died after its resume landed restarts nothing again)."""
         target = self.target(run)
         job = self._job(run, target, during=True)
-        if not self._suspended(run, job):
-            self.journal.intend(run, Step.RESTORING, target=target, obj=job, write="suspend",
-                                message="suspend before the restore about to be sent")  # fmt: skip
-            self._send(target, self._suspend_patch(run, job, True, locked=False), run)
-        self._until(run, lambda: self._quiet(run, target)[0], what="the job's pods did not go")
+        if not self._restored(run, target, job):
+            if not self._suspended(run, job):
+                self.journal.intend(run, Step.RESTORING, target=target, obj=job, write="suspend",
+                                    message="suspend before the restore about to be sent")  # fmt: skip
+                self._send(target, self._suspend_patch(run, job, True, locked=False), run)
+            self._until(run, lambda: self._quiet(run, target)[0], what="the job's pods did not go")
+            self._restore(run, target)
+
+            def restored() -> bool:
+                jobset = self._jobset(run, self._job(run, target, during=True))
+                return jobset is not None and (
+                    jobset_patch.templates_state(target, jobset) is TemplateState.ORIGINAL)
+
+            self._until(run, restored, what="the JobSet's templates did not read original again")
+            self._recreate_stale(run, target)
+        job = self._job(run, target, during=True)
+        if self._suspended(run, job):
+            self._send(target, self._suspend_patch(run, job, False, locked=False), run)
+        recreated = sorted({str(a.payload.get("target")) for a in run.detail.actions
+                            if a.payload.get("step") == Step.RESTORING.value
+                            and a.payload.get("write") == "delete"})  # fmt: skip
+        if not recreated:
+            return []
+        return [f"child Job(s) {', '.join(recreated)} recreated from the restored templates (the "
+                "JobSet's resume merge keeps a nodeSelector key or toleration it does not have)"]
+
+    def _restore(self, run: Run, target: Target) -> None:
+        """The restore patch (still suspended), unless zonemedic's overrides are out already."""
         for _attempt in range(self.settings.max_conflict_retries + 1):
             job = self._job(run, target, during=True)
             if jobset_patch.override_state(target, job) is TemplateState.ORIGINAL:
-                break
+                return
             self.journal.intend(run, Step.RESTORING, target=target, obj=job, write="restore",
                                 message="restore patch (still suspended) about to be sent")  # fmt: skip
             patch = fenced_patch(jobset_patch.restore_patch(target, job, suspend=True), job, locked=True)
@@ -302,40 +336,20 @@ class JobSetSteps:
                 continue
             except ClusterWriteError as exc:
                 raise FailedError(f"the restore patch was refused: {exc.message}") from None
-            break
-        else:
-            raise FailedError("the job kept changing (HTTP 409) while restoring it")
+            return
+        raise FailedError("the job kept changing (HTTP 409) while restoring it")
 
-        def restored() -> bool:
-            jobset = self._jobset(run, self._job(run, target, during=True))
-            return jobset is not None and jobset_patch.templates_state(target, jobset) is TemplateState.ORIGINAL
-
-        self._until(run, restored, what="the JobSet's templates did not read original again")
-        recreated = self._recreate_stale(run, target)
-        job = self._job(run, target, during=True)
-        if self._suspended(run, job):
-            self._send(target, self._suspend_patch(run, job, False, locked=False), run)
-        if not recreated:
-            return []
-        return [f"child Job(s) {', '.join(recreated)} recreated from the restored templates (the "
-                "JobSet's resume merge keeps a nodeSelector key or toleration it does not have)"]
-
-    def _recreate_stale(self, run: Run, target: Target) -> list[str]:
+    def _recreate_stale(self, run: Run, target: Target) -> None:
         """Delete the child Jobs keeping a planned value; wait until none is left (the JobSet
         controller creates them again from the restored templates)."""
-        names: list[str] = []
         for child in jobset_patch.stale_children(target, self.reader.child_jobs(run.ref)):
             child_target = _child_target(child)
             self.journal.intend(run, Step.RESTORING, target=child_target, obj=child, write="delete",
                                 message="child Job keeping a planned value about to be deleted")  # fmt: skip
             self.writer.delete_job(child_target.namespace, child_target.name, uid=uid_of(child),
                                    resource_version=None, fence=run.fence)  # fmt: skip
-            names.append(child_target.name)
         self._until(run, lambda: not jobset_patch.stale_children(target, self._children(run.ref)),
                     what="the stale child Jobs were not recreated")  # fmt: skip
-        recorded = [str(a.payload.get("target")) for a in run.detail.actions
-                    if a.payload.get("step") == Step.RESTORING.value and a.payload.get("write") == "delete"]
-        return sorted(set(names) | set(recorded))
 
     def _children(self, ref: JobRef) -> list[Obj]:
         """The child Jobs, those being deleted included (a stale one counts until it is gone)."""
