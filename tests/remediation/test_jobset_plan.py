@@ -27,6 +27,7 @@ from agent.remediation import jobset_patch
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import LiveObjects, Plan, Refusal, TargetAction
 from agent.remediation.planner import plan_remediation
+from agent.remediation.preview_action import describe
 from agent.remediation.trainer_release import TRAINJOB_CRD
 from agent.twin.crds import TrainerRelease
 from agent.twin.resources import lookup
@@ -98,6 +99,12 @@ def test_a_torch_trainjob_gets_its_own_runtime_patch_entry_pinning_the_nodes(
         "nodeSelector": {ZONE: "us-east-1a"}}}}}}  # the runtime's toleration is enough there
     assert plan.gang == 4 and "runtimePatches entry (manager zonemedic.io/remediation)" in plan.diff
     assert "affinity" not in plan.diff  # the JobSet refuses an affinity change
+    said = describe(plan)  # the preview, and the Slack post's fix
+    assert said.startswith("co-locate the job in zone us-east-1a: suspend TrainJob ml/llm-pretrain, "
+                           "wait for its pods to go, set the zone nodeSelector on its own "
+                           "runtimePatches entry (manager zonemedic.io/remediation) (node), then "
+                           "resume it")  # fmt: skip
+    assert ("in the same request" in said) is together
 
 
 def test_an_mpi_trainjob_moves_its_cpu_only_launcher_alone_with_the_gpu_toleration(tmp_path: Path) -> None:
@@ -109,6 +116,8 @@ def test_an_mpi_trainjob_moves_its_cpu_only_launcher_alone_with_the_gpu_tolerati
     assert change.after == {"nodeSelector": "us-east-1a", "tolerations": [GPU_TOLERATION]}
     assert target.override is not None and target.override["resume_with_patch"] is False
     assert plan.gang == 5
+    assert ("set the zone nodeSelector and tolerations for the zone's node taints on its own "
+            "runtimePatches entry (manager zonemedic.io/remediation) (launcher)") in describe(plan)
 
 
 def test_a_v21_trainjob_gets_its_own_pod_template_overrides(tmp_path: Path) -> None:
@@ -128,6 +137,7 @@ def test_a_jobset_gets_its_pod_templates_patched_with_the_resume(tmp_path: Path)
     assert target.kind == "JobSet" and target.override is not None
     assert target.override["field"] == "replicatedJobs" and target.override["resume_with_patch"] is True
     assert [c.replica for c in target.changes] == ["workers"]
+    assert "on its replicated jobs' pod templates (workers), then resume it in the same request" in describe(plan)
 
 
 # ------------------------------------------------------------------------------------------------

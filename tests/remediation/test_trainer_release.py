@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from agent.remediation.trainer_release import TRAINJOB_CRD, OverrideField, TrainerOverrides, served_overrides
+from agent.remediation.trainer_release import (
+    TRAINJOB_CRD,
+    OverrideField,
+    TrainerOverrides,
+    served_overrides,
+)
 from agent.twin.crds import TrainerRelease, crd_documents
 
 
