@@ -128,11 +128,25 @@ class OwnedObject:
 
 
 @dataclass(frozen=True, slots=True)
-class TrainingJobObject:
-    """The job object of a Kubeflow job, as far as diagnosis needs it.
+class DeclaredCoordinator:
+    """The coordinator an object names (JobSet `spec.coordinator`): replicated job, the Job's
+    index in it, the pod's completion index in that Job."""
 
-    `suspend` and `managed_by` are read where the kind's descriptor says (`spec.runPolicy`);
-    `managed_by` is None when unset; `finished` is true once a finished condition is True.
+    replica: str
+    job_index: int = 0
+    pod_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingJobObject:
+    """The job object of a training job, as far as diagnosis needs it.
+
+    `suspend` and `managed_by` are read where the kind's descriptor says (`spec.runPolicy`,
+    `spec`); `managed_by` is None when unset; `finished` is true once a finished condition is
+    True. `owners`: its ownerReferences (a TrainJob's JobSet is controlled by the TrainJob).
+    For a kind with replicated jobs: `gang` the replicated jobs whose pods form the gang, in
+    the object's order, `outside` those that do not (initializers), `coordinator` the one the
+    object names, if any.
     """
 
     kind: JobKind
@@ -143,6 +157,14 @@ class TrainingJobObject:
     suspend: bool = False
     managed_by: str | None = None
     finished: bool = False
+    owners: tuple[OwnerRef, ...] = ()
+    gang: tuple[str, ...] = ()
+    outside: frozenset[str] = frozenset()
+    coordinator: DeclaredCoordinator | None = None
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        return controller_of(self.owners)
 
 
 @dataclass(frozen=True)

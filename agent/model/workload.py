@@ -195,13 +195,11 @@ class GangLabels:
 class Launcher:
     """A replica type whose pods launch the ranks instead of holding one (MPI): when the job has
     it and another replica type, its pod is the coordinator; it dials every rank on the ranks'
-    container port named `port_name`, else (when `probe_port`) the TCP port of their readiness
-    probe (sshd's), else `default_port`; it holds no GPU rank."""
+    container port named `port_name`, else `default_port`; it holds no GPU rank."""
 
     replica_type: str
     port_name: str = "ssh"
     default_port: int = 22
-    probe_port: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,16 +210,15 @@ class Coordinator:
     else the first pod of the first replica type of `replica_types` present (lower case), else
     (when `first_replica`) of its first replica in the object's order, else (when `worker_zero`)
     the worker of index 0. "First pod" of a replica type with `GangLabels.completion_index` is
-    rank 0: replica index 0 and completion index 0. Its port: the value of the first env var of
-    `port_env` its containers set, else the container port named `port_name`, else (when
-    `first_port`) its first container port, else `default_port`."""
+    rank 0: replica index 0 and completion index 0. Its port: the container port named
+    `port_name`, else (when `first_port`) its first container port, else `default_port` (the
+    Trainer declares its master port 29500 as the trainer container's port)."""
 
     replica_types: tuple[str, ...]
     port_name: str | None
     default_port: int
     worker_zero: bool = True
     first_port: bool = False
-    port_env: tuple[str, ...] = ()
     declared: Path | None = None
     first_replica: bool = False
     launcher: Launcher | None = None
@@ -437,17 +434,19 @@ JOBSET_MUTABLE = frozenset({"metadata.labels", "metadata.annotations", "spec.nod
 JOBSET_CONTROLLER = "jobset.sigs.k8s.io/jobset-controller"
 TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
 TRAINER_PORT = 29500  # the Trainer's torch master port (PET_MASTER_PORT) and container port
-# MPI (Trainer's `launcher` replicated job): it dials the nodes' sshd; upstream's runtimes name no
-# port and probe sshd's (e.g. 2222) with a TCP readiness probe.
-MPI_LAUNCHER = Launcher("launcher", port_name="ssh", default_port=22, probe_port=True)
-_MASTER_PORT_ENV = ("PET_MASTER_PORT", "MASTER_PORT")
+# MPI (the Trainer's `launcher` replicated job): it dials the nodes' sshd on their `ssh` port.
+MPI_LAUNCHER = Launcher("launcher", port_name="ssh", default_port=22)
+# Kinds a dump of a Trainer cluster holds that the diagnosis does not read (a TrainJob's pods and
+# templates are its JobSet's): the snapshot reader skips them without a warning.
+TRAINING_RUNTIMES = frozenset({(TRAINER_GROUP, "TrainingRuntime"),
+                               (TRAINER_GROUP, "ClusterTrainingRuntime")})  # fmt: skip
 
 JOBSET = WorkloadKind(
     kind=JobKind.JOBSET, group=JOBSET_GROUP, versions=("v1alpha2",), plural="jobsets",
     labels=JOBSET_LABELS, operators=(),
     # spec.coordinator when set, else rank 0 of `node`, else of the first replicated job
     coordinator=Coordinator(("node",), None, TRAINER_PORT, worker_zero=False, first_port=True,
-                            port_env=_MASTER_PORT_ENV, declared=("spec", "coordinator"),
+                            declared=("spec", "coordinator"),
                             first_replica=True, launcher=MPI_LAUNCHER),
     templates=REPLICATED_JOBS,
     suspension=Suspension(suspend=("spec", "suspend"), managed_by=("spec", "managedBy"),
@@ -461,7 +460,7 @@ TRAINJOB = WorkloadKind(
     # torch: rank 0 is `node` job 0, completion index 0 (PET_MASTER_ADDR=<job>-node-0-0.<job>);
     # MPI: the launcher
     coordinator=Coordinator(("node",), None, TRAINER_PORT, worker_zero=False, first_port=True,
-                            port_env=_MASTER_PORT_ENV, first_replica=True, launcher=MPI_LAUNCHER),
+                            first_replica=True, launcher=MPI_LAUNCHER),
     templates=REPLICATED_JOBS,  # read on its JobSet (`materialised`)
     suspension=Suspension(suspend=("spec", "suspend"), managed_by=("spec", "managedBy"),
                           own_managers=frozenset({TRAINJOB_CONTROLLER}), mutable=JOBSET_MUTABLE),

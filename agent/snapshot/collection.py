@@ -3,8 +3,10 @@
 Called by the `diagnose` command (which reads the files: `parse_snapshot`) and the remediation's
 re-diagnosis (the API's objects, already decoded: `parse_objects`). Each
 item is dispatched on (apiVersion group, kind): training jobs and a generic group's owners as the
-workload table (`agent.model.workload`) names them, at a version their kind is served as; unknown
-kinds are skipped and reported once each in `Snapshot.warnings`. A bad item raises
+workload table (`agent.model.workload`) names them, at a version their kind is served as (a
+TrainJob and the JobSet it owns both: the JobSet holds its templates); Trainer training runtimes
+are skipped silently (nothing the diagnosis reads is there); other unknown kinds are skipped and
+reported once each in `Snapshot.warnings`. A bad item raises
 `SnapshotError` as `FILE: item N (Kind ns/name): field: problem`, except a network policy: one
 that cannot be read is kept as an `UnreadablePolicy` and named in a warning (the diagnosis marks
 the jobs it may select as uncertain), so one bad policy never stops the diagnosis of the others.
@@ -29,7 +31,7 @@ from agent.model.cluster import (
     Pod,
     TrainingJobObject,
 )
-from agent.model.workload import OWNERS, JobKind, workload_served
+from agent.model.workload import OWNERS, TRAINING_RUNTIMES, JobKind, workload_served
 from agent.policy import Policy, PolicySet
 from agent.policy.dataplane import (
     CILIUM_CONFIG,
@@ -145,6 +147,8 @@ class _Builder:
         elif (group, kind) in _OWNED_KINDS:
             obj = parse_owned_object(item, kind)
             self.owned[(kind, obj.namespace, obj.name)] = obj
+        elif (group, kind) in TRAINING_RUNTIMES:
+            pass  # a TrainJob's templates are read on its JobSet, not on its runtime
         else:
             self._evidence(item, group=group, kind=kind)
             label = f"{api_version} {kind}"

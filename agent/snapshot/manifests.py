@@ -16,6 +16,7 @@ from typing import Any
 from agent.model.cluster import (
     GPU_RESOURCE,
     ContainerPort,
+    DeclaredCoordinator,
     Namespace,
     Node,
     OwnedObject,
@@ -26,7 +27,7 @@ from agent.model.cluster import (
     TrainingJobObject,
 )
 from agent.model.network import Protocol
-from agent.model.workload import JobKind, workload
+from agent.model.workload import JobKind, TemplateLayout, WorkloadKind, dig, workload
 from agent.parsing.numbers import NumberError, parse_int
 
 _EMPTY: dict[str, Any] = {}
@@ -399,6 +400,12 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
         kind_of = _opt_str(cond, "type", where=where)
         if kind_of in found.conditions.finished and cond.get("status") == "True":
             finished = True
+    gang: tuple[str, ...] = ()
+    outside: frozenset[str] = frozenset()
+    if found.templates.layout is TemplateLayout.REPLICATED_JOBS and found.materialised is None:
+        templates = found.templates.templates(item)
+        gang = tuple(t.replica for t in templates if t.in_gang)
+        outside = frozenset(t.replica for t in templates if not t.in_gang)
     return TrainingJobObject(
         kind=kind,
         namespace=namespace,
@@ -408,4 +415,30 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
         suspend=_bool(suspend_in, suspension.suspend[-1], where=suspend_at),
         managed_by=_opt_str(manager_in, suspension.managed_by[-1], where=manager_at),
         finished=finished,
+        owners=_owners(meta),
+        gang=gang,
+        outside=outside,
+        coordinator=_declared_coordinator(item, found),
     )
+
+
+def _declared_coordinator(item: Mapping[str, Any], found: WorkloadKind) -> DeclaredCoordinator | None:
+    """The coordinator the object names where its kind's descriptor says (JobSet
+    `spec.coordinator{replicatedJob, jobIndex, podIndex}`), None when it names none."""
+    path = found.coordinator.declared
+    if path is None:
+        return None
+    value = dig(item, path)
+    where = ".".join(path)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ManifestError(where, f"expected a mapping, got {_type(value)}")
+    indexes = []
+    for key in ("jobIndex", "podIndex"):
+        raw = value.get(key, 0)
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise ManifestError(f"{where}.{key}", f"expected a non-negative integer, got {raw!r}")
+        indexes.append(raw)
+    replica = _req_str(value, "replicatedJob", where=f"{where}.")
+    return DeclaredCoordinator(replica, indexes[0], indexes[1])

@@ -11,7 +11,8 @@ labels and requested GPUs: `job_uid`, `job_labels`, `job_gpus`) and the Alertman
 - a NetworkPolicy/CNP in namespace N -> namespace N (policies select endpoints of their own
   namespace, and a job's pods share one namespace); a CCNP or a namespace's labels -> everything;
 - a node's labels, taints, GPUs or cordon -> the jobs with pods on it;
-- a training job object -> that job. Owner objects (batch Jobs, ReplicaSets) change nothing;
+- a training job object -> that job (a JobSet a TrainJob owns -> the TrainJob, whose pods and
+  templates it holds). Owner objects (batch Jobs, ReplicaSets) change nothing;
 - the cilium-config ConfigMap (identity label filter) -> everything.
 
 Objects are equal when their slim forms are equal, so status churn never reaches the detector.
@@ -220,13 +221,21 @@ class ClusterCache(ObjectStore):
         if role is Role.DATAPLANE:
             return Change(everything=True, reasons=(reason,))  # identities of every pod
         if role is Role.JOB and resource.job_kind is not None:
-            job = JobRef(resource.job_kind, key[0], key[1])
+            job = self._index.job_of_object(resource.job_kind, key[0], key[1])
+            # a JobSet (or its TrainJob) arriving, leaving or changing owner: pods indexed
+            # under the JobSet before it said whose it is move to their job
+            moved = (self._index.regroup(key[0], key[1])
+                     if workload(resource.job_kind).labels.completion_index is not None
+                     and (old is None or new is None
+                          or metadata_of(old).get("ownerReferences")
+                          != metadata_of(new).get("ownerReferences"))
+                     else set())  # fmt: skip
             # a job object arriving after its pods were all bound completes the gang as well
             complete = (
                 not self._bulk and new is not None and old is None
-                and self._gangs.job_complete(job, new)
+                and self._gangs.job_complete(job)
             )  # fmt: skip
-            return Change(jobs=frozenset({job}), reasons=(reason,), gang_complete=complete)
+            return Change(jobs=frozenset({job, *moved}), reasons=(reason,), gang_complete=complete)
         return Change()
 
     def _index_pod(self, key: ObjKey, old: Obj | None, new: Obj | None, reason: str) -> Change:

@@ -6,7 +6,9 @@ a pod, changes an awaited pod's labels or phase, or brings a job object; the cac
 jobs through the cache's `await_labels` and `labels_settled`.
 
 A job's expected pods are known in advance: the sum of a training job's replica counts (its
-descriptor says where they are); for a configured generic group, the `replicas` of the
+descriptor says where they are; a TrainJob's are its JobSet's replicated jobs: `numNodes` nodes,
+plus the MPI launcher), initializers (replicated jobs outside the gang) neither expected nor
+counted as bound; for a configured generic group, the `replicas` of the
 Deployments and standalone ReplicaSets and the `parallelism` (capped by `completions`) of the
 batch Jobs of its namespace whose pod template matches the group's selector. An unknown count
 (no job object cached, a workload missing, a count unreadable) is never complete.
@@ -95,15 +97,23 @@ class GangWatch:
 
     # -- completion ----------------------------------------------------------------------------
 
-    def job_complete(self, job: JobRef, job_obj: Obj | None = None) -> bool:
-        """All the pods the job's object expects are bound and live (unknown: False)."""
-        obj = job_obj if job_obj is not None else self._index.job_object(job)
-        # the sum of the templates' counts; 0 (or unreadable) is unknown
-        expected = workload(job.kind).templates.expected_pods(obj) if obj is not None else None
-        if not expected:
+    def job_complete(self, job: JobRef) -> bool:
+        """All the pods the job's templates expect are bound and live (unknown: False)."""
+        obj = self._index.templates_object(job)
+        found = workload(job.kind)
+        # the sum of the gang templates' counts; 0 (or unreadable) is unknown
+        expected = found.templates.expected_pods(obj) if obj is not None else None
+        if not expected or obj is None:
             return False
         pods = self._objects.get("pods", {})
-        bound = sum(1 for k in self._index.pods_of_job.get(job, ()) if bound_live(pods.get(k)))
+        members = self._index.pods_of_job.get(job, ())
+        outside = {t.replica for t in found.templates.templates(obj) if not t.in_gang}
+        if outside:
+            replica = found.labels.replica_type
+            bound = sum(1 for k in members if bound_live(pod := pods.get(k))
+                        and (metadata_of(pod or {}).get("labels") or {}).get(replica) not in outside)
+        else:
+            bound = sum(1 for k in members if bound_live(pods.get(k)))
         return bound >= expected
 
     def group_complete(self, namespace: str, pod: Obj) -> bool:

@@ -6,9 +6,13 @@ and calls it under its lock for every pod or policy it stores or deletes; the ga
 (`agent.sources.gangs`) counts a job's pods through it.
 
 A pod's job is its controller when that is a kind of the workload table (`agent.model.workload`),
-else the job its job-name label names: the cached job object of that name, else the kind its
-operator-name label names, else (owned by a batch Job) the kind whose launcher a batch Job owns.
-A labelled pod whose kind none of these tell belongs to no job.
+else, for a pod labelled `jobset.sigs.k8s.io/jobset-name`, the JobSet of that name or the kind
+materialised as it (a TrainJob) when the cached JobSet's controller is one (or, the JobSet not
+cached yet, a cached TrainJob of that name is); else the job its job-name label names: the cached
+job object of that name, else the kind its operator-name label names, else (owned by a batch Job)
+the kind whose launcher a batch Job owns. A labelled pod whose kind none of these tell belongs to
+no job. A JobSet a TrainJob owns is no job of its own: its changes name the TrainJob, and the
+pods indexed under the JobSet before it arrived move to the TrainJob.
 
 What it does not do: lock, decide what a change affects beyond the pods it names, or store objects.
 """
@@ -24,6 +28,8 @@ from agent.model.workload import (
     KUBEFLOW_LABELS,
     JobKind,
     launched_kind,
+    materialising,
+    workload,
     workload_named,
     workload_of_operator,
 )
@@ -33,6 +39,7 @@ from agent.sources.resources import Resource, job_resource_names, resource_name
 
 GANG = KUBEFLOW_LABELS  # the labels naming a pod's job (every training kind's pods carry them)
 BATCH_JOB_RESOURCE = resource_name(BATCH_JOB.group, BATCH_JOB.version, BATCH_JOB.plural)
+JOBSET_NAME = workload(JobKind.JOBSET).labels.job_name
 
 
 class JobIndex:
@@ -65,6 +72,9 @@ class JobIndex:
         owning = workload_named(str(controller.get("kind"))) if controller else None
         if controller and owning is not None:
             return (owning.kind, namespace, str(controller.get("name") or ""))
+        jobset = labels.get(JOBSET_NAME)
+        if jobset:
+            return (self.jobset_kind(namespace, str(jobset)), namespace, str(jobset))
         name = labels.get(GANG.job_name)
         if not name:
             return None
@@ -85,6 +95,51 @@ class JobIndex:
                 return (found.kind, namespace, name)
         return None
 
+    def jobset_kind(self, namespace: str, name: str) -> JobKind:
+        """The kind JobSet `namespace/name`'s pods belong to (see the module docstring)."""
+        owner = materialising(JobKind.JOBSET)
+        if owner is None:
+            return JobKind.JOBSET
+        jobset = self.job_object(JobRef(JobKind.JOBSET, namespace, name))
+        if jobset is not None:
+            controller = controller_ref(jobset)
+            owned = controller is not None and controller.get("kind") == owner.kind.value
+            return owner.kind if owned else JobKind.JOBSET
+        found = self.job_object(JobRef(owner.kind, namespace, name))
+        return owner.kind if found is not None else JobKind.JOBSET
+
+    def job_of_object(self, kind: JobKind, namespace: str, name: str) -> JobRef:
+        """The job a cached job object's change names: a JobSet a TrainJob owns names the
+        TrainJob; any other object names itself."""
+        if kind is JobKind.JOBSET:
+            return JobRef(self.jobset_kind(namespace, name), namespace, name)
+        return JobRef(kind, namespace, name)
+
+    def templates_object(self, job: JobRef) -> Obj | None:
+        """The object holding the job's pod templates: its own, or (a TrainJob) its JobSet's."""
+        materialised = workload(job.kind).materialised if job.kind is not JobKind.GROUP else None
+        if materialised is not None:
+            return self.job_object(JobRef(materialised, job.namespace, job.name))
+        return self.job_object(job)
+
+    def regroup(self, namespace: str, name: str) -> set[JobRef]:
+        """Re-index the pods of the jobs named `namespace/name` (a JobSet or its TrainJob
+        arrived, left or changed owner): the jobs their pods left and joined."""
+        moved: set[JobRef] = set()
+        for job in [j for j in self.pods_of_job if j.namespace == namespace and j.name == name]:
+            pods = self._objects.get("pods", {})
+            for key in list(self.pods_of_job.get(job, ())):
+                pod = pods.get(key)
+                if pod is None:
+                    continue
+                found = self.job_ref_of_pod(pod)
+                if found == job:
+                    continue
+                self.remove_pod(key, pod)
+                self.add_pod(key, pod)
+                moved |= {job, *((found,) if found is not None else ())}
+        return moved
+
     def job_object(self, job: JobRef) -> Obj | None:
         """The job's own object (at its kind's preferred version, else another), when cached."""
         for name in job_resource_names(job.kind):
@@ -94,12 +149,12 @@ class JobIndex:
         return None
 
     def job_keys(self) -> set[JobRef]:
-        """Every job with pods or a cached object."""
+        """Every job with pods or a cached object (a JobSet a TrainJob owns: the TrainJob)."""
         keys = set(self.pods_of_job)
         for r_name, r in self._resources.items():
             if r.job_kind is not None:
                 kind = r.job_kind
-                keys.update(JobRef(kind, ns, n) for ns, n in self._objects.get(r_name, {}))
+                keys.update(self.job_of_object(kind, ns, n) for ns, n in self._objects.get(r_name, {}))
         return keys
 
     # -- pods --------------------------------------------------------------------------------

@@ -269,7 +269,9 @@ def slim_config(obj: Obj, resource: Resource) -> Obj:
 def slim_job(obj: Obj, resource: Resource) -> Obj:
     """A training job: the spec fields its kind's descriptor reads suspend and managedBy from
     (`runPolicy`, kept whole when a mapping) and, for replica specs, each replica's `replicas`
-    (default 1) and its template's labels."""
+    (default 1) and its template's labels; for replicated jobs (JobSet), each one's name,
+    `replicas`, Job template labels (the Trainer's ancestor step), `parallelism`,
+    `completions` and pod template labels, and the coordinator the object names."""
     spec = obj.get("spec") or {}
     out_spec: Obj = {}
     kind = resource.workload
@@ -282,6 +284,11 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
         value = spec.get(field)
         if kind.templates.layout is TemplateLayout.REPLICA_SPECS and isinstance(value, dict):
             out_spec[field] = _slim_replica_specs(value)
+        if kind.templates.layout is TemplateLayout.REPLICATED_JOBS and isinstance(value, list):
+            out_spec[field] = [_slim_replicated_job(r) for r in value if isinstance(r, dict)]
+        declared = kind.coordinator.declared
+        if declared is not None and len(declared) == 2 and declared[1] in spec:
+            out_spec[declared[1]] = spec[declared[1]]
     # only the conditions the diagnosis reads (finished, suspended): Running <-> Restarting churn
     # of a crash-looping job must not look like a change
     conditions = [
@@ -310,6 +317,26 @@ def _slim_replica_specs(specs: Obj) -> Obj:
             "template": {"metadata": {"labels": tmeta.get("labels") or {}}},
         }
     return replicas
+
+
+def _slim_replicated_job(rjob: Obj) -> Obj:
+    out: Obj = {k: rjob[k] for k in ("name", "replicas") if k in rjob}
+    template = rjob.get("template")
+    if not isinstance(template, dict):
+        return out
+    out_template: Obj = {}
+    labels = (template.get("metadata") or {}).get("labels")
+    if isinstance(labels, dict) and labels:
+        out_template["metadata"] = {"labels": labels}
+    job_spec = template.get("spec")
+    if isinstance(job_spec, dict):
+        out_job: Obj = {k: job_spec[k] for k in ("parallelism", "completions") if k in job_spec}
+        pod = job_spec.get("template")
+        pod_labels = (pod.get("metadata") or {}).get("labels") if isinstance(pod, dict) else None
+        out_job["template"] = {"metadata": {"labels": pod_labels}} if isinstance(pod_labels, dict) and pod_labels else {}
+        out_template["spec"] = out_job
+    out["template"] = out_template
+    return out
 
 
 OWNER_COUNTS = ("replicas", "parallelism", "completions")

@@ -5,6 +5,12 @@
 - TFJob: every ordered pair of pods (evaluators excluded) on `tfjob-port`.
 - MPIJob (v1 and v2beta1): launcher -> each worker on TCP 22 (`ssh`); workers -> launcher and
   worker <-> worker on TCP 1024-65535.
+- TrainJob and JobSet, torch (or any gang without a launcher): every rank -> rank 0 (the
+  coordinator) on its port (the Trainer's 29500, declared as the trainer container's port);
+  collective traffic between every ordered pair of ranks on TCP 1024-65535.
+- TrainJob and JobSet with a launcher (MPI): launcher -> each node on the nodes' `ssh` port
+  (default 22); nodes -> launcher and node <-> node on TCP 1024-65535. Initializers are not part
+  of the job's pods (`agent.topology.jobs`), so they need no flow.
 - Group: every worker -> coordinator on the configured ports (default: the coordinator's
   container ports).
 
@@ -37,6 +43,19 @@ def job_port(kind: JobKind, coordinator: Pod | None) -> PortRange:
     return PortRange.single(rule.default_port)
 
 
+def launcher_port(kind: JobKind, ranks: tuple[Pod, ...]) -> PortRange:
+    """The port a launcher of `kind` dials its ranks on: their port named as its descriptor
+    says (`ssh`), else the descriptor's default."""
+    launcher = workload(kind).coordinator.launcher
+    if launcher is None:
+        raise ValueError(f"{kind} has no launcher")
+    for pod in ranks:
+        for port in pod.ports:
+            if port.name == launcher.port_name:
+                return PortRange.single(port.port, port.protocol)
+    return PortRange.single(launcher.default_port)
+
+
 def required_flows(job: Job) -> tuple[FlowRule, ...]:
     """The flow rules `job` needs to train."""
     kind = job.ref.kind
@@ -44,6 +63,15 @@ def required_flows(job: Job) -> tuple[FlowRule, ...]:
     coord = job.coordinator
     others = tuple(p for p in pods if p is not coord)
     rules: list[FlowRule] = []
+    launcher = workload(kind).coordinator.launcher if kind is not JobKind.GROUP else None
+    if (launcher is not None and coord is not None
+            and job.replica_types.get(coord.name) == launcher.replica_type):  # fmt: skip
+        ranks = tuple(p for p in others if job.replica_types.get(p.name) != launcher.replica_type)
+        return (
+            FlowRule((coord,), ranks, launcher_port(kind, ranks), "launcher -> node (ssh)"),
+            FlowRule(ranks, (coord,), COLLECTIVE_PORTS, "node -> launcher"),
+            FlowRule(ranks, ranks, COLLECTIVE_PORTS, "node <-> node"),
+        )
     if kind is JobKind.GROUP:
         if coord is None:
             return ()

@@ -1,4 +1,9 @@
-"""Group pods into training jobs: Kubeflow jobs found from their pods, and configured groups.
+"""Group pods into training jobs: training jobs found from their pods, and configured groups.
+
+JobSet pods (owned by the JobSet's batch Jobs) are recognised by `jobset.sigs.k8s.io/jobset-name`:
+they belong to the JobSet, or to the kind materialised as it (a Kubeflow Trainer TrainJob) when
+the JobSet's controller is one (or, the JobSet not in the state, a TrainJob of that name is).
+Pods of replicated jobs outside the gang (initializers) belong to no job's gang and are left out.
 
 Kubeflow pods are recognised by the `training.kubeflow.org/job-name` label or a controller owner
 reference to a kind of the workload table (`agent.model.workload`); the kind comes from that owner,
@@ -21,14 +26,32 @@ from agent.model.workload import (
     KUBEFLOW_LABELS,
     JobKind,
     launched_kind,
+    materialising,
     workload,
     workload_named,
     workload_of_operator,
 )
 from agent.settings import GroupSpec
-from agent.topology.roles import find_coordinator, replica_index, replica_type
+from agent.topology.roles import completion_index, find_coordinator, replica_index, replica_type
 
 GANG = KUBEFLOW_LABELS  # the labels every Kubeflow kind's pods carry
+JOBSET = workload(JobKind.JOBSET)
+JOBSET_NAME = JOBSET.labels.job_name
+
+
+def jobset_kind(state: ClusterState, namespace: str, name: str) -> JobKind:
+    """The kind the pods of JobSet `namespace/name` belong to: the kind materialised as a
+    JobSet (TrainJob) when the JobSet's controller is one, or when the JobSet is not in the
+    state but an object of that kind and name is; else the JobSet."""
+    owner = materialising(JobKind.JOBSET)
+    if owner is None:
+        return JobKind.JOBSET
+    obj = state.job_objects.get((JobKind.JOBSET, namespace, name))
+    if obj is not None:
+        controller = obj.controller
+        owned = controller is not None and controller.kind == owner.kind.value
+        return owner.kind if owned else JobKind.JOBSET
+    return owner.kind if (owner.kind, namespace, name) in state.job_objects else JobKind.JOBSET
 
 
 def _kind_from_owners(pod: Pod, state: ClusterState) -> tuple[JobKind, str] | None:
@@ -54,6 +77,9 @@ def _identify(
     by_owner = _kind_from_owners(pod, state)
     if by_owner is not None:
         return by_owner
+    jobset = pod.labels.get(JOBSET_NAME)
+    if jobset:
+        return jobset_kind(state, pod.namespace, jobset), jobset
     job_name = pod.labels.get(GANG.job_name)
     if not job_name:
         return None
@@ -85,13 +111,15 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
     # a job's pods share their owner references (one tuple: the cache and the snapshot reader
     # share them) and the labels `_identify` reads, so each job is identified once, not per pod;
     # the entry holds the owners it was made for (identity compared: never a reused id)
-    seen: dict[tuple[int, str, str | None, str | None], tuple[object, tuple[JobKind, str] | None]] = {}
+    seen: dict[tuple[int, str, str | None, str | None, str | None],
+               tuple[object, tuple[JobKind, str] | None]] = {}  # fmt: skip
     operator = GANG.operator or ""
     for pod in state.pods if among is None else among:
         if pod.phase in FINISHED_PHASES or (not pod.owners and GANG.job_name not in pod.labels):
             continue
         labels = pod.labels
-        memo = (id(pod.owners), pod.namespace, labels.get(GANG.job_name), labels.get(operator))
+        memo = (id(pod.owners), pod.namespace, labels.get(GANG.job_name), labels.get(operator),
+                labels.get(JOBSET_NAME))  # fmt: skip
         known = seen.get(memo)
         if known is not None and known[0] is pod.owners:
             found = known[1]
@@ -105,6 +133,11 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
     jobs = []
     for (kind, ns, name), pods in sorted(members.items()):
         gang = workload(kind).labels
+        if gang.completion_index is not None:
+            job = _replicated_job(state, JobRef(kind, ns, name), pods)
+            if job is not None:
+                jobs.append(job)
+            continue
         types = {p.name: replica_type(p, name, gang) for p in pods}
         order = {}
         for p in pods:
@@ -121,6 +154,33 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
             )
         )
     return jobs
+
+
+def _replicated_job(state: ClusterState, ref: JobRef, pods: list[Pod]) -> Job | None:
+    """A JobSet's (or a TrainJob's) job: its gang's live pods ordered by replicated job, Job
+    index and completion index; None when only pods outside the gang are live."""
+    found = workload(ref.kind)
+    gang = found.labels
+    spec_obj = state.job_objects.get((found.materialised or ref.kind, ref.namespace, ref.name))
+    outside = found.templates.outside | (spec_obj.outside if spec_obj is not None else frozenset())
+    types = {p.name: replica_type(p, ref.name, gang) for p in pods}
+    members = [p for p in pods if types[p.name] not in outside]
+    if not members:
+        return None
+
+    def order(p: Pod) -> tuple[str, int, int, str]:
+        job_index, index = replica_index(p, gang), completion_index(p, gang)
+        return (types[p.name], -1 if job_index is None else job_index,
+                -1 if index is None else index, p.name)  # fmt: skip
+
+    members.sort(key=order)
+    replicas = (spec_obj.gang if spec_obj is not None and spec_obj.gang
+                else tuple(dict.fromkeys(types[p.name] for p in members)))  # fmt: skip
+    coordinator = find_coordinator(
+        ref.kind, members, types=types, replicas=replicas,
+        declared=spec_obj.coordinator if spec_obj is not None else None)  # fmt: skip
+    return Job(ref=ref, pods=tuple(members), replica_types={p.name: types[p.name] for p in members},
+               coordinator=coordinator, obj=state.job_objects.get((ref.kind, ref.namespace, ref.name)))
 
 
 def _matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:

@@ -1,9 +1,14 @@
-"""Replica types, indexes and the coordinator of a Kubeflow job's pods (training-operator v1).
+"""Replica types, indexes and the coordinator of a training job's pods.
 
-The labels read and the coordinator rule are the kind's descriptor's (`agent.model.workload`):
-the pod whose role label names the coordinator (`training.kubeflow.org/job-role=master`) if any;
-else the first replica type of the kind's preference present (PyTorchJob/XGBoostJob/PaddleJob
-Master, TFJob Chief then Master, MPIJob the launcher); else Worker 0 (never for an MPIJob).
+The labels read and the coordinator rule are the kind's descriptor's (`agent.model.workload`).
+Kubeflow training-operator v1: the pod whose role label names the coordinator
+(`training.kubeflow.org/job-role=master`) if any; else the first replica type of the kind's
+preference present (PyTorchJob/XGBoostJob/PaddleJob Master, TFJob Chief then Master, MPIJob the
+launcher); else Worker 0 (never for an MPIJob). JobSet and TrainJob (pods of replicated jobs,
+each pod at a Job index and a completion index): the launcher when the gang has one beside
+other replicated jobs (MPI); else the pod the JobSet names in `spec.coordinator`; else rank 0
+(Job index 0, completion index 0) of `node`, else of the gang's first replicated job. A rank 0
+that has no live pod is no coordinator (never another rank in its place).
 Called by `agent.topology.jobs`. Pure.
 """
 
@@ -12,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from agent.model.cluster import Pod
+from agent.model.cluster import DeclaredCoordinator, Pod
 from agent.model.workload import KUBEFLOW_LABELS, GangLabels, JobKind, workload
 from agent.parsing.numbers import NumberError, parse_int
 
@@ -46,10 +51,41 @@ def replica_index(pod: Pod, gang: GangLabels = KUBEFLOW_LABELS) -> int | None:
     return int(match.group(2)) if match else None
 
 
-def find_coordinator(kind: JobKind, pods: Sequence[Pod], *, types: Mapping[str, str]) -> Pod | None:
-    """The coordinator among `pods` (sorted by name), or None when it has no pod yet."""
+def completion_index(pod: Pod, gang: GangLabels) -> int | None:
+    """The pod's index in its Indexed batch Job (the label Kubernetes 1.28+ sets beside the
+    annotation), None when the kind has none or the label is absent or not an index."""
+    if gang.completion_index is None:
+        return None
+    value = pod.labels.get(gang.completion_index)
+    if value is None:
+        return None
+    try:
+        return parse_int(value, field=gang.completion_index, maximum=MAX_REPLICA_INDEX)
+    except NumberError:
+        return None
+
+
+def _rank(pods: Sequence[Pod], types: Mapping[str, str], gang: GangLabels, *,
+          replica: str, job_index: int = 0, pod_index: int = 0) -> Pod | None:  # fmt: skip
+    for pod in pods:
+        if (types[pod.name] == replica and replica_index(pod, gang) == job_index
+                and completion_index(pod, gang) == pod_index):  # fmt: skip
+            return pod
+    return None
+
+
+def find_coordinator(
+    kind: JobKind, pods: Sequence[Pod], *, types: Mapping[str, str],
+    replicas: Sequence[str] = (), declared: DeclaredCoordinator | None = None,
+) -> Pod | None:  # fmt: skip
+    """The coordinator among `pods` (sorted by name, or by replica, Job index and completion
+    index), or None when it has no pod yet. `replicas`: the gang's replicated jobs in the
+    object's order (JobSet kinds); `declared`: the coordinator the object names."""
     found = workload(kind)
     gang, rule = found.labels, found.coordinator
+    if gang.completion_index is not None:
+        return _replicated_coordinator(kind, pods, types=types, replicas=replicas,
+                                       declared=declared)  # fmt: skip
     if gang.job_role and gang.coordinator_role:
         for pod in pods:
             if pod.labels.get(gang.job_role) == gang.coordinator_role:
@@ -63,4 +99,30 @@ def find_coordinator(kind: JobKind, pods: Sequence[Pod], *, types: Mapping[str, 
     for pod in pods:
         if types[pod.name] == "worker" and replica_index(pod, gang) == 0:
             return pod
+    return None
+
+
+def is_launcher_gang(kind: JobKind, replicas: Sequence[str]) -> bool:
+    """The gang has its kind's launcher beside another replicated job (MPI)."""
+    launcher = workload(kind).coordinator.launcher
+    return launcher is not None and launcher.replica_type in replicas and len(set(replicas)) > 1
+
+
+def _replicated_coordinator(
+    kind: JobKind, pods: Sequence[Pod], *, types: Mapping[str, str],
+    replicas: Sequence[str], declared: DeclaredCoordinator | None,
+) -> Pod | None:  # fmt: skip
+    found = workload(kind)
+    gang, rule = found.labels, found.coordinator
+    if is_launcher_gang(kind, replicas):
+        wanted = rule.launcher.replica_type if rule.launcher is not None else ""
+        return next((p for p in pods if types[p.name] == wanted), None)
+    if declared is not None:
+        return _rank(pods, types, gang, replica=declared.replica, job_index=declared.job_index,
+                     pod_index=declared.pod_index)  # fmt: skip
+    for wanted in rule.replica_types:
+        if wanted in replicas:
+            return _rank(pods, types, gang, replica=wanted)
+    if rule.first_replica and replicas:
+        return _rank(pods, types, gang, replica=replicas[0])
     return None

@@ -249,18 +249,18 @@ def test_lookups() -> None:
     ("kind", "rule"),
     [
         # torch TrainJob: rank 0 of `node` on PET_MASTER_PORT (29500); MPI: the launcher
-        (TRAINJOB, ("node", 29500, ("PET_MASTER_PORT", "MASTER_PORT"), None, "launcher")),
+        (TRAINJOB, ("node", 29500, None, "launcher")),
         # JobSet: spec.coordinator, else `node`, else the first replicated job
-        (JOBSET, ("node", 29500, ("PET_MASTER_PORT", "MASTER_PORT"), ("spec", "coordinator"), "launcher")),
-        (PYTORCH, ("master", 23456, (), None, None)),
-        (MPI, ("launcher", 22, (), None, None)),
+        (JOBSET, ("node", 29500, ("spec", "coordinator"), "launcher")),
+        (PYTORCH, ("master", 23456, None, None)),
+        (MPI, ("launcher", 22, None, None)),
     ],
     ids=lambda v: getattr(getattr(v, "kind", None), "value", "rule"),
 )
 def test_coordinator_rules(kind: Any, rule: tuple[Any, ...]) -> None:
     c = kind.coordinator
     launcher = c.launcher.replica_type if c.launcher is not None else None
-    assert (c.replica_types[0], c.default_port, c.port_env, c.declared, launcher) == rule
+    assert (c.replica_types[0], c.default_port, c.declared, launcher) == rule
     assert c.worker_zero is (kind.group == "kubeflow.org" and kind is not MPI)
 
 

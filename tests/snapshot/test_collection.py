@@ -71,6 +71,11 @@ def test_unknown_kinds_warn_once_per_kind() -> None:
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
         {"apiVersion": "kubeflow.org/v2beta1", "kind": "PyTorchJob", "metadata": {"name": "x"}},
+        # the Trainer's runtimes are in the README's dump: known, not read, no warning
+        {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+         "metadata": {"name": "torch-distributed"}},
+        {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+         "metadata": {"name": "mine", "namespace": "ml"}},
     ]
     snap = parse_snapshot([("x.json", as_list(items))])
     assert snap.warnings == (

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.model.cluster import ContainerPort, PodPhase
+from agent.model.cluster import ContainerPort, DeclaredCoordinator, PodPhase
 from agent.model.network import Protocol
 from agent.model.workload import JobKind
 from agent.snapshot.manifests import (
@@ -18,7 +18,7 @@ from agent.snapshot.manifests import (
     parse_pod_checked,
     parse_training_job,
 )
-from tests.support.objects import node, pod, training_job
+from tests.support.objects import jobset, node, pod, replicated_job, training_job, trainjob
 
 
 def _with(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -242,3 +242,45 @@ def test_the_short_path_parses_what_the_checked_path_parses(path: str, value: An
     for parts in (None, PodParts()):
         assert parse_pod(manifest, parts=parts) == parse_pod_checked(
             manifest, parts=parts, shared=None)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "kind", "expected"),
+    [
+        (jobset("j", [replicated_job("dataset-initializer"), replicated_job("node", nodes=2)],
+                trainjob=True, suspend=True, managed_by="kueue.x-k8s.io/multikueue",
+                conditions=["Completed"]),
+         JobKind.JOBSET,
+         (True, "kueue.x-k8s.io/multikueue", True, ("node",), {"dataset-initializer"}, None, "TrainJob")),
+        (jobset("j", [replicated_job("fetch", step="model-initializer"), replicated_job("w")],
+                coordinator={"replicatedJob": "w", "jobIndex": 2}),
+         JobKind.JOBSET, (False, None, False, ("w",), {"fetch"}, DeclaredCoordinator("w", 2, 0), None)),
+        # a JobSet's "Complete" is no condition of its kind (the TrainJob says Complete)
+        (jobset("j", [replicated_job("w")], conditions=["Complete"]), JobKind.JOBSET,
+         (False, None, False, ("w",), set(), None, None)),
+        (trainjob("t", suspend=True, conditions=["Complete"]), JobKind.TRAINJOB,
+         (True, None, True, (), set(), None, None)),
+    ],
+    ids=["owned-jobset", "declared-coordinator", "jobset-complete-is-not-its-word", "trainjob"],
+)
+def test_jobset_and_trainjob_fields(manifest: dict[str, Any], kind: JobKind, expected: tuple[Any, ...]) -> None:
+    parsed = parse_training_job(manifest, kind)
+    controller = parsed.controller.kind if parsed.controller is not None else None
+    assert (parsed.suspend, parsed.managed_by, parsed.finished, parsed.gang, set(parsed.outside),
+            parsed.coordinator, controller) == expected
+
+
+@pytest.mark.parametrize(
+    ("coordinator", "message"),
+    [
+        ("workers", r"spec\.coordinator: expected a mapping, got str"),
+        ({"jobIndex": 0}, r"spec\.coordinator\.replicatedJob"),
+        ({"replicatedJob": "w", "podIndex": -1}, r"spec\.coordinator\.podIndex: expected a non-negative integer"),
+        ({"replicatedJob": "w", "jobIndex": "0"}, r"spec\.coordinator\.jobIndex: expected a non-negative integer"),
+    ],
+)
+def test_a_bad_jobset_coordinator_names_the_field(coordinator: Any, message: str) -> None:
+    manifest = jobset("j", [replicated_job("w")])
+    manifest["spec"]["coordinator"] = coordinator
+    with pytest.raises(ManifestError, match=message):
+        parse_training_job(manifest, JobKind.JOBSET)

@@ -13,6 +13,7 @@ from agent.settings import GroupSpec
 from agent.sources.cache import ClusterCache
 from agent.sources.change import Change, EventType
 from agent.sources.resources import RESOURCES
+from agent.sources.slim import slimmer
 from tests.support import objects
 from tests.support.objects import JOB_NAME
 
@@ -165,3 +166,92 @@ def test_no_group_configured_means_no_gang_for_loose_pods() -> None:
         c.apply(PODS, EventType.ADDED, lab_pod(name, "n1"))
     c.apply(PODS, EventType.ADDED, lab_pod("coord-5d-x", "n2", owner=("ReplicaSet", "coord-5d")))
     assert seen and not any(s.gang_complete for s in seen)
+
+
+# --- TrainJob and JobSet: pods of the JobSet's batch Jobs -----------------------------------
+
+TRAINJOBS, JOBSETS = R["trainjobs.v1alpha1.trainer.kubeflow.org"], R["jobsets.v1alpha2.jobset.x-k8s.io"]
+LLM = JobRef(JobKind.TRAINJOB, "ml", "llm")
+LLM_SET = JobRef(JobKind.JOBSET, "ml", "llm")
+TORCH_SET = [objects.replicated_job("dataset-initializer", step="dataset-initializer"),
+             objects.replicated_job("node", nodes=3, gpus=4, step="trainer")]
+
+
+def _slim(resource: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    return slimmer(resource)(obj)
+
+
+def rank(rjob: str, index: int, *, node: str | None = None, phase: str | None = None) -> dict[str, Any]:
+    return _slim(PODS, objects.jobset_pod("llm", rjob, 0, index, node_name=node, phase=phase))
+
+
+@pytest.fixture
+def llm() -> tuple[ClusterCache, list[Change]]:
+    """TrainJob `llm` (three torch nodes, a dataset initializer) with its JobSet cached, the
+    initializer done, the nodes pending."""
+    seen: list[Change] = []
+    c = ClusterCache(on_change=seen.append)
+    c.replace(TRAINJOBS, [_slim(TRAINJOBS, objects.trainjob("llm", nodes=3))])
+    c.replace(JOBSETS, [_slim(JOBSETS, objects.jobset("llm", TORCH_SET, trainjob=True))])
+    c.replace(PODS, [rank("dataset-initializer", 0, node="c1", phase="Succeeded"),
+                     *(rank("node", i) for i in range(3))])
+    seen.clear()
+    return c, seen
+
+
+def test_a_trainjob_gang_completes_at_the_last_node_bound(llm: tuple[ClusterCache, list[Change]]) -> None:
+    c, seen = llm
+    assert c.job_of_pod("ml", "llm-node-0-0-x00z") == LLM
+    assert c.job_of_pod("ml", "llm-dataset-initializer-0-0-x00z") == LLM
+    assert LLM_SET not in c.job_keys() and LLM in c.job_keys()
+    for i in (2, 0):
+        c.apply(PODS, EventType.MODIFIED, rank("node", i, node="a1"))
+    assert [s.gang_complete for s in seen] == [False, False]
+    c.apply(PODS, EventType.MODIFIED, rank("node", 1, node="b1"))
+    # numNodes pods of `node`: the initializer is neither expected nor counted
+    assert seen[-1].gang_complete and seen[-1].jobs == frozenset({LLM})
+
+
+def test_a_running_initializer_does_not_complete_the_gang(llm: tuple[ClusterCache, list[Change]]) -> None:
+    c, seen = llm
+    c.apply(PODS, EventType.MODIFIED, rank("dataset-initializer", 0, node="c1", phase="Running"))
+    for i in (0, 1):
+        c.apply(PODS, EventType.MODIFIED, rank("node", i, node="a1"))
+    assert not any(s.gang_complete for s in seen)
+    c.apply(PODS, EventType.MODIFIED, rank("node", 2, node="a1"))
+    assert seen[-1].gang_complete
+
+
+def test_a_jobset_change_names_its_trainjob(llm: tuple[ClusterCache, list[Change]]) -> None:
+    c, seen = llm
+    c.apply(JOBSETS, EventType.MODIFIED,
+            _slim(JOBSETS, objects.jobset("llm", TORCH_SET, trainjob=True, suspend=True)))
+    assert seen[-1].jobs == frozenset({LLM})
+
+
+def test_pods_seen_before_their_jobset_move_to_the_trainjob_when_it_arrives() -> None:
+    seen: list[Change] = []
+    c = ClusterCache(on_change=seen.append)
+    c.replace(PODS, [rank("node", i, node="a1") for i in range(3)])
+    assert c.job_of_pod("ml", "llm-node-0-0-x00z") == LLM_SET  # nothing says whose yet
+    seen.clear()
+    c.apply(JOBSETS, EventType.ADDED, _slim(JOBSETS, objects.jobset("llm", TORCH_SET, trainjob=True)))
+    assert c.job_of_pod("ml", "llm-node-0-0-x00z") == LLM
+    assert c.pods_of_job(LLM_SET) == [] and len(c.pods_of_job(LLM)) == 3
+    # the JobSet brings the counts: its arrival completes the gang already bound
+    assert seen[-1].jobs == frozenset({LLM, LLM_SET}) and seen[-1].gang_complete
+
+
+def test_a_plain_jobset_gang_is_replicas_times_parallelism() -> None:
+    seen: list[Change] = []
+    c = ClusterCache(on_change=seen.append)
+    c.replace(JOBSETS, [_slim(JOBSETS, objects.jobset(
+        "ddp", [objects.replicated_job("workers", replicas=2, nodes=2)]))])
+    pods = [objects.jobset_pod("ddp", "workers", j, i, node_name=None) for j in (0, 1) for i in (0, 1)]
+    c.replace(PODS, [_slim(PODS, p) for p in pods])
+    seen.clear()
+    for p in pods:
+        p["spec"]["nodeName"], p["status"]["phase"] = "a1", "Running"
+        c.apply(PODS, EventType.MODIFIED, _slim(PODS, p))
+    assert [s.gang_complete for s in seen] == [False, False, False, True]
+    assert seen[-1].jobs == frozenset({JobRef(JobKind.JOBSET, "ml", "ddp")})

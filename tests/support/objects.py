@@ -4,7 +4,9 @@ Who calls it: every test that describes a cluster as manifests (snapshot, topolo
 diagnose command, the cache, remediation, the runtime world, the twin). One builder per object
 kind: `node`, `namespace`, `pod` (and `container`, `owner_ref`), `job_pod` (a pod of a Kubeflow
 training job, labelled as the training operator labels it), `training_job` (by the kind's
-descriptor in `agent.model.workload`) with `replica`, `batch_job`, `deployment`, `replicaset`,
+descriptor in `agent.model.workload`) with `replica`, `jobset` with `replicated_job`, `trainjob`,
+`jobset_pod` (a pod of a JobSet's child Job, labelled as the JobSet and Job controllers label
+it), `batch_job`, `deployment`, `replicaset`,
 `cnp` / `zone_only` (Cilium) and `netpol` (Kubernetes NetworkPolicy); `as_list` wraps objects in a
 `v1/List` as `kubectl get -o json` prints it. Options past the name are keyword-only; a key a test
 did not ask for is left out rather than filled with a default the API server would not send.
@@ -20,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from agent.model.workload import workload_named
+from agent.model.workload import JOBSET, TRAINJOB, JobKind, workload, workload_named
 
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
@@ -407,3 +409,85 @@ def netpol(name: str, spec: Mapping[str, Any], *, ns: str = "ml") -> dict[str, A
 def as_list(items: list[dict[str, Any]]) -> bytes:
     """`items` as one `v1/List` JSON document."""
     return orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+JOBSET_LABELS = workload(JobKind.JOBSET).labels
+
+
+def replicated_job(
+    name: str, *, replicas: int | None = None, nodes: int = 1, gpus: int = 0,
+    ports: Ports | None = None, step: str | None = None, spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One replicated job of a JobSet: `replicas` Indexed batch Jobs of `nodes` pods each (one
+    container `node`); `step`: the Trainer's ancestor-step label on the Job template."""
+    pod_spec = {"containers": [container(name="node", gpus=gpus, ports=ports)], **(spec or {})}
+    template: dict[str, Any] = {"spec": {"completionMode": "Indexed", "parallelism": nodes,
+                                         "completions": nodes, "template": {"spec": pod_spec}}}
+    if step is not None:
+        template["metadata"] = {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": step}}
+    out: dict[str, Any] = {"name": name, "template": template}
+    if replicas is not None:
+        out["replicas"] = replicas
+    return out
+
+
+def jobset(
+    name: str, replicated: Sequence[Mapping[str, Any]], *, ns: str = "ml",
+    trainjob: bool = False, coordinator: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None, suspend: bool | None = None,
+    managed_by: str | None = None, conditions: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A jobset.x-k8s.io JobSet; `trainjob`: owned (controller) by the TrainJob of its name."""
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f"uid-js-{name}",
+                            "labels": dict(labels or {})}
+    if trainjob:
+        meta["ownerReferences"] = [owner_ref((TRAINJOB.api_version, TRAINJOB.kind.value, name),
+                                             uid=f"uid-tj-{name}")]
+    spec: dict[str, Any] = {"replicatedJobs": [dict(r) for r in replicated]}
+    if coordinator is not None:
+        spec["coordinator"] = dict(coordinator)
+    if suspend is not None:
+        spec["suspend"] = suspend
+    if managed_by is not None:
+        spec["managedBy"] = managed_by
+    return {"apiVersion": JOBSET.api_version, "kind": JOBSET.kind.value, "metadata": meta,
+            "spec": spec,
+            "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]}}
+
+
+def trainjob(
+    name: str, *, ns: str = "ml", nodes: int = 2, labels: Mapping[str, str] | None = None,
+    suspend: bool | None = None, managed_by: str | None = None, conditions: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A trainer.kubeflow.org TrainJob over the ClusterTrainingRuntime `torch-distributed`."""
+    spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"},
+                            "trainer": {"numNodes": nodes}}
+    if suspend is not None:
+        spec["suspend"] = suspend
+    if managed_by is not None:
+        spec["managedBy"] = managed_by
+    return {"apiVersion": TRAINJOB.api_version, "kind": TRAINJOB.kind.value,
+            "metadata": {"name": name, "namespace": ns, "uid": f"uid-tj-{name}",
+                         "labels": dict(labels or {})},
+            "spec": spec,
+            "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]}}
+
+
+def jobset_pod(
+    jobset_name: str, rjob: str, job_index: int, index: int, *, node_name: str | None,
+    ns: str = "ml", gpus: int = 0, ports: Ports | None = None, phase: str | None = None,
+    labels: Mapping[str, str] | None = None, index_label: bool = True,
+) -> dict[str, Any]:
+    """A pod of JobSet `jobset_name`'s Job `<jobset>-<rjob>-<job_index>` at completion index
+    `index`, named `<job>-<index>-<suffix>` as the Job controller names Indexed pods."""
+    job = f"{jobset_name}-{rjob}-{job_index}"
+    found = {JOBSET_LABELS.job_name: jobset_name, JOBSET_LABELS.replica_type: rjob,
+             JOBSET_LABELS.replica_index: str(job_index), **(labels or {})}
+    if index_label and JOBSET_LABELS.completion_index is not None:
+        found[JOBSET_LABELS.completion_index] = str(index)
+    annotations = ({JOBSET_LABELS.completion_index: str(index)}
+                   if JOBSET_LABELS.completion_index is not None else {})
+    return pod(f"{job}-{index}-x{job_index}{index}z", ns=ns, node_name=node_name, labels=found,
+               annotations=annotations, gpus=gpus, ports=ports,
+               phase=phase or ("Running" if node_name else "Pending"),
+               owner=("batch/v1", "Job", job))

@@ -11,7 +11,7 @@ from agent.model.workload import JobKind
 from agent.settings import GroupSpec
 from agent.topology.flows import job_port, required_flows
 from agent.topology.jobs import find_jobs
-from tests.support.objects import job_pod, node, pod
+from tests.support.objects import job_pod, jobset, jobset_pod, node, pod, replicated_job
 from tests.support.snapshots import load
 
 N = [node("a1", "zone-a", gpus=8)]
@@ -159,3 +159,48 @@ def test_job_port_defaults_without_coordinator() -> None:
     assert str(job_port(JobKind.TF, None)) == "2222"
     assert str(job_port(JobKind.MPI, None)) == "22"
     assert str(job_port(JobKind.PYTORCH, None)) == "23456"
+
+
+def _jobset_job(items: list[dict[str, Any]]) -> Any:
+    (job,) = find_jobs(load(N + items).state)
+    return job
+
+
+TORCH_RUNTIME = [replicated_job("dataset-initializer", step="dataset-initializer"),
+                 replicated_job("node", nodes=3, gpus=1, step="trainer")]
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [
+        # torch TrainJob: every node -> rank 0 on the Trainer's port 29500 (the trainer
+        # container's port), collective all pairs; the initializer needs no flow
+        ([jobset("t", TORCH_RUNTIME, trainjob=True),
+          jobset_pod("t", "dataset-initializer", 0, 0, node_name="a1"),
+          *(jobset_pod("t", "node", 0, i, node_name="a1", ports=[("", 29500)]) for i in range(3))],
+         {("t-node-0-1-x01z", "t-node-0-0-x00z", "29500", "TCP"),
+          ("t-node-0-2-x02z", "t-node-0-0-x00z", "29500", "TCP")}
+         | _all_pairs(["t-node-0-0-x00z", "t-node-0-1-x01z", "t-node-0-2-x02z"], R)),
+        # no declared port: the default 29500
+        ([jobset("t", TORCH_RUNTIME, trainjob=True),
+          *(jobset_pod("t", "node", 0, i, node_name="a1") for i in range(2))],
+         {("t-node-0-1-x01z", "t-node-0-0-x00z", "29500", "TCP")}
+         | _all_pairs(["t-node-0-0-x00z", "t-node-0-1-x01z"], R)),
+        # MPI: launcher -> nodes on their ssh port, nodes -> launcher and node <-> node collective
+        ([jobset("m", [replicated_job("node", nodes=2), replicated_job("launcher")], trainjob=True),
+          jobset_pod("m", "launcher", 0, 0, node_name="a1"),
+          *(jobset_pod("m", "node", 0, i, node_name="a1", ports=[("ssh", 2222)]) for i in range(2))],
+         {("m-launcher-0-0-x00z", f"m-node-0-{i}-x0{i}z", "2222", "TCP") for i in range(2)}
+         | {(f"m-node-0-{i}-x0{i}z", "m-launcher-0-0-x00z", R, "TCP") for i in range(2)}
+         | _all_pairs(["m-node-0-0-x00z", "m-node-0-1-x01z"], R)),
+        # a plain JobSet's declared coordinator on its first container port
+        ([jobset("j", [replicated_job("workers", nodes=2)],
+                 coordinator={"replicatedJob": "workers", "podIndex": 1}),
+          *(jobset_pod("j", "workers", 0, i, node_name="a1", ports=[("", 1234)]) for i in range(2))],
+         {("j-workers-0-0-x00z", "j-workers-0-1-x01z", "1234", "TCP")}
+         | _all_pairs(["j-workers-0-0-x00z", "j-workers-0-1-x01z"], R)),
+    ],
+    ids=["torch-trainjob", "torch-default-port", "mpi-trainjob", "jobset-declared"],
+)
+def test_jobset_gang_flows(items: list[dict[str, Any]], expected: set[tuple[str, str, str, str]]) -> None:
+    assert _pairs(required_flows(_jobset_job(items))) == expected

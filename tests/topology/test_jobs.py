@@ -9,7 +9,19 @@ import pytest
 from agent.model.workload import JobKind
 from agent.settings import GroupSpec
 from agent.topology.jobs import find_jobs
-from tests.support.objects import JOB_NAME, JOB_ROLE, OPERATOR, job_pod, node, pod, training_job
+from tests.support.objects import (
+    JOB_NAME,
+    JOB_ROLE,
+    OPERATOR,
+    job_pod,
+    jobset,
+    jobset_pod,
+    node,
+    pod,
+    replicated_job,
+    training_job,
+    trainjob,
+)
 from tests.support.snapshots import load
 
 N = [node("a1", "zone-a", gpus=8), node("b1", "zone-b", gpus=8)]
@@ -234,3 +246,91 @@ def test_group_namespace_filter_and_coordinator() -> None:
         ("Group/lab/llm", "c")
     ]
     assert jobs[0].ref.kind is JobKind.GROUP
+
+
+# --- JobSet and Kubeflow Trainer v2 ---------------------------------------------------------
+
+TORCH = [replicated_job("dataset-initializer", step="dataset-initializer"),
+         replicated_job("node", nodes=3, gpus=4, ports=[("", 29500)], step="trainer")]
+MPI_SET = [replicated_job("node", nodes=2, gpus=1, ports=[("ssh", 2222)]),
+           replicated_job("launcher", step="trainer")]
+
+
+def _torch_pods(name: str, *, initializer_phase: str = "Succeeded") -> list[dict[str, Any]]:
+    return [jobset_pod(name, "dataset-initializer", 0, 0, node_name="b1", phase=initializer_phase),
+            *(jobset_pod(name, "node", 0, i, node_name=("a1", "b1", "b1")[i], gpus=4,
+                         ports=[("", 29500)]) for i in range(3))]
+
+
+@pytest.mark.parametrize(
+    ("objects", "expected"),
+    [
+        # the TrainJob's JobSet owns the Jobs: the pods are the TrainJob's
+        ([trainjob("llm"), jobset("llm", TORCH, trainjob=True)], "TrainJob/ml/llm"),
+        # the JobSet in the dump, its TrainJob not: the owner reference says whose
+        ([jobset("llm", TORCH, trainjob=True)], "TrainJob/ml/llm"),
+        # the TrainJob in the dump, its JobSet not
+        ([trainjob("llm")], "TrainJob/ml/llm"),
+        # a JobSet run on its own
+        ([jobset("llm", TORCH)], "JobSet/ml/llm"),
+        ([], "JobSet/ml/llm"),
+    ],
+    ids=["trainjob-and-jobset", "jobset-owned", "trainjob-only", "plain-jobset", "pods-only"],
+)
+def test_jobset_pods_belong_to_the_jobset_or_its_trainjob(
+    objects: list[dict[str, Any]], expected: str
+) -> None:
+    found = _found(objects + _torch_pods("llm", initializer_phase="Running"))
+    # a running initializer is outside the gang: no pod of the job
+    assert found == {expected: ("llm-node-0-0-x00z", "llm-node-0-1-x01z", "llm-node-0-2-x02z")}
+
+
+def _coordinator(items: list[dict[str, Any]]) -> tuple[str | None, dict[str, str]]:
+    (job,) = find_jobs(load(N + items).state)
+    return (job.coordinator.name if job.coordinator else None), dict(job.replica_types)
+
+
+@pytest.mark.parametrize(
+    ("items", "coordinator"),
+    [
+        # torch: rank 0 is node Job 0, completion index 0 (whatever the pod name order)
+        ([trainjob("t"), jobset("t", TORCH, trainjob=True), *_torch_pods("t")], "t-node-0-0-x00z"),
+        # rank 0 not live: no coordinator, never rank 1 in its place
+        ([jobset("t", TORCH, trainjob=True), *_torch_pods("t")[2:]], None),
+        # MPI: the launcher, even when another replicated job is named node
+        ([jobset("m", MPI_SET, trainjob=True), jobset_pod("m", "node", 0, 0, node_name="a1"),
+          jobset_pod("m", "node", 0, 1, node_name="a1"),
+          jobset_pod("m", "launcher", 0, 0, node_name="b1")], "m-launcher-0-0-x00z"),
+        # MPI, the launcher not started yet (it waits for the nodes): no coordinator
+        ([jobset("m", MPI_SET, trainjob=True), jobset_pod("m", "node", 0, 0, node_name="a1")], None),
+        # a JobSet naming its coordinator
+        ([jobset("j", [replicated_job("workers", replicas=2, nodes=2)],
+                 coordinator={"replicatedJob": "workers", "jobIndex": 1, "podIndex": 1}),
+          *(jobset_pod("j", "workers", j, i, node_name="a1") for j in (0, 1) for i in (0, 1))],
+         "j-workers-1-1-x11z"),
+        # else the first replicated job's rank 0 (no `node` replicated job)
+        ([jobset("j", [replicated_job("driver"), replicated_job("workers", nodes=2)]),
+          jobset_pod("j", "workers", 0, 0, node_name="a1"),
+          jobset_pod("j", "driver", 0, 0, node_name="b1")], "j-driver-0-0-x00z"),
+        # no JobSet object: the replicated jobs its pods name, in name order
+        ([jobset_pod("j", "workers", 0, 0, node_name="a1"),
+          jobset_pod("j", "driver", 0, 0, node_name="b1")], "j-driver-0-0-x00z"),
+        # the completion index only as an annotation (Kubernetes before 1.28): no rank 0 known
+        ([jobset_pod("j", "node", 0, 0, node_name="a1", index_label=False)], None),
+    ],
+    ids=["torch-rank0", "rank0-gone", "mpi-launcher", "mpi-no-launcher-yet", "declared",
+         "first-replicated-job", "no-object", "no-index-label"],
+)
+def test_the_coordinator_of_a_jobset_gang(items: list[dict[str, Any]], coordinator: str | None) -> None:
+    found, types = _coordinator(items)
+    assert found == coordinator
+    assert "dataset-initializer" not in types.values()
+
+
+def test_jobset_pods_are_ordered_by_replicated_job_job_index_and_completion_index() -> None:
+    items = [jobset("j", [replicated_job("workers", replicas=2, nodes=2)]),
+             *(jobset_pod("j", "workers", j, i, node_name="a1") for j in (1, 0) for i in (1, 0))]
+    (job,) = find_jobs(load(N + items).state)
+    assert [p.name for p in job.pods] == ["j-workers-0-0-x00z", "j-workers-0-1-x01z",
+                                          "j-workers-1-0-x10z", "j-workers-1-1-x11z"]
+    assert job.obj is not None and job.obj.gang == ("workers",)
