@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from agent.demo.story import Summary
 
-SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi")
 
 
 def register(subparsers: Any) -> None:
