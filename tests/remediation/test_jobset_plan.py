@@ -190,3 +190,23 @@ def test_every_replicated_job_already_pinned_is_refused(tmp_path: Path) -> None:
         pod["nodeSelector"] = {ZONE: "us-east-1a"}
         result = plan_remediation(finding, replace(live, job=job))
     assert isinstance(result, Refusal) and "already pins zone us-east-1a" in result.reason
+
+
+def test_the_zone_mirroring_label_a_template_carries_goes_into_the_runtime_patch(tmp_path: Path) -> None:
+    with running_lab(tmp_path, "trainjob-mpi") as lab:
+        finding, live = live_of(lab, MPI, pods=5, zone="us-east-1a")
+    assert live.materialised is not None
+    jobset: dict[str, Any] = copy.deepcopy(dict(live.materialised))
+    launcher = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "launcher")
+    launcher["template"]["spec"]["template"].setdefault("metadata", {})["labels"] = {
+        "netpol.example.com/zone": "us-east-1b"}  # the template mirrors the zone it was placed in
+    result = plan_remediation(finding, replace(live, materialised=jobset),
+                              mirror_keys=("netpol.example.com/zone",))  # fmt: skip
+    assert isinstance(result, Plan), result
+    (target,) = result.targets
+    assert target.override is not None
+    (entry,) = target.override["entries"]
+    (rjob,) = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = rjob["template"]["spec"]["template"]
+    assert pod["metadata"] == {"labels": {"netpol.example.com/zone": "us-east-1a"}}
+    assert pod["spec"]["nodeSelector"] == {ZONE: "us-east-1a"}

@@ -11,7 +11,7 @@ suspended, each write sent once, and never restarted twice.
 
 Real SIGKILLs (a Remediator process, `tests.remediation.kill_worker`, killed with no cleanup): right
 after each write of a TrainJob's remediation landed, before it was recorded, and after its
-recorded steps.
+recorded steps; on its rollback, when it starts and right after a stale child Job's DELETE landed.
 """
 
 from __future__ import annotations
@@ -177,10 +177,10 @@ def test_every_point_of_a_trainjob_rollback_killed_then_resumed_restores_it(tmp_
 # real SIGKILLs
 
 
-def killed_at(lab: Lab, url: str, incident_id: int, point: str) -> None:
+def killed_at(lab: Lab, url: str, incident_id: int, point: str, *flags: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.remediation.kill_worker", str(lab.kubeconfig), url,
-         str(incident_id), point],
+         str(incident_id), point, *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -206,5 +206,33 @@ def test_sigkilled_at_each_point_then_resumed_remediates_once(
             status = lab.remediator(store).run(incident_id)
             assert status is IncidentStatus.RESOLVED
             assert_remediated_once(lab, store, incident_id, TORCH)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("point", [Step.ROLLBACK_STARTED.value, "wrote:delete:Job"])
+def test_sigkilled_on_the_rollback_path_then_resumed_restores_the_trainjob(
+    tmp_path: Path, template: Path, point: str
+) -> None:
+    """The target zone cordoned once the suspend is recorded: the new pods cannot bind, the run
+    rolls back and is killed when the rollback starts, or right after the stale child Job's
+    DELETE landed before its record; a fresh run restores the TrainJob."""
+    store, url = new_store(template, tmp_path)
+    try:
+        with running_lab(tmp_path, scenario("trainjob", TrainerRelease.V2_2)) as lab:
+            incident_id = approved_incident(lab, store, ref=TORCH)
+            killed_at(lab, url, incident_id, point, "--cordon-after-suspend")
+            if point.startswith("wrote:"):  # the DELETE landed, its record not made
+                assert recorded_steps(store, incident_id)[-1] == "restoring"
+            assert recorded_plan(store, incident_id).target_zone == "us-east-1a"  # the one cordoned
+            status = lab.remediator(store, settings=SLOW_BIND).run(incident_id)
+            assert status is IncidentStatus.ROLLED_BACK
+            live = served(lab, TORCH)
+            assert live["spec"].get("suspend") is False and not live["spec"].get("runtimePatches")
+            jobs = lab.api.json("GET", "/apis/batch/v1/namespaces/ml/jobs")["items"]
+            node = [j for j in jobs if j["metadata"]["name"] == "llm-pretrain-node-0"]
+            assert node and ZONE not in (node[0]["spec"]["template"]["spec"].get("nodeSelector") or {})
+            steps = recorded_steps(store, incident_id)
+            assert steps.count("rollback_started") == 1 and steps.count("rolled_back") == 1
     finally:
         store.close()
