@@ -12,7 +12,8 @@ and null label values are turned into strings, while a list or object where text
 (`agent.parsing.strict_json`): a duplicate label could otherwise mean one job to us and another
 to whoever reads the alert next. Bodies past `MAX_BODY` are refused (the HTTP layer stops reading them). Alerts name their job through labels: `namespace` (or
 `exported_namespace`, `destination_namespace`), then a job name (`training_job`, `job_name`,
-`label_training_kubeflow_org_job_name`, `created_by_name` with `created_by_kind`), else a pod
+`label_training_kubeflow_org_job_name`, `label_jobset_sigs_k8s_io_jobset_name`, `created_by_name`
+with `created_by_kind`; a TrainJob is named by its JobSet's kind and name too), else a pod
 (`pod`, `exported_pod`, `destination_pod`) that the caller resolves through its pod index.
 """
 
@@ -29,7 +30,7 @@ import orjson
 
 from agent.errors import InputError
 from agent.model.job import JobRef
-from agent.model.workload import KUBEFLOW_LABELS
+from agent.model.workload import KUBEFLOW_LABELS, JobKind, workload
 from agent.parsing.member import member
 from agent.parsing.strict_json import JsonError, parse_json
 
@@ -175,7 +176,8 @@ def _series_label(pod_label: str) -> str:
                               for c in pod_label)  # fmt: skip
 
 
-_JOB_LABELS = ("training_job", "job_name", _series_label(KUBEFLOW_LABELS.job_name), "created_by_name")
+_JOB_LABELS = ("training_job", "job_name", _series_label(KUBEFLOW_LABELS.job_name),
+               _series_label(workload(JobKind.JOBSET).labels.job_name), "created_by_name")
 _POD_LABELS = ("pod", "exported_pod", "destination_pod")
 _KIND_LABELS = ("job_kind", "created_by_kind")
 
@@ -211,6 +213,15 @@ def target_of(alert: Alert) -> AlertTarget | None:
     )
 
 
+def _kinds_named(kind: JobKind) -> tuple[str, ...]:
+    """The kind names an alert may give a job of `kind`: its own, and the kind it is
+    materialised as (a TrainJob's series are its JobSet's)."""
+    if kind is JobKind.GROUP:
+        return (kind.value,)
+    materialised = workload(kind).materialised
+    return (kind.value, *((materialised.value,) if materialised is not None else ()))
+
+
 def resolve_jobs(
     target: AlertTarget,
     *,
@@ -221,7 +232,7 @@ def resolve_jobs(
     if target.job_name:
         found = jobs_named(target.namespace, target.job_name)
         if target.kind:
-            found = [k for k in found if k.kind == target.kind]
+            found = [k for k in found if target.kind in _kinds_named(k.kind)]
         if found:
             return sorted(found)
     if target.pod:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from agent.model.job import JobRef
 from agent.model.workload import (
     BATCH_JOB,
+    WORKLOADS,
     KUBEFLOW_LABELS,
     JobKind,
     launched_kind,
@@ -126,7 +127,9 @@ class JobIndex:
         """Re-index the pods of the jobs named `namespace/name` (a JobSet or its TrainJob
         arrived, left or changed owner): the jobs their pods left and joined."""
         moved: set[JobRef] = set()
-        for job in [j for j in self.pods_of_job if j.namespace == namespace and j.name == name]:
+        named = (JobRef(w.kind, namespace, name) for w in WORKLOADS
+                 if w.labels.completion_index is not None)  # the kinds JobSet pods may belong to
+        for job in [j for j in named if j in self.pods_of_job]:
             pods = self._objects.get("pods", {})
             for key in list(self.pods_of_job.get(job, ())):
                 pod = pods.get(key)

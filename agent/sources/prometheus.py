@@ -6,7 +6,10 @@ instant query of the baseline (the same expression averaged over the window one 
 ago). The per-job expression averages dcgm-exporter's `DCGM_FI_DEV_GPU_UTIL` by (namespace,
 created_by_name), joined `on (namespace, pod)` with kube-state-metrics' `kube_pod_info` of
 training-job pods (`created_by_kind`), with `exported_namespace`/`exported_pod` (scrapes without
-honorLabels) folded back into `namespace`/`pod` by `label_replace`.
+honorLabels) folded back into `namespace`/`pod` by `label_replace`. A JobSet's pods are created by
+its batch Jobs: they are joined on `kube_pod_labels`' JobSet-name label instead (kube-state-metrics
+must allow it: `--metric-labels-allowlist=pods=[jobset.sigs.k8s.io/jobset-name,...]`) and reported
+as the JobSet's; a TrainJob's figures are its JobSet's (same name).
 
 Prometheus being down, slow or answering garbage is never an exception to the caller: `fetch`
 returns a `MetricsReport` with `available=False` and the reason ("metrics unavailable: ..."). Drop
@@ -31,14 +34,18 @@ from urllib3.util.retry import Retry
 
 from agent.errors import ConfigError
 from agent.model.job import JobRef
-from agent.model.workload import WORKLOADS, workload_named
+from agent.model.workload import WORKLOADS, JobKind, workload, workload_named
 from agent.settings import PrometheusSettings, read_secret_file
 from agent.sources.drop import DropVerdict, detect_drop
 
 log = logging.getLogger(__name__)
 
 UTILIZATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
-JOB_KINDS = tuple(w.kind.value for w in WORKLOADS)  # `created_by_kind` of training-job pods
+# `created_by_kind` of training-job pods (the kinds that create their own pods)
+JOB_KINDS = tuple(w.kind.value for w in WORKLOADS if w.pods_owned_by is None)
+_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+# kube-state-metrics' name for the JobSet-name pod label (kube_pod_labels)
+JOBSET_NAME_LABEL = "label_" + _LABEL_CHARS.sub("_", workload(JobKind.JOBSET).labels.job_name)
 UNAVAILABLE = "metrics unavailable"
 
 
@@ -55,14 +62,22 @@ def _unexport(selector: str) -> str:
 
 
 def job_utilization_expr(kinds: Iterable[str] = JOB_KINDS) -> str:
-    """Average GPU utilization (0-100) per (namespace, created_by_kind, created_by_name)."""
+    """Average GPU utilization (0-100) per (namespace, created_by_kind, created_by_name): the
+    pods `kinds` create, or (`created_by_kind` the JobSet's kind) the pods of each JobSet."""
     kind_re = "|".join(kinds)
     gpus = _unexport(f'{UTILIZATION_METRIC}{{pod!=""}}')
     pods = _unexport(f'kube_pod_info{{created_by_kind=~"{kind_re}"}}')
+    jobset_pods = _unexport(f'kube_pod_labels{{{JOBSET_NAME_LABEL}!=""}}')
+    named = (
+        f'label_replace(label_replace(max by (namespace, pod, {JOBSET_NAME_LABEL}) ({jobset_pods}), '
+        f'"created_by_name", "$1", "{JOBSET_NAME_LABEL}", "(.+)"), '
+        f'"created_by_kind", "{JobKind.JOBSET.value}", "", "")'
+    )
+    group = "avg by (namespace, created_by_kind, created_by_name) ("
+    join = f"{gpus} * on (namespace, pod) group_left (created_by_kind, created_by_name) "
     return (
-        "avg by (namespace, created_by_kind, created_by_name) ("
-        f"{gpus} * on (namespace, pod) group_left (created_by_kind, created_by_name) "
-        f"max by (namespace, pod, created_by_kind, created_by_name) ({pods}))"
+        f"{group}{join}max by (namespace, pod, created_by_kind, created_by_name) ({pods}))"
+        f" or {group}{join}{named})"
     )
 
 
@@ -95,7 +110,14 @@ class MetricsReport:
     queries: int = 0
 
     def for_job(self, key: JobRef) -> JobMetrics | None:
-        return self.jobs.get(key)
+        """The job's figures; a kind materialised as another (TrainJob: its JobSet) has the
+        figures of that object of its name."""
+        found = self.jobs.get(key)
+        if found is None and key.kind is not JobKind.GROUP:
+            materialised = workload(key.kind).materialised
+            if materialised is not None:
+                return self.jobs.get(JobRef(materialised, key.namespace, key.name))
+        return found
 
     @property
     def status(self) -> str:

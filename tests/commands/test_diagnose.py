@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,13 @@ import pytest
 import yaml
 
 from agent.cli import main
+from agent.twin import kubeconfig
+from agent.twin.cluster import TwinCluster
+from agent.twin.resources import lookup
 from tests.support.objects import as_list, job_pod, node, pod, zone_only
+from tests.twin.twin_fixtures import fast
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ZONES = {"a1": "zone-a", "b1": "zone-b"}
 
@@ -471,3 +478,49 @@ def test_no_training_job_found_says_that_groups_must_be_declared(
     assert err == ("zonemedic: note: no live pods match the declared group(s) lab "
                    "(diagnosis.groups: check their namespace and selector labels against the "
                    "pods)\n")
+
+
+TRAINER_DUMP = ("nodes,pods,trainjobs,trainingruntimes,clustertrainingruntimes,jobsets,"
+                "networkpolicies,ciliumnetworkpolicies")
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+@pytest.mark.parametrize(
+    ("scenario", "running", "job", "verdict", "coordinator"),
+    [
+        ("trainjob", 4, {"kind": "TrainJob", "namespace": "ml", "name": "llm-pretrain"},
+         "zone_split_degraded", "llm-pretrain-node-0-0-"),
+        ("trainjob-mpi", 5, {"kind": "TrainJob", "namespace": "ml", "name": "mpi-pretrain"},
+         "zone_split_blocked", "mpi-pretrain-launcher-0-0-"),
+        ("jobset", 4, {"kind": "JobSet", "namespace": "ml", "name": "pytorch-ddp"},
+         "zone_split_degraded", "pytorch-ddp-workers-0-0-"),
+    ],
+)
+def test_a_kubectl_dump_of_a_trainer_cluster(
+    tmp_path: Path, scenario: str, running: int, job: dict[str, str], verdict: str, coordinator: str,
+) -> None:
+    """The README's dump command through real kubectl against the twin, then the real process."""
+    assert f"kubectl get {TRAINER_DUMP} -A -o yaml" in (ROOT / "README.md").read_text()
+    with TwinCluster(fast(scenario)) as cluster:
+        path = kubeconfig.write(tmp_path / "kubeconfig", cluster.serve_api().url)
+
+        def bound() -> bool:
+            found = cluster.store.list(lookup("pods"), namespace="ml")[0]
+            return sum(1 for p in found if p["spec"].get("nodeName")
+                       and p["status"].get("phase") == "Running") >= running
+
+        assert cluster.wait_until(bound, timeout=30)
+        env = {**os.environ, "KUBECONFIG": str(path), "KUBECACHEDIR": str(tmp_path / "cache")}
+        dump = subprocess.run(["kubectl", "get", TRAINER_DUMP, "-A", "-o", "yaml"], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert dump.returncode == 0, dump.stderr
+    snapshot = _write(tmp_path, "cluster.yaml", dump.stdout)
+    script = Path(sys.executable).parent / "zonemedic"
+    done = subprocess.run([str(script), "diagnose", str(snapshot), "--output", "json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "unsupported kind" not in done.stderr  # the runtimes are known
+    (finding,) = json.loads(done.stdout)["findings"]
+    assert finding["job"] == job and finding["verdict"] == verdict
+    assert finding["coordinator"]["pod"].startswith(coordinator)
+    assert finding["remediable"] is True and finding["target_zone"] == "us-east-1a"

@@ -76,3 +76,41 @@ def test_sweep_needs_once_and_a_reachable_cluster(tmp_path: Path) -> None:
     down = sweep(path, "--sync-timeout", "1")
     assert down.returncode == 1
     assert "Traceback" not in down.stderr
+
+
+@pytest.mark.parametrize(
+    ("scenario", "running", "kind", "name", "verdict", "coordinator"),
+    [
+        ("trainjob-mpi", 5, "TrainJob", "mpi-pretrain", "zone_split_blocked", "mpi-pretrain-launcher-0-0-"),
+        ("jobset", 4, "JobSet", "pytorch-ddp", "zone_split_degraded", "pytorch-ddp-workers-0-0-"),
+    ],
+)
+def test_a_sweep_records_trainjobs_and_jobsets_and_incidents_lists_them(
+    tmp_path: Path, scenario: str, running: int, kind: str, name: str, verdict: str, coordinator: str,
+) -> None:
+    cluster = twin_cluster.TwinCluster(fixtures.fast(scenario)).start()
+    try:
+        kube = kubeconfig.write(tmp_path / "kubeconfig", cluster.serve_api().url)
+        assert cluster.wait_until(lambda: sum(
+            1 for p in cluster.store.list(twin_cluster.lookup("pods"), namespace="ml")[0]
+            if p["spec"].get("nodeName") and p["status"].get("phase") == "Running") >= running, timeout=30)
+        config = tmp_path / "config.yaml"
+        config.write_text(yaml.safe_dump({
+            "cluster_name": "twin", "data_dir": str(tmp_path), "kubernetes": {"kubeconfig": str(kube)},
+            "database": {"url": f"sqlite:///{tmp_path / 'zm.db'}"}, "playbooks_dir": str(REPO / "playbooks"),
+        }))
+        done = sweep(config, "--output", "json", "--no-digest")
+    finally:
+        cluster.stop()
+    assert done.returncode == 0, done.stderr
+    (finding,) = orjson.loads(done.stdout)["findings"]
+    assert finding["job"] == {"kind": kind, "namespace": "ml", "name": name}
+    assert finding["verdict"] == verdict and finding["coordinator"]["pod"].startswith(coordinator)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZONEMEDIC_")}
+    listed = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "incidents", "list", "--config", str(config),
+         "--job", f"ml/{name}", "--output", "json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr
+    (incident,) = orjson.loads(listed.stdout)["incidents"]
+    assert (incident["kind"], incident["name"], incident["verdict"]) == (kind, name, verdict)

@@ -9,7 +9,16 @@ import pytest
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
 from agent.settings import GroupSpec
 from agent.topology.jobs import find_jobs
-from tests.support.objects import job_pod, node, pod, training_job
+from tests.support.objects import (
+    job_pod,
+    jobset,
+    jobset_pod,
+    node,
+    pod,
+    replicated_job,
+    training_job,
+    trainjob,
+)
 from tests.support.snapshots import load
 
 
@@ -57,6 +66,9 @@ def _reasons(
     return blocking_reasons(job, protected_namespaces=protected)
 
 
+TRAINJOB_PODS = [jobset_pod("t", "node", 0, i, node_name="a1", gpus=1) for i in range(2)]
+
+
 @pytest.mark.parametrize(
     ("items", "protected", "expected"),
     [
@@ -85,6 +97,18 @@ def _reasons(
             [],
         ),
         ([POD], ("ml",), ["namespace ml is protected"]),
+        # a TrainJob (its pods its JobSet's) and a JobSet of their own: Kueue's, or finished
+        ([*TRAINJOB_PODS, trainjob("t", labels={"kueue.x-k8s.io/queue-name": "q"}),
+          jobset("t", [replicated_job("node", nodes=2)], trainjob=True)], (),
+         ["Kueue-managed (queue q)"]),
+        ([*TRAINJOB_PODS, trainjob("t", managed_by="kueue.x-k8s.io/multikueue")], (),
+         ["managed by kueue.x-k8s.io/multikueue"]),
+        ([*TRAINJOB_PODS, trainjob("t", managed_by="trainer.kubeflow.org/trainjob-controller")], (), []),
+        ([*TRAINJOB_PODS, trainjob("t", conditions=["Complete"])], (), ["TrainJob has finished"]),
+        ([*TRAINJOB_PODS, jobset("t", [replicated_job("node", nodes=2)], managed_by="kueue.x-k8s.io/multikueue")],
+         (), ["managed by kueue.x-k8s.io/multikueue"]),
+        ([*TRAINJOB_PODS, jobset("t", [replicated_job("node", nodes=2)], conditions=["Completed"])],
+         (), ["JobSet has finished"]),
         (
             [POD, training_job("PyTorchJob", "j", conditions=["Succeeded"])],
             (),

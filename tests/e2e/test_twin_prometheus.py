@@ -18,6 +18,8 @@ from kubernetes import client, config
 
 from agent.diagnosis.egress import EgressIndex, JobEnds
 from agent.model.egress import EgressExporter, MeasuredEgress
+from agent.model.job import JobRef
+from agent.model.workload import JobKind
 from agent.settings import EgressSettings, PrometheusSettings
 from agent.sources.egress import EgressMeter
 from agent.sources.prometheus import PrometheusSource
@@ -177,3 +179,25 @@ def test_measured_egress_of_the_split_job_matches_the_traffic_model(degraded: Tw
     wait(measured, timeout=40, what=f"llm-finetune's two pairs measured near {expected:.3g} B/s "
                                     f"(last: {found})")
     assert found[0].exporter is EgressExporter.BEYLA
+
+
+@pytest.fixture
+def trainjob(tmp_path: Path) -> Iterator[Twin]:
+    yield from twin_with_prometheus(tmp_path, "trainjob")
+
+
+def test_a_split_trainjob_reads_about_40_percent_through_its_jobset(trainjob: Twin) -> None:
+    """The agent's own source: the TrainJob's pods are its JobSet's batch Jobs' (created_by_kind
+    Job), found by the JobSet-name pod label the twin's kube-state-metrics exports."""
+    source = PrometheusSource(PrometheusSettings(url=trainjob.prometheus.url, retries=0))
+
+    def utilization() -> float | None:
+        report = source.fetch(datetime.now(UTC))
+        found = report.for_job(JobRef(JobKind.TRAINJOB, "ml", "llm-pretrain"))
+        return found.now if found is not None and found.now is not None and 35 <= found.now <= 45 else None
+
+    now = wait(utilization, timeout=40, what="the TrainJob's utilization near 40%")
+    assert 35 <= now <= 45
+    report = source.fetch(datetime.now(UTC))
+    # recorded under the JobSet's kind and name (Prometheus cannot see the JobSet's owner)
+    assert JobRef(JobKind.JOBSET, "ml", "llm-pretrain") in report.jobs

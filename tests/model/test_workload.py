@@ -4,6 +4,8 @@ tables (a descriptor that names a plural, field or port the operators do not use
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from agent.model.workload import (
     PYTORCH,
     REPLICA_SET,
     TF,
+    TRAINING_RUNTIMES,
     TRAINJOB,
     WORKLOADS,
     Conditions,
@@ -309,3 +312,28 @@ def test_jobset_kinds_agree_with_the_twins_api_server_and_controllers(kind: Any)
 def test_own_managers_agree_with_the_twins_controllers() -> None:
     assert JOBSET.suspension.own_managers == {twin_jobset.CONTROLLER_NAME}
     assert TRAINJOB.suspension.own_managers == {twin_crds.TRAINJOB_CONTROLLER}
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """The string constants of a module that are not docstrings, with their line."""
+    tree = ast.parse(path.read_text())
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)}  # fmt: skip
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs]
+
+
+def test_the_new_kinds_are_written_only_in_the_table_and_the_twin() -> None:
+    """TrainJob's and JobSet's kind names, plurals, API groups and label domain appear in the
+    product's code (docstrings aside) only here and in the twin: every other layer reads them."""
+    written = {TRAINJOB.kind.value, TRAINJOB.plural, TRAINJOB.group, JOBSET.kind.value,
+               JOBSET.plural, JOBSET.group, JOBSET.labels.job_name.split("/")[0],
+               *(kind for _, kind in TRAINING_RUNTIMES)}
+    root = Path(__file__).resolve().parents[2] / "agent"
+    found = [f"{path.relative_to(root)}:{line}: {text!r}"
+             for path in sorted(root.rglob("*.py"))
+             if path.relative_to(root).parts[0] != "twin" and path != root / "model" / "workload.py"
+             for line, text in _code_strings(path) if any(name in text for name in written)]
+    assert found == []

@@ -151,3 +151,20 @@ def test_unposted_reason() -> None:
         "playbook quiet: it has no notify action")
     assert unposted_reason([pb], Event(TriggerKind.POLICY_BLOCKED, SUBJECT)) == (
         "no enabled playbook has a policy_blocked trigger")
+
+
+@pytest.mark.parametrize(
+    ("kinds", "kind", "why"),
+    [
+        ("[TrainJob, JobSet]", "TrainJob", None),
+        ("[TrainJob, JobSet]", "JobSet", None),
+        ("[TrainJob]", "JobSet", "kind JobSet is not in conditions.job_kinds (TrainJob)"),
+        ("[JobSet]", "TrainJob", "kind TrainJob is not in conditions.job_kinds (JobSet)"),
+        ("[PyTorchJob]", "TrainJob", "kind TrainJob is not in conditions.job_kinds (PyTorchJob)"),
+    ],
+)
+def test_job_kinds_name_trainjobs_and_jobsets(kinds: str, kind: str, why: str | None) -> None:
+    pb = parse_playbook(PLAYBOOK.replace("job_kinds: [PyTorchJob]", f"job_kinds: {kinds}"),
+                        path=Path("p.yaml"))
+    subject = Subject(**{**SUBJECT.__dict__, "kind": kind})  # type: ignore[arg-type]
+    assert refusal(pb.conditions, subject) == why

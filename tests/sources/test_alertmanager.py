@@ -147,6 +147,8 @@ def test_dedupe_evicts_the_least_recently_seen() -> None:
         ({"exported_namespace": "ml", "exported_pod": "resnet-worker-0"}, AlertTarget("ml", pod="resnet-worker-0")),
         ({"destination_namespace": "nlp", "destination_pod": "bert-0"}, AlertTarget("nlp", pod="bert-0")),
         ({"namespace": "ml", "label_training_kubeflow_org_job_name": "r"}, AlertTarget("ml", "r")),
+        ({"namespace": "ml", "label_jobset_sigs_k8s_io_jobset_name": "llm"}, AlertTarget("ml", "llm")),
+        ({"namespace": "ml", "created_by_name": "llm", "created_by_kind": "JobSet"}, AlertTarget("ml", "llm", "JobSet")),
         ({"alertname": "X"}, None),
     ],
 )
@@ -156,6 +158,8 @@ def test_target_of(labels: dict[str, str], target: AlertTarget | None) -> None:
 
 JOBS = {
     ("ml", "resnet"): [JobRef(JobKind.PYTORCH, "ml", "resnet"), JobRef(JobKind.TF, "ml", "resnet")],
+    ("ml", "llm"): [JobRef(JobKind.TRAINJOB, "ml", "llm")],  # the cache names a TrainJob's JobSet so
+    ("ml", "ddp"): [JobRef(JobKind.JOBSET, "ml", "ddp")],
 }
 PODS = {("ml", "resnet-worker-0"): JobRef(JobKind.PYTORCH, "ml", "resnet")}
 
@@ -168,6 +172,11 @@ PODS = {("ml", "resnet-worker-0"): JobRef(JobKind.PYTORCH, "ml", "resnet")}
         (AlertTarget("ml", pod="resnet-worker-0"), [JobRef(JobKind.PYTORCH, "ml", "resnet")]),
         (AlertTarget("ml", "gone", pod="resnet-worker-0"), [JobRef(JobKind.PYTORCH, "ml", "resnet")]),
         (AlertTarget("ml", pod="nobody"), []),
+        # the rules record a TrainJob's figures under its JobSet's kind and name
+        (AlertTarget("ml", "llm", "JobSet"), [JobRef(JobKind.TRAINJOB, "ml", "llm")]),
+        (AlertTarget("ml", "llm", "TrainJob"), [JobRef(JobKind.TRAINJOB, "ml", "llm")]),
+        (AlertTarget("ml", "ddp", "JobSet"), [JobRef(JobKind.JOBSET, "ml", "ddp")]),
+        (AlertTarget("ml", "ddp", "TrainJob"), []),
     ],
 )
 def test_resolve_jobs(target: AlertTarget, expected: list[JobRef]) -> None:

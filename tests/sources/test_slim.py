@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.model.workload import JobKind, workload
 from agent.sources.resources import RESOURCES, Resource
 from agent.sources.slim import slim_pod, slimmer
+from tests.support import objects
 
 BY_KIND = {(r.kind, r.version): r for r in RESOURCES}
 
@@ -158,3 +160,37 @@ def test_the_informers_pod_slimmer_gives_slim_pods_output_and_sharing() -> None:
     assert a["spec"]["containers"] is b["spec"]["containers"]
     assert a["metadata"]["ownerReferences"] is b["metadata"]["ownerReferences"]
     assert a["spec"]["tolerations"] is b["spec"]["tolerations"]
+
+
+def test_a_jobset_keeps_its_gang_counts_coordinator_and_owner_only() -> None:
+    resource = BY_KIND[("JobSet", "v1alpha2")]
+    obj = objects.jobset("llm", [objects.replicated_job("dataset-initializer", step="dataset-initializer"),
+                                 objects.replicated_job("node", replicas=2, nodes=4, gpus=8)],
+                         trainjob=True, suspend=True, managed_by="jobset.sigs.k8s.io/jobset-controller",
+                         coordinator={"replicatedJob": "node"}, conditions=["Completed", "StartupPolicyCompleted"])
+    obj["spec"]["network"] = {"subdomain": "llm"}
+    slim = slimmer(resource)(obj)
+    assert slim["spec"] == {
+        "suspend": True, "managedBy": "jobset.sigs.k8s.io/jobset-controller",
+        "coordinator": {"replicatedJob": "node"},
+        "replicatedJobs": [
+            {"name": "dataset-initializer", "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"}},
+                "spec": {"parallelism": 1, "completions": 1, "template": {}}}},
+            {"name": "node", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 4,
+                                                                   "template": {}}}},
+        ],
+    }
+    assert slim["status"] == {"conditions": [{"type": "Completed", "status": "True"}]}
+    assert slim["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+    # the descriptor reads the same gang from the slim object as from the full one
+    jobset = workload(JobKind.JOBSET)
+    assert jobset.templates.expected_pods(slim) == jobset.templates.expected_pods(obj) == 8
+
+
+def test_a_trainjob_keeps_suspend_and_managed_by() -> None:
+    resource = BY_KIND[("TrainJob", "v1alpha1")]
+    slim = slimmer(resource)(objects.trainjob("llm", suspend=False, managed_by="kueue.x-k8s.io/multikueue",
+                                              labels={"kueue.x-k8s.io/queue-name": "q"}))
+    assert slim["spec"] == {"suspend": False, "managedBy": "kueue.x-k8s.io/multikueue"}
+    assert slim["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "q"}
