@@ -1,5 +1,6 @@
 """`zonemedic demo` as a person runs it (a real process): the story end to end with `--json` on
-`seed-degraded` and `lab` (real Prometheus), interactively rejected on `seed-blocked` and snoozed on
+`seed-degraded` and `lab` (real Prometheus), the two Kubeflow Trainer stories `trainjob` and
+`trainjob-mpi` (side by side, real Prometheus), interactively rejected on `seed-blocked` and snoozed on
 `lab` without metrics (side by side), and Ctrl-C stopping every process it started and removing its files.
 
 The story goes to stderr, a pipe: it reads as a log does (lines never wrapped, the steps in the
@@ -251,11 +252,11 @@ TRAINER_STORIES = [  # scenario, verdict, pods before, pods after, what the stor
 ]  # fmt: skip
 
 
+@requires_prometheus
 def test_the_trainer_stories_end_resolved_with_the_gang_in_one_zone(tmp_path: Path) -> None:
     """A torch TrainJob split across two GPU zones (degraded) and an MPI TrainJob whose CPU-only
-    launcher is blocked from its GPU nodes (the launcher moved alone), side by side, without
-    metrics."""
-    runs = [start(tmp_path / name, "--scenario", name, "--no-metrics") for name, *_ in TRAINER_STORIES]
+    launcher is blocked from its GPU nodes (the launcher moved alone), side by side, measured."""
+    runs = [start(tmp_path / name, "--scenario", name) for name, *_ in TRAINER_STORIES]
     try:
         results = [run.finish() for run in runs]
     finally:
@@ -266,6 +267,8 @@ def test_the_trainer_stories_end_resolved_with_the_gang_in_one_zone(tmp_path: Pa
         assert summary["verdict"] == verdict
         assert sorted(summary["zones_before"].values()) == sorted(before.values())
         assert len(summary["zones_after"]) == 1 and sum(summary["zones_after"].values()) == after
+        before_util, after_util = summary["utilization_before"], summary["utilization_after"]
+        assert before_util is not None and after_util is not None and after_util > before_util + 20, summary
         assert [w for w in says if w not in story] == [], story
         assert "✔ Job suspended  suspended; the co-location patch (zone pin, toleration) goes in once its pods are gone" in story
         assert_reads_as_a_log(story)
