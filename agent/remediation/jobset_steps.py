@@ -157,8 +157,8 @@ class JobSetSteps:
     # -- apply -----------------------------------------------------------------------------------
 
     def apply(self, run: Run) -> None:
-        target = self.target(run)
         self._suspend(run)
+        target = self.target(run)  # the plan a 409 before the suspend may have made again
         self._wait_quiet(run, target)
         self._patch(run, target)
         self._resume(run, target)
