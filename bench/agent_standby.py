@@ -71,7 +71,7 @@ def child(kubeconfig: str, db_url: str, identity: str) -> int:
 
     class Reporting(AgentPipeline):
         def handle_change(self, change: Change, first_seen: float) -> Change | None:
-            leading = self.parts.is_leader()
+            leading = self.is_leader()
             started = time.time()
             again = super().handle_change(change, first_seen)
             if change.everything:

@@ -258,7 +258,7 @@ class StartupTimed(AgentPipeline):
             self._marks.setdefault("diagnose_cpu", time.thread_time() - c0)
 
     def handle_change(self, change: Any, first_seen: float) -> Any:
-        timing = self.first is None and change.everything and self.parts.is_leader()
+        timing = self.first is None and change.everything and self.is_leader()
         if not timing:
             return super().handle_change(change, first_seen)
         self._marks = {}

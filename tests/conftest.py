@@ -16,14 +16,35 @@ finish early and reproducibly:
   from readline (80x24) where a plain run has none, and output widths must not depend on where a
   test runs. A test that wants a width sets it (monkeypatch.setenv).
 
-What it does not do: hold fixtures of a folder (each folder's conftest holds its own), or change
-what any test checks or how long it may take.
+The fixtures every folder may use live here (a folder's own live in its conftest): a fresh
+incident database per test on SQLite and PostgreSQL. `db_url` is parametrized over both backends:
+SQLite gets a copy of a template file migrated once per session (`sqlite_template`); PostgreSQL
+uses one throwaway database per run, migrated once and emptied before each test (`pg_database`).
+`empty_url` gives a database without any schema (SQLite: a new file; PostgreSQL: a second
+throwaway database whose `public` schema is recreated before each test, `pg_empty_database`).
+`store` is an incident store on `db_url`. PostgreSQL cases carry the `postgres` marker. Who uses
+them: the tests of the store, the approvals, the commands, the runtime, the chat layer and the
+soak's checks.
+
+What it does not do: hold fixtures of one folder (each folder's conftest holds its own), or
+change what any test checks or how long it may take.
 """
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from hypothesis import settings
+from sqlalchemy import text
+
+from agent.settings import DatabaseSettings
+from agent.store.engine import make_engine
+from agent.store.migrate import upgrade
+from agent.store.repository import IncidentStore, open_store
+from tests.support.databases import TABLES, TEST_DB_SETTINGS, admin_engine, url_of
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 
@@ -60,3 +81,63 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _no_terminal_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+
+
+# -- the incident databases ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine, DatabaseSettings())
+    engine.dispose()  # closing the last connection checkpoints the WAL into the file
+    return path
+
+
+@pytest.fixture
+def pg_database(request: pytest.FixtureRequest) -> str:
+    """The migrated PostgreSQL database of this run, emptied (no tables dropped)."""
+    engine = admin_engine(request.config, "migrated")
+    with engine.begin() as conn:
+        for table in TABLES:
+            conn.execute(text(f"DELETE FROM {table}"))
+    return url_of(engine)
+
+
+@pytest.fixture
+def pg_empty_database(request: pytest.FixtureRequest) -> str:
+    """A PostgreSQL database with nothing in it (its public schema recreated)."""
+    engine = admin_engine(request.config, "empty")
+    engine.dispose()  # no pooled connection may hold locks on the old schema
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+    return url_of(engine)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        template: Path = request.getfixturevalue("sqlite_template")
+        target = tmp_path / "zonemedic.db"
+        shutil.copyfile(template, target)
+        return f"sqlite:///{target}"
+    url: str = request.getfixturevalue("pg_database")
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'new' / 'zonemedic.db'}"
+    url: str = request.getfixturevalue("pg_empty_database")
+    return url
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[IncidentStore]:
+    s = open_store(TEST_DB_SETTINGS, url=db_url)
+    yield s
+    s.close()

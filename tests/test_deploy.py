@@ -106,7 +106,7 @@ def test_dockerignore_patterns_match_as_docker_does(dockerignore: str, path: str
 
 
 # The agent's packages that are in the wheel (the demo runs them) but not in the production image.
-NOT_IN_THE_IMAGE = ("twin", "fakes", "demo")
+NOT_IN_THE_IMAGE = ("twin", "fakes", "rig", "demo")
 
 
 def test_the_image_gets_the_agent_without_the_twin_the_fakes_and_the_demo() -> None:
@@ -137,7 +137,7 @@ def test_the_dockerfile_refuses_a_context_that_holds_what_the_image_leaves_out()
         if line.startswith("RUN for d in ")
     ]
     guarded = guard.removeprefix("RUN for d in ").partition(";")[0].split()
-    assert guarded == [f"agent/{d}" for d in ("twin", "fakes", "demo")]
+    assert guarded == [f"agent/{d}" for d in NOT_IN_THE_IMAGE]
     patterns = image.parse_dockerignore((ROOT / ".dockerignore").read_text())
     assert all(image.ignored(f"{d}/__init__.py", patterns) for d in guarded)
 

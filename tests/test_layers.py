@@ -24,7 +24,8 @@ PURE_EDGES = "Rendering, planning and verifying are pure"
 TWIN = "Only the CLI and the twin itself import the twin"
 PURE_CORE = "The pure core imports no I/O library and no adapter"
 DEMO = "Only the CLI imports the demo"
-FAKES = "Only the demo and the fakes themselves import the fakes"
+FAKES = "Only the demo, the rig and the fakes themselves import the fakes"
+RIG = "Only the demo imports the rig"
 FAKES_ALONE = "The fakes import no product code"
 ACYCLIC = "No import cycle among the modules and packages of any package"
 WRITER = "Only the writer writes"
@@ -33,9 +34,9 @@ FAMILY_STEPS = "Remediation families do not know each other"
 FAMILY_PLANS = "Remediation family planners do not know each other"
 PIPES = "The pipeline only pipes"
 APPROVALS = "Approvals are the domain: no Slack, no HTTP, no cluster client, no remediation"
-ROOT = "One composition root: only the commands, the demo and the running agent import it"
+ROOT = "One composition root: only the commands, the demo, the rig and the running agent"
 RUNNER = "The running agent builds no part"
-CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, ACYCLIC,
+CONTRACTS = (LAYERS, ADAPTERS, PURE_EDGES, TWIN, PURE_CORE, DEMO, FAKES, FAKES_ALONE, RIG, ACYCLIC,
              WRITER, ROOMS, FAMILY_STEPS, FAMILY_PLANS, PIPES, APPROVALS, ROOT, RUNNER)
 
 
@@ -89,6 +90,9 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ("agent/chatops/slack.py", "import agent.fakes.slack", {FAKES}),
         # a fake speaks its protocol on its own: it does not borrow the agent's signing
         ("agent/fakes/slack.py", "import agent.chatops.verification", {FAKES_ALONE}),
+        # nor the rig, which starts the fakes and the twin with agents (the demo's, the tests')
+        ("agent/commands/run.py", "import agent.rig.rig", {RIG}),
+        ("agent/runtime/app.py", "import agent.rig.config", {RIG, LAYERS, ACYCLIC}),
         # the pipeline serves no HTTP read (the agent does, over its store)
         ("agent/runtime/recording.py", "import agent.runtime.incidents", {PIPES}),
         # approvals are one package beside the chat layer and the remediation, below the runtime:
@@ -175,17 +179,23 @@ def test_no_module_of_the_agent_imports_itself_through_others() -> None:
     assert import_cycles(graph) == []
 
 
+def _is_test_module(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return last.startswith("test_") or last == "conftest"
+
+
 def imported_test_modules(source: str) -> list[str]:
-    """The test modules (`test_*`) a module's source imports, by dotted name."""
+    """The test modules (`test_*`, and a folder's `conftest`) a module's source imports, by
+    dotted name."""
     found: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name.rsplit(".", 1)[-1].startswith("test_")]
+            found += [a.name for a in node.names if _is_test_module(a.name)]
         elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
-            if node.module.rsplit(".", 1)[-1].startswith("test_"):
+            if _is_test_module(node.module):
                 found.append(node.module)
             else:
-                found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("test_")]
+                found += [f"{node.module}.{a.name}" for a in node.names if _is_test_module(a.name)]
     return found
 
 
@@ -195,6 +205,7 @@ def imported_test_modules(source: str) -> list[str]:
         ("from tests.runtime.test_pipeline import World\n", ["tests.runtime.test_pipeline"]),
         ("import tests.commands.test_run\n", ["tests.commands.test_run"]),
         ("from tests.remediation import test_plan\n", ["tests.remediation.test_plan"]),
+        ("from tests.chatops.conftest import LOOPBACK_ONLY\n", ["tests.chatops.conftest"]),
         ("from tests.remediation.builders import live\nimport json\n", []),
         ("from tests.support.waiting import wait\n", []),
     ],
@@ -205,7 +216,8 @@ def test_imported_test_modules_names_each_test_module(source: str, found: list[s
 
 def test_no_test_imports_another_test_module() -> None:
     """Shared fixtures live in a folder's conftest and shared helpers in support modules: a test
-    module imported by another would run its tests twice and tie two files together."""
+    module imported by another would run its tests twice and tie two files together (and a
+    conftest imported by a test would register its fixtures twice)."""
     offenders = {
         str(path.relative_to(REPO)): names
         for path in sorted((REPO / "tests").rglob("*.py"))

@@ -2,7 +2,8 @@
 
 Who calls it: the one decision function (`agent.approval.decision.decide`) asks an `Authority`
 before it records anything, whichever way the decision comes (a Slack click, the HTTP API, the
-CLI); the chat layer asks it whether a message gets decision buttons. The agent builds one
+CLI); the chat layer asks it whether a message gets decision buttons, and whether a Slack user
+may start a sweep (`authorize_standing`: the same rule over `slack.approvers` alone). The agent builds one
 `Authority` from the configuration it runs with (`Authority.of`), the CLI one from the
 configuration it is given.
 
@@ -175,6 +176,16 @@ class Authority:
     def authorize(self, detail: IncidentDetail, actor: Actor) -> Authorization:
         """May `actor` decide `detail`'s incident now?"""
         return authorize(actor, self.approvers(detail), members=self.members)
+
+    def standing(self) -> Approvers:
+        """The approvers in force outside any incident: `slack.approvers` alone (no playbook
+        names them)."""
+        return Approvers(users=self.users, usergroups=self.usergroups)
+
+    def authorize_standing(self, actor: Actor) -> Authorization:
+        """May `actor` do what only an approver may outside an incident (start a sweep from
+        Slack)? The one rule over `standing()`."""
+        return authorize(actor, self.standing(), members=self.members)
 
 
 def _constant(value: tuple[Playbook, ...]) -> Callable[[], Sequence[Playbook]]:

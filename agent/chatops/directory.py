@@ -3,14 +3,16 @@
 The Slack adapter of the approval domain: `members` is the `agent.approval.approvers.Members`
 port (who may decide an incident is the one decision function's rule, in `agent.approval`).
 Who calls it: the decision authority reads user group members through `members` (wired by
-`agent.runtime.chat`, and built by the CLI in `agent.commands.decisions`), the click handler reads
-display names (`name`) and the slash command's `sweep` asks `check` (`slack.approvers` only). Group members come from Slack's
+`agent.runtime.chat`, and built by the CLI in `agent.commands.decisions`; the authority's rule
+decides clicks and the slash command's `sweep` alike), the click handler reads display names
+(`name`). Group members come from Slack's
 `usergroups.users.list`, cached per group for a TTL; display names from `users.info`, cached
 too. A group that cannot be read right now (Slack down) counts as having no members, so a
 click is refused rather than trusted ("fail closed"), and the answer says it could not check.
 
-What it does not do: record anything, decide about incidents, or know an incident's playbook
-approvers (the authority, `agent.approval.approvers.Authority`, adds those).
+What it does not do: record anything, decide who may decide or sweep (the one rule is
+`agent.approval.approvers.authorize`), or know an incident's playbook approvers (the authority,
+`agent.approval.approvers.Authority`, adds those).
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
@@ -30,53 +31,22 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Whether a user may decide, and when not, why (for the refusal)."""
-
-    allowed: bool
-    reason: str = ""
-
-
 class ApproverDirectory:
+    """User group members and display names from Slack, each cached for `ttl`."""
+
     def __init__(
         self,
         client: WebClient,
         *,
-        users: Iterable[str],
-        usergroups: Iterable[str],
         ttl: timedelta,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
-        self.users = frozenset(users)
-        self.usergroups = tuple(usergroups)
         self.ttl = ttl.total_seconds()
         self.clock = clock
         self._groups: dict[str, tuple[frozenset[str], float]] = {}
         self._names: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.users or self.usergroups)
-
-    def check(self, user_id: str, *, also: Iterable[str] = ()) -> Verdict:
-        """May `user_id` decide? `also`: more user ids allowed for this incident (its playbook)."""
-        if user_id in self.users or user_id in set(also):
-            return Verdict(True)
-        unreadable = []
-        for group in self.usergroups:
-            members = self._members(group)
-            if members is None:
-                unreadable.append(group)
-            elif user_id in members:
-                return Verdict(True)
-        if unreadable:
-            return Verdict(False, "could not check user group membership with Slack right now; "
-                                  "try again in a minute")
-        return Verdict(False, "you are not an approver (ask for slack.approvers to list you or "
-                              "a user group of yours)")
 
     def members(self, group: str) -> frozenset[str] | None:
         """The members of user group `group` (cached), or None when Slack cannot say now."""

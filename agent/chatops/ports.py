@@ -87,4 +87,6 @@ class Decide(Protocol):
 
 
 Sweep = Callable[[], str]  # runs one sweep now; returns a one-line summary
+# whether this actor (a Slack user) may start a sweep: the approval rule over `slack.approvers`
+MaySweep = Callable[[Actor], bool]
 Clock = Callable[[], datetime]

@@ -52,7 +52,7 @@ from starlette.routing import Route
 from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.blocks import ButtonAction, Rendered
 from agent.chatops.directory import ApproverDirectory
-from agent.chatops.ports import ChatStore, Clock, Decide, Sweep
+from agent.chatops.ports import ChatStore, Clock, Decide, MaySweep, Sweep
 from agent.chatops.replies import detail_reply, help_reply, listing_reply, plain_reply, stats_reply
 from agent.chatops.slash import SlashCommand, SlashError, Verb, parse
 from agent.chatops.verification import RequestGuard
@@ -81,7 +81,8 @@ class ChatHandlers:
     """What the handlers work with (everything injected by the wiring)."""
 
     store: ChatStore
-    directory: ApproverDirectory
+    directory: ApproverDirectory  # display names
+    may_sweep: MaySweep  # who may sweep (the approval rule; decisions go through `decide`)
     clock: Clock
     cluster: str | None
     follow: Callable[[int], object]  # queue the message update and thread replies of an incident
@@ -217,8 +218,8 @@ class ChatHandlers:
                                period=parsed.period)
         if verb is not Verb.SWEEP:
             return help_reply()
-        # sweep: approvers only
-        if not self.directory.configured or not self.directory.check(user).allowed:
+        # sweep: approvers only (`slack.approvers`), by the one rule
+        if not self.may_sweep(Actor(user, None, DecisionSource.SLACK)):
             return plain_reply("`sweep` is for approvers only.")
         if self.sweep is None:
             return plain_reply("Sweeps cannot be started from Slack in this agent.")

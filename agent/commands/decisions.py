@@ -140,8 +140,7 @@ def slack_members(settings: Settings) -> Members | None:
             if slack.api_url:
                 kwargs["base_url"] = slack.api_url.rstrip("/") + "/"
             directory.append(ApproverDirectory(
-                WebClient(**kwargs), users=slack.approvers.users,  # type: ignore[arg-type]
-                usergroups=slack.approvers.usergroups, ttl=slack.usergroup_cache_ttl))
+                WebClient(**kwargs), ttl=slack.usergroup_cache_ttl))  # type: ignore[arg-type]
         return directory[0].members(group)
 
     return members

@@ -1,11 +1,12 @@
 """The demo's stage: every part of the story started on 127.0.0.1 in one temporary directory.
 
 Who calls it: `agent.demo.story` (the narrated run of `zonemedic demo`). `Stage` is a context
-manager; entering it creates the directory and starts, in order: the fake Slack (one demo
-approver), the cluster twin with the scenario's nodes, namespaces and policies but without its
-workloads (so the agent watches the pods being placed), a real Prometheus scraping the twin's
-exporter every second (when the binary is installed; else the story runs without metrics), and
-the agent itself: its configuration written to `config.yaml` in that directory and read by
+manager; entering it creates the directory and starts in it, through the one agent rig
+(`agent.rig.rig.AgentRig`), in order: the fake Slack (one demo approver), the cluster twin with
+the scenario's nodes, namespaces and policies but without its workloads (so the agent watches the
+pods being placed), a real Prometheus scraping the twin's exporter every second (when the binary
+is installed; else the story runs without metrics), and the agent itself: its configuration
+(the rig's settings builder) written to `config.yaml` in that directory and read by
 `load_settings` as `zonemedic run` reads it, its SQLite store migrated, its parts built by the
 composition root `agent.runtime.root` (the same wiring as `run`: remediation executor, approval
 expiry, Slack), started through `agent.runtime.app.Agent`. `apply_workloads` then creates the scenario's training
@@ -31,20 +32,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agent.chatops.slack import EVENTS_PATH
-from agent.demo.prometheus import PrometheusServer, find_binary
 from agent.errors import InputError
 from agent.fakes.slack import FakeSlack
 from agent.model.workload import BATCH_JOB, DEPLOYMENT, WORKLOADS, workload_named
 from agent.playbook.loader import load_playbooks, playbooks_directory
+from agent.rig.config import AgentConfig, SlackConfig
+from agent.rig.prometheus import PrometheusServer, find_binary
+from agent.rig.rig import AgentRig
 from agent.runtime.app import Agent
-from agent.runtime.root import Root
-from agent.settings import Settings, load_settings
-from agent.store.migrate import upgrade_on_start
+from agent.settings import Settings
 from agent.store.repository import IncidentStore
-from agent.twin import kubeconfig
 from agent.twin.cluster import TwinCluster
 from agent.twin.groups import TrainingGroup
 from agent.twin.resources import lookup
@@ -127,38 +125,21 @@ def group_settings(group: TrainingGroup) -> dict[str, Any]:
             "ports": list(group.ports)}
 
 
-def agent_config(
-    directory: Path, *, prometheus_url: str | None, slack_url: str, groups: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The agent's configuration file for the demo (what `zonemedic run --config` reads)."""
-    config: dict[str, Any] = {
-        "cluster_name": "demo",
-        "data_dir": str(directory),
-        "log_level": "warning",
-        "kubernetes": {"kubeconfig": str(directory / "kubeconfig")},
-        "database": {"url": f"sqlite:///{directory / 'zonemedic.db'}"},
-        "http": {"host": "127.0.0.1", "port": 0},
-        "leader_election": {"enabled": False},  # one replica: always the leader
-        "playbooks_dir": str(directory / "playbooks"),
+def agent_config(rig: AgentRig, *, slack: SlackConfig, groups: list[dict[str, Any]]) -> AgentConfig:
+    """The agent's configuration for the demo (what `zonemedic run --config` reads): one replica
+    (always the leader), the demo's playbook, the fast remediation timings, and, with Prometheus,
+    Beyla's cross-zone bytes over the last 30 s (the twin exports its counters)."""
+    sections: dict[str, dict[str, Any]] = {
         "diagnosis": {"groups": groups},
-        "detection": {"metrics_interval": "1s"},
-        "slack": {
-            "enabled": True, "mode": "http", "api_url": slack_url, "channel": CHANNEL,
-            "approvers": {"users": [APPROVER]}, "deliver_every": "200ms",
-            "bot_token_file": str(directory / "slack-bot-token"),
-            "signing_secret_file": str(directory / "slack-signing-secret"),
-        },
         "remediation": {
             "suspend_timeout": "20s", "schedule_timeout": "15s", "verify_window": "40s",
             "poll_interval": "100ms", "pickup_interval": "250ms", "retry_after": "2s",
         },
     }
-    if prometheus_url:
-        config["prometheus"] = {"url": prometheus_url, "timeout": "3s", "retries": 0,
-                                "drop_duration": "20s", "baseline_offset": "5m"}
-        # the twin exports Beyla's counters: cross-zone bytes measured over the last 30 s
-        config["egress"] = {"source": "beyla", "window": "30s"}
-    return config
+    if rig.prometheus is not None:
+        sections["egress"] = {"source": "beyla", "window": "30s"}
+    return rig.agent_config(cluster_name="demo", log_level="warning", playbooks_dir=rig.directory / "playbooks",
+                            slack=slack, sections=sections)
 
 
 class Stage:
@@ -199,63 +180,42 @@ class Stage:
         stack = self._stack
         self.directory = Path(tempfile.mkdtemp(prefix="zonemedic-demo-"))
         stack.callback(shutil.rmtree, self.directory, True)
+        rig = stack.enter_context(AgentRig(self.directory))
         # the fake Slack: one workspace, one approver
-        self.slack = FakeSlack(signing_secret=secrets.token_hex(16),
-                               bot_token="xoxb-demo-" + secrets.token_hex(8),
-                               users={APPROVER: APPROVER_NAME})
-        self.slack.start()
-        stack.callback(self.slack.stop)
+        self.slack = rig.start_slack(signing_secret=secrets.token_hex(16),
+                                     bot_token="xoxb-demo-" + secrets.token_hex(8),
+                                     users={APPROVER: APPROVER_NAME})
         # the twin, without the workloads: the agent is watching when the pods are placed
         held = [o for o in self.scenario.objects if o.get("kind") in WORKLOAD_KINDS]
         scenario = replace(self.scenario,
                            objects=[o for o in self.scenario.objects if o not in held])
         self._workloads = held
-        cluster = TwinCluster(scenario)
-        self.cluster = cluster
-        unsubscribe = cluster.store.subscribe(PODS, self._on_pod)
-        stack.callback(cluster.stop)
-        stack.callback(unsubscribe)
-        cluster.start()
-        api = cluster.serve_api()
-        kubeconfig.write(self.directory / "kubeconfig", api.url)
+        self.cluster = rig.start_twin(
+            scenario, before_start=lambda cluster: cluster.store.subscribe(PODS, self._on_pod))
         # Prometheus, when installed
-        prometheus_url = self._start_prometheus(cluster.metrics.url.removeprefix("http://"))
+        self._start_prometheus(rig)
         # the agent, configured by a file as `zonemedic run --config` is
         (self.directory / "playbooks").mkdir()
         (self.directory / "playbooks" / "zone-split.yaml").write_text(PLAYBOOK)
-        (self.directory / "slack-bot-token").write_text(self.slack.bot_token)
-        (self.directory / "slack-signing-secret").write_text(self.slack.signing_secret)
-        config = agent_config(self.directory, prometheus_url=prometheus_url,
-                              slack_url=self.slack.base_url,
+        slack = rig.slack_config(channel=CHANNEL, approvers=[APPROVER])
+        config = agent_config(rig, slack=slack,
                               groups=[group_settings(g) for g in self.scenario.groups])
-        config_path = self.directory / "config.yaml"
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.settings = settings = load_settings(config_path, {})
+        self.settings = settings = rig.settings(config)
         playbooks = load_playbooks(playbooks_directory(settings.playbooks_dir))
-        store = upgrade_on_start(settings)
-        self.store = store
-        stack.callback(store.close)
-        agent = Agent(Root(settings, store=store, playbooks=playbooks), sync_timeout=30.0)
-        self.agent = agent
-        stack.callback(agent.stop)
-        agent.start()
+        running = rig.start_agent(settings, playbooks=playbooks, sync_timeout=30.0)
+        self.store, self.agent = running.store, running.agent
 
-    def _start_prometheus(self, target: str) -> str | None:
+    def _start_prometheus(self, rig: AgentRig) -> None:
         if not self.want_metrics:
             self.metrics_note = "metrics off (--no-metrics): no utilization figures, no chart"
-            return None
+            return
         binary = self.prometheus_binary or find_binary()
         if binary is None or not binary.exists():
             self.metrics_note = ("Prometheus is not installed (Debian package `prometheus`): "
                                  "the demo runs without metrics, no utilization figures, no chart")
-            return None
-        server = PrometheusServer(self.directory / "prometheus", binary=binary,
-                                  scrape_targets=[target], scrape_interval="1s",
-                                  retention="1d")
-        self._stack.callback(server.stop)
-        server.start()
-        self.prometheus = server
-        return server.url
+            return
+        self.prometheus = rig.start_prometheus(binary=binary, server=PrometheusServer,
+                                               retention="1d")
 
     def _on_pod(self, event: Any) -> None:
         obj = event.object

@@ -180,10 +180,7 @@ def build_chat(
         if slack.api_url:
             kwargs["base_url"] = slack.api_url.rstrip("/") + "/"
         client = WebClient(**kwargs)
-    directory = ApproverDirectory(
-        client, users=slack.approvers.users, usergroups=slack.approvers.usergroups,
-        ttl=slack.usergroup_cache_ttl,
-    )
+    directory = ApproverDirectory(client, ttl=slack.usergroup_cache_ttl)
     cluster = settings.cluster_name
     if authority is None:
         authority = Authority.of(settings, ())
@@ -194,6 +191,7 @@ def build_chat(
     audit = RefusalAudit(on_refused)
     handlers = ChatHandlers(
         store=store, directory=directory, clock=clock, cluster=cluster,
+        may_sweep=lambda actor: authority.authorize_standing(actor).allowed,
         follow=follower.follow, decide=StoreDecide(store, authority), sweep=sweep,
         workspace=workspace, audit=audit,
     )
@@ -220,7 +218,7 @@ def build_chat(
 
         chat.socket = SocketModeHandler(app, credentials.app_token)
     log.info("slack chat built", extra={"mode": slack.mode.value,
-                                        "approvers": directory.configured})
+                                        "approvers": authority.standing().configured})
     return chat
 
 

@@ -1,8 +1,9 @@
 """The parts every piece of a running agent may share: the clients the composition root built.
 
 Built once by `agent.runtime.root.Root` (tests build one by hand over a fed cache) and handed to
-the pieces that need more than one client: the pipeline, the remediation executor's live
-remediator, the chat wiring, the incidents API. Shared read-only after start: nothing is
+the builders that need more than one client: the pipeline's pieces (`root.pipeline_pieces`; the
+pipeline itself is handed only the settings, the cache, Prometheus and `is_leader`), the
+remediation executor's live remediator, the chat wiring, the incidents API. Shared read-only after start: nothing is
 registered on it (the root returns the routes and background jobs it built).
 
 What it does not do: build anything (the root does) or run anything.

@@ -1,7 +1,7 @@
 """The pipeline: detect, diagnose, record. The glue from detection to the core and the store.
 
-Built by the composition root (`agent.runtime.root`), which builds its pieces once and hands them
-in as `PipelinePieces`; called by the running agent (`agent.runtime.app.Agent`): `handle_change` for the
+Built by the composition root (`agent.runtime.root.build_pipeline`), which builds its pieces once
+and hands them in as `PipelinePieces`, with the few shared parts it reads (keyword-only, typed); called by the running agent (`agent.runtime.app.Agent`): `handle_change` for the
 detector's debounced batches, `handle_alert` for Alertmanager alerts, `handle_packet_drops` for
 Cilium's PacketDrop Events, `sweep` for scheduled and one-shot sweeps, `refresh_metrics` for the
 periodic utilization refresh (leader only). It pipes; each noun has a module of its own:
@@ -67,7 +67,6 @@ from agent.runtime.diagnoser import Diagnoser
 from agent.runtime.drops import DropMessages
 from agent.runtime.evidence import UtilizationReadings
 from agent.runtime.open_incidents import OpenIncidents
-from agent.runtime.parts import Parts
 from agent.runtime.plan_previews import PlanPreviews
 from agent.runtime.playbooks import PlaybookActions
 from agent.runtime.recording import Recorder
@@ -77,9 +76,12 @@ from agent.runtime.signals import Signals
 from agent.runtime.store_work import IncidentGauge, StoreWork, StoreWorkLedger
 from agent.runtime.unrecorded import FollowedProblems, record_missed
 from agent.runtime.waste import SplitWaste
+from agent.settings import Settings
 from agent.sources.alertmanager import Alert
+from agent.sources.cache import ClusterCache
 from agent.sources.change import Change
 from agent.sources.packetdrops import PacketDrop
+from agent.sources.prometheus import PrometheusSource
 from agent.store.repository import IncidentStore
 from agent.store.resilience import deadline
 
@@ -109,19 +111,29 @@ class PipelinePieces:
 
 
 class AgentPipeline:
-    """Detect, diagnose, record: the pieces of `agent.runtime`, piped for each kind of work."""
+    """Detect, diagnose, record: the pieces of `agent.runtime`, piped for each kind of work.
+
+    What it is handed, and nothing more: `settings` (the cluster's name, the diagnosis, the
+    database's retention and timeout, the drop window), `cache` (whether it is synced, a job's
+    pending pods), `prometheus` (None: no utilization refresh), `is_leader` (whether this replica
+    records now), `store` (None: nothing is recorded) and its `pieces`."""
 
     def __init__(
         self,
-        parts: Parts,
+        *,
+        settings: Settings,
+        cache: ClusterCache,
+        prometheus: PrometheusSource | None,
+        is_leader: Callable[[], bool],
         store: IncidentStore | None,
         pieces: PipelinePieces,
-        *,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.parts = parts
-        self.settings = parts.settings
-        self.cluster = parts.settings.cluster_name
+        self.settings = settings
+        self.cluster = settings.cluster_name
+        self.cache = cache
+        self.prometheus = prometheus
+        self.is_leader = is_leader
         self.store = store
         self.now = now
         self._lock = threading.RLock()
@@ -152,7 +164,7 @@ class AgentPipeline:
         with self._lock:
             mirror = self.diagnoser.mirror
             loads = mirror.frozen_loads
-            if not self.parts.is_leader():
+            if not self.is_leader():
                 self._follow(change)
                 _freeze_long_lived(change, collect=mirror.frozen_loads == loads)
                 return None
@@ -164,7 +176,7 @@ class AgentPipeline:
                 for key in sorted(change.jobs - present):
                     self.close_job(key, reason="the job has no live pods")
                     self.settle.gone(key)
-                if change.everything and self.parts.cache.synced:
+                if change.everything and self.cache.synced:
                     self._reconcile(present)
                     record_missed(self.problems, store=self.store, cluster=self.cluster,
                                   found=found, evidence=self.evidence)  # fmt: skip
@@ -229,7 +241,7 @@ class AgentPipeline:
             self._refresh_metrics()
 
     def _refresh_metrics(self) -> None:
-        source = self.parts.prometheus
+        source = self.prometheus
         if source is None:
             return
         report = source.fetch(self.now())
@@ -314,7 +326,7 @@ class AgentPipeline:
         finished."""
         self.waste.forget(key)
         self.room.note(key, None)
-        if self.parts.cache.job_pending_pods(key):
+        if self.cache.job_pending_pods(key):
             return 0
         return self.open.resolve(
             key,

@@ -268,8 +268,10 @@ def build_pipeline(
     monotonic: Callable[[], float] = time.monotonic,
     cls: type[AgentPipeline] = AgentPipeline,
 ) -> AgentPipeline:
-    """The pipeline (`cls`) over its pieces (`pipeline_pieces`)."""
-    return cls(parts, store, pipeline_pieces(parts, store, now=now, monotonic=monotonic), now=now)
+    """The pipeline (`cls`) over what it uses of `parts` and its pieces (`pipeline_pieces`)."""
+    return cls(settings=parts.settings, cache=parts.cache, prometheus=parts.prometheus,
+               is_leader=parts.is_leader, store=store,
+               pieces=pipeline_pieces(parts, store, now=now, monotonic=monotonic), now=now)
 
 
 @dataclass(frozen=True)

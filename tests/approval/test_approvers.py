@@ -15,10 +15,7 @@ from agent.playbook.model import Playbook
 from agent.playbook.schema import parse_playbook
 from agent.settings import Settings, SlackApprovers, SlackSettings
 from agent.store.repository import IncidentStore
-from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
-
-__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
 SLACK, CLI, API, AUTO = (DecisionSource.SLACK, DecisionSource.CLI, DecisionSource.API,
                          DecisionSource.AUTO)
@@ -120,3 +117,21 @@ def test_playbooks_are_read_only_for_an_incident_a_playbook_proposed(store: Inci
     assert authority.authorize(plain, Actor("root", None, CLI)).allowed and reads == []
     proposed = store.get_incident(_proposed(store))
     assert not authority.authorize(proposed, Actor("root", None, CLI)).allowed and reads == [1]
+
+
+@pytest.mark.parametrize(("users", "usergroups", "user", "allowed", "reason"), [
+    (["U1"], [], "U1", True, ""),
+    (["U1"], ["S1"], "U3", True, ""),  # a member of a listed user group
+    (["U1"], ["S1"], "U9", False, "you are not an approver (slack.approvers"),
+    ([], ["S2"], "U3", False, "could not check user group membership"),  # Slack cannot say now
+    ([], [], "U1", False, "approvals are off"),  # nobody configured: nobody sweeps from Slack
+    ([], [], "U6", False, "approvals are off"),  # a playbook's approver is no standing approver
+])
+def test_the_standing_approvers_are_slack_approvers_under_the_one_rule(
+    users: list[str], usergroups: list[str], user: str, allowed: bool, reason: str
+) -> None:
+    settings = Settings(slack=SlackSettings(approvers=SlackApprovers(users=users,
+                                                                     usergroups=usergroups)))
+    authority = Authority.of(settings, [playbook("U6")], members=members)
+    verdict = authority.authorize_standing(Actor(user, None, SLACK))
+    assert (verdict.allowed, verdict.reason.startswith(reason)) == (allowed, True)

@@ -17,10 +17,7 @@ from agent.approval.decision import (
 from agent.model.incident import Actor, IncidentDetail, TransitionResult
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus
 from agent.store.repository import IncidentStore
-from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import T0, finding
-
-__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
 S = IncidentStatus
 D = DecisionOutcome

@@ -5,7 +5,6 @@ Every test here runs with `socket.socket.connect` refusing any address that is n
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -13,22 +12,7 @@ from typing import Any
 import pytest
 
 from agent.fakes.slack import FakeSlack
-from tests.store.fixtures import sqlite_template
-
-LOOPBACK_ONLY = "chat tests reach loopback addresses only"
-__all__ = ["sqlite_template"]
-
-
-def is_loopback(address: Any) -> bool:
-    if isinstance(address, tuple) and address:
-        host = address[0]
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
-    return isinstance(address, str | bytes)  # AF_UNIX paths are local
+from tests.support.loopback import LOOPBACK_ONLY, is_loopback
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
 from agent.fakes.slack import FakeSlack
-from tests.chatops.conftest import LOOPBACK_ONLY
+from tests.support.loopback import LOOPBACK_ONLY
 
 
 def client(fake: FakeSlack) -> WebClient:

@@ -311,6 +311,7 @@ def test_fifty_concurrent_clicks_from_three_approvers_one_decision(rig: ChatRig)
         ("U9", "stats since 1d", "Incidents since"),
         ("U9", "sweep", "approvers only"),
         ("U1", "sweep", "Sweep done: 3 jobs, 1 finding"),
+        ("U3", "sweep", "Sweep done: 3 jobs, 1 finding"),  # a member of the approvers' user group
         ("U9", "frobnicate", "unknown command"),
     ],
 )

@@ -19,17 +19,7 @@ from agent.settings import DatabaseSettings
 from agent.store.engine import make_engine
 from agent.store.migrate import current_revision, schema_diff
 from agent.store.repository import IncidentStore
-from tests.store.fixtures import (
-    db_url,
-    empty_url,
-    pg_database,
-    pg_empty_database,
-    sqlite_template,
-    store,
-)
 from tests.store.helpers import HEAD, finding
-
-__all__ = ["db_url", "empty_url", "pg_database", "pg_empty_database", "sqlite_template", "store"]  # fixtures used below
 
 NOW = datetime.now(UTC)
 

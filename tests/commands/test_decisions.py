@@ -15,11 +15,8 @@ from agent.cli import main
 from agent.fakes.slack import FakeSlack
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.store.repository import IncidentStore
-from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
 from tests.support.approvals import queue_proposal, zone_split
-
-__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
 S = IncidentStatus
 

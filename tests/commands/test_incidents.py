@@ -21,10 +21,7 @@ from agent.model.lifecycle import (
     RemediationActionKind,
 )
 from agent.store.repository import IncidentStore
-from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
-
-__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
 S = IncidentStatus
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -16,11 +16,11 @@ import orjson
 import pytest
 import yaml
 
+from agent.rig.process import AgentProcess
 from agent.runtime.webhook_credentials import OPEN_WARNING
 from agent.twin import cluster as twin_cluster
 from agent.twin import kubeconfig
 from tests.support import postgres
-from tests.support.agent_process import AgentProcess
 from tests.support.waiting import wait
 from tests.twin import twin_fixtures as fixtures
 

@@ -1,7 +1,7 @@
 """A twin cluster (served over HTTP, or as deploy/base's ServiceAccount with exactly its RBAC,
-optionally scraped by a real Prometheus), a migrated SQLite store, and an incident driven to
-`approved` through the store's public API, for remediation tests, the agent rig and the
-benchmark; with the readers those tests share (the seed job, the lab group and its pods, a second
+optionally scraped by a real Prometheus: both started by the one agent rig), a migrated SQLite
+store, and an incident driven to `approved` through the store's public API, for remediation
+tests, the tests' agent rig and the benchmark; with the readers those tests share (the seed job, the lab group and its pods, a second
 worker Job placed outside the target zone)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,6 +30,7 @@ from agent.model.lifecycle import (
 from agent.model.workload import JobKind, workload
 from agent.remediation.plan import Plan
 from agent.remediation.remediator import Remediator
+from agent.rig.rig import AgentRig
 from agent.runtime.rediagnosis import ApiRediagnosis
 from agent.settings import (
     DatabaseSettings,
@@ -44,12 +45,11 @@ from agent.sources.prometheus import PrometheusSource
 from agent.store.engine import make_engine
 from agent.store.migrate import upgrade
 from agent.store.repository import IncidentStore, open_store
-from agent.twin import kubeconfig
 from agent.twin.access import read_manifests
 from agent.twin.cluster import TwinCluster
 from agent.twin.resources import lookup
 from agent.twin.scenario import Scenario
-from tests.support.prometheus import running_prometheus
+from tests.support.prometheus import PROMETHEUS, PrometheusServer
 from tests.twin.twin_fixtures import fast
 
 ZONE = "topology.kubernetes.io/zone"
@@ -144,26 +144,18 @@ def running_lab(
     tmp_path: Path, scenario: str | Scenario, *, prometheus: bool = False,
     diagnosis: DiagnosisSettings | None = None, rbac: bool = False,
 ) -> Iterator[Lab]:  # fmt: skip
-    """The twin serving `scenario`; with `rbac`, over TLS as the agent's ServiceAccount with
+    """The twin serving `scenario`, started by the one agent rig in `tmp_path` (no agent: the
+    tests build their remediator); with `rbac`, over TLS as the agent's ServiceAccount with
     exactly the rights deploy/base/rbac.yaml grants."""
-    with ExitStack() as stack:
+    with AgentRig(tmp_path) as rig:
         loaded = quick(scenario) if isinstance(scenario, str) else scenario
-        cluster = stack.enter_context(TwinCluster(loaded))
-        if rbac:
-            path = cluster.serve_api_as(deploy_rbac()).kubeconfig(tmp_path / "kubeconfig")
-        else:
-            server = cluster.serve_api()
-            path = kubeconfig.write(tmp_path / "kubeconfig", server.url)
-        api_client = build_api_client(KubernetesSettings(kubeconfig=str(path)))
-        stack.callback(api_client.close)
-        prom = None
-        if prometheus:
-            target = cluster.metrics.url.removeprefix("http://")
-            prom = stack.enter_context(
-                running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s")
-            )
+        cluster = rig.start_twin(loaded, rbac=deploy_rbac() if rbac else None)
+        api_client = build_api_client(KubernetesSettings(kubeconfig=str(rig.kubeconfig)))
+        rig.callback(api_client.close)
+        prom = (rig.start_prometheus(binary=Path(PROMETHEUS), server=PrometheusServer)
+                if prometheus else None)  # fmt: skip
         api = KubeApi(api_client)
-        yield Lab(cluster, path, api, prom, ApiRediagnosis(api, diagnosis or DiagnosisSettings()))
+        yield Lab(cluster, rig.kubeconfig, api, prom, ApiRediagnosis(api, diagnosis or DiagnosisSettings()))
 
 
 def migrated_template(directory: Path) -> Path:

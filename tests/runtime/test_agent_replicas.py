@@ -13,18 +13,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 from apscheduler.schedulers.base import STATE_PAUSED
 
+from agent.rig.rig import AgentRig
 from agent.runtime.app import Agent
 from agent.runtime.background import BackgroundJob
-from agent.runtime.root import Injected, Root
+from agent.runtime.root import Injected
 from agent.runtime.scheduler import LEDGER_ANNOTATION
-from agent.store.migrate import upgrade_on_start
-from agent.twin import cluster as twin_cluster
-from agent.twin import kubeconfig
 from tests.support.agent_rig import agent_settings
 from tests.support.waiting import wait
 from tests.twin import twin_fixtures as fixtures
@@ -73,26 +70,16 @@ def agents(tmp_path: Path, beats: Beats) -> Iterator[tuple[Agent, Agent]]:
     books = tmp_path / "books"
     books.mkdir()
     (books / "sweep.yaml").write_text(SWEEP_EVERY_MINUTE)
-    cluster = twin_cluster.TwinCluster(fixtures.fast("seed-degraded")).start()
-    started: list[tuple[Agent, Any]] = []
-    try:
-        api = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
-        settings = replace(agent_settings(tmp_path, path, None), playbooks_dir=str(books))
+    with AgentRig(tmp_path) as rig:
+        rig.start_twin(fixtures.fast("seed-degraded"))
+        settings = replace(agent_settings(tmp_path, rig.kubeconfig, None), playbooks_dir=str(books))
+        started: list[Agent] = []
         for name in ("a", "b"):
-            store = upgrade_on_start(settings)
             heartbeat = BackgroundJob("heartbeat", every=timedelta(milliseconds=100),
                                       run=partial(beats.beat, name))
             injected = Injected(background_jobs=(heartbeat,))
-            agent = Agent(Root(settings, store=store, injected=injected), identity=name)
-            agent.start()
-            started.append((agent, store))
-        yield started[0][0], started[1][0]
-    finally:
-        for agent, store in started:
-            agent.stop()
-            store.close()
-        cluster.stop()
+            started.append(rig.start_agent(settings, injected=injected, identity=name).agent)
+        yield started[0], started[1]
 
 
 def paused(agent: Agent) -> bool:

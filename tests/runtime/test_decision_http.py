@@ -21,11 +21,8 @@ from agent.runtime.metrics import AgentMetrics
 from agent.runtime.server import HttpServer
 from agent.settings import Settings
 from agent.store.repository import IncidentStore
-from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
 from tests.support.approvals import queue_proposal, zone_split
-
-__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
 S = IncidentStatus
 TOKEN = "s3cret-token"

@@ -33,9 +33,9 @@ from agent.runtime.app import Agent
 from agent.settings import Settings
 from agent.store.repository import IncidentStore, open_store
 from agent.twin.cluster import TwinCluster
-from tests.store.fixtures import TEST_DB_SETTINGS, pg_database  # noqa: F401 (a fixture)
 from tests.store.tcp_proxy import TcpProxy
 from tests.support.agent_rig import running_agent
+from tests.support.databases import TEST_DB_SETTINGS
 from tests.support.waiting import wait
 from tests.twin import twin_fixtures
 

@@ -43,7 +43,7 @@ def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(wor
     assert (incident.verdict.value, incident.status.value, incident.uid) == (
         "zone_split_blocked", "awaiting_approval", "job-uid-1")
     assert incident.approval_deadline == NOW + timedelta(hours=4)
-    gauge = world.pipeline.parts.metrics.registry.get_sample_value
+    gauge = world.parts.metrics.registry.get_sample_value
     assert gauge("zonemedic_incidents", {"verdict": "zone_split_blocked",
                                          "status": "awaiting_approval"}) == 1.0
     assert incident.target_zone == "zone-a"
@@ -63,7 +63,7 @@ def test_split_is_recorded_once_fires_playbooks_and_resolves_when_co_located(wor
     (after,) = world.incidents()
     assert after.status.value == "resolved"
     assert world.incidents(open_only=True) == []
-    registry = world.pipeline.parts.metrics.registry
+    registry = world.parts.metrics.registry
     assert registry.get_sample_value("zonemedic_incidents", {"verdict": "zone_split_blocked", "status": "awaiting_approval"}) is None
 
 
@@ -187,7 +187,7 @@ def test_alerts_open_and_close_their_own_incident(world: World) -> None:
 
 
 def test_sweep_reconciles_purges_and_enqueues_the_digest(world: World) -> None:
-    digest = next(p for p in world.pipeline.parts.playbooks if p.name == "daily-digest")
+    digest = next(p for p in world.parts.playbooks if p.name == "daily-digest")
     summary = world.pipeline.sweep(digest)
     assert summary["jobs"] == 1 and summary["by_verdict"] == {"zone_split_blocked": 1}
     assert summary["incidents_opened"] == 1 and summary["metrics"] == "not configured"
@@ -619,7 +619,7 @@ def test_packet_drops_re_diagnose_their_job_and_reach_its_timeline_once(world: W
     assert written.detail["pod"] == "train/gpt-small-master-0"
     # the emitter's repeats (count bumped) and a relist add nothing, even after a restart
     world.pipeline.handle_packet_drops([replace(DROP, count=2), DROP])
-    restarted = build_pipeline(world.pipeline.parts, world.store, now=lambda: world.now)
+    restarted = build_pipeline(world.parts, world.store, now=lambda: world.now)
     restarted.handle_change(Change(everything=True), 0.0)
     restarted.handle_packet_drops([replace(DROP, count=3)])
     assert len(drop_events(world, incident.id)) == 1

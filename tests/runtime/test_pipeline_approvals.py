@@ -31,7 +31,7 @@ actions:
 
 
 def _use(world: World, text: str) -> None:
-    world.pipeline.parts.playbooks[:] = [parse_playbook(text, path=Path("colocate.yaml"))]
+    world.parts.playbooks[:] = [parse_playbook(text, path=Path("colocate.yaml"))]
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,8 @@ from agent.sources.cache import ClusterCache
 from agent.sources.kubeapi import KubeApi
 from agent.store.errors import StoreUnavailableError
 from agent.store.repository import IncidentStore, open_store
-from tests.store.fixtures import TEST_DB_SETTINGS, sqlite_template  # noqa: F401 (a fixture)
 from tests.store.helpers import finding
+from tests.support.databases import TEST_DB_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -28,10 +28,7 @@ from agent.sources.cache import ClusterCache
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.store.repository import IncidentStore
 from tests.runtime.step_remediator import StepRemediator
-from tests.store.fixtures import db_url, pg_database, sqlite_template, store
 from tests.store.helpers import finding
-
-__all__ = ["db_url", "pg_database", "sqlite_template", "store"]  # fixtures used below
 
 S = IncidentStatus
 ALICE = Actor("alice", None, DecisionSource.CLI)

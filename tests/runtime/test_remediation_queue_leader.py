@@ -17,14 +17,12 @@ import pytest
 
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus
+from agent.rig.rig import AgentRig
 from agent.runtime import remediation_queue
 from agent.runtime.app import Agent
 from agent.runtime.parts import Parts
-from agent.runtime.root import Injected, Root
-from agent.store.migrate import upgrade_on_start
+from agent.runtime.root import Injected
 from agent.store.repository import IncidentStore
-from agent.twin import kubeconfig
-from agent.twin.cluster import TwinCluster
 from tests.runtime.step_remediator import StepRemediator
 from tests.support.agent_rig import agent_settings
 from tests.support.waiting import wait
@@ -46,35 +44,27 @@ class Replica:
 def replicas(tmp_path: Path) -> Iterator[tuple[list[Replica], str]]:
     books = tmp_path / "books"
     books.mkdir()  # no playbook: incidents stay open until someone decides
-    cluster = TwinCluster(twin_fixtures.fast("seed-blocked")).start()
-    started: list[Replica] = []
-    try:
-        api = cluster.serve_api()
-        path = kubeconfig.write(tmp_path / "kubeconfig", api.url)
-        settings = replace(agent_settings(tmp_path, path, None), playbooks_dir=str(books))
+    with AgentRig(tmp_path) as rig:
+        rig.start_twin(twin_fixtures.fast("seed-blocked"))
+        settings = replace(agent_settings(tmp_path, rig.kubeconfig, None), playbooks_dir=str(books))
         settings = replace(settings, remediation=replace(
             settings.remediation, pickup_interval=timedelta(seconds=1),
             retry_after=timedelta(seconds=60)))  # no retry by the same leader in this test
+        started: list[Replica] = []
         for name in ("a", "b"):
-            store = upgrade_on_start(settings)
-            remediator = StepRemediator(store, lambda: datetime.now(UTC), name=f"remediator-{name}")
+            made: list[StepRemediator] = []
 
-            def runner(parts: Parts, store: IncidentStore,
-                       remediator: StepRemediator = remediator) -> StepRemediator:
-                return remediator
+            def runner(parts: Parts, store: IncidentStore, name: str = name,
+                       made: list[StepRemediator] = made) -> StepRemediator:
+                made.append(StepRemediator(store, lambda: datetime.now(UTC),
+                                           name=f"remediator-{name}"))
+                return made[-1]
 
-            agent = Agent(Root(settings, store=store, injected=Injected(runner=runner)),
-                          identity=name)
-            built = agent.composition.remediation
-            assert built is not None
-            agent.start()
-            started.append(Replica(agent, store, remediator, built.executor))
+            running = rig.start_agent(settings, injected=Injected(runner=runner), identity=name)
+            built = running.agent.composition.remediation
+            assert built is not None and made
+            started.append(Replica(running.agent, running.store, made[-1], built.executor))
         yield started, settings.database.url
-    finally:
-        for replica in started:
-            replica.agent.stop()
-            replica.store.close()
-        cluster.stop()
 
 
 def _open_incident(store: IncidentStore) -> int | None:

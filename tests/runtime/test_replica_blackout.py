@@ -23,15 +23,14 @@ from agent.model.incident import IncidentQuery, IncidentSummary
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, MessageKind
 from agent.model.workload import JobKind
+from agent.rig.rig import AgentRig
 from agent.runtime.app import Agent
 from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Injected, Root
+from agent.runtime.root import Injected
 from agent.runtime.unrecorded import MissedReason
 from agent.sources.change import Change
-from agent.store.migrate import upgrade_on_start
 from agent.store.repository import IncidentStore
 from agent.twin import cluster as twin_cluster
-from agent.twin import kubeconfig
 from agent.twin.resources import by_kind
 from tests.support.agent_rig import agent_settings
 from tests.support.waiting import wait
@@ -45,7 +44,7 @@ class BlackedOut(AgentPipeline):
     store does after its own retries, with the database stopped)."""
 
     def handle_change(self, change: Change, first_seen: float) -> Change | None:
-        if BLACKOUT.is_set() and self.parts.is_leader():
+        if BLACKOUT.is_set() and self.is_leader():
             raise UnavailableError("the database is stopped (the test's blackout)")
         return super().handle_change(change, first_seen)
 
@@ -67,25 +66,16 @@ def replicas(tmp_path: Path) -> Iterator[Replicas]:
     scenario = twin_fixtures.fast("seed-blocked")
     (job,) = [o for o in scenario.objects if o.get("kind") == "PyTorchJob"]
     without_job = replace(scenario, objects=[o for o in scenario.objects if o is not job])
-    cluster = twin_cluster.TwinCluster(without_job).start()
-    started: list[tuple[Agent, IncidentStore]] = []
-    try:
-        path = kubeconfig.write(tmp_path / "kubeconfig", cluster.serve_api().url)
-        base = agent_settings(tmp_path, path, None)
-        settings = replace(base, detection=replace(base.detection, debounce=timedelta(milliseconds=200)))
-        for name in ("a", "b"):
-            store = upgrade_on_start(settings)
-            agent = Agent(Root(settings, store=store, injected=Injected(pipeline_class=BlackedOut)),
-                          identity=name)  # fmt: skip
-            agent.start()
-            started.append((agent, store))
-        yield Replicas(cluster, (started[0][0], started[1][0]), started[0][1], job)
-    finally:
-        BLACKOUT.clear()
-        for agent, store in started:
-            agent.stop()
-            store.close()
-        cluster.stop()
+    with AgentRig(tmp_path) as rig:
+        try:
+            cluster = rig.start_twin(without_job)
+            base = agent_settings(tmp_path, rig.kubeconfig, None)
+            settings = replace(base, detection=replace(base.detection, debounce=timedelta(milliseconds=200)))
+            a, b = (rig.start_agent(settings, injected=Injected(pipeline_class=BlackedOut), identity=name)
+                    for name in ("a", "b"))  # fmt: skip
+            yield Replicas(cluster, (a.agent, b.agent), a.store, job)
+        finally:
+            BLACKOUT.clear()
 
 
 def test_a_split_no_replica_recorded_gets_its_incident_from_the_follower(replicas: Replicas) -> None:
@@ -104,7 +94,7 @@ def test_a_split_no_replica_recorded_gets_its_incident_from_the_follower(replica
     wait(lambda: leader.detector.retries >= 1, timeout=30, what="the leader's batch refused")
     rt = by_kind(replicas.job["apiVersion"], replicas.job["kind"])
     replicas.cluster.store.delete(rt, name, namespace="ml")  # deleted before anyone recorded it
-    cache = follower.pipeline.parts.cache
+    cache = follower.pipeline.cache
     wait(lambda: cache.job_object(key) is None and not cache.pods_of_job(key), timeout=30,
          what="the follower to see the job gone")  # fmt: skip
     assert replicas.incidents(name) == []  # nothing recorded so far

@@ -102,7 +102,7 @@ def test_compose_returns_the_routes_and_the_leaders_background_jobs(tmp_path: Pa
         assert [job.name for job in composed.background_jobs] == [
             "metrics-refresh", "remediation-executor", "approval-expiry"]  # Slack is off: no deliverer
         assert composed.routes.extra == () and composed.routes.incidents is not None
-        assert composed.pipeline.store is store and composed.pipeline.parts is composed.parts
+        assert composed.pipeline.store is store and composed.pipeline.cache is composed.parts.cache
         assert composed.parts.cache is composed.clients.cache
         assert composed.remediation is not None
         assert composed.remediation.executor.store is store

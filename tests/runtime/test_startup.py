@@ -6,7 +6,6 @@ mirror until it takes over."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -15,13 +14,11 @@ from typing import Any
 import pytest
 from apscheduler.schedulers.base import STATE_RUNNING
 
+from agent.rig.rig import AgentRig
 from agent.runtime.app import Agent
 from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Injected, Root
+from agent.runtime.root import Injected
 from agent.sources.change import Change
-from agent.store.migrate import upgrade_on_start
-from agent.twin import cluster as twin_cluster
-from agent.twin import kubeconfig
 from tests.support.agent_rig import agent_settings
 from tests.support.waiting import wait
 from tests.twin import twin_fixtures as fixtures
@@ -35,17 +32,15 @@ class Watched(AgentPipeline):
         self.batches: list[tuple[bool, bool, tuple[str, ...]]] = []
 
     def handle_change(self, change: Change, first_seen: float) -> Change | None:
-        self.batches.append((change.everything, self.parts.is_leader(), change.reasons))
+        self.batches.append((change.everything, self.is_leader(), change.reasons))
         return super().handle_change(change, first_seen)
 
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Any]:
-    with ExitStack() as stack:
-        cluster = twin_cluster.TwinCluster(fixtures.fast("seed-degraded")).start()
-        stack.callback(cluster.stop)
-        api = cluster.serve_api()
-        settings = agent_settings(tmp_path, kubeconfig.write(tmp_path / "kubeconfig", api.url), None)
+    with AgentRig(tmp_path) as rig:
+        rig.start_twin(fixtures.fast("seed-degraded"))
+        settings = agent_settings(tmp_path, rig.kubeconfig, None)
         # no debounce: what the sync reported is due the moment the detector runs
         settings = replace(settings, detection=replace(settings.detection, debounce=timedelta(0)))
         # no take-over is tested here: a lease long enough that a busy machine cannot let the
@@ -55,12 +50,8 @@ def start(tmp_path: Path) -> Iterator[Any]:
             renew_deadline=timedelta(seconds=15)))
 
         def start_agent(identity: str) -> tuple[Agent, Watched]:
-            store = upgrade_on_start(settings)
-            stack.callback(store.close)
-            injected = Injected(pipeline_class=Watched)
-            agent = Agent(Root(settings, store=store, injected=injected), identity=identity)
-            agent.start()
-            stack.callback(agent.stop)
+            agent = rig.start_agent(settings, injected=Injected(pipeline_class=Watched),
+                                    identity=identity).agent
             assert isinstance(agent.pipeline, Watched)
             return agent, agent.pipeline
 

@@ -83,7 +83,7 @@ class World:
         self.now = NOW
         source = PrometheusSource(settings.prometheus) if prometheus else None
         self.metrics = AgentMetrics()
-        parts = Parts(
+        self.parts = parts = Parts(
             settings=settings,
             playbooks=load_playbooks(REPO / "playbooks"),
             metrics=self.metrics,

@@ -1,7 +1,8 @@
 """The soak's running parts: the twin (its API served over TLS with deploy/'s RBAC, the agents
 use the ServiceAccount's token), a private PostgreSQL (restartable), a real Prometheus scraping
 the twin's exporter (restartable), the fake Slack, and the agent replicas as `zonemedic run`
-processes (SIGKILL-able), each with its config file, playbooks and Slack secret files.
+processes (SIGKILL-able), each with its config file, playbooks and Slack secret files; all but
+PostgreSQL started by the one agent rig (`agent.rig.rig.AgentRig`) and its settings builder.
 
 `running_rig(tmp_path)` starts them all and stops them all. `Rig.replicas` holds the live ones;
 `Rig.replace_leader()` SIGKILLs the leader and starts a fresh replica in its place.
@@ -15,19 +16,19 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-import yaml
 
 from agent.fakes.slack import FakeSlack
+from agent.rig.config import PROMETHEUS_OPTIONS, SHORT_LEASE
+from agent.rig.process import AgentProcess
+from agent.rig.rig import AgentRig
 from agent.twin.access import Access, read_manifests
 from agent.twin.cluster import TwinCluster
 from tests.remediation.harness import quick
 from tests.soak.workload import AUTO, PROTECTED
-from tests.support.agent_process import AgentProcess
 from tests.support.pgcluster import PrivateCluster, private_cluster
-from tests.support.prometheus import PrometheusServer, running_prometheus
+from tests.support.prometheus import PROMETHEUS, PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "base"
@@ -54,40 +55,24 @@ actions:
 """
 
 
-def agent_config(tmp_path: Path, *, kubeconfig: Path, database: str, prometheus: str,
-                 slack: FakeSlack) -> Path:
-    books = tmp_path / "playbooks"
+def agent_config(rig: AgentRig, *, database: str) -> Path:
+    books = rig.directory / "playbooks"
     books.mkdir(exist_ok=True)
     (books / "zone-split.yaml").write_text(PLAYBOOK)
-    (tmp_path / "bot-token").write_text(slack.bot_token)
-    (tmp_path / "signing-secret").write_text(slack.signing_secret)
-    config: dict[str, Any] = {
-        "cluster_name": "soak",
-        "data_dir": str(tmp_path),
-        "log_level": "info",
-        "kubernetes": {"kubeconfig": str(kubeconfig)},
-        "database": {"url": database, "connect_timeout": "2s", "write_retry": "10s",
-                     "start_timeout": "60s"},
-        "http": {"host": "127.0.0.1", "port": 0},
-        "leader_election": {"namespace": "zonemedic", "lease_duration": "3s",
-                            "renew_deadline": "2s", "retry_period": "500ms"},
-        "playbooks_dir": str(books),
-        "prometheus": {"url": prometheus, "timeout": "2s", "retries": 0,
-                       "drop_duration": "20s", "baseline_offset": "5m"},
-        "diagnosis": {"protected_namespaces": ["kube-system", PROTECTED]},
-        "detection": {"metrics_interval": "2s"},
-        "slack": {"enabled": True, "api_url": slack.base_url, "channel": CHANNEL,
-                  "bot_token_file": str(tmp_path / "bot-token"),
-                  "signing_secret_file": str(tmp_path / "signing-secret"),
-                  "approvers": {"users": list(APPROVERS), "usergroups": []},
-                  "deliver_every": "300ms"},
-        "remediation": {"enabled": True, "max_per_hour": 1000, "pickup_interval": "500ms",
-                        "retry_after": "2s", "suspend_timeout": "15s", "schedule_timeout": "8s",
-                        "verify_window": "20s", "poll_interval": "200ms"},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    slack = rig.slack_config(channel=CHANNEL, approvers=APPROVERS, usergroups=[],
+                             deliver_every="300ms")
+    return rig.config_file(rig.agent_config(
+        cluster_name="soak", log_level="info", playbooks_dir=books, database=database,
+        database_options={"connect_timeout": "2s", "write_retry": "10s", "start_timeout": "60s"},
+        leader_election={"namespace": "zonemedic", **SHORT_LEASE},
+        prometheus_options={**PROMETHEUS_OPTIONS, "timeout": "2s"}, slack=slack,
+        sections={
+            "diagnosis": {"protected_namespaces": ["kube-system", PROTECTED]},
+            "detection": {"metrics_interval": "2s"},
+            "remediation": {"enabled": True, "max_per_hour": 1000, "pickup_interval": "500ms",
+                            "retry_after": "2s", "suspend_timeout": "15s", "schedule_timeout": "8s",
+                            "verify_window": "20s", "poll_interval": "200ms"},
+        }))
 
 
 @dataclass
@@ -98,13 +83,14 @@ class Rig:
     prometheus: PrometheusServer
     slack: FakeSlack
     config: Path
+    agents: AgentRig | None = None  # what starts the replicas
     replicas: list[AgentProcess] = field(default_factory=list)
     retired: list[AgentProcess] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start_replica(self) -> AgentProcess:
-        replica = AgentProcess(self.config)
-        replica.wait_url(timeout=90)
+        assert self.agents is not None
+        replica = self.agents.start_process(self.config, timeout=90)
         with self.lock:
             self.replicas.append(replica)
         return replica
@@ -145,17 +131,14 @@ def running_rig(tmp_path: Path, *, replicas: int = 2) -> Iterator[Rig]:
     documents = read_manifests([DEPLOY / "serviceaccount.yaml", DEPLOY / "rbac.yaml"],
                                namespace="zonemedic")
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(TwinCluster(quick("seed-blocked")))
-        access = cluster.serve_api_as(documents)
-        kubeconfig = access.kubeconfig(tmp_path / "agent.kubeconfig")
         pg = stack.enter_context(private_cluster())
-        target = cluster.metrics.url.removeprefix("http://")
-        prometheus = stack.enter_context(
-            running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s"))
-        slack = stack.enter_context(FakeSlack(users=USERS))
-        config = agent_config(tmp_path, kubeconfig=kubeconfig, database=pg.url,
-                              prometheus=prometheus.url, slack=slack)
-        rig = Rig(cluster, access, pg, prometheus, slack, config)
+        agents = stack.enter_context(AgentRig(tmp_path))
+        cluster = agents.start_twin(quick("seed-blocked"), rbac=documents)
+        assert agents.access is not None
+        prometheus = agents.start_prometheus(binary=Path(PROMETHEUS), server=PrometheusServer)
+        slack = agents.start_slack(users=USERS)
+        config = agent_config(agents, database=pg.url)
+        rig = Rig(cluster, agents.access, pg, prometheus, slack, config, agents)
         stack.callback(rig.stop)
         for _ in range(replicas):
             rig.start_replica()

@@ -23,9 +23,7 @@ from tests.soak.approvers import Click
 from tests.soak.faults import Struck
 from tests.soak.guarantees import Report, check
 from tests.soak.workload import PROTECTED, ZONE, JobRecord
-from tests.store.fixtures import sqlite_template
 
-__all__ = ["sqlite_template"]
 AGENT = "system:serviceaccount:zonemedic:zonemedic"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -31,8 +31,8 @@ from agent.model.lifecycle import (
 )
 from agent.store.errors import InvalidRecordError
 from agent.store.repository import IncidentStore, open_store
-from tests.store.fixtures import TEST_DB_SETTINGS
 from tests.store.helpers import T0, finding, minutes
+from tests.support.databases import TEST_DB_SETTINGS
 
 # Rounds of findings, each recorded as one call; between rounds 1 and 2 incident "b" is approved
 # (decided: a re-detection keeps its verdict). Round 2 is within the fold window of round 1,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from agent.model.lifecycle import DecisionOutcome, IncidentStatus, ResumeAction
 from agent.store.repository import IncidentStore, open_store
-from tests.store.fixtures import TEST_DB_SETTINGS
 from tests.store.helpers import T0, finding
+from tests.support.databases import TEST_DB_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 

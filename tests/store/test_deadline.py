@@ -21,9 +21,9 @@ from agent.store.errors import StoreUnavailableError
 from agent.store.probe import write_blocker
 from agent.store.repository import open_store
 from agent.store.resilience import deadline, time_left
-from tests.store.fixtures import TEST_DB_SETTINGS
 from tests.store.helpers import finding
 from tests.store.tcp_proxy import TcpProxy
+from tests.support.databases import TEST_DB_SETTINGS
 
 # long enough that a test would notice waiting for them
 PATIENT = replace(TEST_DB_SETTINGS, write_retry=timedelta(seconds=30), busy_timeout=timedelta(seconds=30))

@@ -14,8 +14,8 @@ from agent.model.incident import ClaimedMessage
 from agent.model.lifecycle import EventKind, MessageKind, MessageStatus
 from agent.store.errors import InvalidRecordError, MessageNotFoundError
 from agent.store.repository import IncidentStore, OutboxPolicy, open_store
-from tests.store.fixtures import TEST_DB_SETTINGS
 from tests.store.helpers import T0, finding
+from tests.support.databases import TEST_DB_SETTINGS
 
 LEASE = timedelta(seconds=30)
 

@@ -19,9 +19,9 @@ from agent.store.errors import StoreUnavailableError
 from agent.store.migrate import upgrade_on_start
 from agent.store.repository import IncidentStore, open_store
 from agent.store.resilience import Readiness
-from tests.store.fixtures import TEST_DB_SETTINGS
 from tests.store.helpers import finding
 from tests.store.tcp_proxy import TcpProxy
+from tests.support.databases import TEST_DB_SETTINGS
 from tests.support.waiting import wait
 
 pytestmark = pytest.mark.postgres

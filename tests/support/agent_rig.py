@@ -1,17 +1,20 @@
-"""A whole zonemedic agent running in-process on the twin, for end-to-end tests.
+"""A whole zonemedic agent running in-process on the twin, for end-to-end tests, started by the
+one agent rig (`agent.rig.rig.AgentRig`, which the demo and the soak start theirs with).
 
 Who calls it: the end-to-end tests that start one real `Agent` (watches, detector, playbooks,
 HTTP API; optionally the chat layer, the remediation executor and a real Prometheus) against the
-twin over HTTP. `running_agent(tmp_path, scenario, ...)` starts the twin for the scenario (a
-packaged scenario's name is loaded with fast pods, `quick`), serves its API (with no
-authentication, or with `rbac` as deploy/base's ServiceAccount with exactly its RBAC, the Lease
-then in the deploy namespace), optionally runs a real Prometheus scraping the twin's exporter,
-builds the settings (`agent_settings`), the chat layer on a fake Slack when one is given, the
+twin over HTTP. `running_agent(tmp_path, scenario, ...)` starts, through the rig in `tmp_path`,
+the twin for the scenario (a packaged scenario's name is loaded with fast pods, `quick`) with its
+API served (with no authentication, or with `rbac` as deploy/base's ServiceAccount with exactly
+its RBAC, the Lease then in the deploy namespace), optionally a real Prometheus scraping the
+twin's exporter, the settings from the rig's one settings builder (`agent_config`: the file
+`zonemedic run --config` reads), the chat layer on a fake Slack when one is given, the
 remediation executor (fast remediation timings) and the approval expiry when asked, all through
-the composition root (`agent.runtime.root.Root`) as `zonemedic run` builds them, starts the agent
-and yields a `RunningAgent`; on exit it stops everything in reverse order.
-`approve_from_slack` is the approver's side of the chat: it waits for the finding's post with
-buttons and clicks Approve on it; `incident_of` reads the incident a post's buttons carry.
+the composition root as `zonemedic run` builds them, starts the agent and yields a
+`RunningAgent`; on exit the rig stops everything in reverse order. `agent_settings` is the same
+settings for the tests that start several agents themselves. `approve_from_slack` is the
+approver's side of the chat: it waits for the finding's post with buttons and clicks Approve on
+it; `incident_of` reads the incident a post's buttons carry.
 
 What it does not do: run more than one agent (tests of several replicas build theirs), wait for
 the agent to be ready or to lead (each test waits on the conditions it tests), or open the
@@ -21,7 +24,7 @@ database some other way than the agent's own start-up migration.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -30,27 +33,19 @@ from typing import Any
 from agent.chatops.blocks import ButtonAction
 from agent.chatops.slack import EVENTS_PATH
 from agent.fakes.slack import FakeSlack
+from agent.rig.config import SHORT_LEASE, AgentConfig, SlackConfig
+from agent.rig.rig import AgentRig
 from agent.runtime.app import Agent
 from agent.runtime.pipeline import AgentPipeline
-from agent.runtime.root import Injected, Root
-from agent.settings import (
-    DiagnosisSettings,
-    EnvironmentSecrets,
-    KubernetesSettings,
-    Settings,
-    SlackApprovers,
-    SlackSettings,
-    load_settings,
-)
+from agent.runtime.root import Injected
+from agent.settings import DiagnosisSettings, KubernetesSettings, Settings
 from agent.sources.kubeapi import KubeApi, build_api_client
-from agent.store.migrate import upgrade_on_start
 from agent.store.repository import IncidentStore
-from agent.twin import kubeconfig
 from agent.twin.access import Access
 from agent.twin.cluster import TwinCluster
 from agent.twin.scenario import Scenario
 from tests.remediation.harness import FAST, deploy_namespace, deploy_rbac, quick
-from tests.support.prometheus import PrometheusServer, running_prometheus
+from tests.support.prometheus import PROMETHEUS, PrometheusServer
 from tests.support.waiting import wait
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,49 +54,29 @@ APPROVER = "U1"  # the one Slack user allowed to approve
 FAST_REMEDIATION = ("suspend_timeout", "schedule_timeout", "verify_window", "poll_interval")
 
 
+def _duration(value: timedelta) -> str:
+    return f"{round(value.total_seconds() * 1000)}ms"
+
+
+def agent_config(tmp_path: Path, kubeconfig_path: Path, prometheus_url: str | None, *,
+                 slack: SlackConfig | None = None, executor: bool = False,
+                 election: Mapping[str, Any] | None = None) -> AgentConfig:  # fmt: skip
+    """The agent's configuration for a test on the twin: the shipped playbooks, SQLite in
+    `tmp_path`, HTTP on a free loopback port, a short leader lease in `default` (`election`: other
+    keys of that section), Prometheus (when given) with a short timeout, no retry and a 20 s drop
+    window, metrics refreshed every second; `slack`: the chat layer's section; `executor`: the
+    fast remediation timings."""
+    sections: dict[str, dict[str, Any]] = {}
+    if executor:
+        sections["remediation"] = {name: _duration(getattr(FAST, name)) for name in FAST_REMEDIATION}
+    return AgentConfig(directory=tmp_path, kubeconfig=kubeconfig_path, playbooks_dir=REPO / "playbooks",
+                       prometheus_url=prometheus_url, slack=slack, sections=sections,
+                       leader_election={"namespace": "default", **SHORT_LEASE, **(election or {})})  # fmt: skip
+
+
 def agent_settings(tmp_path: Path, kubeconfig_path: Path, prometheus_url: str | None) -> Settings:
-    """The agent's settings for a test on the twin: the shipped playbooks, SQLite in `tmp_path`,
-    HTTP on a free loopback port, a short leader lease in `default`, Prometheus (when given) with
-    a short timeout, no retry and a 20 s drop window, metrics refreshed every second."""
-    settings = load_settings(None, {})
-    return replace(
-        settings,
-        cluster_name="twin",
-        data_dir=str(tmp_path),
-        playbooks_dir=str(REPO / "playbooks"),
-        kubernetes=replace(settings.kubernetes, kubeconfig=str(kubeconfig_path)),
-        database=replace(settings.database, url=f"sqlite:///{tmp_path / 'zonemedic.db'}"),
-        http=replace(settings.http, host="127.0.0.1", port=0),
-        leader_election=replace(
-            settings.leader_election,
-            namespace="default",
-            lease_duration=timedelta(seconds=3),
-            renew_deadline=timedelta(seconds=2),
-            retry_period=timedelta(milliseconds=500),
-        ),
-        prometheus=replace(
-            settings.prometheus,
-            url=prometheus_url,
-            timeout=timedelta(seconds=3),
-            retries=0,
-            drop_duration=timedelta(seconds=20),
-            baseline_offset=timedelta(minutes=5),
-        ),
-        detection=replace(settings.detection, metrics_interval=timedelta(seconds=1)),
-    )
-
-
-def with_slack(settings: Settings, slack: FakeSlack) -> Settings:
-    """Slack on through the fake Slack: channel `CHANNEL`, `APPROVER` the only approver, the
-    outbox delivered every 200 ms."""
-    return replace(
-        settings,
-        slack=SlackSettings(enabled=True, api_url=slack.base_url, channel=CHANNEL,
-                            approvers=SlackApprovers(users=[APPROVER]),
-                            deliver_every=timedelta(milliseconds=200)),
-        secrets=EnvironmentSecrets(slack_bot_token=slack.bot_token,
-                                   slack_signing_secret=slack.signing_secret),
-    )  # fmt: skip
+    """`agent_config`'s settings, read from its file `config.yaml` in `tmp_path`."""
+    return AgentRig(tmp_path).settings(agent_config(tmp_path, kubeconfig_path, prometheus_url))
 
 
 @dataclass(frozen=True)
@@ -144,10 +119,10 @@ def running_agent(
 ) -> Iterator[RunningAgent]:  # fmt: skip
     """One agent on the twin serving `scenario` (a packaged scenario's name is loaded `quick`).
 
-    `slack`: the chat layer wired to that fake Slack. `prometheus`: a real Prometheus scraping the
-    twin's exporter every second, the agent's metrics source. `rbac`: the API served over TLS as
-    deploy/base's ServiceAccount, the Lease in the deploy namespace. `executor`: the leader's
-    remediation executor (the live remediator, fast timings) and the approval expiry.
+    `slack`: the chat layer wired to that (running) fake Slack. `prometheus`: a real Prometheus
+    scraping the twin's exporter every second, the agent's metrics source. `rbac`: the API served
+    over TLS as deploy/base's ServiceAccount, the Lease in the deploy namespace. `executor`: the
+    leader's remediation executor (the live remediator, fast timings) and the approval expiry.
     `diagnosis`: the agent's diagnosis settings. `before_agent`: called with a client of the
     served API once the twin runs, before the agent starts. `settings_change`: applied last to
     the settings. `identity`: the agent's leader-election identity. `leader_election`: False
@@ -155,50 +130,35 @@ def running_agent(
     agent before it starts (to tune a part the settings do not reach). `pipeline_class`: the
     pipeline the agent runs (a test's subclass injects a fault).
     """
-    with ExitStack() as stack:
+    with AgentRig(tmp_path) as rig:
         loaded = quick(scenario) if isinstance(scenario, str) else scenario
-        cluster = stack.enter_context(TwinCluster(loaded))
-        access: Access | None = None
-        if rbac:
-            access = cluster.serve_api_as(deploy_rbac())
-            path = access.kubeconfig(tmp_path / "agent.kubeconfig")
-        else:
-            path = kubeconfig.write(tmp_path / "kubeconfig", cluster.serve_api().url)
-        prom: PrometheusServer | None = None
-        if prometheus:
-            target = cluster.metrics.url.removeprefix("http://")
-            prom = stack.enter_context(
-                running_prometheus(tmp_path, scrape_targets=[target], scrape_interval="1s")
-            )
-        settings = agent_settings(tmp_path, path, prom.url if prom is not None else None)
-        election = replace(settings.leader_election, enabled=leader_election)
-        if rbac:
-            election = replace(election, namespace=deploy_namespace())
-        settings = replace(settings, leader_election=election)
+        cluster = rig.start_twin(loaded, rbac=deploy_rbac() if rbac else None)
+        prom = rig.start_prometheus(binary=Path(PROMETHEUS), server=PrometheusServer,
+                                    directory=tmp_path / "prometheus") if prometheus else None  # fmt: skip
+        chat = None
         if slack is not None:
-            settings = with_slack(settings, slack)
-        if executor:
-            settings = replace(settings, remediation=replace(
-                settings.remediation, **{name: getattr(FAST, name) for name in FAST_REMEDIATION}))
+            chat = rig.slack_config(channel=CHANNEL, approvers=[APPROVER], slack=slack)
+        election: dict[str, Any] = {"enabled": leader_election}
+        if rbac:
+            election["namespace"] = deploy_namespace()
+        config = agent_config(tmp_path, rig.kubeconfig, prom.url if prom is not None else None,
+                              slack=chat, executor=executor, election=election)  # fmt: skip
+        settings = rig.settings(config)
         if diagnosis is not None:
             settings = replace(settings, diagnosis=diagnosis)
         if settings_change is not None:
             settings = settings_change(settings)
         if before_agent is not None:
-            client = build_api_client(KubernetesSettings(kubeconfig=str(path)))
+            client = build_api_client(KubernetesSettings(kubeconfig=str(rig.kubeconfig)))
             try:
                 before_agent(KubeApi(client))
             finally:
                 client.close()
-        store = upgrade_on_start(settings)
-        stack.callback(store.close)
         injected = Injected(remediation=executor, pipeline_class=pipeline_class)
-        agent = Agent(Root(settings, store=store, injected=injected), identity=identity)
-        if before_start is not None:
-            before_start(agent)
-        agent.start()
-        stack.callback(agent.stop)
-        yield RunningAgent(cluster, agent, store, settings, path, access, prom)
+        running = rig.start_agent(settings, injected=injected, identity=identity,
+                                  before_start=before_start)  # fmt: skip
+        yield RunningAgent(cluster, running.agent, running.store, settings, rig.kubeconfig,
+                           rig.access, prom)  # fmt: skip
 
 
 def incident_of(blocks: Iterable[Mapping[str, Any]]) -> int:
@@ -223,5 +183,5 @@ def approve_from_slack(rig: RunningAgent, slack: FakeSlack, *, timeout: float) -
     return message, incident
 
 
-__all__ = ["APPROVER", "CHANNEL", "RunningAgent", "agent_settings", "approve_from_slack",
-           "incident_of", "running_agent", "with_slack"]
+__all__ = ["APPROVER", "CHANNEL", "RunningAgent", "agent_config", "agent_settings",
+           "approve_from_slack", "incident_of", "running_agent"]

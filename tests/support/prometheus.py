@@ -1,7 +1,7 @@
 """Test harness: a real Prometheus server (the Debian `prometheus` binary) on a free loopback port.
 
 Who calls it: end-to-end tests and benchmarks that need real PromQL (the twin's exporter, the agent's
-Prometheus source). It starts `prometheus` (the package's `agent.demo.prometheus`, which the demo
+Prometheus source). It starts `prometheus` (the package's `agent.rig.prometheus`, which the rig
 uses too) with a generated config scraping the given targets, or with TSDB blocks backfilled from an OpenMetrics text by `promtool tsdb create-blocks-from openmetrics`
 (instant data, no waiting for scrapes). What it does not do: install Prometheus (.ci/run does that)
 or talk to anything outside 127.0.0.1.
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from agent.demo import prometheus as server
-from agent.demo.prometheus import free_port
 from agent.errors import UnavailableError
+from agent.rig import prometheus as server
+from agent.rig.prometheus import free_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

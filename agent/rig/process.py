@@ -1,6 +1,13 @@
-"""`zonemedic run` as a real process for the tests that start the agent the way users do (the
-command tests and the soak): its JSON log lines collected from stderr, its HTTP API, its leadership
-read from /metrics, and a stop that kills only the process it started."""
+"""`zonemedic run` as a real process, for the rig's agents started the way users start them.
+
+Who calls it: `agent.rig.rig.AgentRig.start_process` (the soak's replicas) and the command tests.
+`AgentProcess` runs `python -m agent.cli run --config FILE` with the environment's `ZONEMEDIC_`
+variables removed (plus the given overrides), collects its JSON log lines from stderr, finds its
+HTTP API from the `http listening` line, reads its leadership from /metrics, and `stop` kills only
+the process it started.
+
+What it does not do: write the configuration (`agent.rig.config` does), or restart a process.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +23,14 @@ from typing import Any
 import httpx
 import orjson
 
-REPO = Path(__file__).resolve().parents[2]
+from agent.errors import UnavailableError
 
 
 class AgentProcess:
     """`zonemedic run --config` with its JSON log lines collected from stderr."""
 
     def __init__(
-        self, config: Path | None, *, cwd: Path = REPO, overrides: dict[str, str] | None = None
+        self, config: Path | None, *, cwd: Path | None = None, overrides: dict[str, str] | None = None
     ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZONEMEDIC_")}
         env.update(overrides or {})
@@ -58,7 +65,7 @@ class AgentProcess:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
-        raise AssertionError(f"agent did not start: {b''.join(self.raw[-20:]).decode()}")
+        raise UnavailableError(f"agent did not start: {b''.join(self.raw[-20:]).decode()}")
 
     def logged(self, message: str, **fields: str) -> dict[str, Any] | None:
         """The first log line with this message and these fields, if any yet."""

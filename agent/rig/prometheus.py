@@ -1,6 +1,7 @@
 """A real Prometheus server (the Debian `prometheus` binary) on a free loopback port.
 
-Who calls it: the demo (a Prometheus scraping the twin's exporter) and the test harness
+Who calls it: the rig (`agent.rig.rig.AgentRig.start_prometheus`: a Prometheus scraping the
+twin's exporter, for the demo, the end-to-end tests and the soak) and the test harness
 (`tests/support/prometheus.py`, which adds backfilled data and assertions on top). `find_binary`
 says where the binary is (None when it is not installed); `PrometheusServer.start` writes a
 configuration scraping the given `host:port` targets with `honor_labels` (as the DCGM exporter
