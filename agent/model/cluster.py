@@ -146,7 +146,8 @@ class TrainingJobObject:
     True. `owners`: its ownerReferences (a TrainJob's JobSet is controlled by the TrainJob).
     For a kind with replicated jobs: `gang` the replicated jobs whose pods form the gang, in
     the object's order, `outside` those that do not (initializers), `coordinator` the one the
-    object names, if any.
+    object names, if any, `ports` the port each gang replicated job's template sets in its
+    kind's port env var (torch `PET_MASTER_PORT`, `MASTER_PORT`), where it does.
     """
 
     kind: JobKind
@@ -161,6 +162,7 @@ class TrainingJobObject:
     gang: tuple[str, ...] = ()
     outside: frozenset[str] = frozenset()
     coordinator: DeclaredCoordinator | None = None
+    ports: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def controller(self) -> OwnerRef | None:

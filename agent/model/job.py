@@ -44,7 +44,9 @@ class Job:
     `evaluator`, `launcher`; `coordinator`/`worker` for generic groups). `group_ports` are the
     configured ports of a generic group (empty: use the coordinator's container ports).
     `controllers` maps pod name -> its controller owner, for restartability checks (generic
-    groups only: a Kubeflow job is restarted through its job object).
+    groups only: a Kubeflow job is restarted through its job object). `coordinator_port`: the
+    port the job's object sets for its coordinator (a JobSet template's master-port env var),
+    when it does.
     """
 
     ref: JobRef
@@ -54,6 +56,7 @@ class Job:
     obj: TrainingJobObject | None = None
     group_ports: tuple[int, ...] = ()
     controllers: Mapping[str, OwnerRef | None] = field(default_factory=dict)
+    coordinator_port: int | None = None
 
     @property
     def gpu_request(self) -> int:

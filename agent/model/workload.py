@@ -210,15 +210,18 @@ class Coordinator:
     else the first pod of the first replica type of `replica_types` present (lower case), else
     (when `first_replica`) of its first replica in the object's order, else (when `worker_zero`)
     the worker of index 0. "First pod" of a replica type with `GangLabels.completion_index` is
-    rank 0: replica index 0 and completion index 0. Its port: the container port named
+    rank 0: replica index 0 and completion index 0. Its port: the literal value of the first env
+    var named in `port_env` that the containers of its replicated job's pod template set (in the
+    object's order: torch's `PET_MASTER_PORT`, `MASTER_PORT`), else the container port named
     `port_name`, else (when `first_port`) its first container port, else `default_port` (the
-    Trainer declares its master port 29500 as the trainer container's port)."""
+    Trainer sets PET_MASTER_PORT=29500 and declares 29500 as the trainer container's port)."""
 
     replica_types: tuple[str, ...]
     port_name: str | None
     default_port: int
     worker_zero: bool = True
     first_port: bool = False
+    port_env: tuple[str, ...] = ()
     declared: Path | None = None
     first_replica: bool = False
     launcher: Launcher | None = None
@@ -436,6 +439,7 @@ TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
 TRAINER_PORT = 29500  # the Trainer's torch master port (PET_MASTER_PORT) and container port
 # MPI (the Trainer's `launcher` replicated job): it dials the nodes' sshd on their `ssh` port.
 MPI_LAUNCHER = Launcher("launcher", port_name="ssh", default_port=22)
+MASTER_PORT_ENV = ("PET_MASTER_PORT", "MASTER_PORT")
 # Kinds a dump of a Trainer cluster holds that the diagnosis does not read (a TrainJob's pods and
 # templates are its JobSet's): the snapshot reader skips them without a warning.
 TRAINING_RUNTIMES = frozenset({(TRAINER_GROUP, "TrainingRuntime"),
@@ -446,7 +450,7 @@ JOBSET = WorkloadKind(
     labels=JOBSET_LABELS, operators=(),
     # spec.coordinator when set, else rank 0 of `node`, else of the first replicated job
     coordinator=Coordinator(("node",), None, TRAINER_PORT, worker_zero=False, first_port=True,
-                            declared=("spec", "coordinator"),
+                            port_env=MASTER_PORT_ENV, declared=("spec", "coordinator"),
                             first_replica=True, launcher=MPI_LAUNCHER),
     templates=REPLICATED_JOBS,
     suspension=Suspension(suspend=("spec", "suspend"), managed_by=("spec", "managedBy"),
@@ -460,7 +464,7 @@ TRAINJOB = WorkloadKind(
     # torch: rank 0 is `node` job 0, completion index 0 (PET_MASTER_ADDR=<job>-node-0-0.<job>);
     # MPI: the launcher
     coordinator=Coordinator(("node",), None, TRAINER_PORT, worker_zero=False, first_port=True,
-                            first_replica=True, launcher=MPI_LAUNCHER),
+                            port_env=MASTER_PORT_ENV, first_replica=True, launcher=MPI_LAUNCHER),
     templates=REPLICATED_JOBS,  # read on its JobSet (`materialised`)
     suspension=Suspension(suspend=("spec", "suspend"), managed_by=("spec", "managedBy"),
                           own_managers=frozenset({TRAINJOB_CONTROLLER}), mutable=JOBSET_MUTABLE),
@@ -576,6 +580,19 @@ def nest(path: Path, value: Any) -> dict[str, Any]:
     for step in reversed(path[:-1]):
         out = {step: out}
     return out
+
+
+def env_port(template: Mapping[str, Any], names: Sequence[str]) -> int | None:
+    """The port a pod template's containers set in the first env var named in `names` (a
+    literal value of digits, 1-65535), None when none does."""
+    for container in _list(_mapping(template.get("spec")).get("containers")):
+        for item in _list(_mapping(container).get("env")):
+            env = _mapping(item)
+            value = env.get("value")
+            if (env.get("name") in names and isinstance(value, str) and value.isascii()
+                    and value.isdigit() and 0 < int(value) < 65536):  # fmt: skip
+                return int(value)
+    return None
 
 
 def count_of(value: object, default: int) -> int | None:

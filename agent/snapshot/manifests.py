@@ -27,7 +27,7 @@ from agent.model.cluster import (
     TrainingJobObject,
 )
 from agent.model.network import Protocol
-from agent.model.workload import JobKind, TemplateLayout, WorkloadKind, dig, workload
+from agent.model.workload import JobKind, TemplateLayout, WorkloadKind, dig, env_port, workload
 from agent.parsing.numbers import NumberError, parse_int
 
 _EMPTY: dict[str, Any] = {}
@@ -402,10 +402,15 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
             finished = True
     gang: tuple[str, ...] = ()
     outside: frozenset[str] = frozenset()
+    ports: dict[str, int] = {}
     if found.templates.layout is TemplateLayout.REPLICATED_JOBS and found.materialised is None:
         templates = found.templates.templates(item)
         gang = tuple(t.replica for t in templates if t.in_gang)
         outside = frozenset(t.replica for t in templates if not t.in_gang)
+        for t in templates:
+            port = env_port(t.template, found.coordinator.port_env)
+            if t.in_gang and port is not None:
+                ports[t.replica] = port
     return TrainingJobObject(
         kind=kind,
         namespace=namespace,
@@ -419,6 +424,7 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
         gang=gang,
         outside=outside,
         coordinator=_declared_coordinator(item, found),
+        ports=ports,
     )
 
 

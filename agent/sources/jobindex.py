@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from agent.model.job import JobRef
 from agent.model.workload import (
     BATCH_JOB,
-    WORKLOADS,
     KUBEFLOW_LABELS,
+    WORKLOADS,
     JobKind,
     launched_kind,
     materialising,

@@ -285,7 +285,8 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
         if kind.templates.layout is TemplateLayout.REPLICA_SPECS and isinstance(value, dict):
             out_spec[field] = _slim_replica_specs(value)
         if kind.templates.layout is TemplateLayout.REPLICATED_JOBS and isinstance(value, list):
-            out_spec[field] = [_slim_replicated_job(r) for r in value if isinstance(r, dict)]
+            env = kind.coordinator.port_env
+            out_spec[field] = [_slim_replicated_job(r, env) for r in value if isinstance(r, dict)]
         declared = kind.coordinator.declared
         if declared is not None and len(declared) == 2 and declared[1] in spec:
             out_spec[declared[1]] = spec[declared[1]]
@@ -319,7 +320,7 @@ def _slim_replica_specs(specs: Obj) -> Obj:
     return replicas
 
 
-def _slim_replicated_job(rjob: Obj) -> Obj:
+def _slim_replicated_job(rjob: Obj, port_env: tuple[str, ...]) -> Obj:
     out: Obj = {k: rjob[k] for k in ("name", "replicas") if k in rjob}
     template = rjob.get("template")
     if not isinstance(template, dict):
@@ -332,11 +333,24 @@ def _slim_replicated_job(rjob: Obj) -> Obj:
     if isinstance(job_spec, dict):
         out_job: Obj = {k: job_spec[k] for k in ("parallelism", "completions") if k in job_spec}
         pod = job_spec.get("template")
-        pod_labels = (pod.get("metadata") or {}).get("labels") if isinstance(pod, dict) else None
-        out_job["template"] = {"metadata": {"labels": pod_labels}} if isinstance(pod_labels, dict) and pod_labels else {}
+        pod = pod if isinstance(pod, dict) else {}
+        pod_labels = (pod.get("metadata") or {}).get("labels")
+        out_pod: Obj = {"metadata": {"labels": pod_labels}} if isinstance(pod_labels, dict) and pod_labels else {}
+        containers = [_port_env(c, port_env) for c in (pod.get("spec") or {}).get("containers") or []
+                      if isinstance(c, dict)]
+        if any(containers):
+            out_pod["spec"] = {"containers": containers}
+        out_job["template"] = out_pod
         out_template["spec"] = out_job
     out["template"] = out_template
     return out
+
+
+def _port_env(container: Obj, names: tuple[str, ...]) -> Obj:
+    """A container of a replicated job's template: only the env vars naming the master port."""
+    env = [{"name": e["name"], "value": e.get("value")} for e in container.get("env") or []
+           if isinstance(e, dict) and e.get("name") in names]
+    return {"env": env} if env else {}
 
 
 OWNER_COUNTS = ("replicas", "parallelism", "completions")

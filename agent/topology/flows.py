@@ -15,7 +15,9 @@
   container ports).
 
 Named ports resolve from the coordinator's container ports, else the table default (PaddleJob and
-JAXJob: the coordinator's first container port, else the default). A job without a coordinator pod
+JAXJob: the coordinator's first container port, else the default). A JobSet's (or TrainJob's)
+coordinator port is the master-port env var its replicated job's template sets, else its first
+container port, else 29500. A job without a coordinator pod
 needs no coordinator flows. Called by `agent.diagnosis`. Pure.
 """
 
@@ -94,6 +96,8 @@ def required_flows(job: Job) -> tuple[FlowRule, ...]:
             FlowRule(others, others, COLLECTIVE_PORTS, "worker <-> worker"),
         )
     if coord is not None:
-        rules.append(FlowRule(others, (coord,), job_port(kind, coord), "-> coordinator"))
+        port = (PortRange.single(job.coordinator_port) if job.coordinator_port is not None
+                else job_port(kind, coord))  # fmt: skip
+        rules.append(FlowRule(others, (coord,), port, "-> coordinator"))
     rules.append(FlowRule(pods, pods, COLLECTIVE_PORTS, "collective, all pairs"))
     return tuple(rules)

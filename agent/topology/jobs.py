@@ -179,8 +179,11 @@ def _replicated_job(state: ClusterState, ref: JobRef, pods: list[Pod]) -> Job | 
     coordinator = find_coordinator(
         ref.kind, members, types=types, replicas=replicas,
         declared=spec_obj.coordinator if spec_obj is not None else None)  # fmt: skip
+    port = (spec_obj.ports.get(types[coordinator.name])
+            if spec_obj is not None and coordinator is not None else None)  # fmt: skip
     return Job(ref=ref, pods=tuple(members), replica_types={p.name: types[p.name] for p in members},
-               coordinator=coordinator, obj=state.job_objects.get((ref.kind, ref.namespace, ref.name)))
+               coordinator=coordinator, obj=state.job_objects.get((ref.kind, ref.namespace, ref.name)),
+               coordinator_port=port)
 
 
 def _matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:

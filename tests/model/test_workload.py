@@ -31,6 +31,7 @@ from agent.model.workload import (
     PodTemplates,
     Suspension,
     dig,
+    env_port,
     launched_kind,
     managed_by_paths,
     materialising,
@@ -337,3 +338,23 @@ def test_the_new_kinds_are_written_only_in_the_table_and_the_twin() -> None:
              if path.relative_to(root).parts[0] != "twin" and path != root / "model" / "workload.py"
              for line, text in _code_strings(path) if any(name in text for name in written)]
     assert found == []
+
+
+@pytest.mark.parametrize(
+    ("env", "port"),
+    [
+        ([{"name": "PET_MASTER_PORT", "value": "29500"}], 29500),
+        ([{"name": "OTHER", "value": "1"}, {"name": "MASTER_PORT", "value": "3389"}], 3389),
+        # the first one set wins, whichever of the names it is (the twin's and torchrun's reading)
+        ([{"name": "MASTER_PORT", "value": "1234"}, {"name": "PET_MASTER_PORT", "value": "29500"}], 1234),
+        ([{"name": "MASTER_PORT", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}], None),
+        ([{"name": "MASTER_PORT", "value": "0"}], None),
+        ([{"name": "MASTER_PORT", "value": "65536"}], None),
+        ([{"name": "MASTER_PORT", "value": "²"}], None),
+        (["junk", {"name": ["MASTER_PORT"], "value": "1"}], None),
+    ],
+)
+def test_env_port(env: list[Any], port: int | None) -> None:
+    template = {"spec": {"containers": [{"name": "init"}, {"name": "node", "env": env}]}}
+    assert env_port(template, JOBSET.coordinator.port_env) == port
+    assert env_port(template, ()) is None

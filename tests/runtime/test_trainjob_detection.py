@@ -12,6 +12,7 @@ import pytest
 
 from agent.fakes.slack import FakeSlack
 from agent.model.incident import IncidentQuery, IncidentSummary
+from agent.model.lifecycle import EventKind
 from agent.model.workload import JobKind
 from tests.support.agent_rig import running_agent
 from tests.support.waiting import wait
@@ -43,6 +44,10 @@ def test_the_gang_is_detected_and_diagnosed_under_its_kind(
         opened = wait(incident, timeout=60, what=f"the {verdict} incident of {name}")
         assert (opened.kind, opened.namespace, opened.name) == (kind.value, "ml", name)
         detail = rig.store.get_incident(opened.id)
+        # the first verdict is the right one (trainjob-mpi's zone label comes after the bind)
+        verdicts = {e.detail.get("verdict") for e in detail.events
+                    if e.kind in (EventKind.DETECTED, EventKind.REDETECTED)}
+        assert verdicts == {verdict}
         diagnosis = detail.diagnosis
         assert str(diagnosis["coordinator"]["pod"]).startswith(coordinator), diagnosis["coordinator"]
         assert diagnosis["zones"] == zones

@@ -169,6 +169,8 @@ def test_a_jobset_keeps_its_gang_counts_coordinator_and_owner_only() -> None:
                          trainjob=True, suspend=True, managed_by="jobset.sigs.k8s.io/jobset-controller",
                          coordinator={"replicatedJob": "node"}, conditions=["Completed", "StartupPolicyCompleted"])
     obj["spec"]["network"] = {"subdomain": "llm"}
+    obj["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "PET_MASTER_PORT", "value": "29500"}, {"name": "HF_TOKEN", "value": "secret"}]
     slim = slimmer(resource)(obj)
     assert slim["spec"] == {
         "suspend": True, "managedBy": "jobset.sigs.k8s.io/jobset-controller",
@@ -177,8 +179,10 @@ def test_a_jobset_keeps_its_gang_counts_coordinator_and_owner_only() -> None:
             {"name": "dataset-initializer", "template": {
                 "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"}},
                 "spec": {"parallelism": 1, "completions": 1, "template": {}}}},
+            # of the env, only the master port's (never another value, e.g. a token)
             {"name": "node", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 4,
-                                                                   "template": {}}}},
+                                                                   "template": {"spec": {"containers": [
+                {"env": [{"name": "PET_MASTER_PORT", "value": "29500"}]}]}}}}},
         ],
     }
     assert slim["status"] == {"conditions": [{"type": "Completed", "status": "True"}]}

@@ -199,8 +199,15 @@ TORCH_RUNTIME = [replicated_job("dataset-initializer", step="dataset-initializer
           *(jobset_pod("j", "workers", 0, i, node_name="a1", ports=[("", 1234)]) for i in range(2))],
          {("j-workers-0-0-x00z", "j-workers-0-1-x01z", "1234", "TCP")}
          | _all_pairs(["j-workers-0-0-x00z", "j-workers-0-1-x01z"], R)),
+        # the master port the template's env sets wins over a first container port (metrics)
+        ([jobset("j", [replicated_job("workers", nodes=2, spec={"containers": [
+            {"name": "main", "env": [{"name": "MASTER_PORT", "value": "29400"}],
+             "ports": [{"containerPort": 8080}]}]})]),
+          *(jobset_pod("j", "workers", 0, i, node_name="a1", ports=[("", 8080)]) for i in range(2))],
+         {("j-workers-0-1-x01z", "j-workers-0-0-x00z", "29400", "TCP")}
+         | _all_pairs(["j-workers-0-0-x00z", "j-workers-0-1-x01z"], R)),
     ],
-    ids=["torch-trainjob", "torch-default-port", "mpi-trainjob", "jobset-declared"],
+    ids=["torch-trainjob", "torch-default-port", "mpi-trainjob", "jobset-declared", "jobset-env-port"],
 )
 def test_jobset_gang_flows(items: list[dict[str, Any]], expected: set[tuple[str, str, str, str]]) -> None:
     assert _pairs(required_flows(_jobset_job(items))) == expected
