@@ -100,7 +100,7 @@ test-all: install
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # The 10-minute soak (tests/soak): faults, replicas, clicks; prints its seed and counts.
-# Replay a seed with ZONEMEDIC_SOAK_SEED=N make soak.
+# Replay a seed with ZONEMEDIC_SOAK_SEED=N make soak; ZONEMEDIC_SOAK_SECONDS=180 shortens it.
 soak: install
 	$(BIN)/pytest -q -s -m slow -p no:cacheprovider tests/soak
 

@@ -78,6 +78,9 @@ class FindingRecord:
     utilization_samples: tuple[tuple[float, float], ...] = ()
     # the typed document the pipeline built (`of`): persisted as `diagnosis` in its place
     document: IncidentDocument | None = None
+    # when the job object of `uid` was created (None: unknown): a re-detection fills in the uid
+    # of an incident recorded without one only for a job created by its first evidence
+    job_created_at: datetime | None = None
 
     def persisted_diagnosis(self) -> dict[str, Any]:
         """The incident's `diagnosis` column: the document's JSON, else the mapping given."""
@@ -114,8 +117,10 @@ class FindingRecord:
         detected_at: datetime,
         gpus: int | None = None,
         utilization_samples: Sequence[tuple[float, float]] = (),
+        job_created_at: datetime | None = None,
     ) -> FindingRecord:
-        """The record of the pipeline's typed document (read as it is: nothing parsed back)."""
+        """The record of the pipeline's typed document (read as it is: nothing parsed back);
+        `job_created_at`: when the job object of the document's uid was created."""
         job = document.job
         return cls(
             cluster=cluster,
@@ -132,6 +137,7 @@ class FindingRecord:
             gpus=gpus,
             utilization_samples=tuple(utilization_samples),
             document=document,
+            job_created_at=job_created_at,
         )
 
     @classmethod

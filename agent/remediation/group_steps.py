@@ -15,7 +15,11 @@ live objects, so a fresh run resumes at any point:
   the incident and which manifest it is. A CREATE the server refuses rolls back.
 - `rollback`: every target restored, the last one written first: the Deployment's original
   template, the Jobs zonemedic created deleted and the originals recreated; what could not be
-  restored (deleted, replaced or changed by someone else) is left as it is and said in the notes.
+  restored (deleted, replaced or changed by someone else) is left as it is and said in the notes:
+  a Job created from the plan that is gone though the rollback did not delete it was deleted by
+  its owner, and is never recreated; when the owner deleted every workload of the group, the
+  rollback is `SupersededError` (nothing was restored; the incident ends superseded, as a
+  training job deleted by its owner does).
 - idempotent from the live objects: the planned template on the Deployment means it was patched;
   a planned Job that is missing means it was deleted (create it from the plan); a Job annotated
   as created from the plan means it was created.
@@ -206,6 +210,11 @@ class GroupSteps:
                     and not run.has(Step.JOB_DELETED, target=target.name)):  # fmt: skip
                 self.journal.record(run, A.APPLY, Step.JOB_DELETED, extra={"target": target.name, "uid": target.uid},
                                     message=f"Job {target.name}: found deleted (its deletion landed unrecorded)")  # fmt: skip
+            if (obj is None and restore and run.has(Step.JOB_CREATED, target=target.name)
+                    and not run.has(Step.RESTORING, target=target.name)):  # fmt: skip
+                # the Job created from the plan is gone and not by the rollback's DELETE: its
+                # owner deleted it; never recreated behind the owner's back
+                return f"{where} was deleted by its owner after zonemedic created it: nothing to restore"
             if obj is None:
                 try:
                     self.writer.create_job(target.namespace, self._stamped(run, target, want),
@@ -272,4 +281,7 @@ class GroupSteps:
                 note = self._recreate(run, target, restore=True)
             if note is not None:
                 notes.append(note)
+        if len(notes) == len(plan.targets) and all(self._workload(t) is None for t in plan.targets):
+            # the owner deleted every workload of the group meanwhile: nothing was restored
+            raise SupersededError("; ".join(["the group's workloads were deleted by their owner meanwhile", *notes]))
         return notes

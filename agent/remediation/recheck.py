@@ -8,16 +8,18 @@ the incident and the plan:
 - `plan`: re-diagnose the job, re-read it, say whether the incident still applies to it
   (`SupersededError`: gone, recreated (uid), no longer a split, or placed otherwise than the
   incident says; after a conflict only whether it still has live pods, the next attempt checks
-  the rest against the plan), re-read what the plan needs and plan again (`FailedError` with the
-  planner's refusal);
+  the rest against the plan), bind an incident recorded without its job's uid to the live job
+  when that job was created by the incident's first evidence (`SupersededError` when it was
+  created later: another job of that name), re-read what the plan needs and plan again
+  (`FailedError` with the planner's refusal);
 - `confirm`: before the first write, the job is still the one planned, in the placement and with
   the verdict planned (`SupersededError` otherwise);
 - `guards`: before the first write, every guard again from the live objects and the settings now
   in force (`FailedError`: protected namespace, Kueue on any object written or their pods, a
   finished training job; `WaitError`: another remediation of the job in flight, the hourly cap).
 
-What it does not do: write to the cluster or record on the incident (the caller records the plan
-it returns).
+What it does not do: write to the cluster, or record on the incident other than the job uid it
+binds (the caller records the plan it returns).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from agent.model.finding import REMEDIABLE_VERDICTS
+from agent.model.instance import binds, creation_time, first_evidence
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus
 from agent.model.workload import REPLICA_SET, JobKind
@@ -67,7 +70,7 @@ class Recheck:
 
     `reader`: the cluster reads; `diagnose`: a fresh diagnosis of one job; `store`: the
     incidents (for the hourly cap and the remediations in flight); `protected_namespaces` and
-    `max_per_hour`: the guard settings now in force."""
+    `max_per_hour`: the guard settings now in force; `actor`: who binds an incident to its job."""
 
     def __init__(
         self,
@@ -78,7 +81,9 @@ class Recheck:
         clock: Clock,
         protected_namespaces: Collection[str],
         max_per_hour: int,
+        actor: str = "zonemedic",
     ) -> None:
+        self.actor = actor
         self.reader = reader
         self.diagnose = diagnose
         self.store = store
@@ -113,6 +118,29 @@ class Recheck:
             return f"placement changed: was {dict(recorded)}, now {dict(finding.zones)}"
         return None
 
+    def bind(self, run: Run, reading: Reading) -> str | None:
+        """An incident recorded without its job's uid is bound to the live job when that job
+        was created by the incident's first evidence (`agent.model.instance.binds`), the uid
+        recorded; else why it does not apply: a job of that name created later (deleted and
+        recreated since) is another job, never remediated on this incident's approval."""
+        summary, job = run.detail.incident, reading.job
+        if run.ref.kind is JobKind.GROUP or summary.uid or job is None:
+            return None
+        uid = uid_of(job)
+        created = creation_time(job)
+        evidence = first_evidence(summary.opened_at, run.detail.onset_at)
+        if uid is None or not binds(created, evidence):
+            when = "at an unknown time" if created is None else f"at {created:%Y-%m-%dT%H:%M:%SZ}"
+            return (f"{run.ref.kind} {run.ref.namespace}/{run.ref.name} (uid {uid}) was created "
+                    f"{when}, after the incident's first evidence at "
+                    f"{evidence:%Y-%m-%dT%H:%M:%SZ}: another job of that name (the incident never "
+                    "knew its job's uid)")
+        bound = self.store.bind_job_uid(run.incident_id, uid, now=self.clock.now(),
+                                        actor=self.actor)  # fmt: skip
+        if bound != uid:
+            return f"the job was recreated (uid {uid}, the incident is about {bound})"
+        return None
+
     def live(
         self, run: Run, rediagnosis: Rediagnosis, job: Mapping[str, Any] | None
     ) -> LiveObjects:
@@ -129,7 +157,7 @@ class Recheck:
         `SupersededError` or `FailedError` (the planner's refusal) when there is no plan."""
         reading = self.read(run.ref)
         if scope is Scope.INCIDENT:
-            reason = self.superseded(run, reading)
+            reason = self.superseded(run, reading) or self.bind(run, reading)
         else:
             reason = None if reading.rediagnosis.finding is not None else "the job has no live pods any more"
         if reason is not None:

@@ -27,7 +27,8 @@ in this order, each step a store action plus its timeline event:
   write refused, an object changed by someone else, verification failed): the family restores
   the original templates from the recorded plan and resumes; the incident ends `rolled_back` with
   the reason. A job is never left suspended. A training job deleted or recreated (another uid) by
-  its owner meanwhile leaves nothing to restore: the incident ends `superseded`.
+  its owner meanwhile, or a group whose every workload its owner deleted, leaves nothing to
+  restore: the incident ends `superseded`.
 - Crash safety: the intent of every destructive write (SUSPENDING, ROLLING_OUT, JOB_DELETING,
   RESTORING) is recorded before the write is sent, and every step is decided from the recorded
   plan plus the live objects, so a fresh Remediator resumes at any point, a write that landed but
@@ -250,7 +251,7 @@ class Remediator:
                                poll_interval=settings.poll_interval, on_step=on_step)  # fmt: skip
         self.recheck = Recheck(reader, diagnose, store=store, clock=self.clock,
                                protected_namespaces=protected_namespaces,
-                               max_per_hour=settings.max_per_hour)  # fmt: skip
+                               max_per_hour=settings.max_per_hour, actor=actor)  # fmt: skip
         self.training = TrainingSteps(reader=reader, writer=writer, journal=self.journal,
                                       recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         self.groups = GroupSteps(reader=reader, writer=writer, journal=self.journal,

@@ -10,8 +10,9 @@ and to what follows the record. A finding of a problem verdict goes to the store
 timeline event, and before a decision the incident takes a topology verdict seen) with the latest
 utilization evidence and samples (`agent.runtime.evidence`), or `"metrics unavailable"`, and for a
 split its waste per day (`agent.runtime.waste`; the egress dollars go to the incident's
-`estimated_cost`). A job's uid and requested GPUs come from the cache and the finding. A job found
-healthy resolves its open incidents.
+`estimated_cost`). A job's uid (with its object's creation time, so that a re-detection fills in
+the uid of an incident recorded before the job's object reached the cache) and requested GPUs
+come from the cache and the finding. A job found healthy resolves its open incidents.
 
 In a cluster-wide batch or a sweep (`OpenIncidents.held`: its problems come first) the problems go
 to the store `RECORD_BATCH` at a time (`IncidentStore.record_findings`: multi-row statements in one
@@ -38,6 +39,7 @@ from typing import Any
 from agent.model.document import IncidentDocument
 from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingOutcome, FindingRecord, FollowUp
+from agent.model.instance import creation_time
 from agent.model.job import JobRef
 from agent.model.lifecycle import TOPOLOGY_CLASSES, LifecycleError, verdict_class
 from agent.model.verdict import Verdict
@@ -145,8 +147,10 @@ class Recorder:
         document = IncidentDocument.of_finding(finding, uid=self.p.cache.job_uid(key),
                                                metrics=metrics, waste=waste)  # fmt: skip
         gpus = sum(finding.gpus.values()) if finding.gpus else None
+        created = creation_time(self.p.cache.job_object(key)) if document.uid else None
         record = FindingRecord.of(document, cluster=self.p.cluster, detected_at=self.now(),
-                                  gpus=gpus, utilization_samples=self.p.evidence.samples(key))  # fmt: skip
+                                  gpus=gpus, utilization_samples=self.p.evidence.samples(key),
+                                  job_created_at=created)  # fmt: skip
         return _Pending(finding, key, document, gpus, record)
 
     def record_all(self, findings: list[Finding], *, first_seen: float | None) -> list[Any]:

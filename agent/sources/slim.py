@@ -271,7 +271,8 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
     (`runPolicy`, kept whole when a mapping) and, for replica specs, each replica's `replicas`
     (default 1) and its template's labels; for replicated jobs (JobSet), each one's name,
     `replicas`, Job template labels (the Trainer's ancestor step), `parallelism`,
-    `completions` and pod template labels, and the coordinator the object names."""
+    `completions` and pod template labels, and the coordinator the object names; its metadata
+    with `creationTimestamp` (which instance of the job this is)."""
     spec = obj.get("spec") or {}
     out_spec: Obj = {}
     kind = resource.workload
@@ -297,10 +298,14 @@ def slim_job(obj: Obj, resource: Resource) -> Obj:
         for c in (obj.get("status") or {}).get("conditions") or []
         if isinstance(c, dict) and c.get("type") in JOB_CONDITIONS
     ]
+    meta = _meta(obj)
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    if created:  # which instance of the job this is (set once: never a change)
+        meta["creationTimestamp"] = created
     return {
         "apiVersion": resource.api_version,
         "kind": resource.kind,
-        "metadata": _meta(obj),
+        "metadata": meta,
         "spec": out_spec,
         "status": {"conditions": conditions},
     }

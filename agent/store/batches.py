@@ -92,13 +92,14 @@ def record_many(
 
 
 def _open_incidents(conn: Connection, records: Sequence[FindingRecord]) -> dict[Job, Any]:
-    """Job -> (id, status, verdict, opened_at) of its open incident (the oldest, as
+    """Job -> (id, status, verdict, opened_at, job_uid, onset_at) of its open incident (the oldest, as
     `findings.record` takes it), for the jobs of `records`."""
     wanted = {_job(r) for r in records}
     rows = conn.execute(
         select(IncidentRow.id, IncidentRow.cluster, IncidentRow.job_kind,
                IncidentRow.job_namespace, IncidentRow.job_name, IncidentRow.status,
-               IncidentRow.verdict, IncidentRow.opened_at)
+               IncidentRow.verdict, IncidentRow.opened_at, IncidentRow.job_uid,
+               IncidentRow.onset_at)
         .where(IncidentRow.job_name.in_(sorted({r.name for r in records})),
                IncidentRow.closed_at.is_(None))
         .order_by(IncidentRow.id)
@@ -163,7 +164,8 @@ def _redetect_all(
     seen = []
     for record, row in items:
         found = findings.redetection(record, status=row.status, verdict=row.verdict,
-                                     opened_at=row.opened_at)  # fmt: skip
+                                     opened_at=row.opened_at, uid=row.job_uid,
+                                     onset_at=row.onset_at)  # fmt: skip
         seen.append(found)
         groups.setdefault(tuple(sorted(found.values)), []).append(
             {"b_id": row.id, **{f"v_{k}": v for k, v in found.values.items()}})

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agent.model.incident import FindingOutcome, FindingRecord
+from agent.model.instance import binds, first_evidence
 from agent.model.lifecycle import EventKind, IncidentStatus, follows_verdict
 from agent.model.verdict import Verdict
 from agent.store.errors import InvalidRecordError
@@ -150,14 +151,21 @@ class Redetection:
 
 
 def redetection(
-    finding: FindingRecord, *, status: str, verdict: str, opened_at: datetime
+    finding: FindingRecord, *, status: str, verdict: str, opened_at: datetime,
+    uid: str | None = None, onset_at: datetime | None = None,
 ) -> Redetection:
-    """What a re-detection of the open incident in `status` with `verdict` writes."""
+    """What a re-detection of the open incident in `status` with `verdict` (its job's `uid`,
+    None when not known yet, and `onset_at`) writes. An incident recorded without its job's uid
+    takes the uid this finding knows, when that job was created by the incident's first
+    evidence (`agent.model.instance.binds`): a job of that name created later is another one."""
     try:
         previous: Verdict | None = Verdict(verdict)
     except ValueError:
         previous = None
     values: dict[str, Any] = {"updated_at": finding.detected_at}
+    if uid is None and finding.uid and binds(finding.job_created_at,
+                                             first_evidence(opened_at, onset_at)):
+        values["job_uid"] = finding.uid
     # Before a decision the incident follows what is seen (a degraded split that starts being
     # blocked is the same incident, now blocked; a job whose split became a policy block is the
     # same job's problem). Once decided it keeps describing what was decided on: what a
@@ -180,10 +188,12 @@ def redetection(
 def _redetect(conn: Connection, incident_id: int, *, finding: FindingRecord) -> Verdict | None:
     """Count a re-detection; returns the incident's verdict before it (None: unreadable)."""
     row = conn.execute(
-        select(IncidentRow.status, IncidentRow.verdict, IncidentRow.opened_at)
+        select(IncidentRow.status, IncidentRow.verdict, IncidentRow.opened_at,
+               IncidentRow.job_uid, IncidentRow.onset_at)
         .where(IncidentRow.id == incident_id)
     ).one()
-    seen = redetection(finding, status=row.status, verdict=row.verdict, opened_at=row.opened_at)
+    seen = redetection(finding, status=row.status, verdict=row.verdict, opened_at=row.opened_at,
+                       uid=row.job_uid, onset_at=row.onset_at)  # fmt: skip
     values: dict[str, Any] = {**seen.values, "detections": IncidentRow.detections + 1}
     conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(**values))
     if seen.own_row:
@@ -206,3 +216,20 @@ def _evidence(finding: FindingRecord) -> dict[str, Any]:
 def _known(**values: Any) -> dict[str, Any]:
     """The values that are not None (a re-detection never erases what an earlier one knew)."""
     return {key: value for key, value in values.items() if value is not None}
+
+
+def bind_uid(conn: Connection, incident_id: int, uid: str, *, now: datetime,
+             actor: str) -> str | None:
+    """Record `uid` as the incident's job uid when it has none yet (a NOTE event says so); the
+    job uid the incident holds afterwards (another one when it was already bound; None when the
+    incident is not there)."""
+    done = conn.execute(
+        update(IncidentRow)
+        .where(IncidentRow.id == incident_id, IncidentRow.job_uid.is_(None))
+        .values(job_uid=uid, updated_at=now)
+    )
+    if done.rowcount:
+        insert_event(conn, incident_id, kind=EventKind.NOTE, now=now, actor=actor,
+                     detail={"note": f"bound to the job's object, uid {uid}", "uid": uid})
+    found = conn.execute(select(IncidentRow.job_uid).where(IncidentRow.id == incident_id)).first()
+    return None if found is None or found.job_uid is None else str(found.job_uid)

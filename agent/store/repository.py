@@ -6,6 +6,7 @@ dataclasses from `agent.model.incident`, never ORM rows. Only the store's module
 tables; this facade runs each of their operations in one transaction:
 
 - findings: `record_finding(record)` -> `FindingOutcome` (`agent.store.findings`);
+  `bind_job_uid(id, uid, *, now, actor)`: an incident recorded without its job's uid bound to one;
   `record_findings(records, follow=)`: many at once, each new incident with what `follow` names
   for it (plan preview, approval request, outbox messages, notes) in the transaction that opens
   it, one transaction per `BATCH` findings (`agent.store.batches`)
@@ -187,6 +188,16 @@ class IncidentStore(OutboxOperations, HistoryReads):
             "expire overdue approvals",
             lambda conn, attempt: approval_deadlines.expire_due(conn, now=now, token=token, attempt=attempt),
         )
+
+    def bind_job_uid(self, incident_id: int, uid: str, *, now: datetime, actor: str) -> str | None:
+        """Bind an incident recorded without its job's uid to the job object `uid` (a timeline
+        note says so); returns the uid the incident is bound to afterwards (another one when it
+        already was; None when there is no such incident). See `findings.bind_uid`."""
+
+        def body(conn: Connection, _attempt: int) -> str | None:
+            return findings.bind_uid(conn, incident_id, uid, now=now, actor=actor)
+
+        return self._write(f"bind incident {incident_id} to job uid {uid}", body)
 
     # ----------------------------------------------------------------------------------------
     # timeline

@@ -1,12 +1,14 @@
 """The Remediator on the twin over HTTP (official client, real SQLite store): the happy path, the
-refusal that writes nothing, the rollback, a 409 on the suspend patch, a vanished job."""
+refusal that writes nothing, the rollback, a 409 on the suspend patch, a vanished job, an
+incident recorded without its job's uid (bound to the job created before it, never to one of
+the same name created after)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,13 @@ import pytest
 from kubernetes import client
 
 from agent.errors import UnavailableError
-from agent.model.lifecycle import IncidentStatus, RemediationActionKind
+from agent.model.incident import Actor, FindingRecord
+from agent.model.lifecycle import (
+    DecisionOutcome,
+    DecisionSource,
+    IncidentStatus,
+    RemediationActionKind,
+)
 from agent.remediation.run import Step
 from agent.remediation.template import TemplateState
 from agent.store.repository import IncidentStore
@@ -33,8 +41,10 @@ from tests.remediation.harness import (
     resumes,
     running_lab,
     served_job,
+    settled_finding,
     split,
 )
+from tests.support.waiting import wait
 
 
 def pods(lab: Lab) -> list[dict[str, Any]]:
@@ -371,3 +381,66 @@ def test_a_kubeflow_job_queued_by_kueue_after_the_plan_fails_before_the_first_wr
         reason = store.get_incident(incident_id).events[-1].detail["reason"]
         assert "PyTorchJob llm-finetune is queued by Kueue (label kueue.x-k8s.io/queue-name=gpu)" in reason
         assert reason.endswith("(checked again before the first write)")
+
+
+def approved_without_uid(lab: Lab, store: IncidentStore) -> int:
+    """The job's split recorded as an incident without the job's uid (its object had not
+    reached the agent's cache), approved from the CLI."""
+    document = settled_finding(lab).to_dict()
+    document["job"]["uid"] = None
+    now = datetime.now(UTC)
+    record = FindingRecord.from_finding(document, cluster="twin", detected_at=now, gpus=4)
+    incident = store.record_finding(record).incident
+    assert incident.uid is None
+    assert store.record_decision(
+        incident.id, DecisionOutcome.APPROVE, actor=Actor("alice", "alice", DecisionSource.CLI),
+        now=now, expected=IncidentStatus.OPEN,
+    ).applied  # fmt: skip
+    return incident.id
+
+
+def test_an_incident_without_the_jobs_uid_is_bound_to_the_job_created_before_it_and_remediated(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_without_uid(lab, store)
+        uid = served_job(lab)["metadata"]["uid"]
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.RESOLVED
+        detail = store.get_incident(incident_id)
+        assert detail.incident.uid == uid  # bound to the job it found
+        assert any(e.detail.get("uid") == uid for e in detail.events)  # the timeline says so
+        assert recorded_plan(store, incident_id).preconditions.uid == uid
+
+
+def test_a_job_deleted_and_recreated_with_its_name_before_the_approval_is_never_remediated(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """The incident never knew its job's uid; the job is deleted and created again with the same
+    name (split the same way) before the approval is acted on: the job now there was created
+    after the incident's first evidence, so it is another job. Superseded, saying so, with
+    nothing written to it, and the incident not bound to it."""
+    with running_lab(tmp_path, "seed-blocked") as lab:
+        incident_id = approved_without_uid(lab, store)
+        opened = store.get_incident(incident_id).incident.opened_at
+        manifest = served_job(lab)
+        old_uid = manifest["metadata"]["uid"]
+        manifest["metadata"] = {"name": "llm-finetune", "namespace": "ml"}
+        manifest.pop("status", None)
+        delete_job(lab)
+        # the API server's creation times have whole seconds: recreate in a later second
+        wait(lambda: datetime.now(UTC) >= opened.replace(microsecond=0) + timedelta(seconds=1),
+             timeout=5, what="the second after the incident opened")
+        client.CustomObjectsApi(lab.api.api_client).create_namespaced_custom_object(
+            "kubeflow.org", "v1", "ml", "pytorchjobs", manifest)
+        settled_finding(lab)  # the new job is split the same way
+        new_uid = served_job(lab)["metadata"]["uid"]
+        assert new_uid != old_uid
+        lab.reset_accounting()
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.SUPERSEDED
+        detail = store.get_incident(incident_id)
+        reason = detail.events[-1].detail["reason"]
+        assert f"PyTorchJob ml/llm-finetune (uid {new_uid}) was created at " in reason, reason
+        assert "another job of that name" in reason, reason
+        assert lab.writes() == {}  # nothing written: not even a dry run
+        assert detail.incident.uid is None
+        assert not served_job(lab)["spec"]["runPolicy"].get("suspend")

@@ -39,6 +39,7 @@ from agent.sources.kubeapi import KubeApi, build_api_client
 from agent.store.repository import IncidentStore, open_store
 from agent.twin import kubeconfig
 from agent.twin.faults import RefusalKind
+from agent.twin.resources import lookup
 from tests.remediation.crashes import Death, GateCut, Killed, SqliteLock, Walk
 from tests.remediation.harness import (
     FAST,
@@ -642,3 +643,30 @@ def test_the_lab_label_put_back_by_a_sync_is_a_mislabel_and_relabelling_resolves
         coordinator = [p for p in pods(lab) if p["metadata"]["labels"]["role"] == "coordinator"]
         assert [p["metadata"]["labels"]["zone"] for p in coordinator] == ["zone-a"]
         assert set(zones(lab).values()) == {"zone-a"}
+
+
+def test_a_group_its_owner_deletes_after_the_recreate_is_not_resurrected_and_ends_superseded(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """The owner deletes the whole group (its Deployment and worker Jobs) right after zonemedic
+    created the worker Job from the plan: the gang never comes, the run rolls back, and the
+    rollback recreates nothing its owner deleted; nothing was restored, so the incident ends
+    superseded, saying the group's workloads were deleted."""
+    with running_lab(tmp_path, "lab", diagnosis=GROUPS) as lab:
+        add_zone_b_workers(lab)
+        incident_id = approved_incident(lab, store, ref=LAB)
+        lab.reset_accounting()
+
+        def on_step(step: Step) -> None:
+            if step is Step.JOB_CREATED:
+                for resource, name in (("deployments", "rendezvous"), ("jobs", "llm-workers"),
+                                       ("jobs", "llm-workers-b")):
+                    lab.cluster.store.delete(lookup(resource, group="apps" if resource == "deployments" else "batch"),
+                                             name, namespace=NS)  # fmt: skip
+
+        status = lab.remediator(store, settings=SLOW_BIND, on_step=on_step).run(incident_id)
+        reason = store.get_incident(incident_id).events[-1].detail["reason"]
+        assert status is IncidentStatus.SUPERSEDED, reason
+        assert "the group's workloads were deleted by their owner meanwhile" in reason, reason
+        assert lab_job(lab, "llm-workers-b") is None  # not recreated behind its owner's back
+        assert real_writes(lab, "create", "jobs", "llm-workers-b") == 1  # the planned one only

@@ -2,17 +2,24 @@
 writes, in order, with time), the store (incidents, decisions, remediation steps, outbox) and the
 fake Slack's records (clicks), plus the counts the soak prints.
 
-1. No remediation without a valid approval: every agent write to a training job follows an
-   approval of an incident of that job by an approver (or the playbook's `auto` in its
-   namespace); none in the protected namespace or on a Kueue-managed job; no decision by a
-   non-approver recorded.
+1. No remediation without a valid approval: every agent write to a training job, and every
+   named write (a Deployment's patch, a worker Job's DELETE) to a generic group's workload,
+   follows an approval of an incident of that job or group by an approver (or the playbook's
+   `auto` in its namespace), and a live worker Job the agent created (its `recreated-by`
+   annotation) names a validly approved incident of its group; none in the protected namespace
+   or on a Kueue-managed job or group; no decision by a non-approver recorded.
 2. At most one remediation per approval: per incident at most one `suspended` step; per job
    (uid) no more suspends or resumes (the twin's events) than its approved incidents account for
    (one each, two for one that rolled back after resuming: the restore suspends and resumes); an
-   incident recorded without the job's uid counts for the job of its name (counted apart).
-3. Never left suspended: no job suspended at the end; no incident left approved, remediating or
-   verifying.
-4. Nothing lost: every job seen split for SPLIT_SEEN seconds has an incident; no incident an
+   incident recorded without the job's uid counts for the job of its name (counted apart); per
+   group no more worker Jobs created beyond the workload's own (distinct uids in the Job
+   controller's `SuccessfulCreate` events) and no more Deployment template changes (its
+   `generation` past 1) than its approved incidents account for (one each, two for one rolled
+   back).
+3. Never left suspended or half-done: no job suspended at the end; every group the workload did
+   not delete still has its coordinator Deployment and its worker Job (never left deleted); no
+   incident left approved, remediating or verifying.
+4. Nothing lost: every job and group seen split for SPLIT_SEEN seconds has an incident; no incident an
    approver clicked (HTTP 200) still awaits approval; every message queued before the soak saw
    them all delivered (`queued_before`: the agents go on queueing) delivered, each incident's in
    the order queued.
@@ -22,11 +29,18 @@ fake Slack's records (clicks), plus the counts the soak prints.
    fine": the job's incident remediating then ends resolved, rolled back or failed (superseded
    only when the job was deleted after the fault); one whose write admission refused ends rolled
    back or failed, and a job rolled back (its last incident) carries no zone pin; one that
-   resolved (its last incident, the job live) runs unsuspended with the zone pin in place.
+   resolved (its last incident, the job live) runs unsuspended with the zone pin in place. For a
+   group's write (its Deployment's or worker Job's; the refused CREATE of its worker Job
+   recreated from the plan) the same, but a refused CREATE must end rolled back (the original
+   recreated: never failed with the workers gone), and the pin is looked for on the group's
+   Deployment and worker Job templates.
+7. One incident per problem: no two incidents of one job or group open at the same time (one's
+   opening before the other's close).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -49,11 +63,20 @@ from agent.twin.resources import UnknownResourceError, lookup
 from tests.soak.approvers import Click
 from tests.soak.faults import Struck
 from tests.soak.rig import APPROVERS, NOT_APPROVER
-from tests.soak.workload import AUTO, PROTECTED, ZONE, JobRecord
+from tests.soak.workload import (
+    AUTO,
+    PROTECTED,
+    ZONE,
+    JobRecord,
+    coordinator_name,
+    group_of_object,
+    workers_name,
+)
 
 S = IncidentStatus
 SPLIT_SEEN = 12.0  # a job split this long (seen by the soak) must have an incident
 ACTIVE = {S.APPROVED, S.REMEDIATING, S.VERIFYING}
+RECREATED_BY = "zonemedic.io/recreated-by"  # on a worker Job the agent created: incident/<id>/...
 METRIC = re.compile(r'^zonemedic_cache_objects\{resource="([^"]+)"\} ([0-9.e+]+)$', re.M)
 
 
@@ -105,6 +128,7 @@ def check(
     twin_events: list[dict[str, Any]],
     live_jobs: list[dict[str, Any]],
     caches: dict[str, str],
+    live_workloads: Sequence[dict[str, Any]] = (),
     twin_counts: dict[str, int],
     struck: Sequence[Struck] = (),
     queued_before: datetime | None = None,
@@ -116,19 +140,44 @@ def check(
         by_job[(d.incident.namespace, d.incident.name)].append(d)
     kueue = {(j.namespace, j.name) for j in jobs if j.kueue}
 
+    groups = {(j.namespace, j.name): j for j in jobs if j.kind == "Group"}
+    workloads = {(str(w.get("kind")), w["metadata"]["namespace"], w["metadata"]["name"]): w
+                 for w in live_workloads}
+
+    def key_of(w: WriteRecord) -> tuple[str, str] | None:
+        """The job or group an agent write is about (None: neither, or a nameless CREATE)."""
+        if w.group == "kubeflow.org":
+            return (w.namespace, w.name)
+        group = group_of_object(w.name) if w.resource in ("jobs", "deployments") else None
+        return (w.namespace, group) if group is not None else None
+
     # 1. no remediation without a valid approval
-    job_writes = [w for w in writes if w.user == agent_user and w.group == "kubeflow.org"]
+    job_writes = [w for w in writes if w.user == agent_user and key_of(w) is not None]
     for w in job_writes:
-        key = (w.namespace, w.name)
+        key = key_of(w)
+        assert key is not None
         what = f"{w.verb} {w.resource} {w.namespace}/{w.name}{' (dry run)' if w.dry_run else ''}"
         if w.namespace == PROTECTED:
             report.violate("1 approval", f"{what} in the protected namespace")
         if key in kueue:
-            report.violate("1 approval", f"{what} on a Kueue-managed job")
+            report.violate("1 approval", f"{what} on a Kueue-managed job or group")
         approvals = [a for a in (valid_approval_at(d) for d in by_job[key]) if a is not None]
         at = datetime.fromtimestamp(w.at, UTC)
         if not any(a <= at for a in approvals):
             report.violate("1 approval", f"{what} at {at:%H:%M:%S.%f} with no approval before")
+    for (ns, group), record in sorted(groups.items()):
+        worker_job = workloads.get(("Job", ns, workers_name(group)))
+        created_for = ((worker_job or {}).get("metadata", {}).get("annotations")
+                       or {}).get(RECREATED_BY)
+        if created_for is None:
+            continue
+        for_incident = int(str(created_for).split("/")[1])
+        approved = [d for d in by_job[(ns, group)] if d.incident.id == for_incident
+                    and valid_approval_at(d) is not None]
+        if not approved or ns == PROTECTED or record.kueue:
+            report.violate("1 approval", f"Job {ns}/{workers_name(group)} created for "
+                                         f"#{for_incident}, not a validly approved incident of "
+                                         "its group")
     for d in details:
         for decision in d.decisions:
             if decision.actor_id == NOT_APPROVER:
@@ -141,8 +190,8 @@ def check(
     # a rollback after the resume suspends and resumes it once more to restore it)
     # an incident recorded before the job's object reached the agent's cache has no uid: it is
     # the job of its namespace and name (the soak never reuses a name), counted as such
-    uid_of_name = {(j.namespace, j.name): j.uid for j in jobs}
-    name_of_uid = {j.uid: f"{j.namespace}/{j.name}" for j in jobs}
+    uid_of_name = {(j.namespace, j.name): j.uid for j in jobs if j.kind != "Group"}
+    name_of_uid = {j.uid: f"{j.namespace}/{j.name}" for j in jobs if j.kind != "Group"}
     allowed_of_uid: Counter[str] = Counter()
     incidents_of_uid: dict[str, list[str]] = defaultdict(list)
     without_uid = 0
@@ -164,6 +213,27 @@ def check(
         if reason in ("PyTorchJobSuspended", "PyTorchJobResumed"):
             uid = str((e.get("involvedObject") or {}).get("uid") or "")
             per_uid[uid][reason] += int(e.get("count") or 1)
+    created_of_group: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for e in twin_events:
+        involved = e.get("involvedObject") or {}
+        owner_group = group_of_object(str(involved.get("name") or ""))
+        if e.get("reason") == "SuccessfulCreate" and involved.get("kind") == "Job" and owner_group:
+            created_of_group[(str(involved.get("namespace") or ""), owner_group)].add(
+                str(involved.get("uid") or ""))
+    for group_key, record in sorted(groups.items()):
+        writes_allowed = 0
+        for d in by_job[group_key]:
+            if valid_approval_at(d) is not None:
+                rolled = any(a.kind is RemediationActionKind.ROLLBACK for a in d.actions)
+                writes_allowed += 2 if rolled else 1
+        made = len(created_of_group[group_key] - {record.uid})
+        coordinator = workloads.get(("Deployment", group_key[0], coordinator_name(group_key[1])))
+        changes = int((coordinator or {}).get("metadata", {}).get("generation") or 1) - 1
+        for what, n in (("worker Jobs created", made), ("Deployment template changes", changes)):
+            if n > writes_allowed:
+                report.violate("2 once", f"group {group_key[0]}/{group_key[1]}: {n} {what}, at "
+                                         f"most {writes_allowed} for its approved incidents "
+                                         f"{[d.incident.id for d in by_job[group_key]]}")
     for uid, seen in per_uid.items():
         for reason, n in seen.items():
             if n > allowed_of_uid[uid]:
@@ -177,6 +247,14 @@ def check(
         if (job["spec"].get("runPolicy") or {}).get("suspend"):
             meta = job["metadata"]
             report.violate("3 not suspended", f"{meta['namespace']}/{meta['name']} suspended")
+    for (ns, group), record in sorted(groups.items()):
+        if record.deleted is not None:
+            continue
+        for kind, name in (("Deployment", coordinator_name(group)), ("Job", workers_name(group))):
+            obj = workloads.get((kind, ns, name))
+            if obj is None or obj["metadata"].get("deletionTimestamp"):
+                report.violate("3 not suspended", f"group {ns}/{group}: its {kind} {name} "
+                                                  f"{'is gone' if obj is None else 'is being deleted'}")
     for d in details:
         if d.incident.status in ACTIVE:
             report.violate("3 not suspended", f"#{d.incident.id} left {d.incident.status.value}")
@@ -227,7 +305,8 @@ def check(
     live = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in live_jobs}
     deleted = {(j.namespace, j.name): j.deleted for j in jobs}
     for hit in struck:
-        key = (hit.namespace, hit.name)
+        hit_group = group_of_object(hit.name)
+        key = (hit.namespace, hit_group or hit.name)
         what = f"{hit.kind} on {hit.verb} {hit.namespace}/{hit.name}"
         struck_incident = _remediating_at(by_job[key], hit.at)
         if struck_incident is None:
@@ -235,13 +314,27 @@ def check(
             continue
         status, number = struck_incident.incident.status, struck_incident.incident.id
         gone = deleted.get(key)
-        allowed = ({S.ROLLED_BACK, S.FAILED} if hit.kind == "admission_refused"
+        allowed = ({S.ROLLED_BACK} if hit.kind == "admission_refused" and hit_group is not None
+                   else {S.ROLLED_BACK, S.FAILED} if hit.kind == "admission_refused"
                    else {S.RESOLVED, S.ROLLED_BACK, S.FAILED})
         if status not in allowed and not (status is S.SUPERSEDED and gone is not None
                                           and gone >= hit.at - 1):
             report.violate("6 struck", f"{what}: #{number} ended {status.value}")
             continue
         last = max(by_job[key], key=lambda d: d.incident.id)
+        if hit_group is not None:
+            objs = [workloads.get((kind, key[0], name)) for kind, name in (
+                ("Deployment", coordinator_name(hit_group)), ("Job", workers_name(hit_group)))]
+            if None in objs or gone is not None or last.incident.id != number:
+                continue
+            templates = [((o or {}).get("spec") or {}).get("template") or {} for o in objs]
+            pinned = any(ZONE in ((t.get("spec") or {}).get("nodeSelector") or {})
+                         for t in templates)
+            if status is S.ROLLED_BACK and pinned:
+                report.violate("6 struck", f"{what}: #{number} rolled back, a zone pin left on")
+            if status is S.RESOLVED and not pinned:
+                report.violate("6 struck", f"{what}: #{number} resolved, nothing pinned to a zone")
+            continue
         job = live.get(key)
         if job is None or last.incident.id != number:
             continue
@@ -252,7 +345,18 @@ def check(
         if status is S.RESOLVED and (not pinned or (job["spec"].get("runPolicy") or {}).get("suspend")):
             report.violate("6 struck", f"{what}: #{number} resolved, the job "
                                        f"{'suspended' if pinned else 'not pinned to a zone'}")
+    # 7. one incident per problem
+    for job_key, incidents in sorted(by_job.items()):
+        by_opening = sorted(incidents, key=lambda d: d.incident.opened_at)
+        for earlier, later in itertools.pairwise(by_opening):
+            closed = earlier.incident.closed_at
+            if closed is None or closed > later.incident.opened_at:
+                report.violate("7 one incident", f"{job_key[0]}/{job_key[1]}: #{later.incident.id}"
+                                                 f" opened {later.incident.opened_at:%H:%M:%S} "
+                                                 f"while #{earlier.incident.id} was open")
     report.counts["faults struck"] = dict(Counter(hit.kind for hit in struck))
+    report.counts["faults struck on groups"] = dict(Counter(
+        hit.kind for hit in struck if group_of_object(hit.name) is not None))
     report.counts["approved incidents recorded without the job's uid"] = without_uid
 
     messages = [m for d in details for m in d.messages]
@@ -273,6 +377,13 @@ def check(
         "pending, queued after the delivery wait": late,
         "clicks": len(clicks),
         "agent writes": len(job_writes),
+        "groups": len(groups),
+        "group remediations": dict(Counter(
+            d.incident.status.value for d in details if d.incident.kind == "Group"
+            and any(e.kind is EventKind.REMEDIATION_STARTED for e in d.events))),
+        "remediations by kind": dict(Counter(
+            d.incident.kind for d in details
+            if any(e.kind is EventKind.REMEDIATION_STARTED for e in d.events))),
     })
     return report
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -25,6 +25,7 @@ from agent.rig.process import AgentProcess
 from agent.rig.rig import AgentRig
 from agent.twin.access import Access, read_manifests
 from agent.twin.cluster import TwinCluster
+from agent.twin.groups import TrainingGroup
 from tests.remediation.harness import quick
 from tests.soak.workload import AUTO, PROTECTED
 from tests.support.pgcluster import PrivateCluster, private_cluster
@@ -55,7 +56,7 @@ actions:
 """
 
 
-def agent_config(rig: AgentRig, *, database: str) -> Path:
+def agent_config(rig: AgentRig, *, database: str, groups: Sequence[TrainingGroup] = ()) -> Path:
     books = rig.directory / "playbooks"
     books.mkdir(exist_ok=True)
     (books / "zone-split.yaml").write_text(PLAYBOOK)
@@ -67,7 +68,8 @@ def agent_config(rig: AgentRig, *, database: str) -> Path:
         leader_election={"namespace": "zonemedic", **SHORT_LEASE},
         prometheus_options={**PROMETHEUS_OPTIONS, "timeout": "2s"}, slack=slack,
         sections={
-            "diagnosis": {"protected_namespaces": ["kube-system", PROTECTED]},
+            "diagnosis": {"protected_namespaces": ["kube-system", PROTECTED],
+                          "groups": [g.as_config() for g in groups]},
             "detection": {"metrics_interval": "2s"},
             "remediation": {"enabled": True, "max_per_hour": 1000, "pickup_interval": "500ms",
                             "retry_after": "2s", "suspend_timeout": "15s", "schedule_timeout": "8s",
@@ -127,17 +129,21 @@ class Rig:
 
 
 @contextlib.contextmanager
-def running_rig(tmp_path: Path, *, replicas: int = 2) -> Iterator[Rig]:
+def running_rig(tmp_path: Path, *, replicas: int = 2,
+                groups: Sequence[TrainingGroup] = ()) -> Iterator[Rig]:
+    """The rig; `groups`: generic groups declared to the twin (its training runtime runs them)
+    and to the agents (`diagnosis.groups`)."""
     documents = read_manifests([DEPLOY / "serviceaccount.yaml", DEPLOY / "rbac.yaml"],
                                namespace="zonemedic")
     with contextlib.ExitStack() as stack:
         pg = stack.enter_context(private_cluster())
         agents = stack.enter_context(AgentRig(tmp_path))
-        cluster = agents.start_twin(quick("seed-blocked"), rbac=documents)
+        cluster = agents.start_twin(replace(quick("seed-blocked"), groups=list(groups)),
+                                    rbac=documents)
         assert agents.access is not None
         prometheus = agents.start_prometheus(binary=Path(PROMETHEUS), server=PrometheusServer)
         slack = agents.start_slack(users=USERS)
-        config = agent_config(agents, database=pg.url)
+        config = agent_config(agents, database=pg.url, groups=groups)
         rig = Rig(cluster, agents.access, pg, prometheus, slack, config, agents)
         stack.callback(rig.stop)
         for _ in range(replicas):

@@ -30,7 +30,17 @@ from tests.soak.approvers import Approvers
 from tests.soak.faults import Faults
 from tests.soak.guarantees import ACTIVE, Report, check, twin_counts_for
 from tests.soak.rig import APPROVERS, Rig, running_rig
-from tests.soak.workload import PYTORCHJOBS, ZONE, JobRecord, Workload
+from tests.soak.workload import (
+    BATCH_JOBS,
+    DEPLOYMENTS,
+    GROUP_LABEL,
+    GROUPS,
+    PYTORCHJOBS,
+    ZONE,
+    JobRecord,
+    Workload,
+    group_of_object,
+)
 
 PODS = lookup("pods")
 NODES = lookup("nodes")
@@ -41,7 +51,8 @@ QUEUED_MARGIN = timedelta(seconds=2)  # a message queued this close to a read ma
 
 
 class SplitObserver:
-    """Samples the twin: for each job, its longest run of samples with every pod running and the
+    """Samples the twin: for each job and group, its longest run of samples with every pod running
+    (its three: a job's master and two workers, a group's coordinator and two workers) and the
     pods in more than one zone (first, last time seen)."""
 
     def __init__(self, rig: Rig, workload: Workload) -> None:
@@ -57,8 +68,9 @@ class SplitObserver:
         now = time.time()
         for job in self.workload.live():
             key = (job.namespace, job.name)
+            label = GROUP_LABEL if job.kind == "Group" else JOB_NAME
             pods = store.list(PODS, namespace=job.namespace,
-                              label_selector=f"{JOB_NAME}={job.name}")[0]
+                              label_selector=f"{label}={job.name}")[0]
             running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
                        and not p["metadata"].get("deletionTimestamp")]
             split = (len(running) == 3 and len(running) == len(pods)
@@ -80,7 +92,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
              out: Callable[[str], Any] = print) -> Report:
     out(f"soak: seed {seed}, {seconds:.0f} s of workload changes, clicks and faults")
     rng = random.Random(seed)
-    with running_rig(tmp_path) as rig:
+    with running_rig(tmp_path, groups=GROUPS) as rig:
         workload = Workload(rig.cluster, random.Random(rng.random()))
         workload.setup()
         seed_job = rig.cluster.store.get(PYTORCHJOBS, "llm-finetune", namespace="ml")
@@ -144,6 +156,8 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
             clicks=approvers.clicks,
             twin_events=rig.cluster.store.list(EVENTS)[0],
             live_jobs=rig.cluster.store.list(PYTORCHJOBS)[0],
+            live_workloads=[*rig.cluster.store.list(DEPLOYMENTS)[0],
+                            *rig.cluster.store.list(BATCH_JOBS)[0]],
             caches=caches,
             twin_counts=twin_counts,
             struck=faults.struck,
@@ -178,7 +192,7 @@ def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
     job, and every agent line (any level) within 30 s before to 5 s after the violation windows
     the report gives (`HH:MM:SS` ... `Ns`), replica by replica (their whole logs are beside it,
     `_write_logs`)."""
-    named = set(re.findall(r"job-\d+|llm-finetune", "\n".join(report.lines())))
+    named = set(re.findall(r"job-\d+|grp-\d+|llm-finetune", "\n".join(report.lines())))
     windows = [(start - 30, start + float(length) + 5) for start, length in (
         (_clock(m.group(2)), m.group(1)) for m in re.finditer(
             r"split (\d+)s from (\d\d:\d\d:\d\d)", "\n".join(report.lines())))]
@@ -187,7 +201,8 @@ def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
     lines += [f"{time.strftime('%H:%M:%S', time.gmtime(w.at))}.{int(w.at % 1 * 1000):03d} "
               f"{w.user} {w.verb} {w.resource} {w.namespace}/{w.name}"
               f"{' (dry run)' if w.dry_run else ''}"
-              for w in rig.access.server.accounting.writes() if w.name in named]
+              for w in rig.access.server.accounting.writes()
+              if w.name in named or group_of_object(w.name) in named]
     lines.append("== incidents of those jobs")
     lines += _incident_lines(store, named)
     lines.append("== agent log lines naming those jobs or in their window")

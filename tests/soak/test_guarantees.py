@@ -4,57 +4,47 @@ twin's write log and events as data) that breaks it, and one that keeps it."""
 from __future__ import annotations
 
 import itertools
-import shutil
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent.model.incident import Actor, FindingRecord
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus, MessageKind
-from agent.settings import DatabaseSettings
-from agent.store.engine import make_engine
+from agent.remediation.group_steps import RECREATED_ANNOTATION
 from agent.store.repository import IncidentStore
 from agent.twin.faults import WriteRecord
 from tests.chatops.harness import diagnosis
 from tests.soak.approvers import Click
 from tests.soak.faults import Struck
 from tests.soak.guarantees import Report, check
-from tests.soak.workload import PROTECTED, ZONE, JobRecord
+from tests.soak.workload import PROTECTED, ZONE, GroupShape, JobRecord
 
 AGENT = "system:serviceaccount:zonemedic:zonemedic"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def store(sqlite_template: Path, tmp_path: Path) -> Iterator[IncidentStore]:
-    shutil.copy(sqlite_template, tmp_path / "z.db")
-    opened = IncidentStore(make_engine(f"sqlite:///{tmp_path / 'z.db'}", DatabaseSettings()))
-    yield opened
-    opened.close()
-
-
 def incident(store: IncidentStore, namespace: str, name: str, *, approver: str | None,
-             ends: IncidentStatus = IncidentStatus.RESOLVED, uid: str | None = "") -> int:
+             ends: IncidentStatus = IncidentStatus.RESOLVED, uid: str | None = "",
+             at: datetime = T0) -> int:
     """An incident of NAMESPACE/NAME (its uid `uid-NAME`, or `uid` when given: None records it
-    without one) approved by `approver` and ending `ends`, or awaiting approval."""
+    without one) opened at `at`, approved by `approver` (1 s on) and ending `ends` (3 s on), or
+    awaiting approval."""
     doc = diagnosis(name)
     doc["job"].update(namespace=namespace, uid=f"uid-{name}" if uid == "" else uid)
-    found = store.record_finding(FindingRecord.from_finding(doc, cluster="soak", detected_at=T0,
+    found = store.record_finding(FindingRecord.from_finding(doc, cluster="soak", detected_at=at,
                                                             gpus=4)).incident.id
     assert store.transition(found, IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL,
-                            actor="zonemedic", now=T0).applied
+                            actor="zonemedic", now=at).applied
     if approver is not None:
         assert store.record_decision(found, DecisionOutcome.APPROVE,
                                      actor=Actor(approver, approver, DecisionSource.SLACK),
-                                     now=T0 + timedelta(seconds=1)).applied
+                                     now=at + timedelta(seconds=1)).applied
         steps = [IncidentStatus.APPROVED, IncidentStatus.REMEDIATING,
                  *([IncidentStatus.VERIFYING] if ends is IncidentStatus.RESOLVED else []), ends]
         for before, after in itertools.pairwise(steps):
             assert store.transition(found, before, after, actor="zonemedic",
-                                    now=T0 + timedelta(seconds=3)).applied
+                                    now=at + timedelta(seconds=3)).applied
     return found
 
 
@@ -221,3 +211,127 @@ def test_an_incident_recorded_without_the_uid_counts_for_the_job_of_its_name(
     if violated:
         assert "soak-0/a (uid-a)" in report.violations["2 once"][0]
     assert report.counts["approved incidents recorded without the job's uid"] == (0 if violated else 1)
+
+
+def group_workloads(name: str, *, workers: bool = True, coordinator: bool = True,
+                    generation: int = 1, stamp: str | None = None,
+                    pinned: bool = False) -> list[dict[str, Any]]:
+    """The live Deployment and worker Job of soak-0/NAME (a group), as the twin lists them."""
+    selector = {ZONE: "us-east-1a"} if pinned else {}
+    out: list[dict[str, Any]] = []
+    if coordinator:
+        out.append({"kind": "Deployment", "metadata": {
+            "namespace": "soak-0", "name": f"{name}-coord", "generation": generation},
+            "spec": {"template": {"spec": {}}}})  # fmt: skip
+    if workers:
+        annotations = {RECREATED_ANNOTATION: stamp} if stamp else {}
+        out.append({"kind": "Job", "metadata": {
+            "namespace": "soak-0", "name": f"{name}-workers", "annotations": annotations},
+            "spec": {"template": {"spec": {"nodeSelector": selector}}}})  # fmt: skip
+    return out
+
+
+def group_record(name: str, *, kueue: bool = False, deleted: float | None = None) -> JobRecord:
+    return JobRecord("soak-0", name, f"uid-{name}-workers", 0.0, kueue, deleted=deleted,
+                     kind="Group", shape=GroupShape.RECREATE)
+
+
+def created(name: str, *uids: str) -> list[dict[str, Any]]:
+    """The batch Job controller's SuccessfulCreate events of the Jobs `uids` of group NAME."""
+    return [{"reason": "SuccessfulCreate", "count": 2, "involvedObject": {
+        "kind": "Job", "namespace": "soak-0", "name": f"{name}-workers", "uid": uid}}
+        for uid in uids]  # fmt: skip
+
+
+def group_write(name: str, verb: str, *, after: float) -> WriteRecord:
+    resource, obj = ("deployments", f"{name}-coord") if verb == "patch" else ("jobs", f"{name}-workers")
+    return WriteRecord((T0 + timedelta(seconds=after)).timestamp(), AGENT, verb,
+                       "apps" if verb == "patch" else "batch", resource, "soak-0", obj, False)
+
+
+def test_a_clean_group_history_keeps_every_guarantee(store: IncidentStore) -> None:
+    """A group remediated once (its worker Job deleted and created from the plan, annotated so)
+    and another rolled back after its recreated Job's CREATE was refused keep every check."""
+    first = incident(store, "soak-0", "grp-1", approver="U1")
+    incident(store, "soak-0", "grp-2", approver="U1", ends=IncidentStatus.ROLLED_BACK)
+    refused = Struck("admission_refused", "soak-0", "grp-2-workers", "create",
+                     (T0 + timedelta(seconds=3)).timestamp())
+    report = run(
+        store, jobs=[group_record("grp-1"), group_record("grp-2")],
+        writes=[group_write("grp-1", "delete", after=2), group_write("grp-2", "delete", after=2)],
+        twin_events=[*created("grp-1", "uid-grp-1-workers", "uid-new"),
+                     *created("grp-2", "uid-grp-2-workers", "uid-original-again")],
+        live_workloads=[*group_workloads("grp-1", stamp=f"incident/{first}/planned", pinned=True),
+                        *group_workloads("grp-2", stamp="incident/2/original")],
+        struck=[refused],
+    )  # fmt: skip
+    assert report.violated == 0, report.lines()
+    assert report.counts["faults struck on groups"] == {"admission_refused": 1}
+
+
+@pytest.mark.parametrize(
+    ("case", "guarantee"),
+    [
+        ("workers_left_deleted", "3 not suspended"),
+        ("coordinator_left_deleted", "3 not suspended"),
+        ("recreated_twice_for_one_approval", "2 once"),
+        ("rolled_out_twice_for_one_approval", "2 once"),
+        ("delete_without_approval", "1 approval"),
+        ("patch_on_a_kueue_group", "1 approval"),
+        ("created_for_an_unapproved_incident", "1 approval"),
+        ("refused_create_ended_failed", "6 struck"),
+        ("refused_create_rolled_back_pinned", "6 struck"),
+        ("split_group_without_incident", "4 nothing lost"),
+    ],
+)
+def test_a_broken_group_guarantee_is_reported(store: IncidentStore, case: str,
+                                              guarantee: str) -> None:
+    given: dict[str, Any] = {"jobs": [group_record("grp-1")],
+                             "live_workloads": group_workloads("grp-1")}
+    refused = Struck("admission_refused", "soak-0", "grp-1-workers", "create",
+                     (T0 + timedelta(seconds=3)).timestamp())
+    if case == "workers_left_deleted":
+        incident(store, "soak-0", "grp-1", approver="U1", ends=IncidentStatus.FAILED)
+        given["live_workloads"] = group_workloads("grp-1", workers=False)
+    elif case == "coordinator_left_deleted":
+        given["live_workloads"] = group_workloads("grp-1", coordinator=False)
+    elif case == "recreated_twice_for_one_approval":
+        incident(store, "soak-0", "grp-1", approver="U1")
+        given["twin_events"] = created("grp-1", "uid-grp-1-workers", "uid-b", "uid-c")
+    elif case == "rolled_out_twice_for_one_approval":
+        incident(store, "soak-0", "grp-1", approver="U1")
+        given["live_workloads"] = group_workloads("grp-1", generation=3)
+    elif case == "delete_without_approval":
+        incident(store, "soak-0", "grp-1", approver=None)
+        given["writes"] = [group_write("grp-1", "delete", after=2)]
+    elif case == "patch_on_a_kueue_group":
+        incident(store, "soak-0", "grp-1", approver="U1")
+        given["writes"] = [group_write("grp-1", "patch", after=2)]
+        given["jobs"] = [group_record("grp-1", kueue=True)]
+    elif case == "created_for_an_unapproved_incident":
+        found = incident(store, "soak-0", "grp-1", approver=None)
+        given["live_workloads"] = group_workloads("grp-1", stamp=f"incident/{found}/planned")
+    elif case == "refused_create_ended_failed":
+        incident(store, "soak-0", "grp-1", approver="U1", ends=IncidentStatus.FAILED)
+        given["struck"] = [refused]
+    elif case == "refused_create_rolled_back_pinned":
+        incident(store, "soak-0", "grp-1", approver="U1", ends=IncidentStatus.ROLLED_BACK)
+        given["struck"] = [refused]
+        given["live_workloads"] = group_workloads("grp-1", pinned=True)
+    else:
+        given["split_seen"] = {("soak-0", "grp-1"): (100.0, 130.0)}
+    report = run(store, **given)
+    assert list(report.violations) == [guarantee], report.lines()
+
+
+@pytest.mark.parametrize(("second_after", "violated"), [(5, False), (1, True)])
+def test_two_incidents_of_one_group_open_at_once_are_reported(
+    store: IncidentStore, second_after: int, violated: bool
+) -> None:
+    """The first incident closes 3 s after it opened; a second one opened before that is a
+    second incident for the same problem."""
+    incident(store, "soak-0", "grp-1", approver="U1")
+    incident(store, "soak-0", "grp-1", approver=None, at=T0 + timedelta(seconds=second_after))
+    report = run(store, jobs=[group_record("grp-1")], live_workloads=group_workloads("grp-1"))
+    assert ("7 one incident" in report.violations) is violated, report.lines()
+    assert report.violated == (1 if violated else 0), report.lines()

@@ -4,20 +4,33 @@ namespace's zone-boundary policies removed (healed: the block goes, the split st
 back, nodes cordoned and uncordoned. Writes go to the twin's store in-process (the cluster's
 other users), so the API server's write log holds only the agents' writes.
 
+Besides PyTorchJobs it makes generic coordinator/worker groups (a coordinator Deployment
+`<group>-coord` and a worker batch Job `<group>-workers`), declared in advance to the twin and to
+the agents' `diagnosis.groups` (`GROUPS`: `GROUP_SLOTS` names, each in a fixed namespace, used
+once each). Three shapes (`GroupShape`): `recreate` (a 1-GPU coordinator lands in the GPU zone,
+CPU-only workers in the CPU zone: the fix recreates the worker Job, delete then create),
+`rollout` (a CPU coordinator, GPU workers: the fix rolls the Deployment out) and `together`
+(every pod CPU-only, in the CPU zone: never split).
+
 Namespaces: `soak-0..2` ordinary, `soak-auto` (the playbook co-locates there without asking),
-`soak-protected` (a protected namespace: never remediated). A share of the jobs in `soak-0` carry
-the Kueue queue label (never remediated either). `Workload.jobs` records every job made.
+`soak-protected` (a protected namespace: never remediated). A share of the jobs and groups in
+`soak-0` carry the Kueue queue label (never remediated either). `Workload.jobs` records every job
+and group made (a group's record has kind `Group` and its group name).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
+from agent.twin.apierror import ApiError
 from agent.twin.cluster import TwinCluster
+from agent.twin.groups import TrainingGroup
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 
@@ -28,27 +41,73 @@ PROTECTED = "soak-protected"
 NAMESPACES = (*ORDINARY, AUTO, PROTECTED)
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 ZONES = ("us-east-1a", "us-east-1b")
-MAX_LIVE = 6  # jobs alive at once (2 GPUs each: the GPU zone holds 16)
+MAX_LIVE = 6  # jobs and groups alive at once (at most 2 GPUs each: the GPU zone holds 16)
+GROUP_SHARE = 0.4  # of the creations, while group names remain
+GROUP_SLOTS = 150  # generic groups declared in advance (each name used once)
+GROUP_LABEL = "soak.zonemedic.io/group"
+GROUP_PORT = 29500
+# the namespace of group slot i (i modulo its length): the jobs' namespace weights, spelled out
+GROUP_NAMESPACES = ("soak-0", "soak-1", "soak-2", AUTO, "soak-0", "soak-1", "soak-2",
+                    PROTECTED, "soak-0", "soak-1", "soak-2", AUTO)
 
 PYTORCHJOBS = lookup("pytorchjobs")
+DEPLOYMENTS = lookup("deployments", group="apps")
+BATCH_JOBS = lookup("jobs", group="batch")
 POLICIES = lookup("ciliumnetworkpolicies")
 NODES = lookup("nodes")
 NAMESPACE = lookup("namespaces")
+
+
+class GroupShape(StrEnum):
+    RECREATE = "recreate"  # GPU coordinator, CPU workers: the fix recreates the worker Job
+    ROLLOUT = "rollout"  # CPU coordinator, GPU workers: the fix rolls the Deployment out
+    TOGETHER = "together"  # every pod CPU-only, one zone: never split
 
 
 @dataclass
 class JobRecord:
     namespace: str
     name: str
-    uid: str
+    uid: str  # a group's: its worker Job's first uid
     created: float
     kueue: bool
     deleted: float | None = None
+    kind: str = "PyTorchJob"  # or "Group"
+    shape: GroupShape | None = None  # a group's
+
+
+def group_name(slot: int) -> str:
+    return f"grp-{slot}"
+
+
+def coordinator_name(group: str) -> str:
+    return f"{group}-coord"
+
+
+def workers_name(group: str) -> str:
+    return f"{group}-workers"
+
+
+def group_of_object(name: str) -> str | None:
+    """The group whose Deployment or worker Job this object name is (None: not a group's)."""
+    for suffix in ("-coord", "-workers"):
+        if name.startswith("grp-") and name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return None
+
+
+GROUPS = tuple(
+    TrainingGroup(name=group_name(i), namespace=GROUP_NAMESPACES[i % len(GROUP_NAMESPACES)],
+                  selector={GROUP_LABEL: group_name(i)}, coordinator={"role": "coordinator"},
+                  workers={"role": "worker"}, ports=(GROUP_PORT,))
+    for i in range(GROUP_SLOTS)
+)
 
 
 @dataclass
 class WorkloadCounts:
     created: int = 0
+    groups: int = 0
     deleted: int = 0
     healed: int = 0
     blocked: int = 0
@@ -82,6 +141,48 @@ def job_manifest(namespace: str, name: str, *, kueue: bool) -> dict[str, Any]:
     }
 
 
+def _group_pod(group: str, role: str, *, gpu: bool, kueue: bool) -> dict[str, Any]:
+    labels = {GROUP_LABEL: group, "role": role, **({KUEUE_QUEUE: "soak-queue"} if kueue else {})}
+    resources: dict[str, Any] = {"requests": {"cpu": "2", "memory": "8Gi"}}
+    spec: dict[str, Any] = {"containers": [{
+        "name": "main", "image": "registry.example.com/soak-group:1",
+        "ports": [{"containerPort": GROUP_PORT, "protocol": "TCP"}], "resources": resources}]}
+    if gpu:
+        resources["requests"]["nvidia.com/gpu"] = "1"
+        resources["limits"] = {"nvidia.com/gpu": "1"}
+        spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                "effect": "NoSchedule"}]
+    return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def coordinator_manifest(namespace: str, group: str, *, shape: GroupShape,
+                         kueue: bool) -> dict[str, Any]:
+    """The group's coordinator: a one-replica Deployment (a GPU pod in the `recreate` shape)."""
+    template = _group_pod(group, "coordinator", gpu=shape is GroupShape.RECREATE, kueue=kueue)
+    labels = {GROUP_LABEL: group, **({KUEUE_QUEUE: "soak-queue"} if kueue else {})}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": coordinator_name(group), "namespace": namespace, "labels": labels},
+        "spec": {"replicas": 1,
+                 "selector": {"matchLabels": {GROUP_LABEL: group, "role": "coordinator"}},
+                 "template": template},
+    }
+
+
+def workers_manifest(namespace: str, group: str, *, shape: GroupShape,
+                     kueue: bool) -> dict[str, Any]:
+    """The group's two workers: a batch Job (GPU pods in the `rollout` shape); a blocked worker
+    gives up and is restarted (OnFailure), so the Job never fails."""
+    template = _group_pod(group, "worker", gpu=shape is GroupShape.ROLLOUT, kueue=kueue)
+    template["spec"]["restartPolicy"] = "OnFailure"
+    labels = {GROUP_LABEL: group, **({KUEUE_QUEUE: "soak-queue"} if kueue else {})}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": workers_name(group), "namespace": namespace, "labels": labels},
+        "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 1000, "template": template},
+    }
+
+
 def boundary_policy(namespace: str, zone: str) -> dict[str, Any]:
     return {
         "apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
@@ -97,6 +198,7 @@ class Workload:
     rng: random.Random
     jobs: list[JobRecord] = field(default_factory=list)
     counts: WorkloadCounts = field(default_factory=WorkloadCounts)
+    groups_made: int = 0
     healed: set[str] = field(default_factory=set)
     cordoned: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -136,6 +238,8 @@ class Workload:
         return "idle"
 
     def _create(self) -> str:
+        if self.groups_made < len(GROUPS) and self.rng.random() < GROUP_SHARE:
+            return self._create_group()
         n = len(self.jobs)
         weights = [3, 3, 3, 2, 1]
         ns = self.rng.choices(NAMESPACES, weights=weights)[0]
@@ -149,7 +253,33 @@ class Workload:
         self.counts.created += 1
         return f"create {ns}/{name}{' (kueue)' if kueue else ''}"
 
+    def _create_group(self) -> str:
+        group = GROUPS[self.groups_made]
+        self.groups_made += 1
+        ns = group.namespace
+        kueue = ns == "soak-0" and self.rng.random() < 0.3
+        shape = self.rng.choices(list(GroupShape), weights=[5, 3, 2])[0]
+        store = self.cluster.store
+        store.create(DEPLOYMENTS, coordinator_manifest(ns, group.name, shape=shape, kueue=kueue),
+                     namespace=ns)
+        created = store.create(BATCH_JOBS, workers_manifest(ns, group.name, shape=shape,
+                                                            kueue=kueue), namespace=ns)
+        with self.lock:
+            self.jobs.append(JobRecord(ns, group.name, str(created["metadata"]["uid"]),
+                                       time.time(), kueue, kind="Group", shape=shape))
+        self.counts.created += 1
+        self.counts.groups += 1
+        return f"create group {ns}/{group.name} {shape.value}{' (kueue)' if kueue else ''}"
+
     def _delete(self, job: JobRecord) -> str:
+        if job.kind == "Group":
+            for rt, name in ((DEPLOYMENTS, coordinator_name(job.name)),
+                             (BATCH_JOBS, workers_name(job.name))):
+                with contextlib.suppress(ApiError):  # the agent may be recreating it
+                    self.cluster.store.delete(rt, name, namespace=job.namespace)
+            job.deleted = time.time()
+            self.counts.deleted += 1
+            return f"delete group {job.namespace}/{job.name}"
         self.cluster.store.delete(PYTORCHJOBS, job.name, namespace=job.namespace)
         job.deleted = time.time()
         self.counts.deleted += 1

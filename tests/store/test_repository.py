@@ -4,6 +4,7 @@ deadlines: test_approval_deadlines.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -502,3 +503,40 @@ def test_snooze_needs_an_end(store: IncidentStore) -> None:
         store.record_decision(incident_id, DecisionOutcome.SNOOZE, actor=ALICE, now=T0,
                               snoozed_until=T0)
     assert store.get_incident(incident_id).incident.status is S.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize(
+    ("created", "bound"),
+    [
+        (T0 - minutes(10), True),  # the job created before the incident's first evidence
+        (T0, True),
+        (T0 + minutes(2), False),  # created after it: another job of that name
+        (None, False),  # creation time unknown: never bound on a guess
+    ],
+)
+def test_a_redetection_fills_in_the_uid_only_of_the_job_created_by_the_first_evidence(
+    store: IncidentStore, batched: bool, created: datetime | None, bound: bool
+) -> None:
+    """An incident recorded without its job's uid (the object not cached yet) takes the uid a
+    re-detection knows, when that job was created by the incident's first evidence; a uid once
+    recorded is never replaced."""
+    first = store.record_finding(replace(finding(), uid=None)).incident
+    assert first.uid is None
+    again = replace(finding(uid="uid-1", at=T0 + minutes(3)), job_created_at=created)
+    if batched:
+        store.record_findings([again])
+    else:
+        store.record_finding(again)
+    assert store.get_incident(first.id).incident.uid == ("uid-1" if bound else None)
+    store.record_finding(replace(finding(uid="uid-2", at=T0 + minutes(4)), job_created_at=T0))
+    assert store.get_incident(first.id).incident.uid == ("uid-1" if bound else "uid-2")
+
+
+def test_bind_job_uid_binds_once_and_says_to_what(store: IncidentStore) -> None:
+    incident_id = store.record_finding(replace(finding(), uid=None)).incident.id
+    assert store.bind_job_uid(incident_id, "uid-1", now=T0, actor="zonemedic") == "uid-1"
+    assert store.bind_job_uid(incident_id, "uid-2", now=T0, actor="zonemedic") == "uid-1"
+    notes = [e for e in store.get_incident(incident_id).events if e.kind is EventKind.NOTE]
+    assert [e.detail["uid"] for e in notes] == ["uid-1"]
+    assert store.bind_job_uid(incident_id + 99, "uid-1", now=T0, actor="zonemedic") is None
