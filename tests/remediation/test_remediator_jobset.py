@@ -1,8 +1,9 @@
 """The Remediator on a TrainJob and a JobSet, on the twin over HTTP (official client, real SQLite
 store, the agent's own re-diagnosis): each release's path to `resolved` (v2.3: the patch and the
 resume in one request; v2.2 and v2.1: patch while suspended, then resume; a JobSet), the MPI
-launcher moved alone, the rollback (zonemedic's entry taken out, the child Jobs that keep the zone
-key or toleration recreated), and the refusals that write nothing (a v2.0 Trainer, Kueue)."""
+launcher moved alone, another manager's runtime patch kept, the rollback (zonemedic's entry taken
+out, the child Jobs that keep the zone key or toleration recreated), and the refusals that write
+nothing (a v2.0 Trainer, Kueue)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
@@ -176,3 +178,26 @@ def test_a_kueue_managed_trainjob_fails_with_nothing_written(tmp_path: Path, sto
         assert status is IncidentStatus.FAILED
         assert "Kueue-managed (queue team-a)" in str(dict(detail.events[-1].detail)["reason"])
         assert lab.writes() == {}
+
+
+def test_another_managers_runtime_patch_written_while_suspended_is_kept(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """Another controller adds its own entry once the TrainJob is suspended (as Kueue does): the
+    patch is built from the live list, so the other entry stays, zonemedic's after it."""
+    other = {"manager": "example.com/placement",
+             "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"team": "research"}}}}}  # fmt: skip
+    with running_lab(tmp_path, replace(quick("trainjob"), trainer_release=TrainerRelease.V2_2)) as lab:
+        incident_id = approved_incident(lab, store, ref=TORCH)
+
+        def on_step(step: Step) -> None:
+            if step is Step.PODS_GONE:
+                client.CustomObjectsApi(lab.api.api_client).patch_namespaced_custom_object(
+                    "trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", TORCH.name,
+                    {"spec": {"runtimePatches": [other]}})
+
+        status = lab.remediator(store, on_step=on_step).run(incident_id)
+        assert status is IncidentStatus.RESOLVED
+        entries = served(lab, TORCH)["spec"]["runtimePatches"]
+        assert [e["manager"] for e in entries] == ["example.com/placement", jobset_patch.MANAGER]
+        assert entries[0]["trainingRuntimeSpec"] == other["trainingRuntimeSpec"]
