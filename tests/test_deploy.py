@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.model.workload import OWNERS, WORKLOADS, OwnerMove
+from agent.model.descriptor import OwnerMove
+from agent.model.workload import OWNERS, WORKLOADS
 from agent.settings import Settings, build
 from tests.support import image
 

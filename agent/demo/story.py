@@ -58,6 +58,7 @@ from agent.model.lifecycle import IncidentStatus
 from agent.model.stored import StoredWaste
 from agent.model.verdict import Verdict
 from agent.model.waste import EgressBasis
+from agent.model.workload import JOBSET, TRAINJOB
 
 T = TypeVar("T")
 S = IncidentStatus
@@ -68,7 +69,7 @@ APPLIED_STEPS = frozenset({"suspended", "rolled_out", "job_deleted"})
 RESTARTED_STEPS = frozenset({"resumed"})  # a group: every workload moved
 # kinds suspended first and patched once their pods are gone (the JobSet refuses the templates'
 # change before)
-SUSPEND_FIRST = frozenset({"TrainJob", "JobSet"})
+SUSPEND_FIRST = frozenset({TRAINJOB.kind.value, JOBSET.kind.value})
 SETTLE_SAMPLES = 3
 SETTLE_SPREAD = 5.0  # percentage points between the settled samples
 MIN_SAMPLES = 5  # scrapes looked at before and after the fix (a chart a person can read)

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
+from agent.model.workload import JOBSET
 from agent.remediation.plan import Target
 from agent.remediation.template import TemplateChange, TemplateState, apply_merge_patch
 
@@ -34,7 +35,7 @@ MANAGER = "zonemedic.io/remediation"  # zonemedic's runtime-patch entry (a domai
 RUNTIME_PATCHES = "runtimePatches"
 POD_TEMPLATE_OVERRIDES = "podTemplateOverrides"
 REPLICATED_JOBS = "replicatedJobs"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+REPLICATED_JOB_LABEL = JOBSET.labels.replica_type
 
 
 def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:

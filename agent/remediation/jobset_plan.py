@@ -33,9 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
+from agent.model.descriptor import PodTemplate
 from agent.model.finding import Finding
 from agent.model.scheduling import required_node_affinity_matches
-from agent.model.workload import JobKind, PodTemplate, workload
+from agent.model.workload import TRAINJOB, JobKind, workload
 from agent.remediation import jobset_patch
 from agent.remediation.plan import (
     LiveObjects,
@@ -69,7 +70,7 @@ from agent.remediation.template import (
 from agent.remediation.trainer_release import OverrideField, TrainerOverrides
 from agent.remediation.training_plan import guard_reason
 
-OWNER_KIND = "TrainJob"
+OWNER_KIND = TRAINJOB.kind.value
 
 
 def owning_trainjob(jobset: Mapping[str, Any]) -> str | None:

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
+from agent.model.descriptor import TemplateLayout
 from agent.model.finding import Finding
 from agent.model.job import JobRef
-from agent.model.workload import BATCH_JOB, OWNERS, JobKind, TemplateLayout, workload
+from agent.model.workload import BATCH_JOB, OWNERS, JobKind, workload
 from agent.remediation.plan import LiveObjects
 from agent.remediation.trainer_release import TRAINJOB_CRD, TrainerOverrides, served_overrides
 from agent.remediation.verify import PodObservation

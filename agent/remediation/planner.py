@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent.model.descriptor import TemplateLayout
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
-from agent.model.workload import JobKind, TemplateLayout, workload
+from agent.model.workload import JobKind, workload
 from agent.remediation.group_plan import plan_group
 from agent.remediation.jobset_plan import plan_jobset
 from agent.remediation.plan import LiveObjects, Plan, Refusal

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
-TRAINJOB_VERSION = "v1alpha1"
+from agent.model.workload import TRAINJOB
+
+TRAINJOB_CRD = f"{TRAINJOB.plural}.{TRAINJOB.group}"
+TRAINJOB_VERSION = TRAINJOB.versions[0]
 
 
 class OverrideField(StrEnum):
