@@ -32,9 +32,9 @@ layout, gang labels, a coordinator rule) when they come.
 Read by the sources (what to watch, which job a pod belongs to, the pods a job expects), the
 snapshot parser and the runtime's mirror, topology (labels, coordinator, ports), diagnosis and the
 guards (Kueue markers, managedBy), the planner and the writer (template paths, suspend), the
-re-diagnosis (what to list) and the playbook schema (`job_kinds`). Pure: data, and readers of a
-manifest (plain dicts) along a descriptor's paths. It does not parse manifests into core objects,
-decide anything, or do I/O.
+re-diagnosis (what to list) and the playbook schema (`job_kinds`). Pure data: the parts a
+descriptor is made of, and the readers of a manifest along its paths, are `agent.model.descriptor`'s.
+It does not parse manifests into core objects, decide anything, or do I/O.
 """
 
 from __future__ import annotations
