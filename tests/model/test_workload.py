@@ -328,14 +328,14 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs]
 
 
-def test_the_new_kinds_are_written_only_in_the_table_and_the_twin() -> None:
-    """TrainJob's and JobSet's kind names, plurals, API groups and label domain appear in the
+def test_the_kinds_are_written_only_in_the_table_and_the_twin() -> None:
+    """Every kind's name (TrainJob's runtimes too), plurals, API groups and label domain appear in the
     product's code (docstrings aside) only here and in the twin: every other layer reads them.
     A sentence told to a person (a string with a space) may name a kind in words; it may not
     write a plural, a group or a label."""
-    names = {TRAINJOB.kind.value, JOBSET.kind.value, *(kind for _, kind in TRAINING_RUNTIMES)}
-    keys = {TRAINJOB.plural, TRAINJOB.group, JOBSET.plural, JOBSET.group,
-            JOBSET.labels.job_name.split("/")[0]}
+    names = {*(w.kind.value for w in WORKLOADS), *(kind for _, kind in TRAINING_RUNTIMES)}
+    keys = {*(w.plural for w in WORKLOADS), *(w.group for w in WORKLOADS),
+            *(w.labels.job_name.split("/")[0] for w in WORKLOADS)}
 
     def written(text: str) -> bool:
         return any(k in text for k in keys) or (" " not in text and any(n in text for n in names))
