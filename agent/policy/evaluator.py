@@ -370,139 +370,144 @@ class PolicySet:
         egress = hop is Hop.EGRESS
         selected = src.selected if egress else dst.selected
         matched: list[RuleMatch] | None = None if trace is None else []
-        verdict = self._decide(
+        verdict = _decide(
             egress, selected, src, dst, first=first, last=last, protocol=protocol,
-            caveats=caveats, matched=matched,
+            caveats=caveats, matched=matched, kinds=self._kinds,
         )  # fmt: skip
         if trace is not None and matched is not None:
             trace.append(
                 HopTrace(
                     hop=hop,
                     protocol=protocol,
-                    selecting=tuple(self._block(entry, egress=egress) for entry in selected),
+                    selecting=tuple(_block(entry, egress=egress, kinds=self._kinds)
+                                    for entry in selected),
                     matched=tuple(matched),
                     verdict=verdict,
                 )
             )
         return verdict
 
-    def _block(self, entry: _Entry, *, egress: bool) -> SelectingBlock:
-        subject = entry.subject
-        return SelectingBlock(
-            policy=entry.policy_id,
-            kind=self._kinds[entry.policy_id],
-            section=subject.path,
-            enforcement=subject.egress_enforcement if egress else subject.ingress_enforcement,
-            enforces=subject.enforce_egress if egress else subject.enforce_ingress,
-        )
+def _block(entry: _Entry, *, egress: bool, kinds: Mapping[str, PolicyKind]) -> SelectingBlock:
+    subject = entry.subject
+    return SelectingBlock(
+        policy=entry.policy_id,
+        kind=kinds[entry.policy_id],
+        section=subject.path,
+        enforcement=subject.egress_enforcement if egress else subject.ingress_enforcement,
+        enforces=subject.enforce_egress if egress else subject.enforce_ingress,
+    )
 
-    def _match(
-        self,
-        entry: _Entry,
-        rule: Rule,
-        *,
-        field: str,
-        index: int,
-        effect: RuleEffect,
-        protocol: Protocol,
-        named: Mapping[tuple[str, Protocol], int],
-    ) -> RuleMatch:
-        return RuleMatch(
-            policy=entry.policy_id,
-            kind=self._kinds[entry.policy_id],
-            section=entry.subject.path,
-            field=field,
-            index=index,
-            rule=rule,
-            effect=effect,
-            protocol=protocol,
-            intervals=tuple(rule.intervals(protocol, named)),
-        )
 
-    def _decide(
-        self,
-        egress: bool,
-        selected: tuple[_Entry, ...],
-        src: _Identity,
-        dst: _Identity,
-        *,
-        first: int,
-        last: int,
-        protocol: Protocol,
-        caveats: list[Caveat],
-        matched: list[RuleMatch] | None,
-    ) -> FlowVerdict | None:
-        if not selected:
-            return None
-        hop = Hop.EGRESS if egress else Hop.INGRESS
-        peer = dst.labels if egress else src.labels
-        named = dst.named_ports
+def _match(
+    entry: _Entry,
+    rule: Rule,
+    *,
+    kinds: Mapping[str, PolicyKind],
+    field: str,
+    index: int,
+    effect: RuleEffect,
+    protocol: Protocol,
+    named: Mapping[tuple[str, Protocol], int],
+) -> RuleMatch:
+    return RuleMatch(
+        policy=entry.policy_id,
+        kind=kinds[entry.policy_id],
+        section=entry.subject.path,
+        field=field,
+        index=index,
+        rule=rule,
+        effect=effect,
+        protocol=protocol,
+        intervals=tuple(rule.intervals(protocol, named)),
+    )
 
-        denied_by: set[str] = set()
-        deny_field = "egressDeny" if egress else "ingressDeny"
-        for entry in selected:
-            deny_rules = entry.subject.egress_deny if egress else entry.subject.ingress_deny
-            for index, rule in enumerate(deny_rules):
-                if _hits(rule, peer, protocol=protocol, named=named, first=first, last=last):
-                    denied_by.add(entry.policy_id)
-                    if matched is None:
-                        break
-                    matched.append(self._match(
-                        entry, rule, field=deny_field, index=index, effect=RuleEffect.DENY,
-                        protocol=protocol, named=named,
-                    ))  # fmt: skip
-        if denied_by:
-            return FlowVerdict(False, hop, DenyReason.DENY_RULE, tuple(sorted(denied_by)))
 
-        enforcing = {
-            entry.policy_id
-            for entry in selected
-            if (entry.subject.enforce_egress if egress else entry.subject.enforce_ingress)
-        }
-        requires = tuple(
-            sel
-            for entry in selected
-            for sel in (entry.subject.egress_requires if egress else entry.subject.ingress_requires)
-        )
-        intervals: list[tuple[int, int]] = []
-        deciding: list[tuple[str, Rule]] = []
-        l7_by: set[str] = set()
-        allow_field = "egress" if egress else "ingress"
-        for entry in selected:
-            allow_rules = entry.subject.egress if egress else entry.subject.ingress
-            for index, rule in enumerate(allow_rules):
-                matches = rule.peer_matches(peer, requires)
-                if matches:
-                    found = rule.intervals(protocol, named)
-                    intervals.extend(found)
-                    if any(lo <= last and hi >= first for lo, hi in found):
-                        deciding.append((entry.policy_id, rule))
-                        if matched is not None:
-                            matched.append(self._match(
-                                entry, rule, field=allow_field, index=index,
-                                effect=RuleEffect.ALLOW, protocol=protocol, named=named,
-                            ))  # fmt: skip
-                if (matches or enforcing) and _l7_on(
-                    rule, protocol=protocol, named=named, first=first, last=last
-                ):
-                    l7_by.add(entry.policy_id)
-                    if matched is not None:
-                        matched.append(self._match(
-                            entry, rule, field=allow_field, index=index, effect=RuleEffect.L7,
-                            protocol=protocol, named=named,
-                        ))  # fmt: skip
-        if enforcing and not (intervals and _covers(intervals, first, last)):
-            return FlowVerdict(False, hop, DenyReason.DEFAULT_DENY, tuple(sorted(enforcing)))
-        if l7_by:
-            return FlowVerdict(False, hop, DenyReason.L7_PROXY, tuple(sorted(l7_by)))
-        for policy_id, rule in deciding:
-            found_caveats = _rule_caveats(
-                policy_id, rule, protocol=protocol, named=named, first=first, last=last
-            )
-            caveats.extend(found_caveats)
-        for entry in selected:
-            caveats.extend(Caveat(entry.policy_id, text, "") for text in entry.subject.caveats)
+def _decide(
+    egress: bool,
+    selected: tuple[_Entry, ...],
+    src: _Identity,
+    dst: _Identity,
+    *,
+    first: int,
+    last: int,
+    protocol: Protocol,
+    caveats: list[Caveat],
+    matched: list[RuleMatch] | None,
+    kinds: Mapping[str, PolicyKind],
+) -> FlowVerdict | None:
+    """The denial at one hop for one protocol, or None (see `PolicySet._hop`); with `matched`,
+    every matching rule is appended to it."""
+    if not selected:
         return None
+    hop = Hop.EGRESS if egress else Hop.INGRESS
+    peer = dst.labels if egress else src.labels
+    named = dst.named_ports
+
+    denied_by: set[str] = set()
+    deny_field = "egressDeny" if egress else "ingressDeny"
+    for entry in selected:
+        deny_rules = entry.subject.egress_deny if egress else entry.subject.ingress_deny
+        for index, rule in enumerate(deny_rules):
+            if _hits(rule, peer, protocol=protocol, named=named, first=first, last=last):
+                denied_by.add(entry.policy_id)
+                if matched is None:
+                    break
+                matched.append(_match(
+                    entry, rule, kinds=kinds, field=deny_field, index=index, effect=RuleEffect.DENY,
+                    protocol=protocol, named=named,
+                ))  # fmt: skip
+    if denied_by:
+        return FlowVerdict(False, hop, DenyReason.DENY_RULE, tuple(sorted(denied_by)))
+
+    enforcing = {
+        entry.policy_id
+        for entry in selected
+        if (entry.subject.enforce_egress if egress else entry.subject.enforce_ingress)
+    }
+    requires = tuple(
+        sel
+        for entry in selected
+        for sel in (entry.subject.egress_requires if egress else entry.subject.ingress_requires)
+    )
+    intervals: list[tuple[int, int]] = []
+    deciding: list[tuple[str, Rule]] = []
+    l7_by: set[str] = set()
+    allow_field = "egress" if egress else "ingress"
+    for entry in selected:
+        allow_rules = entry.subject.egress if egress else entry.subject.ingress
+        for index, rule in enumerate(allow_rules):
+            matches = rule.peer_matches(peer, requires)
+            if matches:
+                found = rule.intervals(protocol, named)
+                intervals.extend(found)
+                if any(lo <= last and hi >= first for lo, hi in found):
+                    deciding.append((entry.policy_id, rule))
+                    if matched is not None:
+                        matched.append(_match(
+                            entry, rule, kinds=kinds, field=allow_field, index=index,
+                            effect=RuleEffect.ALLOW, protocol=protocol, named=named,
+                        ))  # fmt: skip
+            if (matches or enforcing) and _l7_on(
+                rule, protocol=protocol, named=named, first=first, last=last
+            ):
+                l7_by.add(entry.policy_id)
+                if matched is not None:
+                    matched.append(_match(
+                        entry, rule, kinds=kinds, field=allow_field, index=index,
+                        effect=RuleEffect.L7, protocol=protocol, named=named,
+                    ))  # fmt: skip
+    if enforcing and not (intervals and _covers(intervals, first, last)):
+        return FlowVerdict(False, hop, DenyReason.DEFAULT_DENY, tuple(sorted(enforcing)))
+    if l7_by:
+        return FlowVerdict(False, hop, DenyReason.L7_PROXY, tuple(sorted(l7_by)))
+    for policy_id, rule in deciding:
+        found_caveats = _rule_caveats(
+            policy_id, rule, protocol=protocol, named=named, first=first, last=last
+        )
+        caveats.extend(found_caveats)
+    for entry in selected:
+        caveats.extend(Caveat(entry.policy_id, text, "") for text in entry.subject.caveats)
+    return None
 
 
 _KEEP_ALL = IdentityFilter(None, description="every label")
