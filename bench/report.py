@@ -26,7 +26,7 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 ORDER = [
     "agent_detection", "agent_steady", "agent_standby", "agent_sync", "diagnose_yaml",
-    "diagnose_scale",
+    "diagnose_scale", "explain_latency",
     "policy_check", "remediation", "slack_clicks", "store_queries", "twin_apiserver", "twin_idle",
 ]
 TITLES = {
@@ -36,6 +36,7 @@ TITLES = {
     "agent_sync": "Initial sync of 150,000 pods (`bench/agent_sync.py`)",
     "diagnose_yaml": "Offline diagnosis of 40 MB `kubectl get -o yaml` dumps (`bench/diagnose_yaml.py`)",
     "diagnose_scale": "Offline diagnosis at scale (`bench/diagnose_scale.py`)",
+    "explain_latency": "Explaining a flow at 150,000 pods (`bench/explain_latency.py`)",
     "policy_check": "Policy evaluator (`bench/policy_check.py`)",
     "remediation": "Remediation (`bench/remediation.py`)",
     "slack_clicks": "Slack clicks (`bench/slack_clicks.py`)",
@@ -149,6 +150,13 @@ NOTES = {
         "split), 1,000 policies; then the same cluster doubled. Pods that no policy selector can "
         "tell apart form one identity class (one policy check per class pair, cached across "
         "jobs); the garbage collector is paused while parsing and the snapshot frozen."
+    ),
+    "explain_latency": (
+        "One `GET /api/explain` answer as the agent computes it (`LiveExplainer.explain` over "
+        "the pipeline's parsed view: the evaluator's trace of the flow, both identities) at "
+        "150,000 pods (18,750 PyTorchJobs of 8 over 50 namespaces) and the 1,000 policies of "
+        "`policy_check`, for 300 random worker -> master flows, first asked and asked again; "
+        "HTTP and the mirror's catch-up on changed objects are not included."
     ),
     "policy_check": "1,000 policies (CNP, CCNP, NetworkPolicy) over 50 namespaces, 2,000 jobs of 8 pods.",
     "remediation": (

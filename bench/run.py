@@ -24,6 +24,7 @@ from bench.results import load, quick_mode, table  # noqa: E402
 # in order: quick ones first
 BENCHMARKS = (
     "policy_check",
+    "explain_latency",
     "twin_idle",
     "agent_detection",
     "agent_steady",
