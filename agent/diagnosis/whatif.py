@@ -3,8 +3,9 @@
 Called by the `whatif` command with two parsed clusters, the one there is and the one a change
 would make (a policy file applied, an object deleted: `agent.commands.whatif` builds both). Every
 job is diagnosed in both (`diagnose_cluster`, the diagnosis's own path), and every required flow of
-every job (`agent.topology.flows`), pod pair by pod pair, is checked in both by the same evaluator
-(`PolicySet.check`). The answer lists each job whose verdict changes and each flow whose verdict
+every job (`agent.topology.flows`) is checked in both by the same evaluator through the diagnosis's
+own grouping (`agent.diagnosis.reachability`: pods no policy can tell apart share one check), and
+listed pod pair by pod pair where the verdict changes. Pods the change deletes are left out. The answer lists each job whose verdict changes and each flow whose verdict
 changes (allowed -> denied or back). Flows between pods of no training job are not enumerated.
 Pure: no I/O.
 """
@@ -15,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.diagnosis.diagnose import diagnose_cluster
+from agent.diagnosis.reachability import Reachability
 from agent.model.cluster import ClusterState, Pod
-from agent.model.network import Endpoint, FlowVerdict, PortRange
+from agent.model.network import FlowVerdict, PortRange
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
 from agent.topology.flows import required_flows
@@ -46,12 +48,6 @@ class FlowChange:
     ports: PortRange
     before: FlowVerdict
     after: FlowVerdict
-
-
-def _endpoint(pod: Pod, state: ClusterState) -> Endpoint:
-    ns = state.namespaces.get(pod.namespace)
-    return Endpoint(pod.namespace, pod.labels, ns.labels if ns is not None else {},
-                    pod.service_account, pod.named_ports())  # fmt: skip
 
 
 def _verdict_dict(verdict: FlowVerdict) -> dict[str, Any]:
@@ -98,21 +94,49 @@ class BlastRadius:
         return "\n".join(lines) + "\n"
 
 
-def _flows(cluster: Cluster, settings: DiagnosisSettings) -> dict[tuple[str, str, str, PortRange], FlowVerdict]:
-    out: dict[tuple[str, str, str, PortRange], FlowVerdict] = {}
-    state, policies = cluster.state, cluster.policies
-    for job in find_jobs(state, settings.groups):
+def _groups(pods: tuple[Pod, ...], before: Reachability, after: Reachability,
+            present: set[tuple[str, str]]) -> dict[tuple[int, int], list[Pod]]:
+    """The pods still there after the change, by (class before, class after)."""
+    out: dict[tuple[int, int], list[Pod]] = {}
+    for pod in pods:
+        if (pod.namespace, pod.name) in present:
+            out.setdefault((before.class_of(pod), after.class_of(pod)), []).append(pod)
+    return out
+
+
+def _flow_changes(
+    before: Cluster, after: Cluster, *, settings: DiagnosisSettings
+) -> tuple[list[FlowChange], int]:
+    """The required flows (pod pairs) whose verdict changes, and how many pod pairs were checked.
+    Pods the policies cannot tell apart, before and after alike, are checked once per class pair
+    (`Reachability`, the diagnosis's own grouping); only pairs whose verdict changes are listed."""
+    reach_before = Reachability(before.policies, before.state.namespaces,
+                                label_keys=before.policies.pod_label_keys())  # fmt: skip
+    reach_after = Reachability(after.policies, after.state.namespaces,
+                               label_keys=after.policies.pod_label_keys())  # fmt: skip
+    present = {(p.namespace, p.name) for p in after.state.pods}
+    changes: list[FlowChange] = []
+    checked = 0
+    for job in find_jobs(before.state, settings.groups):
         label = str(job.ref)
         for rule in required_flows(job):
-            for src in rule.sources:
-                for dst in rule.destinations:
-                    if src is dst:
+            sources = _groups(rule.sources, reach_before, reach_after, present)
+            destinations = _groups(rule.destinations, reach_before, reach_after, present)
+            for (sb, sa), src_pods in sources.items():
+                for (db, da), dst_pods in destinations.items():
+                    pairs = [(s, d) for s in src_pods for d in dst_pods if s is not d]
+                    checked += len(pairs)
+                    old = reach_before.verdict(sb, db, rule.ports)
+                    new = reach_after.verdict(sa, da, rule.ports)
+                    if old.allowed == new.allowed:
                         continue
-                    key = (label, f"{src.namespace}/{src.name}", f"{dst.namespace}/{dst.name}",
-                           rule.ports)  # fmt: skip
-                    out[key] = policies.check(_endpoint(src, state), _endpoint(dst, state),
-                                              rule.ports)  # fmt: skip
-    return out
+                    changes.extend(
+                        FlowChange(label, f"{s.namespace}/{s.name}", f"{d.namespace}/{d.name}",
+                                   rule.ports, old, new)
+                        for s, d in pairs
+                    )  # fmt: skip
+    changes.sort(key=lambda c: (c.job, c.source, c.destination, c.ports.first, c.ports.last))
+    return changes, checked
 
 
 def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings) -> BlastRadius:
@@ -128,13 +152,6 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
         for job in sorted(verdicts_before.keys() | verdicts_after.keys())
         if verdicts_before.get(job) != verdicts_after.get(job)
     )
-    flows_before = _flows(before, settings)
-    flows_after = _flows(after, settings)
-    flows = tuple(
-        FlowChange(key[0], key[1], key[2], key[3], flows_before[key], flows_after[key])
-        for key in sorted(flows_before.keys() & flows_after.keys(),
-                          key=lambda k: (k[0], k[1], k[2], k[3].first, k[3].last))
-        if flows_before[key].allowed != flows_after[key].allowed
-    )
-    return BlastRadius(jobs, flows, len(verdicts_before.keys() | verdicts_after.keys()),
-                       len(flows_before.keys() | flows_after.keys()))  # fmt: skip
+    flows, checked = _flow_changes(before, after, settings=settings)
+    return BlastRadius(jobs, tuple(flows), len(verdicts_before.keys() | verdicts_after.keys()),
+                       checked)
