@@ -26,7 +26,7 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 ORDER = [
     "agent_detection", "agent_steady", "agent_standby", "agent_sync", "diagnose_yaml",
-    "diagnose_scale", "explain_latency",
+    "diagnose_scale", "explain_latency", "whatif_scale",
     "policy_check", "remediation", "slack_clicks", "store_queries", "twin_apiserver", "twin_idle",
 ]
 TITLES = {
@@ -37,6 +37,7 @@ TITLES = {
     "diagnose_yaml": "Offline diagnosis of 40 MB `kubectl get -o yaml` dumps (`bench/diagnose_yaml.py`)",
     "diagnose_scale": "Offline diagnosis at scale (`bench/diagnose_scale.py`)",
     "explain_latency": "Explaining a flow at 150,000 pods (`bench/explain_latency.py`)",
+    "whatif_scale": "What if a policy is deleted, over every job at 150,000 pods (`bench/whatif_scale.py`)",
     "policy_check": "Policy evaluator (`bench/policy_check.py`)",
     "remediation": "Remediation (`bench/remediation.py`)",
     "slack_clicks": "Slack clicks (`bench/slack_clicks.py`)",
@@ -157,6 +158,12 @@ NOTES = {
         "150,000 pods (18,750 PyTorchJobs of 8 over 50 namespaces) and the 1,000 policies of "
         "`policy_check`, for 300 random worker -> master flows, first asked and asked again; "
         "HTTP and the mirror's catch-up on changed objects are not included."
+    ),
+    "whatif_scale": (
+        "`diagnose_scale`'s synthetic cluster (5,000 nodes, 150,000 pods, 2,000 Kubeflow jobs, "
+        "1,000 policies) with one zone-boundary policy deleted: every job diagnosed before and "
+        "after, and every required flow (about 5 million pod pairs) compared per identity-class "
+        "pair; policy sets built from scratch each run. The two full diagnoses are most of it."
     ),
     "policy_check": "1,000 policies (CNP, CCNP, NetworkPolicy) over 50 namespaces, 2,000 jobs of 8 pods.",
     "remediation": (

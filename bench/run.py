@@ -30,6 +30,7 @@ BENCHMARKS = (
     "agent_steady",
     "diagnose_yaml",
     "diagnose_scale",
+    "whatif_scale",
     "cost_model",
     "remediation",
     "slack_clicks",

@@ -12,17 +12,18 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from agent.diagnosis.diagnose import diagnose_cluster
 from agent.diagnosis.reachability import Reachability
 from agent.model.cluster import ClusterState, Pod
+from agent.model.job import Job
 from agent.model.network import FlowVerdict, PortRange
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
 from agent.topology.flows import required_flows
-from agent.topology.jobs import find_jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,18 +95,37 @@ class BlastRadius:
         return "\n".join(lines) + "\n"
 
 
-def _groups(pods: tuple[Pod, ...], before: Reachability, after: Reachability,
-            present: set[tuple[str, str]]) -> dict[tuple[int, int], list[Pod]]:
-    """The pods still there after the change, by (class before, class after)."""
-    out: dict[tuple[int, int], list[Pod]] = {}
-    for pod in pods:
-        if (pod.namespace, pod.name) in present:
-            out.setdefault((before.class_of(pod), after.class_of(pod)), []).append(pod)
-    return out
+class _Classes:
+    """Each pod's (class before, class after), found once; None for a pod the change deletes."""
+
+    def __init__(self, before: Reachability, after: Reachability,
+                 present: set[tuple[str, str]]) -> None:
+        self._before, self._after, self._present = before, after, present
+        self._known: dict[int, tuple[int, int] | None] = {}
+
+    def groups(self, pods: tuple[Pod, ...]) -> dict[tuple[int, int], list[Pod]]:
+        """The pods still there after the change, by (class before, class after)."""
+        out: dict[tuple[int, int], list[Pod]] = {}
+        known = self._known
+        for pod in pods:
+            if id(pod) in known:
+                key = known[id(pod)]
+            else:
+                key = known[id(pod)] = (
+                    (self._before.class_of(pod), self._after.class_of(pod))
+                    if (pod.namespace, pod.name) in self._present else None
+                )
+            if key is not None:
+                group = out.get(key)
+                if group is None:
+                    out[key] = [pod]
+                else:
+                    group.append(pod)
+        return out
 
 
 def _flow_changes(
-    before: Cluster, after: Cluster, *, settings: DiagnosisSettings
+    before: Cluster, after: Cluster, jobs: Iterable[Job]
 ) -> tuple[list[FlowChange], int]:
     """The required flows (pod pairs) whose verdict changes, and how many pod pairs were checked.
     Pods the policies cannot tell apart, before and after alike, are checked once per class pair
@@ -114,26 +134,28 @@ def _flow_changes(
                                 label_keys=before.policies.pod_label_keys())  # fmt: skip
     reach_after = Reachability(after.policies, after.state.namespaces,
                                label_keys=after.policies.pod_label_keys())  # fmt: skip
-    present = {(p.namespace, p.name) for p in after.state.pods}
+    classes = _Classes(reach_before, reach_after, {(p.namespace, p.name) for p in after.state.pods})
     changes: list[FlowChange] = []
     checked = 0
-    for job in find_jobs(before.state, settings.groups):
+    for job in jobs:
         label = str(job.ref)
         for rule in required_flows(job):
-            sources = _groups(rule.sources, reach_before, reach_after, present)
-            destinations = _groups(rule.destinations, reach_before, reach_after, present)
-            for (sb, sa), src_pods in sources.items():
-                for (db, da), dst_pods in destinations.items():
-                    pairs = [(s, d) for s in src_pods for d in dst_pods if s is not d]
-                    checked += len(pairs)
-                    old = reach_before.verdict(sb, db, rule.ports)
-                    new = reach_after.verdict(sa, da, rule.ports)
+            sources = classes.groups(rule.sources)
+            destinations = classes.groups(rule.destinations)
+            for src_key, src_pods in sources.items():
+                for dst_key, dst_pods in destinations.items():
+                    # a pod is never its own peer: only a group pair of one key can share pods
+                    shared = (len({id(p) for p in src_pods} & {id(p) for p in dst_pods})
+                              if src_key == dst_key else 0)  # fmt: skip
+                    checked += len(src_pods) * len(dst_pods) - shared
+                    old = reach_before.verdict(src_key[0], dst_key[0], rule.ports)
+                    new = reach_after.verdict(src_key[1], dst_key[1], rule.ports)
                     if old.allowed == new.allowed:
                         continue
                     changes.extend(
                         FlowChange(label, f"{s.namespace}/{s.name}", f"{d.namespace}/{d.name}",
                                    rule.ports, old, new)
-                        for s, d in pairs
+                        for s in src_pods for d in dst_pods if s is not d
                     )  # fmt: skip
     changes.sort(key=lambda c: (c.job, c.source, c.destination, c.ports.first, c.ports.last))
     return changes, checked
@@ -141,9 +163,8 @@ def _flow_changes(
 
 def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings) -> BlastRadius:
     """What changes between `before` and `after` (see the module docstring)."""
-    verdicts_before = {str(f.job): f.verdict.value
-                       for f in diagnose_cluster(before.state, before.policies,
-                                                 settings=settings).findings}  # fmt: skip
+    diagnosed = diagnose_cluster(before.state, before.policies, settings=settings)
+    verdicts_before = {str(f.job): f.verdict.value for f in diagnosed.findings}
     verdicts_after = {str(f.job): f.verdict.value
                       for f in diagnose_cluster(after.state, after.policies,
                                                 settings=settings).findings}  # fmt: skip
@@ -152,6 +173,6 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
         for job in sorted(verdicts_before.keys() | verdicts_after.keys())
         if verdicts_before.get(job) != verdicts_after.get(job)
     )
-    flows, checked = _flow_changes(before, after, settings=settings)
+    flows, checked = _flow_changes(before, after, diagnosed.jobs.values())
     return BlastRadius(jobs, tuple(flows), len(verdicts_before.keys() | verdicts_after.keys()),
                        checked)
