@@ -5,7 +5,8 @@
 through the kubeconfig: `--kubeconfig`/`--context`, read-only, `agent.commands.live_cluster`) as it is and as the change would leave it
 (`--apply`: the file's objects added or replacing those of the same kind, namespace and name, as a
 later snapshot file does; `--delete`: a NetworkPolicy, CiliumNetworkPolicy or Pod `KIND/NS/NAME`,
-or `CiliumClusterwideNetworkPolicy/NAME`, removed), then prints the blast radius
+or `CiliumClusterwideNetworkPolicy/NAME`, removed; `--move NS/NAME --zone Z`: the job co-located in
+Z as the planner's fix leaves it, `agent.diagnosis.whatif.moved`), then prints the blast radius
 (`agent.diagnosis.whatif`): each job whose verdict changes and each required flow whose verdict
 changes. Exit 0 whatever changes; bad input (an unreadable file, an object that is not there, a kind
 it cannot delete) is one line, exit 2; an unreachable cluster exit 1. It applies nothing.
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agent.errors import WhatIfError
 
 if TYPE_CHECKING:
+    from agent.settings import DiagnosisSettings
     from agent.snapshot.collection import Snapshot
 
 _POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
@@ -45,6 +47,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--delete", action="append", default=[], metavar="KIND/NS/NAME",
                         help="an object to delete: NetworkPolicy/NS/NAME, CiliumNetworkPolicy/NS/"
                         "NAME, CiliumClusterwideNetworkPolicy/NAME, Pod/NS/NAME (repeatable)")
+    parser.add_argument("--move", metavar="NS/NAME",
+                        help="a training job to co-locate in --zone (as the planner's fix does: "
+                        "zone-mirroring labels set, pods placed in the zone)")
+    parser.add_argument("--zone", metavar="ZONE", help="the zone --move moves the job to")
     parser.add_argument("--config", type=Path, metavar="FILE",
                         help="diagnosis config (YAML): the agent's diagnosis: keys")
     parser.add_argument("--output", choices=("text", "json"), default="text")
@@ -68,6 +74,17 @@ def _delete(snapshot: Snapshot, targets: list[str]) -> Snapshot:
                                unreadable=tuple(unreadable.values()))  # fmt: skip
 
 
+def _move(snapshot: Snapshot, args: argparse.Namespace, settings: DiagnosisSettings) -> Snapshot:
+    from agent.diagnosis.whatif import find_job, moved
+    from agent.topology.jobs import find_jobs
+    from agent.topology.zones import mirror_label_keys
+
+    state = snapshot.state
+    job = find_job(find_jobs(state, settings.groups), args.move)
+    keys = mirror_label_keys(settings.pod_zone_label, pods=state.pods, nodes=state.nodes)
+    return dataclasses.replace(snapshot, state=moved(state, job, zone=args.zone, mirror_keys=keys))
+
+
 def _items(path: Path) -> list[dict[str, Any]]:
     """The objects of an `--apply` file."""
     from agent.errors import SnapshotError
@@ -88,8 +105,11 @@ def run(args: argparse.Namespace) -> int:
     from agent.parsing.printable import printable
     from agent.settings import load_diagnosis_settings
 
-    if not args.apply and not args.delete:
-        raise WhatIfError("whatif: give a change: --apply FILE or --delete KIND/NS/NAME")
+    if not args.apply and not args.delete and not args.move:
+        raise WhatIfError("whatif: give a change: --apply FILE, --delete KIND/NS/NAME or "
+                          "--move NS/NAME --zone Z")
+    if bool(args.move) != bool(args.zone):
+        raise WhatIfError("whatif: --move NS/NAME and --zone Z go together")
     settings = load_diagnosis_settings(args.config)
     try:
         if args.snapshot:
@@ -102,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
             live = read_live(kubeconfig=args.kubeconfig, context=args.context)
             before, changed = live_snapshot(live), live_snapshot(live, applied)
         after = _delete(changed, args.delete)
+        if args.move:
+            after = _move(after, args, settings)
         for warning in after.warnings:
             print(f"zonemedic: warning: {printable(str(warning))}", file=sys.stderr)
         result = blast_radius(

@@ -1,7 +1,8 @@
 """What if: the blast radius of a policy change before it is made.
 
 Called by the `whatif` command with two parsed clusters, the one there is and the one a change
-would make (a policy file applied, an object deleted: `agent.commands.whatif` builds both). Every
+would make (a policy file applied, an object deleted, a job moved to a zone: `moved`;
+`agent.commands.whatif` builds both). Every
 job is diagnosed in both (`diagnose_cluster`, the diagnosis's own path), and every required flow of
 every job (`agent.topology.flows`) is checked in both by the same evaluator through the diagnosis's
 own grouping (`agent.diagnosis.reachability`: pods no policy can tell apart share one check), and
@@ -12,12 +13,14 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent.diagnosis.diagnose import diagnose_cluster
 from agent.diagnosis.reachability import Reachability
+from agent.errors import WhatIfError
 from agent.model.cluster import ClusterState, Pod
 from agent.model.job import Job
 from agent.model.network import FlowVerdict, PortRange
@@ -96,10 +99,12 @@ class BlastRadius:
 
 
 class _Classes:
-    """Each pod's (class before, class after), found once; None for a pod the change deletes."""
+    """Each pod's (class before, class after), found once; None for a pod the change deletes.
+    The class after is that of the pod of the same namespace and name after the change (a moved
+    job's pods carry new labels)."""
 
     def __init__(self, before: Reachability, after: Reachability,
-                 present: set[tuple[str, str]]) -> None:
+                 present: dict[tuple[str, str], Pod]) -> None:
         self._before, self._after, self._present = before, after, present
         self._known: dict[int, tuple[int, int] | None] = {}
 
@@ -111,9 +116,10 @@ class _Classes:
             if id(pod) in known:
                 key = known[id(pod)]
             else:
+                now = self._present.get((pod.namespace, pod.name))
                 key = known[id(pod)] = (
-                    (self._before.class_of(pod), self._after.class_of(pod))
-                    if (pod.namespace, pod.name) in self._present else None
+                    None if now is None
+                    else (self._before.class_of(pod), self._after.class_of(now))
                 )
             if key is not None:
                 group = out.get(key)
@@ -134,7 +140,8 @@ def _flow_changes(
                                 label_keys=before.policies.pod_label_keys())  # fmt: skip
     reach_after = Reachability(after.policies, after.state.namespaces,
                                label_keys=after.policies.pod_label_keys())  # fmt: skip
-    classes = _Classes(reach_before, reach_after, {(p.namespace, p.name) for p in after.state.pods})
+    classes = _Classes(reach_before, reach_after,
+                       {(p.namespace, p.name): p for p in after.state.pods})
     changes: list[FlowChange] = []
     checked = 0
     for job in jobs:
@@ -176,3 +183,45 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
     flows, checked = _flow_changes(before, after, diagnosed.jobs.values())
     return BlastRadius(jobs, tuple(flows), len(verdicts_before.keys() | verdicts_after.keys()),
                        checked)
+
+
+def moved(
+    state: ClusterState, job: Job, *, zone: str, mirror_keys: Sequence[str]
+) -> ClusterState:
+    """The cluster with `job` co-located in `zone` as the planner's fix leaves it for the
+    policies and the placement: every zone-mirroring label key set to `zone` on each of its pods
+    (the planner's patch relabels the templates the same way) and each pod bound to a node of
+    `zone` (GPU pods to a node with GPUs when there is one). `WhatIfError` when no node is in
+    `zone`. The planner's other patches (tolerations, affinity) decide where the scheduler puts
+    the pods, which this stands in for; they change no verdict here."""
+    nodes = sorted((n for n in state.nodes.values() if n.zone == zone), key=lambda n: n.name)
+    if not nodes:
+        zones = ", ".join(sorted({z for n in state.nodes.values() if (z := n.zone)})) or "none"
+        raise WhatIfError(f"--zone: no node in zone {zone!r} (zones: {zones})")
+    gpu_nodes = [n for n in nodes if n.gpu_allocatable > 0] or nodes
+    members = {(p.namespace, p.name) for p in job.pods}
+    pods = []
+    for pod in state.pods:
+        if (pod.namespace, pod.name) not in members:
+            pods.append(pod)
+            continue
+        labels = {**pod.labels, **{k: zone for k in mirror_keys}}
+        node = (gpu_nodes if pod.gpu_request else nodes)[0]
+        pods.append(dataclasses.replace(pod, labels=labels, node_name=node.name))
+    return dataclasses.replace(state, pods=tuple(pods))
+
+
+def find_job(jobs: Iterable[Job], target: str) -> Job:
+    """The job named `NS/NAME` (or `Kind/NS/NAME`); `WhatIfError` when none or several are."""
+    parts = target.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise WhatIfError(f"--move: expected NAMESPACE/NAME (or KIND/NAMESPACE/NAME), got {target!r}")
+    found = [j for j in jobs
+             if (j.ref.namespace, j.ref.name) == tuple(parts[-2:])
+             and (len(parts) == 2 or j.ref.kind.value == parts[0])]  # fmt: skip
+    if not found:
+        raise WhatIfError(f"--move: no training job {target} with live pods")
+    if len(found) > 1:
+        kinds = ", ".join(str(j.ref) for j in found)
+        raise WhatIfError(f"--move: {target} names several jobs ({kinds}): give KIND/NS/NAME")
+    return found[0]

@@ -60,11 +60,26 @@ def test_a_change_elsewhere_changes_nothing(tmp_path: Path, capsys: pytest.Captu
     assert (code, result["jobs"], result["flows"], result["flows_checked"]) == (0, [], [], 18)
 
 
+def test_moving_the_job_into_one_zone_heals_it_and_opens_its_flows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = whatif(capsys, "--move", "ml/resnet", "--zone", "zone-a", "--json")
+    assert code == 0, err
+    result = orjson.loads(out)
+    assert result["jobs"] == [{"job": "PyTorchJob/ml/resnet", "before": "zone_split_blocked",
+                               "after": "healthy"}]
+    assert result["flows"] and all(f["after"] == {"allowed": True} for f in result["flows"])
+    assert {f["job"] for f in result["flows"]} == {"PyTorchJob/ml/resnet"}
+
+
 @pytest.mark.parametrize(("args", "message"), [
+    (["--move", "ml/resnet", "--zone", "zone-q"], "--zone: no node in zone 'zone-q' (zones: zone-a, zone-b)"),
+    (["--move", "ml/nope", "--zone", "zone-a"], "--move: no training job ml/nope with live pods"),
+    (["--move", "ml/resnet"], "whatif: --move NS/NAME and --zone Z go together"),
     (["--delete", "CiliumNetworkPolicy/ml/nope"], "--delete: no CiliumNetworkPolicy/ml/nope in the snapshot"),
     (["--delete", "Deployment/ml/x"], "--delete: cannot delete a 'Deployment' (kinds: NetworkPolicy, "
      "CiliumNetworkPolicy, CiliumClusterwideNetworkPolicy, Pod)"),
-    ([], "whatif: give a change: --apply FILE or --delete KIND/NS/NAME"),
+    ([], "whatif: give a change: --apply FILE, --delete KIND/NS/NAME or --move NS/NAME --zone Z"),
     (["--apply", "/nonexistent.yaml"], "/nonexistent.yaml: cannot read snapshot: No such file or directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(
