@@ -1,0 +1,75 @@
+"""The what-if blast radius against brute force: on random policy changes to the example cluster,
+the flows it lists are exactly the required pod pairs whose `PolicySet.check` verdict differs
+before and after, and the jobs exactly those whose diagnosis verdict differs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.commands.diagnose import load_snapshot
+from agent.diagnosis.diagnose import diagnose_cluster
+from agent.diagnosis.whatif import Cluster, blast_radius
+from agent.model.cluster import ClusterState, Pod
+from agent.model.network import Endpoint
+from agent.policy import PolicySet, parse_policy
+from agent.settings import DiagnosisSettings
+from agent.topology.flows import required_flows
+from tests.policy.builders import cnp, knp
+
+SNAPSHOT = load_snapshot([Path(__file__).resolve().parents[2] / "examples" / "split-blocked.yaml"])
+SETTINGS = DiagnosisSettings(pod_zone_label="zone")
+ZONE_SELECTOR = st.sampled_from([{}, {"matchLabels": {"zone": "zone-a"}},
+                                 {"matchLabels": {"zone": "zone-b"}},
+                                 {"matchLabels": {"training.kubeflow.org/replica-type": "master"}}])
+PORTS = st.sampled_from([None, [{"ports": [{"port": "23456", "protocol": "TCP"}]}],
+                         [{"ports": [{"port": "1024", "endPort": 65535}]}]])
+
+
+@st.composite
+def changes(draw: st.DrawFn) -> dict[str, Any]:
+    rule: dict[str, Any] = {"fromEndpoints": [draw(ZONE_SELECTOR)]}
+    ports = draw(PORTS)
+    if ports is not None:
+        rule["toPorts"] = ports
+    if draw(st.booleans()):
+        section = draw(st.sampled_from(["ingress", "ingressDeny"]))
+        return cnp("change", {"endpointSelector": draw(ZONE_SELECTOR), section: [rule]})
+    return knp("change", {"podSelector": draw(ZONE_SELECTOR),
+                          "policyTypes": draw(st.sampled_from([["Ingress"], ["Egress"]]))})
+
+
+def _endpoint(pod: Pod, state: ClusterState) -> Endpoint:
+    ns = state.namespaces.get(pod.namespace)
+    return Endpoint(pod.namespace, pod.labels, ns.labels if ns else {}, pod.service_account,
+                    pod.named_ports())
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(changes(), st.sets(st.sampled_from([p.id for p in SNAPSHOT.policies])))
+def test_blast_radius_is_brute_force(change: dict[str, Any], deleted: set[str]) -> None:
+    state = SNAPSHOT.state
+    before = PolicySet(SNAPSHOT.policies)
+    after = PolicySet([*(p for p in SNAPSHOT.policies if p.id not in deleted), parse_policy(change)])
+    result = blast_radius(Cluster(state, before), Cluster(state, after), settings=SETTINGS)
+    expected = set()
+    diagnosed = diagnose_cluster(state, before, settings=SETTINGS)
+    for job in diagnosed.jobs.values():
+        for rule in required_flows(job):
+            for src in rule.sources:
+                for dst in rule.destinations:
+                    if src is dst:
+                        continue
+                    a, b = _endpoint(src, state), _endpoint(dst, state)
+                    if before.check(a, b, rule.ports).allowed != after.check(a, b, rule.ports).allowed:
+                        expected.add((str(job.ref), f"ml/{src.name}", f"ml/{dst.name}", rule.ports))
+    assert {(f.job, f.source, f.destination, f.ports) for f in result.flows} == expected
+    verdicts_after = {str(f.job): f.verdict for f in
+                      diagnose_cluster(state, after, settings=SETTINGS).findings}
+    changed = {str(f.job) for f in diagnosed.findings if verdicts_after[str(f.job)] != f.verdict}
+    assert {j.job for j in result.jobs} == changed
+
