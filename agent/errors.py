@@ -43,6 +43,11 @@ class WhatIfError(InputError):
     """A what-if change names an object the cluster does not hold, or a kind it cannot delete."""
 
 
+class PolicyFixError(InputError):
+    """No allow policy can admit a job's denied flows (a deny rule, an L7 proxy, no Cilium);
+    the message says which."""
+
+
 class UnavailableError(ZonemedicError):
     """A dependency (database, Kubernetes API, Prometheus, Slack) cannot be reached right now."""
 

@@ -51,6 +51,9 @@ def register(subparsers: Any) -> None:
                         help="a training job to co-locate in --zone (as the planner's fix does: "
                         "zone-mirroring labels set, pods placed in the zone)")
     parser.add_argument("--zone", metavar="ZONE", help="the zone --move moves the job to")
+    parser.add_argument("--policy-fix", metavar="NS/NAME",
+                        help="propose the smallest allow policy that admits the job's denied "
+                        "flows, with its blast radius (never applied)")
     parser.add_argument("--config", type=Path, metavar="FILE",
                         help="diagnosis config (YAML): the agent's diagnosis: keys")
     parser.add_argument("--output", choices=("text", "json"), default="text")
@@ -85,6 +88,60 @@ def _move(snapshot: Snapshot, args: argparse.Namespace, settings: DiagnosisSetti
     return dataclasses.replace(snapshot, state=moved(state, job, zone=args.zone, mirror_keys=keys))
 
 
+def _policy_fix(args: argparse.Namespace) -> int:
+    """`--policy-fix NS/NAME`: the proposal, its YAML and diff, and its blast radius."""
+    import orjson
+
+    from agent.commands.diagnose import load_snapshot
+    from agent.diagnosis.policy_fix import propose_fix
+    from agent.diagnosis.whatif import Cluster, blast_radius, find_job
+    from agent.parsing.printable import printable
+    from agent.policy import PolicySet, parse_policy
+    from agent.settings import load_diagnosis_settings
+    from agent.topology.jobs import find_jobs
+
+    settings = load_diagnosis_settings(args.config)
+    try:
+        if args.snapshot:
+            snapshot = load_snapshot(args.snapshot)
+        else:
+            from agent.commands.live_cluster import live_snapshot, read_live
+
+            snapshot = live_snapshot(read_live(kubeconfig=args.kubeconfig, context=args.context))
+        state, policies = snapshot.state, snapshot.policy_set(settings)
+        job = find_job(find_jobs(state, settings.groups), args.policy_fix)
+        fix = propose_fix(job, state, policies)
+        if fix is None:
+            body: dict[str, Any] = {"job": str(job.ref), "policy_fix": None,
+                                    "note": "no required flow of the job is denied"}  # fmt: skip
+            text = f"{job.ref}: no required flow is denied: no policy change is needed\n"
+        else:
+            after = PolicySet([*policies.policies, parse_policy(dict(fix.manifest))],
+                              dataplane=policies.dataplane, unreadable=policies.unreadable)
+            result = blast_radius(Cluster(state, policies), Cluster(state, after),
+                                  settings=settings)  # fmt: skip
+            others = [f for f in result.flows if f.job != str(job.ref)]
+            other_jobs = [j for j in result.jobs if j.job != str(job.ref)]
+            contained = not others and not other_jobs
+            body = {"job": str(job.ref), "policy_fix": {"manifest": fix.manifest,
+                    "yaml": fix.yaml, "diff": fix.diff()},
+                    "blast_radius": result.to_dict(), "only_this_job": contained,
+                    "apply": "kubectl apply -f FILE (zonemedic does not apply policies: network "
+                             "policy belongs to the security team)"}  # fmt: skip
+            text = (f"proposed policy for {job.ref} (not applied: network policy belongs to the "
+                    f"security team; apply it with kubectl apply -f FILE):\n{fix.diff()}\n"
+                    f"{result.render()}"
+                    f"only this job's flows change: {'yes' if contained else 'NO'}\n")
+    finally:
+        gc.unfreeze()
+    if args.output == "json":
+        sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        sys.stdout.write("".join(printable(line) + "\n" for line in text.splitlines()))
+    sys.stdout.flush()
+    return 0
+
+
 def _items(path: Path) -> list[dict[str, Any]]:
     """The objects of an `--apply` file."""
     from agent.errors import SnapshotError
@@ -105,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
     from agent.parsing.printable import printable
     from agent.settings import load_diagnosis_settings
 
+    if args.policy_fix:
+        if args.apply or args.delete or args.move:
+            raise WhatIfError("whatif: --policy-fix goes alone (it is the change)")
+        return _policy_fix(args)
     if not args.apply and not args.delete and not args.move:
         raise WhatIfError("whatif: give a change: --apply FILE, --delete KIND/NS/NAME or "
                           "--move NS/NAME --zone Z")

@@ -99,3 +99,43 @@ def test_live_through_the_kubeconfig(twin: dict[str, Path], capsys: pytest.Captu
     opened = {(f["from"], f["to"], f["port"]) for f in result["flows"]}
     assert opened == {(f"ml/llm-finetune-worker-{i}", "ml/llm-finetune-master-0", port)
                       for i in range(4) for port in ("23456/TCP", "1024-65535/TCP")}
+
+
+def test_the_policy_fix_admits_the_jobs_flows_and_nothing_else(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = whatif(capsys, "--policy-fix", "ml/resnet", "--json")
+    assert code == 0, err
+    body = orjson.loads(out)
+    assert body["only_this_job"] is True
+    spec = body["policy_fix"]["manifest"]["spec"]
+    assert spec["endpointSelector"] == {"matchLabels": {"training.kubeflow.org/job-name": "resnet"}}
+    assert spec["enableDefaultDeny"] == {"ingress": False, "egress": False}
+    assert body["policy_fix"]["diff"].startswith("--- /dev/null\n+++ zonemedic-allow-resnet.yaml\n")
+    assert "does not apply policies" in body["apply"]
+    radius = body["blast_radius"]
+    assert radius["jobs"] == [{"job": "PyTorchJob/ml/resnet", "before": "zone_split_blocked",
+                               "after": "zone_split_degraded"}]
+    assert {f["job"] for f in radius["flows"]} == {"PyTorchJob/ml/resnet"}
+    # applied as a file, the same change: the job is no longer blocked
+    fix = tmp_path / "fix.yaml"
+    fix.write_text(body["policy_fix"]["yaml"])
+    _, applied, _ = whatif(capsys, "--apply", str(fix), "--json")
+    assert orjson.loads(applied) == radius
+
+
+def test_a_deny_rule_cannot_be_opened_by_an_allow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deny = tmp_path / "deny.yaml"
+    deny.write_text(yaml.safe_dump({
+        "apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+        "metadata": {"name": "no-workers", "namespace": "ml"},
+        "spec": {"endpointSelector": {"matchLabels": {"training.kubeflow.org/job-role": "master"}},
+                 "ingressDeny": [{"fromEndpoints": [{"matchLabels": {
+                     "training.kubeflow.org/replica-type": "worker"}}]}]},
+    }))  # fmt: skip
+    code = main(["whatif", "--snapshot", DUMP, "--snapshot", str(deny), "--config", CONFIG,
+                 "--policy-fix", "ml/resnet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "is denied by CiliumNetworkPolicy/ml/no-workers (deny_rule at ingress): an allow " \
+        "policy cannot open it" in err
