@@ -121,6 +121,26 @@ def test_seed_blocked_is_an_incident_soon_after_binding_with_metrics_evidence(bl
 
 
 @requires_prometheus
+def test_the_running_agent_explains_the_flows_its_incident_denies(blocked: Running) -> None:
+    """`GET /api/explain` of the running agent (built by the composition root) answers from the
+    same evaluator as its diagnosis: each denied flow of the incident, the same hop and policies."""
+    incident = blocked.wait(lambda: _opened(blocked, "zone_split_blocked"))
+    detail = blocked.http.get(f"/api/incidents/{incident['id']}").json()
+    denied = detail["diagnosis"]["denied_flows"]
+    assert denied
+    for flow in denied:
+        answer = blocked.http.get("/api/explain", params={
+            "from": f"ml/{flow['from_pod']}", "to": f"ml/{flow['to_pod']}",
+            "port": f"{flow['port']}/{flow['protocol']}"})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        first = next(h for h in body["hops"] if h["verdict"] != "allowed")
+        assert body["allowed"] is False
+        assert (first["hop"], first["verdict"], first["policies"]) == (
+            flow["hop"], flow["reason"], flow["policies"])
+
+
+@requires_prometheus
 def test_seed_degraded_is_recorded_as_degraded(degraded: Running) -> None:
     incident = degraded.wait(lambda: _opened(degraded, "zone_split_degraded"))
     detail = degraded.http.get(f"/api/incidents/{incident['id']}").json()
