@@ -291,7 +291,7 @@ class Explanation:
             "port": port_text(self.query.ports),
             "allowed": verdict.allowed,
             "verdict": HopVerdict.of(None if verdict.allowed else verdict).value,
-            "denied_at": [h.hop.value for h in self.trace.denials()],
+            "denied_at": list(dict.fromkeys(h.hop.value for h in self.trace.denials())),
             "hops": [self._hop(h) for h in self.trace.hops],
             "identities": {
                 "from": self._identity(self.source),

@@ -141,6 +141,18 @@ def test_every_denying_hop_is_reported_with_its_rules() -> None:
     assert text.splitlines()[0] == "ml/worker-0 -> ml/master-0 port 23456/TCP: DENIED at egress and ingress"
 
 
+def test_a_flow_on_any_protocol_has_one_hop_entry_per_protocol() -> None:
+    policies = PolicySet([parse_policy(knp("egress", {"podSelector": {}, "policyTypes": ["Egress"]}))])
+    query = parse_query(source="ml/worker-0", destination="ml/master-0", port="23456/ANY")
+    answer = explain(PodIndex(STATE), policies, query).to_dict()
+    assert [(h["hop"], h["protocol"], h["verdict"]) for h in answer["hops"]] == [
+        ("egress", "TCP", "default_deny"), ("egress", "UDP", "default_deny"),
+        ("egress", "SCTP", "default_deny"), ("ingress", "TCP", "allowed"),
+        ("ingress", "UDP", "allowed"), ("ingress", "SCTP", "allowed")]
+    assert answer["denied_at"] == ["egress"]
+    assert "egress TCP at ml/worker-0" in render_explanation(answer)
+
+
 def test_identities_name_the_labels_the_filter_leaves_out() -> None:
     source = _explain([])["identities"]["from"]
     assert source["zone_label"] == {"zone": "a"}
