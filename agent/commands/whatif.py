@@ -185,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         after = _delete(changed, args.delete)
         if args.move:
             after = _move(after, args, settings)
+        elif after.state == before.state:  # a policy change only: one state, its jobs found once
+            after = dataclasses.replace(after, state=before.state)
         for warning in after.warnings:
             print(f"zonemedic: warning: {printable(str(warning))}", file=sys.stderr)
         result = blast_radius(

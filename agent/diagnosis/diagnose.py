@@ -387,12 +387,18 @@ def diagnose_cluster(
     settings: DiagnosisSettings,
     only: JobScope | None = None,
     facts: ClusterFacts | None = None,
+    jobs_found: Sequence[Job] | None = None,
 ) -> Diagnosis:
     """One finding per job with live pods (Kubeflow jobs, then configured groups); with `only`,
     just the covered jobs' findings, in the same order as in the whole-cluster result. `facts`:
-    the cluster-wide parts, precomputed for this same state."""
+    the cluster-wide parts, precomputed for this same state; `jobs_found` (without `only`): the
+    jobs of this same state, found already (a what-if diagnosing one state under two policy
+    sets finds them once)."""
     diagnoser = _Diagnoser(state, policies, settings=settings, facts=facts)
-    if only is None:
+    jobs: Sequence[Job]
+    if only is None and jobs_found is not None:
+        jobs = jobs_found
+    elif only is None:
         jobs = find_jobs(state, settings.groups)
     else:
         in_namespaces = find_jobs(

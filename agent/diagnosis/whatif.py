@@ -26,6 +26,7 @@ from agent.model.job import Job
 from agent.model.network import FlowVerdict, PortRange
 from agent.policy import PolicySet
 from agent.settings import DiagnosisSettings
+from agent.topology.facts import ClusterFacts, FactsIndex
 from agent.topology.flows import required_flows
 
 
@@ -168,13 +169,26 @@ def _flow_changes(
     return changes, checked
 
 
+def _facts(state: ClusterState) -> ClusterFacts:
+    """The cluster-wide parts of a diagnosis of `state` (zone-mirroring keys, capacity, pods
+    by namespace), computed once for the diagnoses of the same state."""
+    index = FactsIndex(state.nodes)
+    index.add_many({(p.namespace, p.name): p for p in state.pods})
+    return index.facts()
+
+
 def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings) -> BlastRadius:
     """What changes between `before` and `after` (see the module docstring)."""
-    diagnosed = diagnose_cluster(before.state, before.policies, settings=settings)
+    facts = _facts(before.state)
+    diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts)
     verdicts_before = {str(f.job): f.verdict.value for f in diagnosed.findings}
-    verdicts_after = {str(f.job): f.verdict.value
-                      for f in diagnose_cluster(after.state, after.policies,
-                                                settings=settings).findings}  # fmt: skip
+    if after.state is before.state:  # a policy change only: the same jobs, the same facts
+        again = diagnose_cluster(after.state, after.policies, settings=settings, facts=facts,
+                                 jobs_found=tuple(diagnosed.jobs.values()))  # fmt: skip
+    else:
+        again = diagnose_cluster(after.state, after.policies, settings=settings,
+                                 facts=_facts(after.state))  # fmt: skip
+    verdicts_after = {str(f.job): f.verdict.value for f in again.findings}
     jobs = tuple(
         JobChange(job, verdicts_before.get(job), verdicts_after.get(job))
         for job in sorted(verdicts_before.keys() | verdicts_after.keys())
