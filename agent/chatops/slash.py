@@ -8,7 +8,8 @@ Grammar (words in any order after the verb; ages like 7d, 12h, 30m):
   show ID
   stats [since 30d]
   sweep          (approvers only: checked by the caller)
-  explain from NS/POD to NS/POD port PORT[/PROTO] [from-labels K=V,...] [to-labels K=V,...]
+  explain from NS/POD to NS/POD port PORT[/PROTO] [from-labels K=V,... [from-sa SA]]
+                 [to-labels K=V,... [to-sa SA]]
                  (with from-labels/to-labels, from/to name the namespace only)
   help           (also: nothing at all)
 
@@ -103,11 +104,14 @@ def parse(text: str, *, now: datetime, cluster: str | None = None) -> SlashComma
             raise SlashError("`show`: expected one incident number, e.g. `show 42`")
         return SlashCommand(verb, incident_id=int(rest[0].lstrip("#")))
     if verb is Verb.EXPLAIN:
-        pairs = _pairs(rest, {"from", "to", "port", "from-labels", "to-labels"}, verb)
+        pairs = _pairs(rest, {"from", "to", "port", "from-labels", "to-labels", "from-sa",
+                              "to-sa"}, verb)
         try:
             flow = parse_query(source=pairs.get("from"), destination=pairs.get("to"),
                                port=pairs.get("port"), from_labels=pairs.get("from-labels"),
-                               to_labels=pairs.get("to-labels"))  # fmt: skip
+                               to_labels=pairs.get("to-labels"),
+                               from_service_account=pairs.get("from-sa"),
+                               to_service_account=pairs.get("to-sa"))  # fmt: skip
         except ExplainError as exc:
             raise SlashError(f"`explain`: {exc}") from None
         return SlashCommand(verb, explain=flow)

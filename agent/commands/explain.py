@@ -44,6 +44,10 @@ def register(subparsers: Any) -> None:
                         help="labels of a source pod that does not exist yet")
     parser.add_argument("--to-labels", metavar="K=V,...",
                         help="labels of a destination pod that does not exist yet")
+    parser.add_argument("--from-service-account", metavar="NAME",
+                        help="the service account of a source pod to be (default: default)")
+    parser.add_argument("--to-service-account", metavar="NAME",
+                        help="the service account of a destination pod to be (default: default)")
     parser.add_argument("--port", action="append", default=[], metavar="PORT[/PROTO]",
                         help="the port (80, 80/UDP, 1000-2000/TCP, 53/ANY); repeatable with "
                         "--matrix")
@@ -124,7 +128,9 @@ def _explain(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: Sn
     else:
         query = parse_query(source=args.source, destination=args.destination,
                             port=args.port[0], from_labels=args.from_labels,
-                            to_labels=args.to_labels)  # fmt: skip
+                            to_labels=args.to_labels,
+                            from_service_account=args.from_service_account,
+                            to_service_account=args.to_service_account)  # fmt: skip
         state = snapshot.state
         keys = mirror_label_keys(settings.pod_zone_label, pods=state.pods, nodes=state.nodes)
         body = explain(index, policies, query, mirror_keys=keys, where=where).to_dict()

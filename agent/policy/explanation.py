@@ -133,18 +133,28 @@ def _label_key_ok(key: str) -> bool:
     return 0 < len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
 
 
-def parse_side(text: str | None, labels: str | None, *, field: str) -> Side:
-    """`NS/POD`, or `NS` with `labels` (`k=v,...`) for a pod that does not exist yet."""
+def parse_side(
+    text: str | None, labels: str | None, *, field: str, service_account: str | None = None
+) -> Side:
+    """`NS/POD`, or `NS` with `labels` (`k=v,...`, and optionally its service account) for a
+    pod that does not exist yet."""
     if not text:
         raise ExplainError(f"{field}: give NAMESPACE/POD (or NAMESPACE with --{field}-labels)")
     namespace, sep, pod = text.partition("/")
     if not _DNS_LABEL.fullmatch(namespace) or len(namespace) > 63:
         raise ExplainError(f"{field}: {namespace!r} is not a valid namespace name")
+    if service_account is not None and labels is None:
+        raise ExplainError(f"{field}-service-account: only for a pod to be (with "
+                           f"--{field}-labels); an existing pod has its own")  # fmt: skip
     if labels is not None:
         if sep:
             raise ExplainError(f"{field}: with --{field}-labels give the namespace only, not "
                                f"{text!r}")  # fmt: skip
-        return Side(namespace, labels=parse_labels(labels, field=f"{field}-labels"))
+        account = service_account or "default"
+        if not _DNS_SUBDOMAIN.fullmatch(account):
+            raise ExplainError(f"{field}-service-account: {account!r} is not a valid name")
+        return Side(namespace, labels=parse_labels(labels, field=f"{field}-labels"),
+                    service_account=account)
     if not sep or not pod:
         raise ExplainError(f"{field}: expected NAMESPACE/POD, got {text!r}")
     if len(pod) > 253 or not _DNS_SUBDOMAIN.fullmatch(pod):
@@ -175,11 +185,14 @@ def parse_ports(text: str | None) -> PortRange:
 def parse_query(
     *, source: str | None, destination: str | None, port: str | None,
     from_labels: str | None = None, to_labels: str | None = None,
+    from_service_account: str | None = None, to_service_account: str | None = None,
 ) -> ExplainQuery:
     """The query of the CLI flags, the HTTP parameters or the slash command's words."""
     return ExplainQuery(
-        source=parse_side(source, from_labels, field="from"),
-        destination=parse_side(destination, to_labels, field="to"),
+        source=parse_side(source, from_labels, field="from",
+                          service_account=from_service_account),
+        destination=parse_side(destination, to_labels, field="to",
+                               service_account=to_service_account),
         ports=parse_ports(port),
     )  # fmt: skip
 

@@ -24,7 +24,8 @@ from agent.topology.facts import ClusterFacts
 from agent.topology.zones import AUTO, mirror_label_keys
 
 View = Callable[[], tuple[ClusterState, PolicySet, ClusterFacts]]
-PARAMS = ("from", "to", "port", "from_labels", "to_labels")
+PARAMS = ("from", "to", "port", "from_labels", "to_labels", "from_service_account",
+          "to_service_account")
 
 
 def parse_params(params: Mapping[str, str]) -> ExplainQuery:
@@ -35,6 +36,8 @@ def parse_params(params: Mapping[str, str]) -> ExplainQuery:
     return parse_query(
         source=params.get("from"), destination=params.get("to"), port=params.get("port"),
         from_labels=params.get("from_labels"), to_labels=params.get("to_labels"),
+        from_service_account=params.get("from_service_account"),
+        to_service_account=params.get("to_service_account"),
     )  # fmt: skip
 
 

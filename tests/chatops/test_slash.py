@@ -33,6 +33,8 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
         ("explain from ml/w-0 to ml/m-0 port 23456", Verb.EXPLAIN,
          lambda c: (str(c.explain.source), str(c.explain.destination), c.explain.ports)
          == ("ml/w-0", "ml/m-0", PortRange.single(23456))),
+        ("explain from ml from-labels app=x from-sa trainer to ml/m-0 port 1", Verb.EXPLAIN,
+         lambda c: c.explain.source.service_account == "trainer"),
         ("explain to ml/m-0 port 53/udp from ml from-labels app=x,zone=a", Verb.EXPLAIN,
          lambda c: (c.explain.source.labels, c.explain.ports.protocol)
          == ((("app", "x"), ("zone", "a")), Protocol.UDP)),

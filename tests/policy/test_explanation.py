@@ -80,6 +80,11 @@ BAD_QUERIES: dict[str, tuple[dict[str, Any], str]] = {
     "label without =": ({"source": "ml", "from_labels": "a"},
                         "from-labels: expected KEY=VALUE, got 'a'"),
     "bad key": ({"source": "ml", "from_labels": "/a=b"}, "from-labels: '/a' is not a valid label key"),
+    "account of an existing pod": ({"from_service_account": "sa"},
+                                   "from-service-account: only for a pod to be (with "
+                                   "--from-labels); an existing pod has its own"),
+    "bad account": ({"source": "ml", "from_labels": "a=b", "from_service_account": "S A"},
+                    "from-service-account: 'S A' is not a valid name"),
     "long value": ({"source": "ml", "from_labels": "a=" + "x" * 64},
                    f"from-labels: '{'x' * 64}' is not a valid label value (key a)"),
 }
@@ -178,6 +183,20 @@ def test_networkpolicy_policy_types_say_why_a_hop_is_enforced() -> None:
     assert ingress["selected_by"][0]["why"] == \
         "policyTypes does not list Ingress: it does not enforce ingress"
     assert ingress["enforced"] is False and ingress["verdict"] == "allowed"
+
+
+def test_a_pod_to_be_is_judged_by_its_service_account() -> None:
+    by_account = cnp("trainers-only", {
+        "endpointSelector": {"matchLabels": {"role": "master"}},
+        "ingress": [{"fromEndpoints": [{"matchLabels": {
+            "io.cilium.k8s.policy.serviceaccount": "trainer"}}]}]})
+    policies = PolicySet([parse_policy(by_account)], dataplane=CILIUM)
+    for account, allowed in (("trainer", True), (None, False)):
+        query = parse_query(source="ml", from_labels="role=worker", from_service_account=account,
+                            destination="ml/master-0", port="23456")
+        answer = explain(PodIndex(STATE), policies, query).to_dict()
+        assert answer["allowed"] is allowed
+        assert answer["identities"]["from"]["service_account"] == (account or "default")
 
 
 def test_the_matrix_prints_as_the_e2e_truth_table() -> None:

@@ -91,7 +91,7 @@ def test_the_token_is_required_when_set(token_api: httpx.Client) -> None:
 BAD = {
     "unknown parameter": ({**FLOW, "verbose": "1"},
                           "unknown query parameter 'verbose' (known: from, to, port, from_labels, "
-                          "to_labels)"),
+                          "to_labels, from_service_account, to_service_account)"),
     "unknown pod": ({**FLOW, "to": "train/nope"}, "no pod train/nope in the cluster"),
     "bad port": ({**FLOW, "port": "0"}, "port: '0' is not a port (or range) within 1-65535"),
     "bad protocol": ({**FLOW, "port": "80/gre"},
