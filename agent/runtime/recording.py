@@ -197,7 +197,9 @@ class Recorder:
 
     def _fixable(self, finding: Finding, key: JobRef) -> bool:
         """The finding has a fix (a remediable split with a target zone) that the executor's
-        guards would not refuse, judged on the job's cached object and pods."""
+        guards would not refuse, judged on the job's cached object and pods, nor the plan (its
+        preview from the live objects, when previews are on: no room, Kueue on a group's
+        workloads; the API away counts as not fixable, the next re-detection looks again)."""
         if not wanted(finding):
             return False
         obj = self.p.cache.job_object(key)
@@ -207,7 +209,12 @@ class Recorder:
                        busy=False, started_last_hour=0),
             protected_namespaces=self.p.diagnoser.settings.protected_namespaces, max_per_hour=1,
         )  # fmt: skip
-        return clearance.kind is not ClearanceKind.REFUSE
+        if clearance.kind is ClearanceKind.REFUSE:
+            return False
+        if self.previews is None:
+            return True
+        preview = self._preview(finding)  # the plan, from the live objects: still refused?
+        return preview is not None and preview.refusal is None
 
     def record_all(self, findings: list[Finding], *, first_seen: float | None) -> list[Any]:
         """Record findings in order; the outcomes (None where no incident was touched). While a

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
