@@ -16,7 +16,8 @@ the incident and the plan:
   the verdict planned (`SupersededError` otherwise);
 - `guards`: before the first write, every guard again from the live objects and the settings now
   in force (`RefusedError`: protected namespace, Kueue on any object written or their pods, a
-  finished training job: nothing was written, the incident stays open `refused`; `WaitError`: another remediation of the job in flight, the hourly cap).
+  finished training job: nothing was written, the incident stays open `refused`; `WaitError`:
+  another remediation of the job in flight, the hourly cap).
 
 What it does not do: write to the cluster, or record on the incident other than the job uid it
 binds (the caller records the plan it returns).
@@ -204,8 +205,8 @@ class Recheck:
     def guards(self, run: Run, live: LiveObjects) -> None:
         """Right before the first write, every guard again, from the live objects and the
         settings now in force: protected namespace, Kueue on every object written and their
-        pods, a finished Kubeflow job (`RefusedError`: nothing written); another remediation of the job in flight,
-        the hourly cap (`WaitError`: nothing written, a later run tries again)."""
+        pods, a finished Kubeflow job (`RefusedError`: nothing written); another remediation of
+        the job in flight, the hourly cap (`WaitError`: nothing written, a later run tries again)."""
         summary = run.detail.incident
         since = self.clock.now() - timedelta(hours=1)
         started = remediations_started(self.store, cluster=summary.cluster, since=since)

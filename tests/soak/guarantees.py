@@ -404,15 +404,14 @@ NOW_FIXABLE = "the fix can be applied now"  # why a refused incident is left for
 
 
 def closed_by_a_refusal(detail: IncidentDetail) -> bool:
-    """An approved incident that ended `failed` with nothing written and no dry run refused by
-    the API server: a guard or the plan refused its fix, and the refusal closed it."""
+    """An approved incident that ended `failed` with no write recorded (no remediation step that
+    writes, nor the intent of one) and no dry run refused by the API server: a guard or the plan
+    refused its fix, and the refusal closed it."""
     if detail.incident.status is not S.FAILED or valid_approval_at(detail) is None:
         return False
-    for event in detail.events:
-        if event.kind is not EventKind.REMEDIATION_STEP:
-            continue
-        step = str(event.detail.get("step") or "")
-        if step in WRITE_STEPS or (step == "dry_run" and event.detail.get("succeeded") is False):
+    for action in detail.actions:
+        step = str(action.payload.get("step") or "")
+        if step in WRITE_STEPS or (step == "dry_run" and action.succeeded is False):
             return False
     return True
 

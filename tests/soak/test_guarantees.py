@@ -13,9 +13,9 @@ from agent.model.incident import Actor, FindingRecord
 from agent.model.lifecycle import (
     DecisionOutcome,
     DecisionSource,
-    EventKind,
     IncidentStatus,
     MessageKind,
+    RemediationActionKind,
 )
 from agent.remediation.group_steps import RECREATED_ANNOTATION
 from agent.store.repository import IncidentStore
@@ -368,8 +368,8 @@ def test_a_new_incident_for_a_refused_unchanged_split_is_reported(
     else:
         first = incident(store, "soak-0", "a", approver="U1", ends=IncidentStatus.FAILED)
     if case == "written_then_failed":
-        store.add_event(first, EventKind.REMEDIATION_STEP, now=T0 + timedelta(seconds=2),
-                        actor="zonemedic", detail={"step": "suspended", "succeeded": True})
+        store.record_action(first, RemediationActionKind.APPLY, now=T0 + timedelta(seconds=2),
+                            actor="zonemedic", succeeded=None, payload={"step": "suspending"})
     if case in ("refused_then_reopened", "written_then_failed"):
         incident(store, "soak-0", "a", approver=None, at=later)
     elif case == "recreated":
