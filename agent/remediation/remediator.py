@@ -12,9 +12,10 @@ in this order, each step a store action plus its timeline event:
   cases nothing was written. Else
   `approved -> remediating` (one winner among replicas) and the PLAN action records the plan
   (patches, restore patches, diff, utilization before, the gang's size) as JSON.
-- `remediating`: the job's family applies the plan -- a training job
+- `remediating`: the job's family applies the plan -- a Kubeflow training job
   (`agent.remediation.training_steps`: suspend with the new templates, wait for its pods to go,
-  resume) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
+  resume), a TrainJob or JobSet (`agent.remediation.jobset_steps`: suspend, wait for its pods to
+  go, its own runtime patch or the JobSet's templates, resume) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
   recreated) -- after re-checking, right before the first write, that the job is still the one
   planned and every guard holds again (`refused`, `superseded`, or the run waits with nothing
   written: another remediation of the job in flight, the hourly cap), and a server-side dry run
@@ -58,6 +59,7 @@ from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKi
 from agent.model.workload import JobKind
 from agent.remediation.fence import SOLE_WRITER, FenceClosedError, Leadership, open_fence
 from agent.remediation.group_steps import GroupSteps
+from agent.remediation.jobset_steps import JobSetSteps
 from agent.remediation.observe import ClusterReader, Rediagnose, observe_pods
 from agent.remediation.plan import Plan
 from agent.remediation.recheck import Recheck, Scope
@@ -256,6 +258,8 @@ class Remediator:
                                       recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         self.groups = GroupSteps(reader=reader, writer=writer, journal=self.journal,
                                  recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
+        self.jobsets = JobSetSteps(reader=reader, writer=writer, journal=self.journal,
+                                   recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         policy = VerifyPolicy(
             schedule_timeout=settings.schedule_timeout,
             verify_window=settings.verify_window,
@@ -264,9 +268,16 @@ class Remediator:
         self.verification = Verification(reader=reader, diagnose=diagnose, journal=self.journal,
                                          policy=policy, clock=self.clock, prometheus=prometheus)  # fmt: skip
 
-    def _family(self, run: Run) -> TrainingSteps | GroupSteps:
-        """The steps of the run's workload family."""
-        return self.groups if run.ref.kind is JobKind.GROUP else self.training
+    def _family(self, run: Run) -> TrainingSteps | GroupSteps | JobSetSteps:
+        """The steps of the run's workload family (its plan says how its job moves)."""
+        if run.ref.kind is JobKind.GROUP:
+            return self.groups
+        return self.jobsets if JobSetSteps.owns(run) else self.training
+
+    def _resume_as_is(self, run: Run) -> None:
+        """After a failure: resume a training job left suspended, as it is."""
+        self.training.resume_as_is(run)
+        self.jobsets.resume_as_is(run)
 
     def run(self, incident_id: int) -> IncidentStatus:
         """Drive one incident from `approved`, `remediating` or `verifying` to a terminal state
@@ -360,7 +371,7 @@ class Remediator:
         except RefusedError as exc:  # before the first write: nothing written, nothing to resume
             return self.journal.end(run, S.REFUSED, str(exc))
         except FailedError as exc:
-            self.training.resume_as_is(run)
+            self._resume_as_is(run)
             return self.journal.end(run, S.FAILED, str(exc))
         except RollbackError as exc:
             return self._rollback(run, str(exc))
@@ -379,7 +390,7 @@ class Remediator:
         except SupersededError as exc:
             return self.journal.end(run, S.SUPERSEDED, f"{reason}; {exc}")
         except FailedError as exc:
-            self.training.resume_as_is(run)
+            self._resume_as_is(run)
             return self.journal.end(run, S.FAILED, f"{reason}; rollback failed: {exc}")
         said = "; ".join([reason, *notes])
         self.journal.record(run, A.ROLLBACK, Step.ROLLED_BACK,

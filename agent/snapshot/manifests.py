@@ -26,8 +26,9 @@ from agent.model.cluster import (
     Taint,
     TrainingJobObject,
 )
+from agent.model.descriptor import TemplateLayout, dig, env_port
 from agent.model.network import Protocol
-from agent.model.workload import JobKind, TemplateLayout, WorkloadKind, dig, env_port, workload
+from agent.model.workload import JobKind, WorkloadKind, workload
 from agent.parsing.numbers import NumberError, parse_int
 
 _EMPTY: dict[str, Any] = {}

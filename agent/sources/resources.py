@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agent.model.workload import OWNERS, WORKLOADS, JobKind, OwnerKind, WorkloadKind
+from agent.model.descriptor import OwnerKind
+from agent.model.workload import OWNERS, WORKLOADS, JobKind, WorkloadKind
 
 
 class Role(StrEnum):

@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from agent.model.workload import WORKLOADS, TemplateLayout
+from agent.model.descriptor import TemplateLayout
+from agent.model.workload import WORKLOADS
 from agent.sources.resources import Resource, Role
 
 GPU_MARKER = "gpu"
