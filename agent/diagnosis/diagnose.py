@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.diagnosis.impact import estimate_impact
+from agent.diagnosis.kueue import kueue_advice
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
 from agent.diagnosis.reachability import ClassPairs, DeniedPairs, Reachability
 from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
@@ -312,6 +313,9 @@ class _Diagnoser:
         blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces)
         awaits_room = bool(fixing) and not candidates and not blocking
         reasons.extend(blocking)
+        kueue = kueue_advice(job.obj, self.state.kueue)
+        if kueue is not None:
+            reasons.append(kueue.message)
         best = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
         target = best if not blocking else None
         if best is not None and blocking:
@@ -332,6 +336,7 @@ class _Diagnoser:
             impact=impact,
             gpus=dict(sorted(gpus_by_zone.items())),
             awaits_room=awaits_room,
+            kueue=kueue,
         )
 
 

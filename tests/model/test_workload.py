@@ -16,6 +16,9 @@ from agent.model.workload import (
     INITIALIZERS,
     JAX,
     JOBSET,
+    KUEUE,
+    KUEUE_GROUP,
+    KUEUE_KINDS,
     MPI,
     OWNERS,
     PYTORCH,
@@ -26,12 +29,14 @@ from agent.model.workload import (
     WORKLOADS,
     Conditions,
     JobKind,
+    KueueKindName,
     OwnerMove,
     PodCount,
     PodTemplates,
     Suspension,
     dig,
     env_port,
+    kueue_kind_served,
     launched_kind,
     managed_by_paths,
     materialising,
@@ -46,6 +51,7 @@ from agent.model.workload import (
 from agent.twin import crds as twin_crds
 from agent.twin import jobset_children as twin_jobset
 from agent.twin import jobset_gang as twin_gang
+from agent.twin import kueue_labels as twin_kueue
 from agent.twin import trainjob_build as twin_trainer
 from agent.twin.operator_kinds import KINDS as TWIN_TRAINING_KINDS
 from agent.twin.resources import lookup
@@ -310,6 +316,22 @@ def test_jobset_kinds_agree_with_the_twins_api_server_and_controllers(kind: Any)
     assert frozenset(twin_trainer.INITIALIZERS) == INITIALIZERS
 
 
+@pytest.mark.parametrize("kind", KUEUE_KINDS, ids=lambda k: k.kind.value)
+def test_kueue_kinds_agree_with_the_twins_kueue(kind: Any) -> None:
+    served = lookup(kind.plural, group=kind.group)
+    assert (served.kind, served.api_version, served.namespaced) == (
+        kind.kind.value, kind.api_version, kind.namespaced)
+    assert kueue_kind_served(kind.group, kind.versions[0], kind.kind.value) is kind
+    assert kueue_kind_served(kind.group, "v9", kind.kind.value) is None
+
+
+def test_kueue_annotations_agree_with_the_twins_kueue() -> None:
+    assert (KUEUE.queue_label, KUEUE.topology_annotation, KUEUE.preferred_annotation,
+            KUEUE.unconstrained_annotation, KUEUE.group_annotation) == (
+        twin_kueue.QUEUE_LABEL, twin_kueue.REQUIRED_TOPOLOGY, twin_kueue.PREFERRED_TOPOLOGY,
+        twin_kueue.UNCONSTRAINED_TOPOLOGY, twin_kueue.PODSET_GROUP_NAME)
+
+
 def test_own_managers_agree_with_the_twins_controllers() -> None:
     assert JOBSET.suspension.own_managers == {twin_jobset.CONTROLLER_NAME}
     assert TRAINJOB.suspension.own_managers == {twin_crds.TRAINJOB_CONTROLLER}
@@ -327,11 +349,16 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_new_kinds_are_written_only_in_the_table_and_the_twin() -> None:
-    """TrainJob's and JobSet's kind names, plurals, API groups and label domain appear in the
-    product's code (docstrings aside) only here and in the twin: every other layer reads them."""
+    """TrainJob's and JobSet's kind names, plurals, API groups and label domain, and Kueue's
+    kinds' names, plurals and group (but `Workload(s)` and `Topology`/`topologies`, common words) appear in the
+    product's code (docstrings aside) only here and in the twin: every other layer reads them.
+    Kueue's annotation and label names share the group as their domain: `KUEUE` holds them."""
     written = {TRAINJOB.kind.value, TRAINJOB.plural, TRAINJOB.group, JOBSET.kind.value,
                JOBSET.plural, JOBSET.group, JOBSET.labels.job_name.split("/")[0],
-               *(kind for _, kind in TRAINING_RUNTIMES)}
+               *(kind for _, kind in TRAINING_RUNTIMES),
+               KUEUE_GROUP, *(name for k in KUEUE_KINDS
+                              if k.kind not in (KueueKindName.WORKLOAD, KueueKindName.TOPOLOGY)
+                              for name in (k.kind.value, k.plural))}
     root = Path(__file__).resolve().parents[2] / "agent"
     found = [f"{path.relative_to(root)}:{line}: {text!r}"
              for path in sorted(root.rglob("*.py"))
