@@ -5,7 +5,8 @@ is audited by the twin (user, verb, API group, resource, allowed) and compared w
 The run: the full agent (`Agent`, leader election on its Lease in `zonemedic`, watches, sweep, the
 zone-split playbook, the remediation executor, Slack through the fake Slack) on `seed-blocked`,
 approved by a click and remediated to `resolved`; then the generic-group remediation of `lab` with
-a worker Job outside the zone (Deployment rollout, Job recreated) run by the Remediator. Nothing it
+a worker Job outside the zone (Deployment rollout, Job recreated) run by the Remediator; the agent
+on the Kueue scenario (Kueue's objects read, the split job diagnosed through them). Nothing it
 used may be outside the rules (no 403 either), and every (verb, group, resource) the rules grant
 must have been used: a grant nobody uses is a grant to remove."""
 
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from agent.fakes.slack import FakeSlack
+from agent.model.incident import IncidentQuery
 from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
 from agent.model.workload import JobKind
@@ -191,9 +193,26 @@ def kind_run(tmp_path: Path, kind: JobKind) -> list[AuditEntry]:
         store.close()
 
 
+def kueue_run(tmp_path: Path) -> tuple[list[AuditEntry], str]:
+    """The full agent on the Kueue scenario as the ServiceAccount: Kueue's queues, flavors,
+    Topologies and Workloads listed and watched, the split job diagnosed through them."""
+    with FakeSlack(users={"U1": "alice"}) as slack, running_agent(
+        tmp_path, "kueue", slack=slack, rbac=True, leader_election=False
+    ) as rig:
+        store = rig.store
+        wait(lambda: any(i.diagnosis.get("kueue") for i in (
+            store.get_incident(s.id) for s in store.list_incidents(IncidentQuery(limit=5)).incidents
+        )), timeout=60, what="the Kueue job's incident")  # fmt: skip
+    assert rig.access is not None and rig.user is not None
+    return list(rig.access.server.accounting.audited()), rig.user
+
+
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[Triple, bool], set[Triple]]:
     entries, user = agent_run(tmp_path_factory.mktemp("agent"))
+    queued, queued_user = kueue_run(tmp_path_factory.mktemp("kueue"))
+    assert queued_user == user
+    entries += queued
     entries += lab_run(tmp_path_factory.mktemp("lab"))
     for kind in OTHER_KINDS:
         entries += kind_run(tmp_path_factory.mktemp(kind.value), kind)
