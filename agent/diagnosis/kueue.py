@@ -38,6 +38,7 @@ from agent.model.kueue import (
     KueueCause,
     KueueObjects,
     PodSetTopology,
+    wanted_annotations,
 )
 from agent.model.workload import (
     KUEUE,
@@ -51,34 +52,10 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 PROPOSED_TOPOLOGY = "zonemedic-zone"  # the name of a proposed Topology when none fits
 
 
-def group_name(job: TrainingJobObject) -> str:
-    """The `podset-group-name` the fix writes: the job's name (Kueue refuses a number)."""
-    return job.name if not job.name.isdigit() else f"job-{job.name}"
-
-
-def wanted_annotations(job: TrainingJobObject) -> dict[str, dict[str, str | None]]:
-    """Per gang PodSet, the annotations the fix sets (a value) or removes (None): the zone as
-    the required level, the group name when there are exactly two PodSets, no preferred or
-    unconstrained request."""
-    grouped = len(job.pod_sets) == 2
-    out: dict[str, dict[str, str | None]] = {}
-    for replica in job.pod_sets:
-        now = job.topology.get(replica, NO_REQUEST)
-        wanted: dict[str, str | None] = {KUEUE.topology_annotation: ZONE_LABEL}
-        if grouped:
-            wanted[KUEUE.group_annotation] = group_name(job)
-        if now.preferred is not None:
-            wanted[KUEUE.preferred_annotation] = None
-        if now.unconstrained:
-            wanted[KUEUE.unconstrained_annotation] = None
-        out[replica] = wanted
-    return out
-
-
 def annotations_yaml(job: TrainingJobObject) -> str:
     """The job-side change as YAML: a merge patch of the pod templates' annotations (replica
     specs), or the annotations per replicated job (a list a merge patch would replace whole)."""
-    wanted = wanted_annotations(job)
+    wanted = wanted_annotations(job.name, job.pod_sets, job.topology)
     kind = workload(job.kind)
     head = f"# {job.kind.value} {job.namespace}/{job.name}: pod-template annotations for Kueue TAS\n"
     if kind.templates.layout is TemplateLayout.REPLICA_SPECS:

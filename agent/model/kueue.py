@@ -11,10 +11,14 @@ parsing of manifests, no decision, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from agent.model.workload import KUEUE
+
+ZONE_LEVEL = "topology.kubernetes.io/zone"  # the Topology level of zones (nodes' zone label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,3 +209,30 @@ class KueueAdvice:
             "proposal": self.proposal,
             "agent_fixable": self.agent_fixable,
         }
+
+
+def group_name(job: str) -> str:
+    """The `podset-group-name` zonemedic writes for a job: its name (Kueue refuses a number)."""
+    return job if not job.isdigit() else f"job-{job}"
+
+
+def wanted_annotations(
+    job: str, pod_sets: Sequence[str], topology: Mapping[str, PodSetTopology]
+) -> dict[str, dict[str, str | None]]:
+    """Per gang PodSet of the job, the Kueue annotations that keep it in one zone, set (a
+    value) or removed (None): the zone as the required level, the group name when there are
+    exactly two PodSets (Kueue groups two), no preferred or unconstrained request (Kueue admits
+    one topology annotation per template)."""
+    grouped = len(pod_sets) == 2
+    out: dict[str, dict[str, str | None]] = {}
+    for replica in pod_sets:
+        now = topology.get(replica, NO_REQUEST)
+        wanted: dict[str, str | None] = {KUEUE.topology_annotation: ZONE_LEVEL}
+        if grouped:
+            wanted[KUEUE.group_annotation] = group_name(job)
+        if now.preferred is not None:
+            wanted[KUEUE.preferred_annotation] = None
+        if now.unconstrained:
+            wanted[KUEUE.unconstrained_annotation] = None
+        out[replica] = wanted
+    return out

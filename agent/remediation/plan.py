@@ -44,6 +44,9 @@ class TargetAction(StrEnum):
     SUSPEND_RESUME = "suspend_resume"  # a Kubeflow job: templates + suspend, then resume
     ROLLOUT = "rollout"  # a Deployment: template patch, the rollout replaces the pods
     RECREATE = "recreate"  # a batch Job: delete, then create with the patched template
+    # Kueue: the job's Workload deactivated (`spec.active: false`), later deleted to be rebuilt
+    REQUEUE = "requeue"
+    ANNOTATE = "annotate"  # a Kueue job's templates: Kueue's TAS annotations, while Kueue holds it
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,12 @@ class Plan:
     mirror_keys: tuple[str, ...] = ()
     pods: int = 0  # pods the plan (re)creates
     gang: int = 0  # pods the whole job runs once co-located (0: not recorded, see `members`)
+    zones: tuple[str, ...] = ()  # a Kueue plan: the zones Kueue may pick (policies allow them)
+
+    @property
+    def kueue(self) -> bool:
+        """True for a plan that re-places the job through Kueue (a REQUEUE target)."""
+        return any(t.action is TargetAction.REQUEUE for t in self.targets)
 
     @property
     def kubeflow(self) -> bool:
@@ -173,6 +182,7 @@ class Plan:
             "mirror_keys": list(self.mirror_keys),
             "pods": self.pods,
             "gang": self.gang,
+            "zones": list(self.zones),
         }  # fmt: skip
 
     @classmethod
@@ -187,6 +197,7 @@ class Plan:
             mirror_keys=tuple(data.get("mirror_keys") or ()),
             pods=int(data.get("pods") or 0),
             gang=int(data.get("gang") or 0),
+            zones=tuple(data.get("zones") or ()),
         )
 
 
@@ -233,6 +244,12 @@ def render_diff(targets: Sequence[Target]) -> str:
             TargetAction.SUSPEND_RESUME: "suspend, patch the templates, resume (pods restart together)",
             TargetAction.ROLLOUT: "patch the template (a rollout replaces its pods)",
             TargetAction.RECREATE: "delete and recreate (its template is immutable)",
+            TargetAction.REQUEUE: ("spec.active: false (Kueue evicts it and suspends the job), "
+                                   "then deleted once the job is annotated: Kueue rebuilds it and "
+                                   "re-queues the job (it may wait for quota)"),
+            TargetAction.ANNOTATE: ("annotate the templates for Kueue Topology Aware Scheduling "
+                                    "while Kueue holds the job suspended (no suspend, no "
+                                    "nodeSelector of zonemedic's)"),
         }[target.action]
         if target.action is TargetAction.RECREATE and not target.changes:
             how = "delete and recreate as it is (it finished or lost its pods; the gang needs them)"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.diagnosis.kueue import kueue_advice, wanted_annotations
+from agent.diagnosis.kueue import kueue_advice
 from agent.model.cluster import ZONE_LABEL, TrainingJobObject
 from agent.model.kueue import (
     ClusterQueue,
@@ -20,6 +20,7 @@ from agent.model.kueue import (
     LocalQueue,
     PodSetAssignment,
     PodSetTopology,
+    wanted_annotations,
 )
 from agent.model.workload import KUEUE, JobKind
 
@@ -134,6 +135,5 @@ def test_the_job_side_proposal_is_a_merge_patch_of_the_templates() -> None:
 
 @pytest.mark.parametrize(("name", "group"), [("llm", "llm"), ("42", "job-42")])
 def test_the_group_name_is_never_a_number(name: str, group: str) -> None:
-    obj = TrainingJobObject(kind=JobKind.PYTORCH, namespace="ml", name=name,
-                            pod_sets=("Master", "Worker"))  # fmt: skip
-    assert {a[KUEUE.group_annotation] for a in wanted_annotations(obj).values()} == {group}
+    wanted = wanted_annotations(name, ("Master", "Worker"), {})
+    assert {a[KUEUE.group_annotation] for a in wanted.values()} == {group}
