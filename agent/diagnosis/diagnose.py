@@ -315,7 +315,17 @@ class _Diagnoser:
         reasons.extend(blocking)
         kueue = kueue_advice(job.obj, self.state.kueue)
         if kueue is not None:
+            blocked = None
+            if not fixing:
+                blocked = ("no zone where the policies allow every required flow: fix the "
+                           "policies before re-placing the job through Kueue")
+            elif not candidates:
+                blocked = (f"no zone the policies allow ({', '.join(fixing)}) has {need} free "
+                           "GPUs for the whole job")
+            kueue = replace(kueue, zones=tuple(candidates), blocked=blocked)
             reasons.append(kueue.message)
+            if blocked is not None:
+                reasons.append(blocked)
         best = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
         target = best if not blocking else None
         if best is not None and blocking:

@@ -187,7 +187,9 @@ class KueueAdvice:
     ClusterQueue, Workload and flavor, in words (`message`), and the Kueue configuration to add
     as YAML (`proposal`: the Topology and ResourceFlavor when TAS is not configured, else the
     pod-template annotations). `agent_fixable`: the change is the job's own annotations and
-    TAS is configured, so zonemedic's Kueue fix can apply it on approval."""
+    TAS is configured, so zonemedic's Kueue fix can apply it on approval. `zones`: the zones
+    where the co-located job's required flows are all allowed and its GPUs fit (where Kueue's
+    zone-level placement must land for the fix to hold); `blocked`: why none is, if so."""
 
     cause: KueueCause
     queue: str
@@ -197,6 +199,8 @@ class KueueAdvice:
     workload: str | None = None
     flavor: str | None = None
     agent_fixable: bool = False
+    zones: tuple[str, ...] = ()
+    blocked: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -208,6 +212,8 @@ class KueueAdvice:
             "message": self.message,
             "proposal": self.proposal,
             "agent_fixable": self.agent_fixable,
+            "zones": list(self.zones),
+            "blocked": self.blocked,
         }
 
 

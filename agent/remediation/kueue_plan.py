@@ -33,7 +33,13 @@ from typing import Any
 from agent.model.cluster import GPU_RESOURCE
 from agent.model.finding import Finding
 from agent.model.kueue import KueueObjects, PodSetTopology, wanted_annotations
-from agent.model.workload import KUEUE, KUEUE_WORKLOAD, TemplateLayout, workload
+from agent.model.workload import (
+    KUEUE,
+    KUEUE_CLUSTER_QUEUE,
+    KUEUE_WORKLOAD,
+    TemplateLayout,
+    workload,
+)
 from agent.remediation.plan import (
     LiveObjects,
     Plan,
@@ -46,6 +52,8 @@ from agent.remediation.plan import (
 from agent.remediation.template import PlanRefusedError, TemplateChange, meta_of
 from agent.snapshot.kueue import parse_workload
 from agent.snapshot.manifests import ManifestError, parse_training_job
+
+_CQ = KUEUE_CLUSTER_QUEUE.kind.value
 
 
 def _pod_set_annotations(wl: Mapping[str, Any]) -> dict[str, Mapping[str, str]]:
@@ -78,10 +86,10 @@ def _cluster_queue_room(
         return None
     quota = queue.quota(flavor, GPU_RESOURCE)
     if quota is None:
-        return f"ClusterQueue {queue.name} has no {GPU_RESOURCE} quota for flavor {flavor}"
+        return f"{_CQ} {queue.name} has no {GPU_RESOURCE} quota for flavor {flavor}"
     free = quota.nominal - max(quota.reserved - need, 0.0)
     if free < need:
-        return (f"no room in ClusterQueue {queue.name}: the job needs {need} {GPU_RESOURCE} of "
+        return (f"no room in {_CQ} {queue.name}: the job needs {need} {GPU_RESOURCE} of "
                 f"flavor {flavor}, {free:g} of its {quota.nominal:g} would be free")  # fmt: skip
     return None
 

@@ -49,6 +49,8 @@ def test_a_split_kueue_job_says_why_and_proposes_the_kueue_configuration(
             cause, "user-queue", "cluster-queue")
         assert str(advice["workload"]).startswith("pytorchjob-llm-finetune-")
         assert diagnosis["remediable"] is False
+        # the zone Kueue's zone-level placement must land in: the GPUs are only in us-east-1a
+        assert (advice["zones"], advice["blocked"]) == (["us-east-1a"], None)
         docs = list(yaml.safe_load_all(advice["proposal"]))
         assert [d.get("kind", "PyTorchJob patch") for d in docs] == kinds
         patch = docs[-1]["spec"]["pytorchReplicaSpecs"]
