@@ -310,10 +310,12 @@ class _Diagnoser:
         elif not candidates:
             room = ", ".join(f"{z}: {free.get(z, 0)}" for z in fixing)
             reasons.append(f"no zone has {need} free GPUs for the job (free: {room})")
-        blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces)
+        kueue = kueue_advice(job.obj, self.state.kueue)
+        through_kueue = kueue is not None and kueue.agent_fixable
+        blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces,
+                                    through_kueue=through_kueue)  # fmt: skip
         awaits_room = bool(fixing) and not candidates and not blocking
         reasons.extend(blocking)
-        kueue = kueue_advice(job.obj, self.state.kueue)
         if kueue is not None:
             blocked = None
             if not fixing:

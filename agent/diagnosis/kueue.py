@@ -33,6 +33,7 @@ import yaml
 
 from agent.model.cluster import ZONE_LABEL, TrainingJobObject
 from agent.model.kueue import (
+    HOSTNAME_LEVEL,
     NO_REQUEST,
     KueueAdvice,
     KueueCause,
@@ -48,7 +49,6 @@ from agent.model.workload import (
     workload,
 )
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 PROPOSED_TOPOLOGY = "zonemedic-zone"  # the name of a proposed Topology when none fits
 
 
@@ -95,7 +95,7 @@ def configuration_yaml(objects: KueueObjects, flavors: Sequence[str]) -> str:
         docs.append({"apiVersion": KUEUE_TOPOLOGY.api_version, "kind": KUEUE_TOPOLOGY.kind.value,
                      "metadata": {"name": name},
                      "spec": {"levels": [{"nodeLabel": ZONE_LABEL},
-                                         {"nodeLabel": HOSTNAME_LABEL}]}})  # fmt: skip
+                                         {"nodeLabel": HOSTNAME_LEVEL}]}})  # fmt: skip
     for flavor in flavors or ("default-flavor",):
         found = objects.flavors.get(flavor)
         spec: dict[str, Any] = {}

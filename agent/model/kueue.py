@@ -19,6 +19,9 @@ from typing import Any
 from agent.model.workload import KUEUE
 
 ZONE_LEVEL = "topology.kubernetes.io/zone"  # the Topology level of zones (nodes' zone label)
+# the Topology level of nodes: when it is a Topology's lowest level, Kueue records a topology
+# assignment at that level only (its domains name nodes, not zones)
+HOSTNAME_LEVEL = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True, slots=True)

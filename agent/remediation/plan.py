@@ -28,6 +28,7 @@ from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
 from agent.model.job import JobRef
+from agent.model.kueue import NO_KUEUE, KueueObjects
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind, workload
 from agent.remediation.room import node_labels
@@ -220,7 +221,8 @@ class LiveObjects:
     Deployments, ReplicaSets and batch Jobs of its namespace. `pods`: the job's pods. `nodes`:
     every node. `bound_pods`: live pods bound to the target zone's nodes (any namespace), for the
     room check. `finished_pods`: for a group, its members that finished (Succeeded or Failed):
-    how a worker Job that gave up is found.
+    how a worker Job that gave up is found. `queued`, `kueue`: for a Kueue job, its Workload
+    and the cluster's Kueue objects.
     """
 
     job: Mapping[str, Any] | None
@@ -229,6 +231,8 @@ class LiveObjects:
     bound_pods: Sequence[Mapping[str, Any]]
     workloads: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     finished_pods: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    queued: Mapping[str, Any] | None = None  # a Kueue job: its Workload
+    kueue: KueueObjects = NO_KUEUE  # a Kueue job: the cluster's Kueue objects (its quota)
 
 
 # ------------------------------------------------------------------------------------------------

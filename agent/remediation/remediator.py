@@ -13,8 +13,10 @@ in this order, each step a store action plus its timeline event:
   (patches, restore patches, diff, utilization before, the gang's size) as JSON.
 - `remediating`: the job's family applies the plan -- a training job
   (`agent.remediation.training_steps`: suspend with the new templates, wait for its pods to go,
-  resume) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
-  recreated) -- after re-checking, right before the first write, that the job is still the one
+  resume), a Kueue job (`agent.remediation.kueue_steps`: its Workload deactivated, its templates
+  annotated for Kueue's zone-level placement, the Workload deleted so Kueue re-queues the job,
+  admitted in one allowed zone) or a generic group (`agent.remediation.group_steps`: Deployment
+  rollouts, batch Jobs recreated) -- after re-checking, right before the first write, that the job is still the one
   planned and every guard holds again (`failed`, `superseded`, or the run waits with nothing
   written: another remediation of the job in flight, the hourly cap), and a server-side dry run
   of every write (a refusal ends `failed` with nothing written). Then every pod bound, all in the
@@ -57,6 +59,7 @@ from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKi
 from agent.model.workload import JobKind
 from agent.remediation.fence import SOLE_WRITER, FenceClosedError, Leadership, open_fence
 from agent.remediation.group_steps import GroupSteps
+from agent.remediation.kueue_steps import KueueSteps
 from agent.remediation.observe import ClusterReader, Rediagnose, observe_pods
 from agent.remediation.plan import Plan
 from agent.remediation.recheck import Recheck, Scope
@@ -149,6 +152,13 @@ class Verification:
     def _expected(self, run: Run) -> int:
         return run.planned().members
 
+    def _zone(self, run: Run) -> str:
+        """Where the pods must land: the zone Kueue admitted a Kueue plan's job in (one the
+        policies allow), else the plan's target zone."""
+        admitted = run.step(Step.ADMITTED)
+        zone = admitted.payload.get("zone") if admitted is not None else None
+        return str(zone) if zone else run.planned().target_zone
+
     def wait_bound(self, run: Run) -> None:
         """Step 5b: every pod bound, all in the target zone, within `schedule_timeout`."""
         if run.has(Step.BOUND):
@@ -158,7 +168,7 @@ class Verification:
         while True:
             nodes = self.reader.nodes()
             pods = observe_pods(self._job_pods(run), nodes)
-            obs = Observation(target_zone=run.plan.target_zone, expected_pods=self._expected(run),
+            obs = Observation(target_zone=self._zone(run), expected_pods=self._expected(run),
                               pods=pods)  # fmt: skip
             verdict = judge_placement(obs, self.policy, elapsed=self.journal.since(resumed))
             if verdict.outcome is Outcome.VERIFIED:
@@ -188,7 +198,7 @@ class Verification:
             after, baseline = self.utilization(run, since=since)
             finding = rediagnosis.finding
             obs = Observation(
-                target_zone=run.plan.target_zone, expected_pods=self._expected(run), pods=pods,
+                target_zone=self._zone(run), expected_pods=self._expected(run), pods=pods,
                 verdict=finding.verdict if finding is not None else None,
                 denied_flows=finding.denied_flows_total if finding is not None else 0,
                 metrics=self._metrics(run.ref), utilization_before=run.before,
@@ -254,6 +264,8 @@ class Remediator:
                                       recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         self.groups = GroupSteps(reader=reader, writer=writer, journal=self.journal,
                                  recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
+        self.kueue = KueueSteps(reader=reader, writer=writer, journal=self.journal,
+                                recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         policy = VerifyPolicy(
             schedule_timeout=settings.schedule_timeout,
             verify_window=settings.verify_window,
@@ -262,9 +274,15 @@ class Remediator:
         self.verification = Verification(reader=reader, diagnose=diagnose, journal=self.journal,
                                          policy=policy, clock=self.clock, prometheus=prometheus)  # fmt: skip
 
-    def _family(self, run: Run) -> TrainingSteps | GroupSteps:
-        """The steps of the run's workload family."""
+    def _family(self, run: Run) -> TrainingSteps | GroupSteps | KueueSteps:
+        """The steps of the run's workload family (a Kueue plan: re-queued through Kueue)."""
+        if run.plan is not None and run.plan.kueue:
+            return self.kueue
         return self.groups if run.ref.kind is JobKind.GROUP else self.training
+
+    def _resume_as_is(self, run: Run) -> None:
+        self.training.resume_as_is(run)
+        self.kueue.resume_as_is(run)
 
     def run(self, incident_id: int) -> IncidentStatus:
         """Drive one incident from `approved`, `remediating` or `verifying` to a terminal state
@@ -353,7 +371,7 @@ class Remediator:
         except SupersededError as exc:
             return self.journal.end(run, S.SUPERSEDED, str(exc))
         except FailedError as exc:
-            self.training.resume_as_is(run)
+            self._resume_as_is(run)
             return self.journal.end(run, S.FAILED, str(exc))
         except RollbackError as exc:
             return self._rollback(run, str(exc))
@@ -372,7 +390,7 @@ class Remediator:
         except SupersededError as exc:
             return self.journal.end(run, S.SUPERSEDED, f"{reason}; {exc}")
         except FailedError as exc:
-            self.training.resume_as_is(run)
+            self._resume_as_is(run)
             return self.journal.end(run, S.FAILED, f"{reason}; rollback failed: {exc}")
         said = "; ".join([reason, *notes])
         self.journal.record(run, A.ROLLBACK, Step.ROLLED_BACK,

@@ -6,7 +6,8 @@ The run: the full agent (`Agent`, leader election on its Lease in `zonemedic`, w
 zone-split playbook, the remediation executor, Slack through the fake Slack) on `seed-blocked`,
 approved by a click and remediated to `resolved`; then the generic-group remediation of `lab` with
 a worker Job outside the zone (Deployment rollout, Job recreated) run by the Remediator; the agent
-on the Kueue scenario (Kueue's objects read, the split job diagnosed through them). Nothing it
+on the Kueue scenario (Kueue's objects read, the split job diagnosed through them) and that job
+re-placed through Kueue by the Remediator (its Workload read, deactivated, deleted). Nothing it
 used may be outside the rules (no 403 either), and every (verb, group, resource) the rules grant
 must have been used: a grant nobody uses is a grant to remove."""
 
@@ -207,12 +208,29 @@ def kueue_run(tmp_path: Path) -> tuple[list[AuditEntry], str]:
     return list(rig.access.server.accounting.audited()), rig.user
 
 
+def kueue_fix_run(tmp_path: Path) -> list[AuditEntry]:
+    """The Kueue job of the Kueue scenario re-placed through Kueue by the Remediator as the
+    ServiceAccount (its Workload read, deactivated and deleted, the job's templates annotated)."""
+    store, _ = new_store(migrated_template(tmp_path), tmp_path)
+    try:
+        with running_lab(tmp_path, "kueue", rbac=True) as lab:
+            ref = JobRef(JobKind.PYTORCH, "ml", "llm-finetune")
+            incident_id = approved_incident(lab, store, ref=ref)
+            status = lab.remediator(store).run(incident_id)
+            assert status is IncidentStatus.RESOLVED
+            assert lab.cluster.api is not None
+            return list(lab.cluster.api.accounting.audited())
+    finally:
+        store.close()
+
+
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[Triple, bool], set[Triple]]:
     entries, user = agent_run(tmp_path_factory.mktemp("agent"))
     queued, queued_user = kueue_run(tmp_path_factory.mktemp("kueue"))
     assert queued_user == user
     entries += queued
+    entries += kueue_fix_run(tmp_path_factory.mktemp("kueue-fix"))
     entries += lab_run(tmp_path_factory.mktemp("lab"))
     for kind in OTHER_KINDS:
         entries += kind_run(tmp_path_factory.mktemp(kind.value), kind)
