@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.model.workload import KUBEFLOW_GROUP, OWNERS, WORKLOADS, OwnerMove
+from agent.model.descriptor import OwnerMove
+from agent.model.workload import OWNERS, WORKLOADS
 from agent.settings import Settings, build
 from tests.support import image
 
@@ -48,10 +49,10 @@ def test_overlay_renders_with_the_agent_and_its_config(overlay: str) -> None:
     assert deployment["metadata"]["namespace"] == settings.leader_election.namespace
 
 
-# every Kubeflow training kind of the workload table: read, and patched to suspend and resume;
-# TrainJobs and JobSets are watched (their remediation grants its own verbs when it lands)
-TRAINING = tuple((w.group, w.plural) for w in WORKLOADS if w.group == KUBEFLOW_GROUP)
-WATCHED_JOBS = tuple((w.group, w.plural) for w in WORKLOADS if w.group != KUBEFLOW_GROUP)
+# every training kind of the workload table (Kubeflow's, TrainJob, JobSet): read, and patched to
+# suspend, correct and resume
+TRAINING = tuple((w.group, w.plural) for w in WORKLOADS)
+TRAINJOB_CRD = ("apiextensions.k8s.io", "customresourcedefinitions")  # read by name only
 READ = ("get", "list", "watch")
 WATCH = ("list", "watch")  # what the cache needs; no single reads
 # a generic group's owner kinds: watched; read, patched (rollout) or recreated when they move
@@ -210,7 +211,8 @@ AGENT_USES = [
     # Cilium's identity label filter, by name only
     *[(verb, "", "configmaps", "kube-system", "cilium-config") for verb in READ],
     *[(verb, group, plural, "ml", "") for verb in (*READ, "patch") for group, plural in TRAINING],
-    *[(verb, group, plural, "ml", "") for verb in WATCH for group, plural in WATCHED_JOBS],
+    # which override field the installed Kubeflow Trainer serves
+    ("get", *TRAINJOB_CRD, "", "trainjobs.trainer.kubeflow.org"),
     *[(verb, o.group, o.plural, "ml", "") for o in OWNERS for verb in OWNER_VERBS[o.move]],
     # its own Lease
     ("get", "coordination.k8s.io", "leases", "zonemedic", "zonemedic-leader"),
@@ -232,6 +234,10 @@ AGENT_NEVER = [
     ("patch", "", "nodes", "", "node-1"),
     ("patch", "", "pods", "ml", "resnet-worker-0"),
     ("patch", "", "events", "ml", "e"),
+    ("list", *TRAINJOB_CRD, "", ""),
+    ("get", *TRAINJOB_CRD, "", "jobsets.jobset.x-k8s.io"),
+    ("delete", "trainer.kubeflow.org", "trainjobs", "ml", "llm"),
+    ("update", "jobset.x-k8s.io", "jobsets", "ml", "llm"),
     ("delete", "kubeflow.org", "pytorchjobs", "ml", "resnet"),
     ("create", "kubeflow.org", "pytorchjobs", "ml", ""),
     ("update", "kubeflow.org", "pytorchjobs", "ml", "resnet"),

@@ -414,6 +414,8 @@ _STEP_WORDS = {
     "suspending": "Suspending the job with the co-location patch",
     "suspended": "Job suspended with the co-location patch",
     "pods_gone": "Old pods gone",
+    "patching": "Applying the co-location patch",
+    "patched": "Co-location patch applied",
     "resumed": "Job resumed",
     "rolling_out": "Patching the Deployment's template",
     "rolled_out": "Deployment rolled out",
@@ -432,6 +434,10 @@ _STEP_WORDS = {
 # A generic group (Deployments and batch Jobs) records `resumed` once every workload outside the
 # zone moved: no Job was suspended, so no Job resumes.
 _GROUP_STEP_WORDS = {"resumed": "Workloads moved"}
+# A TrainJob or a JobSet is suspended first and patched once its pods are gone (the JobSet refuses
+# the templates' change before).
+_SUSPEND_FIRST_KINDS = frozenset({JobKind.TRAINJOB.value, JobKind.JOBSET.value})
+_SUSPEND_FIRST_STEP_WORDS = {"suspending": "Suspending the job", "suspended": "Job suspended"}
 _FAILED_WORDS = {"dry_run": "Dry run"}
 
 
@@ -467,6 +473,8 @@ def thread_update(event: TimelineEvent) -> Rendered | None:
         words = _STEP_WORDS.get(step, step.replace("_", " ").capitalize())
         if d.get("job_kind") == JobKind.GROUP.value:
             words = _GROUP_STEP_WORDS.get(step, words)
+        elif d.get("job_kind") in _SUSPEND_FIRST_KINDS:
+            words = _SUSPEND_FIRST_STEP_WORDS.get(step, words)
         zone = d.get("zone") or d.get("target_zone")
         if step in ("bound", "colocated", "co_located"):
             words = f"Pods co-located in zone {zone}" if zone else "Pods co-located"

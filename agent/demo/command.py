@@ -1,4 +1,4 @@
-"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab] [--interactive] [--output json]`.
+"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab|trainjob|trainjob-mpi] [--interactive] [--output json]`.
 
 Registered by `agent.cli` (offered only where the cluster twin is installed). Runs the story of
 `agent.demo.story` once: everything on 127.0.0.1, in one temporary directory, stopped and removed
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from agent.demo.story import Summary
 
-SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi")
 
 
 def register(subparsers: Any) -> None:
@@ -39,8 +39,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--scenario", choices=SCENARIOS, default="seed-degraded",
                         help="seed-degraded (slow, ~40%% GPU utilization), seed-blocked (a "
-                        "policy blocks the job), lab (a Deployment + batch Job group); "
-                        "default: %(default)s")
+                        "policy blocks the job), lab (a Deployment + batch Job group), trainjob "
+                        "(a Kubeflow Trainer v2 torch TrainJob split across two GPU zones), "
+                        "trainjob-mpi (an MPI TrainJob whose CPU-only launcher is blocked from "
+                        "its GPU nodes); default: %(default)s")
     parser.add_argument("--interactive", action="store_true",
                         help="ask at the terminal before approving (approve, reject or snooze)")
     parser.add_argument("--output", choices=("text", "json"), default="text",

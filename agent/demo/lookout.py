@@ -53,8 +53,12 @@ class Lookout:
         return dict(counts)
 
     def pods_settled(self) -> list[dict[str, Any]] | None:
-        """The target's live pods once there are some and every one is bound to a node."""
+        """The target's live pods once there are some, as many as its gang counts (when its kind
+        counts them), and every one is bound to a node."""
         pods = self.stage.target_pods()
+        expected = self.stage.expected_pods()
+        if expected is not None and len(pods) < expected:
+            return None
         if pods and all((p.get("spec") or {}).get("nodeName") for p in pods):
             return pods
         return None

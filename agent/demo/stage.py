@@ -48,7 +48,7 @@ from agent.twin.groups import TrainingGroup
 from agent.twin.resources import lookup
 from agent.twin.scenario import ZONE_LABEL, Scenario, load_scenario
 
-SCENARIOS = ("seed-degraded", "seed-blocked", "lab")
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi")
 WORKLOAD_KINDS = frozenset({*(w.kind.value for w in WORKLOADS), DEPLOYMENT.kind, BATCH_JOB.kind})
 CHANNEL = "#ml-infra"
 APPROVER = "U0DEMO"
@@ -89,7 +89,8 @@ class Target:
 
 
 def story_target(scenario: Scenario) -> Target:
-    """The scenario's first Kubeflow job, else its first generic group."""
+    """The scenario's first training job (a Kubeflow job, a TrainJob: its pods carry its kind's
+    job-name label), else its first generic group."""
     for obj in scenario.objects:
         found = workload_named(str(obj.get("kind")))
         if found is not None:
@@ -234,12 +235,33 @@ class Stage:
         return self.agent.url + EVENTS_PATH
 
     def target_pods(self) -> list[dict[str, Any]]:
-        """The live pods of the target (not being deleted), from the twin's store."""
+        """The live pods of the target's gang (not being deleted, not finished, not of a replica
+        outside the gang: a TrainJob's dataset initializer), from the twin's store."""
         assert self.cluster is not None
         selector = ",".join(f"{k}={v}" for k, v in self.target.pod_labels.items())
         pods = self.cluster.store.list(PODS, namespace=self.target.namespace,
                                        label_selector=selector)[0]
-        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        kind = workload_named(self.target.kind)
+        outside = kind.templates.outside if kind is not None else frozenset()
+        replica = kind.labels.replica_type if kind is not None else ""
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                and (p["metadata"].get("labels") or {}).get(replica) not in outside]
+
+    def expected_pods(self) -> int | None:
+        """The pods of the target's gang once all are up, as its kind counts them (a TrainJob on
+        its JobSet, an MPI launcher that starts after the nodes included); None when unknown (a
+        generic group, an object not created yet)."""
+        assert self.cluster is not None
+        kind = workload_named(self.target.kind)
+        if kind is None:
+            return None
+        holder = workload_named(kind.materialised.value) if kind.materialised is not None else kind
+        assert holder is not None
+        found = self.cluster.store.list(lookup(holder.plural, group=holder.group),
+                                        namespace=self.target.namespace)[0]
+        obj = next((o for o in found if o["metadata"].get("name") == self.target.name), None)
+        return kind.templates.expected_pods(obj) if obj is not None else None
 
     def zone_of_node(self, node: str) -> str | None:
         assert self.cluster is not None

@@ -58,6 +58,7 @@ from agent.model.lifecycle import IncidentStatus
 from agent.model.stored import StoredWaste
 from agent.model.verdict import Verdict
 from agent.model.waste import EgressBasis
+from agent.model.workload import JOBSET, TRAINJOB
 
 T = TypeVar("T")
 S = IncidentStatus
@@ -66,6 +67,9 @@ ENDED = frozenset({S.RESOLVED, S.FAILED, S.ROLLED_BACK, S.REJECTED, S.EXPIRED, S
 DECLINED = {S.REJECTED: "Rejected", S.SNOOZED: "Snoozed"}  # decisions that leave the job split
 APPLIED_STEPS = frozenset({"suspended", "rolled_out", "job_deleted"})
 RESTARTED_STEPS = frozenset({"resumed"})  # a group: every workload moved
+# kinds suspended first and patched once their pods are gone (the JobSet refuses the templates'
+# change before)
+SUSPEND_FIRST = frozenset({TRAINJOB.kind.value, JOBSET.kind.value})
 SETTLE_SAMPLES = 3
 SETTLE_SPREAD = 5.0  # percentage points between the settled samples
 MIN_SAMPLES = 5  # scrapes looked at before and after the fix (a chart a person can read)
@@ -368,6 +372,9 @@ class Story:
     def _applied_words(self) -> str:
         if self.stage.target.kind == "group":
             return "the coordinator's Deployment patched (zone pin, toleration, zone label)"
+        if self.stage.target.kind in SUSPEND_FIRST:
+            return ("suspended; the co-location patch (zone pin, toleration) goes in once its "
+                    "pods are gone")  # fmt: skip
         return "suspended with the co-location patch (zone pin, toleration)"
 
 

@@ -19,8 +19,9 @@ that applies:
 For 2-5 the proposal is the annotations to add to every gang pod template: the zone as the
 required level, one group name when the job has two PodSets (Kueue groups exactly two), the
 preferred and unconstrained annotations removed (Kueue admits one topology annotation per
-template). Those the Kueue fix can apply on approval (`agent_fixable`); a job of more than two
-PodSets cannot be grouped and is not. A split job whose requests are already zone-level and
+template). Those the Kueue fix can apply on approval (`agent_fixable`) for a Kubeflow job (replica
+specs); a job of more than two PodSets cannot be grouped and is not, nor (not yet) a TrainJob or a
+JobSet: for those the proposal is advice only. A split job whose requests are already zone-level and
 grouped gets no advice (something else split it). Pure: nothing is written.
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 import yaml
 
 from agent.model.cluster import ZONE_LABEL, TrainingJobObject
+from agent.model.descriptor import TemplateLayout
 from agent.model.kueue import (
     HOSTNAME_LEVEL,
     NO_REQUEST,
@@ -45,7 +47,6 @@ from agent.model.workload import (
     KUEUE,
     KUEUE_RESOURCE_FLAVOR,
     KUEUE_TOPOLOGY,
-    TemplateLayout,
     workload,
 )
 
@@ -167,8 +168,12 @@ def kueue_advice(job: TrainingJobObject | None, objects: KueueObjects) -> KueueA
     if found is None:
         return None
     cause, why = found
-    fixable = 0 < len(job.pod_sets) <= 2
-    if not fixable:
+    replica_specs = workload(job.kind).templates.layout is TemplateLayout.REPLICA_SPECS
+    fixable = replica_specs and 0 < len(job.pod_sets) <= 2
+    if not replica_specs:
+        why += (f"; zonemedic re-places only Kubeflow jobs through Kueue: add the annotations "
+                f"to the {job.kind.value}'s templates (a TrainJob: its runtime patch)")
+    elif not fixable:
         why += (f"; with {len(job.pod_sets)} PodSets they cannot be grouped "
                 f"({KUEUE.group_annotation} groups exactly two): change the job's layout")
     return KueueAdvice(cause=cause, queue=queue, cluster_queue=cluster_queue, workload=wl_name,

@@ -23,8 +23,9 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.model.descriptor import OwnerMove
 from agent.model.finding import Finding
-from agent.model.workload import BATCH_JOB, OwnerMove, owner_kind
+from agent.model.workload import BATCH_JOB, owner_kind
 from agent.remediation.guard import kueue_reason
 from agent.remediation.plan import (
     LiveObjects,

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from agent.model.workload import KUEUE, dig, managed_by_paths, own_managers
+from agent.model.descriptor import dig
+from agent.model.workload import KUEUE, managed_by_paths, own_managers
 
 KUEUE_QUEUE = KUEUE.queue_label
 KUEUE_MANAGED = KUEUE.managed_label

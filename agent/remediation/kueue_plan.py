@@ -31,13 +31,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.model.cluster import GPU_RESOURCE
+from agent.model.descriptor import TemplateLayout
 from agent.model.finding import Finding
 from agent.model.kueue import KueueObjects, PodSetTopology, wanted_annotations
 from agent.model.workload import (
     KUEUE,
     KUEUE_CLUSTER_QUEUE,
     KUEUE_WORKLOAD,
-    TemplateLayout,
     workload,
 )
 from agent.remediation.plan import (

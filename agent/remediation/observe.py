@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
+from agent.model.descriptor import TemplateLayout
 from agent.model.finding import Finding
 from agent.model.job import JobRef
 from agent.model.kueue import NO_KUEUE, KueueObjects
-from agent.model.workload import KUEUE_WORKLOAD, OWNERS, JobKind, workload
+from agent.model.workload import BATCH_JOB, KUEUE_WORKLOAD, OWNERS, JobKind, workload
 from agent.remediation.plan import LiveObjects
+from agent.remediation.trainer_release import TRAINJOB_CRD, TrainerOverrides, served_overrides
 from agent.remediation.verify import PodObservation
 from agent.sources.kubeapi import KubeApi, KubeApiError
 
@@ -99,6 +101,31 @@ class ClusterReader:
                 return found
         return None
 
+    def materialised(self, ref: JobRef) -> Obj | None:
+        """The object a kind's controller materialises the job as (a TrainJob's JobSet: same
+        name and namespace), None when the kind has none or it does not exist."""
+        found = workload(ref.kind).materialised
+        if found is None:
+            return None
+        return self.job(JobRef(found, ref.namespace, ref.name))
+
+    def trainer_overrides(self) -> TrainerOverrides:
+        """What the installed Kubeflow Trainer serves, from the TrainJob CRD the API server
+        serves (`agent.remediation.trainer_release`)."""
+        return served_overrides(self._get(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{TRAINJOB_CRD}"))
+
+    def child_jobs(self, ref: JobRef) -> list[Obj]:
+        """The batch Jobs carrying the job's name label (a JobSet's, or a TrainJob's JobSet's,
+        child Jobs), kind and apiVersion set."""
+        label = workload(ref.kind).labels.job_name
+        items = self._list(f"/apis/{BATCH_JOB.api_version}/namespaces/{ref.namespace}/{BATCH_JOB.plural}",
+                           [("labelSelector", f"{label}={ref.name}")])  # fmt: skip
+        for item in items:
+            item.setdefault("apiVersion", BATCH_JOB.api_version)
+            item.setdefault("kind", BATCH_JOB.kind)
+        return items
+
     def object(self, *, api_version: str, plural: str, namespace: str, name: str) -> Obj | None:
         base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         return self._get(f"{base}/namespaces/{namespace}/{plural}/{name}")
@@ -139,9 +166,11 @@ class ClusterReader:
         finished_names: Sequence[str] = (),
     ) -> LiveObjects:
         """What the plan reads for `ref`: every node, the live pods bound to the target zone's
-        nodes, the job's pods (a Kubeflow job's by its name label, a group's by `pod_names`;
-        Terminating ones left out) and, for a group, its namespace's workloads and its finished
-        members (`finished_names`)."""
+        nodes, the job's pods (a training job's by its name label, a group's by `pod_names`;
+        Terminating ones left out, and a JobSet's or TrainJob's finished ones: initializers that
+        completed) and,
+        for a group, its namespace's workloads and its finished members (`finished_names`); for
+        a TrainJob its JobSet and what the installed Trainer serves."""
         nodes = self.nodes()
         zone_nodes = [
             _name(n)
@@ -160,8 +189,14 @@ class ClusterReader:
             pods = self.kubeflow_pods(ref)
             workloads = []
         pods = [p for p in pods if not is_terminating(p)]
+        materialised = trainer = None
+        if ref.kind is not JobKind.GROUP and workload(ref.kind).templates.layout is TemplateLayout.REPLICATED_JOBS:
+            pods = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+            materialised = self.materialised(ref)
+        if ref.kind is JobKind.TRAINJOB:
+            trainer = self.trainer_overrides()
         return LiveObjects(job=job, pods=pods, nodes=nodes, bound_pods=bound, workloads=workloads,
-                           finished_pods=finished)  # fmt: skip
+                           finished_pods=finished, materialised=materialised, trainer=trainer)  # fmt: skip
 
     def kueue_workload(self, ref: JobRef) -> Obj | None:
         """The Kueue Workload whose controller is the job (the last by name when several are)."""

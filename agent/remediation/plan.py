@@ -39,6 +39,7 @@ from agent.remediation.template import (
     meta_of,
     rendered,
 )
+from agent.remediation.trainer_release import TrainerOverrides
 
 
 class TargetAction(StrEnum):
@@ -48,6 +49,9 @@ class TargetAction(StrEnum):
     # Kueue: the job's Workload deactivated (`spec.active: false`), later deleted to be rebuilt
     REQUEUE = "requeue"
     ANNOTATE = "annotate"  # a Kueue job's templates: Kueue's TAS annotations, while Kueue holds it
+    # a TrainJob or a JobSet: suspend, wait for its pods to go, patch (its own runtime patch, or
+    # the replicated jobs' templates), resume
+    SUSPEND_PATCH_RESUME = "suspend_patch_resume"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class Target:
     changes: tuple[TemplateChange, ...]
     manifest: Mapping[str, Any] | None = None  # RECREATE: the Job to create
     original: Mapping[str, Any] | None = None  # RECREATE: the Job to create on rollback
+    # SUSPEND_PATCH_RESUME: where the changes are written (`agent.remediation.jobset_patch`)
+    override: Mapping[str, Any] | None = None
 
     @property
     def group(self) -> str:
@@ -97,6 +103,7 @@ class Target:
             "changes": [c.to_dict() for c in self.changes],
             "manifest": copy.deepcopy(dict(self.manifest)) if self.manifest is not None else None,
             "original": copy.deepcopy(dict(self.original)) if self.original is not None else None,
+            "override": copy.deepcopy(dict(self.override)) if self.override is not None else None,
         }  # fmt: skip
 
     @classmethod
@@ -107,6 +114,7 @@ class Target:
             name=str(data["name"]), uid=data.get("uid"), resource_version=data.get("resource_version"),
             changes=tuple(TemplateChange.from_dict(c) for c in data["changes"]),
             manifest=data.get("manifest"), original=data.get("original"),
+            override=data.get("override"),
         )  # fmt: skip
 
 
@@ -221,8 +229,9 @@ class LiveObjects:
     Deployments, ReplicaSets and batch Jobs of its namespace. `pods`: the job's pods. `nodes`:
     every node. `bound_pods`: live pods bound to the target zone's nodes (any namespace), for the
     room check. `finished_pods`: for a group, its members that finished (Succeeded or Failed):
-    how a worker Job that gave up is found. `queued`, `kueue`: for a Kueue job, its Workload
-    and the cluster's Kueue objects.
+    how a worker Job that gave up is found. `materialised`: a TrainJob's JobSet (its pod
+    templates). `trainer`: for a TrainJob, the override field the installed Trainer serves.
+    `queued`, `kueue`: for a Kueue job, its Workload and the cluster's Kueue objects.
     """
 
     job: Mapping[str, Any] | None
@@ -233,6 +242,8 @@ class LiveObjects:
     finished_pods: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     queued: Mapping[str, Any] | None = None  # a Kueue job: its Workload
     kueue: KueueObjects = NO_KUEUE  # a Kueue job: the cluster's Kueue objects (its quota)
+    materialised: Mapping[str, Any] | None = None  # a TrainJob's JobSet
+    trainer: TrainerOverrides | None = None  # a TrainJob: what the installed Trainer serves
 
 
 # ------------------------------------------------------------------------------------------------
@@ -254,7 +265,11 @@ def render_diff(targets: Sequence[Target]) -> str:
             TargetAction.ANNOTATE: ("annotate the templates for Kueue Topology Aware Scheduling "
                                     "while Kueue holds the job suspended (no suspend, no "
                                     "nodeSelector of zonemedic's)"),
+            TargetAction.SUSPEND_PATCH_RESUME: (
+                "suspend, wait for its pods to go, patch, resume (pods restart together)"),
         }[target.action]
+        if target.action is TargetAction.SUSPEND_PATCH_RESUME and target.override:
+            how = _override_how(target.override)
         if target.action is TargetAction.RECREATE and not target.changes:
             how = "delete and recreate as it is (it finished or lost its pods; the gang needs them)"
         chunks.append(f"# {where}: {how}")
@@ -267,6 +282,20 @@ def render_diff(targets: Sequence[Target]) -> str:
                 )
             )  # fmt: skip
     return "\n".join(chunks)
+
+
+def _override_how(override: Mapping[str, Any]) -> str:
+    """How a SUSPEND_PATCH_RESUME target is patched, in words, from its `override` record."""
+    where = str(override.get("field"))
+    if override.get("manager"):
+        where = f"its own {where} entry (manager {override['manager']})"
+    elif where == "replicatedJobs":
+        where = "its replicated jobs' pod templates"
+    else:
+        where = f"its own {where} entries"
+    resume = ("patch and resume in one request" if override.get("resume_with_patch")
+              else "patch, then resume")  # fmt: skip
+    return f"suspend, wait for its pods to go, set {where}; {resume} (pods restart together)"
 
 
 # ------------------------------------------------------------------------------------------------

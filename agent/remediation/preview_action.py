@@ -52,6 +52,21 @@ def _fields(plan: Plan) -> str:
     return ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def _written_where(override: Mapping[str, Any] | None) -> str:
+    """Where a TrainJob's or JobSet's changes are written, in words."""
+    found = override or {}
+    field = str(found.get("field"))
+    if found.get("manager"):
+        return f"its own {field} entry (manager {found['manager']})"
+    if field == "replicatedJobs":
+        return "its replicated jobs' pod templates"
+    return f"its own {field} entries"
+
+
+def _resumed_how(override: Mapping[str, Any] | None) -> str:
+    return " in the same request" if (override or {}).get("resume_with_patch") else ""
+
+
 def describe(plan: Plan) -> str:
     """The fix in words: which objects move how, what their templates get, where they land."""
     zone = plan.target_zone
@@ -72,6 +87,10 @@ def describe(plan: Plan) -> str:
         if target.action is TargetAction.SUSPEND_RESUME:
             parts.append(f"suspend {where}, set {fields} on its templates ({replicas}), then "
                          f"resume it")  # fmt: skip
+        elif target.action is TargetAction.SUSPEND_PATCH_RESUME:
+            parts.append(f"suspend {where}, wait for its pods to go, set {fields} on "
+                         f"{_written_where(target.override)} ({replicas}), then resume it"
+                         f"{_resumed_how(target.override)}")  # fmt: skip
         elif target.action is TargetAction.ROLLOUT:
             parts.append(f"patch the template of {where} with {fields} (a rollout moves its pods)")
         else:

@@ -231,9 +231,9 @@ class Recheck:
 
 def written_objects(plan: Plan, live: LiveObjects) -> list[Mapping[str, Any]]:
     """Every object the plan writes, as live now, and the pods they own (directly, or through
-    a Deployment's ReplicaSets)."""
+    a Deployment's ReplicaSets, or a TrainJob's JobSet)."""
     if plan.kubeflow:
-        return [o for o in (live.job, *live.pods) if o is not None]
+        return [o for o in (live.job, live.materialised, *live.pods) if o is not None]
     by_kind_name = {(str(w.get("kind")), str((w.get("metadata") or {}).get("name"))): w
                     for w in live.workloads}  # fmt: skip
     owners: dict[str, str] = {}  # uid of a written object or of its ReplicaSet -> target

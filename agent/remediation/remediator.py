@@ -11,12 +11,14 @@ in this order, each step a store action plus its timeline event:
   Kueue-managed, finished...) -- in all three cases nothing was written. Else
   `approved -> remediating` (one winner among replicas) and the PLAN action records the plan
   (patches, restore patches, diff, utilization before, the gang's size) as JSON.
-- `remediating`: the job's family applies the plan -- a training job
+- `remediating`: the job's family applies the plan -- a Kubeflow training job
   (`agent.remediation.training_steps`: suspend with the new templates, wait for its pods to go,
-  resume), a Kueue job (`agent.remediation.kueue_steps`: its Workload deactivated, its templates
-  annotated for Kueue's zone-level placement, the Workload deleted so Kueue re-queues the job,
-  admitted in one allowed zone) or a generic group (`agent.remediation.group_steps`: Deployment
-  rollouts, batch Jobs recreated) -- after re-checking, right before the first write, that the job is still the one
+  resume), a TrainJob or JobSet (`agent.remediation.jobset_steps`: suspend, wait for its pods to
+  go, its own runtime patch or the JobSet's templates, resume), a Kubeflow job Kueue manages
+  (`agent.remediation.kueue_steps`: its Workload deactivated, its templates annotated for Kueue's
+  zone-level placement, the Workload deleted so Kueue re-queues the job, admitted in one allowed
+  zone) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
+  recreated) -- after re-checking, right before the first write, that the job is still the one
   planned and every guard holds again (`failed`, `superseded`, or the run waits with nothing
   written: another remediation of the job in flight, the hourly cap), and a server-side dry run
   of every write (a refusal ends `failed` with nothing written). Then every pod bound, all in the
@@ -59,6 +61,7 @@ from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKi
 from agent.model.workload import JobKind
 from agent.remediation.fence import SOLE_WRITER, FenceClosedError, Leadership, open_fence
 from agent.remediation.group_steps import GroupSteps
+from agent.remediation.jobset_steps import JobSetSteps
 from agent.remediation.kueue_steps import KueueSteps
 from agent.remediation.observe import ClusterReader, Rediagnose, observe_pods
 from agent.remediation.plan import Plan
@@ -266,6 +269,8 @@ class Remediator:
                                  recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         self.kueue = KueueSteps(reader=reader, writer=writer, journal=self.journal,
                                 recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
+        self.jobsets = JobSetSteps(reader=reader, writer=writer, journal=self.journal,
+                                   recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         policy = VerifyPolicy(
             schedule_timeout=settings.schedule_timeout,
             verify_window=settings.verify_window,
@@ -274,14 +279,20 @@ class Remediator:
         self.verification = Verification(reader=reader, diagnose=diagnose, journal=self.journal,
                                          policy=policy, clock=self.clock, prometheus=prometheus)  # fmt: skip
 
-    def _family(self, run: Run) -> TrainingSteps | GroupSteps | KueueSteps:
-        """The steps of the run's workload family (a Kueue plan: re-queued through Kueue)."""
+    def _family(self, run: Run) -> TrainingSteps | GroupSteps | JobSetSteps | KueueSteps:
+        """The steps of the run's workload family (its plan says how its job moves: a Kueue
+        plan re-queues it through Kueue)."""
+        if run.ref.kind is JobKind.GROUP:
+            return self.groups
         if run.plan is not None and run.plan.kueue:
             return self.kueue
-        return self.groups if run.ref.kind is JobKind.GROUP else self.training
+        return self.jobsets if JobSetSteps.owns(run) else self.training
 
     def _resume_as_is(self, run: Run) -> None:
+        """After a failure: resume a training job left suspended, as it is; reactivate a Kueue
+        job's Workload left deactivated."""
         self.training.resume_as_is(run)
+        self.jobsets.resume_as_is(run)
         self.kueue.resume_as_is(run)
 
     def run(self, incident_id: int) -> IncidentStatus:

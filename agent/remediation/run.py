@@ -44,9 +44,11 @@ class Step(StrEnum):
 
     PLANNED = "planned"
     DRY_RUN = "dry_run"
-    SUSPENDING = "suspending"  # intent: the suspend patch (templates + suspend) is about to go
-    SUSPENDED = "suspended"  # the merge patch (templates + suspend) is on the job
+    SUSPENDING = "suspending"  # intent: the suspend patch (a Kubeflow job's: with the templates) is about to go
+    SUSPENDED = "suspended"  # the suspend patch is on the job
     PODS_GONE = "pods_gone"
+    PATCHING = "patching"  # intent: a TrainJob's or JobSet's template patch (after the suspend) is about to go
+    PATCHED = "patched"  # ... and it is on the object (with the resume, where one request does both)
     RESUMED = "resumed"  # suspend: false sent (a group: every workload moved)
     ROLLING_OUT = "rolling_out"  # intent: a group's Deployment template patch is about to go
     ROLLED_OUT = "rolled_out"  # a group's Deployment template patched

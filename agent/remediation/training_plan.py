@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from agent.model.descriptor import GangLabels, TemplateLayout
 from agent.model.finding import Finding
-from agent.model.workload import GangLabels, JobKind, TemplateLayout, workload
+from agent.model.workload import JobKind, workload
 from agent.remediation.plan import (
     LiveObjects,
     Plan,

@@ -229,7 +229,8 @@ class TrainingSteps:
 
     def resume_as_is(self, run: Run) -> None:
         """After a failure with the suspend applied: resume the job as it is."""
-        if run.plan is None or not run.plan.kubeflow or not run.has(Step.SUSPENDED):
+        if run.plan is None or not run.has(Step.SUSPENDED) or not any(
+                t.action is TargetAction.SUSPEND_RESUME for t in run.plan.targets):
             return
         target = self.target(run)
         job = self.reader.job(run.ref, api_version=target.api_version)

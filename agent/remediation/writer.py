@@ -1,9 +1,11 @@
 """The cluster writer: every write zonemedic makes to a cluster, and the only module that makes one.
 
-Who calls it: the remediation run's steps (`agent.remediation.training_steps` for a training job's
-suspend, resume and restore patches; `agent.remediation.kueue_steps` for a Kueue Workload's
-`spec.active` patches and delete and a Kueue job's template annotations; `agent.remediation.group_steps` for a group's Deployment
-patches and batch Job delete and create), built by `agent.remediation.remediator.Remediator` over the
+Who calls it: the remediation run's steps (`agent.remediation.training_steps` for a Kubeflow
+job's suspend, resume and restore patches; `agent.remediation.jobset_steps` for a TrainJob's or a
+JobSet's suspend, override or template patch, resume and restore, and the child Jobs a rollback
+recreates; `agent.remediation.kueue_steps` for a Kueue Workload's `spec.active` patches and
+delete and a Kueue job's template annotations; `agent.remediation.group_steps` for a group's
+Deployment patches and batch Job delete and create), built by `agent.remediation.remediator.Remediator` over the
 agent's API client. What it does: sends JSON merge patches (`application/merge-patch+json` set
 explicitly) through the official `kubernetes` client, with the field manager `zonemedic`, each
 write optionally as a server-side dry run (`dryRun=All`) and each checked against the run's

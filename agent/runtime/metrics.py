@@ -126,7 +126,7 @@ class AgentMetrics:
             registry=r,
         )
         self.cache_objects = Gauge(
-            "zonemedic_cache_objects", "Objects in the watch cache, by resource (its unique name: `pods`, `pytorchjobs.v1.kubeflow.org`).", ["resource"],
+            "zonemedic_cache_objects", "Objects in the watch cache, by resource (its unique name: `pods`, a custom resource's `<plural>.<version>.<group>`).", ["resource"],
             registry=r,
         )
 

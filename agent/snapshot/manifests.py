@@ -26,18 +26,10 @@ from agent.model.cluster import (
     Taint,
     TrainingJobObject,
 )
+from agent.model.descriptor import PodTemplate, TemplateLayout, dig, env_port
 from agent.model.kueue import PodSetTopology
 from agent.model.network import Protocol
-from agent.model.workload import (
-    KUEUE,
-    JobKind,
-    PodTemplate,
-    TemplateLayout,
-    WorkloadKind,
-    dig,
-    env_port,
-    workload,
-)
+from agent.model.workload import KUEUE, JobKind, WorkloadKind, workload
 from agent.parsing.numbers import NumberError, parse_int
 
 _EMPTY: dict[str, Any] = {}

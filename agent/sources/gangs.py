@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from agent.model.descriptor import OwnerMove
 from agent.model.job import JobRef
-from agent.model.workload import JobKind, OwnerMove, workload
+from agent.model.workload import JobKind, workload
 from agent.settings import GroupSpec
 from agent.sources.jobindex import JobIndex
 from agent.sources.podfacts import (

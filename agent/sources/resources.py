@@ -20,15 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agent.model.workload import (
-    KUEUE_KINDS,
-    OWNERS,
-    WORKLOADS,
-    JobKind,
-    KueueKind,
-    OwnerKind,
-    WorkloadKind,
-)
+from agent.model.descriptor import OwnerKind
+from agent.model.workload import KUEUE_KINDS, OWNERS, WORKLOADS, JobKind, KueueKind, WorkloadKind
 
 
 class Role(StrEnum):

@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from agent.model.workload import KUEUE, WORKLOADS, KueueKindName, TemplateLayout
+from agent.model.descriptor import TemplateLayout
+from agent.model.workload import KUEUE, WORKLOADS, KueueKindName
 from agent.sources.resources import Resource, Role
 
 GPU_MARKER = "gpu"

@@ -18,7 +18,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from agent.model.cluster import DeclaredCoordinator, Pod
-from agent.model.workload import KUBEFLOW_LABELS, GangLabels, JobKind, workload
+from agent.model.descriptor import GangLabels
+from agent.model.workload import KUBEFLOW_LABELS, JobKind, workload
 from agent.parsing.numbers import NumberError, parse_int
 
 _NAME_TAIL = re.compile(r"-([a-z]+)-([0-9]{1,9})$")

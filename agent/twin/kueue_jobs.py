@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.model.workload import dig
+from agent.model.descriptor import dig
 from agent.twin.kueue_labels import QUEUE_LABEL
 from agent.twin.operator_kinds import KINDS as TRAINING_KINDS
 from agent.twin.operator_kinds import TrainingKind

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.model.workload import dig
+from agent.model.descriptor import dig
 from agent.twin.kueue_jobs import QueuedKind, queue_name, suspend_patch
 from agent.twin.kueue_labels import (
     JOB_UID_LABEL,

@@ -1,5 +1,6 @@
 """`zonemedic demo` as a person runs it (a real process): the story end to end with `--json` on
-`seed-degraded` and `lab` (real Prometheus), interactively rejected on `seed-blocked` and snoozed on
+`seed-degraded` and `lab` (real Prometheus), the two Kubeflow Trainer stories `trainjob` and
+`trainjob-mpi` (side by side, real Prometheus), interactively rejected on `seed-blocked` and snoozed on
 `lab` without metrics (side by side), and Ctrl-C stopping every process it started and removing its files.
 
 The story goes to stderr, a pipe: it reads as a log does (lines never wrapped, the steps in the
@@ -239,3 +240,35 @@ def test_ctrl_c_stops_everything_and_removes_the_temporary_files(tmp_path: Path)
     assert "demo interrupted" in story and "Traceback" not in story
     assert [pid for pid in children if alive(pid)] == []
     assert list(tmp.iterdir()) == []
+
+
+TRAINER_STORIES = [  # scenario, verdict, pods before, pods after, what the story says of its fix
+    ("trainjob", "zone_split_degraded", {"us-east-1a": 2, "us-east-1b": 2}, 4,
+     ["TrainJob ml/llm-pretrain node (planned)",
+      "• Co-location patch applied (patched runtimePatches and resumed in one request)"]),
+    ("trainjob-mpi", "zone_split_blocked", {"us-east-1a": 4, "us-east-1b": 1}, 5,
+     ["TrainJob ml/mpi-pretrain launcher (planned)", "• Co-location patch applied (patched runtimePatches)",
+      "• Job resumed (resumed (suspend: false))"]),
+]  # fmt: skip
+
+
+@requires_prometheus
+def test_the_trainer_stories_end_resolved_with_the_gang_in_one_zone(tmp_path: Path) -> None:
+    """A torch TrainJob split across two GPU zones (degraded) and an MPI TrainJob whose CPU-only
+    launcher is blocked from its GPU nodes (the launcher moved alone), side by side, measured."""
+    runs = [start(tmp_path / name, "--scenario", name) for name, *_ in TRAINER_STORIES]
+    try:
+        results = [run.finish() for run in runs]
+    finally:
+        for run in runs:
+            run.stop()
+    for (name, verdict, before, after, says), (summary, story) in zip(TRAINER_STORIES, results, strict=True):
+        assert summary["scenario"] == name and summary["incident_status"] == "resolved", story[-3000:]
+        assert summary["verdict"] == verdict
+        assert sorted(summary["zones_before"].values()) == sorted(before.values())
+        assert len(summary["zones_after"]) == 1 and sum(summary["zones_after"].values()) == after
+        before_util, after_util = summary["utilization_before"], summary["utilization_after"]
+        assert before_util is not None and after_util is not None and after_util > before_util + 20, summary
+        assert [w for w in says if w not in story] == [], story
+        assert "✔ Job suspended  suspended; the co-location patch (zone pin, toleration) goes in once its pods are gone" in story
+        assert_reads_as_a_log(story)

@@ -5,9 +5,10 @@ is audited by the twin (user, verb, API group, resource, allowed) and compared w
 The run: the full agent (`Agent`, leader election on its Lease in `zonemedic`, watches, sweep, the
 zone-split playbook, the remediation executor, Slack through the fake Slack) on `seed-blocked`,
 approved by a click and remediated to `resolved`; then the generic-group remediation of `lab` with
-a worker Job outside the zone (Deployment rollout, Job recreated) run by the Remediator; the agent
-on the Kueue scenario (Kueue's objects read, the split job diagnosed through them) and that job
-re-placed through Kueue by the Remediator (its Workload read, deactivated, deleted). Nothing it
+a worker Job outside the zone (Deployment rollout, Job recreated) run by the Remediator, each
+other Kubeflow kind, and a TrainJob (the Trainer's CRD read, its own runtime patch) and a JobSet;
+the agent on the Kueue scenario (Kueue's objects read, the split job diagnosed through them) and
+that job re-placed through Kueue by the Remediator (its Workload read, deactivated, deleted). Nothing it
 used may be outside the rules (no 403 either), and every (verb, group, resource) the rules grant
 must have been used: a grant nobody uses is a grant to remove."""
 
@@ -224,6 +225,26 @@ def kueue_fix_run(tmp_path: Path) -> list[AuditEntry]:
         store.close()
 
 
+# A TrainJob (the Trainer's CRD read, its own runtime patch) and a JobSet (its templates), each
+# remediated by the Remediator as the ServiceAccount.
+TRAINER_RUNS = [("trainjob", JobRef(JobKind.TRAINJOB, "ml", "llm-pretrain")),
+                ("jobset", JobRef(JobKind.JOBSET, "ml", "pytorch-ddp"))]  # fmt: skip
+
+
+def trainer_run(tmp_path: Path, scenario: str, ref: JobRef) -> list[AuditEntry]:
+    store, _ = new_store(migrated_template(tmp_path), tmp_path)
+    try:
+        with running_lab(tmp_path, scenario, rbac=True) as lab:
+            incident_id = approved_incident(lab, store, ref=ref)
+            status = lab.remediator(store).run(incident_id)
+            detail = store.get_incident(incident_id)
+            assert status is IncidentStatus.RESOLVED, [dict(e.detail) for e in detail.events]
+            assert lab.cluster.api is not None
+            return list(lab.cluster.api.accounting.audited())
+    finally:
+        store.close()
+
+
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[Triple, bool], set[Triple]]:
     entries, user = agent_run(tmp_path_factory.mktemp("agent"))
@@ -234,6 +255,8 @@ def audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[Triple, bool],
     entries += lab_run(tmp_path_factory.mktemp("lab"))
     for kind in OTHER_KINDS:
         entries += kind_run(tmp_path_factory.mktemp(kind.value), kind)
+    for scenario, ref in TRAINER_RUNS:
+        entries += trainer_run(tmp_path_factory.mktemp(scenario), scenario, ref)
     return used(entries, user), granted(deploy_rbac())
 
 

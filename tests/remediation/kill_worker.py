@@ -2,8 +2,8 @@
 
 Usage: python -m tests.remediation.kill_worker KUBECONFIG DB_URL INCIDENT_ID POINT [--cordon-after-suspend] [--lab]
 POINT is a step (`suspended`: it kills itself right after that step is recorded) or
-`wrote:VERB:KIND` (right after the server answered a real write of that kind, before its step is
-recorded, e.g. `wrote:delete:Job`). It kills itself with SIGKILL (no cleanup, no flush). With
+`wrote:VERB:KIND[#N]` (right after the server answered the first, or the N-th, real write of that
+kind, before its step is recorded, e.g. `wrote:delete:Job`, `wrote:patch:TrainJob#2`). It kills itself with SIGKILL (no cleanup, no flush). With
 --cordon-after-suspend it first cordons the target zone's nodes when the suspend is recorded (so
 the remediation rolls back); with --lab it diagnoses the lab's generic group. Prints the final
 status if it is never killed.
@@ -44,8 +44,14 @@ def main() -> None:
         if step.value == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
+    point, _, nth = kill_at.partition("#")
+    seen: list[Write] = []
+
     def on_write(write: Write) -> None:
-        if not write.dry_run and kill_at == f"wrote:{write.verb.value}:{write.kind}":
+        if write.dry_run or point != f"wrote:{write.verb.value}:{write.kind}":
+            return
+        seen.append(write)
+        if len(seen) == int(nth or 1):
             os.kill(os.getpid(), signal.SIGKILL)
 
     settings = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
