@@ -7,6 +7,8 @@ is written."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,15 @@ from agent.model.lifecycle import IncidentStatus
 from agent.model.workload import KUEUE, KUEUE_WORKLOAD, JobKind
 from agent.remediation.run import Step
 from agent.twin.faults import AuditEntry
-from tests.remediation.harness import approved_incident, migrated_template, new_store, running_lab
+from agent.twin.patch import PatchType
+from agent.twin.resources import lookup
+from tests.remediation.harness import (
+    FAST,
+    approved_incident,
+    migrated_template,
+    new_store,
+    running_lab,
+)
 
 JOB = JobRef(JobKind.PYTORCH, "ml", "llm-finetune")
 
@@ -62,5 +72,44 @@ def test_a_split_kueue_job_is_re_placed_through_kueue(tmp_path: Path) -> None:
                 ("patch", KUEUE_WORKLOAD.plural), ("patch", "pytorchjobs"),
                 ("delete", KUEUE_WORKLOAD.plural)}
             assert all(e.allowed for e in ours)
+    finally:
+        store.close()
+
+
+def test_kueue_not_admitting_the_job_in_time_rolls_it_back_through_kueue(tmp_path: Path) -> None:
+    """The ClusterQueue loses its GPU quota once the job is annotated, before the re-queue: Kueue cannot
+    admit the job, the run rolls back (the annotations it added removed, the Workload rebuilt),
+    and nothing of the job's own is left changed."""
+    store, _ = new_store(migrated_template(tmp_path), tmp_path)
+    try:
+        with running_lab(tmp_path, "kueue", rbac=True) as lab:
+            admin = lab.cluster.store
+
+            def squeeze(step: Step) -> None:
+                if step is Step.ANNOTATED:
+                    admin.patch(lookup("clusterqueues", group="kueue.x-k8s.io"), "cluster-queue",
+                                {"spec": {"resourceGroups": [{
+                                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                                    "flavors": [{"name": "default-flavor", "resources": [
+                                        {"name": "cpu", "nominalQuota": "200"},
+                                        {"name": "memory", "nominalQuota": "2Ti"},
+                                        {"name": "nvidia.com/gpu", "nominalQuota": "0"}]}]}]}},
+                                patch_type=PatchType.MERGE)  # fmt: skip
+
+            incident_id = approved_incident(lab, store, ref=JOB)
+            settings = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
+            status = lab.remediator(store, settings=settings, on_step=squeeze).run(incident_id)
+            detail = store.get_incident(incident_id)
+            assert status is IncidentStatus.ROLLED_BACK, [(a.payload.get("step"), a.message)
+                                                          for a in detail.actions]
+            assert "Kueue did not admit the job" in str(detail.events[-1].detail)
+            job = lab.api.json("GET", "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/llm-finetune")
+            for spec in job["spec"]["pytorchReplicaSpecs"].values():
+                annotations = spec["template"]["metadata"].get("annotations") or {}
+                assert KUEUE.topology_annotation not in annotations
+                assert KUEUE.group_annotation not in annotations
+            workloads = lab.api.json("GET", f"/apis/{KUEUE_WORKLOAD.api_version}/namespaces/ml/"
+                                            f"{KUEUE_WORKLOAD.plural}")["items"]  # fmt: skip
+            assert [w["spec"].get("active", True) for w in workloads] == [True]  # rebuilt, active
     finally:
         store.close()
