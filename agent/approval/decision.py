@@ -67,7 +67,7 @@ ATTEMPTS = 5  # read-judge-write rounds before giving up on an incident that kee
 # without any decision healed by itself and is "not current".
 _AFTER_DECISION: frozenset[IncidentStatus] = frozenset(
     {S.APPROVED, S.REJECTED, S.SNOOZED, S.REMEDIATING, S.VERIFYING, S.FAILED, S.ROLLED_BACK,
-     S.RESOLVED}
+     S.RESOLVED, S.REFUSED}
 )
 
 _PAST: dict[DecisionOutcome, str] = {

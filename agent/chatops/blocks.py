@@ -125,6 +125,7 @@ STATUS_WORDS: dict[IncidentStatus, str] = {
     IncidentStatus.FAILED: "failed",
     IncidentStatus.ROLLED_BACK: "rolled back",
     IncidentStatus.SUPERSEDED: "superseded",
+    IncidentStatus.REFUSED: "refused: not fixable automatically",
 }
 
 

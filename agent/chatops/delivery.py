@@ -154,6 +154,14 @@ def story_event(event: TimelineEvent, detail: IncidentDetail) -> TimelineEvent:
     return dataclasses.replace(event, detail=merged)
 
 
+def refused_reason(detail: IncidentDetail) -> str | None:
+    """Why the incident's approved fix was refused (its latest `refused` event), or None."""
+    for event in reversed(detail.events):
+        if event.kind is EventKind.REFUSED:
+            return str(event.detail.get("reason") or "") or None
+    return None
+
+
 class Follower:
     """Queues the thread replies and message refreshes an incident's timeline calls for.
 
@@ -367,6 +375,7 @@ class Deliverer:
             utilization=utilization_of(detail), approvals_enabled=self.approvals(detail),
             proposed=any(m.payload.get("action") == PROPOSE for m in detail.messages),
             decision=decision, snoozed_until=detail.snoozed_until, waste=waste_of(detail),
+            refused=refused_reason(detail),
         )
 
     def _post(self, message: OutboxMessage, detail: IncidentDetail) -> str:

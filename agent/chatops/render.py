@@ -17,7 +17,8 @@ dollars, each with its basis, measured or estimated, or "unknown" and why).
 
 Approvals: Approve / Reject / Snooze 24h appear only while the incident can be decided (open or
 awaiting approval), the finding is remediable, its fix was not refused and approvers are
-configured. Not remediable: the reason and the recommendation, Reject / Snooze only. No approvers: no buttons and a line saying how
+configured. An approved fix refused before anything was written (`refused`: Kueue-managed,
+protected namespace, finished, no room) says so, why, and what to do instead. Not remediable: the reason and the recommendation, Reject / Snooze only. No approvers: no buttons and a line saying how
 to enable approvals. Once decided, the buttons are replaced by the decision.
 
 What it does not do: render the digest or slash-command replies (`agent.chatops.replies`), send
@@ -299,6 +300,31 @@ def _not_remediable(diagnosis: StoredDiagnosis) -> str:
             + f"\n*Recommendation:* {mrkdwn_escape(advice)}")
 
 
+def refused_advice(reason: str) -> str:
+    """What a person does about a fix zonemedic refused to apply, by what refused it."""
+    low = reason.lower()
+    if "kueue" in low or "managed by" in low:
+        return ("schedule the job with Kueue Topology Aware Scheduling (a zone-level topology "
+                "request on its pod sets) so Kueue admits it in one zone; zonemedic never "
+                "suspends or rewrites what Kueue or another controller manages")
+    if "protected" in low:
+        return ("co-locate it by hand or ask the namespace's owners to (a node selector or "
+                "affinity on the zone key in its pod templates); zonemedic never touches a "
+                "protected namespace")
+    if "finished" in low:
+        return "nothing to move: submit the job again and it is diagnosed afresh"
+    return ("co-locate the job by hand (a node selector on the zone key in its pod templates), "
+            "or make room for the whole job in one zone and zonemedic proposes the fix again")
+
+
+def refused_text(reason: str) -> str:
+    """The message's section for an incident whose approved fix was refused."""
+    return (f"🚫 *Not fixed automatically:* {mrkdwn_escape(reason)}\n"
+            f"*What to do:* {mrkdwn_escape(refused_advice(reason))}\n"
+            "_This incident stays open and follows the job: it ends when the job is healthy; a "
+            "new one opens only for a new problem._")
+
+
 def _decision_text(incident: IncidentSummary, decision: Decision | None,
                    snoozed_until: datetime | None) -> str:
     words = STATUS_WORDS[incident.status]
@@ -326,11 +352,13 @@ def incident_message(
     decision: Decision | None = None,
     snoozed_until: datetime | None = None,
     waste: StoredWaste | None = None,
+    refused: str | None = None,
 ) -> Rendered:
     """The finding's message: verdict and job, zones, denied flows, utilization, waste, the fix and
     its patch, and the decision buttons (or the decision, once made). `proposed`: a playbook
     proposed the fix (only then is there an Approve button; a notification alone has none).
-    `waste`: the latest estimate (evidence may refine the finding's own)."""
+    `waste`: the latest estimate (evidence may refine the finding's own). `refused`: why the
+    approved fix was refused (the incident is `refused`): said with what to do instead."""
     utilization = utilization or Utilization(incident.utilization_before, None)
     title = _VERDICT_TITLE.get(incident.verdict, incident.verdict.value)
     job = job_label(incident)
@@ -367,6 +395,8 @@ def incident_message(
         blocks.append(section(_not_remediable(diagnosis)))
         if diagnosis.kueue is not None:
             blocks.append(section(kueue_block(diagnosis.kueue.proposal, incident_id=incident.id)))
+    if incident.status is IncidentStatus.REFUSED:
+        blocks.append(section(refused_text(refused or "a guard refused the approved fix")))
     tail: list[dict[str, Any]] = []
     value = str(incident.id)
     if incident.status in DECIDABLE:
@@ -387,6 +417,8 @@ def incident_message(
     text = f"zonemedic #{incident.id} [{status}]: {title} for {job}"
     if incident.target_zone and applicable:
         text += f"; proposed fix: co-locate in {incident.target_zone}"
+    if incident.status is IncidentStatus.REFUSED:
+        text += f"; not fixed automatically: {refused or 'a guard refused the approved fix'}"
     elif remediable and fix is not None and fix.refusal is not None:
         text += f"; the fix cannot be applied: {fix.refusal}"
     return Rendered(text=fallback(text), blocks=cap_blocks([*blocks, *tail], keep_last=len(tail)))
@@ -503,6 +535,10 @@ def thread_update(event: TimelineEvent) -> Rendered | None:
         text = f"❌ Remediation failed{_reason(d)}"
     elif kind is EventKind.SUPERSEDED:
         text = f"ℹ️ No longer current{_reason(d)}"
+    elif kind is EventKind.REFUSED:
+        reason = str(d.get("reason") or "a guard refused the approved fix")
+        text = (f"🚫 Not fixed automatically: {reason}. What to do: {refused_advice(reason)}. "
+                "This incident stays open until the job is healthy.")
     if text is None:
         return None
     safe = mrkdwn_escape(text)
@@ -513,7 +549,7 @@ THREAD_EVENTS = frozenset({
     EventKind.APPROVED, EventKind.REJECTED, EventKind.SNOOZED, EventKind.EXPIRED,
     EventKind.REMEDIATION_STARTED, EventKind.REMEDIATION_STEP, EventKind.VERIFYING,
     EventKind.VERIFIED, EventKind.RESOLVED, EventKind.ROLLED_BACK, EventKind.FAILED,
-    EventKind.SUPERSEDED,
+    EventKind.SUPERSEDED, EventKind.REFUSED,
 })
 
 # Events after which the original message is re-rendered (its buttons become the decision).

@@ -23,8 +23,20 @@ Lifecycle
     remediating -> superseded (the job changed after the plan, before anything was written to it)
     remediating / verifying -> superseded (the job was deleted or recreated: nothing to restore)
     open / awaiting_approval / snoozed / verifying -> resolved (a re-diagnosis finds it healthy)
+    approved / remediating -> refused (a guard or the plan refused the approved fix before anything
+      was written: protected namespace, Kueue-managed, finished, no room...)
+    refused -> resolved (a re-diagnosis finds it healthy) / superseded (the job is gone or was
+      recreated, its verdict moved to another class, or the fix can now be applied)
 
 An incident is decidable (approve, reject, snooze) while it is `open` or `awaiting_approval`.
+
+A refused incident (`refused`) stays open: the problem it is about is still there and zonemedic
+will not fix it, so it remains the job's one open incident (its message says why and what to do)
+and re-detections of the same problem fold into its timeline, never a new incident or post. What
+ends it is a re-detection that is another problem (`refused_redetection`): the job recreated
+(another uid), a verdict of another class, or a fix that can now be applied (the guard no longer
+holds: the Kueue label removed, the namespace no longer protected, room in a zone); it is then
+superseded and the finding opens a new incident, as any new problem does.
 
 The terminal states (`resolved`, `rejected`, `expired`, `failed`, `rolled_back`, `superseded`) close
 the incident (`closed_at` is set); a later detection of the same problem opens a new incident.
@@ -47,6 +59,7 @@ A process may die at any point; the database holds the last committed state and 
 - `remediating`: REAPPLY_AND_VERIFY. The process died while applying: re-read the job, re-apply the
   recorded plan (the executor's patches are idempotent merge patches), then verify.
 - `verifying`: VERIFY. Run the verification again; it is a pure judgement of fresh observations.
+- `refused`: NONE. Nothing was written and nothing is to be done but wait for the problem to end.
 - terminal states: NONE.
 
 Dedupe
@@ -134,6 +147,7 @@ class IncidentStatus(StrEnum):
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"
     SUPERSEDED = "superseded"
+    REFUSED = "refused"  # the approved fix was refused by a guard or the plan; nothing written
 
 
 S = IncidentStatus
@@ -148,8 +162,9 @@ TRANSITIONS: dict[IncidentStatus, frozenset[IncidentStatus]] = {
         {S.APPROVED, S.REJECTED, S.SNOOZED, S.EXPIRED, S.RESOLVED, S.SUPERSEDED}
     ),
     S.SNOOZED: frozenset({S.AWAITING_APPROVAL, S.EXPIRED, S.RESOLVED, S.SUPERSEDED}),
-    S.APPROVED: frozenset({S.REMEDIATING, S.FAILED, S.SUPERSEDED}),
-    S.REMEDIATING: frozenset({S.VERIFYING, S.FAILED, S.ROLLED_BACK, S.SUPERSEDED}),
+    S.APPROVED: frozenset({S.REMEDIATING, S.FAILED, S.SUPERSEDED, S.REFUSED}),
+    S.REMEDIATING: frozenset({S.VERIFYING, S.FAILED, S.ROLLED_BACK, S.SUPERSEDED, S.REFUSED}),
+    S.REFUSED: frozenset({S.RESOLVED, S.SUPERSEDED}),
     S.VERIFYING: frozenset({S.RESOLVED, S.FAILED, S.ROLLED_BACK, S.SUPERSEDED}),
     S.RESOLVED: frozenset(),
     S.REJECTED: frozenset(),
@@ -204,6 +219,7 @@ class EventKind(StrEnum):
     FAILED = "failed"
     RESOLVED = "resolved"
     SUPERSEDED = "superseded"
+    REFUSED = "refused"
     EVIDENCE = "evidence"
     NOTE = "note"
 
@@ -221,6 +237,7 @@ _STATUS_EVENT: dict[IncidentStatus, EventKind] = {
     S.FAILED: EventKind.FAILED,
     S.ROLLED_BACK: EventKind.ROLLED_BACK,
     S.SUPERSEDED: EventKind.SUPERSEDED,
+    S.REFUSED: EventKind.REFUSED,
 }
 
 
@@ -288,6 +305,30 @@ def follows_verdict(current: Verdict, seen: Verdict) -> bool:
     except LifecycleError:
         return True
     return seen_class is current_class or seen_class in TOPOLOGY_CLASSES
+
+
+class Redetected(StrEnum):
+    """What a re-detection does to the job's refused incident."""
+
+    FOLD = "fold"  # the same problem, still not fixable: a timeline event on the refused incident
+    REOPEN = "reopen"  # another problem: the refused incident is superseded, the finding opens one
+
+
+def refused_redetection(
+    *, current: Verdict, seen: Verdict, same_job: bool, fixable: bool
+) -> tuple[Redetected, str]:
+    """What a re-detection seen as `seen` does to the job's refused incident of verdict `current`,
+    and why: REOPEN when it is another problem -- the job was recreated (`same_job` False: another
+    uid), the verdict is of another class, or the fix can now be applied (`fixable`: the finding
+    has a fix and no guard refuses it any more); else FOLD (the refused, unchanged problem)."""
+    if not same_job:
+        return Redetected.REOPEN, "the job was recreated since the fix was refused"
+    if verdict_class(seen) is not verdict_class(current):
+        return Redetected.REOPEN, (f"the job is now {seen.value}, another problem than the "
+                                   f"refused {current.value}")
+    if fixable:
+        return Redetected.REOPEN, "the fix can be applied now: what refused it no longer holds"
+    return Redetected.FOLD, "the refused problem, unchanged"
 
 
 def default_severity(verdict: Verdict) -> Severity:

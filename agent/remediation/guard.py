@@ -5,7 +5,8 @@ incident before handing it to the remediator. Pure: plain data in (the incident,
 objects from the watch cache, the counts the executor read), a `Clearance` out.
 
 The rules, in order:
-1. A job in a protected namespace is never touched: REFUSE (the incident fails with the reason).
+1. A job in a protected namespace is never touched: REFUSE (the incident is `refused` with the
+   reason: it stays open, nothing written).
 2. A Kueue-managed job is never touched (suspending it would fight Kueue's own admission): the
    job, or any of its pods, carries the `kueue.x-k8s.io/queue-name` label or annotation, or a
    pod carries `kueue.x-k8s.io/managed: "true"`, or the job's `spec.runPolicy.managedBy` (Kubeflow)
@@ -43,7 +44,7 @@ _MANAGED_BY = managed_by_paths()  # where the table's kinds name their controlle
 class ClearanceKind(StrEnum):
     GO = "go"
     WAIT = "wait"  # try again later; the incident stays approved
-    REFUSE = "refuse"  # never: the incident fails with the reason
+    REFUSE = "refuse"  # never: the incident is refused with the reason (it stays open)
 
 
 @dataclass(frozen=True)

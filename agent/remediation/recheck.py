@@ -11,12 +11,13 @@ the incident and the plan:
   the rest against the plan), bind an incident recorded without its job's uid to the live job
   when that job was created by the incident's first evidence (`SupersededError` when it was
   created later: another job of that name), re-read what the plan needs and plan again
-  (`FailedError` with the planner's refusal);
+  (`RefusedError` with the planner's refusal; after a conflict, `FailedError`);
 - `confirm`: before the first write, the job is still the one planned, in the placement and with
   the verdict planned (`SupersededError` otherwise);
 - `guards`: before the first write, every guard again from the live objects and the settings now
-  in force (`FailedError`: protected namespace, Kueue on any object written or their pods, a
-  finished training job; `WaitError`: another remediation of the job in flight, the hourly cap).
+  in force (`RefusedError`: protected namespace, Kueue on any object written or their pods, a
+  finished training job: nothing was written, the incident stays open `refused`; `WaitError`:
+  another remediation of the job in flight, the hourly cap).
 
 What it does not do: write to the cluster, or record on the incident other than the job uid it
 binds (the caller records the plan it returns).
@@ -39,7 +40,14 @@ from agent.remediation.guard import ClearanceKind, GuardInput, clear
 from agent.remediation.observe import ClusterReader, Rediagnose, Rediagnosis
 from agent.remediation.plan import LiveObjects, Plan, Refusal, placement
 from agent.remediation.planner import plan_remediation
-from agent.remediation.run import Clock, FailedError, Run, SupersededError, WaitError
+from agent.remediation.run import (
+    Clock,
+    FailedError,
+    RefusedError,
+    Run,
+    SupersededError,
+    WaitError,
+)
 from agent.remediation.training_plan import guard_reason
 from agent.remediation.writer import uid_of
 from agent.store.budget import remediations_started
@@ -157,7 +165,8 @@ class Recheck:
 
     def plan(self, run: Run, *, scope: Scope) -> Plan:
         """Re-diagnose, check the incident still applies (`scope`), re-read and plan again;
-        `SupersededError` or `FailedError` (the planner's refusal) when there is no plan."""
+        `SupersededError`, or the planner's refusal, when there is no plan: `RefusedError` for
+        the incident's plan (nothing written yet), `FailedError` after a conflict."""
         reading = self.read(run.ref)
         if scope is Scope.INCIDENT:
             reason = self.superseded(run, reading) or self.bind(run, reading)
@@ -172,7 +181,7 @@ class Recheck:
             mirror_keys=rediagnosis.mirror_keys,
         )  # fmt: skip
         if isinstance(result, Refusal):
-            raise FailedError(result.reason)
+            raise (RefusedError if scope is Scope.INCIDENT else FailedError)(result.reason)
         return result
 
     # -- right before the first write ----------------------------------------------------------
@@ -199,8 +208,8 @@ class Recheck:
     def guards(self, run: Run, live: LiveObjects) -> None:
         """Right before the first write, every guard again, from the live objects and the
         settings now in force: protected namespace, Kueue on every object written and their
-        pods, a finished Kubeflow job (`FailedError`); another remediation of the job in flight,
-        the hourly cap (`WaitError`: nothing written, a later run tries again)."""
+        pods, a finished Kubeflow job (`RefusedError`: nothing written); another remediation of
+        the job in flight, the hourly cap (`WaitError`: nothing written, a later run tries again)."""
         summary = run.detail.incident
         since = self.clock.now() - timedelta(hours=1)
         started = remediations_started(self.store, cluster=summary.cluster, since=since)
@@ -220,13 +229,13 @@ class Recheck:
             protected_namespaces=self.protected, max_per_hour=self.max_per_hour,
         )  # fmt: skip
         if clearance.kind is ClearanceKind.REFUSE:
-            raise FailedError(f"{clearance.reason} (checked again before the first write)")
+            raise RefusedError(f"{clearance.reason} (checked again before the first write)")
         if clearance.kind is ClearanceKind.WAIT:
             raise WaitError(clearance.reason)
         if live.job is not None:
             finished = guard_reason(live.job, run.ref.kind, through_kueue=run.planned().kueue)
             if finished is not None:
-                raise FailedError(f"{finished} (checked again before the first write)")
+                raise RefusedError(f"{finished} (checked again before the first write)")
 
 
 def written_objects(plan: Plan, live: LiveObjects) -> list[Mapping[str, Any]]:

@@ -7,8 +7,9 @@ drives the run (`agent.remediation.run`: its steps and their records) from the r
 in this order, each step a store action plus its timeline event:
 - `approved`: re-diagnose and re-read the job, and plan it again (`agent.remediation.recheck`);
   `superseded` when the job is gone or was recreated (uid), its verdict is no longer a split, or
-  its placement differs from the incident's; `failed` with the plan's refusal (no room,
-  Kueue-managed, finished...) -- in all three cases nothing was written. Else
+  its placement differs from the incident's; `refused` with the plan's refusal (no room,
+  Kueue-managed, finished...: the incident stays open, the job's one incident) -- in all three
+  cases nothing was written. Else
   `approved -> remediating` (one winner among replicas) and the PLAN action records the plan
   (patches, restore patches, diff, utilization before, the gang's size) as JSON.
 - `remediating`: the job's family applies the plan -- a Kubeflow training job
@@ -19,7 +20,7 @@ in this order, each step a store action plus its timeline event:
   zone-level placement, the Workload deleted so Kueue re-queues the job, admitted in one allowed
   zone) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
   recreated) -- after re-checking, right before the first write, that the job is still the one
-  planned and every guard holds again (`failed`, `superseded`, or the run waits with nothing
+  planned and every guard holds again (`refused`, `superseded`, or the run waits with nothing
   written: another remediation of the job in flight, the hourly cap), and a server-side dry run
   of every write (a refusal ends `failed` with nothing written). Then every pod bound, all in the
   target zone, within `schedule_timeout`.
@@ -70,6 +71,7 @@ from agent.remediation.run import (
     Clock,
     FailedError,
     Journal,
+    RefusedError,
     RollbackError,
     Run,
     Step,
@@ -329,6 +331,9 @@ class Remediator:
         except SupersededError as exc:
             self.journal.end(run, S.SUPERSEDED, str(exc))
             return False
+        except RefusedError as exc:
+            self.journal.end(run, S.REFUSED, str(exc))
+            return False
         except FailedError as exc:
             self.journal.end(run, S.FAILED, str(exc))
             return False
@@ -381,6 +386,8 @@ class Remediator:
             return self.verification.verify(run)
         except SupersededError as exc:
             return self.journal.end(run, S.SUPERSEDED, str(exc))
+        except RefusedError as exc:  # before the first write: nothing written, nothing to resume
+            return self.journal.end(run, S.REFUSED, str(exc))
         except FailedError as exc:
             self._resume_as_is(run)
             return self.journal.end(run, S.FAILED, str(exc))

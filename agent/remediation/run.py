@@ -83,6 +83,12 @@ class FailedError(Exception):
     """End the incident `failed` with this reason."""
 
 
+class RefusedError(FailedError):
+    """End the incident `refused` with this reason: a guard or the plan refused the approved fix
+    before anything was written (protected namespace, Kueue-managed, finished, no room); the
+    problem is still there and the incident stays open as the job's one incident."""
+
+
 class SupersededError(Exception):
     """End the incident `superseded` with this reason: the incident no longer applies to the job
     (gone, recreated, healed or moved since the plan, before anything was written to it; or

@@ -31,7 +31,9 @@ from agent.model.lifecycle import (
 from agent.store.repository import IncidentStore
 
 ACTOR = "zonemedic"  # the timeline actor of what the pipeline writes
-_RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED)
+# what a re-diagnosis (healthy) or the job's going closes: the incidents nothing is being done to
+_RESOLVABLE = (IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED,
+               IncidentStatus.REFUSED)
 LISTING_LIMIT = 10_000  # open incidents read in one listing
 
 
@@ -106,6 +108,11 @@ class OpenIncidents:
         )
         return [i for i in listing.incidents if i.kind == key.kind]
 
+    def forget(self, key: JobRef, incident_id: int) -> None:
+        """Drop a closed incident from the held read (a batch goes on recording the job)."""
+        if self.held is not None and key in self.held:
+            self.held[key] = [i for i in self.held[key] if i.id != incident_id]
+
     def gone(self, present: set[JobRef]) -> list[JobRef]:
         """The jobs with open incidents that are not among `present` (the jobs found), sorted."""
         if self.store is None:
@@ -125,7 +132,8 @@ class OpenIncidents:
         reason: str,
         to: IncidentStatus = IncidentStatus.RESOLVED,
     ) -> int:
-        """Close the job's open incidents of these classes that have not started remediation."""
+        """Close the job's open incidents of these classes that no remediation is under way on
+        (undecided, or `refused`)."""
         closed = 0
         for incident in self.of(key):
             try:

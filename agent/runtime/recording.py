@@ -12,7 +12,11 @@ utilization evidence and samples (`agent.runtime.evidence`), or `"metrics unavai
 split its waste per day (`agent.runtime.waste`; the egress dollars go to the incident's
 `estimated_cost`). A job's uid (with its object's creation time, so that a re-detection fills in
 the uid of an incident recorded before the job's object reached the cache) and requested GPUs
-come from the cache and the finding. A job found healthy resolves its open incidents.
+come from the cache and the finding. A job found healthy resolves its open incidents. A job whose
+open incident is `refused` (its approved fix refused by a guard or the plan) keeps it for the
+same problem (re-detections fold in, no new post); a new problem supersedes it first
+(`agent.model.lifecycle.refused_redetection`: the job recreated, another verdict class, a fix no
+guard refuses now) and opens a new incident.
 
 In a cluster-wide batch or a sweep (`OpenIncidents.held`: its problems come first) the problems go
 to the store `RECORD_BATCH` at a time (`IncidentStore.record_findings`: multi-row statements in one
@@ -41,14 +45,22 @@ from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingOutcome, FindingRecord, FollowUp
 from agent.model.instance import creation_time
 from agent.model.job import JobRef
-from agent.model.lifecycle import TOPOLOGY_CLASSES, LifecycleError, verdict_class
+from agent.model.lifecycle import (
+    TOPOLOGY_CLASSES,
+    IncidentStatus,
+    LifecycleError,
+    Redetected,
+    refused_redetection,
+    verdict_class,
+)
 from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, trigger_for_verdict
+from agent.remediation.guard import ClearanceKind, GuardInput, clear
 from agent.runtime.diagnoser import Diagnoser
 from agent.runtime.drops import DropMessages
 from agent.runtime.evidence import UtilizationReadings
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.open_incidents import OpenIncidents, Order
+from agent.runtime.open_incidents import ACTOR, OpenIncidents, Order
 from agent.runtime.plan_previews import PlanPreviews, Preview, wanted
 from agent.runtime.playbooks import PlaybookActions
 from agent.runtime.revisit import WaitingRoom
@@ -142,6 +154,7 @@ class Recorder:
             return None
         if self.store is None:
             return None
+        self._leave_refused(finding, key)
         metrics = self.p.evidence.of(key)
         waste = self.p.waste.estimate(finding, metrics) if finding.verdict in SPLIT_VERDICTS else None
         document = IncidentDocument.of_finding(finding, uid=self.p.cache.job_uid(key),
@@ -152,6 +165,56 @@ class Recorder:
                                   gpus=gpus, utilization_samples=self.p.evidence.samples(key),
                                   job_created_at=created)  # fmt: skip
         return _Pending(finding, key, document, gpus, record)
+
+    def _leave_refused(self, finding: Finding, key: JobRef) -> None:
+        """A re-detection of a job whose open incident is `refused`: the same problem folds into
+        that incident (recorded as usual: no new incident, no new post); another problem (the job
+        recreated, a verdict of another class, a fix no guard refuses any more) supersedes it,
+        so this finding opens a new incident (`agent.model.lifecycle.refused_redetection`)."""
+        assert self.store is not None
+        for incident in self.p.open.of(key):
+            if incident.status is not IncidentStatus.REFUSED:
+                continue
+            uid = self.p.cache.job_uid(key)
+            try:
+                fate, why = refused_redetection(
+                    current=incident.verdict, seen=finding.verdict,
+                    same_job=not (incident.uid and uid and uid != incident.uid),
+                    fixable=self._fixable(finding, key),
+                )  # fmt: skip
+            except LifecycleError:
+                continue
+            if fate is Redetected.FOLD:
+                continue
+            result = self.store.transition(
+                incident.id, IncidentStatus.REFUSED, IncidentStatus.SUPERSEDED, actor=ACTOR,
+                now=self.now(), detail={"reason": why},
+            )  # fmt: skip
+            log.info("refused incident left for a new problem",
+                     extra={"incident": incident.id, "job": str(key), "reason": why,
+                            "applied": result.applied})  # fmt: skip
+            self.p.open.forget(key, incident.id)
+
+    def _fixable(self, finding: Finding, key: JobRef) -> bool:
+        """The finding has a fix (a remediable split with a target zone) that the executor's
+        guards would not refuse, judged on the job's cached object and pods, nor the plan (its
+        preview from the live objects, when previews are on: no room, Kueue on a group's
+        workloads; the API away counts as not fixable, the next re-detection looks again)."""
+        if not wanted(finding):
+            return False
+        obj = self.p.cache.job_object(key)
+        clearance = clear(
+            GuardInput(namespace=key.namespace, job=str(key),
+                       objects=[*([obj] if obj is not None else []), *self.p.cache.pods_of_job(key)],
+                       busy=False, started_last_hour=0),
+            protected_namespaces=self.p.diagnoser.settings.protected_namespaces, max_per_hour=1,
+        )  # fmt: skip
+        if clearance.kind is ClearanceKind.REFUSE:
+            return False
+        if self.previews is None:
+            return True
+        preview = self._preview(finding)  # the plan, from the live objects: still refused?
+        return preview is not None and preview.refusal is None
 
     def record_all(self, findings: list[Finding], *, first_seen: float | None) -> list[Any]:
         """Record findings in order; the outcomes (None where no incident was touched). While a

@@ -18,7 +18,8 @@ One tick, in one database read plus at most one remediation:
    replica that lost the lease stops after its recorded step). The guards do not stop a started
    remediation: it must end remediated or restored, never half-way.
 3. Else the oldest `approved` incident that the guards clear (`agent.remediation.guard`):
-   protected namespaces and Kueue-managed jobs are refused (the incident fails with the reason);
+   protected namespaces and Kueue-managed jobs are refused (the incident moves to `refused` with
+   the reason: it stays open, the job's one incident, and its message says why and what to do);
    another remediation of the same job in flight, or the hourly cap of the cluster reached, waits.
 4. An incident whose remediation raised, or returned still unfinished, is retried after
    `remediation.retry_after`, not at every tick.
@@ -179,7 +180,7 @@ class RemediationExecutor:
 
     def _refuse(self, incident: IncidentSummary, reason: str) -> None:
         result = self.store.transition(
-            incident.id, S.APPROVED, S.FAILED, actor=ACTOR, now=self.now(),
+            incident.id, S.APPROVED, S.REFUSED, actor=ACTOR, now=self.now(),
             detail={"reason": reason},
         )
         log.warning("remediation refused", extra={"incident": incident.id, "reason": reason,

@@ -33,10 +33,11 @@ from agent.store.rows import summary_by_id
 from agent.store.schema import IncidentRow
 from agent.store.timeline import fold_event, insert_event
 
-# Statuses before a decision: a re-detection still refreshes the verdict, the diagnosis and
-# "utilization before".
+# Statuses nothing is being done in (before a decision, or an approved fix refused before any
+# write): a re-detection still refreshes the verdict, the diagnosis and "utilization before".
 _PRE_REMEDIATION = frozenset(
-    {IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED}
+    {IncidentStatus.OPEN, IncidentStatus.AWAITING_APPROVAL, IncidentStatus.SNOOZED,
+     IncidentStatus.REFUSED}
 )
 
 MAX_STORED_INT = 2**31 - 1  # INTEGER columns (PostgreSQL: 32-bit)

@@ -379,6 +379,33 @@ def test_button_limits() -> None:
         button("x", action=ButtonAction.APPROVE, value="1" * 2001)
 
 
+@pytest.mark.parametrize(
+    ("reason", "advice"),
+    [
+        ("PyTorchJob ml/resnet is in the protected namespace ml; zonemedic never touches it",
+         "co-locate it by hand or ask the namespace's owners to"),
+        ("PyTorchJob resnet is queued by Kueue (label kueue.x-k8s.io/queue-name=gpus)",
+         "Kueue Topology Aware Scheduling"),
+        ("PyTorchJob resnet is managed by example.com/other, not by its own controller",
+         "Kueue Topology Aware Scheduling"),
+        ("PyTorchJob has finished: it cannot be resumed", "submit the job again"),
+        ("no room in zone-a: 2 free GPUs, the job needs 4", "make room for the whole job"),
+    ],
+)
+def test_a_refused_fix_says_why_and_what_to_do_with_no_buttons(reason: str, advice: str) -> None:
+    r = incident_message(summary(status=S.REFUSED), StoredDiagnosis.from_stored(diagnosis()),
+                         approvals_enabled=True, decision=decision(DecisionOutcome.APPROVE),
+                         refused=reason)  # fmt: skip
+    text = all_text(r)
+    assert "Not fixed automatically" in text and advice in text
+    assert "stays open" in text
+    assert f"not fixed automatically: {reason}" in r.text
+    assert buttons(r) == []
+    assert r.blocks[-1] == context(
+        "*Approved* by dana at 2026-11-30 12:00 UTC · now *refused: not fixable automatically*")
+    assert_within_limits(r)
+
+
 def event(kind: EventKind, actor: str | None = "alice", **detail: Any) -> TimelineEvent:
     return TimelineEvent(1, 7, T0, kind, actor, detail)
 
@@ -412,6 +439,9 @@ def event(kind: EventKind, actor: str | None = "alice", **detail: Any) -> Timeli
          "Resolved: verified (GPU utilization 40% → 86%)"),
         (event(EventKind.ROLLED_BACK, reason="pods did not land together"), "Rolled back: pods did not land together"),
         (event(EventKind.SUPERSEDED, reason="the job has no live pods"), "No longer current: the job has no live pods"),
+        (event(EventKind.REFUSED, reason="PyTorchJob resnet is queued by Kueue"),
+         "Not fixed automatically: PyTorchJob resnet is queued by Kueue. What to do: schedule "
+         "the job with Kueue Topology Aware Scheduling"),
         (event(EventKind.DETECTED), None),
         (event(EventKind.POSTED), None),
     ],

@@ -16,6 +16,7 @@ from agent.model.lifecycle import (
     TRANSITIONS,
     IncidentStatus,
     LifecycleError,
+    Redetected,
     ResumeAction,
     Severity,
     VerdictClass,
@@ -26,6 +27,7 @@ from agent.model.lifecycle import (
     event_for_status,
     fingerprint,
     gpu_hours_recovered,
+    refused_redetection,
     resume_action,
     retry_delay,
     to_jsonable,
@@ -66,6 +68,15 @@ S = IncidentStatus
         (S.REMEDIATING, S.RESOLVED, False),  # only after verification
         (S.REJECTED, S.APPROVED, False),
         (S.RESOLVED, S.OPEN, False),
+        # an approved fix refused by a guard or the plan, nothing written: the incident stays open
+        (S.APPROVED, S.REFUSED, True),
+        (S.REMEDIATING, S.REFUSED, True),  # guards checked again before the first write
+        (S.VERIFYING, S.REFUSED, False),  # written already: a refusal is no longer possible
+        (S.REFUSED, S.RESOLVED, True),  # the job healthy
+        (S.REFUSED, S.SUPERSEDED, True),  # the job gone or recreated, or a new problem
+        (S.REFUSED, S.APPROVED, False),  # never approved again: a new problem asks again
+        (S.REFUSED, S.FAILED, False),  # a refusal never closes the problem's incident
+        (S.OPEN, S.REFUSED, False),  # only an approved fix is refused
     ],
 )
 def test_transitions_table(current: S, new: S, allowed: bool) -> None:
@@ -111,6 +122,44 @@ def test_every_status_has_an_event() -> None:
     assert {event_for_status(s).value for s in S} >= {"approved", "rejected", "resolved"}
 
 
+def test_a_refused_incident_is_open_and_not_decidable() -> None:
+    assert S.REFUSED in OPEN_STATUSES and S.REFUSED not in DECIDABLE
+    assert event_for_status(S.REFUSED).value == "refused"
+
+
+B, D, P, M = (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED, Verdict.POLICY_BLOCKED,
+              Verdict.GPU_UTILIZATION_DROP)
+
+
+@pytest.mark.parametrize(
+    ("current", "seen", "same_job", "fixable", "fate", "words"),
+    [
+        # the refused, unchanged problem: folds into the incident, whatever the reason refused
+        (B, B, True, False, Redetected.FOLD, "unchanged"),
+        (D, B, True, False, Redetected.FOLD, "unchanged"),  # same class, another severity
+        (B, D, True, False, Redetected.FOLD, "unchanged"),
+        (M, M, True, False, Redetected.FOLD, "unchanged"),
+        # a new problem: the job recreated, another verdict class, a fix no guard refuses now
+        (B, B, False, False, Redetected.REOPEN, "recreated"),
+        (B, B, False, True, Redetected.REOPEN, "recreated"),
+        (B, P, True, False, Redetected.REOPEN, "policy_blocked"),
+        (D, M, True, False, Redetected.REOPEN, "gpu_utilization_drop"),
+        (B, B, True, True, Redetected.REOPEN, "no longer holds"),
+        (D, B, True, True, Redetected.REOPEN, "no longer holds"),
+    ],
+)
+def test_refused_redetection(current: Verdict, seen: Verdict, same_job: bool, fixable: bool,
+                             fate: Redetected, words: str) -> None:  # fmt: skip
+    got, why = refused_redetection(current=current, seen=seen, same_job=same_job,
+                                   fixable=fixable)  # fmt: skip
+    assert got is fate and words in why
+
+
+def test_refused_redetection_of_what_is_no_incident_is_an_error() -> None:
+    with pytest.raises(LifecycleError, match="healthy"):
+        refused_redetection(current=B, seen=Verdict.HEALTHY, same_job=True, fixable=False)
+
+
 @pytest.mark.parametrize(
     ("status", "action"),
     [
@@ -122,6 +171,7 @@ def test_every_status_has_an_event() -> None:
         (S.VERIFYING, ResumeAction.VERIFY),
         (S.RESOLVED, ResumeAction.NONE),
         (S.ROLLED_BACK, ResumeAction.NONE),
+        (S.REFUSED, ResumeAction.NONE),  # nothing to redo: it waits for the problem to end
     ],
 )
 def test_resume_rules(status: S, action: ResumeAction) -> None:

@@ -110,7 +110,7 @@ def test_the_agents_service_account_with_the_deploy_cluster_role_is_enough(
         assert served_job(lab)["spec"]["runPolicy"]["suspend"] is False
 
 
-def test_target_zone_cordoned_before_approval_fails_and_writes_nothing(
+def test_target_zone_cordoned_before_approval_is_refused_and_writes_nothing(
     tmp_path: Path, store: IncidentStore
 ) -> None:
     with running_lab(tmp_path, "seed-degraded") as lab:
@@ -119,7 +119,7 @@ def test_target_zone_cordoned_before_approval_fails_and_writes_nothing(
         cordon(lab, "us-east-1a")
         lab.reset_accounting()
         status = lab.remediator(store).run(incident_id)
-        assert status is IncidentStatus.FAILED
+        assert status is IncidentStatus.REFUSED
         assert lab.writes() == {}
         detail = store.get_incident(incident_id)
         reason = detail.events[-1].detail["reason"]
@@ -232,7 +232,7 @@ def test_a_kueue_managed_job_is_refused(tmp_path: Path, store: IncidentStore) ->
         incident_id = approved_incident(lab, store)
         patch_job(lab, {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "gpu"}}})
         lab.reset_accounting()
-        assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.REFUSED
         assert lab.writes() == {}
         assert "Kueue-managed (queue gpu)" in store.get_incident(incident_id).events[-1].detail["reason"]
 
@@ -359,7 +359,7 @@ def test_an_old_leaders_late_write_refused_after_its_term_ended_ends_nothing(
         assert resumes(lab) == 1
 
 
-def test_a_kubeflow_job_queued_by_kueue_after_the_plan_fails_before_the_first_write(
+def test_a_kubeflow_job_queued_by_kueue_after_the_plan_is_refused_before_the_first_write(
     tmp_path: Path, store: IncidentStore
 ) -> None:
     """Planned, then the process died; meanwhile the job was handed to Kueue: the guards, checked
@@ -376,7 +376,7 @@ def test_a_kubeflow_job_queued_by_kueue_after_the_plan_fails_before_the_first_wr
             lab.remediator(store, on_step=die_after_the_plan).run(incident_id)
         patch_job(lab, {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "gpu"}}})
         lab.reset_accounting()
-        assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.REFUSED
         assert lab.writes() == {}
         reason = store.get_incident(incident_id).events[-1].detail["reason"]
         assert "PyTorchJob llm-finetune is queued by Kueue (label kueue.x-k8s.io/queue-name=gpu)" in reason

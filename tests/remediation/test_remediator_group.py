@@ -468,7 +468,7 @@ def test_a_kueue_managed_deployment_of_a_group_is_refused_with_nothing_written(
         incident_id = approved_incident(lab, store, ref=LAB)
         _kueue_label_on_the_deployment(lab)
         lab.reset_accounting()
-        assert lab.remediator(store).run(incident_id) is IncidentStatus.FAILED
+        assert lab.remediator(store).run(incident_id) is IncidentStatus.REFUSED
         reason = store.get_incident(incident_id).events[-1].detail["reason"]
         assert "Deployment rendezvous is queued by Kueue (label kueue.x-k8s.io/queue-name=gpu)" in reason
         assert lab.writes() == {}
@@ -506,7 +506,7 @@ def test_guards_are_checked_again_right_before_the_first_write(
             assert detail.events[-1].detail["waiting"].startswith("0 remediation(s) started in the last hour; the cap is 0")
             assert lab.remediator(store).run(incident_id) is IncidentStatus.RESOLVED  # once it clears
             return
-        assert status is IncidentStatus.FAILED
+        assert status is IncidentStatus.REFUSED
         reason = detail.events[-1].detail["reason"]
         assert reason.endswith("(checked again before the first write)"), reason
         assert ("protected namespace ml-lab" if change == "protected" else "queued by Kueue") in reason

@@ -148,7 +148,7 @@ def test_a_pod_that_cannot_bind_rolls_back_and_recreates_the_child_jobs_the_merg
         assert steps.count("rollback_started") == 1 and steps.count("rolled_back") == 1
 
 
-def test_a_trainer_too_old_fails_the_incident_with_nothing_written(tmp_path: Path, store: IncidentStore) -> None:
+def test_a_trainer_too_old_refuses_the_fix_with_nothing_written(tmp_path: Path, store: IncidentStore) -> None:
     with running_lab(tmp_path, replace(quick("trainjob"), trainer_release=TrainerRelease.V2_1)) as lab:
         incident_id = approved_incident(lab, store, ref=TORCH)
         crds = lookup("customresourcedefinitions")
@@ -159,13 +159,13 @@ def test_a_trainer_too_old_fails_the_incident_with_nothing_written(tmp_path: Pat
         lab.reset_accounting()
         status = lab.remediator(store).run(incident_id)
         detail = store.get_incident(incident_id)
-        assert status is IncidentStatus.FAILED
+        assert status is IncidentStatus.REFUSED
         assert "Kubeflow Trainer is v2.0" in str(dict(detail.events[-1].detail)["reason"])
         assert lab.writes() == {}
         assert served(lab, TORCH)["spec"].get("suspend") is False
 
 
-def test_a_kueue_managed_trainjob_fails_with_nothing_written(tmp_path: Path, store: IncidentStore) -> None:
+def test_a_kueue_managed_trainjob_is_refused_with_nothing_written(tmp_path: Path, store: IncidentStore) -> None:
     with running_lab(tmp_path, "trainjob") as lab:
         incident_id = approved_incident(lab, store, ref=TORCH)
         rt = lookup("trainjobs")
@@ -175,7 +175,7 @@ def test_a_kueue_managed_trainjob_fails_with_nothing_written(tmp_path: Path, sto
         lab.reset_accounting()
         status = lab.remediator(store).run(incident_id)
         detail = store.get_incident(incident_id)
-        assert status is IncidentStatus.FAILED
+        assert status is IncidentStatus.REFUSED
         assert "Kueue-managed (queue team-a)" in str(dict(detail.events[-1].detail)["reason"])
         assert lab.writes() == {}
 

@@ -86,7 +86,9 @@ def test_approved_incidents_run_one_per_tick_in_order(store: IncidentStore) -> N
     assert _status(store, other_cluster) is S.APPROVED  # another cluster's leader runs it
 
 
-def test_protected_and_kueue_jobs_fail_with_the_reason(store: IncidentStore) -> None:
+def test_protected_and_kueue_jobs_are_refused_with_the_reason_and_stay_open(
+    store: IncidentStore,
+) -> None:
     kueue_job = {"kind": "PyTorchJob", "metadata": {
         "name": "queued", "labels": {"kueue.x-k8s.io/queue-name": "gpus"}}}
     executor, remediator, _ = _executor(
@@ -99,9 +101,9 @@ def test_protected_and_kueue_jobs_fail_with_the_reason(store: IncidentStore) -> 
     for incident_id, words in ((protected, "protected namespace kube-system"),
                                (queued, "queued by Kueue")):
         detail = store.get_incident(incident_id)
-        assert detail.incident.status is S.FAILED
-        failed = [e for e in detail.events if e.kind is EventKind.FAILED]
-        assert len(failed) == 1 and words in failed[0].detail["reason"]
+        assert detail.incident.status is S.REFUSED and detail.incident.closed_at is None
+        refused = [e for e in detail.events if e.kind is EventKind.REFUSED]
+        assert len(refused) == 1 and words in refused[0].detail["reason"]
 
 
 def test_left_over_remediations_resume_first_and_ignore_the_cap(store: IncidentStore) -> None:

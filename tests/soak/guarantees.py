@@ -35,7 +35,12 @@ fake Slack's records (clicks), plus the counts the soak prints.
    recreated: never failed with the workers gone), and the pin is looked for on the group's
    Deployment and worker Job templates.
 7. One incident per problem: no two incidents of one job or group open at the same time (one's
-   opening before the other's close).
+   opening before the other's close); no new incident for a refused, unchanged problem: after an
+   approved incident whose fix was refused with nothing written (a guard or the plan: protected
+   namespace, Kueue, finished, no room) was closed by that refusal (`failed` with no write step
+   and no refused dry run), no later incident of the same job (uid) and verdict class; and a
+   `refused` incident is never left for "the fix can be applied now" on a job that stays
+   Kueue-labelled or in the protected namespace (the soak never lifts those guards).
 """
 
 from __future__ import annotations
@@ -354,6 +359,10 @@ def check(
                 report.violate("7 one incident", f"{job_key[0]}/{job_key[1]}: #{later.incident.id}"
                                                  f" opened {later.incident.opened_at:%H:%M:%S} "
                                                  f"while #{earlier.incident.id} was open")
+    guarded = {(j.namespace, j.name) for j in jobs if j.kueue or j.namespace == PROTECTED}
+    for job_key, incidents in sorted(by_job.items()):
+        for what in refused_unchanged(incidents, guarded=job_key in guarded):
+            report.violate("7 one incident", f"{job_key[0]}/{job_key[1]}: {what}")
     report.counts["faults struck"] = dict(Counter(hit.kind for hit in struck))
     report.counts["faults struck on groups"] = dict(Counter(
         hit.kind for hit in struck if group_of_object(hit.name) is not None))
@@ -371,7 +380,7 @@ def check(
         "ended because": dict(Counter(
             str(next((e.detail.get("reason") for e in reversed(d.events)
                       if e.detail.get("reason")), "?"))[:160]
-            for d in details if d.incident.status in (S.FAILED, S.ROLLED_BACK))),
+            for d in details if d.incident.status in (S.FAILED, S.ROLLED_BACK, S.REFUSED))),
         "messages": len(messages),
         "undelivered": undelivered,
         "pending, queued after the delivery wait": late,
@@ -386,6 +395,59 @@ def check(
             if any(e.kind is EventKind.REMEDIATION_STARTED for e in d.events))),
     })
     return report
+
+
+# remediation steps that write to the cluster (their intent or their record)
+WRITE_STEPS = frozenset({"suspending", "suspended", "resumed", "rolling_out", "rolled_out",
+                         "job_deleting", "job_deleted", "job_created", "restoring", "rolled_back"})
+NOW_FIXABLE = "the fix can be applied now"  # why a refused incident is left for a new problem
+
+
+def closed_by_a_refusal(detail: IncidentDetail) -> bool:
+    """An approved incident that ended `failed` with no write recorded (no remediation step that
+    writes, nor the intent of one) and no dry run refused by the API server: a guard or the plan
+    refused its fix, and the refusal closed it."""
+    if detail.incident.status is not S.FAILED or valid_approval_at(detail) is None:
+        return False
+    for action in detail.actions:
+        step = str(action.payload.get("step") or "")
+        if step in WRITE_STEPS or (step == "dry_run" and action.succeeded is False):
+            return False
+    return True
+
+
+def verdict_class_of(detail: IncidentDetail) -> str:
+    value = detail.incident.verdict.value
+    return "zone_split" if value.startswith("zone_split") else value
+
+
+def same_problem(earlier: IncidentDetail, later: IncidentDetail) -> bool:
+    """The same job (its uid, when both know it) and the same verdict class."""
+    a, b = earlier.incident.uid, later.incident.uid
+    return (not a or not b or a == b) and verdict_class_of(earlier) == verdict_class_of(later)
+
+
+def refused_unchanged(incidents: list[IncidentDetail], *, guarded: bool) -> list[str]:
+    """The violations of "no new incident for a refused, unchanged problem" among one job's
+    incidents; `guarded`: the job stays Kueue-labelled or in the protected namespace."""
+    out: list[str] = []
+    by_opening = sorted(incidents, key=lambda d: d.incident.opened_at)
+    for i, earlier in enumerate(by_opening):
+        if closed_by_a_refusal(earlier):
+            closed = earlier.incident.closed_at
+            for later in by_opening[i + 1:]:
+                if closed is not None and later.incident.opened_at >= closed and same_problem(
+                        earlier, later):
+                    out.append(f"#{later.incident.id} opened {later.incident.opened_at:%H:%M:%S}"
+                               f" after #{earlier.incident.id}'s fix was refused "
+                               f"({earlier.incident.status.value}), the problem unchanged")
+                    break
+        left = [e for e in earlier.events if e.kind is EventKind.SUPERSEDED
+                and NOW_FIXABLE in str(e.detail.get("reason") or "")]
+        if guarded and left and any(e.kind is EventKind.REFUSED for e in earlier.events):
+            out.append(f"#{earlier.incident.id} refused, then left for a new incident as if its "
+                       "guard no longer held")
+    return out
 
 
 def _remediating_at(incidents: list[IncidentDetail], at: float) -> IncidentDetail | None:

@@ -10,14 +10,20 @@ from typing import Any
 import pytest
 
 from agent.model.incident import Actor, FindingRecord
-from agent.model.lifecycle import DecisionOutcome, DecisionSource, IncidentStatus, MessageKind
+from agent.model.lifecycle import (
+    DecisionOutcome,
+    DecisionSource,
+    IncidentStatus,
+    MessageKind,
+    RemediationActionKind,
+)
 from agent.remediation.group_steps import RECREATED_ANNOTATION
 from agent.store.repository import IncidentStore
 from agent.twin.faults import WriteRecord
 from tests.chatops.harness import diagnosis
 from tests.soak.approvers import Click
 from tests.soak.faults import Struck
-from tests.soak.guarantees import Report, check
+from tests.soak.guarantees import NOW_FIXABLE, Report, check
 from tests.soak.workload import PROTECTED, ZONE, GroupShape, JobRecord
 
 AGENT = "system:serviceaccount:zonemedic:zonemedic"
@@ -333,5 +339,63 @@ def test_two_incidents_of_one_group_open_at_once_are_reported(
     incident(store, "soak-0", "grp-1", approver="U1")
     incident(store, "soak-0", "grp-1", approver=None, at=T0 + timedelta(seconds=second_after))
     report = run(store, jobs=[group_record("grp-1")], live_workloads=group_workloads("grp-1"))
+    assert ("7 one incident" in report.violations) is violated, report.lines()
+    assert report.violated == (1 if violated else 0), report.lines()
+
+
+def _job(name: str, *, kueue: bool = False, namespace: str = "soak-0") -> JobRecord:
+    return JobRecord(namespace, name, f"uid-{name}", T0.timestamp(), kueue)
+
+
+@pytest.mark.parametrize(
+    ("case", "violated"),
+    [
+        ("refused_then_reopened", True),  # today's main: failed by the guard, a new incident
+        ("recreated", False),  # the later incident is another job (another uid)
+        ("another_class", False),  # the later incident is another problem
+        ("written_then_failed", False),  # a remediation that wrote, then failed: not a refusal
+        ("refused_kept_open", False),  # the fix: refused, one open incident
+    ],
+)
+def test_a_new_incident_for_a_refused_unchanged_split_is_reported(
+    store: IncidentStore, case: str, violated: bool
+) -> None:
+    """The first incident is approved and ends 3 s after it opened; the second opens at 5 s."""
+    later = T0 + timedelta(seconds=5)
+    if case == "refused_kept_open":
+        first = incident(store, "soak-0", "a", approver="U1", ends=IncidentStatus.REFUSED)
+        assert store.get_incident(first).incident.closed_at is None
+    else:
+        first = incident(store, "soak-0", "a", approver="U1", ends=IncidentStatus.FAILED)
+    if case == "written_then_failed":
+        store.record_action(first, RemediationActionKind.APPLY, now=T0 + timedelta(seconds=2),
+                            actor="zonemedic", succeeded=None, payload={"step": "suspending"})
+    if case in ("refused_then_reopened", "written_then_failed"):
+        incident(store, "soak-0", "a", approver=None, at=later)
+    elif case == "recreated":
+        incident(store, "soak-0", "a", approver=None, at=later, uid="uid-a-again")
+    elif case == "another_class":
+        doc = diagnosis("a")
+        doc["job"].update(namespace="soak-0", uid="uid-a")
+        doc.update(verdict="policy_blocked", remediable=False, target_zone=None)
+        store.record_finding(FindingRecord.from_finding(doc, cluster="soak", detected_at=later))
+    report = run(store, jobs=[_job("a")])
+    assert ("7 one incident" in report.violations) is violated, report.lines()
+    assert report.violated == (1 if violated else 0), report.lines()
+
+
+@pytest.mark.parametrize(("kueue", "violated"), [(True, True), (False, False)])
+def test_a_refused_incident_left_as_fixable_on_a_job_that_stays_guarded_is_reported(
+    store: IncidentStore, kueue: bool, violated: bool
+) -> None:
+    """The soak never lifts a job's Kueue label: its refused incident left for "the fix can be
+    applied now" means the agent misjudged the guard."""
+    first = incident(store, "soak-0", "a", approver="U1", ends=IncidentStatus.REFUSED)
+    assert store.transition(first, IncidentStatus.REFUSED, IncidentStatus.SUPERSEDED,
+                            actor="zonemedic", now=T0 + timedelta(seconds=4),
+                            detail={"reason": NOW_FIXABLE + ": what refused it no longer holds"}
+                            ).applied  # fmt: skip
+    incident(store, "soak-0", "a", approver=None, at=T0 + timedelta(seconds=5))
+    report = run(store, jobs=[_job("a", kueue=kueue)])
     assert ("7 one incident" in report.violations) is violated, report.lines()
     assert report.violated == (1 if violated else 0), report.lines()
