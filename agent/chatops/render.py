@@ -11,7 +11,8 @@ The fix: the latest recorded plan (`agent.model.proposal.ProposedFix`: the previ
 the finding opened the incident, later the plan being executed) in words, and its patch as a
 unified diff in a code block cut to one section (a line says so, and where to read it whole).
 A preview the plan refused (no room in the target zone, Kueue-managed...) says the fix cannot be
-applied and why. Waste per day comes with the finding (`waste`: GPU-hours and cross-zone egress
+applied and why; a split Kueue job's finding adds why Kueue let it split and the Kueue
+configuration to add (YAML, a code block), and says Kueue will re-queue the job. Waste per day comes with the finding (`waste`: GPU-hours and cross-zone egress
 dollars, each with its basis, measured or estimated, or "unknown" and why).
 
 Approvals: Approve / Reject / Snooze 24h appear only while the incident can be decided (open or
@@ -231,20 +232,26 @@ def _fix_text(
     )
 
 
-def diff_block(diff: str, *, incident_id: int) -> str:
+def diff_block(diff: str, *, incident_id: int, title: str = "*Patch:*", noun: str = "diff") -> str:
     """The patch diff in a code block, cut at a line end to fit one section; a cut diff says
     how many lines were left out and where to read it whole."""
     fence = "```"
     body = printable_lines(diff).replace(fence, "'''")
     total = body.count("\n") + 1
-    room = MAX_SECTION - len("*Patch:*\n") - 2 * len(fence) - 2
+    room = MAX_SECTION - len(f"{title}\n") - 2 * len(fence) - 2
     if len(body) > room:
         more = (f"\n_… truncated: {total} lines in all; `zonemedic incidents show "
-                f"{incident_id}` prints the whole diff_")  # fmt: skip
+                f"{incident_id}` prints the whole {noun}_")  # fmt: skip
         body = body[: room - len(more)]
         body = body[: body.rfind("\n")] if "\n" in body else body
-        return f"*Patch:*\n{fence}{body}{fence}{more}"
-    return f"*Patch:*\n{fence}{body}{fence}"
+        return f"{title}\n{fence}{body}{fence}{more}"
+    return f"{title}\n{fence}{body}{fence}"
+
+
+def kueue_block(proposal: str, *, incident_id: int) -> str:
+    """The Kueue configuration a finding proposes (YAML), in a code block cut like a diff."""
+    return diff_block(proposal, incident_id=incident_id, title="*Kueue configuration to add:*",
+                      noun="configuration")
 
 
 def _preconditions_text(fix: ProposedFix) -> str | None:
@@ -283,6 +290,9 @@ def _not_remediable(diagnosis: StoredDiagnosis) -> str:
     elif diagnosis.verdict is Verdict.POLICY_BLOCKED and policies:
         advice = (f"change {', '.join(policies[:5])} to allow the job's own traffic; "
                   "co-location does not help")
+    elif diagnosis.kueue is not None:
+        advice = (f"{diagnosis.kueue.message}. Add the Kueue configuration below; Kueue then "
+                  "re-queues the job (it may wait for quota)")
     else:
         advice = ("make room for the whole job in one zone, or schedule it with Kueue "
                   "Topology Aware Scheduling (a zone-level topology request)")
@@ -383,6 +393,8 @@ def incident_message(
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
                               Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))
+        if diagnosis.kueue is not None:
+            blocks.append(section(kueue_block(diagnosis.kueue.proposal, incident_id=incident.id)))
     if incident.status is IncidentStatus.REFUSED:
         blocks.append(section(refused_text(refused or "a guard refused the approved fix")))
     tail: list[dict[str, Any]] = []

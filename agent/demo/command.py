@@ -1,4 +1,4 @@
-"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab|trainjob|trainjob-mpi] [--interactive] [--output json]`.
+"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab|trainjob|trainjob-mpi|kueue] [--interactive] [--output json]`.
 
 Registered by `agent.cli` (offered only where the cluster twin is installed). Runs the story of
 `agent.demo.story` once: everything on 127.0.0.1, in one temporary directory, stopped and removed
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from agent.demo.story import Summary
 
-SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi")
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi", "kueue")
 
 
 def register(subparsers: Any) -> None:

@@ -48,7 +48,7 @@ from agent.twin.groups import TrainingGroup
 from agent.twin.resources import lookup
 from agent.twin.scenario import ZONE_LABEL, Scenario, load_scenario
 
-SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi")
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi", "kueue")
 WORKLOAD_KINDS = frozenset({*(w.kind.value for w in WORKLOADS), DEPLOYMENT.kind, BATCH_JOB.kind})
 CHANNEL = "#ml-infra"
 APPROVER = "U0DEMO"

@@ -65,7 +65,10 @@ S = IncidentStatus
 ENDED = frozenset({S.RESOLVED, S.FAILED, S.ROLLED_BACK, S.REJECTED, S.EXPIRED, S.SNOOZED,
                    S.SUPERSEDED})
 DECLINED = {S.REJECTED: "Rejected", S.SNOOZED: "Snoozed"}  # decisions that leave the job split
-APPLIED_STEPS = frozenset({"suspended", "rolled_out", "job_deleted"})
+# the fix applied: suspended with the patch, a rollout, a Job deleted; a Kueue job: annotated while
+# Kueue holds it (its Workload deactivated)
+APPLIED_STEPS = frozenset({"suspended", "rolled_out", "job_deleted", "annotated"})
+KUEUE_STEPS = frozenset({"deactivated"})
 RESTARTED_STEPS = frozenset({"resumed"})  # a group: every workload moved
 # kinds suspended first and patched once their pods are gone (the JobSet refuses the templates'
 # change before)
@@ -222,7 +225,7 @@ class Story:
             return self.finish(incident.id)
 
         self.wait("the fix", lambda: self._step_seen(incident.id, APPLIED_STEPS), timeout=40)
-        n.done("applied", self._applied_words())
+        n.done("applied", self._applied_words(incident.id))
         n.begin("restarted")
         self.wait("the restart", lambda: self._step_seen(incident.id, RESTARTED_STEPS), timeout=40)
         n.done("restarted")
@@ -369,7 +372,10 @@ class Story:
                             f"{[dict(e.detail) for e in detail.events][-3:]}")
         return any(str(a.payload.get("step")) in steps for a in detail.actions)
 
-    def _applied_words(self) -> str:
+    def _applied_words(self, incident_id: int) -> str:
+        if self._step_seen(incident_id, KUEUE_STEPS):
+            return ("through Kueue: its Workload deactivated (Kueue suspended the job), the "
+                    "templates given Kueue's zone-level request, the Workload re-queued")
         if self.stage.target.kind == "group":
             return "the coordinator's Deployment patched (zone pin, toleration, zone label)"
         if self.stage.target.kind in SUSPEND_FIRST:

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.diagnosis.impact import estimate_impact
+from agent.diagnosis.kueue import kueue_advice
 from agent.diagnosis.placement import blocking_reasons, choose_target_zone
 from agent.diagnosis.reachability import ClassPairs, DeniedPairs, Reachability
 from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
@@ -309,9 +310,24 @@ class _Diagnoser:
         elif not candidates:
             room = ", ".join(f"{z}: {free.get(z, 0)}" for z in fixing)
             reasons.append(f"no zone has {need} free GPUs for the job (free: {room})")
-        blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces)
+        kueue = kueue_advice(job.obj, self.state.kueue)
+        through_kueue = kueue is not None and kueue.agent_fixable
+        blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces,
+                                    through_kueue=through_kueue)  # fmt: skip
         awaits_room = bool(fixing) and not candidates and not blocking
         reasons.extend(blocking)
+        if kueue is not None:
+            blocked = None
+            if not fixing:
+                blocked = ("no zone where the policies allow every required flow: fix the "
+                           "policies before re-placing the job through Kueue")
+            elif not candidates:
+                blocked = (f"no zone the policies allow ({', '.join(fixing)}) has {need} free "
+                           "GPUs for the whole job")
+            kueue = replace(kueue, zones=tuple(candidates), blocked=blocked)
+            reasons.append(kueue.message)
+            if blocked is not None:
+                reasons.append(blocked)
         best = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
         target = best if not blocking else None
         if best is not None and blocking:
@@ -332,6 +348,7 @@ class _Diagnoser:
             impact=impact,
             gpus=dict(sorted(gpus_by_zone.items())),
             awaits_room=awaits_room,
+            kueue=kueue,
         )
 
 

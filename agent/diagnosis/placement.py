@@ -59,10 +59,13 @@ def restart_reason(job: Job) -> str | None:
     return None
 
 
-def blocking_reasons(job: Job, *, protected_namespaces: Iterable[str]) -> list[str]:
-    """Every reason that makes the job not remediable regardless of zones."""
+def blocking_reasons(
+    job: Job, *, protected_namespaces: Iterable[str], through_kueue: bool = False
+) -> list[str]:
+    """Every reason that makes the job not remediable regardless of zones (`through_kueue`:
+    the fix re-queues it through Kueue, so Kueue managing it is no reason)."""
     reasons = []
-    kueue = kueue_reason(job)
+    kueue = None if through_kueue else kueue_reason(job)
     if kueue is not None:
         reasons.append(kueue)
     if job.ref.namespace in set(protected_namespaces):

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from agent.model.kueue import NO_KUEUE, KueueObjects, PodSetTopology
 from agent.model.network import Protocol
 from agent.model.workload import JobKind
 
@@ -147,7 +148,11 @@ class TrainingJobObject:
     For a kind with replicated jobs: `gang` the replicated jobs whose pods form the gang, in
     the object's order, `outside` those that do not (initializers), `coordinator` the one the
     object names, if any, `ports` the port each gang replicated job's template sets in its
-    kind's port env var (torch `PET_MASTER_PORT`, `MASTER_PORT`), where it does.
+    kind's port env var (torch `PET_MASTER_PORT`, `MASTER_PORT`), where it does. `topology`:
+    the Topology Aware Scheduling request each gang pod template carries (its Kueue PodSet),
+    by replica (replica type, or replicated job name), templates that ask nothing left out;
+    `pod_sets` every gang pod template's replica, in the object's order (Kueue makes one PodSet
+    of each; empty for a kind whose templates live on the object it is materialised as).
     """
 
     kind: JobKind
@@ -163,6 +168,8 @@ class TrainingJobObject:
     outside: frozenset[str] = frozenset()
     coordinator: DeclaredCoordinator | None = None
     ports: Mapping[str, int] = field(default_factory=dict)
+    topology: Mapping[str, PodSetTopology] = field(default_factory=dict)
+    pod_sets: tuple[str, ...] = ()
 
     @property
     def controller(self) -> OwnerRef | None:
@@ -174,7 +181,8 @@ class ClusterState:
     """Everything topology needs to know about a cluster at one moment (no policies).
 
     `job_objects` is keyed by (kind, namespace, name); `owned_objects` by (kind, namespace, name)
-    with kinds like `Job` (batch), `ReplicaSet`, `Deployment`.
+    with kinds like `Job` (batch), `ReplicaSet`, `Deployment`; `kueue` every Kueue object
+    (empty when Kueue is not installed).
     """
 
     nodes: Mapping[str, Node] = field(default_factory=dict)
@@ -182,6 +190,7 @@ class ClusterState:
     pods: tuple[Pod, ...] = ()
     job_objects: Mapping[tuple[JobKind, str, str], TrainingJobObject] = field(default_factory=dict)
     owned_objects: Mapping[tuple[str, str, str], OwnedObject] = field(default_factory=dict)
+    kueue: KueueObjects = NO_KUEUE
 
     def zones(self) -> list[str]:
         """Every zone named by a node label, sorted."""

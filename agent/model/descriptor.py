@@ -238,12 +238,16 @@ class Conditions:
 @dataclass(frozen=True, slots=True)
 class KueueMarkers:
     """What says Kueue manages an object: its queue label (or annotation), the label Kueue sets
-    on the pods it manages, and the pod-template annotation asking Topology Aware Scheduling for
-    a zone (what to use instead of zonemedic's restart)."""
+    on the pods it manages, and the pod-template annotations of Topology Aware Scheduling: the
+    required level (`topology_annotation`), the preferred one, the unconstrained flag, and the
+    PodSet group name (two PodSets of one workload placed in one domain, Kueue v0.13+)."""
 
     queue_label: str
     managed_label: str
     topology_annotation: str
+    preferred_annotation: str
+    unconstrained_annotation: str
+    group_annotation: str
 
 
 NO_CONDITIONS = Conditions(suspended=None, finished=())

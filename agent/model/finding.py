@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.model.job import JobRef
+from agent.model.kueue import KueueAdvice
 from agent.model.network import Caveat, DenyReason, Hop, PortRange
 from agent.model.verdict import Verdict
 
@@ -140,6 +141,7 @@ class Finding:
     pods whose zone-mirroring labels are still to come (the verdict may change once they are
     written: not acted on until then); `awaits_room`: a split (or a mislabelled job) some zone
     would fix, none of which has room for the job now. Neither is part of the JSON output.
+    `kueue`: for a split job Kueue manages, why Kueue let it split and the configuration to add.
     """
 
     job: JobRef
@@ -159,6 +161,7 @@ class Finding:
     identity: IdentityNote | None = None
     awaiting_labels: tuple[str, ...] = ()
     awaits_room: bool = False
+    kueue: KueueAdvice | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,4 +187,5 @@ class Finding:
             "uncertain": [u.to_dict() for u in self.uncertain],
             "caveats": [c.to_dict() for c in self.caveats],
             "identity_labels": self.identity.to_dict() if self.identity is not None else None,
+            "kueue": self.kueue.to_dict() if self.kueue is not None else None,
         }

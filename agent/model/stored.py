@@ -4,7 +4,7 @@ The pipeline builds an `agent.model.document.IncidentDocument` once and the stor
 `to_dict()` as the incident's `diagnosis` column. The readers of that column read it through
 `StoredDiagnosis.from_stored`, never key by key: the Slack message (`agent.chatops.render`,
 `agent.chatops.delivery`: zones, denied flows, notes, waste, utilization), `incidents show`
-(`agent.commands.incidents`: waste), the remediation's re-check (`agent.remediation.recheck`: the
+(`agent.commands.incidents`: waste), Kueue's advice (the Slack message), the remediation's re-check (`agent.remediation.recheck`: the
 zones the incident was about) and the demo (the egress figure's source). Later evidence in the
 timeline (an event's `metrics`, `waste`) has the same shapes and is read with the same types.
 
@@ -27,6 +27,7 @@ from typing import Any
 from agent.errors import ZonemedicError
 from agent.model.document import IncidentDocument, UtilizationEvidence
 from agent.model.finding import DeniedFlow
+from agent.model.kueue import KueueAdvice
 from agent.model.verdict import Verdict
 from agent.model.waste import Waste
 
@@ -232,6 +233,31 @@ class StoredMetrics:
 
 
 @dataclass(frozen=True)
+class StoredKueue:
+    """Why Kueue let a job it manages split (`KueueAdvice.to_dict`): the cause, the queue, the
+    words, the Kueue configuration to add (YAML), and whether zonemedic's Kueue fix applies it."""
+
+    cause: str
+    queue: str
+    message: str
+    proposal: str
+    agent_fixable: bool = False
+
+    @classmethod
+    def of(cls, advice: KueueAdvice) -> StoredKueue:
+        return cls(str(advice.cause), advice.queue, advice.message, advice.proposal,
+                   advice.agent_fixable)  # fmt: skip
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any], *, where: str = "diagnosis.kueue") -> StoredKueue:
+        fixable = doc.get("agent_fixable", False)
+        if not isinstance(fixable, bool):
+            raise _fail(f"{where}.agent_fixable", "true or false", fixable)
+        return cls(_text(doc, "cause", where), _text(doc, "queue", where),
+                   _text(doc, "message", where), _text(doc, "proposal", where), fixable)  # fmt: skip
+
+
+@dataclass(frozen=True)
 class StoredDiagnosis:
     """What the readers of an incident's stored `diagnosis` use of it (see the module docstring)."""
 
@@ -249,6 +275,7 @@ class StoredDiagnosis:
     caveats: tuple[StoredCaveat, ...] = ()
     waste: StoredWaste | None = None
     metrics: StoredMetrics | None = None
+    kueue: StoredKueue | None = None
 
     @classmethod
     def of(cls, document: IncidentDocument) -> StoredDiagnosis:
@@ -277,6 +304,7 @@ class StoredDiagnosis:
             uncertain=tuple(StoredUncertain(u.policy, u.field, u.problem) for u in f.uncertain),
             caveats=tuple(StoredCaveat(c.policy, c.feature) for c in f.caveats),
             waste=base.waste, metrics=base.metrics,
+            kueue=StoredKueue.of(f.kueue) if f.kueue is not None else None,
         )  # fmt: skip
 
     @classmethod
@@ -313,6 +341,7 @@ class StoredDiagnosis:
             ),
             waste=_waste(root),
             metrics=_metrics(root),
+            kueue=_kueue(root),
         )  # fmt: skip
 
 
@@ -376,6 +405,11 @@ def _flag(root: Mapping[str, Any]) -> bool:
     if not isinstance(value, bool):
         raise _fail("diagnosis.remediable", "true or false", value)
     return value
+
+
+def _kueue(root: Mapping[str, Any]) -> StoredKueue | None:
+    found = _mapping(root.get("kueue"), "diagnosis.kueue")
+    return None if found is None else StoredKueue.from_stored(found)
 
 
 def _waste(root: Mapping[str, Any]) -> StoredWaste | None:

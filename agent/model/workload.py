@@ -77,7 +77,61 @@ KUEUE = KueueMarkers(
     queue_label="kueue.x-k8s.io/queue-name",
     managed_label="kueue.x-k8s.io/managed",
     topology_annotation="kueue.x-k8s.io/podset-required-topology",
+    preferred_annotation="kueue.x-k8s.io/podset-preferred-topology",
+    unconstrained_annotation="kueue.x-k8s.io/podset-unconstrained-topology",
+    group_annotation="kueue.x-k8s.io/podset-group-name",
 )
+
+
+class KueueKindName(StrEnum):
+    """The Kueue API kinds the agent reads (and, for Workloads, patches)."""
+
+    WORKLOAD = "Workload"
+    CLUSTER_QUEUE = "ClusterQueue"
+    LOCAL_QUEUE = "LocalQueue"
+    RESOURCE_FLAVOR = "ResourceFlavor"
+    TOPOLOGY = "Topology"
+
+
+@dataclass(frozen=True, slots=True)
+class KueueKind:
+    """One Kueue API kind: its group, the versions read (preferred first: v1beta1 is served by
+    every Kueue release from v0.9 on, deprecated but served since v1beta2 became the storage
+    version in v0.16; v1beta2 encodes topology assignments differently, so it is not read), its
+    plural and scope."""
+
+    kind: KueueKindName
+    group: str
+    versions: tuple[str, ...]
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.versions[0]}"
+
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_WORKLOAD = KueueKind(KueueKindName.WORKLOAD, KUEUE_GROUP, ("v1beta1",), "workloads", True)
+KUEUE_CLUSTER_QUEUE = KueueKind(KueueKindName.CLUSTER_QUEUE, KUEUE_GROUP, ("v1beta1",),
+                                "clusterqueues", False)  # fmt: skip
+KUEUE_LOCAL_QUEUE = KueueKind(KueueKindName.LOCAL_QUEUE, KUEUE_GROUP, ("v1beta1",), "localqueues",
+                              True)  # fmt: skip
+KUEUE_RESOURCE_FLAVOR = KueueKind(KueueKindName.RESOURCE_FLAVOR, KUEUE_GROUP, ("v1beta1",),
+                                  "resourceflavors", False)  # fmt: skip
+# Topology: v1beta1 since Kueue v0.14; v0.13 served it as v1alpha1 only.
+KUEUE_TOPOLOGY = KueueKind(KueueKindName.TOPOLOGY, KUEUE_GROUP, ("v1beta1", "v1alpha1"),
+                           "topologies", False)  # fmt: skip
+KUEUE_KINDS: tuple[KueueKind, ...] = (KUEUE_WORKLOAD, KUEUE_CLUSTER_QUEUE, KUEUE_LOCAL_QUEUE,
+                                      KUEUE_RESOURCE_FLAVOR, KUEUE_TOPOLOGY)  # fmt: skip
+_KUEUE_BY_NAME: Mapping[str, KueueKind] = {k.kind.value: k for k in KUEUE_KINDS}
+
+
+def kueue_kind_served(group: str, version: str, kind: str) -> KueueKind | None:
+    """The Kueue descriptor of an object of this apiVersion and kind, when it is a version the
+    agent reads; else None."""
+    found = _KUEUE_BY_NAME.get(kind)
+    return found if found is not None and group == found.group and version in found.versions else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,8 @@ class GuardInput:
     objects: Sequence[Mapping[str, Any]]  # the job's own object (when cached) and its live pods
     busy: bool  # another incident of the same job is remediating or verifying
     started_last_hour: int
+    # the fix goes through Kueue (its Workload re-queued): Kueue's queue label is expected
+    through_kueue: bool = False
 
 
 def _meta(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -83,18 +85,22 @@ def _managed_by(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def kueue_reason(objects: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why these objects are Kueue's (or another controller's) to schedule; None when they are not."""
+def kueue_reason(
+    objects: Sequence[Mapping[str, Any]], *, through_kueue: bool = False
+) -> str | None:
+    """Why these objects are Kueue's (or another controller's) to schedule; None when they are
+    not. `through_kueue`: the fix re-queues the job through Kueue itself, so Kueue's own marks
+    are expected (another controller's `managedBy`, MultiKueue's, still refuses)."""
     for obj in objects:
         kind = str(obj.get("kind") or "object")
         name = str(_meta_name(obj))
         labels, annotations = _meta(obj, "labels"), _meta(obj, "annotations")
-        for source, values in (("label", labels), ("annotation", annotations)):
+        for source, values in (() if through_kueue else (("label", labels), ("annotation", annotations))):
             if values.get(KUEUE_QUEUE):
                 return (f"{kind} {name} is queued by Kueue ({source} {KUEUE_QUEUE}="
                         f"{values[KUEUE_QUEUE]}); use Kueue topology-aware scheduling "
                         f"({KUEUE.topology_annotation}) instead")
-        if str(labels.get(KUEUE_MANAGED, "")).lower() == "true":
+        if not through_kueue and str(labels.get(KUEUE_MANAGED, "")).lower() == "true":
             return (f"{kind} {name} is managed by Kueue ({KUEUE_MANAGED}=true); use Kueue "
                     "topology-aware scheduling instead")
         managed_by = _managed_by(obj)
@@ -118,7 +124,7 @@ def clear(
             f"{guard.job} is in the protected namespace {guard.namespace}; zonemedic never "
             "touches it",
         )
-    kueue = kueue_reason(guard.objects)
+    kueue = kueue_reason(guard.objects, through_kueue=guard.through_kueue)
     if kueue is not None:
         return Clearance(ClearanceKind.REFUSE, f"{kueue}; zonemedic does not suspend it")
     if guard.busy:

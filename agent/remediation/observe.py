@@ -19,7 +19,8 @@ from agent.model.cluster import ZONE_LABEL
 from agent.model.descriptor import TemplateLayout
 from agent.model.finding import Finding
 from agent.model.job import JobRef
-from agent.model.workload import BATCH_JOB, OWNERS, JobKind, workload
+from agent.model.kueue import NO_KUEUE, KueueObjects
+from agent.model.workload import BATCH_JOB, KUEUE_WORKLOAD, OWNERS, JobKind, workload
 from agent.remediation.plan import LiveObjects
 from agent.remediation.trainer_release import TRAINJOB_CRD, TrainerOverrides, served_overrides
 from agent.remediation.verify import PodObservation
@@ -32,12 +33,14 @@ Obj = dict[str, Any]
 class Rediagnosis:
     """A fresh diagnosis of one job: its finding (None when the job has no live pod), the
     zone-mirroring label keys the diagnosis used, the names of the job's live pods and, for a
-    generic group, of its members that finished (Succeeded or Failed: workers that gave up)."""
+    generic group, of its members that finished (Succeeded or Failed: workers that gave up), and
+    the cluster's Kueue objects (for a Kueue job's plan: its Workload, its ClusterQueue's quota)."""
 
     finding: Finding | None
     mirror_keys: tuple[str, ...] = ()
     pods: tuple[str, ...] = ()
     finished: tuple[str, ...] = ()
+    kueue: KueueObjects = NO_KUEUE
 
 
 Rediagnose = Callable[[JobRef], Rediagnosis]
@@ -194,6 +197,25 @@ class ClusterReader:
             trainer = self.trainer_overrides()
         return LiveObjects(job=job, pods=pods, nodes=nodes, bound_pods=bound, workloads=workloads,
                            finished_pods=finished, materialised=materialised, trainer=trainer)  # fmt: skip
+
+    def kueue_workload(self, ref: JobRef) -> Obj | None:
+        """The Kueue Workload whose controller is the job (the last by name when several are)."""
+        path = f"/apis/{KUEUE_WORKLOAD.api_version}/namespaces/{ref.namespace}/{KUEUE_WORKLOAD.plural}"
+        try:
+            items = self._list(path)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        owned = [w for w in items if any(
+            r.get("controller") and r.get("kind") == ref.kind.value and r.get("name") == ref.name
+            for r in (w.get("metadata") or {}).get("ownerReferences") or [])]  # fmt: skip
+        if not owned:
+            return None
+        found = max(owned, key=_name)
+        found.setdefault("apiVersion", KUEUE_WORKLOAD.api_version)
+        found.setdefault("kind", KUEUE_WORKLOAD.kind.value)
+        return found
 
     def workloads(self, namespace: str) -> list[Obj]:
         """The objects of a generic group's owner kinds in a namespace (Deployments, ReplicaSets,

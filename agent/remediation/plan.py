@@ -28,6 +28,7 @@ from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
 from agent.model.job import JobRef
+from agent.model.kueue import NO_KUEUE, KueueObjects
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind, workload
 from agent.remediation.room import node_labels
@@ -45,6 +46,9 @@ class TargetAction(StrEnum):
     SUSPEND_RESUME = "suspend_resume"  # a Kubeflow job: templates + suspend, then resume
     ROLLOUT = "rollout"  # a Deployment: template patch, the rollout replaces the pods
     RECREATE = "recreate"  # a batch Job: delete, then create with the patched template
+    # Kueue: the job's Workload deactivated (`spec.active: false`), later deleted to be rebuilt
+    REQUEUE = "requeue"
+    ANNOTATE = "annotate"  # a Kueue job's templates: Kueue's TAS annotations, while Kueue holds it
     # a TrainJob or a JobSet: suspend, wait for its pods to go, patch (its own runtime patch, or
     # the replicated jobs' templates), resume
     SUSPEND_PATCH_RESUME = "suspend_patch_resume"
@@ -145,6 +149,12 @@ class Plan:
     mirror_keys: tuple[str, ...] = ()
     pods: int = 0  # pods the plan (re)creates
     gang: int = 0  # pods the whole job runs once co-located (0: not recorded, see `members`)
+    zones: tuple[str, ...] = ()  # a Kueue plan: the zones Kueue may pick (policies allow them)
+
+    @property
+    def kueue(self) -> bool:
+        """True for a plan that re-places the job through Kueue (a REQUEUE target)."""
+        return any(t.action is TargetAction.REQUEUE for t in self.targets)
 
     @property
     def kubeflow(self) -> bool:
@@ -181,6 +191,7 @@ class Plan:
             "mirror_keys": list(self.mirror_keys),
             "pods": self.pods,
             "gang": self.gang,
+            "zones": list(self.zones),
         }  # fmt: skip
 
     @classmethod
@@ -195,6 +206,7 @@ class Plan:
             mirror_keys=tuple(data.get("mirror_keys") or ()),
             pods=int(data.get("pods") or 0),
             gang=int(data.get("gang") or 0),
+            zones=tuple(data.get("zones") or ()),
         )
 
 
@@ -219,6 +231,7 @@ class LiveObjects:
     room check. `finished_pods`: for a group, its members that finished (Succeeded or Failed):
     how a worker Job that gave up is found. `materialised`: a TrainJob's JobSet (its pod
     templates). `trainer`: for a TrainJob, the override field the installed Trainer serves.
+    `queued`, `kueue`: for a Kueue job, its Workload and the cluster's Kueue objects.
     """
 
     job: Mapping[str, Any] | None
@@ -227,6 +240,8 @@ class LiveObjects:
     bound_pods: Sequence[Mapping[str, Any]]
     workloads: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     finished_pods: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    queued: Mapping[str, Any] | None = None  # a Kueue job: its Workload
+    kueue: KueueObjects = NO_KUEUE  # a Kueue job: the cluster's Kueue objects (its quota)
     materialised: Mapping[str, Any] | None = None  # a TrainJob's JobSet
     trainer: TrainerOverrides | None = None  # a TrainJob: what the installed Trainer serves
 
@@ -244,6 +259,12 @@ def render_diff(targets: Sequence[Target]) -> str:
             TargetAction.SUSPEND_RESUME: "suspend, patch the templates, resume (pods restart together)",
             TargetAction.ROLLOUT: "patch the template (a rollout replaces its pods)",
             TargetAction.RECREATE: "delete and recreate (its template is immutable)",
+            TargetAction.REQUEUE: ("spec.active: false (Kueue evicts it and suspends the job), "
+                                   "then deleted once the job is annotated: Kueue rebuilds it and "
+                                   "re-queues the job (it may wait for quota)"),
+            TargetAction.ANNOTATE: ("annotate the templates for Kueue Topology Aware Scheduling "
+                                    "while Kueue holds the job suspended (no suspend, no "
+                                    "nodeSelector of zonemedic's)"),
             TargetAction.SUSPEND_PATCH_RESUME: (
                 "suspend, wait for its pods to go, patch, resume (pods restart together)"),
         }[target.action]

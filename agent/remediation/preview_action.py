@@ -70,6 +70,15 @@ def _resumed_how(override: Mapping[str, Any] | None) -> str:
 def describe(plan: Plan) -> str:
     """The fix in words: which objects move how, what their templates get, where they land."""
     zone = plan.target_zone
+    if plan.kueue:
+        requeue, annotate = plan.targets
+        replicas = ", ".join(c.replica for c in annotate.changes)
+        return (f"re-place the job through Kueue: deactivate Workload {requeue.namespace}/"
+                f"{requeue.name} (Kueue suspends the job), add Kueue's zone-level topology "
+                f"request to the templates of {annotate.kind} {annotate.namespace}/"
+                f"{annotate.name} ({replicas}), then delete the Workload so Kueue rebuilds it "
+                f"and re-queues the job (it may wait for quota); Kueue places it in one zone "
+                f"({', '.join(plan.zones)} allow every required flow)")  # fmt: skip
     fields = _fields(plan)
     parts: list[str] = []
     for target in plan.targets:

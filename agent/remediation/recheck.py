@@ -26,7 +26,7 @@ binds (the caller records the plan it returns).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -155,10 +155,13 @@ class Recheck:
         """What the plan reads, read now for the re-diagnosed job."""
         finding = rediagnosis.finding
         assert finding is not None
-        return self.reader.live_objects(
+        live = self.reader.live_objects(
             run.ref, target_zone=finding.target_zone, job=job, pod_names=rediagnosis.pods,
             finished_names=rediagnosis.finished,
         )  # fmt: skip
+        if finding.kueue is None:
+            return live
+        return replace(live, queued=self.reader.kueue_workload(run.ref), kueue=rediagnosis.kueue)
 
     def plan(self, run: Run, *, scope: Scope) -> Plan:
         """Re-diagnose, check the incident still applies (`scope`), re-read and plan again;
@@ -221,6 +224,7 @@ class Recheck:
             GuardInput(
                 namespace=run.ref.namespace, job=f"{run.ref.kind} {run.ref.namespace}/{run.ref.name}",
                 objects=written_objects(run.planned(), live), busy=busy, started_last_hour=started,
+                through_kueue=run.planned().kueue,
             ),
             protected_namespaces=self.protected, max_per_hour=self.max_per_hour,
         )  # fmt: skip
@@ -229,7 +233,7 @@ class Recheck:
         if clearance.kind is ClearanceKind.WAIT:
             raise WaitError(clearance.reason)
         if live.job is not None:
-            finished = guard_reason(live.job, run.ref.kind)
+            finished = guard_reason(live.job, run.ref.kind, through_kueue=run.planned().kueue)
             if finished is not None:
                 raise RefusedError(f"{finished} (checked again before the first write)")
 

@@ -15,7 +15,10 @@ in this order, each step a store action plus its timeline event:
 - `remediating`: the job's family applies the plan -- a Kubeflow training job
   (`agent.remediation.training_steps`: suspend with the new templates, wait for its pods to go,
   resume), a TrainJob or JobSet (`agent.remediation.jobset_steps`: suspend, wait for its pods to
-  go, its own runtime patch or the JobSet's templates, resume) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
+  go, its own runtime patch or the JobSet's templates, resume), a Kubeflow job Kueue manages
+  (`agent.remediation.kueue_steps`: its Workload deactivated, its templates annotated for Kueue's
+  zone-level placement, the Workload deleted so Kueue re-queues the job, admitted in one allowed
+  zone) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
   recreated) -- after re-checking, right before the first write, that the job is still the one
   planned and every guard holds again (`refused`, `superseded`, or the run waits with nothing
   written: another remediation of the job in flight, the hourly cap), and a server-side dry run
@@ -60,6 +63,7 @@ from agent.model.workload import JobKind
 from agent.remediation.fence import SOLE_WRITER, FenceClosedError, Leadership, open_fence
 from agent.remediation.group_steps import GroupSteps
 from agent.remediation.jobset_steps import JobSetSteps
+from agent.remediation.kueue_steps import KueueSteps
 from agent.remediation.observe import ClusterReader, Rediagnose, observe_pods
 from agent.remediation.plan import Plan
 from agent.remediation.recheck import Recheck, Scope
@@ -153,6 +157,13 @@ class Verification:
     def _expected(self, run: Run) -> int:
         return run.planned().members
 
+    def _zone(self, run: Run) -> str:
+        """Where the pods must land: the zone Kueue admitted a Kueue plan's job in (one the
+        policies allow), else the plan's target zone."""
+        admitted = run.step(Step.ADMITTED)
+        zone = admitted.payload.get("zone") if admitted is not None else None
+        return str(zone) if zone else run.planned().target_zone
+
     def wait_bound(self, run: Run) -> None:
         """Step 5b: every pod bound, all in the target zone, within `schedule_timeout`."""
         if run.has(Step.BOUND):
@@ -162,7 +173,7 @@ class Verification:
         while True:
             nodes = self.reader.nodes()
             pods = observe_pods(self._job_pods(run), nodes)
-            obs = Observation(target_zone=run.plan.target_zone, expected_pods=self._expected(run),
+            obs = Observation(target_zone=self._zone(run), expected_pods=self._expected(run),
                               pods=pods)  # fmt: skip
             verdict = judge_placement(obs, self.policy, elapsed=self.journal.since(resumed))
             if verdict.outcome is Outcome.VERIFIED:
@@ -192,7 +203,7 @@ class Verification:
             after, baseline = self.utilization(run, since=since)
             finding = rediagnosis.finding
             obs = Observation(
-                target_zone=run.plan.target_zone, expected_pods=self._expected(run), pods=pods,
+                target_zone=self._zone(run), expected_pods=self._expected(run), pods=pods,
                 verdict=finding.verdict if finding is not None else None,
                 denied_flows=finding.denied_flows_total if finding is not None else 0,
                 metrics=self._metrics(run.ref), utilization_before=run.before,
@@ -258,6 +269,8 @@ class Remediator:
                                       recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         self.groups = GroupSteps(reader=reader, writer=writer, journal=self.journal,
                                  recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
+        self.kueue = KueueSteps(reader=reader, writer=writer, journal=self.journal,
+                                recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         self.jobsets = JobSetSteps(reader=reader, writer=writer, journal=self.journal,
                                    recheck=self.recheck, settings=settings, clock=self.clock)  # fmt: skip
         policy = VerifyPolicy(
@@ -268,16 +281,21 @@ class Remediator:
         self.verification = Verification(reader=reader, diagnose=diagnose, journal=self.journal,
                                          policy=policy, clock=self.clock, prometheus=prometheus)  # fmt: skip
 
-    def _family(self, run: Run) -> TrainingSteps | GroupSteps | JobSetSteps:
-        """The steps of the run's workload family (its plan says how its job moves)."""
+    def _family(self, run: Run) -> TrainingSteps | GroupSteps | JobSetSteps | KueueSteps:
+        """The steps of the run's workload family (its plan says how its job moves: a Kueue
+        plan re-queues it through Kueue)."""
         if run.ref.kind is JobKind.GROUP:
             return self.groups
+        if run.plan is not None and run.plan.kueue:
+            return self.kueue
         return self.jobsets if JobSetSteps.owns(run) else self.training
 
     def _resume_as_is(self, run: Run) -> None:
-        """After a failure: resume a training job left suspended, as it is."""
+        """After a failure: resume a training job left suspended, as it is; reactivate a Kueue
+        job's Workload left deactivated."""
         self.training.resume_as_is(run)
         self.jobsets.resume_as_is(run)
+        self.kueue.resume_as_is(run)
 
     def run(self, incident_id: int) -> IncidentStatus:
         """Drive one incident from `approved`, `remediating` or `verifying` to a terminal state

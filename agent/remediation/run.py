@@ -59,6 +59,12 @@ class Step(StrEnum):
     VERIFIED = "verified"
     ROLLBACK_STARTED = "rollback_started"
     RESTORING = "restoring"  # intent: a destructive write of the rollback is about to go
+    DEACTIVATING = "deactivating"  # intent: a Kueue Workload's `spec.active: false` is about to go
+    DEACTIVATED = "deactivated"  # Kueue evicts the Workload and suspends the job
+    ANNOTATING = "annotating"  # intent: a Kueue job's template annotations are about to go
+    ANNOTATED = "annotated"  # the job's templates carry the zone-level request
+    REQUEUING = "requeuing"  # intent: the deactivated Workload is about to be deleted
+    ADMITTED = "admitted"  # Kueue admitted the rebuilt Workload in one allowed zone
     ROLLED_BACK = "rolled_back"
 
 

@@ -69,7 +69,8 @@ class TemplateState(StrEnum):
 class TemplateChange:
     """The touched fields of one pod template, before (live) and after (planned).
 
-    `before`/`after` hold only touched fields, in a flat form: `labels` (key -> value or None),
+    `before`/`after` hold only touched fields, in a flat form: `labels` and `annotations` (key ->
+    value or None),
     `nodeSelector` (the zone value or None), `nodeSelectorTerms`, `podAffinity` (the required
     terms or None) and `tolerations` (the list or None). None means absent.
     """
@@ -158,11 +159,12 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
 
 def template_fragment(values: Mapping[str, Any], *, drop_none: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    labels = values.get("labels")
-    if labels:
-        shown = {k: v for k, v in labels.items() if v is not None or not drop_none}
-        if shown:
-            out["metadata"] = {"labels": shown}
+    for key in ("labels", "annotations"):
+        entries = values.get(key)
+        if entries:
+            shown = {k: v for k, v in entries.items() if v is not None or not drop_none}
+            if shown:
+                out.setdefault("metadata", {})[key] = shown
     spec: dict[str, Any] = {}
     if "nodeSelector" in values and (values["nodeSelector"] is not None or not drop_none):
         spec["nodeSelector"] = {ZONE_LABEL: values["nodeSelector"]}
@@ -190,6 +192,7 @@ def _read(template: Mapping[str, Any]) -> dict[str, Any]:
     required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
     return {
         "labels": dict(meta_of(template).get("labels") or {}),
+        "annotations": dict(meta_of(template).get("annotations") or {}),
         "nodeSelector": (spec.get("nodeSelector") or {}).get(ZONE_LABEL),
         "nodeSelectorTerms": required.get("nodeSelectorTerms") or None,
         "podAffinity": (affinity.get("podAffinity") or {}).get(REQUIRED) or None,
@@ -201,7 +204,7 @@ def _normal(values: Mapping[str, Any]) -> dict[str, Any]:
     """Absent and empty are the same (an emptied list or map reads back as absent)."""
     out: dict[str, Any] = {}
     for key, value in values.items():
-        if key == "labels":
+        if key in ("labels", "annotations"):
             out[key] = {k: v for k, v in (value or {}).items()}
         else:
             out[key] = value or None
@@ -212,8 +215,8 @@ def _touched(template: Mapping[str, Any], like: Mapping[str, Any]) -> dict[str, 
     live = _read(template)
     out: dict[str, Any] = {}
     for key in like:
-        if key == "labels":
-            out[key] = {k: live["labels"].get(k) for k in like["labels"]}
+        if key in ("labels", "annotations"):
+            out[key] = {k: live[key].get(k) for k in like[key]}
         else:
             out[key] = live[key] or None
     return out

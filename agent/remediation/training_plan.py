@@ -46,14 +46,14 @@ from agent.remediation.template import (
 )
 
 
-def guard_reason(job: Mapping[str, Any], kind: JobKind) -> str | None:
+def guard_reason(job: Mapping[str, Any], kind: JobKind, *, through_kueue: bool = False) -> str | None:
     """Why a training job of `kind` must not be suspended/resumed by zonemedic, or None: its
-    descriptor's Kueue queue label, a `managedBy` naming another controller, a finished
-    condition."""
+    descriptor's Kueue queue label (unless `through_kueue`: the fix re-queues it through Kueue),
+    a `managedBy` naming another controller, a finished condition."""
     found = workload(kind)
     meta = meta_of(job)
     queue = (meta.get("labels") or {}).get(found.kueue.queue_label)
-    if queue:
+    if queue and not through_kueue:
         return (f"Kueue-managed (queue {queue}): zonemedic does not toggle suspend; use Kueue "
                 f"Topology Aware Scheduling ({found.kueue.topology_annotation})")  # fmt: skip
     managed_by = found.suspension.manager(job)

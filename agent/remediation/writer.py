@@ -3,8 +3,9 @@
 Who calls it: the remediation run's steps (`agent.remediation.training_steps` for a Kubeflow
 job's suspend, resume and restore patches; `agent.remediation.jobset_steps` for a TrainJob's or a
 JobSet's suspend, override or template patch, resume and restore, and the child Jobs a rollback
-recreates; `agent.remediation.group_steps` for a group's Deployment patches and batch Job delete
-and create), built by `agent.remediation.remediator.Remediator` over the
+recreates; `agent.remediation.kueue_steps` for a Kueue Workload's `spec.active` patches and
+delete and a Kueue job's template annotations; `agent.remediation.group_steps` for a group's
+Deployment patches and batch Job delete and create), built by `agent.remediation.remediator.Remediator` over the
 agent's API client. What it does: sends JSON merge patches (`application/merge-patch+json` set
 explicitly) through the official `kubernetes` client, with the field manager `zonemedic`, each
 write optionally as a server-side dry run (`dryRun=All`) and each checked against the run's
@@ -142,6 +143,29 @@ class ClusterWriter:
                 _request_timeout=self._timeout, **self._dry(dry_run),
             ),
         )  # fmt: skip
+
+    def delete_custom(
+        self, target: Target, *, fence: Fence, dry_run: bool = False
+    ) -> None:
+        """Delete a namespaced custom object (a Kueue Workload) only if it is the object
+        `target.uid` (409 otherwise); gone is fine."""
+        from kubernetes import client
+
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=target.uid),
+            dry_run=["All"] if dry_run else None,
+        )
+        try:
+            self._call(
+                Write(WriteVerb.DELETE, target.kind, target.namespace, target.name, dry_run), fence,
+                lambda: self._custom.delete_namespaced_custom_object(
+                    target.group, target.version, target.namespace, target.plural, target.name,
+                    body=options, _request_timeout=self._timeout, **self._dry(dry_run),
+                ),
+            )  # fmt: skip
+        except ClusterWriteError as exc:
+            if exc.status != 404:
+                raise
 
     def patch_deployment(
         self, namespace: str, name: str, patch: Mapping[str, Any], *, fence: Fence,

@@ -40,6 +40,7 @@ from agent.policy.dataplane import DataplaneEvidence, dataplane_for
 from agent.policy.reading import read_policy, unreadable_warning
 from agent.policy.rule import UnreadablePolicy
 from agent.settings import DiagnosisSettings
+from agent.snapshot.kueue import kueue_objects, parse_kueue_object
 from agent.snapshot.manifests import (
     ManifestError,
     PodParts,
@@ -69,6 +70,8 @@ def _identity(role: Role, parsed: Any) -> Any:
         return parsed.id
     if role is Role.DATAPLANE:
         return "cilium-config"
+    if role is Role.KUEUE:
+        return (type(parsed).__name__, getattr(parsed, "namespace", ""), parsed.name)
     return (parsed.kind, parsed.namespace, parsed.name)
 
 
@@ -88,7 +91,7 @@ class ModelMirror:
         self._pods_tuple: tuple[Pod, ...] | None = None
         self._maps: dict[Role, dict[Any, Any]] = {
             Role.NODE: {}, Role.NAMESPACE: {}, Role.POLICY: {}, Role.JOB: {}, Role.OWNER: {},
-            Role.DATAPLANE: {},
+            Role.DATAPLANE: {}, Role.KUEUE: {},
         }
         self._facts = FactsIndex({})
         self._policy_set: PolicySet | None = None
@@ -112,6 +115,9 @@ class ModelMirror:
         if role is Role.JOB and resource.job_kind is not None:
             kind = resource.job_kind
             return lambda item: parse_training_job(item, kind)
+        if role is Role.KUEUE and resource.kueue is not None:
+            queued = resource.kueue.kind
+            return lambda item: parse_kueue_object(item, queued)
         return lambda item: parse_owned_object(item, resource.kind)
 
     def _parse(
@@ -277,5 +283,6 @@ class ModelMirror:
             pods=self._pods_tuple,
             job_objects=dict(self._maps[Role.JOB]),
             owned_objects=dict(self._maps[Role.OWNER]),
+            kueue=kueue_objects(self._maps[Role.KUEUE].values()),
         )
         return state, self._policy_set, self._facts.facts()

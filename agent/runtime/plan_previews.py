@@ -9,7 +9,8 @@ no fix (no longer remediable: a policy block, no zone with room) after a preview
 refusal saying why (`refusal`), so no plan for a verdict the incident no longer has is shown.
 
 How: the watch cache keeps slim objects (no pod templates, CPU/memory requests or non-GPU
-allocatable), which the plan and its room check need, so the preview reads the job, its pods,
+allocatable), which the plan and its room check need, so the preview reads the job (a Kueue job's
+Workload too: its ClusterQueue's quota is checked on approval, from the re-diagnosis), its pods,
 the nodes and the pods bound to the target zone's nodes once from the API through the read-only
 `agent.remediation.observe.ClusterReader` (GET and LIST only; nothing is written), plans with the
 pure `plan_remediation` and records `agent.remediation.preview_action.preview_action` as a `plan` action
@@ -29,6 +30,7 @@ retried firing or a re-detection with an unchanged verdict and placement records
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -159,6 +161,8 @@ class PlanPreviews:
             live = self.reader.live_objects(
                 ref, target_zone=finding.target_zone, job=job, pod_names=pod_names
             )
+            if finding.kueue is not None:  # its Workload (the quota is checked on approval)
+                live = dataclasses.replace(live, queued=self.reader.kueue_workload(ref))
         except KubeApiError as exc:
             log.warning("plan preview skipped: the API did not answer",
                         extra={"job": str(ref), "error": str(exc)})  # fmt: skip

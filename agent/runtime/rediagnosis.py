@@ -26,7 +26,7 @@ from typing import Any
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
 from agent.model.cluster import ClusterState
 from agent.model.job import JobRef
-from agent.model.workload import OWNERS, WORKLOADS, JobKind
+from agent.model.workload import KUEUE_KINDS, OWNERS, WORKLOADS, JobKind
 from agent.policy.dataplane import CILIUM_CONFIG, CILIUM_CONFIG_NAMESPACE
 from agent.remediation.observe import Rediagnosis
 from agent.settings import DiagnosisSettings, GroupSpec
@@ -39,7 +39,12 @@ _NAMESPACED = (
     *((o.api_version, o.plural, o.kind) for o in OWNERS),
     ("cilium.io/v2", "ciliumnetworkpolicies", "CiliumNetworkPolicy"),
     ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy"),
+    *((f"{k.group}/{v}", k.plural, k.kind.value) for k in KUEUE_KINDS if k.namespaced
+      for v in k.versions),
 )
+# Kueue's cluster-scoped kinds (ClusterQueues, ResourceFlavors, Topologies), at every version read
+_KUEUE_CLUSTER = tuple((f"{k.group}/{v}", k.plural, k.kind.value) for k in KUEUE_KINDS
+                       if not k.namespaced for v in k.versions)  # fmt: skip
 
 
 def finished_members(
@@ -118,6 +123,8 @@ class ApiRediagnosis:
             items += self._items(api_version, f"namespaces/{ns}/{plural}", kind)
         items += self._items("cilium.io/v2", "ciliumclusterwidenetworkpolicies",
                              "CiliumClusterwideNetworkPolicy")  # fmt: skip
+        for api_version, plural, kind in _KUEUE_CLUSTER:
+            items += self._items(api_version, plural, kind)
         snapshot = parse_objects(items, source="api")
         served = tuple(f"API group {v}" for v in sorted(self._served) if v.startswith("cilium.io"))
         snapshot = dataclasses.replace(snapshot, evidence=dataclasses.replace(
@@ -133,4 +140,5 @@ class ApiRediagnosis:
         job = diagnosis.job(ref)
         pods = tuple(p.name for p in job.pods) if job is not None else ()
         return Rediagnosis(finding=finding, mirror_keys=diagnosis.mirror_keys, pods=pods,
-                           finished=finished_members(state, self.settings.groups, ref))  # fmt: skip
+                           finished=finished_members(state, self.settings.groups, ref),
+                           kueue=state.kueue)  # fmt: skip

@@ -40,6 +40,7 @@ from agent.errors import UnavailableError
 from agent.model.incident import IncidentSummary
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, ResumeAction, is_terminal
+from agent.model.stored import StoredDiagnosis
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
 from agent.runtime.parts import Parts
 from agent.settings import RemediationSettings
@@ -102,6 +103,11 @@ class RemediationExecutor:
         """The background job: one look for work."""
         self.step()
 
+    def _through_kueue(self, incident_id: int) -> bool:
+        """Whether the incident's finding says its fix re-queues the job through Kueue."""
+        advice = StoredDiagnosis.from_stored(self.store.get_incident(incident_id).diagnosis).kueue
+        return advice is not None and advice.agent_fixable
+
     def step(self) -> int | None:
         """One look for work; returns the incident handed to the remediator, if any."""
         pending = [
@@ -130,6 +136,7 @@ class RemediationExecutor:
                     objects=self.objects_of(job) if job is not None else [],
                     busy=(incident.kind, incident.namespace, incident.name) in busy,
                     started_last_hour=started,
+                    through_kueue=self._through_kueue(incident.id),
                 ),
                 protected_namespaces=self.protected,
                 max_per_hour=self.settings.max_per_hour,

@@ -5,7 +5,8 @@ re-diagnosis (the API's objects, already decoded: `parse_objects`). Each
 item is dispatched on (apiVersion group, kind): training jobs and a generic group's owners as the
 workload table (`agent.model.workload`) names them, at a version their kind is served as (a
 TrainJob and the JobSet it owns both: the JobSet holds its templates); Trainer training runtimes
-are skipped silently (nothing the diagnosis reads is there); other unknown kinds are skipped and
+are skipped silently (nothing the diagnosis reads is there); Kueue's Topologies, ResourceFlavors,
+ClusterQueues, LocalQueues and Workloads are read into `ClusterState.kueue`; other unknown kinds are skipped and
 reported once each in `Snapshot.warnings`. A bad item raises
 `SnapshotError` as `FILE: item N (Kind ns/name): field: problem`, except a network policy: one
 that cannot be read is kept as an `UnreadablePolicy` and named in a warning (the diagnosis marks
@@ -31,7 +32,13 @@ from agent.model.cluster import (
     Pod,
     TrainingJobObject,
 )
-from agent.model.workload import OWNERS, TRAINING_RUNTIMES, JobKind, workload_served
+from agent.model.workload import (
+    OWNERS,
+    TRAINING_RUNTIMES,
+    JobKind,
+    kueue_kind_served,
+    workload_served,
+)
 from agent.policy import Policy, PolicySet
 from agent.policy.dataplane import (
     CILIUM_CONFIG,
@@ -44,6 +51,7 @@ from agent.policy.reading import read_policy, unreadable_warning
 from agent.policy.rule import UnreadablePolicy
 from agent.settings import DiagnosisSettings
 from agent.snapshot.documents import iter_items
+from agent.snapshot.kueue import KueueObject, kueue_objects, parse_kueue_object
 from agent.snapshot.manifests import (
     ManifestError,
     PodParts,
@@ -110,6 +118,7 @@ class _Builder:
         self.pods: dict[tuple[str, str], Pod] = {}
         self.jobs: dict[tuple[JobKind, str, str], TrainingJobObject] = {}
         self.owned: dict[tuple[str, str, str], OwnedObject] = {}
+        self.kueue: list[KueueObject] = []
         self.policies: dict[str, Policy | UnreadablePolicy] = {}
         self.cilium: list[str] = []
         self.cilium_config: tuple[bool, dict[str, str]] | None = None  # (in kube-system, data)
@@ -147,6 +156,8 @@ class _Builder:
         elif (group, kind) in _OWNED_KINDS:
             obj = parse_owned_object(item, kind)
             self.owned[(kind, obj.namespace, obj.name)] = obj
+        elif (queued := kueue_kind_served(group, version, kind)) is not None:
+            self.kueue.append(parse_kueue_object(item, queued.kind))
         elif (group, kind) in TRAINING_RUNTIMES:
             pass  # a TrainJob's templates are read on its JobSet, not on its runtime
         else:
@@ -194,6 +205,7 @@ class _Builder:
             pods=tuple(self.pods.values()),
             job_objects=self.jobs,
             owned_objects=self.owned,
+            kueue=kueue_objects(self.kueue),
         )
         config = self.cilium_config
         return Snapshot(

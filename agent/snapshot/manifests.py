@@ -26,9 +26,10 @@ from agent.model.cluster import (
     Taint,
     TrainingJobObject,
 )
-from agent.model.descriptor import TemplateLayout, dig, env_port
+from agent.model.descriptor import PodTemplate, TemplateLayout, dig, env_port
+from agent.model.kueue import PodSetTopology
 from agent.model.network import Protocol
-from agent.model.workload import JobKind, WorkloadKind, workload
+from agent.model.workload import KUEUE, JobKind, WorkloadKind, workload
 from agent.parsing.numbers import NumberError, parse_int
 
 _EMPTY: dict[str, Any] = {}
@@ -412,6 +413,9 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
             port = env_port(t.template, found.coordinator.port_env)
             if t.in_gang and port is not None:
                 ports[t.replica] = port
+    gang_templates = found.templates.gang_templates(item)
+    topology = {t.replica: request for t in gang_templates
+                if (request := pod_set_topology(t)).requested or request.group is not None}  # fmt: skip
     return TrainingJobObject(
         kind=kind,
         namespace=namespace,
@@ -426,6 +430,34 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
         outside=outside,
         coordinator=_declared_coordinator(item, found),
         ports=ports,
+        topology=topology,
+        pod_sets=tuple(t.replica for t in gang_templates),
+    )
+
+
+def pod_set_topology(template: PodTemplate) -> PodSetTopology:
+    """The Topology Aware Scheduling request a pod template's annotations carry (Kueue's
+    `podset-required-topology`, `-preferred-topology`, `-unconstrained-topology`,
+    `podset-group-name`); annotations that are not strings are `ManifestError`s."""
+    meta = template.template.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return PodSetTopology()
+    where = ".".join(str(p) for p in template.path) + ".metadata.annotations."
+
+    def text(key: str) -> str | None:
+        value = annotations.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ManifestError(f"{where}{key}", f"expected a string, got {_type(value)}")
+        return value or None
+
+    return PodSetTopology(
+        required=text(KUEUE.topology_annotation),
+        preferred=text(KUEUE.preferred_annotation),
+        unconstrained=(text(KUEUE.unconstrained_annotation) or "").lower() == "true",
+        group=text(KUEUE.group_annotation),
     )
 
 

@@ -13,7 +13,9 @@ labels and requested GPUs: `job_uid`, `job_labels`, `job_gpus`) and the Alertman
 - a node's labels, taints, GPUs or cordon -> the jobs with pods on it;
 - a training job object -> that job (a JobSet a TrainJob owns -> the TrainJob, whose pods and
   templates it holds). Owner objects (batch Jobs, ReplicaSets) change nothing;
-- the cilium-config ConfigMap (identity label filter) -> everything.
+- the cilium-config ConfigMap (identity label filter) -> everything;
+- a Kueue Workload -> the job it belongs to (its controller); Kueue's queues, flavors and
+  topologies -> nothing (their status churns with every admission; a diagnosis reads them).
 
 Objects are equal when their slim forms are equal, so status churn never reaches the detector.
 
@@ -42,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from agent.model.job import JobRef
-from agent.model.workload import workload
+from agent.model.workload import KueueKindName, workload, workload_named
 from agent.settings import GroupSpec, NamespaceFilter
 from agent.sources.change import Change, EventType, merge_all
 from agent.sources.gangs import GangWatch
@@ -236,7 +238,25 @@ class ClusterCache(ObjectStore):
                 and self._gangs.job_complete(job)
             )  # fmt: skip
             return Change(jobs=frozenset({job, *moved}), reasons=(reason,), gang_complete=complete)
+        if role is Role.KUEUE and resource.kueue is not None:
+            return self._kueue_change(resource, old, new, reason)
         return Change()
+
+    def _kueue_change(self, resource: Resource, old: Obj | None, new: Obj | None,
+                      reason: str) -> Change:  # fmt: skip
+        """A Workload names its job (its controller ownerReference, a kind of the table);
+        queues, flavors and topologies change no verdict by themselves: they are read when a
+        job is diagnosed."""
+        if resource.kueue is None or resource.kueue.kind is not KueueKindName.WORKLOAD:
+            return Change()
+        jobs = set()
+        for obj in (old, new):
+            for ref in metadata_of(obj or {}).get("ownerReferences") or []:
+                found = workload_named(str(ref.get("kind")))
+                if ref.get("controller") and found is not None:
+                    namespace = str(metadata_of(obj or {}).get("namespace", ""))
+                    jobs.add(self._index.job_of_object(found.kind, namespace, str(ref.get("name"))))
+        return Change(jobs=frozenset(jobs), reasons=(reason,)) if jobs else Change()
 
     def _index_pod(self, key: ObjKey, old: Obj | None, new: Obj | None, reason: str) -> Change:
         old_job = self._index.remove_pod(key, old)

@@ -1,11 +1,12 @@
 """The resources the agent watches (a table: adding a kind is one row) and their discovery.
 
 Called by `agent.sources.kube` to decide which list+watch loops to start: core kinds always; Cilium
-policies, training-job kinds, batch/apps owners only when the server serves them (discovered
+policies, training-job kinds, batch/apps owners, Kueue's kinds only when the server serves them (discovered
 through `/apis/{group}/{version}`). The training-job and owner rows are those of the workload table
 (`agent.model.workload`): one row per version a kind is served as, preferred versions first; a kind
 is watched at one version only, the first the server serves (kubeflow.org/v2beta1 `mpijobs`,
-mpi-operator's, only when kubeflow.org/v1 does not serve `mpijobs`). One ConfigMap is watched by name,
+mpi-operator's, only when kubeflow.org/v1 does not serve `mpijobs`); Kueue's rows are the
+Kueue table's (`KUEUE_KINDS`), one version each the same way (a v0.13 Topology at v1alpha1). One ConfigMap is watched by name,
 `kube-system/cilium-config` (its `labels` key is Cilium's identity label filter): a row may fix its
 namespace and a field selector, and a `best_effort` row whose list is forbidden or not found counts
 as synced and empty (an agent without the RBAC for it still runs, with Cilium's default filter).
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from agent.model.descriptor import OwnerKind
-from agent.model.workload import OWNERS, WORKLOADS, JobKind, WorkloadKind
+from agent.model.workload import KUEUE_KINDS, OWNERS, WORKLOADS, JobKind, KueueKind, WorkloadKind
 
 
 class Role(StrEnum):
@@ -34,6 +35,7 @@ class Role(StrEnum):
     OWNER = "owner"  # a generic group's owner kinds (batch Jobs, ...): ownership chains only
     DATAPLANE = "dataplane"  # the cilium-config ConfigMap: how identities are built
     EVENT = "event"  # core/v1 Events read as hints (Cilium's PacketDrop), never cached
+    KUEUE = "kueue"  # Kueue's queues, flavors, topologies and Workloads (a kind of KUEUE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Resource:
     best_effort: bool = False  # a 403/404 list counts as synced and empty
     workload: WorkloadKind | None = None  # a JOB row: its kind's descriptor
     owner: OwnerKind | None = None  # an OWNER row: its kind's descriptor
+    kueue: KueueKind | None = None  # a KUEUE row: its kind's descriptor
 
     @property
     def api_version(self) -> str:
@@ -60,6 +63,8 @@ class Resource:
             raise ValueError(f"resource {self.plural}: a JOB row, and only one, names its workload")
         if (self.role is Role.OWNER) != (self.owner is not None):
             raise ValueError(f"resource {self.plural}: an OWNER row, and only one, names its owner")
+        if (self.role is Role.KUEUE) != (self.kueue is not None):
+            raise ValueError(f"resource {self.plural}: a KUEUE row, and only one, names its kind")
 
     @property
     def job_kind(self) -> JobKind | None:
@@ -98,6 +103,15 @@ def _workload_rows() -> tuple[Resource, ...]:
     )  # fmt: skip
 
 
+def _kueue_rows() -> tuple[Resource, ...]:
+    """A KUEUE row per version of each Kueue kind, preferred versions first."""
+    depth = max(len(k.versions) for k in KUEUE_KINDS)
+    return tuple(
+        Resource(k.kind.value, k.group, k.versions[i], k.plural, k.namespaced, Role.KUEUE, kueue=k)
+        for i in range(depth) for k in KUEUE_KINDS if i < len(k.versions)
+    )  # fmt: skip
+
+
 RESOURCES: tuple[Resource, ...] = (
     Resource("Pod", "", "v1", "pods", True, Role.POD, optional=False),
     Resource("Node", "", "v1", "nodes", False, Role.NODE, optional=False),
@@ -125,6 +139,7 @@ RESOURCES: tuple[Resource, ...] = (
     ),
     *_workload_rows(),
     *(Resource(o.kind, o.group, o.version, o.plural, True, Role.OWNER, owner=o) for o in OWNERS),
+    *_kueue_rows(),
 )
 
 
@@ -167,8 +182,10 @@ def select_served(
             continue
         if r.plural not in served.get((r.group, r.version), set()):
             continue
-        if r.workload is not None:
-            earlier = r.workload.versions[: r.workload.versions.index(r.version)]
+        versions = (r.workload.versions if r.workload is not None
+                    else r.kueue.versions if r.kueue is not None else None)  # fmt: skip
+        if versions is not None:
+            earlier = versions[: versions.index(r.version)]
             if any(r.plural in served.get((r.group, v), set()) for v in earlier):
                 continue  # one version per kind: the preferred one when several are served
         chosen.append(r)

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from agent.model.descriptor import TemplateLayout
-from agent.model.workload import WORKLOADS
+from agent.model.workload import KUEUE, WORKLOADS, KueueKindName
 from agent.sources.resources import Resource, Role
 
 GPU_MARKER = "gpu"
@@ -25,6 +25,22 @@ JOB_CONDITIONS = frozenset(
 )
 
 Obj = dict[str, Any]
+
+# the pod-template annotations of Kueue's Topology Aware Scheduling a job's templates keep
+TAS_ANNOTATIONS = (KUEUE.topology_annotation, KUEUE.preferred_annotation,
+                   KUEUE.unconstrained_annotation, KUEUE.group_annotation)  # fmt: skip
+
+
+def _template_meta(meta: Any) -> Obj:
+    """A pod template's metadata: its labels, and its Kueue topology annotations when set."""
+    meta = meta if isinstance(meta, dict) else {}
+    out: Obj = {"labels": meta.get("labels") or {}}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        kept = {k: annotations[k] for k in TAS_ANNOTATIONS if k in annotations}
+        if kept:
+            out["annotations"] = kept
+    return out
 
 
 class Sharer:
@@ -321,7 +337,7 @@ def _slim_replica_specs(specs: Obj) -> Obj:
         tmeta = template.get("metadata") or {}
         replicas[rtype] = {
             "replicas": rspec.get("replicas", 1),
-            "template": {"metadata": {"labels": tmeta.get("labels") or {}}},
+            "template": {"metadata": _template_meta(tmeta)},
         }
     return replicas
 
@@ -340,8 +356,10 @@ def _slim_replicated_job(rjob: Obj, port_env: tuple[str, ...]) -> Obj:
         out_job: Obj = {k: job_spec[k] for k in ("parallelism", "completions") if k in job_spec}
         pod = job_spec.get("template")
         pod = pod if isinstance(pod, dict) else {}
-        pod_labels = (pod.get("metadata") or {}).get("labels")
-        out_pod: Obj = {"metadata": {"labels": pod_labels}} if isinstance(pod_labels, dict) and pod_labels else {}
+        pod_meta = _template_meta(pod.get("metadata"))
+        if not pod_meta["labels"]:
+            del pod_meta["labels"]
+        out_pod: Obj = {"metadata": pod_meta} if pod_meta else {}
         containers = [_port_env(c, port_env) for c in (pod.get("spec") or {}).get("containers") or []
                       if isinstance(c, dict)]
         if any(containers):
@@ -403,6 +421,44 @@ def slim_event(obj: Obj) -> Obj:
     }
 
 
+def _dict(value: Any) -> Obj:
+    return value if isinstance(value, dict) else {}
+
+
+def _keep(obj: Any, keys: tuple[str, ...]) -> Obj:
+    obj = obj if isinstance(obj, dict) else {}
+    return {k: obj[k] for k in keys if k in obj}
+
+
+def slim_kueue(obj: Obj, resource: Resource, kind: KueueKindName) -> Obj:
+    """A Kueue object: what `agent.snapshot.kueue` reads of it. A Workload: `spec.active`,
+    `queueName`, its PodSets' names, its admission and its `Admitted` condition (status only);
+    a ClusterQueue: its resource groups and `status.flavorsReservation`; a LocalQueue its
+    ClusterQueue; a ResourceFlavor its `topologyName` and `nodeLabels`; a Topology its levels."""
+    spec: Obj = _dict(obj.get("spec"))
+    status: Obj = _dict(obj.get("status"))
+    out_status: Obj = {}
+    if kind is KueueKindName.WORKLOAD:
+        out_spec = _keep(spec, ("active", "queueName"))
+        out_spec["podSets"] = [{"name": p.get("name")} for p in spec.get("podSets") or []
+                               if isinstance(p, dict)]  # fmt: skip
+        out_status = _keep(status, ("admission",))
+        out_status["conditions"] = [{"type": c.get("type"), "status": c.get("status")}
+                                    for c in status.get("conditions") or []
+                                    if isinstance(c, dict) and c.get("type") == "Admitted"]  # fmt: skip
+    elif kind is KueueKindName.CLUSTER_QUEUE:
+        out_spec = _keep(spec, ("resourceGroups",))
+        out_status = _keep(status, ("flavorsReservation",))
+    elif kind is KueueKindName.LOCAL_QUEUE:
+        out_spec = _keep(spec, ("clusterQueue",))
+    elif kind is KueueKindName.RESOURCE_FLAVOR:
+        out_spec = _keep(spec, ("topologyName", "nodeLabels"))
+    else:
+        out_spec = _keep(spec, ("levels",))
+    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": _meta(obj),
+            "spec": out_spec, "status": out_status}  # fmt: skip
+
+
 def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable[[Obj], Obj]:
     """The slimming function for objects of `resource` (pods share equal parts via `share`)."""
     if resource.role is Role.POD:
@@ -419,4 +475,7 @@ def slimmer(resource: Resource, share: Callable[[Any], Any] = _same) -> Callable
         return lambda obj: slim_config(obj, resource)
     if resource.role is Role.EVENT:
         return slim_event
+    if resource.role is Role.KUEUE and resource.kueue is not None:
+        kind = resource.kueue.kind
+        return lambda obj: slim_kueue(obj, resource, kind)
     return lambda obj: slim_owner(obj, resource)

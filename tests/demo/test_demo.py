@@ -88,6 +88,11 @@ SAYS = {
          "• Workloads moved (every workload outside the zone moved)",
          "GPU utilization not measured for a generic group"],
         ["uid -", "resourceVersion -", "no metrics configured", "Job resumed"]),
+    "kueue": (
+        # re-placed through Kueue: the preview and the thread say how, and Kueue admitted it
+        ["Proposed fix: re-place the job through Kueue", "Kueue admitted Workload",
+         "its Workload deactivated (Kueue suspended the job)"],
+        ["nodeAffinity", "suspend patch"]),
 }
 KNOWN_STARTS = ("zonemedic demo:", "✔", "✘", "–", "…", "╭", "│", "╰", "   ↳ thread",
                 "   (only visible to you)", "note:", "You are dana", "please answer")
@@ -111,13 +116,15 @@ def assert_reads_as_a_log(story: str) -> None:
 @pytest.mark.parametrize(("scenario", "zones_before", "verdict"), [
     ("seed-degraded", {"us-east-1a": 4, "us-east-1b": 1}, "zone_split_degraded"),
     ("lab", {"zone-a": 4, "zone-b": 1}, "zone_split_blocked"),
+    # admitted by Kueue without a topology request: fixed through Kueue
+    ("kueue", {"us-east-1a": 4, "us-east-1b": 1}, "zone_split_degraded"),
 ])
 def test_the_story_ends_resolved_co_located_and_faster(
     tmp_path: Path, scenario: str, zones_before: dict[str, int], verdict: str
 ) -> None:
     summary, story = demo(tmp_path, "--scenario", scenario)
     assert summary["scenario"] == scenario
-    assert summary["incident_status"] == "resolved"
+    assert summary["incident_status"] == "resolved", story[-3000:]
     assert summary["verdict"] == verdict
     assert summary["detected_after_s"] is not None and 0 <= summary["detected_after_s"] < 10
     assert summary["zones_before"] == zones_before

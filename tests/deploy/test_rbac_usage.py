@@ -6,7 +6,9 @@ The run: the full agent (`Agent`, leader election on its Lease in `zonemedic`, w
 zone-split playbook, the remediation executor, Slack through the fake Slack) on `seed-blocked`,
 approved by a click and remediated to `resolved`; then the generic-group remediation of `lab` with
 a worker Job outside the zone (Deployment rollout, Job recreated) run by the Remediator, each
-other Kubeflow kind, and a TrainJob (the Trainer's CRD read, its own runtime patch) and a JobSet. Nothing it
+other Kubeflow kind, and a TrainJob (the Trainer's CRD read, its own runtime patch) and a JobSet;
+the agent on the Kueue scenario (Kueue's objects read, the split job diagnosed through them) and
+that job re-placed through Kueue by the Remediator (its Workload read, deactivated, deleted). Nothing it
 used may be outside the rules (no 403 either), and every (verb, group, resource) the rules grant
 must have been used: a grant nobody uses is a grant to remove."""
 
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 
 from agent.fakes.slack import FakeSlack
+from agent.model.incident import IncidentQuery
 from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
 from agent.model.workload import JobKind
@@ -192,6 +195,36 @@ def kind_run(tmp_path: Path, kind: JobKind) -> list[AuditEntry]:
         store.close()
 
 
+def kueue_run(tmp_path: Path) -> tuple[list[AuditEntry], str]:
+    """The full agent on the Kueue scenario as the ServiceAccount: Kueue's queues, flavors,
+    Topologies and Workloads listed and watched, the split job diagnosed through them."""
+    with FakeSlack(users={"U1": "alice"}) as slack, running_agent(
+        tmp_path, "kueue", slack=slack, rbac=True, leader_election=False
+    ) as rig:
+        store = rig.store
+        wait(lambda: any(i.diagnosis.get("kueue") for i in (
+            store.get_incident(s.id) for s in store.list_incidents(IncidentQuery(limit=5)).incidents
+        )), timeout=60, what="the Kueue job's incident")  # fmt: skip
+    assert rig.access is not None and rig.user is not None
+    return list(rig.access.server.accounting.audited()), rig.user
+
+
+def kueue_fix_run(tmp_path: Path) -> list[AuditEntry]:
+    """The Kueue job of the Kueue scenario re-placed through Kueue by the Remediator as the
+    ServiceAccount (its Workload read, deactivated and deleted, the job's templates annotated)."""
+    store, _ = new_store(migrated_template(tmp_path), tmp_path)
+    try:
+        with running_lab(tmp_path, "kueue", rbac=True) as lab:
+            ref = JobRef(JobKind.PYTORCH, "ml", "llm-finetune")
+            incident_id = approved_incident(lab, store, ref=ref)
+            status = lab.remediator(store).run(incident_id)
+            assert status is IncidentStatus.RESOLVED
+            assert lab.cluster.api is not None
+            return list(lab.cluster.api.accounting.audited())
+    finally:
+        store.close()
+
+
 # A TrainJob (the Trainer's CRD read, its own runtime patch) and a JobSet (its templates), each
 # remediated by the Remediator as the ServiceAccount.
 TRAINER_RUNS = [("trainjob", JobRef(JobKind.TRAINJOB, "ml", "llm-pretrain")),
@@ -215,6 +248,10 @@ def trainer_run(tmp_path: Path, scenario: str, ref: JobRef) -> list[AuditEntry]:
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[Triple, bool], set[Triple]]:
     entries, user = agent_run(tmp_path_factory.mktemp("agent"))
+    queued, queued_user = kueue_run(tmp_path_factory.mktemp("kueue"))
+    assert queued_user == user
+    entries += queued
+    entries += kueue_fix_run(tmp_path_factory.mktemp("kueue-fix"))
     entries += lab_run(tmp_path_factory.mktemp("lab"))
     for kind in OTHER_KINDS:
         entries += kind_run(tmp_path_factory.mktemp(kind.value), kind)

@@ -83,6 +83,7 @@ def test_finding_to_dict_matches_the_issue_shape() -> None:
         "uncertain": [],
         "caveats": [],
         "identity_labels": None,
+        "kueue": None,
     }
 
 

@@ -26,6 +26,9 @@ from agent.model.workload import (
     INITIALIZERS,
     JAX,
     JOBSET,
+    KUEUE,
+    KUEUE_GROUP,
+    KUEUE_KINDS,
     MPI,
     OWNERS,
     PYTORCH,
@@ -35,6 +38,8 @@ from agent.model.workload import (
     TRAINJOB,
     WORKLOADS,
     JobKind,
+    KueueKindName,
+    kueue_kind_served,
     launched_kind,
     managed_by_paths,
     materialising,
@@ -48,6 +53,7 @@ from agent.model.workload import (
 from agent.twin import crds as twin_crds
 from agent.twin import jobset_children as twin_jobset
 from agent.twin import jobset_gang as twin_gang
+from agent.twin import kueue_labels as twin_kueue
 from agent.twin import trainjob_build as twin_trainer
 from agent.twin.operator_kinds import KINDS as TWIN_TRAINING_KINDS
 from agent.twin.resources import lookup
@@ -312,6 +318,22 @@ def test_jobset_kinds_agree_with_the_twins_api_server_and_controllers(kind: Any)
     assert frozenset(twin_trainer.INITIALIZERS) == INITIALIZERS
 
 
+@pytest.mark.parametrize("kind", KUEUE_KINDS, ids=lambda k: k.kind.value)
+def test_kueue_kinds_agree_with_the_twins_kueue(kind: Any) -> None:
+    served = lookup(kind.plural, group=kind.group)
+    assert (served.kind, served.api_version, served.namespaced) == (
+        kind.kind.value, kind.api_version, kind.namespaced)
+    assert kueue_kind_served(kind.group, kind.versions[0], kind.kind.value) is kind
+    assert kueue_kind_served(kind.group, "v9", kind.kind.value) is None
+
+
+def test_kueue_annotations_agree_with_the_twins_kueue() -> None:
+    assert (KUEUE.queue_label, KUEUE.topology_annotation, KUEUE.preferred_annotation,
+            KUEUE.unconstrained_annotation, KUEUE.group_annotation) == (
+        twin_kueue.QUEUE_LABEL, twin_kueue.REQUIRED_TOPOLOGY, twin_kueue.PREFERRED_TOPOLOGY,
+        twin_kueue.UNCONSTRAINED_TOPOLOGY, twin_kueue.PODSET_GROUP_NAME)
+
+
 def test_own_managers_agree_with_the_twins_controllers() -> None:
     assert JOBSET.suspension.own_managers == {twin_jobset.CONTROLLER_NAME}
     assert TRAINJOB.suspension.own_managers == {twin_crds.TRAINJOB_CONTROLLER}
@@ -329,13 +351,17 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_kinds_are_written_only_in_the_table_and_the_twin() -> None:
-    """Every kind's name (TrainJob's runtimes too), plurals, API groups and label domain appear in the
-    product's code (docstrings aside) only here and in the twin: every other layer reads them.
+    """Every kind's name (TrainJob's runtimes and Kueue's kinds too), plurals, API groups and label
+    domain (Kueue's annotation domain: `KUEUE` holds its names) appear in the product's code (docstrings aside) only here and in the twin: every other layer reads them.
     A sentence told to a person (a string with a space) may name a kind in words; it may not
     write a plural, a group or a label."""
-    names = {*(w.kind.value for w in WORKLOADS), *(kind for _, kind in TRAINING_RUNTIMES)}
+    # Kueue's kinds too, but `Workload(s)`, `Topology` and `topologies`: common words
+    kueue = [k for k in KUEUE_KINDS if k.kind not in (KueueKindName.WORKLOAD, KueueKindName.TOPOLOGY)]
+    names = {*(w.kind.value for w in WORKLOADS), *(kind for _, kind in TRAINING_RUNTIMES),
+             *(k.kind.value for k in kueue)}
     keys = {*(w.plural for w in WORKLOADS), *(w.group for w in WORKLOADS),
-            *(w.labels.job_name.split("/")[0] for w in WORKLOADS)}
+            *(w.labels.job_name.split("/")[0] for w in WORKLOADS), *(k.plural for k in kueue),
+            KUEUE_GROUP}
 
     def written(text: str) -> bool:
         return any(k in text for k in keys) or (" " not in text and any(n in text for n in names))

@@ -1,0 +1,182 @@
+"""Why Kueue let a job it manages split across zones, and the Kueue configuration that fixes it.
+
+Called by `agent.diagnosis.diagnose` for a split job (pods in several zones) whose object carries
+Kueue's queue label. Reads the job's PodSet requests (`TrainingJobObject.topology`, one PodSet per
+gang pod template) and the cluster's Kueue objects (`ClusterState.kueue`). The causes, first
+that applies:
+
+1. TAS not configured: no flavor the job can use (its admission's, else its ClusterQueue's)
+   names a Topology that has the zone level. Proposed: a Topology with zone and hostname levels
+   and each of those flavors with `topologyName` set to it (the platform team's change), then the
+   job's annotations as in 2.
+2. No topology request: a PodSet carries no `podset-required-topology` (Kueue then places it on
+   its own, by implied or unconstrained TAS, anywhere in the flavor).
+3. A required level wider than the zone (before the zone in the Topology's levels, or not one of
+   its levels).
+4. Only a preferred level (`podset-preferred-topology`): TAS falls back to a wider domain.
+5. Coordinator and workers in different PodSets without one `podset-group-name`.
+
+For 2-5 the proposal is the annotations to add to every gang pod template: the zone as the
+required level, one group name when the job has two PodSets (Kueue groups exactly two), the
+preferred and unconstrained annotations removed (Kueue admits one topology annotation per
+template). Those the Kueue fix can apply on approval (`agent_fixable`) for a Kubeflow job (replica
+specs); a job of more than two PodSets cannot be grouped and is not, nor (not yet) a TrainJob or a
+JobSet: for those the proposal is advice only. A split job whose requests are already zone-level and
+grouped gets no advice (something else split it). Pure: nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from agent.model.cluster import ZONE_LABEL, TrainingJobObject
+from agent.model.descriptor import TemplateLayout
+from agent.model.kueue import (
+    HOSTNAME_LEVEL,
+    NO_REQUEST,
+    KueueAdvice,
+    KueueCause,
+    KueueObjects,
+    PodSetTopology,
+    wanted_annotations,
+)
+from agent.model.workload import (
+    KUEUE,
+    KUEUE_RESOURCE_FLAVOR,
+    KUEUE_TOPOLOGY,
+    workload,
+)
+
+PROPOSED_TOPOLOGY = "zonemedic-zone"  # the name of a proposed Topology when none fits
+
+
+def annotations_yaml(job: TrainingJobObject) -> str:
+    """The job-side change as YAML: a merge patch of the pod templates' annotations (replica
+    specs), or the annotations per replicated job (a list a merge patch would replace whole)."""
+    wanted = wanted_annotations(job.name, job.pod_sets, job.topology)
+    kind = workload(job.kind)
+    head = f"# {job.kind.value} {job.namespace}/{job.name}: pod-template annotations for Kueue TAS\n"
+    if kind.templates.layout is TemplateLayout.REPLICA_SPECS:
+        body: Any = {"spec": {kind.templates.field: {
+            replica: {"template": {"metadata": {"annotations": values}}}
+            for replica, values in wanted.items()}}}  # fmt: skip
+    else:
+        body = {"replicatedJobs": {replica: {"annotations": values}
+                                   for replica, values in wanted.items()}}  # fmt: skip
+    return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
+
+
+def _flavors_of(job: TrainingJobObject, objects: KueueObjects, cluster_queue: str | None) -> list[str]:
+    admitted = objects.workload_of(job.kind.value, job.namespace, job.name)
+    if admitted is not None and admitted.assignments:
+        return list(dict.fromkeys(f for a in admitted.assignments for f in a.flavors.values()))
+    queue = objects.cluster_queues.get(cluster_queue or "")
+    return list(queue.flavors) if queue is not None else []
+
+
+def _zone_topology(objects: KueueObjects, flavor: str) -> tuple[str, ...] | None:
+    """The levels of the Topology the flavor names, when it has the zone level."""
+    found = objects.flavors.get(flavor)
+    topology = objects.topologies.get(found.topology or "") if found is not None else None
+    if topology is None or ZONE_LABEL not in topology.levels:
+        return None
+    return topology.levels
+
+
+def configuration_yaml(objects: KueueObjects, flavors: Sequence[str]) -> str:
+    """The platform-side change: a Topology with the zone and hostname levels (an existing one
+    with a zone level is reused), and each flavor naming it."""
+    existing = next((t for t in objects.topologies.values() if ZONE_LABEL in t.levels), None)
+    docs: list[dict[str, Any]] = []
+    name = existing.name if existing is not None else PROPOSED_TOPOLOGY
+    if existing is None:
+        docs.append({"apiVersion": KUEUE_TOPOLOGY.api_version, "kind": KUEUE_TOPOLOGY.kind.value,
+                     "metadata": {"name": name},
+                     "spec": {"levels": [{"nodeLabel": ZONE_LABEL},
+                                         {"nodeLabel": HOSTNAME_LEVEL}]}})  # fmt: skip
+    for flavor in flavors or ("default-flavor",):
+        found = objects.flavors.get(flavor)
+        spec: dict[str, Any] = {}
+        if found is not None and found.node_labels:
+            spec["nodeLabels"] = dict(found.node_labels)
+        spec["topologyName"] = name
+        docs.append({"apiVersion": KUEUE_RESOURCE_FLAVOR.api_version,
+                     "kind": KUEUE_RESOURCE_FLAVOR.kind.value, "metadata": {"name": flavor},
+                     "spec": spec})  # fmt: skip
+    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
+
+
+def _request_cause(
+    job: TrainingJobObject, levels: Sequence[str]
+) -> tuple[KueueCause, str] | None:
+    requests: Mapping[str, PodSetTopology] = {r: job.topology.get(r, NO_REQUEST)
+                                              for r in job.pod_sets}  # fmt: skip
+    zone_at = levels.index(ZONE_LABEL)
+    bare = [r for r, t in requests.items() if t.required is None and t.preferred is None]
+    if bare:
+        return KueueCause.NO_REQUEST, (
+            f"PodSet(s) {', '.join(bare)} carry no {KUEUE.topology_annotation}: Kueue places "
+            "each on its own, anywhere in the flavor's topology")
+    wide = [f"{r} ({t.required})" for r, t in requests.items() if t.required is not None
+            and (t.required not in levels or levels.index(t.required) < zone_at)]  # fmt: skip
+    if wide:
+        return KueueCause.WIDER_THAN_ZONE, (
+            f"PodSet(s) {', '.join(wide)} require a level wider than the zone: one domain of that "
+            "level spans several zones")
+    preferred = [r for r, t in requests.items() if t.required is None]
+    if preferred:
+        return KueueCause.PREFERRED_ONLY, (
+            f"PodSet(s) {', '.join(preferred)} only prefer a level "
+            f"({KUEUE.preferred_annotation}): Kueue falls back to a wider domain when it must")
+    groups = {t.group for t in requests.values()}
+    if len(requests) > 1 and (None in groups or len(groups) > 1):
+        return KueueCause.UNGROUPED, (
+            f"the coordinator and the workers are in different PodSets ({', '.join(requests)}) "
+            f"without one {KUEUE.group_annotation}: Kueue puts each PodSet in a zone of its own")
+    return None
+
+
+def kueue_advice(job: TrainingJobObject | None, objects: KueueObjects) -> KueueAdvice | None:
+    """Why Kueue let this split job split, and what to add; None when Kueue does not manage it
+    or its requests already keep it in one zone."""
+    if job is None:
+        return None
+    queue = job.labels.get(KUEUE.queue_label)
+    if not queue:
+        return None
+    local = objects.local_queues.get((job.namespace, queue))
+    cluster_queue = local.cluster_queue if local is not None else None
+    admitted = objects.workload_of(job.kind.value, job.namespace, job.name)
+    flavors = _flavors_of(job, objects, cluster_queue)
+    tas = [(f, levels) for f in flavors if (levels := _zone_topology(objects, f)) is not None]
+    wl_name = admitted.name if admitted is not None else None
+    if not tas:
+        missing = ", ".join(flavors) or "none known"
+        return KueueAdvice(
+            cause=KueueCause.TAS_NOT_CONFIGURED, queue=queue, cluster_queue=cluster_queue,
+            workload=wl_name, flavor=flavors[0] if flavors else None,
+            message=(f"Kueue Topology Aware Scheduling is not configured for this job's flavors "
+                     f"({missing}): no Topology with a {ZONE_LABEL} level is named by their "
+                     "topologyName. Add it (platform team), then annotate the job's pod templates"),
+            proposal=configuration_yaml(objects, flavors) + "---\n" + annotations_yaml(job),
+        )  # fmt: skip
+    flavor, levels = tas[0]
+    found = _request_cause(job, levels)
+    if found is None:
+        return None
+    cause, why = found
+    replica_specs = workload(job.kind).templates.layout is TemplateLayout.REPLICA_SPECS
+    fixable = replica_specs and 0 < len(job.pod_sets) <= 2
+    if not replica_specs:
+        why += (f"; zonemedic re-places only Kubeflow jobs through Kueue: add the annotations "
+                f"to the {job.kind.value}'s templates (a TrainJob: its runtime patch)")
+    elif not fixable:
+        why += (f"; with {len(job.pod_sets)} PodSets they cannot be grouped "
+                f"({KUEUE.group_annotation} groups exactly two): change the job's layout")
+    return KueueAdvice(cause=cause, queue=queue, cluster_queue=cluster_queue, workload=wl_name,
+                       flavor=flavor, agent_fixable=fixable,
+                       message=f"Kueue let the job split: {why}",
+                       proposal=annotations_yaml(job))  # fmt: skip

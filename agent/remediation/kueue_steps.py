@@ -1,0 +1,318 @@
+"""The steps of a Kueue-managed job's remediation: re-queued through Kueue, never suspended by zonemedic.
+
+Who calls it: `agent.remediation.remediator.Remediator`, for a run whose plan re-places the job
+through Kueue (`Plan.kueue`, built by `agent.remediation.kueue_plan`). What it does, each step
+recorded through the run's `Journal` (the intent before each write) and decided from the recorded
+plan plus the live objects, so a fresh run resumes at any point:
+- `apply`: after the checks of the first write (`Recheck.confirm`, `Recheck.guards`, Kueue's
+  marks expected) and a server-side dry run, set the Workload's `spec.active: false` (DEACTIVATED;
+  a Workload found inactive after the intent means the patch landed unrecorded); wait until Kueue
+  has suspended the job and no pod of it is left, Terminating included, within `suspend_timeout`
+  (else `RollbackError`); one merge patch of the templates' Kueue annotations, locked on the
+  job's resourceVersion (a 409 re-reads and retries, templates found planned mean it landed);
+  delete the Workload (by uid) so Kueue rebuilds it from the annotated job and re-queues it
+  (RESUMED); then wait within `schedule_timeout` for Kueue to admit the rebuilt Workload with a
+  topology assignment in exactly one zone, one of the plan's `zones` (ADMITTED with the zone;
+  another zone, several, or no admission in time: `RollbackError`).
+- `rollback`: nothing when nothing was written; a Workload only deactivated is reactivated; once
+  the templates were annotated, the current Workload is deactivated, the pods awaited gone, the
+  annotations restored to the job's own (what the plan added removed) and the Workload deleted
+  so Kueue rebuilds it as before. A job deleted or recreated meanwhile leaves nothing to restore
+  (`SupersededError`).
+- `resume_as_is`: after a failure with the Workload deactivated and not yet requeued: reactivate
+  it (a job is never left held).
+
+What it does not do: touch the job's own `suspend` or write a nodeSelector (Kueue owns both), write
+other than through `agent.remediation.writer.ClusterWriter`, wait for the pods to be bound, or
+verify (the Remediator does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent.errors import ClusterWriteError, WriteConflictError
+from agent.model.cluster import ZONE_LABEL
+from agent.model.kueue import HOSTNAME_LEVEL as HOSTNAME_LABEL
+from agent.model.kueue import KueueWorkload
+from agent.model.lifecycle import RemediationActionKind
+from agent.model.workload import workload
+from agent.remediation.observe import ClusterReader
+from agent.remediation.plan import Target, TargetAction
+from agent.remediation.recheck import Recheck
+from agent.remediation.run import (
+    Clock,
+    FailedError,
+    Journal,
+    RollbackError,
+    Run,
+    Step,
+    SupersededError,
+)
+from agent.remediation.template import TemplateState
+from agent.remediation.writer import ClusterWriter, fenced_patch, resource_version_of, uid_of
+from agent.settings import RemediationSettings
+from agent.snapshot.kueue import parse_workload
+from agent.snapshot.manifests import ManifestError
+
+A = RemediationActionKind
+
+
+def _active(wl: Mapping[str, Any]) -> bool:
+    return (wl.get("spec") or {}).get("active", True) is not False
+
+
+def _active_patch(active: bool) -> dict[str, Any]:
+    return {"spec": {"active": active}}
+
+
+def _condition(obj: Mapping[str, Any], kind: str | None) -> bool:
+    if kind is None:
+        return True
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])  # fmt: skip
+
+
+def _as_target(wl: Mapping[str, Any], like: Target) -> Target:
+    """The Workload `wl` (perhaps a rebuilt one) as a target of the same kind as `like`."""
+    meta = wl.get("metadata") or {}
+    return Target(action=TargetAction.REQUEUE, api_version=like.api_version, kind=like.kind,
+                  plural=like.plural, namespace=like.namespace, name=str(meta.get("name")),
+                  uid=meta.get("uid"), resource_version=meta.get("resourceVersion"), changes=())  # fmt: skip
+
+
+class KueueSteps:
+    """Re-queue a Kueue job with zone-level annotations for its run (see the module docstring)."""
+
+    def __init__(
+        self, *, reader: ClusterReader, writer: ClusterWriter, journal: Journal, recheck: Recheck,
+        settings: RemediationSettings, clock: Clock,
+    ) -> None:  # fmt: skip
+        self.reader = reader
+        self.writer = writer
+        self.journal = journal
+        self.recheck = recheck
+        self.settings = settings
+        self.clock = clock
+
+    def targets(self, run: Run) -> tuple[Target, Target]:
+        """The plan's Workload (REQUEUE) and job (ANNOTATE) targets."""
+        plan = run.planned()
+        (requeue,) = [t for t in plan.targets if t.action is TargetAction.REQUEUE]
+        (annotate,) = [t for t in plan.targets if t.action is TargetAction.ANNOTATE]
+        return requeue, annotate
+
+    def _job(self, run: Run, annotate: Target, *, written: bool) -> dict[str, Any]:
+        job = self.reader.job(run.ref, api_version=annotate.api_version)
+        if job is None or uid_of(job) != run.planned().preconditions.uid:
+            raise SupersededError("the job was deleted or recreated during remediation: nothing "
+                                  "to restore" if written else
+                                  "the job was deleted or recreated since the plan")  # fmt: skip
+        return job
+
+    def _workload(self, target: Target) -> dict[str, Any] | None:
+        return self.reader.object(api_version=target.api_version, plural=target.plural,
+                                  namespace=target.namespace, name=target.name)  # fmt: skip
+
+    # -- apply ------------------------------------------------------------------------------
+
+    def apply(self, run: Run) -> None:
+        """Deactivate, wait for the pods to go, annotate, requeue, wait for the admission."""
+        requeue, annotate = self.targets(run)
+        job = self._job(run, annotate, written=run.has(Step.DEACTIVATING))
+        if not run.has(Step.DEACTIVATED):
+            self._deactivate(run, requeue, job)
+        self._wait_gone(run, annotate)
+        if not run.has(Step.ANNOTATED):
+            self._annotate(run, annotate)
+        if not run.has(Step.RESUMED):
+            wl = self._workload(requeue)
+            self.journal.intend(run, Step.REQUEUING, target=requeue, obj=wl, write="delete",
+                                message="the deactivated Workload is about to be deleted")  # fmt: skip
+            if wl is not None and uid_of(wl) == requeue.uid:
+                try:
+                    self.writer.delete_custom(requeue, fence=run.fence)
+                except ClusterWriteError as exc:
+                    raise RollbackError(f"the Workload delete was refused: {exc.message}") from None
+            self.journal.record(run, A.APPLY, Step.RESUMED,
+                                message="Workload deleted: Kueue rebuilds it from the annotated job "
+                                        "and re-queues the job (it may wait for quota)")  # fmt: skip
+        self._wait_admitted(run, requeue)
+
+    def _deactivate(self, run: Run, requeue: Target, job: Mapping[str, Any]) -> None:
+        wl = self._workload(requeue)
+        intended = run.has(Step.DEACTIVATING)
+        if wl is None or uid_of(wl) != requeue.uid:
+            if intended:
+                raise RollbackError("the job's Workload was deleted or recreated during remediation")
+            raise SupersededError("the job's Workload was deleted or recreated since the plan")
+        if intended and not _active(wl):  # the patch landed; the process died before saying so
+            self.journal.record(run, A.APPLY, Step.DEACTIVATED, message="Workload found inactive")
+            return
+        if not intended:
+            live = self.recheck.confirm(run, job)
+            self.recheck.guards(run, live)
+        patch = fenced_patch(_active_patch(False), wl, locked=False)
+        if not intended:
+            try:
+                self.writer.patch_custom(requeue, patch, fence=run.fence, dry_run=True)
+            except ClusterWriteError as exc:
+                self.journal.record(run, A.DRY_RUN, Step.DRY_RUN, succeeded=False, message=exc.message)
+                raise FailedError(f"the server-side dry run refused the patch: {exc.message}") from None
+            self.journal.record(run, A.DRY_RUN, Step.DRY_RUN, message="dryRun=All accepted the patch")
+        self.journal.intend(run, Step.DEACTIVATING, target=requeue, obj=wl, write="patch",
+                            message="Workload spec.active: false about to be sent")  # fmt: skip
+        try:
+            self.writer.patch_custom(requeue, patch, fence=run.fence)
+        except ClusterWriteError as exc:
+            raise RollbackError(f"the Workload patch was refused: {exc.message}") from None
+        self.journal.record(run, A.APPLY, Step.DEACTIVATED,
+                            message=f"Workload {requeue.name} deactivated: Kueue evicts it and "
+                                    "suspends the job")  # fmt: skip
+
+    def _gone(self, run: Run, annotate: Target) -> bool:
+        job = self.reader.job(run.ref, api_version=annotate.api_version)
+        suspended = workload(run.ref.kind).conditions.suspended
+        return job is not None and _condition(job, suspended) and not self.reader.kubeflow_pods(run.ref)
+
+    def _wait_gone(self, run: Run, annotate: Target) -> None:
+        """Kueue suspended the job and no pod of it is left, Terminating included."""
+        if run.has(Step.PODS_GONE) or run.has(Step.RESUMED):
+            return
+        since = run.step(Step.DEACTIVATED)
+        while not self._gone(run, annotate):
+            if self.journal.since(since) >= self.settings.suspend_timeout:
+                raise RollbackError(
+                    f"the job's pods still present {self.settings.suspend_timeout.total_seconds():g}s "
+                    "after its Workload was deactivated")  # fmt: skip
+            self.journal.pause(run)
+        self.journal.record(run, A.APPLY, Step.PODS_GONE, message="Kueue suspended the job; no pod left")
+
+    def _annotate(self, run: Run, annotate: Target) -> None:
+        for _attempt in range(self.settings.max_conflict_retries + 1):
+            job = self._job(run, annotate, written=True)
+            if annotate.state_of(job) is TemplateState.PLANNED:
+                self.journal.record(run, A.APPLY, Step.ANNOTATED, message="templates found annotated")
+                return
+            self.journal.intend(run, Step.ANNOTATING, target=annotate, obj=job, write="patch",
+                                message="template annotations about to be sent")  # fmt: skip
+            patch = annotate.template_patch()
+            patch["metadata"] = {"resourceVersion": resource_version_of(job)}
+            try:
+                self.writer.patch_custom(annotate, fenced_patch(patch, job, locked=True),
+                                         fence=run.fence)  # fmt: skip
+            except WriteConflictError:
+                continue
+            except ClusterWriteError as exc:
+                raise RollbackError(f"the annotation patch was refused: {exc.message}") from None
+            self.journal.record(run, A.APPLY, Step.ANNOTATED,
+                                message="templates annotated for Kueue's zone-level placement")
+            return
+        raise RollbackError("the job kept changing (HTTP 409) while annotating it")
+
+    def _wait_admitted(self, run: Run, requeue: Target) -> None:
+        """Kueue admitted the rebuilt Workload with a topology assignment in one allowed zone."""
+        if run.has(Step.ADMITTED):
+            return
+        plan = run.planned()
+        since = run.step(Step.RESUMED)
+        while True:
+            found = self.reader.kueue_workload(run.ref)
+            if found is not None and uid_of(found) != requeue.uid:
+                try:
+                    wl = parse_workload(found)
+                except ManifestError as exc:
+                    raise RollbackError(f"the rebuilt Workload cannot be read: {exc}") from None
+                if wl.admitted:
+                    zones = self._admitted_zones(wl)
+                    if len(zones) != 1 or zones[0] not in plan.zones:
+                        raise RollbackError(
+                            f"Kueue admitted the job in {', '.join(zones) or 'no topology zone'}, "
+                            f"not in one zone the policies allow ({', '.join(plan.zones)})")  # fmt: skip
+                    self.journal.record(run, A.APPLY, Step.ADMITTED,
+                                        message=f"Kueue admitted Workload {wl.name} in {zones[0]}",
+                                        extra={"zone": zones[0]})  # fmt: skip
+                    return
+            if self.journal.since(since) >= self.settings.schedule_timeout:
+                raise RollbackError(
+                    f"Kueue did not admit the job within "
+                    f"{self.settings.schedule_timeout.total_seconds():g}s (it may wait for quota)")  # fmt: skip
+            self.journal.pause(run)
+
+    def _admitted_zones(self, wl: KueueWorkload) -> list[str]:
+        """The zones of the admission's topology assignments: their zone level, or (Kueue
+        records only the hostname level when the Topology's lowest level is the hostname) the
+        zone label of the nodes they name."""
+        zones = set(wl.zones(ZONE_LABEL))
+        hosts = {h for a in wl.assignments for h in a.values_at(HOSTNAME_LABEL)}
+        if hosts:
+            zone_of = {str((n.get("metadata") or {}).get("name")):
+                       ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)
+                       for n in self.reader.nodes()}  # fmt: skip
+            zones |= {str(zone_of.get(h)) for h in hosts}
+        return sorted(zones)
+
+    # -- rollback ---------------------------------------------------------------------------
+
+    def rollback(self, run: Run) -> list[str]:
+        """Undo what was written (see the module docstring); nothing it could not restore."""
+        if not run.has(Step.DEACTIVATING):
+            return []
+        requeue, annotate = self.targets(run)
+        job = self._job(run, annotate, written=True)
+        original = self._workload(requeue)
+        if (annotate.state_of(job) is TemplateState.ORIGINAL and not run.has(Step.ANNOTATING)
+                and original is not None and uid_of(original) == requeue.uid):  # fmt: skip
+            self._set_active(run, _as_target(original, requeue), original, active=True)
+            return []
+        current = self.reader.kueue_workload(run.ref)
+        if current is not None and _active(current):
+            self._set_active(run, _as_target(current, requeue), current, active=False)
+        deadline = self.clock.now() + self.settings.suspend_timeout
+        while not self._gone(run, annotate) and self.clock.now() < deadline:
+            self.journal.pause(run)
+        for _attempt in range(self.settings.max_conflict_retries + 1):
+            job = self._job(run, annotate, written=True)
+            if annotate.state_of(job) is TemplateState.ORIGINAL:
+                break
+            self.journal.intend(run, Step.RESTORING, target=annotate, obj=job, write="patch",
+                                message="restore patch (the job's own annotations) about to be sent")  # fmt: skip
+            patch = annotate.template_patch(restore=True)
+            patch["metadata"] = {"resourceVersion": resource_version_of(job)}
+            try:
+                self.writer.patch_custom(annotate, fenced_patch(patch, job, locked=True),
+                                         fence=run.fence)  # fmt: skip
+            except WriteConflictError:
+                continue
+            except ClusterWriteError as exc:
+                raise FailedError(f"the restore patch was refused: {exc.message}") from None
+            break
+        else:
+            raise FailedError("the job kept changing (HTTP 409) while restoring it")
+        current = self.reader.kueue_workload(run.ref)
+        if current is not None:
+            target = _as_target(current, requeue)
+            self.journal.intend(run, Step.RESTORING, target=target, obj=current, write="delete",
+                                message="Workload delete (Kueue rebuilds it) about to be sent")  # fmt: skip
+            self.writer.delete_custom(target, fence=run.fence)
+        return []
+
+    def _set_active(self, run: Run, target: Target, wl: Mapping[str, Any], *, active: bool) -> None:
+        if _active(wl) is active:
+            return
+        self.journal.intend(run, Step.RESTORING, target=target, obj=wl, write="patch",
+                            message=f"Workload spec.active: {str(active).lower()} about to be sent")  # fmt: skip
+        self.writer.patch_custom(target, fenced_patch(_active_patch(active), wl, locked=False),
+                                 fence=run.fence)  # fmt: skip
+
+    def resume_as_is(self, run: Run) -> None:
+        """After a failure with the Workload deactivated and not requeued: reactivate it."""
+        if run.plan is None or not run.plan.kueue or not run.has(Step.DEACTIVATING):
+            return
+        if run.has(Step.RESUMED):
+            return
+        requeue, _ = self.targets(run)
+        wl = self._workload(requeue)
+        if wl is not None and uid_of(wl) == requeue.uid:
+            self._set_active(run, requeue, wl, active=True)

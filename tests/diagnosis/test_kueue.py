@@ -1,0 +1,139 @@
+"""Why Kueue let a job split, table-driven over the job's PodSet requests and the cluster's Kueue
+configuration, and the configuration each cause proposes (parsed back as YAML)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.diagnosis.kueue import kueue_advice
+from agent.model.cluster import ZONE_LABEL, TrainingJobObject
+from agent.model.kueue import (
+    ClusterQueue,
+    KueueCause,
+    KueueFlavor,
+    KueueObjects,
+    KueueTopology,
+    KueueWorkload,
+    LocalQueue,
+    PodSetAssignment,
+    PodSetTopology,
+    wanted_annotations,
+)
+from agent.model.workload import KUEUE, JobKind
+
+REGION = "topology.kubernetes.io/region"
+HOST = "kubernetes.io/hostname"
+
+
+def job(topology: dict[str, PodSetTopology] | None = None, *, queue: str | None = "user-queue",
+        pod_sets: tuple[str, ...] = ("Master", "Worker")) -> TrainingJobObject:
+    labels = {KUEUE.queue_label: queue} if queue else {}
+    return TrainingJobObject(kind=JobKind.PYTORCH, namespace="ml", name="llm", labels=labels,
+                             topology=topology or {}, pod_sets=pod_sets)  # fmt: skip
+
+
+def kueue(*, levels: tuple[str, ...] | None = (ZONE_LABEL, HOST), topology_name: str | None = "t",
+          admitted_flavor: str | None = None) -> KueueObjects:
+    topologies = {"t": KueueTopology("t", levels)} if levels is not None else {}
+    workloads = {}
+    if admitted_flavor is not None:
+        workloads[("ml", "pytorchjob-llm-1")] = KueueWorkload(
+            "ml", "pytorchjob-llm-1", queue="user-queue", admitted=True, cluster_queue="cq",
+            owner_kind="PyTorchJob", owner_name="llm",
+            assignments=(PodSetAssignment("worker", {"nvidia.com/gpu": admitted_flavor}),))
+    return KueueObjects(
+        topologies=topologies,
+        flavors={"gpu": KueueFlavor("gpu", topology_name), "plain": KueueFlavor("plain")},
+        cluster_queues={"cq": ClusterQueue("cq", ("gpu",))},
+        local_queues={("ml", "user-queue"): LocalQueue("ml", "user-queue", "cq")},
+        workloads=workloads,
+    )  # fmt: skip
+
+
+ZONE = PodSetTopology(required=ZONE_LABEL, group="g")
+
+CASES: list[tuple[str, TrainingJobObject, KueueObjects, KueueCause | None, bool]] = [
+    ("no request", job(), kueue(), KueueCause.NO_REQUEST, True),
+    ("unconstrained only", job({"Master": PodSetTopology(unconstrained=True),
+                                "Worker": PodSetTopology(unconstrained=True)}), kueue(),
+     KueueCause.NO_REQUEST, True),
+    ("one pod set bare", job({"Master": ZONE}), kueue(), KueueCause.NO_REQUEST, True),
+    ("region", job({"Master": PodSetTopology(required=REGION), "Worker": PodSetTopology(
+        required=REGION)}), kueue(levels=(REGION, ZONE_LABEL, HOST)), KueueCause.WIDER_THAN_ZONE,
+     True),
+    ("a level the topology lacks", job({"Master": PodSetTopology(required="rack"),
+                                        "Worker": ZONE}), kueue(), KueueCause.WIDER_THAN_ZONE, True),
+    ("preferred", job({"Master": PodSetTopology(preferred=ZONE_LABEL, group="g"), "Worker": ZONE}),
+     kueue(), KueueCause.PREFERRED_ONLY, True),
+    ("ungrouped", job({"Master": PodSetTopology(required=ZONE_LABEL),
+                       "Worker": PodSetTopology(required=ZONE_LABEL)}), kueue(),
+     KueueCause.UNGROUPED, True),
+    ("two groups", job({"Master": PodSetTopology(required=ZONE_LABEL, group="a"),
+                        "Worker": PodSetTopology(required=ZONE_LABEL, group="b")}), kueue(),
+     KueueCause.UNGROUPED, True),
+    ("three pod sets cannot be grouped", job({}, pod_sets=("Chief", "PS", "Worker")), kueue(),
+     KueueCause.NO_REQUEST, False),
+    ("no topology", job(), kueue(levels=None), KueueCause.TAS_NOT_CONFIGURED, False),
+    ("no zone level", job(), kueue(levels=(HOST,)), KueueCause.TAS_NOT_CONFIGURED, False),
+    ("no topologyName", job(), kueue(topology_name=None), KueueCause.TAS_NOT_CONFIGURED, False),
+    ("admitted on a flavor without TAS", job(), kueue(admitted_flavor="plain"),
+     KueueCause.TAS_NOT_CONFIGURED, False),
+    ("admitted on the TAS flavor", job(), kueue(admitted_flavor="gpu"), KueueCause.NO_REQUEST, True),
+    ("zone and grouped: something else split it", job({"Master": ZONE, "Worker": ZONE}), kueue(),
+     None, False),
+    ("not Kueue's", job(queue=None), kueue(), None, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("obj", "objects", "cause", "fixable"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_the_cause(obj: TrainingJobObject, objects: KueueObjects, cause: KueueCause | None,
+                   fixable: bool) -> None:  # fmt: skip
+    advice = kueue_advice(obj, objects)
+    assert (advice.cause if advice is not None else None) == cause
+    assert (advice.agent_fixable if advice is not None else False) == fixable
+
+
+def test_no_job_object_no_advice() -> None:
+    assert kueue_advice(None, kueue()) is None
+
+
+def test_tas_not_configured_proposes_a_topology_and_the_flavor_naming_it() -> None:
+    advice = kueue_advice(job(), kueue(levels=None))
+    assert advice is not None and advice.queue == "user-queue" and advice.cluster_queue == "cq"
+    docs = list(yaml.safe_load_all(advice.proposal))
+    topology, flavor, annotations = docs
+    assert topology["kind"] == "Topology"
+    assert [lv["nodeLabel"] for lv in topology["spec"]["levels"]] == [ZONE_LABEL, HOST]
+    assert (flavor["kind"], flavor["metadata"]["name"], flavor["spec"]["topologyName"]) == (
+        "ResourceFlavor", "gpu", topology["metadata"]["name"])
+    assert set(annotations["spec"]["pytorchReplicaSpecs"]) == {"Master", "Worker"}
+
+
+def test_an_existing_zone_topology_is_reused() -> None:
+    objects = kueue(topology_name=None)
+    advice = kueue_advice(job(), objects)
+    assert advice is not None
+    flavor = next(iter(yaml.safe_load_all(advice.proposal)))
+    assert flavor["kind"] == "ResourceFlavor" and flavor["spec"]["topologyName"] == "t"
+
+
+def test_the_job_side_proposal_is_a_merge_patch_of_the_templates() -> None:
+    advice = kueue_advice(job({"Master": PodSetTopology(preferred=ZONE_LABEL)}), kueue())
+    assert advice is not None
+    patch: dict[str, Any] = yaml.safe_load(advice.proposal)
+    specs = patch["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["template"]["metadata"]["annotations"] == {
+        KUEUE.topology_annotation: ZONE_LABEL, KUEUE.group_annotation: "llm",
+        KUEUE.preferred_annotation: None}
+    assert specs["Worker"]["template"]["metadata"]["annotations"] == {
+        KUEUE.topology_annotation: ZONE_LABEL, KUEUE.group_annotation: "llm"}
+
+
+@pytest.mark.parametrize(("name", "group"), [("llm", "llm"), ("42", "job-42")])
+def test_the_group_name_is_never_a_number(name: str, group: str) -> None:
+    wanted = wanted_annotations(name, ("Master", "Worker"), {})
+    assert {a[KUEUE.group_annotation] for a in wanted.values()} == {group}
