@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from agent.model.descriptor import OwnerMove
-from agent.model.workload import OWNERS, WORKLOADS
+from agent.model.workload import KUEUE_WORKLOAD, OWNERS, WORKLOADS
 from agent.settings import Settings, build
 from tests.support import image
 
@@ -76,6 +76,9 @@ def test_cluster_role_writes_only_what_remediation_needs() -> None:
         ("batch", "jobs", "create"),
         ("batch", "jobs", "delete"),
         *{(group, plural, "patch") for group, plural in TRAINING},
+        # the Kueue fix: the Workload deactivated, then deleted so Kueue rebuilds it
+        (KUEUE_WORKLOAD.group, KUEUE_WORKLOAD.plural, "patch"),
+        (KUEUE_WORKLOAD.group, KUEUE_WORKLOAD.plural, "delete"),
     }
     readable = {r for rule in role["rules"] for r in rule["resources"]}
     assert "secrets" not in readable and "leases" not in readable
