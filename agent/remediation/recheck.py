@@ -165,8 +165,9 @@ class Recheck:
 
     def plan(self, run: Run, *, scope: Scope) -> Plan:
         """Re-diagnose, check the incident still applies (`scope`), re-read and plan again;
-        `SupersededError`, or the planner's refusal, when there is no plan: `RefusedError` for
-        the incident's plan (nothing written yet), `FailedError` after a conflict."""
+        `SupersededError`, or the planner's refusal, when there is no plan: `RefusedError` while
+        the run has written nothing (the incident's plan, or a re-plan after a 409 that came
+        before the first write), `FailedError` once a write may have been sent."""
         reading = self.read(run.ref)
         if scope is Scope.INCIDENT:
             reason = self.superseded(run, reading) or self.bind(run, reading)
@@ -181,7 +182,8 @@ class Recheck:
             mirror_keys=rediagnosis.mirror_keys,
         )  # fmt: skip
         if isinstance(result, Refusal):
-            raise (RefusedError if scope is Scope.INCIDENT else FailedError)(result.reason)
+            refused = scope is Scope.INCIDENT or not run.written()
+            raise (RefusedError if refused else FailedError)(result.reason)
         return result
 
     # -- right before the first write ----------------------------------------------------------

@@ -23,7 +23,9 @@ from agent.model.lifecycle import (
     IncidentStatus,
     RemediationActionKind,
 )
-from agent.remediation.run import Step
+from agent.remediation.fence import open_fence
+from agent.remediation.recheck import Scope
+from agent.remediation.run import FailedError, RefusedError, Run, Step
 from agent.remediation.template import TemplateState
 from agent.store.repository import IncidentStore
 from agent.twin.faults import WriteRecord
@@ -175,6 +177,33 @@ def test_a_conflicting_write_before_the_suspend_patch_is_re_planned_and_retried(
         assert applied[-1].payload["attempt"] == len(plans)
         assert served_job(lab)["metadata"]["annotations"]["owner"] == "bob"
         assert resumes(lab) == 1
+
+
+def test_a_re_plan_after_a_conflict_refusing_before_the_first_write_is_refused_not_failed(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """The re-plan after a 409 finds no room (the target zone filled meanwhile): while the run
+    has written nothing it is a refusal (the incident stays open, `refused`), never `failed` (a
+    closed incident lets the next re-detection of the same split open another and post again);
+    once a write may have been sent it is a failure (the job is resumed as it is)."""
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        cordon(lab, "us-east-1a")
+        remediator = lab.remediator(store)
+        fence = open_fence(remediator.leadership)
+        assert fence is not None
+        detail = store.get_incident(incident_id)
+        assert detail.incident.job_ref is not None
+        run = Run(incident_id, detail.incident.job_ref, IncidentStatus.REMEDIATING, detail, fence)
+        with pytest.raises(RefusedError, match="no zone has 4 free GPUs"):
+            remediator.recheck.plan(run, scope=Scope.CONFLICT)
+        remediator.journal.record(run, RemediationActionKind.APPLY, Step.SUSPENDED, message="sent")
+        run.detail = store.get_incident(incident_id)
+        assert run.written()
+        with pytest.raises(FailedError, match="no zone has 4 free GPUs") as failed:
+            remediator.recheck.plan(run, scope=Scope.CONFLICT)
+        assert type(failed.value) is FailedError
 
 
 def test_a_job_deleted_after_the_approval_is_superseded(tmp_path: Path, store: IncidentStore) -> None:
