@@ -282,6 +282,9 @@ TRAINJOB = WorkloadKind(
     materialised=JobKind.JOBSET, pods_owned_by="Job",
 )  # fmt: skip
 
+# the `manager` of zonemedic's own TrainJob `runtimePatches` entry (a domain-prefixed name)
+TRAINJOB_PATCH_MANAGER = "zonemedic.io/remediation"
+
 WORKLOADS: tuple[WorkloadKind, ...] = (PYTORCH, TF, MPI, XGBOOST, PADDLE, JAX, TRAINJOB, JOBSET)
 
 BATCH_JOB = OwnerKind(

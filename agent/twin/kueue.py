@@ -306,10 +306,10 @@ class Kueue(Controller):
             return None
         evicted = find(_conditions(wl), EVICTED)
         if evicted is not None and evicted.get("status") == "True":
-            self._stop(kind, job, wl, str(evicted.get("message") or ""))
-            if _reserved(wl) and not kind.is_active(job):
+            stopped = self._stop(kind, job, wl, str(evicted.get("message") or ""))
+            if stopped and _reserved(wl) and not kind.is_active(job):
                 self._clear_admission(wl, evicted)
-            return None
+            return None if stopped else RETRY_SECONDS
         if is_suspended(kind, job):
             if _admitted(wl):
                 return None if self._start(kind, job, wl) else START_RETRY_SECONDS
