@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from agent.twin.cluster import TwinCluster
@@ -388,3 +388,30 @@ def test_pods_the_operator_creates_go_through_the_webhook(hooks: WebhookServer,
         assert users == {"system:twin:controller-manager"}
     finally:
         cluster.stop()
+
+
+def test_configurations_crud_and_watch(twin: Twin, api: client.ApiClient, certs: Certificates,
+                                       ns: str, tmp_path: Path) -> None:
+    admission = client.AdmissionregistrationV1Api(api)
+    manifest = tmp_path / "config.json"
+    manifest.write_text(json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "zonemedic"}, "webhooks": [webhook("a.zonemedic.io", "/a", certs)]}))
+    twin.kubectl("create", "-f", str(manifest))
+    listed = admission.list_mutating_webhook_configuration()
+    assert [c.metadata.name for c in listed.items] == ["zonemedic"]
+    w = watch.Watch()
+    events = w.stream(admission.list_mutating_webhook_configuration, timeout_seconds=5)
+    first = next(iter(events))
+    w.stop()
+    events.close()
+    assert (first["type"], first["object"].metadata.name) == ("ADDED", "zonemedic")
+    current = admission.read_mutating_webhook_configuration("zonemedic")
+    current.webhooks[0].timeout_seconds = 31
+    with pytest.raises(ApiException) as caught:
+        admission.replace_mutating_webhook_configuration("zonemedic", current)
+    assert caught.value.status == 422
+    assert "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 " \
+           "and 30 seconds" in error_body(caught.value)["message"]
+    admission.delete_mutating_webhook_configuration("zonemedic")
+    assert admission.list_mutating_webhook_configuration().items == []
