@@ -415,3 +415,29 @@ def test_configurations_crud_and_watch(twin: Twin, api: client.ApiClient, certs:
            "and 30 seconds" in error_body(caught.value)["message"]
     admission.delete_mutating_webhook_configuration("zonemedic")
     assert admission.list_mutating_webhook_configuration().items == []
+
+
+@pytest.mark.parametrize(("service", "reason"), [
+    ("missing", 'Post "https://missing.webhooks.svc:443/x": services "missing" not found'),
+    ("headless", 'Post "https://headless.webhooks.svc:443/x": cannot route to service with '
+                 'ClusterIP "None"'),
+    ("remote", 'Post "https://remote.webhooks.svc:443/x": the twin reaches a Service only at a '
+               'loopback spec.clusterIP (e.g. 127.0.0.1), not "10.96.0.10"'),
+])
+def test_a_service_the_twin_cannot_route_to_fails_the_call(
+        twin: Twin, api: client.ApiClient, certs: Certificates, ns: str, service: str,
+        reason: str) -> None:
+    ips = {"headless": "None", "remote": "10.96.0.10"}
+    if service in ips and not twin.store.list(SERVICES, namespace="webhooks",
+                                              field_selector=f"metadata.name={service}")[0]:
+        twin.store.create(SERVICES, {"metadata": {"name": service, "namespace": "webhooks"},
+                                     "spec": {"clusterIP": ips[service],
+                                              "ports": [{"port": 443}]}})
+    hook = webhook("route.zonemedic.io", "/x", certs)
+    hook["clientConfig"]["service"]["name"] = service
+    register(api, "zonemedic", hook)
+    with pytest.raises(ApiException) as caught:
+        client.CoreV1Api(api).create_namespaced_pod(ns, pod("p1"))
+    assert error_body(caught.value)["message"] == (
+        f'Internal error occurred: failed calling webhook "route.zonemedic.io": failed to call '
+        f"webhook: {reason}")
