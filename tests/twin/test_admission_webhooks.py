@@ -366,25 +366,30 @@ def test_kubectl_get_prints_the_upstream_columns(twin: Twin, api: client.ApiClie
         "Fail", "Equivalent", 10, "Never", 443)
 
 
-def test_pods_the_operator_creates_go_through_the_webhook(hooks: WebhookServer,
-                                                          certs: Certificates) -> None:
-    hooks.on("/operator", lambda r: allow(r, patch=[PIN], warnings=["pinned"]))
+@pytest.mark.parametrize(("scenario", "label", "count"), [
+    ("seed-degraded", "training.kubeflow.org/job-name", 5),  # the training operator's pods
+    ("jobset", "jobset.sigs.k8s.io/jobset-name", 4),  # the Job controller's, for JobSet's Jobs
+])
+def test_pods_the_operators_create_go_through_the_webhook(
+        hooks: WebhookServer, certs: Certificates, scenario: str, label: str,
+        count: int) -> None:
+    path = f"/operator-{scenario}"
+    hooks.on(path, lambda r: allow(r, patch=[PIN], warnings=["pinned"]))
     store = Store()
     store.create(NAMESPACES, {"metadata": {"name": "webhooks"}})
     store.create(SERVICES, hook_service(hooks.port))
     store.create(CONFIGS, {"metadata": {"name": "zonemedic"}, "webhooks": [
-        webhook("operator.zonemedic.io", "/operator", certs,
-                objectSelector={"matchExpressions": [{"key": "training.kubeflow.org/job-name",
-                                                      "operator": "Exists"}]})]})
-    cluster = TwinCluster(fast("seed-degraded"), store=store).start()
+        webhook("operator.zonemedic.io", path, certs,
+                objectSelector={"matchExpressions": [{"key": label, "operator": "Exists"}]})]})
+    cluster = TwinCluster(fast(scenario), store=store).start()
     try:
         def pinned() -> bool:
-            found = store.list(PODS, namespace="ml")[0]
-            return len(found) == 5 and all(
+            found = store.list(PODS, namespace="ml", label_selector=label)[0]
+            return len(found) == count and all(
                 p["metadata"]["labels"].get("zone-pinned") == "us-east-1a" for p in found)
 
         wait_for(pinned)
-        users = {r["request"]["userInfo"]["username"] for r in hooks.reviews("/operator")}
+        users = {r["request"]["userInfo"]["username"] for r in hooks.reviews(path)}
         assert users == {"system:twin:controller-manager"}
     finally:
         cluster.stop()
