@@ -127,7 +127,8 @@ def test_patch_applied_and_warnings_returned(twin: Twin, api: client.ApiClient, 
     hooks.on("/pin", lambda r: allow(r, patch=[PIN], warnings=["pinned to us-east-1a: room"]))
     register(api, "zonemedic", webhook("pin.zonemedic.io", "/pin", certs))
     core = client.CoreV1Api(api)
-    created = core.create_namespaced_pod(ns, pod("p1"))
+    created, code, headers = core.create_namespaced_pod_with_http_info(ns, pod("p1"))
+    assert code == 201 and headers["Warning"] == '299 - "pinned to us-east-1a: room"'
     assert created.metadata.labels["zone-pinned"] == "us-east-1a"
     assert twin.store.get(PODS, "p1", namespace=ns)["metadata"]["labels"]["zone-pinned"]
     request = hooks.reviews("/pin")[-1]["request"]
