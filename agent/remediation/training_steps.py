@@ -32,7 +32,7 @@ from agent.model.workload import JobKind, workload
 from agent.remediation.job_state import condition_true
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Target, TargetAction
-from agent.remediation.recheck import Recheck, Scope
+from agent.remediation.recheck import Recheck
 from agent.remediation.run import (
     Clock,
     FailedError,
@@ -117,7 +117,7 @@ class TrainingSteps:
                 self.writer.patch_custom(target, patch, fence=run.fence, dry_run=True)
             except WriteConflictError:
                 if attempt < retries:
-                    self._replan(run)
+                    self.recheck.replan(run, journal=self.journal)
                 continue
             except ClusterWriteError as exc:
                 self.journal.record(run, A.DRY_RUN, Step.DRY_RUN, succeeded=False, message=exc.message)
@@ -129,7 +129,7 @@ class TrainingSteps:
                 self.writer.patch_custom(target, patch, fence=run.fence)
             except WriteConflictError:
                 if attempt < retries:
-                    self._replan(run)
+                    self.recheck.replan(run, journal=self.journal)
                 continue
             except ClusterWriteError as exc:
                 raise FailedError(f"the API server refused the patch: {exc.message}") from None
@@ -145,11 +145,6 @@ class TrainingSteps:
             )
         self._wait_gone(run, target)
         self._resume(run, target)
-
-    def _replan(self, run: Run) -> None:
-        """After a 409: plan again from fresh objects and record the new plan."""
-        plan = self.recheck.plan(run, scope=Scope.CONFLICT)
-        self.journal.record_plan(run, plan, before=run.before, baseline=run.baseline)
 
     def _wait_gone(self, run: Run, target: Target) -> None:
         """Step 4: Suspended=True and no pod of the job left, Terminating included."""
