@@ -39,6 +39,7 @@ JOBSET = JobRef(JobKind.JOBSET, "ml", "pytorch-ddp")
 TRAINJOB_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/llm-pretrain"
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/pytorch-ddp"
 KUEUE_ENTRY = "kueue.x-k8s.io/manager"
+MPI = JobRef(JobKind.TRAINJOB, "ml", "mpi-pretrain")
 CASES = [("kueue-trainjob", TRAINJOB, "trainjobs"), ("kueue-jobset", JOBSET, "jobsets")]
 
 
@@ -110,6 +111,32 @@ def test_a_split_kueue_trainjob_or_jobset_is_re_placed_through_kueue(
             assert "suspend" not in str(plan.targets[1].override)
             assert all(set(c.after) == {"annotations"} for t in plan.targets for c in t.changes)
             assert KUEUE.topology_annotation in plan.diff
+    finally:
+        store.close()
+
+
+def test_an_mpi_trainjobs_launcher_and_nodes_are_grouped_into_one_zone_through_kueue(
+    tmp_path: Path,
+) -> None:
+    """Two PodSets (the single-pod launcher and the nodes): zonemedic's entry gives both the zone
+    and one podset-group-name, and Kueue places the pair in one zone."""
+    store, _ = new_store(migrated_template(tmp_path), tmp_path)
+    try:
+        with running_lab(tmp_path, "kueue-trainjob-mpi", rbac=True) as lab:
+            incident_id = approved_incident(lab, store, ref=MPI)
+            status = lab.remediator(store).run(incident_id)
+            detail = store.get_incident(incident_id)
+            assert status is IncidentStatus.RESOLVED, [(a.payload.get("step"), a.message)
+                                                       for a in detail.actions]
+            assert zones(lab) == {"us-east-1a": 5}
+            job = lab.api.json("GET", "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/"
+                                      "mpi-pretrain")  # fmt: skip
+            (entry,) = ours(job)
+            rjobs = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+            assert {r["name"]: r["template"]["spec"]["template"]["metadata"]["annotations"]
+                    for r in rjobs} == {
+                name: {KUEUE.topology_annotation: ZONE_LABEL, KUEUE.group_annotation: "mpi-pretrain"}
+                for name in ("node", "launcher")}  # fmt: skip
     finally:
         store.close()
 
