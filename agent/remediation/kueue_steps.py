@@ -61,7 +61,7 @@ from agent.remediation.run import (
     SupersededError,
 )
 from agent.remediation.template import TemplateState
-from agent.remediation.writer import ClusterWriter, fenced_patch, resource_version_of, uid_of
+from agent.remediation.writer import ClusterWriter, fenced_patch, uid_of
 from agent.settings import RemediationSettings
 from agent.snapshot.kueue import parse_workload
 from agent.snapshot.manifests import ManifestError
@@ -94,7 +94,6 @@ def _annotation_patch(annotate: Target, job: Mapping[str, Any], *, restore: bool
     """The locked merge patch writing (or taking back) the plan's annotations, `suspend` left out."""
     if annotate.override is None:
         patch = annotate.template_patch(restore=restore)
-        patch["metadata"] = {"resourceVersion": resource_version_of(job)}
     elif restore:
         patch = jobset_patch.restore_patch(annotate, job, suspend=None)
     else:
