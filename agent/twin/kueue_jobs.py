@@ -72,6 +72,9 @@ class QueuedKind:
     # templates in place.
     start: Callable[[Obj, Sequence[Any]], list[dict[str, Any]]] | None = None
     stop: Callable[[Obj, Sequence[Any] | None], list[dict[str, Any]]] | None = None
+    # Kueue's webhook of the kind checks `podset-group-name` groups (JobSet, mpi-operator's
+    # MPIJob; not the Kubeflow v1 kinds nor TrainJob)
+    validates_groups: bool = False
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -142,6 +145,7 @@ def _training(kind: TrainingKind) -> QueuedKind:
         pod_sets=_replica_pod_sets(kind),
         is_active=_replicas_active,
         finished=_training_finished,
+        validates_groups=kind.version == "v2beta1",  # mpi-operator's MPIJob
     )
 
 
@@ -220,6 +224,7 @@ JOBSET = QueuedKind(
     pod_sets=jobset_pod_sets,
     is_active=_jobset_active,
     finished=_jobset_finished,
+    validates_groups=True,
 )
 
 _KUBEFLOW_INTEGRATED = ("pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs")
