@@ -12,7 +12,10 @@ in order, what Kueue's controllers do:
   else suspended while it is admitted; an evicted Workload stops it (suspended, templates restored to
   the Workload's) and, once no pod is active, loses its admission (`QuotaReserved=False`,
   reason Pending; `Requeued=False` unless preempted); a running job whose Workload is not
-  admitted is stopped; a Workload being deleted stops the job and drops its finalizer;
+  admitted is stopped; a Workload being deleted stops the job and drops its finalizer. A kind
+  whose templates are derived (TrainJob, `kueue_trainjob`) starts and stops through its own
+  patches: its stop is done, and only then the quota released or the finalizer dropped, once
+  nothing of it is active and its own injection is undone;
 - the Workload controller: `spec.active: false` evicts (`Evicted=True`, reason Deactivated,
   "The workload is deactivated"), never requeued until `active: true` again (`Requeued=True`,
   reason Reactivated);
