@@ -80,6 +80,7 @@ KUEUE = KueueMarkers(
     preferred_annotation="kueue.x-k8s.io/podset-preferred-topology",
     unconstrained_annotation="kueue.x-k8s.io/podset-unconstrained-topology",
     group_annotation="kueue.x-k8s.io/podset-group-name",
+    workload_annotation="kueue.x-k8s.io/workload",
 )
 
 

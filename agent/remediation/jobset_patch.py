@@ -40,11 +40,10 @@ RUNTIME_PATCHES = "runtimePatches"
 POD_TEMPLATE_OVERRIDES = "podTemplateOverrides"
 REPLICATED_JOBS = "replicatedJobs"
 REPLICATED_JOB_LABEL = JOBSET.labels.replica_type
-KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"  # the admitted Workload, set by Kueue
 # the pod-template annotations Kueue reads or writes: a child Job keeping one its replicated
 # job's template no longer has (or has with another value) is stale for Kueue
 KUEUE_MARKS = (KUEUE.topology_annotation, KUEUE.preferred_annotation,
-               KUEUE.unconstrained_annotation, KUEUE.group_annotation, KUEUE_WORKLOAD_ANNOTATION)
+               KUEUE.unconstrained_annotation, KUEUE.group_annotation, KUEUE.workload_annotation)
 
 
 def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
