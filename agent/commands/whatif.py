@@ -89,14 +89,15 @@ def _move(snapshot: Snapshot, args: argparse.Namespace, settings: DiagnosisSetti
 
 
 def _policy_fix(args: argparse.Namespace) -> int:
-    """`--policy-fix NS/NAME`: the proposal, its YAML and diff, and its blast radius."""
+    """`--policy-fix NS/NAME`: the proposal, its YAML and diff, its proof and the blast radius of
+    applying it over every job."""
     import orjson
 
     from agent.commands.diagnose import load_snapshot
-    from agent.diagnosis.policy_fix import propose_fix
-    from agent.diagnosis.whatif import Cluster, blast_radius, find_job
+    from agent.diagnosis.flow_universe import Cluster
+    from agent.diagnosis.policy_fix import base_labels, offer, propose_fix, with_fix
+    from agent.diagnosis.whatif import blast_radius, find_job
     from agent.parsing.printable import printable
-    from agent.policy import PolicySet, parse_policy
     from agent.settings import load_diagnosis_settings
     from agent.topology.jobs import find_jobs
 
@@ -110,28 +111,31 @@ def _policy_fix(args: argparse.Namespace) -> int:
             snapshot = live_snapshot(read_live(kubeconfig=args.kubeconfig, context=args.context))
         state, policies = snapshot.state, snapshot.policy_set(settings)
         job = find_job(find_jobs(state, settings.groups), args.policy_fix)
-        fix = propose_fix(job, state, policies)
+        base = base_labels(job, {g.name: g.selector for g in settings.groups})
+        fix = propose_fix(job, state, policies, base=base)
         if fix is None:
             body: dict[str, Any] = {"job": str(job.ref), "policy_fix": None,
                                     "note": "no required flow of the job is denied"}  # fmt: skip
             text = f"{job.ref}: no required flow is denied: no policy change is needed\n"
         else:
-            after = PolicySet([*policies.policies, parse_policy(dict(fix.manifest))],
-                              dataplane=policies.dataplane, unreadable=policies.unreadable)
-            result = blast_radius(Cluster(state, policies), Cluster(state, after),
+            proof = offer(job, state, policies, base=base)
+            assert proof is not None
+            result = blast_radius(Cluster(state, policies), Cluster(state, with_fix(policies, fix)),
                                   settings=settings)  # fmt: skip
-            others = [f for f in result.flows if f.job != str(job.ref)]
+            others = [f for f in result.all_flows() if f.job != str(job.ref)]
             other_jobs = [j for j in result.jobs if j.job != str(job.ref)]
-            contained = not others and not other_jobs
-            body = {"job": str(job.ref), "policy_fix": {"manifest": fix.manifest,
-                    "yaml": fix.yaml, "diff": fix.diff()},
+            contained = not others and not other_jobs and proof.exact
+            body = {"job": str(job.ref),
+                    "policy_fix": {"kind": fix.kind, "manifests": list(fix.manifests),
+                                   "manifest": fix.manifests[0], "yaml": fix.yaml,
+                                   "diff": fix.diff(), "exact": proof.exact,
+                                   "proof": dict(proof.blast)},
                     "blast_radius": result.to_dict(), "only_this_job": contained,
-                    "apply": "kubectl apply -f FILE (zonemedic does not apply policies: network "
-                             "policy belongs to the security team)"}  # fmt: skip
-            text = (f"proposed policy for {job.ref} (not applied: network policy belongs to the "
-                    f"security team; apply it with kubectl apply -f FILE):\n{fix.diff()}\n"
-                    f"{result.render()}"
-                    f"only this job's flows change: {'yes' if contained else 'NO'}\n")
+                    "apply": f"{fix.apply_command()} ({proof.note})"}  # fmt: skip
+            text = (f"proposed policy for {job.ref} ({fix.kind}; {proof.note}):\n"
+                    f"{fix.diff()}\napply it with: {fix.apply_command()}\n{result.render()}"
+                    f"exactly the job's {fix.opened} denied required flow(s) change, nothing "
+                    f"else: {'yes' if contained else 'NO'}\n")
     finally:
         gc.unfreeze()
     if args.output == "json":
@@ -158,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from agent.commands.diagnose import load_snapshot
-    from agent.diagnosis.whatif import Cluster, blast_radius
+    from agent.diagnosis.flow_universe import Cluster
+    from agent.diagnosis.whatif import blast_radius
     from agent.parsing.printable import printable
     from agent.settings import load_diagnosis_settings
 

@@ -37,19 +37,29 @@ def test_deleting_a_zone_policy_opens_the_flows_into_its_zone(capsys: pytest.Cap
     assert code == 0, err
     result = orjson.loads(out)
     assert result["jobs"] == []  # the workers' side (zone-a-only) still blocks the master's flows
-    opened = {(f["from"], f["to"], f["port"]) for f in result["flows"]}
-    assert opened == {(f"ml/resnet-worker-{i}", "ml/resnet-master-0", port)
-                      for i in range(3) for port in ("23456/TCP", "1024-65535/TCP")}
+    required = {(f["from"], f["to"], f["port"]) for f in result["flows"] if f["flow"] == "required"}
+    assert required == {(f"ml/resnet-worker-{i}", "ml/resnet-master-0", port)
+                        for i in range(3) for port in ("23456/TCP", "1024-65535/TCP")}
     assert all(f["before"] == {"allowed": False, "hop": "ingress", "reason": "default_deny",
                                "policies": ["CiliumNetworkPolicy/ml/zone-b-only"]}
                and f["after"] == {"allowed": True} for f in result["flows"])
+    # beyond the jobs' required flows: every pod to the port the master declares, the other
+    # job's pods too (they are no required flow of anyone's)
+    declared = {(f["from"], f["to"], f["port"], f["job"]) for f in result["flows"]
+                if f["flow"] == "declared_port"}
+    assert declared == {("ml/bert-master-0", "ml/resnet-master-0", "23456/TCP", None),
+                        ("ml/bert-worker-0", "ml/resnet-master-0", "23456/TCP", None)} | {
+        (f"ml/resnet-worker-{i}", "ml/resnet-master-0", "23456/TCP", "PyTorchJob/ml/resnet")
+        for i in range(3)}
+    assert result["declared_port_flows_changed"] == 5 and result["flows_listed_complete"]
 
 
 def test_applying_an_allow_policy_unblocks_the_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = whatif(capsys, "--apply", str(_allow_all_in_ml(tmp_path / "allow.yaml")))
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("what if: 2 job(s), 18 pod-pair flow(s) checked; 1 job verdict(s)")
+    assert lines[0].startswith("what if: 2 job(s), 18 required pod-pair flow(s) checked; 1 job "
+                               "verdict(s)")
     assert "  job PyTorchJob/ml/resnet: zone_split_blocked -> zone_split_degraded" in lines
 
 
@@ -57,7 +67,8 @@ def test_a_change_elsewhere_changes_nothing(tmp_path: Path, capsys: pytest.Captu
     code, out, _ = whatif(capsys, "--apply", str(_allow_all_in_ml(tmp_path / "a.yaml", namespace="web")),
                           "--json")
     result = orjson.loads(out)
-    assert (code, result["jobs"], result["flows"], result["flows_checked"]) == (0, [], [], 18)
+    # the policy selects no pod of the dump: nothing is touched, nothing is compared
+    assert (code, result["jobs"], result["flows"], result["touched_pods"]) == (0, [], [], 0)
 
 
 def test_moving_the_job_into_one_zone_heals_it_and_opens_its_flows(
@@ -68,8 +79,12 @@ def test_moving_the_job_into_one_zone_heals_it_and_opens_its_flows(
     result = orjson.loads(out)
     assert result["jobs"] == [{"job": "PyTorchJob/ml/resnet", "before": "zone_split_blocked",
                                "after": "healthy"}]
-    assert result["flows"] and all(f["after"] == {"allowed": True} for f in result["flows"])
-    assert {f["job"] for f in result["flows"]} == {"PyTorchJob/ml/resnet"}
+    required = [f for f in result["flows"] if f["flow"] == "required"]
+    assert required and all(f["after"] == {"allowed": True} for f in required)
+    assert {f["job"] for f in required} == {"PyTorchJob/ml/resnet"}
+    # the move has a cost beyond the job: the web pod (zone-b) loses the master's port
+    lost = [(f["from"], f["to"], f["port"]) for f in result["flows"] if not f["after"]["allowed"]]
+    assert lost == [("ml/nginx-7c5b4-abcde", "ml/resnet-master-0", "23456/TCP")]
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -96,7 +111,7 @@ def test_live_through_the_kubeconfig(twin: dict[str, Path], capsys: pytest.Captu
     assert code == 0, out.err
     result = orjson.loads(out.out)
     assert all(f["after"] == {"allowed": True} for f in result["flows"])
-    opened = {(f["from"], f["to"], f["port"]) for f in result["flows"]}
+    opened = {(f["from"], f["to"], f["port"]) for f in result["flows"] if f["flow"] == "required"}
     assert opened == {(f"ml/llm-finetune-worker-{i}", "ml/llm-finetune-master-0", port)
                       for i in range(4) for port in ("23456/TCP", "1024-65535/TCP")}
 
@@ -107,20 +122,39 @@ def test_the_policy_fix_admits_the_jobs_flows_and_nothing_else(
     code, out, err = whatif(capsys, "--policy-fix", "ml/resnet", "--json")
     assert code == 0, err
     body = orjson.loads(out)
-    assert body["only_this_job"] is True
-    spec = body["policy_fix"]["manifest"]["spec"]
-    assert spec["endpointSelector"] == {"matchLabels": {"training.kubeflow.org/job-name": "resnet"}}
-    assert spec["enableDefaultDeny"] == {"ingress": False, "egress": False}
-    assert body["policy_fix"]["diff"].startswith("--- /dev/null\n+++ zonemedic-allow-resnet.yaml\n")
-    assert "does not apply policies" in body["apply"]
+    assert body["only_this_job"] is True and body["policy_fix"]["exact"] is True
+    fix = body["policy_fix"]
+    assert fix["kind"] == "CiliumNetworkPolicy" and len(fix["manifests"]) == 1
+    specs = fix["manifest"]["specs"]
+    job = {"training.kubeflow.org/job-name": "resnet"}
+    # ingress only (both zone policies leave egress open), at the master from the workers on the
+    # master's port, and at every pod from every pod on the collective range
+    assert specs == [
+        {"endpointSelector": {"matchLabels": {**job, "training.kubeflow.org/job-role": "master"}},
+         "enableDefaultDeny": {"ingress": False, "egress": False},
+         "ingress": [{"fromEndpoints": [{"matchLabels": {
+             **job, "training.kubeflow.org/replica-type": "worker"}}],
+             "toPorts": [{"ports": [{"port": "23456", "protocol": "TCP"}]}]}]},
+        {"endpointSelector": {"matchLabels": job},
+         "enableDefaultDeny": {"ingress": False, "egress": False},
+         "ingress": [{"fromEndpoints": [{"matchLabels": job}],
+                      "toPorts": [{"ports": [{"port": "1024", "endPort": 65535,
+                                              "protocol": "TCP"}]}]}]},
+    ]
+    assert fix["diff"].startswith("--- /dev/null\n+++ zonemedic-allow-resnet.yaml\n")
+    assert body["apply"].startswith("kubectl apply -f zonemedic-allow-resnet.yaml (zonemedic does "
+                                    "not apply network policies: network policy belongs to the "
+                                    "security team")
     radius = body["blast_radius"]
     assert radius["jobs"] == [{"job": "PyTorchJob/ml/resnet", "before": "zone_split_blocked",
                                "after": "zone_split_degraded"}]
     assert {f["job"] for f in radius["flows"]} == {"PyTorchJob/ml/resnet"}
+    assert fix["proof"]["required_flows_changed"] == fix["proof"]["denied_required_flows"] == 9
+    assert fix["proof"]["touched_outside_job"] == [] and fix["proof"]["other_flows_changed"] == 0
     # applied as a file, the same change: the job is no longer blocked
-    fix = tmp_path / "fix.yaml"
-    fix.write_text(body["policy_fix"]["yaml"])
-    _, applied, _ = whatif(capsys, "--apply", str(fix), "--json")
+    path = tmp_path / "fix.yaml"
+    path.write_text(fix["yaml"])
+    _, applied, _ = whatif(capsys, "--apply", str(path), "--json")
     assert orjson.loads(applied) == radius
 
 
