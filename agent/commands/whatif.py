@@ -97,9 +97,11 @@ def _policy_fix(args: argparse.Namespace) -> int:
     from agent.diagnosis.flow_universe import Cluster
     from agent.diagnosis.policy_fix import base_labels, offer, propose_fix, with_fix
     from agent.diagnosis.whatif import blast_radius, find_job
+    from agent.model.cluster import ZONE_LABEL
     from agent.parsing.printable import printable
     from agent.settings import load_diagnosis_settings
     from agent.topology.jobs import find_jobs
+    from agent.topology.zones import mirror_label_keys
 
     settings = load_diagnosis_settings(args.config)
     try:
@@ -112,13 +114,15 @@ def _policy_fix(args: argparse.Namespace) -> int:
         state, policies = snapshot.state, snapshot.policy_set(settings)
         job = find_job(find_jobs(state, settings.groups), args.policy_fix)
         base = base_labels(job, {g.name: g.selector for g in settings.groups})
-        fix = propose_fix(job, state, policies, base=base)
+        avoid = frozenset((*mirror_label_keys(settings.pod_zone_label, pods=state.pods,
+                                              nodes=state.nodes), ZONE_LABEL))  # fmt: skip
+        fix = propose_fix(job, state, policies, base=base, avoid=avoid)
         if fix is None:
             body: dict[str, Any] = {"job": str(job.ref), "policy_fix": None,
                                     "note": "no required flow of the job is denied"}  # fmt: skip
             text = f"{job.ref}: no required flow is denied: no policy change is needed\n"
         else:
-            proof = offer(job, state, policies, base=base)
+            proof = offer(job, state, policies, base=base, avoid=avoid)
             assert proof is not None
             result = blast_radius(Cluster(state, policies), Cluster(state, with_fix(policies, fix)),
                                   settings=settings)  # fmt: skip

@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
 
+from agent.diagnosis.diagnose import Diagnosis
 from agent.diagnosis.flow_universe import Cluster, group_pods, required_flow_changes, touched_flows
 from agent.diagnosis.reachability import Reachability
 from agent.errors import PolicyFixError
-from agent.model.cluster import ClusterState, Pod
+from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
+from agent.model.finding import Finding
 from agent.model.flow import FlowRule
 from agent.model.job import Job
 from agent.model.network import DenyReason, Hop, PortRange, Protocol
@@ -217,10 +219,12 @@ def _k8s_ports(ports: Sequence[PortRange]) -> list[dict[str, Any]]:
     return out
 
 
-def propose_fix(job: Job, state: ClusterState, policies: PolicySet, *,
-                base: Mapping[str, str]) -> PolicyFix | None:  # fmt: skip
+def propose_fix(job: Job, state: ClusterState, policies: PolicySet, *, base: Mapping[str, str],
+                avoid: frozenset[str] = frozenset()) -> PolicyFix | None:  # fmt: skip
     """The fix for `job`'s denied required flows (see the module docstring); None when none is
-    denied. `base`: the job's own labels (`base_labels`)."""
+    denied. `base`: the job's own labels (`base_labels`); `avoid`: label keys a Cilium fix
+    selects on only when nothing else narrows it (the zone-mirroring keys: they change when the
+    job moves)."""
     identity = policies.identity
     usable_keys = {k for p in job.pods for k in p.labels if identity.why_excluded(k) is None}
     for key in base:
@@ -240,11 +244,16 @@ def propose_fix(job: Job, state: ClusterState, policies: PolicySet, *,
         # Cilium: open at the rule's whole side (enableDefaultDeny false adds allows only);
         # NetworkPolicy: exactly the pods denied by default there, already enforced
         side = rule.destinations if opening.hop is Hop.INGRESS else rule.sources
-        endpoints = ([p for p in side] if cilium
-                     else [pods[k] for k in sorted(opening.endpoints)])  # fmt: skip
+        denied_at = [pods[k] for k in sorted(opening.endpoints)]
         peers = [pods[k] for k in sorted(opening.peers)]
         where = f"{job.ref} {opening.hop.value} ({rule.purpose or 'required flow'})"
-        esel = narrowed(endpoints, among, base, usable=usable, what=where)
+        if cilium:
+            try:  # the pods denied there, by labels that stay when the job moves
+                esel = narrowed(denied_at, among, base, usable=usable - avoid, what=where)
+            except PolicyFixError:  # else the rule's whole side: its others are allowed already
+                esel = narrowed(list(side), among, base, usable=usable, what=where)
+        else:
+            esel = narrowed(denied_at, among, base, usable=usable, what=where)
         psel = narrowed(peers, among, base, usable=usable, what=where)
         slot = (yaml.safe_dump(esel, sort_keys=True), opening.hop,
                 yaml.safe_dump(psel, sort_keys=True))  # fmt: skip
@@ -299,13 +308,13 @@ def with_fix(policies: PolicySet, fix: PolicyFix) -> PolicySet:
                      dataplane=policies.dataplane, unreadable=policies.unreadable)  # fmt: skip
 
 
-def offer(job: Job, state: ClusterState, policies: PolicySet, *,
-          base: Mapping[str, str]) -> PolicyOffer | None:  # fmt: skip
+def offer(job: Job, state: ClusterState, policies: PolicySet, *, base: Mapping[str, str],
+          avoid: frozenset[str] = frozenset()) -> PolicyOffer | None:  # fmt: skip
     """The finding's offer: the fix, proven with the what-if's comparison over the pods it
     touches and the job's required flows (see the module docstring); None when no required flow
     is denied; an offer saying why (`refused`) when no allow policy can admit them."""
     try:
-        fix = propose_fix(job, state, policies, base=base)
+        fix = propose_fix(job, state, policies, base=base, avoid=avoid)
     except PolicyFixError as exc:
         return PolicyOffer(refused=str(exc))
     if fix is None:
@@ -352,3 +361,37 @@ def _within(job: Job, changes: Sequence[Any]) -> bool:
             return False
     return True
 
+
+
+OfferMemo = dict[tuple[Any, ...], tuple[PolicySet, PolicyOffer | None]]
+_MEMO_SIZE = 1000
+
+
+def with_offers(diagnosis: Diagnosis, state: ClusterState, policies: PolicySet, *,
+                groups: Mapping[str, Mapping[str, str]],
+                memo: OfferMemo | None = None) -> tuple[Finding, ...]:  # fmt: skip
+    """The diagnosis's findings, each whose co-location is refused (`Finding.colocation_refused`)
+    with its policy-side offer. `memo` (kept by a caller diagnosing again and again): offers by
+    job, policy set and the job's pods as they are, so an unchanged job is not proven again."""
+    out = []
+    avoid = frozenset((*diagnosis.mirror_keys, ZONE_LABEL))
+    for finding in diagnosis.findings:
+        job = diagnosis.job(finding.job)
+        if not finding.colocation_refused or job is None:
+            out.append(finding)
+            continue
+        key = (finding.job, id(policies), job.pods)
+        found = memo.get(key) if memo is not None else None
+        if found is not None and found[0] is policies:
+            made = found[1]
+        else:
+            try:
+                made = offer(job, state, policies, base=base_labels(job, groups), avoid=avoid)
+            except PolicyFixError as exc:
+                made = PolicyOffer(refused=str(exc))
+            if memo is not None:
+                if len(memo) >= _MEMO_SIZE:
+                    memo.clear()
+                memo[key] = (policies, made)
+        out.append(replace(finding, policy_fix=made) if made is not None else finding)
+    return tuple(out)
