@@ -380,7 +380,8 @@ def with_offers(diagnosis: Diagnosis, state: ClusterState, policies: PolicySet, 
         if not finding.colocation_refused or job is None:
             out.append(finding)
             continue
-        key = (finding.job, id(policies), job.pods)
+        key = (finding.job, id(policies),
+               tuple((p.name, p.node_name, tuple(sorted(p.labels.items()))) for p in job.pods))
         found = memo.get(key) if memo is not None else None
         if found is not None and found[0] is policies:
             made = found[1]
