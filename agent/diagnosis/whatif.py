@@ -19,8 +19,7 @@ required flow whose verdict changes, and the declared-port flows that change (co
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +39,7 @@ from agent.model.network import FlowVerdict
 from agent.settings import DiagnosisSettings
 from agent.topology.facts import ClusterFacts, FactsIndex
 
-__all__ = ["BlastRadius", "Cluster", "FlowChange", "JobChange", "blast_radius", "find_job", "moved"]
+__all__ = ["BlastRadius", "Cluster", "FlowChange", "JobChange", "blast_radius", "find_job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,32 +153,6 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
     declared = touched_flows(before, after, groups, owner=owner)
     return BlastRadius(jobs, tuple(flows), len(verdicts_before.keys() | verdicts_after.keys()),
                        checked, declared)
-
-
-def moved(
-    state: ClusterState, job: Job, *, zone: str, mirror_keys: Sequence[str]
-) -> ClusterState:
-    """The cluster with `job` co-located in `zone` as the planner's fix leaves it for the
-    policies and the placement: every zone-mirroring label key set to `zone` on each of its pods
-    (the planner's patch relabels the templates the same way) and each pod bound to a node of
-    `zone` (GPU pods to a node with GPUs when there is one). `WhatIfError` when no node is in
-    `zone`. The planner's other patches (tolerations, affinity) decide where the scheduler puts
-    the pods, which this stands in for; they change no verdict here."""
-    nodes = sorted((n for n in state.nodes.values() if n.zone == zone), key=lambda n: n.name)
-    if not nodes:
-        zones = ", ".join(sorted({z for n in state.nodes.values() if (z := n.zone)})) or "none"
-        raise WhatIfError(f"--zone: no node in zone {zone!r} (zones: {zones})")
-    gpu_nodes = [n for n in nodes if n.gpu_allocatable > 0] or nodes
-    members = {(p.namespace, p.name) for p in job.pods}
-    pods = []
-    for pod in state.pods:
-        if (pod.namespace, pod.name) not in members:
-            pods.append(pod)
-            continue
-        labels = {**pod.labels, **{k: zone for k in mirror_keys}}
-        node = (gpu_nodes if pod.gpu_request else nodes)[0]
-        pods.append(dataclasses.replace(pod, labels=labels, node_name=node.name))
-    return dataclasses.replace(state, pods=tuple(pods))
 
 
 def find_job(jobs: Iterable[Job], target: str) -> Job:

@@ -4,7 +4,9 @@ line, exit 2."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -173,3 +175,66 @@ def test_a_deny_rule_cannot_be_opened_by_an_allow(tmp_path: Path, capsys: pytest
     assert code == 2 and err.count("\n") == 1
     assert "is denied by CiliumNetworkPolicy/ml/no-workers (deny_rule at ingress): an allow " \
         "policy cannot open it" in err
+
+
+def _edited_dump(tmp_path: Path, edit: Callable[[dict[str, Any]], Any], *, drop: tuple[str, ...] = ()) -> str:
+    """The example dump with `edit(resnet PyTorchJob's Worker template)` applied, and the
+    objects named in `drop` left out."""
+    dump = yaml.safe_load(Path(DUMP).read_text())
+    dump["items"] = [i for i in dump["items"] if i["metadata"]["name"] not in drop]
+    job = next(i for i in dump["items"] if i["kind"] == "PyTorchJob" and i["metadata"]["name"] == "resnet")
+    edit(job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
+    path = tmp_path / "dump.yaml"
+    path.write_text(yaml.safe_dump(dump))
+    return str(path)
+
+
+def test_the_move_is_the_planners_patches_toleration_included(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without their toleration the workers fit on no node of zone-b (its one node is a tainted
+    GPU node); the planner's patch adds it (read from the node's taint), and the rehearsed pods
+    land there with it."""
+    dump = _edited_dump(tmp_path, lambda t: t["spec"].pop("tolerations"),
+                        drop=("cpu-b1", "nginx-7c5b4-abcde"))
+    code = main(["whatif", "--snapshot", dump, "--config", CONFIG, "--move", "ml/resnet",
+                 "--zone", "zone-b", "--json"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    result = orjson.loads(out.out)
+    move = result["move"]
+    assert move["zone"] == "zone-b" and move["job"] == "PyTorchJob/ml/resnet"
+    assert "+++ PyTorchJob ml/resnet Worker (planned)" in move["diff"]
+    assert "+  tolerations:" in move["diff"] and "-    zone: zone-a\n+    zone: zone-b" in move["diff"]
+    assert set(move["placement"].values()) == {"gpu-b1"}
+    assert result["jobs"] == [{"job": "PyTorchJob/ml/resnet", "before": "zone_split_blocked",
+                               "after": "healthy"}]
+
+
+def test_a_move_the_planner_refuses_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spread = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+              "whenUnsatisfiable": "DoNotSchedule",
+              "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": "resnet"}}}
+    dump = _edited_dump(tmp_path, lambda t: t["spec"].update(topologySpreadConstraints=[spread]))
+    code = main(["whatif", "--snapshot", dump, "--config", CONFIG, "--move", "ml/resnet",
+                 "--zone", "zone-a"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("zonemedic: error: --move: the planner's fix would not run: Worker: its "
+                          "topologySpreadConstraint on topology.kubernetes.io/zone")
+
+
+def test_a_live_move_plans_from_the_objects_the_preview_reads(
+    twin: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Against the twin: the job moved to us-east-1a with the planner's patches (read-only: the
+    job, its pods, the nodes) heals it, and the twin's job is untouched."""
+    code = main(["whatif", "--kubeconfig", str(twin["kubeconfig"]), "--config", str(twin["config"]),
+                 "--move", "ml/llm-finetune", "--zone", "us-east-1a", "--json"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    result = orjson.loads(out.out)
+    assert result["jobs"] == [{"job": "PyTorchJob/ml/llm-finetune", "before": "zone_split_blocked",
+                               "after": "healthy"}]
+    assert "topology.kubernetes.io/zone: us-east-1a" in result["move"]["diff"]
+    assert all(node.startswith("gpu-a-") for node in result["move"]["placement"].values())
