@@ -19,12 +19,11 @@ flows, ranges included, are checked by the what-if itself). Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agent.diagnosis.reachability import Reachability
-from agent.model.cluster import ClusterState, Pod
+from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
 from agent.model.job import Job
 from agent.model.network import Endpoint, FlowVerdict, PortRange
 from agent.policy import PolicySet
@@ -106,6 +105,9 @@ class Groups:
     reach: Reachability
     hot: Mapping[GroupKey, list[Pod]]
     cold: Mapping[GroupKey, list[Pod]]
+    classes: Mapping[PodKey, int]  # each pod's class after the change
+    changed: frozenset[str]  # the ids of the policies the change adds, removes or rewrites
+    everything: bool  # the change alters identities: every pod is touched
 
     def touched(self) -> set[PodKey]:
         return {_key(p) for pods in self.hot.values() for p in pods}
@@ -120,18 +122,19 @@ def group_pods(before: Cluster, after: Cluster) -> Groups:
     everything = (_identities(before.policies) != _identities(after.policies)
                   or before.state.namespaces != after.state.namespaces)  # fmt: skip
     changed = _changed_policies(before.policies, after.policies)
-    port_sets: dict[tuple[Any, ...], tuple[PortRange, ...]] = {}
+    port_sets: dict[int, tuple[PortRange, ...]] = {}  # by id: the pods hold their tuples
     selected: dict[tuple[int | None, int], bool] = {}
     hot: dict[GroupKey, list[Pod]] = {}
     cold: dict[GroupKey, list[Pod]] = {}
     class_of, endpoint = reach.class_of, reach.endpoint
+    classes: dict[PodKey, int] = {}
     for pod in after.state.pods:
         was = pod if same_state else old_pods.get(_key(pod))
-        now = class_of(pod)
+        now = classes[(pod.namespace, pod.name)] = class_of(pod)
         then = now if was is pod else (None if was is None else class_of(was))
-        ports = port_sets.get(pod.ports)
+        ports = port_sets.get(id(pod.ports))
         if ports is None:
-            ports = port_sets[pod.ports] = tuple(sorted(
+            ports = port_sets[id(pod.ports)] = tuple(sorted(
                 {PortRange.single(p.port, p.protocol) for p in pod.ports},
                 key=lambda r: (r.first, r.protocol.value)))  # fmt: skip
         group = (then, now, ports)
@@ -145,7 +148,43 @@ def group_pods(before: Cluster, after: Cluster) -> Groups:
                     or _selected_by(after.policies, endpoint(now), changed))  # fmt: skip
             hit = found
         (hot if hit else cold).setdefault(group, []).append(pod)
-    return Groups(reach, hot, cold)
+    return Groups(reach, hot, cold, classes, changed, everything)
+
+
+def reached_jobs(before: Cluster, after: Cluster, groups: Groups, jobs: Iterable[Job], *,
+                 mirror_keys: Sequence[str], zones: Sequence[str]) -> list[Job] | None:  # fmt: skip
+    """For a policy change on one state: the jobs whose verdict it can change, those with a pod
+    some changed policy selects as placed now or moved to any zone (the zone-mirroring labels and
+    the node topology label set to it, as the diagnosis's counterfactual co-location moves them);
+    a job none selects keeps every flow's verdict in every placement. None: every job (the change
+    alters identities, or touches a policy that cannot be read)."""
+    lost = {u.id for u in (*before.policies.unreadable, *after.policies.unreadable)}
+    if groups.everything or groups.changed & lost:
+        return None
+    subjects = [(policies, subject.selector) for policies in (before.policies, after.policies)
+                for p in policies.policies if p.id in groups.changed
+                for subject in p.subjects if subject.selector is not None]  # fmt: skip
+    moving = (*mirror_keys, ZONE_LABEL)
+    seen: dict[int, bool] = {}
+
+    def reached(cid: int) -> bool:
+        found = seen.get(cid)
+        if found is None:
+            endpoint = groups.reach.endpoint(cid)
+            found = False
+            for policies, selector in subjects:
+                labels = policies.identity_of(endpoint)
+                placements = [labels] + [{**labels, **{k: z for k in moving if k in labels}}
+                                         for z in zones]  # fmt: skip
+                if any(selector.matches(placed) for placed in placements):
+                    found = True
+                    break
+            seen[cid] = found
+        return found
+
+    classes = groups.classes
+    return [j for j in jobs if any(reached(classes[(p.namespace, p.name)]) for p in j.pods
+                                   if (p.namespace, p.name) in classes)]  # fmt: skip
 
 
 _ABSENT = FlowVerdict(allowed=False)

@@ -29,6 +29,7 @@ from agent.diagnosis.flow_universe import (
     FlowChange,
     TouchedFlows,
     group_pods,
+    reached_jobs,
     required_flow_changes,
     touched_flows,
 )
@@ -131,19 +132,24 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
     facts = _facts(before.state)
     diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts)
     verdicts_before = {str(f.job): f.verdict.value for f in diagnosed.findings}
+    groups = group_pods(before, after)
     if after.state is before.state:  # a policy change only: the same jobs, the same facts
+        reached = reached_jobs(before, after, groups, diagnosed.jobs.values(),
+                               mirror_keys=diagnosed.mirror_keys, zones=facts.zones)  # fmt: skip
         again = diagnose_cluster(after.state, after.policies, settings=settings, facts=facts,
-                                 jobs_found=tuple(diagnosed.jobs.values()))  # fmt: skip
+                                 jobs_found=tuple(diagnosed.jobs.values() if reached is None
+                                                  else reached))  # fmt: skip
+        verdicts_after = {**verdicts_before,
+                          **{str(f.job): f.verdict.value for f in again.findings}}  # fmt: skip
     else:
         again = diagnose_cluster(after.state, after.policies, settings=settings,
                                  facts=_facts(after.state))  # fmt: skip
-    verdicts_after = {str(f.job): f.verdict.value for f in again.findings}
+        verdicts_after = {str(f.job): f.verdict.value for f in again.findings}
     jobs = tuple(
         JobChange(job, verdicts_before.get(job), verdicts_after.get(job))
         for job in sorted(verdicts_before.keys() | verdicts_after.keys())
         if verdicts_before.get(job) != verdicts_after.get(job)
     )
-    groups = group_pods(before, after)
     touched = groups.touched()
     # a job's required flows can change only when the change touches one of its pods
     hit = [j for j in diagnosed.jobs.values()
