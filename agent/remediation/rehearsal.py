@@ -43,7 +43,7 @@ from agent.remediation.trainer_release import OverrideField, TrainerOverrides
 
 Obj = Mapping[str, Any]
 _OWNERS = ("Deployment", "ReplicaSet", "Job")
-REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+REPLICATED_JOB = workload(JobKind.JOBSET).labels.replica_type  # the replicated job of a pod
 
 
 class RehearsalError(InputError):
@@ -91,7 +91,7 @@ def live_objects(items: Sequence[Obj], job: Job, *, zone: str, kueue: KueueObjec
                  if ref.kind is JobKind.GROUP else [])  # fmt: skip
     materialised = trainer = None
     if ref.kind is not JobKind.GROUP and workload(ref.kind).templates.layout is TemplateLayout.REPLICATED_JOBS:
-        materialised = by_id.get(("JobSet", ref.namespace, ref.name))
+        materialised = by_id.get((JobKind.JOBSET.value, ref.namespace, ref.name))
     if ref.kind is JobKind.TRAINJOB:
         trainer = TrainerOverrides(OverrideField.RUNTIME_PATCHES, resume_with_patch=True)
     queued = next((o for o in items if o.get("kind") == "Workload"
