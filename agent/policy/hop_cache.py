@@ -1,0 +1,137 @@
+"""A flow's verdict put together from its two hops, each hop's answer cached by what it reads.
+
+Called by `agent.policy.evaluator.PolicySet.check` on a verdict it has not cached. A flow passes
+iff egress at the source AND ingress at the destination allow it, checked in that order (egress
+first; a denial ends the check; the caveats of both allowing hops are kept, egress's first). Each
+hop is decided by the blocks selecting its endpoint, and reads little else:
+- egress at the source reads the source's selecting blocks, and of the destination only the
+  identity labels those blocks' egress peer selectors (deny and allow rules, `toRequires`) read
+  and its numbers for the named ports their egress rules name;
+- ingress at the destination reads the destination's selecting blocks, its numbers for the named
+  ports their ingress rules name, and of the source only the identity labels their ingress peer
+  selectors (and `fromRequires`) read.
+A port range matters only through the cells of the rules' port bounds it starts and ends in.
+So a hop is evaluated once per (selecting blocks, what it reads of the two endpoints, cells): two
+thousand destination classes that one source's rules cannot tell apart cost one evaluation, and so
+do two thousand sources selected by the same blocks. An endpoint no block selects allows the hop
+without evaluation. The hop itself is the evaluator's (`hop`, given); this module decides only
+what a cached answer may stand for. The uncached path (`PolicySet.trace`) evaluates every hop
+afresh: tests compare the two. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Mapping
+from typing import Protocol as Shape
+
+from agent.model.network import Caveat, FlowVerdict, Hop, PortRange, Protocol
+from agent.policy.rule import Subject
+
+HopResult = tuple[FlowVerdict | None, tuple[Caveat, ...]]  # the denial, or None and the caveats
+_OPEN: HopResult = (None, ())
+_ALLOWED = FlowVerdict(allowed=True)
+_PROTOCOLS = (Protocol.TCP, Protocol.UDP, Protocol.SCTP)
+# (the peer's label values for the keys read, the peer's named port numbers for the names read)
+_PeerKey = tuple[tuple[str | None, ...], tuple[int | None, ...]]
+_Reads = tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]
+
+
+class _Block(Shape):
+    @property
+    def subject(self) -> Subject: ...
+
+
+class Side(Shape):
+    """An endpoint as the evaluator holds it (projected labels, named ports, selecting blocks)."""
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    @property
+    def named_ports(self) -> Mapping[tuple[str, Protocol], int]: ...
+
+    @property
+    def selected(self) -> tuple[_Block, ...]: ...
+
+
+def _reads(side: Side, *, egress: bool) -> _Reads:
+    """What the hop at `side` reads: the peer label keys, the named ports (the destination's) and
+    the bounds of its rules' numbered port intervals (each `lo` and `hi + 1`)."""
+    keys: set[str] = set()
+    names: set[str] = set()
+    bounds: set[int] = set()
+    for block in side.selected:
+        s = block.subject
+        rules = s.egress + s.egress_deny if egress else s.ingress + s.ingress_deny
+        for rule in rules:
+            keys |= rule.keys()
+            names |= rule.port_names()
+            if rule.ports is None:
+                bounds.update((0, 65536))
+            for port in rule.ports or ():
+                if port.name is None:
+                    bounds.update((port.first, port.last + 1))
+        for sel in s.egress_requires if egress else s.ingress_requires:
+            keys |= sel.keys()
+    return tuple(sorted(keys)), tuple(sorted(names)), tuple(sorted(bounds))
+
+
+def _cells(bounds: tuple[int, ...], numbers: tuple[int | None, ...], ports: PortRange
+           ) -> tuple[str, int, int]:  # fmt: skip
+    """The port range as the hop's rules see it: its protocol and the cells (between consecutive
+    bounds, named port numbers included) its first and last ports fall in. Every interval of
+    the rules is a union of cells, so ranges in the same cells overlap and are covered alike."""
+    if any(n is not None for n in numbers):
+        bounds = tuple(sorted({*bounds, *(x for n in numbers if n is not None
+                                          for x in (n, n + 1))}))  # fmt: skip
+    return (ports.protocol.value, bisect_right(bounds, ports.first),
+            bisect_right(bounds, ports.last))  # fmt: skip
+
+
+class HopVerdicts:
+    """The hop cache of one policy set. A hop's answer is keyed by the blocks selecting its
+    endpoint (the same blocks decide alike for every endpoint they select), the far endpoint's
+    labels its rules read, the destination's numbers for the named ports they name, and the
+    port range's cells; `at` ids are the set's endpoint ids."""
+
+    def __init__(self, hop: Callable[[Hop, Side, Side, PortRange], HopResult], *,
+                 limit: int) -> None:  # fmt: skip
+        self._hop = hop
+        self._limit = limit
+        self._reads: dict[tuple[int, Hop], tuple[int, _Reads]] = {}
+        self._blocks: dict[tuple[int, ...], int] = {}
+        self._cache: dict[tuple[Hop, int, _PeerKey, tuple[str, int, int]], HopResult] = {}
+
+    def _result(self, hop: Hop, at: int, *, near: Side, far: Side, src: Side, dst: Side,
+                ports: PortRange) -> HopResult:  # fmt: skip
+        if not near.selected:
+            return _OPEN
+        reads = self._reads.get((at, hop))
+        if reads is None:
+            blocks = tuple(map(id, near.selected))  # the set holds its blocks: ids stay unique
+            sig = self._blocks.setdefault(blocks, len(self._blocks))
+            reads = self._reads[(at, hop)] = (sig, _reads(near, egress=hop is Hop.EGRESS))
+        sig, (keys, names, bounds) = reads
+        numbers = tuple(dst.named_ports.get((n, p)) for n in names for p in _PROTOCOLS)
+        key = (hop, sig, (tuple(map(far.labels.get, keys)), numbers),
+               _cells(bounds, numbers, ports))  # fmt: skip
+        found = self._cache.get(key)
+        if found is None:
+            if len(self._cache) >= self._limit:
+                self._cache.clear()
+            found = self._cache[key] = self._hop(hop, src, dst, ports)
+        return found
+
+    def verdict(self, s: int, d: int, src: Side, dst: Side, ports: PortRange) -> FlowVerdict:
+        """The verdict of the flow from `src` (id `s`) to `dst` (id `d`) on `ports`."""
+        denial, out = self._result(Hop.EGRESS, s, near=src, far=dst, src=src, dst=dst,
+                                    ports=ports)  # fmt: skip
+        if denial is not None:
+            return denial
+        denial, back = self._result(Hop.INGRESS, d, near=dst, far=src, src=src, dst=dst,
+                                     ports=ports)  # fmt: skip
+        if denial is not None:
+            return denial
+        caveats = out + back
+        return FlowVerdict(True, caveats=tuple(dict.fromkeys(caveats))) if caveats else _ALLOWED
