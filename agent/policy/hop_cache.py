@@ -5,11 +5,11 @@ iff egress at the source AND ingress at the destination allow it, checked in tha
 first; a denial ends the check; the caveats of both allowing hops are kept, egress's first). Each
 hop is decided by the blocks selecting its endpoint, and reads little else:
 - egress at the source reads the source's selecting blocks, and of the destination only the
-  identity labels those blocks' egress peer selectors (deny and allow rules, `toRequires`) read
-  and its numbers for the named ports their egress rules name;
+  identity labels those blocks' egress peer selectors (deny and allow rules, `toRequires`) read,
+  each as one of the values they compare it with, another value or none, and its numbers for the named ports their egress rules name;
 - ingress at the destination reads the destination's selecting blocks, its numbers for the named
   ports their ingress rules name, and of the source only the identity labels their ingress peer
-  selectors (and `fromRequires`) read.
+  selectors (and `fromRequires`) read, seen the same way.
 A port range matters only through the cells of the rules' port bounds it starts and ends in.
 So a hop is evaluated once per (selecting blocks, what it reads of the two endpoints, cells): two
 thousand destination classes that one source's rules cannot tell apart cost one evaluation, and so
@@ -33,8 +33,9 @@ _OPEN: HopResult = (None, ())
 _ALLOWED = FlowVerdict(allowed=True)
 _PROTOCOLS = (Protocol.TCP, Protocol.UDP, Protocol.SCTP)
 # (the peer's label values for the keys read, the peer's named port numbers for the names read)
-_PeerKey = tuple[tuple[str | None, ...], tuple[int | None, ...]]
-_Reads = tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]
+_PeerKey = tuple[tuple[str | int | None, ...], tuple[int | None, ...]]
+_Reads = tuple[tuple[str, ...], tuple[frozenset[str], ...], tuple[str, ...], tuple[int, ...]]
+_OTHER = 0  # a label value no selector of the hop compares with (Exists sees it, nothing else)
 
 
 class _Block(Shape):
@@ -56,25 +57,32 @@ class Side(Shape):
 
 
 def _reads(side: Side, *, egress: bool) -> _Reads:
-    """What the hop at `side` reads: the peer label keys, the named ports (the destination's) and
-    the bounds of its rules' numbered port intervals (each `lo` and `hi + 1`)."""
+    """What the hop at `side` reads: the peer label keys with the values its selectors compare
+    them with, the named ports (the destination's) and the bounds of its rules' numbered port
+    intervals (each `lo` and `hi + 1`)."""
     keys: set[str] = set()
+    values: dict[str, set[str]] = {}
     names: set[str] = set()
     bounds: set[int] = set()
     for block in side.selected:
         s = block.subject
         rules = s.egress + s.egress_deny if egress else s.ingress + s.ingress_deny
+        selectors = [sel for rule in rules for sel in rule.peers]
+        selectors.extend(s.egress_requires if egress else s.ingress_requires)
+        for sel in selectors:
+            keys |= sel.keys()
+            for key, value in sel.values():
+                values.setdefault(key, set()).add(value)
         for rule in rules:
-            keys |= rule.keys()
             names |= rule.port_names()
             if rule.ports is None:
                 bounds.update((0, 65536))
             for port in rule.ports or ():
                 if port.name is None:
                     bounds.update((port.first, port.last + 1))
-        for sel in s.egress_requires if egress else s.ingress_requires:
-            keys |= sel.keys()
-    return tuple(sorted(keys)), tuple(sorted(names)), tuple(sorted(bounds))
+    ordered = tuple(sorted(keys))
+    return (ordered, tuple(frozenset(values.get(k, ())) for k in ordered), tuple(sorted(names)),
+            tuple(sorted(bounds)))  # fmt: skip
 
 
 def _cells(bounds: tuple[int, ...], numbers: tuple[int | None, ...], ports: PortRange
@@ -112,9 +120,12 @@ class HopVerdicts:
             blocks = tuple(map(id, near.selected))  # the set holds its blocks: ids stay unique
             sig = self._blocks.setdefault(blocks, len(self._blocks))
             reads = self._reads[(at, hop)] = (sig, _reads(near, egress=hop is Hop.EGRESS))
-        sig, (keys, names, bounds) = reads
+        sig, (keys, compared, names, bounds) = reads
         numbers = tuple(dst.named_ports.get((n, p)) for n in names for p in _PROTOCOLS)
-        key = (hop, sig, (tuple(map(far.labels.get, keys)), numbers),
+        get = far.labels.get
+        peer = tuple(v if v is None or v in c else _OTHER
+                     for v, c in zip(map(get, keys), compared, strict=True))  # fmt: skip
+        key = (hop, sig, (peer, numbers),
                _cells(bounds, numbers, ports))  # fmt: skip
         found = self._cache.get(key)
         if found is None:
