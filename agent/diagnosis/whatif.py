@@ -43,7 +43,17 @@ from agent.settings import DiagnosisSettings
 from agent.topology.facts import ClusterFacts, FactsIndex
 from agent.topology.jobs import find_jobs
 
-__all__ = ["BlastRadius", "Cluster", "FlowChange", "JobChange", "blast_radius", "find_job"]
+__all__ = ["BlastRadius", "Cluster", "FlowChange", "Held", "JobChange", "blast_radius", "find_job"]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a long-running caller already holds of the state before the change: its cluster
+    facts and the jobs found in it (computed for that same state, as the agent's cache keeps
+    them). Given, they are not computed again."""
+
+    facts: ClusterFacts
+    jobs: tuple[Job, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +140,14 @@ def _facts(state: ClusterState) -> ClusterFacts:
     return index.facts()
 
 
-def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings) -> BlastRadius:
-    """What changes between `before` and `after` (see the module docstring)."""
-    facts = _facts(before.state)
+def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings,
+                 held: Held | None = None) -> BlastRadius:  # fmt: skip
+    """What changes between `before` and `after` (see the module docstring); `held`: the facts
+    and jobs of `before.state`, already known."""
+    facts = _facts(before.state) if held is None else held.facts
     groups = group_pods(before, after)
     if after.state is before.state:  # a policy change only: the same jobs, the same facts
-        found = find_jobs(before.state, settings.groups)
+        found = find_jobs(before.state, settings.groups) if held is None else held.jobs
         every = {str(j.ref) for j in found}
         # a job the change cannot reach keeps its verdict: only the reached are diagnosed, twice
         keys = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts,

@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 
 from agent.commands.diagnose import load_snapshot
 from agent.diagnosis.diagnose import diagnose_cluster
-from agent.diagnosis.whatif import Cluster, blast_radius
+from agent.diagnosis.whatif import Cluster, Held, blast_radius
 from agent.model.cluster import ClusterState, Pod
 from agent.model.network import Endpoint, PortRange
 from agent.policy import PolicySet, parse_policy
 from agent.settings import DiagnosisSettings
+from agent.topology.facts import FactsIndex
 from agent.topology.flows import required_flows
+from agent.topology.jobs import find_jobs
 from tests.policy.builders import cnp, knp
 
 SNAPSHOT = load_snapshot([Path(__file__).resolve().parents[2] / "examples" / "split-blocked.yaml"])
@@ -80,6 +82,13 @@ def test_blast_radius_is_brute_force(change: dict[str, Any], deleted: set[str]) 
     changed = {str(f.job) for f in diagnosed.findings if verdicts_after[str(f.job)] != f.verdict}
     assert {j.job for j in result.jobs} == changed
     assert result.jobs_checked == len(diagnosed.findings)
+    # given the facts and jobs held (as the agent holds them), the answer is the same
+    index = FactsIndex(state.nodes)
+    index.add_many({(p.namespace, p.name): p for p in state.pods})
+    held = Held(index.facts(), tuple(find_jobs(state, SETTINGS.groups)))
+    again = blast_radius(Cluster(state, PolicySet(SNAPSHOT.policies)), Cluster(state, after),
+                         settings=SETTINGS, held=held)  # fmt: skip
+    assert again == result
 
     # every pod pair of the cluster on each port its destination declares, brute force: those
     # that change are exactly the declared-port flows the what-if counts (it checks only pairs
