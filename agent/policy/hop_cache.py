@@ -90,7 +90,7 @@ def _cells(bounds: tuple[int, ...], numbers: tuple[int | None, ...], ports: Port
     """The port range as the hop's rules see it: its protocol and the cells (between consecutive
     bounds, named port numbers included) its first and last ports fall in. Every interval of
     the rules is a union of cells, so ranges in the same cells overlap and are covered alike."""
-    if any(n is not None for n in numbers):
+    if numbers and any(n is not None for n in numbers):
         bounds = tuple(sorted({*bounds, *(x for n in numbers if n is not None
                                           for x in (n, n + 1))}))  # fmt: skip
     return (ports.protocol.value, bisect_right(bounds, ports.first),
@@ -110,9 +110,12 @@ class HopVerdicts:
         self._reads: dict[tuple[int, Hop], tuple[int, _Reads]] = {}
         self._blocks: dict[tuple[int, ...], int] = {}
         self._cache: dict[tuple[Hop, int, _PeerKey, tuple[str, int, int]], HopResult] = {}
+        # (hop, blocks, far end's id, the destination's id when the hop reads its named ports)
+        self._peers: dict[tuple[Hop, int, int, int], _PeerKey] = {}
 
-    def _result(self, hop: Hop, at: int, *, near: Side, far: Side, src: Side, dst: Side,
-                ports: PortRange) -> HopResult:  # fmt: skip
+    def _result(self, hop: Hop, at: int, away: int, *, near: Side, far: Side, src: Side,
+                dst: Side, ports: PortRange) -> HopResult:  # fmt: skip
+        """The hop at `near` (id `at`) towards `far` (id `away`)."""
         if not near.selected:
             return _OPEN
         reads = self._reads.get((at, hop))
@@ -121,12 +124,17 @@ class HopVerdicts:
             sig = self._blocks.setdefault(blocks, len(self._blocks))
             reads = self._reads[(at, hop)] = (sig, _reads(near, egress=hop is Hop.EGRESS))
         sig, (keys, compared, names, bounds) = reads
-        numbers = tuple(dst.named_ports.get((n, p)) for n in names for p in _PROTOCOLS)
-        get = far.labels.get
-        peer = tuple(v if v is None or v in c else _OTHER
-                     for v, c in zip(map(get, keys), compared, strict=True))  # fmt: skip
-        key = (hop, sig, (peer, numbers),
-               _cells(bounds, numbers, ports))  # fmt: skip
+        pkey = (hop, sig, away, at if names and hop is Hop.INGRESS else -1)
+        peer = self._peers.get(pkey)
+        if peer is None:
+            if len(self._peers) >= self._limit:
+                self._peers.clear()
+            get = far.labels.get
+            peer = self._peers[pkey] = (
+                tuple(v if v is None or v in c else _OTHER
+                      for v, c in zip(map(get, keys), compared, strict=True)),
+                tuple(dst.named_ports.get((n, p)) for n in names for p in _PROTOCOLS))  # fmt: skip
+        key = (hop, sig, peer, _cells(bounds, peer[1], ports))
         found = self._cache.get(key)
         if found is None:
             if len(self._cache) >= self._limit:
@@ -136,11 +144,11 @@ class HopVerdicts:
 
     def verdict(self, s: int, d: int, src: Side, dst: Side, ports: PortRange) -> FlowVerdict:
         """The verdict of the flow from `src` (id `s`) to `dst` (id `d`) on `ports`."""
-        denial, out = self._result(Hop.EGRESS, s, near=src, far=dst, src=src, dst=dst,
+        denial, out = self._result(Hop.EGRESS, s, d, near=src, far=dst, src=src, dst=dst,
                                     ports=ports)  # fmt: skip
         if denial is not None:
             return denial
-        denial, back = self._result(Hop.INGRESS, d, near=dst, far=src, src=src, dst=dst,
+        denial, back = self._result(Hop.INGRESS, d, s, near=dst, far=src, src=src, dst=dst,
                                      ports=ports)  # fmt: skip
         if denial is not None:
             return denial
