@@ -43,7 +43,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from agent.admission.jsonpatch import Operation, diff
@@ -51,13 +50,14 @@ from agent.admission.subject import Subject, planned_pods
 from agent.diagnosis.kueue import kueue_advice
 from agent.diagnosis.placement import choose_target_zone
 from agent.diagnosis.reachability import Reachability
+from agent.model.admission import AdmissionOutcome as Outcome
 from agent.model.cluster import GPU_RESOURCE, ZONE_LABEL, ClusterState
 from agent.model.descriptor import PodTemplate, dig
 from agent.model.finding import Finding
 from agent.model.job import Job, JobRef
 from agent.model.kueue import KueueCause, wanted_annotations
 from agent.model.verdict import Verdict
-from agent.model.workload import KUEUE, JobKind
+from agent.model.workload import KUEUE
 from agent.policy import PolicySet
 from agent.remediation.plan import LiveObjects, Refusal
 from agent.remediation.planner import plan_remediation
@@ -83,19 +83,6 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 GPU_MARKER = "gpu"  # the resources the watch cache keeps (and the room check counts)
 
 
-class Outcome(StrEnum):
-    """What the webhook did with one request (`zonemedic_admission_decisions_total{outcome}`)."""
-
-    PLACED = "placed"  # the patch was returned
-    WARNED = "warned"  # admission.mode warn: it would have placed the job; no patch
-    CONSTRAINED = "constrained"  # the job is already kept in one zone
-    NOT_NEEDED = "not_needed"  # nothing to co-locate: one pod, or one zone
-    NO_ZONE = "no_zone"  # no zone has room for the gang with every flow allowed
-    DEFERRED = "deferred"  # a TrainJob: placed when its JobSet is created
-    SKIPPED = "skipped"  # not placed on purpose (protected namespace, unreadable object, no cache)
-
-
-PLACING = frozenset({Outcome.PLACED, Outcome.WARNED})
 
 
 @dataclass(frozen=True)
@@ -435,8 +422,8 @@ def _applied(subject: Subject, changes: Sequence[TemplateChange]) -> dict[str, A
         path = paths.get(change.replica)
         if path is None:
             continue
-        parent = _at(out, path[:-1])
-        parent[path[-1]] = apply_merge_patch(parent.get(path[-1]), change.fragment())
+        parent, last = _at(out, path[:-1]), str(path[-1])
+        parent[last] = apply_merge_patch(parent.get(last), change.fragment())
     return out
 
 
