@@ -39,9 +39,9 @@ from agent.settings.sections import (
 
 __all__ = [
     "ADMISSION_PATH",
+    "EGRESS_WINDOW_PLACEHOLDER",
     "AdmissionMode",
     "AdmissionSettings",
-    "EGRESS_WINDOW_PLACEHOLDER",
     "AlertmanagerSettings",
     "BasicAuthSettings",
     "DatabaseSettings",

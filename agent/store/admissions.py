@@ -9,11 +9,15 @@ A group's kept decision is one row per (cluster, namespace, group) in `admission
 first writer wins (the unique index; a replica that loses the race reads the winner's zone), and a
 row older than `memory` is replaced by the next decision (the group's objects of another run).
 Restarts avoided (the digest): placed decisions (the patch returned) in the window whose job had no
-incident opened at or after the decision. What it does not do: decide anything, or read a clock.
+incident opened at or after the decision. The serving certificate the agent makes when none is
+mounted is kept in `admission_certificates` (`shared_certificate`), one per cluster, so every
+replica serves the CA the webhook configuration names. What it does not do: decide anything, or read a clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -28,16 +32,33 @@ from agent.model.admission import (
     AdmissionSummary,
 )
 from agent.store.errors import InvalidRecordError
-from agent.store.schema import AdmissionDecisionRow, AdmissionGroupRow, IncidentRow
+from agent.store.schema import (
+    AdmissionCertificateRow,
+    AdmissionDecisionRow,
+    AdmissionGroupRow,
+    IncidentRow,
+)
 from agent.store.transactions import StoreTransactions
 
 DECISIONS = cast(Table, AdmissionDecisionRow.__table__)
 GROUPS = cast(Table, AdmissionGroupRow.__table__)
 INCIDENTS = cast(Table, IncidentRow.__table__)
+CERTIFICATES = cast(Table, AdmissionCertificateRow.__table__)
+RENEW_BEFORE = timedelta(days=30)  # a kept certificate closer to its end than this is replaced
 MAX_LIMIT = 1000
 
 _LENGTHS = {"cluster": 253, "request_uid": 128, "job_kind": 63, "job_namespace": 253,
             "job_name": 253, "object_kind": 63, "object_name": 253, "zone": 63, "mode": 16}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StoredCertificate:
+    """A serving certificate as PEM text: the CA that signed it, it, its key, its end."""
+
+    ca_pem: str
+    cert_pem: str
+    key_pem: str
+    not_after: datetime
 
 
 def _check(record: AdmissionRecord) -> None:
@@ -158,3 +179,37 @@ class AdmissionOperations(StoreTransactions):
             return str(conn.execute(select(GROUPS.c.zone).where(*where)).scalar_one())
 
         return self._write("keep a group's admission decision", body)
+
+    def shared_certificate(
+        self, *, cluster: str, now: datetime, make: Callable[[], StoredCertificate]
+    ) -> StoredCertificate:
+        """The cluster's serving certificate: the one kept (while it is valid for another
+        `RENEW_BEFORE`), else `make()`'s, kept for every replica (the first writer's wins)."""
+        where = CERTIFICATES.c.cluster == cluster
+        columns = (CERTIFICATES.c.ca_pem, CERTIFICATES.c.cert_pem, CERTIFICATES.c.key_pem,
+                   CERTIFICATES.c.not_after)  # fmt: skip
+
+        def read(conn: Connection) -> StoredCertificate | None:
+            row = conn.execute(select(*columns).where(where)).one_or_none()
+            if row is None:
+                return None
+            return StoredCertificate(row.ca_pem, row.cert_pem, row.key_pem, row.not_after)
+
+        def body(conn: Connection, _attempt: int) -> StoredCertificate:
+            kept = read(conn)
+            if kept is not None and kept.not_after > now + RENEW_BEFORE:
+                return kept
+            made = make()
+            conn.execute(delete(CERTIFICATES).where(where, CERTIFICATES.c.not_after <= now + RENEW_BEFORE))
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(CERTIFICATES).values(
+                        cluster=cluster, created_at=now, not_after=made.not_after,
+                        ca_pem=made.ca_pem, cert_pem=made.cert_pem, key_pem=made.key_pem))  # fmt: skip
+            except IntegrityError:
+                pass  # another replica kept one first: serve that one
+            found = read(conn)
+            assert found is not None, "a certificate was just kept"
+            return found
+
+        return self._write("keep the admission serving certificate", body)

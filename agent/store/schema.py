@@ -16,7 +16,10 @@ kept when the incident is purged, with the job's name copied in); `remediation_a
 claim of the deliverer holding it); `admission_decisions` (what the admission webhook did with
 each job created, no foreign key: a job placed at admission has no incident); `admission_groups`
 (a generic group's kept admission decision, one per cluster, namespace and group: the first
-object's zone, which every replica applies to the group's later objects).
+object's zone, which every replica applies to the group's later objects);
+`admission_certificates` (the webhook's serving certificate when the agent makes its own: one
+per cluster, the first replica's, so every replica serves the one CA the webhook configuration
+names).
 """
 
 from __future__ import annotations
@@ -232,6 +235,18 @@ class AdmissionGroupRow(Base):
     __table_args__ = (
         Index("uq_admission_groups_group", "cluster", "namespace", "group_name", unique=True),
     )
+
+
+class AdmissionCertificateRow(Base):
+    __tablename__ = "admission_certificates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    not_after: Mapped[datetime] = mapped_column(UTCDateTime())
+    ca_pem: Mapped[str] = mapped_column(Text)
+    cert_pem: Mapped[str] = mapped_column(Text)
+    key_pem: Mapped[str] = mapped_column(Text)
 
 
 metadata = Base.metadata
