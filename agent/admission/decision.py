@@ -115,28 +115,43 @@ class Decider:
 
     def __init__(self, settings: DiagnosisSettings) -> None:
         self.settings = settings
-        self._for: tuple[int, int] | None = None
+        self._for: tuple[object, ...] | None = None
         self._reach: Reachability | None = None
-        self._nodes: list[dict[str, Any]] = []
+        self._node_dicts: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._mirror: tuple[str, ...] = ()
         self._uses = 0
 
     def _prepare(self, view: View) -> Reachability:
-        key = (id(view.state), id(view.policies))
+        """The reachability for the view's policies and namespaces (kept while they are the same
+        objects: the cache's mirror hands out new states, not new policy sets, between changes)."""
+        state, policies = view.state, view.policies
+        setting = self.settings.pod_zone_label
+        mirror = (view.facts.mirror_keys if setting == AUTO
+                  else mirror_label_keys(setting, pods=(), nodes=state.nodes))  # fmt: skip
+        key = (id(policies), tuple(map(id, state.namespaces.values())), mirror)
         if self._for != key or self._reach is None or self._uses > 10_000:
-            state, policies = view.state, view.policies
-            setting = self.settings.pod_zone_label
-            self._mirror = (view.facts.mirror_keys if setting == AUTO
-                            else mirror_label_keys(setting, pods=(), nodes=state.nodes))  # fmt: skip
-            moving = self._mirror
+            moving = mirror
             if ZONE_LABEL not in moving and ZONE_LABEL in policies.pod_label_keys():
                 moving = (*moving, ZONE_LABEL)
             self._reach = Reachability(policies, state.namespaces,
                                        label_keys=policies.pod_label_keys(), mirror_keys=moving)  # fmt: skip
-            self._nodes = [_node_dict(n) for n in state.nodes.values()]
-            self._for, self._uses = key, 0
+            self._for, self._uses, self._mirror = key, 0, mirror
         self._uses += 1
         return self._reach
+
+    def _zone_nodes(self, view: View, zone: str) -> list[dict[str, Any]]:
+        """The zone's nodes as the planner reads nodes (each built once per node object)."""
+        if len(self._node_dicts) > 4 * len(view.state.nodes) + 64:
+            self._node_dicts.clear()
+        out = []
+        for name, node in view.state.nodes.items():
+            if view.facts.node_zone.get(name, node.zone) != zone:
+                continue
+            found = self._node_dicts.get(id(node))
+            if found is None or found[0] is not node:
+                found = self._node_dicts[id(node)] = (node, _node_dict(node))
+            out.append(found[1])
+        return out
 
     def decide(
         self, subject: Subject, view: View, *, enforce: bool, kept: str | None = None
@@ -243,14 +258,15 @@ class Decider:
         bound = [_usage_pod(name, gpus) for name, gpus in used.items()
                  if gpus and view.facts.node_zone.get(name) == zone]  # fmt: skip
         room_view = _gpus_only(subject)
+        nodes = self._zone_nodes(view, zone)
         try:
             if subject.group is not None:
-                changes = self._group_changes(subject, room_view, zone=zone, bound=bound)
+                changes = self._group_changes(subject, room_view, zone=zone, nodes=nodes, bound=bound)
             else:
                 ref = JobRef(subject.ref.kind, subject.ref.namespace, subject.name)
                 finding = Finding(job=ref, verdict=Verdict.ZONE_SPLIT_DEGRADED, zones={},
                                   coordinator=None, remediable=True, target_zone=zone)  # fmt: skip
-                live = LiveObjects(job=room_view, pods=(), nodes=self._nodes, bound_pods=bound)
+                live = LiveObjects(job=room_view, pods=(), nodes=nodes, bound_pods=bound)
                 plan = plan_remediation(finding, live, mirror_keys=self._mirror)
                 if isinstance(plan, Refusal):
                     return None, plan.reason
@@ -262,9 +278,10 @@ class Decider:
         return _applied(subject, changes), ""
 
     def _group_changes(self, subject: Subject, room_view: Mapping[str, Any], *, zone: str,
+                       nodes: Sequence[Mapping[str, Any]],
                        bound: Sequence[Mapping[str, Any]]) -> list[TemplateChange]:  # fmt: skip
         """The group planner's own template change for one workload, and its room check."""
-        zone_nodes = nodes_in_zone(self._nodes, zone)
+        zone_nodes = nodes_in_zone(nodes, zone)
         changes, needs = [], []
         templates = {t.replica: t for t in _templates_of(subject, room_view)}
         for template in subject.templates:
@@ -275,7 +292,7 @@ class Decider:
             needs.extend(pod_needs(subject.name, templates[template.replica].template, change,
                                    template.count or 0, namespace=subject.ref.namespace,
                                    relabel=dict.fromkeys(self._mirror, zone)))  # fmt: skip
-        require_room(needs, zone=zone, nodes=self._nodes, bound_pods=bound, replaced=frozenset())
+        require_room(needs, zone=zone, nodes=nodes, bound_pods=bound, replaced=frozenset())
         return changes
 
     def _kueue(self, subject: Subject, view: View, candidates: Sequence[str], *,
