@@ -34,6 +34,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
+from agent.admission.decision import View
 from agent.approval import expiry
 from agent.approval.requests import ApprovalRequests
 from agent.errors import ConfigError, UnavailableError
@@ -42,7 +43,6 @@ from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.playbook.model import Playbook
 from agent.remediation.fence import Leadership
 from agent.runtime import chat, remediation_queue
-from agent.admission.decision import View
 from agent.runtime.admission import AdmissionService, build_admission
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.background import BackgroundJob, unique
