@@ -15,7 +15,8 @@ template's labels plus the labels the kind's operator sets (`GangLabels`): Kubef
 `job-name`, `replica-type` (lower case), `replica-index`, `operator-name`; JobSet
 `jobset-name`, `replicatedjob-name`, `job-index`, `job-global-index` and the completion index;
 a group's pods carry the template's labels only. Names follow the operators (`<job>-<type>-<i>`,
-`<jobset>-<rjob>-<job index>-<pod index>`, `<object>-<i>`); an object with only a
+`<jobset>-<rjob>-<job index>-<pod index>`, `<object>-<i>`; a JobSet's pods are owned by their
+Indexed batch Job `<jobset>-<rjob>-<job index>`); an object with only a
 `generateName` is named by it.
 """
 
@@ -154,8 +155,12 @@ def _jobset_pods(subject: Subject) -> list[dict[str, Any]]:
                     labels[gang.global_index] = str(global_index)
                 if gang.completion_index:
                     labels[gang.completion_index] = str(pod_index)
-                out.append(_pod(f"{subject.name}-{name}-{job_index}-{pod_index}",
-                                subject.ref.namespace, labels, template))  # fmt: skip
+                pod = _pod(f"{subject.name}-{name}-{job_index}-{pod_index}",
+                           subject.ref.namespace, labels, template)
+                pod["metadata"]["ownerReferences"] = [{  # its Indexed batch Job, as for live pods
+                    "apiVersion": "batch/v1", "kind": "Job", "controller": True,
+                    "name": f"{subject.name}-{name}-{job_index}", "uid": ""}]
+                out.append(pod)
                 if len(out) > MAX_PODS:
                     return []
             global_index += 1
