@@ -1,8 +1,8 @@
 """What a new incident needs once a playbook proposes co-location: nothing, a request, or auto.
 
 Who calls it: the agent's approval step (`agent.approval.requests`), when a `propose_colocation`
-action of a playbook fires for a newly recorded incident. Pure: plain data in, an `ApprovalStep`
-out, `now` passed in.
+action of a playbook fires for a newly recorded incident. Pure: the incident's `Remediability`
+(read off its typed document) in, an `ApprovalStep` out, `now` passed in.
 
 The rules:
 - A finding that is not remediable (no target zone, a protected namespace, a kind zonemedic cannot
@@ -22,12 +22,12 @@ What it does not do: record anything, post anything, or check who may approve.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
 
+from agent.model.document import IncidentDocument
 from agent.playbook.model import ApprovalPolicy
 
 
@@ -44,16 +44,31 @@ class ApprovalStep:
     reason: str = ""
 
 
-def remediable(finding: Mapping[str, Any]) -> bool:
-    """The diagnosis says the job can be co-located (`remediable` and a target zone)."""
-    return finding.get("remediable") is True and bool(finding.get("target_zone"))
+@dataclass(frozen=True)
+class Remediability:
+    """What the approval rule reads of an incident: whether the diagnosis says the job can be
+    co-located (`remediable` and a target zone) and why the previewed fix cannot be applied
+    (`refusal`: the plan preview's, or None)."""
 
+    remediable: bool
+    target_zone: str | None = None
+    refusal: str | None = None
 
-def refusal(finding: Mapping[str, Any]) -> str | None:
-    """Why the previewed fix cannot be applied (`proposed_fix.refusal`), or None."""
-    fix = finding.get("proposed_fix")
-    reason = fix.get("refusal") if isinstance(fix, Mapping) else None
-    return str(reason) if reason else None
+    @classmethod
+    def of(cls, document: IncidentDocument) -> Remediability:
+        """The facts of an incident as the pipeline records it (its finding and plan preview)."""
+        finding = document.finding
+        fix = document.proposed_fix
+        reason = fix.get("refusal") if fix is not None else None
+        return cls(
+            remediable=finding is not None and finding.remediable,
+            target_zone=finding.target_zone if finding is not None else None,
+            refusal=str(reason) if reason else None,
+        )
+
+    @property
+    def movable(self) -> bool:
+        return self.remediable and bool(self.target_zone)
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,7 @@ class RolledBack:
 def approval_step(
     *,
     namespace: str,
-    finding: Mapping[str, Any],
+    subject: Remediability,
     policy: ApprovalPolicy,
     protected_namespaces: Collection[str],
     default_ttl: timedelta,
@@ -75,11 +90,11 @@ def approval_step(
     rolled_back: RolledBack | None = None,
     auto_hold: timedelta = timedelta(0),
 ) -> ApprovalStep:
-    """What the incident of `finding` in `namespace` needs (see the module docstring).
+    """What the incident of `subject` in `namespace` needs (see the module docstring).
     `rolled_back`: the job's most recent co-location that rolled back, if any."""
-    if not remediable(finding) or namespace in protected_namespaces:
+    if not subject.movable or namespace in protected_namespaces:
         return ApprovalStep(ApprovalStepKind.NONE, reason="the finding is not remediable")
-    refused = refusal(finding)
+    refused = subject.refusal
     if refused is not None:
         return ApprovalStep(ApprovalStepKind.NONE, reason=f"the fix cannot be applied: {refused}")
     ttl = policy.expiry if policy.expiry is not None else default_ttl

@@ -131,7 +131,11 @@ class ResourceRequest:
             "delete": self._delete,
             "deletecollection": self._delete,
         }
-        handlers[self.verb]()
+        try:
+            handlers[self.verb]()
+        except ApiError as err:
+            err.warnings = [*self.warnings, *err.warnings]  # sent with the error, as the server does
+            raise
 
     def _selected_name(self) -> str:
         """A list or watch whose field selector requires `metadata.name=X` is about object X for
@@ -292,9 +296,10 @@ class ResourceRequest:
         meta = body.get("metadata") if isinstance(body, dict) else None
         name = meta.get("name") if isinstance(meta, dict) else None
         self._admission(name if isinstance(name, str) else "", dry_run=self.dry_run)
+        user = {"username": self.user.name, "groups": list(self.user.groups)}
         created = store.create(
             self.rt, body, namespace=self.namespace, dry_run=self.dry_run, keep_status=False,
-            field_validation=self.field_validation, warnings=self.warnings,
+            field_validation=self.field_validation, warnings=self.warnings, user=user,
         )  # fmt: skip
         self._object(201, created)
 
