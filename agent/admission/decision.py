@@ -16,7 +16,8 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
 - the job's pods are modelled as its operator will make them (their labels, service account,
   ports, GPUs) and grouped into a job as the diagnosis groups live pods (`agent.topology.jobs`);
   its required flows (`agent.topology.flows`) are checked by the diagnosis's reachability with
-  every pod moved to each zone (zone-mirroring labels set to it); the zones where none is denied
+  every pod moved to each zone (zone-mirroring labels set to it: a pod whose template does not
+  carry one gets it, as whatever mirrors the node's zone will label it); the zones where none is denied
   and whose free GPUs cover the job's request are the candidates, ranked as the diagnosis ranks a
   split job's target zone (`choose_target_zone`: most of the job's GPUs already there, for a
   group with live pods; then most free GPUs; then the name);
@@ -235,6 +236,10 @@ class Decider:
         manifests = planned_pods(subject)
         if not manifests:
             return None
+        for manifest in manifests:  # a zone-mirroring label is set on every pod (at binding, by
+            labels = manifest["metadata"]["labels"]  # whatever mirrors it): moved with the pod
+            for key in self._mirror:
+                labels.setdefault(key, "")
         try:
             pods = [parse_pod(m) for m in manifests]
             objects = {}
