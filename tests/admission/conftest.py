@@ -27,8 +27,8 @@ from agent.admission.decision import View
 from agent.admission.server import AdmissionServer
 from agent.admission.webhook import Webhook
 from agent.settings import ADMISSION_PATH, DiagnosisSettings, GroupSpec, Settings
-from agent.store.repository import IncidentStore
 from agent.snapshot.collection import parse_objects
+from agent.store.repository import IncidentStore
 from agent.topology.facts import cluster_facts
 from tests.support import objects as o
 
