@@ -7,7 +7,8 @@ its HTTP server and stops it before. What it builds: the serving certificate's T
 cert-manager's), read again every `admission.cert_reload` when they change; without them, the
 agent's own: the cluster's certificate kept in the store (made by the first replica, so every
 replica serves the one CA; renewed at start-up when within 30 days of its end), written to a
-private directory, its CA patched into the agent's own MutatingWebhookConfiguration
+private directory, its CA patched (when the part starts) into the agent's own
+MutatingWebhookConfiguration
 (`admission.configuration_name`) through the cluster writer (`ClusterWriter.
 patch_webhook_ca_bundle`, the one write the webhook makes: each replica writes the same CA, so
 no leadership term fences it). A patch the API server refuses is logged: the configuration then
@@ -56,6 +57,7 @@ class AdmissionService:
     server: AdmissionServer
     serving: ServingContext
     reload_every: float
+    patch_ca: Callable[[], None] | None = None  # the agent's own certificate: its CA patched in
 
     @property
     def url(self) -> str:
@@ -65,6 +67,8 @@ class AdmissionService:
         self.server.start()
         self.serving.watch(self.reload_every)
         log.info("admission webhook listening", extra={"url": self.server.url})
+        if self.patch_ca is not None:
+            self.patch_ca()
 
     def stop(self) -> None:
         self.server.stop()
@@ -83,29 +87,36 @@ def certificate_names(settings: Settings) -> list[str]:
 
 
 def own_certificate(
-    settings: Settings, *, store: IncidentStore | None, api_client: Any, now: datetime
+    settings: Settings, *, store: IncidentStore | None, now: datetime
 ) -> StoredCertificate:
-    """The agent's own serving certificate (kept in the store when there is one), its CA
-    patched into the webhook configuration."""
+    """The agent's own serving certificate: the cluster's, kept in the store when there is one."""
     names = certificate_names(settings)
 
     def made() -> StoredCertificate:
         return make_certificate(names, now=now)
 
-    certificate = (store.shared_certificate(cluster=settings.cluster_name, now=now, make=made)
-                   if store is not None else made())  # fmt: skip
-    ca_bundle = base64.b64encode(certificate.ca_pem.encode()).decode()
+    return (store.shared_certificate(cluster=settings.cluster_name, now=now, make=made)
+            if store is not None else made())  # fmt: skip
+
+
+def ca_patcher(settings: Settings, ca_pem: str, *, api_client: Any) -> Callable[[], None]:
+    """What patches `ca_pem` into the agent's own webhook configuration, through the writer."""
+    ca_bundle = base64.b64encode(ca_pem.encode()).decode()
     admission = settings.admission
-    try:
-        ClusterWriter(api_client).patch_webhook_ca_bundle(
-            admission.configuration_name, webhook=admission.webhook_name, ca_bundle=ca_bundle,
-            fence=Fence(SOLE_WRITER, 0))  # fmt: skip
-        log.info("admission caBundle patched", extra={"configuration": admission.configuration_name})
-    except (ClusterWriteError, UnavailableError) as exc:
-        log.warning("admission caBundle not patched: the API server cannot verify the webhook "
-                    "(failurePolicy Ignore lets jobs through unchanged)",
-                    extra={"configuration": admission.configuration_name, "error": str(exc)})  # fmt: skip
-    return certificate
+
+    def patch() -> None:
+        try:
+            ClusterWriter(api_client).patch_webhook_ca_bundle(
+                admission.configuration_name, webhook=admission.webhook_name, ca_bundle=ca_bundle,
+                fence=Fence(SOLE_WRITER, 0))  # fmt: skip
+            log.info("admission caBundle patched",
+                     extra={"configuration": admission.configuration_name})  # fmt: skip
+        except (ClusterWriteError, UnavailableError) as exc:
+            log.warning("admission caBundle not patched: the API server cannot verify the "
+                        "webhook (failurePolicy Ignore lets jobs through unchanged)",
+                        extra={"configuration": admission.configuration_name, "error": str(exc)})  # fmt: skip
+
+    return patch
 
 
 def build_admission(
@@ -115,11 +126,13 @@ def build_admission(
 ) -> AdmissionService:  # fmt: skip
     """The webhook's part (see the module docstring)."""
     admission = settings.admission
+    patch_ca = None
     if admission.cert_file is not None and admission.key_file is not None:
         serving = ServingContext(Path(admission.cert_file), Path(admission.key_file))
     else:
-        certificate = own_certificate(settings, store=store, api_client=api_client, now=now())
+        certificate = own_certificate(settings, store=store, now=now())
         serving = ServingContext(*write_pair(certificate, private_directory()))
+        patch_ca = ca_patcher(settings, certificate.ca_pem, api_client=api_client)
     webhook = Webhook(
         settings, view=view, ready=ready, store=store,
         count=lambda outcome: metrics.admission_decisions.labels(outcome=outcome).inc(),
@@ -128,4 +141,4 @@ def build_admission(
     server = AdmissionServer(webhook.handle, host=admission.host, port=admission.port,
                              context=serving.context)  # fmt: skip
     return AdmissionService(webhook=webhook, server=server, serving=serving,
-                            reload_every=admission.cert_reload.total_seconds())  # fmt: skip
+                            reload_every=admission.cert_reload.total_seconds(), patch_ca=patch_ca)  # fmt: skip
