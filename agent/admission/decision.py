@@ -26,7 +26,12 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
   node; for a group's workload the planner's own template retargeting and room check): the
   patch writes exactly the plan's template changes (zone pin, the taint tolerations, the
   zone-mirroring label, the self pod affinity on the zone where the kind lets affinity change),
-  as a JSON patch from the object as sent;
+  as a JSON patch from the object as sent. The planner is handed the zone's nodes by node shape
+  (nodes alike in taints, cordon and the labels the templates' placement reads are one shape;
+  the hostname is not read): of each shape the nodes with the most free GPUs, as many as the job
+  has pods (a gang never needs more), so a zone of 800 nodes costs what its shapes cost; the
+  tolerations come out the same (one node of a shape has its taints) and the room check judges
+  the nodes the gang would fill first;
 - a Kueue-managed job (its kind's queue label) gets Kueue's Topology Aware Scheduling
   annotations on every gang template instead (`agent.model.kueue.wanted_annotations`: the zone as
   the required level, one group name for two PodSets), never a nodeSelector; passed unchanged
@@ -42,6 +47,7 @@ Not modelled at admission (the cache keeps GPU requests only): CPU and memory ro
 from __future__ import annotations
 
 import copy
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +87,7 @@ from agent.topology.jobs import group_jobs, kubeflow_jobs
 from agent.topology.zones import AUTO, mirror_label_keys
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 GPU_MARKER = "gpu"  # the resources the watch cache keeps (and the room check counts)
 
 
@@ -119,6 +126,8 @@ class Decider:
         self._for: tuple[object, ...] | None = None
         self._reach: Reachability | None = None
         self._node_dicts: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self._nodes_seen: tuple[int, ...] = ()
+        self._shape_cache: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, str, Any]]]] = {}
         self._mirror: tuple[str, ...] = ()
         self._uses = 0
 
@@ -140,14 +149,40 @@ class Decider:
         self._uses += 1
         return self._reach
 
-    def _zone_nodes(self, view: View, zone: str) -> list[dict[str, Any]]:
-        """The zone's nodes as the planner reads nodes (each built once per node object)."""
-        if len(self._node_dicts) > 4 * len(view.state.nodes) + 64:
-            self._node_dicts.clear()
+    def _shapes(self, view: View, zone: str,
+                keys: frozenset[str] | None) -> list[list[tuple[int, str, Any]]]:  # fmt: skip
+        """The zone's nodes (index in the cluster's order, name, node) by node shape, kept while
+        the view holds the same node objects."""
+        nodes = view.state.nodes
+        fingerprint = tuple(map(id, nodes.values()))
+        if fingerprint != self._nodes_seen:
+            self._nodes_seen, self._shape_cache = fingerprint, {}
+            if len(self._node_dicts) > 4 * len(nodes) + 64:
+                self._node_dicts.clear()
+        found = self._shape_cache.get((zone, keys))
+        if found is None:
+            groups: dict[tuple[object, ...], list[tuple[int, str, Any]]] = {}
+            for index, (name, node) in enumerate(nodes.items()):
+                if view.facts.node_zone.get(name, node.zone) != zone:
+                    continue
+                shape = ((index,) if keys is None else
+                         (node.taints, node.unschedulable, tuple(node.labels.get(k) for k in keys)))  # fmt: skip
+                groups.setdefault(shape, []).append((index, name, node))
+            found = self._shape_cache[(zone, keys)] = list(groups.values())
+        return found
+
+    def _zone_nodes(self, view: View, zone: str, *, keys: frozenset[str] | None,
+                    pods: int) -> list[dict[str, Any]]:  # fmt: skip
+        """The zone's nodes as the planner reads nodes (each built once per node object): of
+        each node shape (taints, cordon, the values of `keys`), the `pods` with the most free
+        GPUs, in the cluster's node order; every node of the zone when `keys` is None."""
+        used = view.facts.gpu_used
+        chosen: list[tuple[int, Any]] = []
+        for group in self._shapes(view, zone, keys):
+            best = heapq.nlargest(pods, group, key=lambda e: (e[2].gpu_allocatable - used.get(e[1], 0), -e[0]))
+            chosen.extend((index, node) for index, _, node in best)
         out = []
-        for name, node in view.state.nodes.items():
-            if view.facts.node_zone.get(name, node.zone) != zone:
-                continue
+        for _, node in sorted(chosen, key=lambda e: e[0]):
             found = self._node_dicts.get(id(node))
             if found is None or found[0] is not node:
                 found = self._node_dicts[id(node)] = (node, _node_dict(node))
@@ -260,10 +295,11 @@ class Decider:
     def _plan(self, subject: Subject, view: View, zone: str) -> tuple[Any, str]:
         """The object as the planner's fix for `zone` leaves it, or (None, the refusal)."""
         used = view.facts.gpu_used
-        bound = [_usage_pod(name, gpus) for name, gpus in used.items()
-                 if gpus and view.facts.node_zone.get(name) == zone]  # fmt: skip
+        nodes = self._zone_nodes(view, zone, keys=_shape_keys(subject.templates),
+                                 pods=len(planned_pods(subject)) or 1)  # fmt: skip
+        names = [str(n["metadata"]["name"]) for n in nodes]
+        bound = [_usage_pod(name, used[name]) for name in names if used.get(name)]
         room_view = _gpus_only(subject)
-        nodes = self._zone_nodes(view, zone)
         try:
             if subject.group is not None:
                 changes = self._group_changes(subject, room_view, zone=zone, nodes=nodes, bound=bound)
@@ -356,6 +392,27 @@ def _why(zone: str, *, fixing: Sequence[str], zones: Sequence[str], need: int, f
     flows = (f"every flow it needs is allowed there (not in {', '.join(denied)})" if denied
              else "every flow it needs is allowed there")
     return f"{flows}, and it has room for the whole gang ({need} GPUs needed, {free} free)"
+
+
+def _shape_keys(templates: Sequence[PodTemplate]) -> frozenset[str] | None:
+    """The node label keys the templates' placement reads (nodeSelector, required node
+    affinity, pod (anti-)affinity topology keys; the hostname left out: every node is its own
+    host), with the zone's; None when a term names nodes by field (every node then counts)."""
+    keys = {ZONE_LABEL}
+    for template in templates:
+        spec = template.template.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        keys.update(str(k) for k in (spec.get("nodeSelector") or {}))
+        for term in dig(spec, ("affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")) or []:
+            if not isinstance(term, Mapping) or term.get("matchFields"):
+                return None
+            keys.update(str(e.get("key")) for e in term.get("matchExpressions") or [])
+        for kind in ("podAffinity", "podAntiAffinity"):
+            for term in dig(spec, ("affinity", kind, REQUIRED)) or []:
+                if isinstance(term, Mapping) and term.get("topologyKey"):
+                    keys.add(str(term["topologyKey"]))
+    keys.discard(HOSTNAME_LABEL)
+    return frozenset(keys)
 
 
 def _kueue_queue(obj: Mapping[str, Any]) -> str | None:

@@ -45,6 +45,8 @@ class _Server(ThreadingHTTPServer):
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(IDLE_TIMEOUT)
+        # one answer is one write: no Nagle wait against the client's delayed ACK
+        request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             tls = self.context.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as exc:
@@ -69,11 +71,14 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
     def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        """The answer's head and body in one write."""
+        reason = self.responses.get(status, ("",))[0]
+        head = (f"HTTP/1.1 {status} {reason}\r\nServer: {self.server_version}\r\n"
+                f"Date: {self.date_time_string()}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n")  # fmt: skip
+        if self.close_connection:
+            head += "Connection: close\r\n"
+        self.wfile.write(head.encode("latin-1") + b"\r\n" + body)
 
     def do_GET(self) -> None:
         if self.path == "/healthz":
@@ -89,12 +94,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             length = int(self.headers.get("Content-Length") or "")
         except ValueError:
-            self._send(411, b'{"error":"a Content-Length is required"}')
             self.close_connection = True
+            self._send(411, b'{"error":"a Content-Length is required"}')
             return
         if length < 0 or length > MAX_BODY:
-            self._send(413, b'{"error":"the body is larger than 3 MiB"}')
             self.close_connection = True
+            self._send(413, b'{"error":"the body is larger than 3 MiB"}')
             return
         body = self.rfile.read(length)
         status, answer = self.server.handle(body)
