@@ -46,11 +46,12 @@ Not modelled at admission (the cache keeps GPU requests only): CPU and memory ro
 
 from __future__ import annotations
 
-import copy
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from agent.admission.jsonpatch import Operation, diff
 from agent.admission.subject import Subject, planned_pods
@@ -357,7 +358,7 @@ class Decider:
                             f"its {len(obj.pod_sets)} PodSets cannot be grouped in one zone "
                             f"({KUEUE.group_annotation} groups exactly two)")  # fmt: skip
         wanted = wanted_annotations(subject.name, obj.pod_sets, obj.topology)
-        planned = copy.deepcopy(dict(subject.obj))
+        planned = _copy(subject.obj)
         for template in subject.templates:
             target = _at(planned, template.path)
             meta = target.setdefault("metadata", {})
@@ -460,6 +461,12 @@ def _without_owners(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of a JSON object (as the API server sent it: JSON values only)."""
+    out: dict[str, Any] = orjson.loads(orjson.dumps(obj))
+    return out
+
+
 def _at(obj: Any, path: Sequence[str | int]) -> dict[str, Any]:
     node = obj
     for step in path:
@@ -478,7 +485,7 @@ def _templates_of(subject: Subject, obj: Mapping[str, Any]) -> list[PodTemplate]
 def _gpus_only(subject: Subject) -> dict[str, Any]:
     """The object as the room check can judge it from the cache: its owners dropped (planned as
     itself) and its containers' requests and limits reduced to GPU resources."""
-    out = copy.deepcopy(_without_owners(subject.obj))
+    out = _copy(_without_owners(subject.obj))
     for template in _templates_of(subject, out):
         spec = _at(out, template.path).get("spec") or {}
         for key in ("containers", "initContainers"):
@@ -495,7 +502,7 @@ def _gpus_only(subject: Subject) -> dict[str, Any]:
 
 def _applied(subject: Subject, changes: Sequence[TemplateChange]) -> dict[str, Any]:
     """The object as sent with each change's planned fields merged into its template."""
-    out = copy.deepcopy(dict(subject.obj))
+    out = _copy(subject.obj)
     paths = {t.replica: t.path for t in subject.templates}
     for change in changes:
         path = paths.get(change.replica)

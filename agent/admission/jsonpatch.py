@@ -8,7 +8,8 @@ nothing (`apply` is for checking a patch, in tests and the bench).
 Rules: maps are compared key by key (a key only in the new one is `add`ed, only in the old one
 `remove`d, in both and different: recursed into when both values are maps, else `replace`d); a
 list that differs is replaced whole (the patch stays exact whatever the server's list types).
-Keys are escaped as RFC 6901 says (`~` -> `~0`, `/` -> `~1`).
+Keys are escaped as RFC 6901 says (`~` -> `~0`, `/` -> `~1`). The operations hold the new
+document's values themselves (not copies): serialise them before changing that document.
 """
 
 from __future__ import annotations
@@ -39,13 +40,12 @@ def _diff(before: Any, after: Any, path: tuple[str, ...], out: list[Operation]) 
                 out.append({"op": "remove", "path": pointer((*path, str(key)))})
         for key, value in after.items():
             if key not in before:
-                out.append({"op": "add", "path": pointer((*path, str(key))),
-                            "value": copy.deepcopy(value)})  # fmt: skip
+                out.append({"op": "add", "path": pointer((*path, str(key))), "value": value})
             else:
                 _diff(before[key], value, (*path, str(key)), out)
         return
     if before != after or type(before) is not type(after):
-        out.append({"op": "replace", "path": pointer(path), "value": copy.deepcopy(after)})
+        out.append({"op": "replace", "path": pointer(path), "value": after})
 
 
 def _unescape(token: str) -> str:
