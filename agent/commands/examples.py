@@ -51,7 +51,7 @@ EXAMPLES: dict[str, list[str]] = {
         " --json",
     ],
     "config": ["zonemedic config check config.yaml"],
-    "admission": ["zonemedic admission manifest --config config.yaml | kubectl apply -f -"],
+    "admission": ["zonemedic admission manifest --config config.yaml"],
     "admission manifest": [
         "zonemedic admission manifest --config deploy/base/config.yaml",
         "zonemedic admission manifest --config config.yaml --url https://10.0.0.5:8443/admission/mutate",

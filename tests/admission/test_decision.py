@@ -19,22 +19,12 @@ from agent.model.workload import KUEUE, JobKind
 from agent.remediation.plan import LiveObjects, Plan
 from agent.remediation.planner import plan_remediation
 from agent.remediation.template import TemplateState
-from tests.admission.conftest import SETTINGS, base_items, make_view
 from tests.support import objects as o
+from tests.support.admission import SETTINGS, base_items, make_view, pytorch
 
 ZONE = "topology.kubernetes.io/zone"
 
 
-def pytorch(name: str = "llm", *, workers: int = 2, gpus: int = 4, zone_label: str | None = "b",
-            labels: dict[str, str] | None = None, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    tlabels = {"zone": zone_label} if zone_label else {}
-    extra = dict(spec or {})
-    master = {"containers": [o.container(cpu="1", ports=[("pytorchjob-port", 23456)])], **extra}
-    worker = {"containers": [o.container(gpus=gpus, cpu="2", memory="8Gi")], **extra}
-    replicas = {"Master": o.replica(1, master, labels=tlabels)}
-    if workers:
-        replicas["Worker"] = o.replica(workers, worker, labels=tlabels)
-    return o.training_job("PyTorchJob", name, replicas=replicas, labels=labels, status=False)
 
 
 def subject_of(obj: dict[str, Any], *, ns: str = "ml") -> Subject:

@@ -17,9 +17,8 @@ from agent.admission.review import review_request
 from agent.model.admission import AdmissionOutcome, AdmissionQuery
 from agent.settings import AdmissionMode, AdmissionSettings, Settings
 from agent.store.repository import IncidentStore
-from tests.admission.conftest import SETTINGS, Served, base_items, make_view, serve
-from tests.admission.test_decision import pytorch
 from tests.support import objects as o
+from tests.support.admission import SETTINGS, Served, base_items, make_view, pytorch, serve
 from tests.support.waiting import wait
 
 
