@@ -119,6 +119,10 @@ def tell(*, console: Any) -> PreventionSummary:
             console.print("✔ the webhook registered (zonemedic admission manifest); "
                           f"namespace {NAMESPACE} opted in")
             running = rig.start_agent(settings, sync_timeout=30.0)
+            admission = running.agent.composition.admission
+            if admission is None:
+                raise PreventionError("the agent was built without its admission webhook")
+            _wait("the webhook to decide over a synced view", admission.ready, timeout=30)
             console.print("✔ the agent serves its admission webhook over HTTPS (its own "
                           "certificate, the CA patched into its configuration)")
             warnings: list[str] = []
@@ -136,8 +140,7 @@ def tell(*, console: Any) -> PreventionSummary:
             summary.incidents = len(running.store.list_incidents().incidents)
             console.print(f"✔ the agent diagnoses it {summary.verdict}; incidents opened: "
                           f"{summary.incidents}")
-            admission = running.agent.composition.admission
-            if admission is not None and admission.webhook.records is not None:
+            if admission.webhook.records is not None:
                 admission.webhook.records.flush()
             records = running.store.list_admissions()
             summary.outcome = records[0].outcome.value if records else ""

@@ -13,7 +13,10 @@ MutatingWebhookConfiguration
 patch_webhook_ca_bundle`, the one write the webhook makes: each replica writes the same CA, so
 no leadership term fences it). A patch the API server refuses is logged: the configuration then
 names no CA the server trusts, calls fail, and `failurePolicy: Ignore` lets jobs through as
-before. The webhook reads the pipeline's parsed view (the watch cache's: no API call per request).
+before. The webhook reads the pipeline's parsed view (the watch cache's: no API call per request),
+as a thread of its own takes it every half second (`LatestView`): a request never waits for the
+pipeline's lock, which a cluster-wide diagnosis holds; it passes jobs unchanged until a view taken
+after the cache synced is held.
 What it does not do: decide anything (the webhook), or serve the agent's other HTTP routes.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,6 +53,55 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 
+class LatestView:
+    """The pipeline's parsed view, taken every `every` seconds on a thread of its own, so a
+    request never waits for the pipeline's lock (held through a cluster-wide diagnosis): the
+    webhook decides over the latest one. Ready once a view taken after the cache synced is
+    held."""
+
+    def __init__(self, take: Callable[[], View], *, synced: Callable[[], bool],
+                 every: float = 0.5) -> None:  # fmt: skip
+        self._take, self._synced, self._every = take, synced, every
+        self._view: View | None = None
+        self._fresh = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def refresh(self) -> None:
+        synced = self._synced()
+        self._view = self._take()
+        self._fresh = self._fresh or synced
+
+    def ready(self) -> bool:
+        return self._fresh and self._view is not None
+
+    def __call__(self) -> View:
+        found = self._view
+        if found is None:
+            self.refresh()
+            found = self._view
+        assert found is not None
+        return found
+
+    def start(self) -> None:
+        def loop() -> None:
+            while True:
+                try:
+                    self.refresh()
+                except Exception:  # the refresher's top-level loop: the last view is kept
+                    log.exception("admission view not refreshed: the last one is kept")
+                if self._stop.wait(self._every):
+                    return
+
+        self._thread = threading.Thread(target=loop, name="admission-view", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
 @dataclass
 class AdmissionService:
     """The webhook, its HTTPS server and its certificate, started and stopped together."""
@@ -58,12 +111,19 @@ class AdmissionService:
     serving: ServingContext
     reload_every: float
     patch_ca: Callable[[], None] | None = None  # the agent's own certificate: its CA patched in
+    view: LatestView | None = None
 
     @property
     def url(self) -> str:
         return self.server.url
 
+    def ready(self) -> bool:
+        """Deciding: a view taken after the cache synced is held (before, jobs pass unchanged)."""
+        return self.view is None or self.view.ready()
+
     def start(self) -> None:
+        if self.view is not None:
+            self.view.start()
         self.server.start()
         self.serving.watch(self.reload_every)
         log.info("admission webhook listening", extra={"url": self.server.url})
@@ -74,6 +134,8 @@ class AdmissionService:
         self.server.stop()
         self.serving.stop()
         self.webhook.stop()
+        if self.view is not None:
+            self.view.stop()
 
 
 def certificate_names(settings: Settings) -> list[str]:
@@ -133,12 +195,14 @@ def build_admission(
         certificate = own_certificate(settings, store=store, now=now())
         serving = ServingContext(*write_pair(certificate, private_directory()))
         patch_ca = ca_patcher(settings, certificate.ca_pem, api_client=api_client)
+    latest = LatestView(view, synced=ready)
     webhook = Webhook(
-        settings, view=view, ready=ready, store=store,
+        settings, view=latest, ready=lambda: ready() and latest.ready(), store=store,
         count=lambda outcome: metrics.admission_decisions.labels(outcome=outcome).inc(),
         observe=metrics.admission_duration.observe, now=now,
     )  # fmt: skip
     server = AdmissionServer(webhook.handle, host=admission.host, port=admission.port,
                              context=serving.context)  # fmt: skip
     return AdmissionService(webhook=webhook, server=server, serving=serving,
-                            reload_every=admission.cert_reload.total_seconds(), patch_ca=patch_ca)  # fmt: skip
+                            reload_every=admission.cert_reload.total_seconds(), patch_ca=patch_ca,
+                            view=latest)  # fmt: skip

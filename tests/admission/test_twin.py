@@ -76,7 +76,9 @@ def test_a_job_created_in_an_opted_in_namespace_starts_co_located_and_opens_no_i
         custom = client.CustomObjectsApi(api)
         config = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration("zonemedic")
         assert config.webhooks[0].client_config.ca_bundle  # the agent patched its own CA in
-        wait(lambda: rig.agent.cache.synced, timeout=30, what="the agent's cache to sync")
+        admission = rig.agent.composition.admission
+        assert admission is not None
+        wait(admission.ready, timeout=30, what="the webhook to decide over a synced view")
 
         created = custom.create_namespaced_custom_object("kubeflow.org", "v1", "ml", "pytorchjobs",
                                                          seed_job("llm-placed"))  # fmt: skip
