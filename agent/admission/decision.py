@@ -32,10 +32,12 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
   has pods (a gang never needs more), so a zone of 800 nodes costs what its shapes cost; the
   tolerations come out the same (one node of a shape has its taints) and the room check judges
   the nodes the gang would fill first;
-- a Kueue-managed job (its kind's queue label) gets Kueue's Topology Aware Scheduling
+- a Kueue-managed training job (its kind's queue label) gets Kueue's Topology Aware Scheduling
   annotations on every gang template instead (`agent.model.kueue.wanted_annotations`: the zone as
   the required level, one group name for two PodSets), never a nodeSelector; passed unchanged
-  when Kueue's TAS is not configured for its flavors, or it has more than two PodSets;
+  when Kueue's TAS is not configured for its flavors, or it has more than two PodSets; a
+  generic group's workload with Kueue's queue label passes unchanged (no nodeSelector is written
+  on it; the warning names the annotation to add);
 - a group's later objects follow the group's kept decision (`kept`): the same zone.
 `enforce` False (`admission.mode: warn`): the same decision, its warning says what it would do,
 and no patch.
@@ -242,7 +244,11 @@ class Decider:
             room = ", ".join(f"{z}: {free.get(z, 0)}" for z in fixing)
             return unchanged(Outcome.NO_ZONE, f"no zone where the policies allow its flows has "
                              f"{need} free GPUs for the whole job (free: {room})")  # fmt: skip
-        if subject.training is not None and _kueue_queue(subject.obj):
+        if _kueue_queue(subject.obj) or _kueue_queue(_template_meta(templates)):
+            if subject.training is None:
+                return unchanged(Outcome.NO_ZONE, "Kueue-managed: zonemedic writes no nodeSelector "
+                                 f"on it; ask Kueue for one zone ({KUEUE.topology_annotation}: "
+                                 f"{ZONE_LABEL} on its pod template)")  # fmt: skip
             return self._kueue(subject, view, candidates, enforce=enforce)
         refusals: list[str] = []
         job_gpus = _gpus_by_zone(job, view)
@@ -414,6 +420,12 @@ def _shape_keys(templates: Sequence[PodTemplate]) -> frozenset[str] | None:
                     keys.add(str(term["topologyKey"]))
     keys.discard(HOSTNAME_LABEL)
     return frozenset(keys)
+
+
+def _template_meta(templates: Sequence[PodTemplate]) -> Mapping[str, Any]:
+    """The first template as an object (its labels: Kueue's queue label may be on a pod
+    template of a group's workload)."""
+    return templates[0].template if templates else {}
 
 
 def _kueue_queue(obj: Mapping[str, Any]) -> str | None:

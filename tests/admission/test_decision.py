@@ -221,3 +221,11 @@ def test_a_groups_objects_follow_the_kept_decision(view_of: Callable[..., View])
                            enforce=True, kept="a")  # fmt: skip
     assert (later.outcome, later.zone, later.kept) == (AdmissionOutcome.PLACED, "a", True)
     assert "the group's first object was placed in a" in later.warning
+
+
+def test_a_groups_kueue_workload_gets_no_node_selector(view_of: Callable[..., View]) -> None:
+    obj = lab("workers", "worker", gpus=2, replicas=2)
+    obj["metadata"]["labels"] = {KUEUE.queue_label: "user-queue"}
+    decision = Decider(SETTINGS).decide(subject_of(obj), view_of(), enforce=True)
+    assert (decision.outcome, decision.patch) == (AdmissionOutcome.NO_ZONE, ())
+    assert "Kueue-managed: zonemedic writes no nodeSelector on it" in decision.warning
