@@ -1,4 +1,4 @@
-"""Admission decisions: the tables admission_decisions and admission_groups.
+"""Admission decisions: the tables admission_decisions, admission_groups, admission_certificates.
 
 Revision ID: 0005_admission_decisions
 Revises: 0004_one_open_incident_per_job
@@ -7,7 +7,9 @@ Create Date: 2026-12-03
 `admission_decisions` records what the admission webhook did with each job created (placed,
 warned, passed unchanged and why), for `zonemedic admissions`, `GET /api/admissions` and the
 digest; `admission_groups` keeps a generic group's first admission decision (its zone), one row
-per (cluster, namespace, group), so every replica places the group's later objects alike. Written
+per (cluster, namespace, group), so every replica places the group's later objects alike; `admission_certificates` holds the
+serving certificate the agent makes when none is mounted (one per cluster: every replica serves
+the CA its webhook configuration names). Written
 with plain SQLAlchemy (no application types), as revision 0001: timestamps are timestamptz on
 PostgreSQL and naive-UTC text on SQLite.
 """
@@ -64,7 +66,21 @@ def upgrade() -> None:
                               unique=True)
 
 
+    op.create_table('admission_certificates',
+    sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),
+    sa.Column('cluster', sa.String(length=253), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('not_after', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('ca_pem', sa.Text(), nullable=False),
+    sa.Column('cert_pem', sa.Text(), nullable=False),
+    sa.Column('key_pem', sa.Text(), nullable=False),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_admission_certificates')),
+    sa.UniqueConstraint('cluster', name=op.f('uq_admission_certificates_cluster'))
+    )
+
+
 def downgrade() -> None:
+    op.drop_table('admission_certificates')
     with op.batch_alter_table('admission_groups', schema=None) as batch_op:
         batch_op.drop_index('uq_admission_groups_group')
     op.drop_table('admission_groups')
