@@ -133,9 +133,10 @@ def tell(*, console: Any) -> PreventionSummary:
             summary.zones = _wait("the job's 5 pods running", lambda: _zones(cluster), timeout=60)
             shown = ", ".join(f"{z} ×{n}" for z, n in sorted(summary.zones.items()))
             console.print(f"✔ pods placed at the first try: {shown}")
-            finding = _wait("the agent's diagnosis of the job", lambda: next(
-                (f for f in running.agent.pipeline.diagnose() if f.job.name == JOB), None),
-                timeout=30)  # fmt: skip
+            # healthy once every pod carries the zone label the twin stamps at start
+            finding = _wait("the agent to diagnose the job healthy", lambda: next(
+                (f for f in running.agent.pipeline.diagnose()
+                 if f.job.name == JOB and f.verdict is Verdict.HEALTHY), None), timeout=30)  # fmt: skip
             summary.verdict = finding.verdict.value
             summary.incidents = len(running.store.list_incidents().incidents)
             console.print(f"✔ the agent diagnoses it {summary.verdict}; incidents opened: "
