@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
+from agent.twin import managed_fields, tables
 from agent.twin import patch as patching
-from agent.twin import tables
 from agent.twin.apidiscovery import Route
 from agent.twin.apierror import ApiError, bad_request, qualified
 from agent.twin.apiexchange import Exchange
@@ -131,7 +131,10 @@ class ResourceRequest:
             "delete": self._delete,
             "deletecollection": self._delete,
         }
-        handlers[self.verb]()
+        manager = managed_fields.manager_from(self.query.one("fieldManager"),
+                                              self.ex.header("User-Agent"))  # fmt: skip
+        with managed_fields.acting_as(manager, force=self.query.flag("force")):
+            handlers[self.verb]()
 
     def _selected_name(self) -> str:
         """A list or watch whose field selector requires `metadata.name=X` is about object X for
