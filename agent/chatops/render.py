@@ -48,6 +48,7 @@ from agent.chatops.blocks import (
     section,
     when,
 )
+from agent.chatops.ownership_text import ownership_text
 from agent.model.incident import (
     Decision,
     IncidentSummary,
@@ -390,6 +391,9 @@ def incident_message(
             pre = _preconditions_text(fix)
             if pre:
                 blocks.append(context(pre))
+        owned = ownership_text(fix, incident_id=incident.id)
+        if owned:
+            blocks.append(section(owned))
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
                               Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))

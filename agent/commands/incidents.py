@@ -361,6 +361,8 @@ def _fix_lines(d: IncidentDetail) -> list[str]:
         lines.append(f"  CANNOT BE APPLIED: {fix.refusal}")
         return lines
     lines.append(f"  {fix.summary}")
+    if fix.reverted is not None:
+        lines.append(f"  Reverted:      {fix.reverted.sentence()}")
     pre = fix.preconditions
     if pre:
         lines.append(f"  Preconditions: uid {pre.get('uid') or '-'}  resourceVersion "
@@ -372,6 +374,9 @@ def _fix_lines(d: IncidentDetail) -> list[str]:
     if fix.diff:
         lines.append("  Diff:")
         lines.extend(f"    {line}" for line in fix.diff.splitlines())
+    if fix.owners:
+        lines.append("  Owners:")
+        lines.extend(f"    {o.sentence()}" for o in fix.owners)
     return lines
 
 

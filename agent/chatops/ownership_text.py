@@ -1,0 +1,33 @@
+"""The chat message's ownership section: who owns the objects a fix changes, and what it means.
+
+Called by the message renderer (`agent.chatops.render`) with the incident's proposed fix. Pure:
+it renders Slack mrkdwn text from `agent.model.proposal.ProposedFix.owners` and sends nothing.
+An object nobody re-applies is said in one line (the live fix lasts); one a GitOps tool, a
+pipeline, kubectl apply or a controller owns says so with what that means, and points at the
+hand-over patch (`zonemedic incidents patch N`). A fix that was undone (`ProposedFix.reverted`)
+is named first: by which field manager, when, which fields, and that the change belongs in the
+object's source rather than applied live again.
+"""
+
+from __future__ import annotations
+
+from agent.chatops.blocks import mrkdwn_escape
+from agent.model.proposal import ProposedFix
+
+
+def ownership_text(fix: ProposedFix | None, *, incident_id: int) -> str | None:
+    """The section's text, or None when the fix names no owner and undoes no revert."""
+    if fix is None or not (fix.owners or fix.reverted):
+        return None
+    reverted = ""
+    if fix.reverted is not None:
+        title = fix.reverted.title()
+        reverted = (f"*{mrkdwn_escape(title[:1].upper() + title[1:])}* "
+                    f"{mrkdwn_escape(fix.reverted.sentence().removeprefix(title).lstrip())}"
+                    "\n")  # fmt: skip
+    if fix.lasting and fix.reverted is None:
+        return "*Owner:* " + mrkdwn_escape("; ".join(o.sentence() for o in fix.owners))
+    lines = [f"• {mrkdwn_escape(o.sentence())}" for o in fix.owners if not o.ownership.durable]
+    lines.append(f"The change for the source: `zonemedic incidents patch {incident_id} "
+                 "--format kustomize` (or `manifest`, `json6902`).")  # fmt: skip
+    return reverted + "*Who owns it:*\n" + "\n".join(lines)
