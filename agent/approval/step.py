@@ -12,7 +12,9 @@ The rules:
   zonemedic itself (AUTO: the one decision function with the `auto` source), unless it is a
   protected namespace, which is never auto-approved, or the job's last co-location rolled back
   less than `remediation.auto_hold` ago (`rolled_back`: when and why): then a person decides
-  (REQUEST, saying why), so a fix that does not work is not retried in a loop.
+  (REQUEST, saying why), so a fix that does not work is not retried in a loop. A fix that was
+  undone (`proposed_fix.reverted`: a GitOps sync or another writer restored the old fields) holds
+  it the same way, from when it was reverted: re-applying it would be undone again.
 - Otherwise REQUEST: the incident awaits approval until `now + expiry`, the policy's `expiry` when
   the playbook sets one, else the agent's `slack.approval_ttl`. Past that deadline a decision
   changes nothing and the leader's expiry job moves the incident to `expired`.
@@ -64,6 +66,21 @@ class RolledBack:
     reason: str
 
 
+def reverted(finding: Mapping[str, Any]) -> RolledBack | None:
+    """The job's last fix undone, as a hold (`proposed_fix.reverted`), or None."""
+    fix = finding.get("proposed_fix")
+    found = fix.get("reverted") if isinstance(fix, Mapping) else None
+    if not isinstance(found, Mapping):
+        return None
+    try:
+        at = datetime.fromisoformat(str(found.get("at") or ""))
+    except ValueError:
+        return None
+    manager = str(found.get("manager") or "an unknown writer")
+    return RolledBack(at=at, reason=f"incident {found.get('incident_id')}: fix reverted by "
+                                    f"{manager}")  # fmt: skip
+
+
 def approval_step(
     *,
     namespace: str,
@@ -83,6 +100,9 @@ def approval_step(
     if refused is not None:
         return ApprovalStep(ApprovalStepKind.NONE, reason=f"the fix cannot be applied: {refused}")
     ttl = policy.expiry if policy.expiry is not None else default_ttl
+    undone = reverted(finding)
+    if undone is not None and (rolled_back is None or undone.at > rolled_back.at):
+        rolled_back = undone
     if policy.is_auto(namespace):
         if rolled_back is None or now - rolled_back.at >= auto_hold:
             return ApprovalStep(
