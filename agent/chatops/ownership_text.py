@@ -4,7 +4,8 @@ Called by the message renderer (`agent.chatops.render`) with the incident's prop
 it renders Slack mrkdwn text from `agent.model.proposal.ProposedFix.owners` and sends nothing.
 An object nobody re-applies is said in one line (the live fix lasts); one a GitOps tool, a
 pipeline, kubectl apply or a controller owns says so with what that means, and points at the
-hand-over patch (`zonemedic incidents patch N`). A fix that was undone (`ProposedFix.reverted`)
+hand-over patch (`zonemedic incidents patch N`), whose kustomize form is shown as a snippet
+(`handover_snippet`). A fix that was undone (`ProposedFix.reverted`)
 is named first: by which field manager, when, which fields, and that the change belongs in the
 object's source rather than applied live again.
 """
@@ -12,7 +13,11 @@ object's source rather than applied live again.
 from __future__ import annotations
 
 from agent.chatops.blocks import mrkdwn_escape
+from agent.model.handover import PatchFormat, render
 from agent.model.proposal import ProposedFix
+from agent.parsing.printable import printable_lines
+
+SNIPPET_LIMIT = 2500  # characters of patch in one section (Slack's limit is 3000)
 
 
 def ownership_text(fix: ProposedFix | None, *, incident_id: int) -> str | None:
@@ -31,3 +36,17 @@ def ownership_text(fix: ProposedFix | None, *, incident_id: int) -> str | None:
     lines.append(f"The change for the source: `zonemedic incidents patch {incident_id} "
                  "--format kustomize` (or `manifest`, `json6902`).")  # fmt: skip
     return reverted + "*Who owns it:*\n" + "\n".join(lines)
+
+
+def handover_snippet(fix: ProposedFix | None, *, incident_id: int) -> str | None:
+    """The kustomize patch of a fix something re-applies (or that was reverted), in a code
+    block cut at a line end to fit one section; None when the live fix lasts."""
+    if fix is None or not fix.handovers or (fix.lasting and fix.reverted is None):
+        return None
+    text = printable_lines(render(fix.handovers, PatchFormat.KUSTOMIZE)).replace("```", "'''")
+    cut = ""
+    if len(text) > SNIPPET_LIMIT:
+        text = text[: text.rfind("\n", 0, SNIPPET_LIMIT)]
+        cut = (f"\n_(cut: `zonemedic incidents patch {incident_id} --format kustomize` prints "
+               "it whole)_")  # fmt: skip
+    return f"*Kustomize patch for the source:*\n```{text}```{cut}"

@@ -48,7 +48,7 @@ from agent.chatops.blocks import (
     section,
     when,
 )
-from agent.chatops.ownership_text import ownership_text
+from agent.chatops.ownership_text import handover_snippet, ownership_text
 from agent.model.incident import (
     Decision,
     IncidentSummary,
@@ -394,6 +394,9 @@ def incident_message(
         owned = ownership_text(fix, incident_id=incident.id)
         if owned:
             blocks.append(section(owned))
+        snippet = handover_snippet(fix, incident_id=incident.id)
+        if snippet:
+            blocks.append(section(snippet))
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
                               Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))

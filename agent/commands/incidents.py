@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from agent.commands import decisions
+from agent.commands import decisions, incident_patch
 from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import InputError
 from agent.model.incident import (
@@ -94,6 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         add_database_arguments(sub)
         sub.set_defaults(handler=run)
     decisions.add_parsers(actions)
+    incident_patch.add_parser(actions)
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.model.handover import Handover
 from agent.model.incident import RemediationAction
 from agent.model.lifecycle import RemediationActionKind
 from agent.model.ownership import ObjectOwnership
@@ -90,6 +91,7 @@ class ProposedFix:
     verdict: str | None = None  # the verdict a preview was computed for (not in `to_dict`)
     owners: tuple[ObjectOwnership, ...] = ()  # who owns each object the plan changes
     reverted: Revert | None = None  # the job's last fix was undone (by whom, when)
+    handovers: tuple[Handover, ...] = ()  # the fix for each object's source (not in `to_dict`)
 
     @property
     def lasting(self) -> bool:
@@ -150,6 +152,8 @@ def from_action(action: RemediationAction) -> ProposedFix | None:
         owners=tuple(ObjectOwnership.from_dict(o) for o in plan.get("owners") or ()
                      if isinstance(o, Mapping)),
         reverted=reverted,
+        handovers=tuple(Handover.from_dict(h) for h in plan.get("handovers") or ()
+                        if isinstance(h, Mapping)),
     )
 
 

@@ -9,7 +9,9 @@ manages, fixable through Kueue, to `agent.remediation.kueue_plan` (re-queued thr
 generic group to `agent.remediation.group_plan`
 (their refusals, and a resource quantity it cannot read, become the `Refusal`). Each target of
 a plan carries its owner (`agent.model.ownership`, read from the live object it was planned
-from: a GitOps tool, a pipeline, kubectl apply, a controller, or nobody). Pure: it does
+from: a GitOps tool, a pipeline, kubectl apply, a controller, or nobody) and its hand-over
+(`agent.model.handover`: the fix as a patch of the manifest kubectl apply last applied, else of
+the live object). Pure: it does
 not read the cluster, write it, or read a clock; nothing may be written when it refuses.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 
 from agent.model.descriptor import TemplateLayout
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
+from agent.model.handover import Handover, source_manifest
 from agent.model.ownership import ObjectOwnership, ownership_of
 from agent.model.workload import JobKind, workload
 from agent.remediation.group_plan import plan_group
@@ -42,7 +45,20 @@ def plan_remediation(
         return result
     owners = tuple(ObjectOwnership(t.kind, t.namespace, t.name, ownership_of(obj))
                    for t in result.targets if (obj := live_object(t, live)) is not None)  # fmt: skip
-    return dataclasses.replace(result, owners=owners)
+    return dataclasses.replace(result, owners=owners, handovers=_handovers(result, live))
+
+
+def _handovers(plan: Plan, live: LiveObjects) -> tuple[Handover, ...]:
+    """Each changed target's fix as a merge patch of the manifest it comes from."""
+    out = []
+    for target in plan.targets:
+        obj = live_object(target, live)
+        if obj is None or not target.changes:
+            continue
+        source, kind = source_manifest(obj)
+        out.append(Handover(target.api_version, target.kind, target.namespace, target.name,
+                            target.template_patch(), source, kind))  # fmt: skip
+    return tuple(out)
 
 
 def live_object(target: Target, live: LiveObjects) -> Mapping[str, Any] | None:

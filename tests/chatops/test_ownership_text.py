@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.chatops.ownership_text import ownership_text
+from agent.chatops.ownership_text import handover_snippet, ownership_text
 from agent.chatops.render import incident_message
+from agent.model.handover import Handover, SourceKind
 from agent.model.incident import IncidentSummary, Severity
 from agent.model.lifecycle import IncidentStatus
 from agent.model.ownership import ObjectOwnership, OwnerKind, Ownership
@@ -58,3 +59,23 @@ def test_the_message_carries_the_ownership_after_the_patch() -> None:
     at_owner = next(i for i, t in enumerate(texts) if t.startswith("*Who owns it:*"))
     assert at_owner > at_patch
     assert "managed by Argo CD application lab" in texts[at_owner]
+
+
+def test_a_fix_something_reapplies_carries_its_kustomize_patch_cut_to_fit() -> None:
+    source = {"apiVersion": "apps/v1", "kind": "Deployment",
+              "metadata": {"name": "coordinator", "namespace": "lab"}}
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"zone": "zone-a"}}}}}
+    one = Handover("apps/v1", "Deployment", "lab", "coordinator", patch, source,
+                   SourceKind.LAST_APPLIED)
+    assert handover_snippet(ProposedFix(summary="s", owners=(NOBODY,), handovers=(one,)),
+                            incident_id=7) is None, "the live fix lasts: nothing to hand over"
+    text = handover_snippet(ProposedFix(summary="s", owners=(ARGO,), handovers=(one,)),
+                            incident_id=7)
+    assert text is not None and text.startswith("*Kustomize patch for the source:*\n```")
+    assert "kind: Deployment" in text and "zone: zone-a" in text and "cut:" not in text
+    many = tuple(Handover("apps/v1", "Deployment", "lab", f"d{i}", patch, source,
+                          SourceKind.LIVE) for i in range(40))
+    cut = handover_snippet(ProposedFix(summary="s", owners=(ARGO,), handovers=many),
+                           incident_id=7)
+    assert cut is not None and len(cut) < 3000
+    assert cut.endswith("`zonemedic incidents patch 7 --format kustomize` prints it whole)_")
