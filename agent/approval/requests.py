@@ -23,13 +23,19 @@ the request is written with the incident, in its transaction; an automatic appro
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from agent.approval.approvers import Authority
 from agent.approval.decision import Authorizer, DecisionRequest, decide
-from agent.approval.step import ApprovalStep, ApprovalStepKind, RolledBack, approval_step
+from agent.approval.step import (
+    ApprovalStep,
+    ApprovalStepKind,
+    Remediability,
+    RolledBack,
+    approval_step,
+)
+from agent.model.document import IncidentDocument
 from agent.model.incident import Actor, IncidentQuery, IncidentSummary
 from agent.model.lifecycle import DecisionOutcome, DecisionSource, EventKind, IncidentStatus
 from agent.playbook.model import ApprovalPolicy
@@ -72,7 +78,7 @@ class ApprovalRequests:
         return RolledBack(at=at, reason=f"incident {last}: {reason}")
 
     def planned(
-        self, incident: IncidentSummary, finding: Mapping[str, Any], policy: ApprovalPolicy
+        self, incident: IncidentSummary, document: IncidentDocument, policy: ApprovalPolicy
     ) -> ApprovalStep | None:
         """The step `propose` takes for a new incident where it needs no reads and no decision
         (a request with its deadline, or none), for the caller to write with the incident; None
@@ -81,7 +87,7 @@ class ApprovalRequests:
         if policy.is_auto(incident.namespace) and incident.status is IncidentStatus.OPEN:
             return None
         return approval_step(
-            namespace=incident.namespace, finding=finding, policy=policy,
+            namespace=incident.namespace, subject=Remediability.of(document), policy=policy,
             protected_namespaces=self.protected, default_ttl=self.default_ttl, now=self.now(),
             rolled_back=None, auto_hold=self.auto_hold,
         )  # fmt: skip
@@ -89,7 +95,7 @@ class ApprovalRequests:
     def propose(
         self,
         incident: IncidentSummary,
-        finding: Mapping[str, Any],
+        document: IncidentDocument,
         policy: ApprovalPolicy,
         *,
         playbook: str,
@@ -98,7 +104,7 @@ class ApprovalRequests:
         now = self.now()
         auto = policy.is_auto(incident.namespace) and incident.status is IncidentStatus.OPEN
         step = approval_step(
-            namespace=incident.namespace, finding=finding, policy=policy,
+            namespace=incident.namespace, subject=Remediability.of(document), policy=policy,
             protected_namespaces=self.protected, default_ttl=self.default_ttl, now=now,
             rolled_back=self._rolled_back(incident) if auto else None, auto_hold=self.auto_hold,
         )

@@ -1,8 +1,8 @@
 """What a new incident needs once a playbook proposes co-location: nothing, a request, or auto.
 
 Who calls it: the agent's approval step (`agent.approval.requests`), when a `propose_colocation`
-action of a playbook fires for a newly recorded incident. Pure: plain data in, an `ApprovalStep`
-out, `now` passed in.
+action of a playbook fires for a newly recorded incident. Pure: the incident's `Remediability`
+(read off its typed document) in, an `ApprovalStep` out, `now` passed in.
 
 The rules:
 - A finding that is not remediable (no target zone, a protected namespace, a kind zonemedic cannot
@@ -13,7 +13,7 @@ The rules:
   protected namespace, which is never auto-approved, or the job's last co-location rolled back
   less than `remediation.auto_hold` ago (`rolled_back`: when and why): then a person decides
   (REQUEST, saying why), so a fix that does not work is not retried in a loop. A fix that was
-  undone (`proposed_fix.reverted`: a GitOps sync or another writer restored the old fields) holds
+  undone (`Remediability.reverted`, from the preview's `reverted`: a GitOps sync or another writer restored the old fields) holds
   it the same way, from when it was reverted: re-applying it would be undone again.
 - Otherwise REQUEST: the incident awaits approval until `now + expiry`, the policy's `expiry` when
   the playbook sets one, else the agent's `slack.approval_ttl`. Past that deadline a decision
@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from agent.model.document import IncidentDocument
 from agent.playbook.model import ApprovalPolicy
 
 
@@ -46,16 +47,33 @@ class ApprovalStep:
     reason: str = ""
 
 
-def remediable(finding: Mapping[str, Any]) -> bool:
-    """The diagnosis says the job can be co-located (`remediable` and a target zone)."""
-    return finding.get("remediable") is True and bool(finding.get("target_zone"))
+@dataclass(frozen=True)
+class Remediability:
+    """What the approval rule reads of an incident: whether the diagnosis says the job can be
+    co-located (`remediable` and a target zone) and why the previewed fix cannot be applied
+    (`refusal`: the plan preview's, or None)."""
 
+    remediable: bool
+    target_zone: str | None = None
+    refusal: str | None = None
+    reverted: RolledBack | None = None  # the job's last fix undone (the preview's `reverted`)
 
-def refusal(finding: Mapping[str, Any]) -> str | None:
-    """Why the previewed fix cannot be applied (`proposed_fix.refusal`), or None."""
-    fix = finding.get("proposed_fix")
-    reason = fix.get("refusal") if isinstance(fix, Mapping) else None
-    return str(reason) if reason else None
+    @classmethod
+    def of(cls, document: IncidentDocument) -> Remediability:
+        """The facts of an incident as the pipeline records it (its finding and plan preview)."""
+        finding = document.finding
+        fix = document.proposed_fix
+        reason = fix.get("refusal") if fix is not None else None
+        return cls(
+            remediable=finding is not None and finding.remediable,
+            target_zone=finding.target_zone if finding is not None else None,
+            refusal=str(reason) if reason else None,
+            reverted=reverted(fix) if fix is not None else None,
+        )
+
+    @property
+    def movable(self) -> bool:
+        return self.remediable and bool(self.target_zone)
 
 
 @dataclass(frozen=True)
@@ -66,10 +84,9 @@ class RolledBack:
     reason: str
 
 
-def reverted(finding: Mapping[str, Any]) -> RolledBack | None:
-    """The job's last fix undone, as a hold (`proposed_fix.reverted`), or None."""
-    fix = finding.get("proposed_fix")
-    found = fix.get("reverted") if isinstance(fix, Mapping) else None
+def reverted(fix: Mapping[str, Any]) -> RolledBack | None:
+    """The job's last fix undone, as a hold (the preview's `reverted`), or None."""
+    found = fix.get("reverted")
     if not isinstance(found, Mapping):
         return None
     try:
@@ -84,7 +101,7 @@ def reverted(finding: Mapping[str, Any]) -> RolledBack | None:
 def approval_step(
     *,
     namespace: str,
-    finding: Mapping[str, Any],
+    subject: Remediability,
     policy: ApprovalPolicy,
     protected_namespaces: Collection[str],
     default_ttl: timedelta,
@@ -92,15 +109,15 @@ def approval_step(
     rolled_back: RolledBack | None = None,
     auto_hold: timedelta = timedelta(0),
 ) -> ApprovalStep:
-    """What the incident of `finding` in `namespace` needs (see the module docstring).
+    """What the incident of `subject` in `namespace` needs (see the module docstring).
     `rolled_back`: the job's most recent co-location that rolled back, if any."""
-    if not remediable(finding) or namespace in protected_namespaces:
+    if not subject.movable or namespace in protected_namespaces:
         return ApprovalStep(ApprovalStepKind.NONE, reason="the finding is not remediable")
-    refused = refusal(finding)
+    refused = subject.refusal
     if refused is not None:
         return ApprovalStep(ApprovalStepKind.NONE, reason=f"the fix cannot be applied: {refused}")
     ttl = policy.expiry if policy.expiry is not None else default_ttl
-    undone = reverted(finding)
+    undone = subject.reverted
     if undone is not None and (rolled_back is None or undone.at > rolled_back.at):
         rolled_back = undone
     if policy.is_auto(namespace):

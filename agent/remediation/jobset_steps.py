@@ -44,7 +44,7 @@ from agent.model.workload import BATCH_JOB, JobKind, workload
 from agent.remediation import jobset_patch
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Target, TargetAction
-from agent.remediation.recheck import Recheck, Scope
+from agent.remediation.recheck import Recheck
 from agent.remediation.run import (
     Clock,
     FailedError,
@@ -182,7 +182,7 @@ class JobSetSteps:
                     self.writer.patch_custom(target, patch, fence=run.fence, dry_run=True)
                 except WriteConflictError:
                     if attempt < retries:
-                        self._replan(run)
+                        self.recheck.replan(run, journal=self.journal)
                     continue
                 except ClusterWriteError as exc:
                     self.journal.record(run, A.DRY_RUN, Step.DRY_RUN, succeeded=False, message=exc.message)
@@ -202,10 +202,6 @@ class JobSetSteps:
                                        "attempt": attempt + 1})  # fmt: skip
             return
         raise FailedError(f"the job kept changing: {retries + 1} conflicting write(s) (HTTP 409)")
-
-    def _replan(self, run: Run) -> None:
-        plan = self.recheck.plan(run, scope=Scope.CONFLICT)
-        self.journal.record_plan(run, plan, before=run.before, baseline=run.baseline)
 
     def _wait_quiet(self, run: Run, target: Target) -> None:
         """Step 2: suspended, no pod left, no replicated job active."""

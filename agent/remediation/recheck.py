@@ -20,7 +20,7 @@ the incident and the plan:
   another remediation of the job in flight, the hourly cap).
 
 What it does not do: write to the cluster, or record on the incident other than the job uid it
-binds (the caller records the plan it returns).
+binds; `replan` records the re-plan after a conflict, the caller the incident's plan).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from agent.remediation.planner import plan_remediation
 from agent.remediation.run import (
     Clock,
     FailedError,
+    Journal,
     RefusedError,
     Run,
     SupersededError,
@@ -185,6 +186,13 @@ class Recheck:
             refused = scope is Scope.INCIDENT or not run.written()
             raise (RefusedError if refused else FailedError)(result.reason)
         return result
+
+    def replan(self, run: Run, *, journal: Journal) -> Plan:
+        """After a write conflict (409): plan again from fresh objects (`Scope.CONFLICT`) and
+        record the new plan as the run's, with the utilization the run measured before."""
+        plan = self.plan(run, scope=Scope.CONFLICT)
+        journal.record_plan(run, plan, before=run.before, baseline=run.baseline)
+        return plan
 
     # -- right before the first write ----------------------------------------------------------
 

@@ -31,7 +31,7 @@ from agent.model.lifecycle import RemediationActionKind
 from agent.model.workload import JobKind, workload
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Target, TargetAction
-from agent.remediation.recheck import Recheck, Scope
+from agent.remediation.recheck import Recheck
 from agent.remediation.run import (
     Clock,
     FailedError,
@@ -126,7 +126,7 @@ class TrainingSteps:
                 self.writer.patch_custom(target, patch, fence=run.fence, dry_run=True)
             except WriteConflictError:
                 if attempt < retries:
-                    self._replan(run)
+                    self.recheck.replan(run, journal=self.journal)
                 continue
             except ClusterWriteError as exc:
                 self.journal.record(run, A.DRY_RUN, Step.DRY_RUN, succeeded=False, message=exc.message)
@@ -138,7 +138,7 @@ class TrainingSteps:
                 self.writer.patch_custom(target, patch, fence=run.fence)
             except WriteConflictError:
                 if attempt < retries:
-                    self._replan(run)
+                    self.recheck.replan(run, journal=self.journal)
                 continue
             except ClusterWriteError as exc:
                 raise FailedError(f"the API server refused the patch: {exc.message}") from None
@@ -154,11 +154,6 @@ class TrainingSteps:
             )
         self._wait_gone(run, target)
         self._resume(run, target)
-
-    def _replan(self, run: Run) -> None:
-        """After a 409: plan again from fresh objects and record the new plan."""
-        plan = self.recheck.plan(run, scope=Scope.CONFLICT)
-        self.journal.record_plan(run, plan, before=run.before, baseline=run.baseline)
 
     def _wait_gone(self, run: Run, target: Target) -> None:
         """Step 4: Suspended=True and no pod of the job left, Terminating included."""

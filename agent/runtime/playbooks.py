@@ -179,7 +179,7 @@ class PlaybookActions:
         finding = document.to_dict()
 
         def planned(policy: ApprovalPolicy, _playbook: str) -> ApprovalStep | None:
-            return None if approvals is None else approvals.planned(incident, finding, policy)
+            return None if approvals is None else approvals.planned(incident, document, policy)
 
         posts = self._posts(event, incident, finding, approve=planned)
         if posts is None:
@@ -264,7 +264,7 @@ class PlaybookActions:
             # so the queued proposal carries the deadline
             if approvals is None:
                 return None
-            return approvals.propose(incident, finding, policy, playbook=playbook)
+            return approvals.propose(incident, document, policy, playbook=playbook)
 
         posts = self._posts(event, incident, finding, approve=propose)
         for message in () if posts is None else posts[0]:

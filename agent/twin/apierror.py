@@ -37,6 +37,8 @@ class ApiError(Exception):
         self.message = message
         self.details = dict(details) if details else None
         self.retry_after = retry_after
+        # the server's warnings for the request, sent with the error (`Warning` headers)
+        self.warnings: list[str] = []
 
     def status(self) -> Obj:
         """The `kind: Status` object the HTTP layer sends."""
@@ -120,6 +122,7 @@ _FIELD_TYPES = {
     "FieldValueRequired": "Required value",
     "FieldValueNotSupported": "Unsupported value",
     "FieldValueTooLong": "Too long",
+    "FieldValueDuplicate": "Duplicate value",
     "InternalError": "Internal error",
 }
 

@@ -30,7 +30,7 @@ from agent.twin.apicontrol import control
 from agent.twin.apierror import ApiError, bad_request
 from agent.twin.apiquery import Query
 from agent.twin.apistate import ApiState
-from agent.twin.apiverbs import ResourceRequest
+from agent.twin.apiverbs import ResourceRequest, warning_header
 from agent.twin.auth import Attributes
 
 log = logging.getLogger(__name__)
@@ -198,6 +198,8 @@ class Handler(BaseHTTPRequestHandler):
         headers = {}
         if err.retry_after is not None:
             headers["Retry-After"] = str(err.retry_after)
+        if err.warnings:
+            headers["Warning"] = warning_header(err.warnings)
         self.send(err.code, orjson.dumps(err.status()), headers=headers)
 
     def _dispatch(self, method: str) -> None:

@@ -133,8 +133,12 @@ class ResourceRequest:
         }
         manager = managed_fields.manager_from(self.query.one("fieldManager"),
                                               self.ex.header("User-Agent"))  # fmt: skip
-        with managed_fields.acting_as(manager, force=self.query.flag("force")):
-            handlers[self.verb]()
+        try:
+            with managed_fields.acting_as(manager, force=self.query.flag("force")):
+                handlers[self.verb]()
+        except ApiError as err:
+            err.warnings = [*self.warnings, *err.warnings]  # sent with the error, as the server does
+            raise
 
     def _selected_name(self) -> str:
         """A list or watch whose field selector requires `metadata.name=X` is about object X for
@@ -295,9 +299,10 @@ class ResourceRequest:
         meta = body.get("metadata") if isinstance(body, dict) else None
         name = meta.get("name") if isinstance(meta, dict) else None
         self._admission(name if isinstance(name, str) else "", dry_run=self.dry_run)
+        user = {"username": self.user.name, "groups": list(self.user.groups)}
         created = store.create(
             self.rt, body, namespace=self.namespace, dry_run=self.dry_run, keep_status=False,
-            field_validation=self.field_validation, warnings=self.warnings,
+            field_validation=self.field_validation, warnings=self.warnings, user=user,
         )  # fmt: skip
         self._object(201, created)
 

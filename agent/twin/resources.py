@@ -205,6 +205,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         "networkpolicy",
         ("netpol",),
     ),
+    ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                 "MutatingWebhookConfiguration", False, "mutatingwebhookconfiguration"),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True, "role"),
     ResourceType(
         "rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, "rolebinding"

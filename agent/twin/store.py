@@ -28,7 +28,8 @@ from typing import Any
 
 import orjson
 
-from agent.twin import crds, selectors
+from agent.twin import crds, selectors, webhook_configs
+from agent.twin.admission_webhooks import WebhookAdmission
 from agent.twin.apierror import ApiError, bad_request, expired
 from agent.twin.crds import DEFAULT_RELEASE, TrainerRelease
 from agent.twin.deletion import NAMESPACES_KEY, Deletion, Propagation
@@ -63,6 +64,8 @@ class Store:
         self._hub = self._table.hub
         self._deletion = Deletion(self._table, self._lock, clock=clock)
         self._writes = Writes(self._table, self._deletion, clock=clock)
+        webhook_configs.register(self._writes)
+        self._webhooks = WebhookAdmission(self)
         self._installed: set[str] = set()  # optional API groups whose CRDs are installed
         ns = lookup("namespaces")
         for name in INITIAL_NAMESPACES:
@@ -216,12 +219,17 @@ class Store:
         keep_status: bool = True,
         field_validation: str | None = None,
         warnings: builtins.list[str] | None = None,
+        user: Mapping[str, Any] | None = None,
     ) -> Obj:
         """Create an object. In-process callers may seed a status (keep_status, the default);
         the HTTP layer passes keep_status=False and, like the real server, a given status is
         then dropped for kinds with a status subresource (nodes excepted). `field_validation`
         is the request's (Strict, Warn, Ignore); the warnings the server sends are appended to
-        `warnings` when given."""
+        `warnings` when given. The registered mutating admission webhooks are called first,
+        outside the store's lock (admission_webhooks.py), with `user` (the AdmissionReview's
+        userInfo; None: the twin's controllers)."""
+        obj = self._webhooks.admit_create(rt, obj, namespace=namespace, dry_run=dry_run,
+                                          user=user, warnings=warnings)
         with self._lock:
             return self._writes.create(
                 rt, obj, namespace=namespace, dry_run=dry_run, keep_status=keep_status,

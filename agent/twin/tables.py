@@ -370,6 +370,10 @@ def _binding_cells(binding: Obj, now: float) -> list[Any]:
             ", ".join(users), ", ".join(groups), ", ".join(accounts)]
 
 
+def _webhook_configuration_cells(config: Obj, now: float) -> list[Any]:
+    return [_name(config), len(_list(config.get("webhooks"))), _age(config, now)]
+
+
 def _default_cells(obj: Obj, _now: float) -> list[Any]:
     return [_name(obj), _m(obj, "metadata", "creationTimestamp") or ""]
 
@@ -447,6 +451,9 @@ PRINTERS: dict[tuple[str, str, str], Printer] = {
     ), _job_cells),
     ("networking.k8s.io", "v1", "networkpolicies"): Printer(
         (NAME, Column("Pod-Selector"), AGE), _network_policy_cells),
+    ("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"): Printer(
+        (NAME, Column("Webhooks", "integer", description="The number of webhooks."), AGE),
+        _webhook_configuration_cells),
     **{("rbac.authorization.k8s.io", "v1", plural): Printer((
         NAME, Column("Role"), AGE, Column("Users", priority=1), Column("Groups", priority=1),
         Column("ServiceAccounts", priority=1),

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from agent.approval.step import ApprovalStepKind, approval_step
+from agent.approval.step import ApprovalStepKind, Remediability, approval_step
+from agent.model.document import IncidentDocument, UtilizationEvidence
 from agent.model.incident import FindingRecord, RemediationAction
 from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus, RemediationActionKind
@@ -99,9 +100,13 @@ def test_a_reapplied_manifest_restores_the_label_and_is_named_with_its_manager(t
     fix = from_action(action)
     assert fix is not None and fix.reverted == revert
     now = datetime.fromisoformat(revert.at)
+    split = finding(JobKind.GROUP, name="lab")
+    document = IncidentDocument.of_finding(split, uid=None, metrics=UtilizationEvidence("none"))
+    subject = Remediability.of(document.with_fix({"refusal": None,
+                                                  "reverted": revert.to_dict()}))
+    assert subject.reverted is not None and subject.reverted.at == now
     step = approval_step(
-        namespace="ml", finding={"remediable": True, "target_zone": "zone-a",
-                                 "proposed_fix": {"reverted": revert.to_dict()}},
+        namespace="ml", subject=subject,
         policy=ApprovalPolicy(auto_namespaces=("ml",)), protected_namespaces=(),
         default_ttl=timedelta(hours=1), now=now,
         auto_hold=timedelta(hours=24))
