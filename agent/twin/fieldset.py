@@ -167,7 +167,7 @@ def compare(old: Any, new: Any, typing: Typing, *, path: Path = (), schema: Any 
     removed: set[Path] = set()
     schema = typing.schema if not path else schema
     field = path[-1][2:] if path and path[-1].startswith("f:") else ""
-    if old is None and new is None:
+    if old == new:  # the common case of a subtree a write leaves alone: one C-level comparison
         return Comparison(EMPTY, EMPTY, EMPTY)
     if old is None:
         return Comparison(frozenset(paths_of(new, typing, path=path, schema=schema,
@@ -245,6 +245,65 @@ def to_fields_v1(paths: Iterable[Path]) -> dict[str, Any]:
 
 def _sorted(tree: dict[str, Any]) -> dict[str, Any]:
     return {k: _sorted(tree[k]) for k in sorted(tree, key=lambda e: (e != MEMBER, e))}
+
+
+def holds(tree: Mapping[str, Any], path: Path) -> bool:
+    """Whether the FieldsV1 tree has `path` as a member (without parsing the whole tree)."""
+    node: Any = tree
+    for element in path:
+        if not isinstance(node, Mapping) or element not in node:
+            return False
+        node = node[element]
+    return isinstance(node, Mapping) and (not node or MEMBER in node)
+
+
+def edited(tree: Mapping[str, Any], *, add: Iterable[Path] = (),
+           remove: Iterable[Path] = ()) -> dict[str, Any]:  # fmt: skip
+    """A FieldsV1 tree with members removed and added, copying only the nodes on their paths
+    (the rest is shared with `tree`, which is left unchanged)."""
+    out: dict[str, Any] = dict(tree)
+    for path in sorted(remove, key=len, reverse=True):
+        out = _removed(out, path)
+    for path in add:
+        out = _added(out, path)
+    return out
+
+
+def _removed(node: dict[str, Any], path: Path) -> dict[str, Any]:
+    element, rest = path[0], path[1:]
+    child = node.get(element)
+    if not isinstance(child, Mapping):
+        return node
+    out = dict(node)
+    if rest:
+        sub = _removed(dict(child), rest)
+        if sub:
+            out[element] = {} if set(sub) == {MEMBER} else sub  # a member with no children
+        else:
+            del out[element]  # nothing left below, and it was no member itself
+    elif len(child) > 1 or (child and MEMBER not in child):
+        out[element] = {k: v for k, v in child.items() if k != MEMBER}  # still holds children
+    else:
+        del out[element]
+    return out
+
+
+def _added(node: dict[str, Any], path: Path) -> dict[str, Any]:
+    element, rest = path[0], path[1:]
+    out = dict(node)
+    child = node.get(element)
+    if not rest:
+        if isinstance(child, Mapping) and child and MEMBER not in child:
+            out[element] = {MEMBER: {}, **child}
+        elif not isinstance(child, Mapping):
+            out[element] = {}
+        return out
+    if isinstance(child, Mapping):
+        base = dict(child) if child else {MEMBER: {}}  # a leaf member keeps its membership
+    else:
+        base = {}
+    out[element] = _added(base, rest)
+    return out
 
 
 def from_fields_v1(tree: Mapping[str, Any], prefix: Path = ()) -> set[Path]:

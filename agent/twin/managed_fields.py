@@ -117,25 +117,49 @@ class Entry:
         return out
 
 
-def entries_of(obj: Mapping[str, Any]) -> list[Entry]:
+class Stored:
+    """One stored managedFields entry: its raw JSON, its fields parsed only when needed (most
+    writes leave most entries alone, and those are kept as they are)."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
+        self.key = (str(raw.get("manager") or ""), str(raw.get("operation") or UPDATE),
+                    str(raw.get("subresource") or ""))  # fmt: skip
+        self._fields: FieldSet | None = None
+
+    @property
+    def fields(self) -> FieldSet:
+        if self._fields is None:
+            self._fields = frozenset(fs.from_fields_v1(self.raw["fieldsV1"]))
+        return self._fields
+
+    def touches(self, paths: FieldSet) -> bool:
+        tree = self.raw["fieldsV1"]
+        return any(fs.holds(tree, p) for p in paths)
+
+    def entry(self) -> Entry:
+        manager, operation, subresource = self.key
+        return Entry(manager=manager, operation=operation,
+                     api_version=str(self.raw.get("apiVersion") or ""),
+                     time=str(self.raw.get("time") or ""), fields=self.fields,
+                     subresource=subresource)  # fmt: skip
+
+
+def stored_of(obj: Mapping[str, Any]) -> list[Stored]:
     """The object's managedFields entries (malformed ones skipped)."""
-    out = []
-    for raw in (obj.get("metadata") or {}).get("managedFields") or []:
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("fieldsV1"), Mapping):
-            continue
-        out.append(Entry(manager=str(raw.get("manager") or ""),
-                         operation=str(raw.get("operation") or UPDATE),
-                         api_version=str(raw.get("apiVersion") or ""),
-                         time=str(raw.get("time") or ""),
-                         fields=frozenset(fs.from_fields_v1(raw["fieldsV1"])),
-                         subresource=str(raw.get("subresource") or "")))  # fmt: skip
-    return out
+    return [Stored(raw) for raw in (obj.get("metadata") or {}).get("managedFields") or []
+            if isinstance(raw, Mapping) and isinstance(raw.get("fieldsV1"), Mapping)]
 
 
-def _ordered(entries: list[Entry]) -> list[Obj]:
+def entries_of(obj: Mapping[str, Any]) -> list[Entry]:
+    """The object's managedFields entries, parsed."""
+    return [s.entry() for s in stored_of(obj)]
+
+
+def _ordered(entries: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Apply entries first, then by time, then by manager (the server's order)."""
-    ordered = sorted(entries, key=lambda e: (e.operation != APPLY, e.time, e.manager))
-    return [e.to_json() for e in ordered]
+    return sorted(entries, key=lambda e: (e.get("operation") != APPLY, str(e.get("time") or ""),
+                                          str(e.get("manager") or "")))  # fmt: skip
 
 
 # ---------------------------------------------------------------- stamping
@@ -177,38 +201,53 @@ def stamp(
     pruned fields from it). `applied` is the configuration of a server-side apply."""
     writer = current_writer()
     typing = _typing(rt, schema)
-    entries = entries_of(old) if old is not None else []
+    stored = stored_of(old) if old is not None else []
     sub = subresource or ""
     before = _tracked(old, rt=rt, subresource=subresource) or {}
     if applied is not None:
-        new = _apply(rt, entries, before, new, applied, writer=writer, typing=typing,
-                     subresource=subresource)  # fmt: skip
+        new = _apply(rt, [s.entry() for s in stored], before, new, applied, writer=writer,
+                     typing=typing, subresource=subresource)  # fmt: skip
     after = _tracked(new, rt=rt, subresource=subresource) or {}
     diff = fs.compare(before, after, typing)
+    meta = new.setdefault("metadata", {})
+    if diff.same and applied is None:  # nothing the write's manager could own changed
+        if stored:
+            meta["managedFields"] = [s.raw for s in stored]
+        else:
+            meta.pop("managedFields", None)
+        return new
     changed, removed = _clean(diff.changed), _clean(diff.removed)
     operation = APPLY if applied is not None else UPDATE
     key = (writer.manager, operation, sub)
-    previous = next((e for e in entries if e.key == key), None)
-    kept: list[Entry] = []
-    for entry in entries:
+    previous = next((s for s in stored if s.key == key), None)
+    kept: list[Mapping[str, Any]] = []
+    lost = changed | removed
+    for entry in stored:
         if entry.key == key:
             continue
-        taken = entry.fields - removed
-        if entry.subresource == sub:
-            taken = taken - changed
-        if taken:
-            kept.append(entry if taken == entry.fields else _with(entry, taken))
+        if not entry.touches(removed if entry.key[2] != sub else lost):
+            kept.append(entry.raw)  # untouched: kept as stored
+            continue
+        tree = fs.edited(entry.raw["fieldsV1"], remove=lost if entry.key[2] == sub else removed)
+        if tree:
+            kept.append({**entry.raw, "fieldsV1": tree})
     if applied is not None:
         mine = _config(rt, applied, typing, subresource=subresource)
+        unmoved = previous is not None and diff.same and previous.fields == mine
+        time = str(previous.raw.get("time") or now) if unmoved and previous is not None else now
+        if mine:
+            kept.append(Entry(manager=writer.manager, operation=operation,
+                              api_version=rt.api_version, time=time, fields=mine,
+                              subresource=sub).to_json())  # fmt: skip
     else:
-        mine = ((previous.fields if previous else fs.EMPTY) - removed) | changed
-    if mine:
-        moved = previous is None or not diff.same or previous.fields != mine
-        kept.append(Entry(manager=writer.manager, operation=operation,
-                          api_version=rt.api_version,
-                          time=now if moved or previous is None else previous.time,
-                          fields=mine, subresource=sub))  # fmt: skip
-    meta = new.setdefault("metadata", {})
+        # the writer's entry: what it owned, less what it removed, plus what it set
+        base = previous.raw["fieldsV1"] if previous is not None else {}
+        tree = fs.edited(base, remove=removed, add=changed)
+        if tree:
+            kept.append({**(previous.raw if previous is not None else {}),
+                         **Entry(manager=writer.manager, operation=operation,
+                                 api_version=rt.api_version, time=now, fields=fs.EMPTY,
+                                 subresource=sub).to_json(), "fieldsV1": tree})  # fmt: skip
     if kept:
         meta["managedFields"] = _ordered(kept)
     else:
@@ -220,11 +259,6 @@ def _config(rt: ResourceType, applied: Obj, typing: Typing, *, subresource: str 
     """The fields an apply configuration sets."""
     tracked = _tracked(applied, rt=rt, subresource=subresource)
     return _clean(frozenset(fs.paths_of(tracked, typing, whole=False)))
-
-
-def _with(entry: Entry, fields: FieldSet) -> Entry:
-    return Entry(manager=entry.manager, operation=entry.operation, api_version=entry.api_version,
-                 time=entry.time, fields=fields, subresource=entry.subresource)  # fmt: skip
 
 
 def _apply(

@@ -90,3 +90,23 @@ def test_compare(old: Any, new: Any, added: list[str], modified: list[str],
 )
 def test_remove(obj: Any, path: fs.Path, expect: Any) -> None:
     assert fs.remove(obj, path) == expect
+
+
+@pytest.mark.parametrize(
+    ("tree", "add", "remove", "expect"),
+    [
+        ({"f:a": {}}, [("f:b",)], [], {"f:a": {}, "f:b": {}}),
+        ({"f:a": {}}, [("f:a", "f:x")], [], {"f:a": {".": {}, "f:x": {}}}),
+        ({"f:a": {"f:x": {}}}, [("f:a",)], [], {"f:a": {".": {}, "f:x": {}}}),
+        ({"f:a": {"f:x": {}, "f:y": {}}}, [], [("f:a", "f:x")], {"f:a": {"f:y": {}}}),
+        ({"f:a": {"f:x": {}}}, [], [("f:a", "f:x")], {}),
+        ({"f:a": {".": {}, "f:x": {}}}, [], [("f:a", "f:x")], {"f:a": {}}),
+        ({"f:a": {".": {}, "f:x": {}}}, [], [("f:a",)], {"f:a": {"f:x": {}}}),
+        ({"f:a": {}}, [], [("f:missing", "f:x")], {"f:a": {}}),
+    ],
+)
+def test_edited_trees_match_the_set_they_stand_for(tree: dict[str, Any], add: list[fs.Path],
+                                                   remove: list[fs.Path], expect: Any) -> None:
+    got = fs.edited(tree, add=add, remove=remove)
+    assert got == expect
+    assert fs.from_fields_v1(got) == (fs.from_fields_v1(tree) - set(remove)) | set(add)
