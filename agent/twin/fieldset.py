@@ -298,10 +298,9 @@ def _added(node: dict[str, Any], path: Path) -> dict[str, Any]:
         elif not isinstance(child, Mapping):
             out[element] = {}
         return out
+    base: dict[str, Any] = {}
     if isinstance(child, Mapping):
         base = dict(child) if child else {MEMBER: {}}  # a leaf member keeps its membership
-    else:
-        base = {}
     out[element] = _added(base, rest)
     return out
 
