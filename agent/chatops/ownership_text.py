@@ -2,8 +2,8 @@
 
 Called by the message renderer (`agent.chatops.render`) with the incident's proposed fix. Pure:
 it renders Slack mrkdwn text from `agent.model.proposal.ProposedFix.owners` and sends nothing.
-An object nobody re-applies is said in one line (the live fix lasts); one a GitOps tool, a
-pipeline, kubectl apply or a controller owns says so with what that means, and points at the
+Objects nobody re-applies get no section (the live fix lasts); one a GitOps tool, a pipeline,
+kubectl apply or a controller owns is said with what that means, and the section points at the
 hand-over patch (`zonemedic incidents patch N`), whose kustomize form is shown as a snippet
 (`handover_snippet`). A fix that was undone (`ProposedFix.reverted`)
 is named first: by which field manager, when, which fields, and that the change belongs in the
@@ -21,7 +21,7 @@ SNIPPET_LIMIT = 2500  # characters of patch in one section (Slack's limit is 300
 
 
 def ownership_text(fix: ProposedFix | None, *, incident_id: int) -> str | None:
-    """The section's text, or None when the fix names no owner and undoes no revert."""
+    """The section's text, or None when nothing re-applies the objects and no fix was undone."""
     if fix is None or not (fix.owners or fix.reverted):
         return None
     reverted = ""
@@ -31,7 +31,7 @@ def ownership_text(fix: ProposedFix | None, *, incident_id: int) -> str | None:
                     f"{mrkdwn_escape(fix.reverted.sentence().removeprefix(title).lstrip())}"
                     "\n")  # fmt: skip
     if fix.lasting and fix.reverted is None:
-        return "*Owner:* " + mrkdwn_escape("; ".join(o.sentence() for o in fix.owners))
+        return None  # nothing re-applies the objects: the live fix lasts, nothing to say
     lines = [f"• {mrkdwn_escape(o.sentence())}" for o in fix.owners if not o.ownership.durable]
     lines.append(f"The change for the source: `zonemedic incidents patch {incident_id} "
                  "--format kustomize` (or `manifest`, `json6902`).")  # fmt: skip

@@ -25,8 +25,7 @@ NOBODY = ObjectOwnership("Job", "lab", "workers", Ownership(OwnerKind.NONE, mana
     ("owners", "expect"),
     [
         ((), None),
-        ((NOBODY,), "*Owner:* Job lab/workers is not managed by GitOps (written by kubectl-create): "
-                    "no GitOps tool, pipeline or controller owns it: the live fix lasts"),
+        ((NOBODY,), None),  # the live fix lasts: nothing to say
         ((ARGO, NOBODY), "*Who owns it:*\n• Deployment lab/coordinator is managed by Argo CD "
                          "application lab: this live fix lasts until its next sync unless the "
                          "change is committed to the application's source\n"
