@@ -161,9 +161,14 @@ NOTES = {
     ),
     "whatif_scale": (
         "`diagnose_scale`'s synthetic cluster (5,000 nodes, 150,000 pods, 2,000 Kubeflow jobs, "
-        "1,000 policies) with one zone-boundary policy deleted: every job diagnosed before and "
-        "after, and every required flow (about 5 million pod pairs) compared per identity-class "
-        "pair; policy sets built from scratch each run. The two full diagnoses are most of it."
+        "1,000 policies) with one zone-boundary policy deleted: every job diagnosed before, "
+        "the jobs the deleted policy can select in some placement diagnosed after; the required "
+        "flows of the jobs with a touched pod, and every declared-port flow to or from the "
+        "pods the policy selected (about 5,000 pods, to and from every pod of the cluster: "
+        "tens of millions of pod pairs, most of which change) compared per identity-class "
+        "pair; policy sets built from scratch each run. Over the 2 s target since the "
+        "declared-port flows are compared: their evaluator checks (one per touched class, "
+        "peer class and port) are most of the time beyond the first diagnosis."
     ),
     "policy_check": "1,000 policies (CNP, CCNP, NetworkPolicy) over 50 namespaces, 2,000 jobs of 8 pods.",
     "remediation": (

@@ -2,7 +2,8 @@
 
 The cluster is `bench/diagnose_scale.py`'s synthetic one (5,000 nodes, 150,000 pods, 2,000
 Kubeflow jobs, 1,000 policies), parsed once; the change deletes one zone-boundary policy. Timed:
-`blast_radius` (every job diagnosed before and after, every required flow compared), best of 3,
+`blast_radius` (every job diagnosed before, those the change can reach after; the required flows
+of the jobs with a touched pod and the declared-port flows of the touched pods compared), best of 3,
 each with policy sets and caches built from scratch; target <= 2 s. Figures go to
 bench/results.json. `--quick`: a twentieth of the cluster.
 """

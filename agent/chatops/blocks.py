@@ -23,7 +23,7 @@ from typing import Any
 
 from agent.model.incident import IncidentSummary
 from agent.model.lifecycle import IncidentStatus
-from agent.parsing.printable import printable
+from agent.parsing.printable import printable, printable_lines
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -151,3 +151,19 @@ def fit_lines(title: str, lines: Iterable[str]) -> str:
         out.append(line)
         size += 1 + len(line)
     return "\n".join(out)
+
+
+def diff_block(diff: str, *, incident_id: int, title: str = "*Patch:*", noun: str = "diff") -> str:
+    """The patch diff in a code block, cut at a line end to fit one section; a cut diff says
+    how many lines were left out and where to read it whole."""
+    fence = "```"
+    body = printable_lines(diff).replace(fence, "'''")
+    total = body.count("\n") + 1
+    room = MAX_SECTION - len(f"{title}\n") - 2 * len(fence) - 2
+    if len(body) > room:
+        more = (f"\n_… truncated: {total} lines in all; `zonemedic incidents show "
+                f"{incident_id}` prints the whole {noun}_")  # fmt: skip
+        body = body[: room - len(more)]
+        body = body[: body.rfind("\n")] if "\n" in body else body
+        return f"{title}\n{fence}{body}{fence}{more}"
+    return f"{title}\n{fence}{body}{fence}"

@@ -12,7 +12,9 @@ the finding opened the incident, later the plan being executed) in words, and it
 unified diff in a code block cut to one section (a line says so, and where to read it whole).
 A preview the plan refused (no room in the target zone, Kueue-managed...) says the fix cannot be
 applied and why; a split Kueue job's finding adds why Kueue let it split and the Kueue
-configuration to add (YAML, a code block), and says Kueue will re-queue the job. Waste per day comes with the finding (`waste`: GPU-hours and cross-zone egress
+configuration to add (YAML, a code block), and says Kueue will re-queue the job. A finding whose
+co-location is refused adds the policy-side fix offered instead (`agent.chatops.policy_offer`: the
+policy as a diff, its blast radius, the command to apply it, and that zonemedic does not apply it). Waste per day comes with the finding (`waste`: GPU-hours and cross-zone egress
 dollars, each with its basis, measured or estimated, or "unknown" and why).
 
 Approvals: Approve / Reject / Snooze 24h appear only while the incident can be decided (open or
@@ -33,13 +35,13 @@ from datetime import datetime
 from typing import Any
 
 from agent.chatops.blocks import (
-    MAX_SECTION,
     STATUS_WORDS,
     ButtonAction,
     Rendered,
     button,
     cap_blocks,
     context,
+    diff_block,
     fallback,
     fit_lines,
     header,
@@ -49,6 +51,7 @@ from agent.chatops.blocks import (
     when,
 )
 from agent.chatops.ownership_text import handover_snippet, ownership_text
+from agent.chatops.policy_offer import policy_offer_texts
 from agent.model.incident import (
     Decision,
     IncidentSummary,
@@ -59,7 +62,6 @@ from agent.model.proposal import ProposedFix
 from agent.model.stored import StoredDiagnosis, StoredFlow, StoredWaste
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind
-from agent.parsing.printable import printable_lines
 
 FLOWS_LISTED = 8  # denied flows listed one per line; more are grouped
 
@@ -233,22 +235,6 @@ def _fix_text(
     )
 
 
-def diff_block(diff: str, *, incident_id: int, title: str = "*Patch:*", noun: str = "diff") -> str:
-    """The patch diff in a code block, cut at a line end to fit one section; a cut diff says
-    how many lines were left out and where to read it whole."""
-    fence = "```"
-    body = printable_lines(diff).replace(fence, "'''")
-    total = body.count("\n") + 1
-    room = MAX_SECTION - len(f"{title}\n") - 2 * len(fence) - 2
-    if len(body) > room:
-        more = (f"\n_… truncated: {total} lines in all; `zonemedic incidents show "
-                f"{incident_id}` prints the whole {noun}_")  # fmt: skip
-        body = body[: room - len(more)]
-        body = body[: body.rfind("\n")] if "\n" in body else body
-        return f"{title}\n{fence}{body}{fence}{more}"
-    return f"{title}\n{fence}{body}{fence}"
-
-
 def kueue_block(proposal: str, *, incident_id: int) -> str:
     """The Kueue configuration a finding proposes (YAML), in a code block cut like a diff."""
     return diff_block(proposal, incident_id=incident_id, title="*Kueue configuration to add:*",
@@ -402,6 +388,9 @@ def incident_message(
         blocks.append(section(_not_remediable(diagnosis)))
         if diagnosis.kueue is not None:
             blocks.append(section(kueue_block(diagnosis.kueue.proposal, incident_id=incident.id)))
+        if diagnosis.policy_fix is not None:
+            blocks.extend(section(text) for text in
+                          policy_offer_texts(diagnosis.policy_fix, incident_id=incident.id))
     if incident.status is IncidentStatus.REFUSED:
         blocks.append(section(refused_text(refused or "a guard refused the approved fix")))
     tail: list[dict[str, Any]] = []

@@ -136,20 +136,23 @@ def _diagnose(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: S
     import orjson
 
     from agent.diagnosis.diagnose import diagnose_cluster
+    from agent.diagnosis.policy_fix import with_offers
     from agent.diagnosis.report import render_table
 
     policies = snapshot.policy_set(settings)
     for warning in (*snapshot.warnings, *policies.warnings()):
         print(f"zonemedic: warning: {printable(str(warning))}", file=sys.stderr)
     result = diagnose_cluster(snapshot.state, policies, settings=settings)
-    if not result.findings:
+    findings = with_offers(result, snapshot.state, policies,
+                           groups={g.name: g.selector for g in settings.groups})  # fmt: skip
+    if not findings:
         print(f"zonemedic: note: {no_jobs_hint(settings)}", file=sys.stderr)
     if args.output == "json":
-        body = {"findings": [f.to_dict() for f in result.findings]}
+        body = {"findings": [f.to_dict() for f in findings]}
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
         sys.stdout.flush()
     else:
-        sys.stdout.write(render_table(result.findings, colour=_use_colour()))
+        sys.stdout.write(render_table(findings, colour=_use_colour()))
     return 0
 
 

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import gc
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,28 +78,69 @@ def _delete(snapshot: Snapshot, targets: list[str]) -> Snapshot:
                                unreadable=tuple(unreadable.values()))  # fmt: skip
 
 
-def _move(snapshot: Snapshot, args: argparse.Namespace, settings: DiagnosisSettings) -> Snapshot:
-    from agent.diagnosis.whatif import find_job, moved
+def _move(snapshot: Snapshot, args: argparse.Namespace, settings: DiagnosisSettings, *,
+          items: Sequence[Mapping[str, Any]] | None) -> tuple[Snapshot, dict[str, Any]]:
+    """The snapshot with the job re-created as the planner's fix to `--zone` leaves it
+    (`agent.remediation.rehearsal`): planned from the dump's objects (`items`), or, live
+    (`items` None), from the objects the plan preview reads, read-only; and what the move is:
+    the zone, the planner's diff and each moved pod's node."""
+    from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+    from agent.diagnosis.whatif import find_job
+    from agent.remediation.rehearsal import live_objects, plan_move, rehearse
     from agent.topology.jobs import find_jobs
-    from agent.topology.zones import mirror_label_keys
 
     state = snapshot.state
+    zones = sorted({z for n in state.nodes.values() if (z := n.zone)})
+    if args.zone not in zones:
+        raise WhatIfError(f"--zone: no node in zone {args.zone!r} (zones: "
+                          f"{', '.join(zones) or 'none'})")  # fmt: skip
     job = find_job(find_jobs(state, settings.groups), args.move)
-    keys = mirror_label_keys(settings.pod_zone_label, pods=state.pods, nodes=state.nodes)
-    return dataclasses.replace(snapshot, state=moved(state, job, zone=args.zone, mirror_keys=keys))
+    diagnosis = diagnose_cluster(state, snapshot.policy_set(settings), settings=settings,
+                                 only=JobScope(jobs=frozenset({job.ref})))  # fmt: skip
+    finding = next(f for f in diagnosis.findings if f.job == job.ref)
+    if items is None:
+        from agent.remediation.observe import ClusterReader
+        from agent.settings import KubernetesSettings
+        from agent.sources.kubeapi import KubeApi, build_api_client
+
+        api = KubeApi(build_api_client(KubernetesSettings(kubeconfig=args.kubeconfig,
+                                                          context=args.context)))  # fmt: skip
+        try:
+            reader = ClusterReader(api)
+            raw = reader.job(job.ref) if job.ref.kind.value != "Group" else None
+            live = reader.live_objects(job.ref, target_zone=args.zone, job=raw,
+                                       pod_names=[p.name for p in job.pods])  # fmt: skip
+            if finding.kueue is not None:
+                live = dataclasses.replace(live, queued=reader.kueue_workload(job.ref),
+                                           kueue=state.kueue)  # fmt: skip
+        finally:
+            api.api_client.close()
+        items = [*live.pods, *live.nodes, *live.bound_pods, *live.workloads]
+    else:
+        live = live_objects(items, job, zone=args.zone, kueue=state.kueue)
+    plan = plan_move(finding, live, zone=args.zone, mirror_keys=diagnosis.mirror_keys)
+    moved = rehearse(state, job, plan, live=live, items=items, mirror_keys=diagnosis.mirror_keys)
+    members = {(p.namespace, p.name) for p in job.pods}
+    placement = {f"{p.namespace}/{p.name}": p.node_name for p in moved.pods
+                 if (p.namespace, p.name) in members}  # fmt: skip
+    move = {"job": str(job.ref), "zone": args.zone, "diff": plan.diff, "placement": placement}
+    return dataclasses.replace(snapshot, state=moved), move
 
 
 def _policy_fix(args: argparse.Namespace) -> int:
-    """`--policy-fix NS/NAME`: the proposal, its YAML and diff, and its blast radius."""
+    """`--policy-fix NS/NAME`: the proposal, its YAML and diff, its proof and the blast radius of
+    applying it over every job."""
     import orjson
 
     from agent.commands.diagnose import load_snapshot
-    from agent.diagnosis.policy_fix import propose_fix
-    from agent.diagnosis.whatif import Cluster, blast_radius, find_job
+    from agent.diagnosis.flow_universe import Cluster
+    from agent.diagnosis.policy_fix import base_labels, offer, propose_fix, with_fix
+    from agent.diagnosis.whatif import blast_radius, find_job
+    from agent.model.cluster import ZONE_LABEL
     from agent.parsing.printable import printable
-    from agent.policy import PolicySet, parse_policy
     from agent.settings import load_diagnosis_settings
     from agent.topology.jobs import find_jobs
+    from agent.topology.zones import mirror_label_keys
 
     settings = load_diagnosis_settings(args.config)
     try:
@@ -110,28 +152,33 @@ def _policy_fix(args: argparse.Namespace) -> int:
             snapshot = live_snapshot(read_live(kubeconfig=args.kubeconfig, context=args.context))
         state, policies = snapshot.state, snapshot.policy_set(settings)
         job = find_job(find_jobs(state, settings.groups), args.policy_fix)
-        fix = propose_fix(job, state, policies)
+        base = base_labels(job, {g.name: g.selector for g in settings.groups})
+        avoid = frozenset((*mirror_label_keys(settings.pod_zone_label, pods=state.pods,
+                                              nodes=state.nodes), ZONE_LABEL))  # fmt: skip
+        fix = propose_fix(job, state, policies, base=base, avoid=avoid)
         if fix is None:
             body: dict[str, Any] = {"job": str(job.ref), "policy_fix": None,
                                     "note": "no required flow of the job is denied"}  # fmt: skip
             text = f"{job.ref}: no required flow is denied: no policy change is needed\n"
         else:
-            after = PolicySet([*policies.policies, parse_policy(dict(fix.manifest))],
-                              dataplane=policies.dataplane, unreadable=policies.unreadable)
-            result = blast_radius(Cluster(state, policies), Cluster(state, after),
+            proof = offer(job, state, policies, base=base, avoid=avoid)
+            assert proof is not None
+            result = blast_radius(Cluster(state, policies), Cluster(state, with_fix(policies, fix)),
                                   settings=settings)  # fmt: skip
-            others = [f for f in result.flows if f.job != str(job.ref)]
+            others = [f for f in result.all_flows() if f.job != str(job.ref)]
             other_jobs = [j for j in result.jobs if j.job != str(job.ref)]
-            contained = not others and not other_jobs
-            body = {"job": str(job.ref), "policy_fix": {"manifest": fix.manifest,
-                    "yaml": fix.yaml, "diff": fix.diff()},
+            contained = not others and not other_jobs and proof.exact
+            body = {"job": str(job.ref),
+                    "policy_fix": {"kind": fix.kind, "manifests": list(fix.manifests),
+                                   "manifest": fix.manifests[0], "yaml": fix.yaml,
+                                   "diff": fix.diff(), "exact": proof.exact,
+                                   "proof": dict(proof.blast)},
                     "blast_radius": result.to_dict(), "only_this_job": contained,
-                    "apply": "kubectl apply -f FILE (zonemedic does not apply policies: network "
-                             "policy belongs to the security team)"}  # fmt: skip
-            text = (f"proposed policy for {job.ref} (not applied: network policy belongs to the "
-                    f"security team; apply it with kubectl apply -f FILE):\n{fix.diff()}\n"
-                    f"{result.render()}"
-                    f"only this job's flows change: {'yes' if contained else 'NO'}\n")
+                    "apply": f"{fix.apply_command()} ({proof.note})"}  # fmt: skip
+            text = (f"proposed policy for {job.ref} ({fix.kind}; {proof.note}):\n"
+                    f"{fix.diff()}\napply it with: {fix.apply_command()}\n{result.render()}"
+                    f"exactly the job's {fix.opened} denied required flow(s) change, nothing "
+                    f"else: {'yes' if contained else 'NO'}\n")
     finally:
         gc.unfreeze()
     if args.output == "json":
@@ -158,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
     import orjson
 
     from agent.commands.diagnose import load_snapshot
-    from agent.diagnosis.whatif import Cluster, blast_radius
+    from agent.diagnosis.flow_universe import Cluster
+    from agent.diagnosis.whatif import blast_radius
     from agent.parsing.printable import printable
     from agent.settings import load_diagnosis_settings
 
@@ -173,9 +221,12 @@ def run(args: argparse.Namespace) -> int:
         raise WhatIfError("whatif: --move NS/NAME and --zone Z go together")
     settings = load_diagnosis_settings(args.config)
     try:
+        items: list[Mapping[str, Any]] | None = None
         if args.snapshot:
             before = load_snapshot(args.snapshot)
             changed = load_snapshot([*args.snapshot, *args.apply])
+            if args.move:
+                items = [item for path in (*args.snapshot, *args.apply) for item in _items(path)]
         else:
             from agent.commands.live_cluster import live_snapshot, read_live
 
@@ -183,8 +234,9 @@ def run(args: argparse.Namespace) -> int:
             live = read_live(kubeconfig=args.kubeconfig, context=args.context)
             before, changed = live_snapshot(live), live_snapshot(live, applied)
         after = _delete(changed, args.delete)
+        move: dict[str, Any] | None = None
         if args.move:
-            after = _move(after, args, settings)
+            after, move = _move(after, args, settings, items=items)
         elif after.state == before.state:  # a policy change only: one state, its jobs found once
             after = dataclasses.replace(after, state=before.state)
         for warning in after.warnings:
@@ -197,8 +249,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         gc.unfreeze()
     if args.output == "json":
-        sys.stdout.buffer.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+        body = result.to_dict() if move is None else {**result.to_dict(), "move": move}
+        sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
         sys.stdout.flush()
     else:
-        sys.stdout.write("".join(printable(line) + "\n" for line in result.render().splitlines()))
+        text = result.render()
+        if move is not None:
+            text = (f"move {move['job']} to {move['zone']} with the planner's patches:\n"
+                    f"{move['diff']}\n" + text)
+        sys.stdout.write("".join(printable(line) + "\n" for line in text.splitlines()))
     return 0

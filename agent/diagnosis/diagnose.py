@@ -349,6 +349,7 @@ class _Diagnoser:
             gpus=dict(sorted(gpus_by_zone.items())),
             awaits_room=awaits_room,
             kueue=kueue,
+            no_room=bool(fixing) and not candidates,
         )
 
 

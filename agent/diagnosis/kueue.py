@@ -19,10 +19,13 @@ that applies:
 For 2-5 the proposal is the annotations to add to every gang pod template: the zone as the
 required level, one group name when the job has two PodSets (Kueue groups exactly two), the
 preferred and unconstrained annotations removed (Kueue admits one topology annotation per
-template). Those the Kueue fix can apply on approval (`agent_fixable`) for a Kubeflow job (replica
-specs); a job of more than two PodSets cannot be grouped and is not, nor (not yet) a TrainJob or a
-JobSet: for those the proposal is advice only. A split job whose requests are already zone-level and
-grouped gets no advice (something else split it). Pure: nothing is written.
+template) -- for a Kubeflow job on its replica specs, for a JobSet on its replicated jobs' pod
+templates, for a TrainJob in zonemedic's own `runtimePatches` entry. Those the Kueue fix can
+apply on approval (`agent_fixable`). A gang of more than two PodSets cannot be grouped by
+`podset-group-name` (Kueue groups exactly two, one of them a single pod): its advice says so and
+proposes the per-PodSet requests plus a zone-pinned ResourceFlavor for its ClusterQueue (the
+platform team's change), nothing the agent applies. A split job whose requests are already
+zone-level and grouped gets no advice (something else split it). Pure: nothing is written.
 """
 
 from __future__ import annotations
@@ -47,26 +50,57 @@ from agent.model.workload import (
     KUEUE,
     KUEUE_RESOURCE_FLAVOR,
     KUEUE_TOPOLOGY,
+    TRAINJOB_PATCH_MANAGER,
     workload,
 )
 
 PROPOSED_TOPOLOGY = "zonemedic-zone"  # the name of a proposed Topology when none fits
 
 
+def _set_only(values: Mapping[str, str | None]) -> dict[str, str]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def annotations_yaml(job: TrainingJobObject) -> str:
     """The job-side change as YAML: a merge patch of the pod templates' annotations (replica
-    specs), or the annotations per replicated job (a list a merge patch would replace whole)."""
+    specs), the annotations per replicated job of a JobSet (a list a merge patch would replace
+    whole: merged into each one named), or zonemedic's own runtime-patch entry of a TrainJob."""
     wanted = wanted_annotations(job.name, job.pod_sets, job.topology)
     kind = workload(job.kind)
     head = f"# {job.kind.value} {job.namespace}/{job.name}: pod-template annotations for Kueue TAS\n"
+    body: Any
     if kind.templates.layout is TemplateLayout.REPLICA_SPECS:
-        body: Any = {"spec": {kind.templates.field: {
+        body = {"spec": {kind.templates.field: {
             replica: {"template": {"metadata": {"annotations": values}}}
             for replica, values in wanted.items()}}}  # fmt: skip
+    elif kind.materialised is not None:
+        head += "# (its own runtimePatches entry; the Trainer merges it into the JobSet)\n"
+        rjobs = [{"name": replica, "template": {"spec": {"template": {"metadata": {
+            "annotations": _set_only(values)}}}}} for replica, values in wanted.items()]  # fmt: skip
+        body = {"spec": {"runtimePatches": [{
+            "manager": TRAINJOB_PATCH_MANAGER,
+            "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": rjobs}}}}]}}  # fmt: skip
     else:
-        body = {"replicatedJobs": {replica: {"annotations": values}
-                                   for replica, values in wanted.items()}}  # fmt: skip
+        head += "# (merged into each replicated job named, while the JobSet is suspended)\n"
+        body = {"spec": {"replicatedJobs": [
+            {"name": replica, "template": {"spec": {"template": {"metadata": {
+                "annotations": values}}}}} for replica, values in wanted.items()]}}  # fmt: skip
     return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
+
+
+def pinned_flavor_yaml(objects: KueueObjects, *, flavor: str, zone: str | None) -> str:
+    """A ResourceFlavor that pins every PodSet of its workloads to one zone (its nodeLabels),
+    keeping the flavor's Topology: the Kueue-side way to keep a gang of more than two PodSets
+    together, to be given to the job's ClusterQueue (or a ClusterQueue of its own)."""
+    found = objects.flavors.get(flavor)
+    where = zone or "<zone>"
+    spec: dict[str, Any] = {"nodeLabels": {**(found.node_labels if found else {}), ZONE_LABEL: where}}
+    if found is not None and found.topology:
+        spec["topologyName"] = found.topology
+    doc = {"apiVersion": KUEUE_RESOURCE_FLAVOR.api_version, "kind": KUEUE_RESOURCE_FLAVOR.kind.value,
+           "metadata": {"name": f"{flavor}-{where}"}, "spec": spec}  # fmt: skip
+    return ("# a flavor pinned to one zone, for the job's ClusterQueue (platform team)\n"
+            + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
 
 
 def _flavors_of(job: TrainingJobObject, objects: KueueObjects, cluster_queue: str | None) -> list[str]:
@@ -168,15 +202,17 @@ def kueue_advice(job: TrainingJobObject | None, objects: KueueObjects) -> KueueA
     if found is None:
         return None
     cause, why = found
-    replica_specs = workload(job.kind).templates.layout is TemplateLayout.REPLICA_SPECS
-    fixable = replica_specs and 0 < len(job.pod_sets) <= 2
-    if not replica_specs:
-        why += (f"; zonemedic re-places only Kubeflow jobs through Kueue: add the annotations "
-                f"to the {job.kind.value}'s templates (a TrainJob: its runtime patch)")
-    elif not fixable:
-        why += (f"; with {len(job.pod_sets)} PodSets they cannot be grouped "
-                f"({KUEUE.group_annotation} groups exactly two): change the job's layout")
+    fixable = 0 < len(job.pod_sets) <= 2
+    proposal = annotations_yaml(job)
+    if len(job.pod_sets) > 2:
+        why += (f"; its gang spans {len(job.pod_sets)} PodSets ({', '.join(job.pod_sets)}), which "
+                f"{KUEUE.group_annotation} cannot group (Kueue groups exactly two, one of them a "
+                "single pod): a zone-level request per PodSet keeps each in one zone but not "
+                "all in the same one. Pin the job's ClusterQueue to one zone with a flavor of "
+                "that zone (platform team), or run the gang as at most two PodSets; zonemedic "
+                "writes nothing")  # fmt: skip
+        proposal += "---\n" + pinned_flavor_yaml(objects, flavor=flavor, zone=None)
     return KueueAdvice(cause=cause, queue=queue, cluster_queue=cluster_queue, workload=wl_name,
                        flavor=flavor, agent_fixable=fixable,
                        message=f"Kueue let the job split: {why}",
-                       proposal=annotations_yaml(job))  # fmt: skip
+                       proposal=proposal)  # fmt: skip

@@ -108,7 +108,8 @@ class Reachability:
             moved = self._moved_ids[key] = self._intern((raw[0], raw[1], raw[2], mirror, raw[4]))
         return moved
 
-    def _endpoint(self, cid: int) -> Endpoint:
+    def endpoint(self, cid: int) -> Endpoint:
+        """The endpoint standing for class `cid` (its projected labels, namespace, account)."""
         ep = self._endpoints.get(cid)
         if ep is None:
             ns, account, values, mirror, named = self._classes[cid]
@@ -130,7 +131,7 @@ class Reachability:
         cache_key = (src, dst, ports)
         result = self._verdicts.get(cache_key)
         if result is None:
-            result = self._policies.check(self._endpoint(src), self._endpoint(dst), ports)
+            result = self._policies.check(self.endpoint(src), self.endpoint(dst), ports)
             self._verdicts[cache_key] = result
         return result
 
@@ -192,7 +193,7 @@ class Reachability:
             if cid in seen:
                 continue
             seen.add(cid)
-            for record in self._policies.uncertain(self._endpoint(cid)):
+            for record in self._policies.uncertain(self.endpoint(cid)):
                 out[record.id] = record
         return tuple(out[k] for k in sorted(out))
 

@@ -1,41 +1,46 @@
-"""What if: the blast radius of a policy change before it is made.
+"""What if: the blast radius of a change before it is made.
 
 Called by the `whatif` command with two parsed clusters, the one there is and the one a change
-would make (a policy file applied, an object deleted, a job moved to a zone: `moved`;
-`agent.commands.whatif` builds both). Every
-job is diagnosed in both (`diagnose_cluster`, the diagnosis's own path), and every required flow of
-every job (`agent.topology.flows`) is checked in both by the same evaluator through the diagnosis's
-own grouping (`agent.diagnosis.reachability`: pods no policy can tell apart share one check), and
-listed pod pair by pod pair where the verdict changes. Pods the change deletes are left out. The answer lists each job whose verdict changes and each flow whose verdict
-changes (allowed -> denied or back). Flows between pods of no training job are not enumerated.
-Pure: no I/O.
+would make (a policy file applied, an object deleted, a job moved to a zone; `agent.commands.whatif`
+builds both). Every job is diagnosed in both (`diagnose_cluster`, the diagnosis's own path: job
+verdicts, counterfactual co-location included). The flows compared, before and after, by the same
+evaluator (`agent.diagnosis.flow_universe`):
+- every required flow (`agent.topology.flows`, port ranges included) of every job with a pod the
+  change touches, pod pair by pod pair (a job with no touched pod keeps every flow's verdict);
+- every flow from or to a touched pod on each port its destination declares, whoever owns the two
+  pods (training jobs or not), from and to every pod of the cluster.
+A pod is touched when a policy the change adds, removes or rewrites selects it before or after,
+when the change relabels, moves or adds it, or (every pod) when it changes the dataplane or a
+namespace's labels. Pods the change deletes are left out. Ports no pod declares, outside the
+jobs' required ranges, are not compared. The answer lists each job whose verdict changes, each
+required flow whose verdict changes, and the declared-port flows that change (counted; the first
+`FLOWS_LISTED` listed). Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from agent.diagnosis.diagnose import diagnose_cluster
-from agent.diagnosis.reachability import Reachability
+from agent.diagnosis.flow_universe import (
+    Cluster,
+    FlowChange,
+    TouchedFlows,
+    group_pods,
+    reached_jobs,
+    required_flow_changes,
+    touched_flows,
+)
 from agent.errors import WhatIfError
-from agent.model.cluster import ClusterState, Pod
+from agent.model.cluster import ClusterState
 from agent.model.job import Job
-from agent.model.network import FlowVerdict, PortRange
-from agent.policy import PolicySet
+from agent.model.network import FlowVerdict
 from agent.settings import DiagnosisSettings
 from agent.topology.facts import ClusterFacts, FactsIndex
-from agent.topology.flows import required_flows
 
-
-@dataclass(frozen=True, slots=True)
-class Cluster:
-    """One side of the comparison: a cluster state and its policies."""
-
-    state: ClusterState
-    policies: PolicySet
+__all__ = ["BlastRadius", "Cluster", "FlowChange", "JobChange", "blast_radius", "find_job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,16 +48,6 @@ class JobChange:
     job: str
     before: str | None  # None: the job is not there before (or after)
     after: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class FlowChange:
-    job: str
-    source: str
-    destination: str
-    ports: PortRange
-    before: FlowVerdict
-    after: FlowVerdict
 
 
 def _verdict_dict(verdict: FlowVerdict) -> dict[str, Any]:
@@ -63,110 +58,65 @@ def _verdict_dict(verdict: FlowVerdict) -> dict[str, Any]:
             "policies": list(verdict.policies)}  # fmt: skip
 
 
+def _flow_dict(c: FlowChange, *, kind: str) -> dict[str, Any]:
+    return {"job": c.job, "flow": kind, "from": c.source, "to": c.destination,
+            "port": f"{c.ports}/{c.ports.protocol.value}",
+            "before": _verdict_dict(c.before), "after": _verdict_dict(c.after)}  # fmt: skip
+
+
+NO_TOUCHED = TouchedFlows(0, 0, 0, ())
+
+
 @dataclass(frozen=True, slots=True)
 class BlastRadius:
+    """What a change changes: job verdicts, required flows (`flows`, every one listed) and the
+    declared-port flows of the pods it touches (`touched`: counted, the first ones listed)."""
+
     jobs: tuple[JobChange, ...]
     flows: tuple[FlowChange, ...]
     jobs_checked: int
     flows_checked: int
+    touched: TouchedFlows = NO_TOUCHED
+
+    def all_flows(self) -> tuple[FlowChange, ...]:
+        """Every listed flow change: required flows first, then declared-port ones."""
+        return self.flows + self.touched.listed
 
     def to_dict(self) -> dict[str, Any]:
+        t = self.touched
         return {
             "jobs_checked": self.jobs_checked,
             "flows_checked": self.flows_checked,
+            "touched_pods": t.touched,
+            "declared_port_flows_checked": t.checked,
+            "declared_port_flows_changed": t.changed,
             "jobs": [{"job": c.job, "before": c.before, "after": c.after} for c in self.jobs],
-            "flows": [
-                {"job": c.job, "from": c.source, "to": c.destination,
-                 "port": f"{c.ports}/{c.ports.protocol.value}",
-                 "before": _verdict_dict(c.before), "after": _verdict_dict(c.after)}
-                for c in self.flows
-            ],
+            "flows": [_flow_dict(c, kind="required") for c in self.flows]
+            + [_flow_dict(c, kind="declared_port") for c in t.listed],
+            "flows_listed_complete": len(t.listed) == t.changed,
         }
 
     def render(self) -> str:
         """For people: one line per changed job and flow, or that nothing changes."""
-        lines = [f"what if: {self.jobs_checked} job(s), {self.flows_checked} pod-pair flow(s) "
-                 f"checked; {len(self.jobs)} job verdict(s) and {len(self.flows)} flow(s) change"]
+        t = self.touched
+        lines = [f"what if: {self.jobs_checked} job(s), {self.flows_checked} required pod-pair "
+                 f"flow(s) checked; {len(self.jobs)} job verdict(s) and {len(self.flows)} "
+                 "required flow(s) change",
+                 f"  {t.touched} pod(s) touched: {t.checked} declared-port flow(s) to or from "
+                 f"them checked, {t.changed} change"
+                 + ("" if len(t.listed) == t.changed else f" ({len(t.listed)} listed)")]
         for job in self.jobs:
             lines.append(f"  job {job.job}: {job.before or '(absent)'} -> {job.after or '(absent)'}")
-        for flow in self.flows:
+        listed = [(f, f"required by {f.job}") for f in self.flows] + [
+            (f, "declared port" + (f" within {f.job}" if f.job else "")) for f in t.listed]
+        for flow, what in listed:
             word = ("allowed -> denied" if flow.before.allowed else "denied -> allowed")
             why = flow.after if not flow.after.allowed else flow.before
             policies = ", ".join(why.policies)
             lines.append(f"  flow {flow.source} -> {flow.destination} port {flow.ports}/"
-                         f"{flow.ports.protocol.value} ({flow.job}): {word}"
+                         f"{flow.ports.protocol.value} ({what}): {word}"
                          + (f" ({why.hop.value if why.hop else ''} {policies})" if policies else ""))
         return "\n".join(lines) + "\n"
-
-
-class _Classes:
-    """Each pod's (class before, class after), found once; None for a pod the change deletes.
-    The class after is that of the pod of the same namespace and name after the change (a moved
-    job's pods carry new labels)."""
-
-    def __init__(self, before: Reachability, after: Reachability,
-                 present: dict[tuple[str, str], Pod]) -> None:
-        self._before, self._after, self._present = before, after, present
-        self._known: dict[int, tuple[int, int] | None] = {}
-
-    def groups(self, pods: tuple[Pod, ...]) -> dict[tuple[int, int], list[Pod]]:
-        """The pods still there after the change, by (class before, class after)."""
-        out: dict[tuple[int, int], list[Pod]] = {}
-        known = self._known
-        for pod in pods:
-            if id(pod) in known:
-                key = known[id(pod)]
-            else:
-                now = self._present.get((pod.namespace, pod.name))
-                key = known[id(pod)] = (
-                    None if now is None
-                    else (self._before.class_of(pod), self._after.class_of(now))
-                )
-            if key is not None:
-                group = out.get(key)
-                if group is None:
-                    out[key] = [pod]
-                else:
-                    group.append(pod)
-        return out
-
-
-def _flow_changes(
-    before: Cluster, after: Cluster, jobs: Iterable[Job]
-) -> tuple[list[FlowChange], int]:
-    """The required flows (pod pairs) whose verdict changes, and how many pod pairs were checked.
-    Pods the policies cannot tell apart, before and after alike, are checked once per class pair
-    (`Reachability`, the diagnosis's own grouping); only pairs whose verdict changes are listed."""
-    reach_before = Reachability(before.policies, before.state.namespaces,
-                                label_keys=before.policies.pod_label_keys())  # fmt: skip
-    reach_after = Reachability(after.policies, after.state.namespaces,
-                               label_keys=after.policies.pod_label_keys())  # fmt: skip
-    classes = _Classes(reach_before, reach_after,
-                       {(p.namespace, p.name): p for p in after.state.pods})
-    changes: list[FlowChange] = []
-    checked = 0
-    for job in jobs:
-        label = str(job.ref)
-        for rule in required_flows(job):
-            sources = classes.groups(rule.sources)
-            destinations = classes.groups(rule.destinations)
-            for src_key, src_pods in sources.items():
-                for dst_key, dst_pods in destinations.items():
-                    # a pod is never its own peer: only a group pair of one key can share pods
-                    shared = (len({id(p) for p in src_pods} & {id(p) for p in dst_pods})
-                              if src_key == dst_key else 0)  # fmt: skip
-                    checked += len(src_pods) * len(dst_pods) - shared
-                    old = reach_before.verdict(src_key[0], dst_key[0], rule.ports)
-                    new = reach_after.verdict(src_key[1], dst_key[1], rule.ports)
-                    if old.allowed == new.allowed:
-                        continue
-                    changes.extend(
-                        FlowChange(label, f"{s.namespace}/{s.name}", f"{d.namespace}/{d.name}",
-                                   rule.ports, old, new)
-                        for s in src_pods for d in dst_pods if s is not d
-                    )  # fmt: skip
-    changes.sort(key=lambda c: (c.job, c.source, c.destination, c.ports.first, c.ports.last))
-    return changes, checked
 
 
 def _facts(state: ClusterState) -> ClusterFacts:
@@ -182,47 +132,33 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
     facts = _facts(before.state)
     diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts)
     verdicts_before = {str(f.job): f.verdict.value for f in diagnosed.findings}
+    groups = group_pods(before, after)
     if after.state is before.state:  # a policy change only: the same jobs, the same facts
+        reached = reached_jobs(before, after, groups, diagnosed.jobs.values(),
+                               mirror_keys=diagnosed.mirror_keys, zones=facts.zones)  # fmt: skip
         again = diagnose_cluster(after.state, after.policies, settings=settings, facts=facts,
-                                 jobs_found=tuple(diagnosed.jobs.values()))  # fmt: skip
+                                 jobs_found=tuple(diagnosed.jobs.values() if reached is None
+                                                  else reached))  # fmt: skip
+        verdicts_after = {**verdicts_before,
+                          **{str(f.job): f.verdict.value for f in again.findings}}  # fmt: skip
     else:
         again = diagnose_cluster(after.state, after.policies, settings=settings,
                                  facts=_facts(after.state))  # fmt: skip
-    verdicts_after = {str(f.job): f.verdict.value for f in again.findings}
+        verdicts_after = {str(f.job): f.verdict.value for f in again.findings}
     jobs = tuple(
         JobChange(job, verdicts_before.get(job), verdicts_after.get(job))
         for job in sorted(verdicts_before.keys() | verdicts_after.keys())
         if verdicts_before.get(job) != verdicts_after.get(job)
     )
-    flows, checked = _flow_changes(before, after, diagnosed.jobs.values())
+    touched = groups.touched()
+    # a job's required flows can change only when the change touches one of its pods
+    hit = [j for j in diagnosed.jobs.values()
+           if any((p.namespace, p.name) in touched for p in j.pods)]  # fmt: skip
+    flows, checked = required_flow_changes(before, after, hit)
+    owner = {(p.namespace, p.name): str(j.ref) for j in hit for p in j.pods}
+    declared = touched_flows(before, after, groups, owner=owner)
     return BlastRadius(jobs, tuple(flows), len(verdicts_before.keys() | verdicts_after.keys()),
-                       checked)
-
-
-def moved(
-    state: ClusterState, job: Job, *, zone: str, mirror_keys: Sequence[str]
-) -> ClusterState:
-    """The cluster with `job` co-located in `zone` as the planner's fix leaves it for the
-    policies and the placement: every zone-mirroring label key set to `zone` on each of its pods
-    (the planner's patch relabels the templates the same way) and each pod bound to a node of
-    `zone` (GPU pods to a node with GPUs when there is one). `WhatIfError` when no node is in
-    `zone`. The planner's other patches (tolerations, affinity) decide where the scheduler puts
-    the pods, which this stands in for; they change no verdict here."""
-    nodes = sorted((n for n in state.nodes.values() if n.zone == zone), key=lambda n: n.name)
-    if not nodes:
-        zones = ", ".join(sorted({z for n in state.nodes.values() if (z := n.zone)})) or "none"
-        raise WhatIfError(f"--zone: no node in zone {zone!r} (zones: {zones})")
-    gpu_nodes = [n for n in nodes if n.gpu_allocatable > 0] or nodes
-    members = {(p.namespace, p.name) for p in job.pods}
-    pods = []
-    for pod in state.pods:
-        if (pod.namespace, pod.name) not in members:
-            pods.append(pod)
-            continue
-        labels = {**pod.labels, **{k: zone for k in mirror_keys}}
-        node = (gpu_nodes if pod.gpu_request else nodes)[0]
-        pods.append(dataclasses.replace(pod, labels=labels, node_name=node.name))
-    return dataclasses.replace(state, pods=tuple(pods))
+                       checked, declared)
 
 
 def find_job(jobs: Iterable[Job], target: str) -> Job:

@@ -240,7 +240,8 @@ class KueueMarkers:
     """What says Kueue manages an object: its queue label (or annotation), the label Kueue sets
     on the pods it manages, and the pod-template annotations of Topology Aware Scheduling: the
     required level (`topology_annotation`), the preferred one, the unconstrained flag, and the
-    PodSet group name (two PodSets of one workload placed in one domain, Kueue v0.13+)."""
+    PodSet group name (two PodSets of one workload placed in one domain, Kueue v0.13+); and the
+    annotation naming the admitted Workload that Kueue writes on the Jobs it admits."""
 
     queue_label: str
     managed_label: str
@@ -248,6 +249,7 @@ class KueueMarkers:
     preferred_annotation: str
     unconstrained_annotation: str
     group_annotation: str
+    workload_annotation: str
 
 
 NO_CONDITIONS = Conditions(suspended=None, finished=())

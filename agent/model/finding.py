@@ -14,6 +14,7 @@ from typing import Any
 from agent.model.job import JobRef
 from agent.model.kueue import KueueAdvice
 from agent.model.network import Caveat, DenyReason, Hop, PortRange
+from agent.model.policy_offer import PolicyOffer
 from agent.model.verdict import Verdict
 
 SPLIT_VERDICTS = frozenset({Verdict.ZONE_SPLIT_DEGRADED, Verdict.ZONE_SPLIT_BLOCKED})
@@ -142,6 +143,9 @@ class Finding:
     written: not acted on until then); `awaits_room`: a split (or a mislabelled job) some zone
     would fix, none of which has room for the job now. Neither is part of the JSON output.
     `kueue`: for a split job Kueue manages, why Kueue let it split and the configuration to add.
+    `no_room`: a split some zone's policies would fix, none of which has room for the whole job.
+    `policy_fix`: when co-location is refused (the policies block the job in every zone, or no
+    zone has room for it), the policy-side fix offered instead (`agent.diagnosis.policy_fix`).
     """
 
     job: JobRef
@@ -162,6 +166,18 @@ class Finding:
     awaiting_labels: tuple[str, ...] = ()
     awaits_room: bool = False
     kueue: KueueAdvice | None = None
+    no_room: bool = False
+    policy_fix: PolicyOffer | None = None
+
+    @property
+    def colocation_refused(self) -> bool:
+        """Some required flow is denied and moving the job cannot help: the policies block it in
+        every zone (or it is in one zone already), or no zone that would fix it has room."""
+        if not self.denied_flows_total:
+            return False
+        if self.verdict is Verdict.POLICY_BLOCKED:
+            return True
+        return self.verdict is Verdict.ZONE_SPLIT_BLOCKED and self.no_room and not self.remediable
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -188,4 +204,5 @@ class Finding:
             "caveats": [c.to_dict() for c in self.caveats],
             "identity_labels": self.identity.to_dict() if self.identity is not None else None,
             "kueue": self.kueue.to_dict() if self.kueue is not None else None,
+            "policy_fix": self.policy_fix.to_dict() if self.policy_fix is not None else None,
         }

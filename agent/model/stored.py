@@ -4,7 +4,7 @@ The pipeline builds an `agent.model.document.IncidentDocument` once and the stor
 `to_dict()` as the incident's `diagnosis` column. The readers of that column read it through
 `StoredDiagnosis.from_stored`, never key by key: the Slack message (`agent.chatops.render`,
 `agent.chatops.delivery`: zones, denied flows, notes, waste, utilization), `incidents show`
-(`agent.commands.incidents`: waste), Kueue's advice (the Slack message), the remediation's re-check (`agent.remediation.recheck`: the
+(`agent.commands.incidents`: waste), Kueue's advice and the policy-side fix (the Slack message), the remediation's re-check (`agent.remediation.recheck`: the
 zones the incident was about) and the demo (the egress figure's source). Later evidence in the
 timeline (an event's `metrics`, `waste`) has the same shapes and is read with the same types.
 
@@ -28,6 +28,7 @@ from agent.errors import ZonemedicError
 from agent.model.document import IncidentDocument, UtilizationEvidence
 from agent.model.finding import DeniedFlow
 from agent.model.kueue import KueueAdvice
+from agent.model.policy_offer import PolicyOffer
 from agent.model.verdict import Verdict
 from agent.model.waste import Waste
 
@@ -258,6 +259,51 @@ class StoredKueue:
 
 
 @dataclass(frozen=True)
+class StoredPolicyOffer:
+    """The policy-side fix offered when co-location is refused (`PolicyOffer.to_dict`): the
+    kind, YAML, diff, the command that applies it, whether its blast radius is exactly the job's
+    denied flows and how many it opens, the note that zonemedic does not apply it; or why there
+    is none (`refused`)."""
+
+    kind: str | None = None
+    yaml: str = ""
+    diff: str = ""
+    apply: str = ""
+    exact: bool = False
+    opened: int = 0
+    other_flows_changed: int = 0
+    touched_outside_job: tuple[str, ...] = ()
+    note: str = ""
+    refused: str | None = None
+
+    @classmethod
+    def of(cls, offer: PolicyOffer) -> StoredPolicyOffer:
+        return cls.from_stored(offer.to_dict())
+
+    @classmethod
+    def from_stored(cls, doc: Mapping[str, Any], *,
+                    where: str = "diagnosis.policy_fix") -> StoredPolicyOffer:  # fmt: skip
+        note = _optional_text(doc, "note", where) or ""
+        refused = _optional_text(doc, "refused", where)
+        if refused is not None:
+            return cls(note=note, refused=refused)
+        exact = doc.get("exact", False)
+        if not isinstance(exact, bool):
+            raise _fail(f"{where}.exact", "true or false", exact)
+        blast = _mapping(doc.get("blast_radius"), f"{where}.blast_radius") or {}
+        others = blast.get("other_flows_changed", 0)
+        return cls(
+            kind=_optional_text(doc, "kind", where), yaml=_text(doc, "yaml", where),
+            diff=_text(doc, "diff", where), apply=_text(doc, "apply", where), exact=exact,
+            opened=_count(doc.get("opened_flows", 0), f"{where}.opened_flows"),
+            other_flows_changed=_count(others, f"{where}.blast_radius.other_flows_changed"),
+            touched_outside_job=_texts(blast.get("touched_outside_job"),
+                                       f"{where}.blast_radius.touched_outside_job"),
+            note=note,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class StoredDiagnosis:
     """What the readers of an incident's stored `diagnosis` use of it (see the module docstring)."""
 
@@ -276,6 +322,7 @@ class StoredDiagnosis:
     waste: StoredWaste | None = None
     metrics: StoredMetrics | None = None
     kueue: StoredKueue | None = None
+    policy_fix: StoredPolicyOffer | None = None
 
     @classmethod
     def of(cls, document: IncidentDocument) -> StoredDiagnosis:
@@ -305,6 +352,7 @@ class StoredDiagnosis:
             caveats=tuple(StoredCaveat(c.policy, c.feature) for c in f.caveats),
             waste=base.waste, metrics=base.metrics,
             kueue=StoredKueue.of(f.kueue) if f.kueue is not None else None,
+            policy_fix=StoredPolicyOffer.of(f.policy_fix) if f.policy_fix is not None else None,
         )  # fmt: skip
 
     @classmethod
@@ -342,6 +390,7 @@ class StoredDiagnosis:
             waste=_waste(root),
             metrics=_metrics(root),
             kueue=_kueue(root),
+            policy_fix=_policy_fix(root),
         )  # fmt: skip
 
 
@@ -410,6 +459,11 @@ def _flag(root: Mapping[str, Any]) -> bool:
 def _kueue(root: Mapping[str, Any]) -> StoredKueue | None:
     found = _mapping(root.get("kueue"), "diagnosis.kueue")
     return None if found is None else StoredKueue.from_stored(found)
+
+
+def _policy_fix(root: Mapping[str, Any]) -> StoredPolicyOffer | None:
+    found = _mapping(root.get("policy_fix"), "diagnosis.policy_fix")
+    return None if found is None else StoredPolicyOffer.from_stored(found)
 
 
 def _waste(root: Mapping[str, Any]) -> StoredWaste | None:

@@ -80,6 +80,7 @@ KUEUE = KueueMarkers(
     preferred_annotation="kueue.x-k8s.io/podset-preferred-topology",
     unconstrained_annotation="kueue.x-k8s.io/podset-unconstrained-topology",
     group_annotation="kueue.x-k8s.io/podset-group-name",
+    workload_annotation="kueue.x-k8s.io/workload",
 )
 
 
@@ -283,6 +284,9 @@ TRAINJOB = WorkloadKind(
     conditions=Conditions(suspended="Suspended", finished=("Complete", "Failed")),
     materialised=JobKind.JOBSET, pods_owned_by="Job",
 )  # fmt: skip
+
+# the `manager` of zonemedic's own TrainJob `runtimePatches` entry (a domain-prefixed name)
+TRAINJOB_PATCH_MANAGER = "zonemedic.io/remediation"
 
 WORKLOADS: tuple[WorkloadKind, ...] = (PYTORCH, TF, MPI, XGBOOST, PADDLE, JAX, TRAINJOB, JOBSET)
 

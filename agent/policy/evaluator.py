@@ -266,6 +266,12 @@ class PolicySet:
         verdict = self._evaluate(s, d, ports, trace=hops)
         return FlowTrace(verdict=verdict, hops=tuple(hops))
 
+    def selecting(self, endpoint: Endpoint) -> frozenset[str]:
+        """The ids of the policies with a block selecting `endpoint` (what a change to one of
+        them can change: this endpoint's hops)."""
+        ident = self._identities[self.equivalence_key(endpoint)]
+        return frozenset(entry.policy_id for entry in ident.selected)
+
     def identity_of(self, endpoint: Endpoint) -> dict[str, str]:
         """The identity labels the dataplane judges `endpoint` by (every kept label, not only
         those this set's selectors read)."""

@@ -17,7 +17,11 @@ every patch is built from the live list (and sent with its resourceVersion):
 The JobSet merges the pod-template labels and nodeSelector into its existing child Jobs on
 resume and unions their tolerations, so a restore cannot take back a nodeSelector key the
 original template did not have, nor an added toleration: `stale_children` names the child Jobs
-that keep one, which the rollback recreates.
+that keep one, which the rollback recreates. Nor can it take back an annotation: a Kueue JobSet's
+(or TrainJob's) suspended child Jobs keep the marks of Kueue's last admission (the Workload's
+name, an injected `podset-unconstrained-topology`), which beside a new required level make
+Kueue's Job webhook refuse the resume merge: `kueue_marked_children` names them, and the Kueue
+fix renews them (`agent.remediation.kueue_steps`).
 """
 
 from __future__ import annotations
@@ -27,15 +31,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
-from agent.model.workload import JOBSET
+from agent.model.workload import JOBSET, KUEUE, TRAINJOB_PATCH_MANAGER
 from agent.remediation.plan import Target
 from agent.remediation.template import TemplateChange, TemplateState, apply_merge_patch
 
-MANAGER = "zonemedic.io/remediation"  # zonemedic's runtime-patch entry (a domain-prefixed name)
+MANAGER = TRAINJOB_PATCH_MANAGER  # zonemedic's runtime-patch entry (a domain-prefixed name)
 RUNTIME_PATCHES = "runtimePatches"
 POD_TEMPLATE_OVERRIDES = "podTemplateOverrides"
 REPLICATED_JOBS = "replicatedJobs"
 REPLICATED_JOB_LABEL = JOBSET.labels.replica_type
+# the pod-template annotations Kueue reads or writes: a child Job keeping one its replicated
+# job's template no longer has (or has with another value) is stale for Kueue
+KUEUE_MARKS = (KUEUE.topology_annotation, KUEUE.preferred_annotation,
+               KUEUE.unconstrained_annotation, KUEUE.group_annotation, KUEUE.workload_annotation)
 
 
 def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -202,5 +210,32 @@ def stale_children(target: Target, jobs: Sequence[Mapping[str, Any]]) -> list[Ma
             continue
         change = by_replica.get(str((meta.get("labels") or {}).get(REPLICATED_JOB_LABEL)))
         if change is not None and stale(change, (job.get("spec") or {}).get("template") or {}):
+            out.append(job)
+    return out
+
+
+def active_jobs(jobset: Mapping[str, Any] | None) -> int:
+    """Replicated jobs of the JobSet with active Jobs (what the Trainer's webhook checks)."""
+    if jobset is None:
+        return 0
+    return sum(1 for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+               if int(s.get("active", 0) or 0) > 0)  # fmt: skip
+
+
+def kueue_marked_children(jobset: Mapping[str, Any],
+                          jobs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:  # fmt: skip
+    """The child Jobs whose pod template keeps a Kueue annotation (`KUEUE_MARKS`) that their
+    replicated job's template in `jobset` does not have with that value. Jobs being deleted are
+    left out."""
+    out = []
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        replica = str((meta.get("labels") or {}).get(REPLICATED_JOB_LABEL))
+        wanted = (pod_template(jobset, replica).get("metadata") or {}).get("annotations") or {}
+        kept = ((((job.get("spec") or {}).get("template") or {}).get("metadata") or {})
+                .get("annotations") or {})  # fmt: skip
+        if any(key in kept and kept[key] != wanted.get(key) for key in KUEUE_MARKS):
             out.append(job)
     return out

@@ -38,10 +38,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent.errors import ClusterWriteError, WriteConflictError
-from agent.model.job import JobRef
 from agent.model.lifecycle import RemediationActionKind
-from agent.model.workload import BATCH_JOB, JobKind, workload
+from agent.model.workload import JobKind, workload
 from agent.remediation import jobset_patch
+from agent.remediation.job_state import JobWaiter, condition_true, planned_job
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Target, TargetAction
 from agent.remediation.recheck import Recheck
@@ -52,7 +52,6 @@ from agent.remediation.run import (
     RollbackError,
     Run,
     Step,
-    SupersededError,
 )
 from agent.remediation.template import TemplateState
 from agent.remediation.writer import ClusterWriter, fenced_patch, resource_version_of, uid_of
@@ -64,29 +63,6 @@ Obj = dict[str, Any]
 
 def _live(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-
-def _condition(obj: Mapping[str, Any], kind: str | None) -> bool:
-    if kind is None:
-        return True
-    return any(c.get("type") == kind and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])  # fmt: skip
-
-
-def _active(jobset: Mapping[str, Any] | None) -> int:
-    """Replicated jobs of the JobSet with active Jobs (what the Trainer's webhook checks)."""
-    if jobset is None:
-        return 0
-    return sum(1 for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []
-               if int(s.get("active", 0) or 0) > 0)  # fmt: skip
-
-
-def _child_target(job: Mapping[str, Any]) -> Target:
-    meta = job.get("metadata") or {}
-    return Target(action=TargetAction.RECREATE, api_version=BATCH_JOB.api_version, kind=BATCH_JOB.kind,
-                  plural=BATCH_JOB.plural, namespace=str(meta.get("namespace")),
-                  name=str(meta.get("name")), uid=meta.get("uid"),
-                  resource_version=meta.get("resourceVersion"), changes=())  # fmt: skip
 
 
 class JobSetSteps:
@@ -108,6 +84,7 @@ class JobSetSteps:
         self.recheck = recheck
         self.settings = settings
         self.clock = clock
+        self.waiter = JobWaiter(reader=reader, writer=writer, journal=journal, clock=clock)
 
     @staticmethod
     def owns(run: Run) -> bool:
@@ -123,12 +100,7 @@ class JobSetSteps:
 
     def _job(self, run: Run, target: Target, *, during: bool) -> Obj:
         """The job as planned (same uid), else `SupersededError`."""
-        job = self.reader.job(run.ref, api_version=target.api_version)
-        if job is None or uid_of(job) != run.planned().preconditions.uid:
-            raise SupersededError(
-                "the job was deleted or recreated during remediation: nothing to restore" if during
-                else "the job was deleted or recreated since the plan")  # fmt: skip
-        return job
+        return planned_job(self.reader, run, api_version=target.api_version, during=during)
 
     def _suspended(self, run: Run, job: Mapping[str, Any]) -> bool:
         return workload(run.ref.kind).suspension.suspended(job)
@@ -144,8 +116,8 @@ class JobSetSteps:
         job = self._job(run, target, during=True)
         pods = [p for p in self.reader.kubeflow_pods(run.ref) if _live(p)]
         condition = workload(run.ref.kind).conditions.suspended
-        quiet = (self._suspended(run, job) and _condition(job, condition) and not pods
-                 and _active(self._jobset(run, job)) == 0)  # fmt: skip
+        quiet = (self._suspended(run, job) and condition_true(job, condition) and not pods
+                 and jobset_patch.active_jobs(self._jobset(run, job)) == 0)  # fmt: skip
         return quiet, len(pods)
 
     def _send(self, target: Target, patch: Mapping[str, Any], run: Run) -> None:
@@ -269,11 +241,8 @@ class JobSetSteps:
     # -- rollback --------------------------------------------------------------------------------
 
     def _until(self, run: Run, done: Callable[[], bool], *, what: str) -> None:
-        deadline = self.clock.now() + self.settings.suspend_timeout
-        while not done():
-            if self.clock.now() >= deadline:
-                raise FailedError(f"{what} within {self.settings.suspend_timeout.total_seconds():g}s")
-            self.journal.pause(run)
+        self.waiter.until(run, done, budget=self.settings.suspend_timeout, fail=FailedError,
+                          what=what)  # fmt: skip
 
     def _restored(self, run: Run, target: Target, job: Mapping[str, Any]) -> bool:
         """Nothing of zonemedic's left: its overrides out, the JobSet's templates original, no
@@ -283,7 +252,7 @@ class JobSetSteps:
         jobset = self._jobset(run, job)
         if jobset is None or jobset_patch.templates_state(target, jobset) is not TemplateState.ORIGINAL:
             return False
-        return not jobset_patch.stale_children(target, self._children(run.ref))
+        return not jobset_patch.stale_children(target, self.waiter.children(run))
 
     def rollback(self, run: Run) -> list[str]:
         """Take zonemedic's changes back out and resume; nothing it could not restore (`[]`), or
@@ -338,20 +307,10 @@ class JobSetSteps:
     def _recreate_stale(self, run: Run, target: Target) -> None:
         """Delete the child Jobs keeping a planned value; wait until none is left (the JobSet
         controller creates them again from the restored templates)."""
-        for child in jobset_patch.stale_children(target, self.reader.child_jobs(run.ref)):
-            child_target = _child_target(child)
-            self.journal.intend(run, Step.RESTORING, target=child_target, obj=child, write="delete",
-                                message="child Job keeping a planned value about to be deleted")  # fmt: skip
-            self.writer.delete_job(child_target.namespace, child_target.name, uid=uid_of(child),
-                                   resource_version=None, fence=run.fence)  # fmt: skip
-        self._until(run, lambda: not jobset_patch.stale_children(target, self._children(run.ref)),
-                    what="the stale child Jobs were not recreated")  # fmt: skip
-
-    def _children(self, ref: JobRef) -> list[Obj]:
-        """The child Jobs, those being deleted included (a stale one counts until it is gone)."""
-        jobs = self.reader.child_jobs(ref)
-        return [{**j, "metadata": {k: v for k, v in (j.get("metadata") or {}).items()
-                                   if k != "deletionTimestamp"}} for j in jobs]  # fmt: skip
+        self.waiter.renew_children(
+            run, lambda jobs: jobset_patch.stale_children(target, jobs), step=Step.RESTORING,
+            budget=self.settings.suspend_timeout, fail=FailedError, why="keeping a planned value",
+        )  # fmt: skip
 
     def resume_as_is(self, run: Run) -> None:
         """After a failure with the suspend applied: resume the job as it is."""

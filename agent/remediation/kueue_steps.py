@@ -1,23 +1,31 @@
 """The steps of a Kueue-managed job's remediation: re-queued through Kueue, never suspended by zonemedic.
 
 Who calls it: `agent.remediation.remediator.Remediator`, for a run whose plan re-places the job
-through Kueue (`Plan.kueue`, built by `agent.remediation.kueue_plan`). What it does, each step
-recorded through the run's `Journal` (the intent before each write) and decided from the recorded
-plan plus the live objects, so a fresh run resumes at any point:
+through Kueue (`Plan.kueue`, built by `agent.remediation.kueue_plan`): a Kubeflow job, a JobSet,
+or a TrainJob. What it does, each step recorded through the run's `Journal` (the intent before
+each write) and decided from the recorded plan plus the live objects, so a fresh run resumes at
+any point:
 - `apply`: after the checks of the first write (`Recheck.confirm`, `Recheck.guards`, Kueue's
   marks expected) and a server-side dry run, set the Workload's `spec.active: false` (DEACTIVATED;
   a Workload found inactive after the intent means the patch landed unrecorded); wait until Kueue
-  has suspended the job and no pod of it is left, Terminating included, within `suspend_timeout`
-  (else `RollbackError`); one merge patch of the templates' Kueue annotations, locked on the
-  job's resourceVersion (a 409 re-reads and retries, templates found planned mean it landed);
-  delete the Workload (by uid) so Kueue rebuilds it from the annotated job and re-queues it
-  (RESUMED); then wait within `schedule_timeout` for Kueue to admit the rebuilt Workload with a
-  topology assignment in exactly one zone, one of the plan's `zones` (ADMITTED with the zone;
-  another zone, several, or no admission in time: `RollbackError`).
+  has suspended the job, no pod of it is left (Terminating included), no replicated job of its
+  JobSet is active and Kueue has released the Workload's quota (it takes its admission back out
+  of the templates first), within `suspend_timeout` (else `RollbackError`); write the templates'
+  Kueue annotations, locked on the job's resourceVersion (a 409 re-reads and retries, templates
+  found planned mean it landed): a Kubeflow job's replica specs, a JobSet's replicated jobs, a
+  TrainJob's own `runtimePatches` entry (`agent.remediation.jobset_patch`); for a JobSet or a
+  TrainJob, once its JobSet's templates carry them, renew the suspended child Jobs that keep
+  Kueue's old marks (`jobset_patch.kueue_marked_children`: the JobSet's resume merge would keep
+  them beside the new request, which Kueue's Job webhook refuses), the JobSet controller creating
+  them again (RENEWED); delete the Workload (by uid) so Kueue rebuilds it from the annotated job
+  and re-queues it (RESUMED); then wait within `schedule_timeout` for Kueue to admit the rebuilt
+  Workload with a topology assignment in exactly one zone, one of the plan's `zones` (ADMITTED
+  with the zone; another zone, several, or no admission in time: `RollbackError`).
 - `rollback`: nothing when nothing was written; a Workload only deactivated is reactivated; once
   the templates were annotated, the current Workload is deactivated, the pods awaited gone, the
-  annotations restored to the job's own (what the plan added removed) and the Workload deleted
-  so Kueue rebuilds it as before. A job deleted or recreated meanwhile leaves nothing to restore
+  annotations restored to the job's own (what the plan added removed; a TrainJob: zonemedic's
+  entry out), the child Jobs keeping the plan's marks renewed, and the Workload deleted so Kueue
+  rebuilds it as before. A job deleted or recreated meanwhile leaves nothing to restore
   (`SupersededError`).
 - `resume_as_is`: after a failure with the Workload deactivated and not yet requeued: reactivate
   it (a job is never left held).
@@ -37,7 +45,9 @@ from agent.model.cluster import ZONE_LABEL
 from agent.model.kueue import HOSTNAME_LEVEL as HOSTNAME_LABEL
 from agent.model.kueue import KueueWorkload
 from agent.model.lifecycle import RemediationActionKind
-from agent.model.workload import workload
+from agent.model.workload import JobKind, workload
+from agent.remediation import jobset_patch
+from agent.remediation.job_state import JobWaiter, condition_true, planned_job
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Target, TargetAction
 from agent.remediation.recheck import Recheck
@@ -51,7 +61,7 @@ from agent.remediation.run import (
     SupersededError,
 )
 from agent.remediation.template import TemplateState
-from agent.remediation.writer import ClusterWriter, fenced_patch, resource_version_of, uid_of
+from agent.remediation.writer import ClusterWriter, fenced_patch, uid_of
 from agent.settings import RemediationSettings
 from agent.snapshot.kueue import parse_workload
 from agent.snapshot.manifests import ManifestError
@@ -67,11 +77,28 @@ def _active_patch(active: bool) -> dict[str, Any]:
     return {"spec": {"active": active}}
 
 
-def _condition(obj: Mapping[str, Any], kind: str | None) -> bool:
-    if kind is None:
-        return True
-    return any(c.get("type") == kind and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])  # fmt: skip
+def _reserved(wl: Mapping[str, Any] | None) -> bool:
+    """Kueue still holds quota for the Workload (it has not taken its admission back yet)."""
+    return wl is not None and condition_true(wl, "QuotaReserved")
+
+
+def _state(annotate: Target, job: Mapping[str, Any]) -> TemplateState:
+    """Whether the job holds the planned annotations: its replica specs, or (a JobSet, a
+    TrainJob) what `jobset_patch` writes."""
+    if annotate.override is None:
+        return annotate.state_of(job)
+    return jobset_patch.override_state(annotate, job)
+
+
+def _annotation_patch(annotate: Target, job: Mapping[str, Any], *, restore: bool) -> dict[str, Any]:
+    """The locked merge patch writing (or taking back) the plan's annotations, `suspend` left out."""
+    if annotate.override is None:
+        patch = annotate.template_patch(restore=restore)
+    elif restore:
+        patch = jobset_patch.restore_patch(annotate, job, suspend=None)
+    else:
+        patch = jobset_patch.forward_patch(annotate, job, suspend=None)
+    return fenced_patch(patch, job, locked=True)
 
 
 def _as_target(wl: Mapping[str, Any], like: Target) -> Target:
@@ -95,6 +122,7 @@ class KueueSteps:
         self.recheck = recheck
         self.settings = settings
         self.clock = clock
+        self.waiter = JobWaiter(reader=reader, writer=writer, journal=journal, clock=clock)
 
     def targets(self, run: Run) -> tuple[Target, Target]:
         """The plan's Workload (REQUEUE) and job (ANNOTATE) targets."""
@@ -104,12 +132,13 @@ class KueueSteps:
         return requeue, annotate
 
     def _job(self, run: Run, annotate: Target, *, written: bool) -> dict[str, Any]:
-        job = self.reader.job(run.ref, api_version=annotate.api_version)
-        if job is None or uid_of(job) != run.planned().preconditions.uid:
-            raise SupersededError("the job was deleted or recreated during remediation: nothing "
-                                  "to restore" if written else
-                                  "the job was deleted or recreated since the plan")  # fmt: skip
-        return job
+        return planned_job(self.reader, run, api_version=annotate.api_version, during=written)
+
+    def _jobset(self, run: Run) -> Mapping[str, Any] | None:
+        """The JobSet holding the pod templates: the job itself, or a TrainJob's JobSet."""
+        if run.ref.kind is JobKind.JOBSET:
+            return self.reader.job(run.ref)
+        return self.reader.materialised(run.ref)
 
     def _workload(self, target: Target) -> dict[str, Any] | None:
         return self.reader.object(api_version=target.api_version, plural=target.plural,
@@ -123,9 +152,13 @@ class KueueSteps:
         job = self._job(run, annotate, written=run.has(Step.DEACTIVATING))
         if not run.has(Step.DEACTIVATED):
             self._deactivate(run, requeue, job)
-        self._wait_gone(run, annotate)
+        self._wait_gone(run, annotate, requeue)
         if not run.has(Step.ANNOTATED):
             self._annotate(run, annotate)
+        if annotate.override is not None and not run.has(Step.RENEWED):
+            self._renew(run, annotate, restore=False)
+            self.journal.record(run, A.APPLY, Step.RENEWED,
+                                message="no child Job keeps Kueue's old marks")  # fmt: skip
         if not run.has(Step.RESUMED):
             wl = self._workload(requeue)
             self.journal.intend(run, Step.REQUEUING, target=requeue, obj=wl, write="delete",
@@ -171,17 +204,23 @@ class KueueSteps:
                             message=f"Workload {requeue.name} deactivated: Kueue evicts it and "
                                     "suspends the job")  # fmt: skip
 
-    def _gone(self, run: Run, annotate: Target) -> bool:
+    def _gone(self, run: Run, annotate: Target, wl: Mapping[str, Any] | None = None) -> bool:
+        """Suspended, no pod left, no replicated job active, the Workload (`wl`) holding no quota."""
         job = self.reader.job(run.ref, api_version=annotate.api_version)
         suspended = workload(run.ref.kind).conditions.suspended
-        return job is not None and _condition(job, suspended) and not self.reader.kubeflow_pods(run.ref)
+        if job is None or not condition_true(job, suspended) or self.reader.kubeflow_pods(run.ref):
+            return False
+        if annotate.override is not None and jobset_patch.active_jobs(self._jobset(run)):
+            return False
+        return not _reserved(wl)
 
-    def _wait_gone(self, run: Run, annotate: Target) -> None:
-        """Kueue suspended the job and no pod of it is left, Terminating included."""
+    def _wait_gone(self, run: Run, annotate: Target, requeue: Target) -> None:
+        """Kueue suspended the job, no pod of it is left (Terminating included) and Kueue
+        released the Workload's quota (its admission taken back out of the templates)."""
         if run.has(Step.PODS_GONE) or run.has(Step.RESUMED):
             return
         since = run.step(Step.DEACTIVATED)
-        while not self._gone(run, annotate):
+        while not self._gone(run, annotate, self._workload(requeue)):
             if self.journal.since(since) >= self.settings.suspend_timeout:
                 raise RollbackError(
                     f"the job's pods still present {self.settings.suspend_timeout.total_seconds():g}s "
@@ -192,15 +231,16 @@ class KueueSteps:
     def _annotate(self, run: Run, annotate: Target) -> None:
         for _attempt in range(self.settings.max_conflict_retries + 1):
             job = self._job(run, annotate, written=True)
-            if annotate.state_of(job) is TemplateState.PLANNED:
+            state = _state(annotate, job)
+            if state is TemplateState.PLANNED:
                 self.journal.record(run, A.APPLY, Step.ANNOTATED, message="templates found annotated")
                 return
+            if state is TemplateState.OTHER and annotate.override is not None:
+                raise RollbackError("the job's templates were changed by someone else during remediation")
             self.journal.intend(run, Step.ANNOTATING, target=annotate, obj=job, write="patch",
                                 message="template annotations about to be sent")  # fmt: skip
-            patch = annotate.template_patch()
-            patch["metadata"] = {"resourceVersion": resource_version_of(job)}
             try:
-                self.writer.patch_custom(annotate, fenced_patch(patch, job, locked=True),
+                self.writer.patch_custom(annotate, _annotation_patch(annotate, job, restore=False),
                                          fence=run.fence)  # fmt: skip
             except WriteConflictError:
                 continue
@@ -210,6 +250,24 @@ class KueueSteps:
                                 message="templates annotated for Kueue's zone-level placement")
             return
         raise RollbackError("the job kept changing (HTTP 409) while annotating it")
+
+    def _renew(self, run: Run, annotate: Target, *, restore: bool) -> None:
+        """A JobSet's or TrainJob's: once its JobSet's templates read planned (or, restoring,
+        original), renew the child Jobs keeping Kueue marks those templates do not have."""
+        wanted = TemplateState.ORIGINAL if restore else TemplateState.PLANNED
+        fail = FailedError if restore else RollbackError
+
+        def templates() -> bool:
+            jobset = self._jobset(run)
+            return jobset is not None and jobset_patch.templates_state(annotate, jobset) is wanted
+
+        self.waiter.until(run, templates, budget=self.settings.suspend_timeout, fail=fail,
+                          what=f"the JobSet's templates did not read {wanted.value}")  # fmt: skip
+        self.waiter.renew_children(
+            run, lambda jobs: jobset_patch.kueue_marked_children(self._jobset(run) or {}, jobs),
+            step=Step.RESTORING if restore else Step.RENEWING,
+            budget=self.settings.suspend_timeout, fail=fail, why="keeping Kueue's old marks",
+        )  # fmt: skip
 
     def _wait_admitted(self, run: Run, requeue: Target) -> None:
         """Kueue admitted the rebuilt Workload with a topology assignment in one allowed zone."""
@@ -262,7 +320,7 @@ class KueueSteps:
         requeue, annotate = self.targets(run)
         job = self._job(run, annotate, written=True)
         original = self._workload(requeue)
-        if (annotate.state_of(job) is TemplateState.ORIGINAL and not run.has(Step.ANNOTATING)
+        if (_state(annotate, job) is TemplateState.ORIGINAL and not run.has(Step.ANNOTATING)
                 and original is not None and uid_of(original) == requeue.uid):  # fmt: skip
             self._set_active(run, _as_target(original, requeue), original, active=True)
             return []
@@ -270,18 +328,17 @@ class KueueSteps:
         if current is not None and _active(current):
             self._set_active(run, _as_target(current, requeue), current, active=False)
         deadline = self.clock.now() + self.settings.suspend_timeout
-        while not self._gone(run, annotate) and self.clock.now() < deadline:
+        while (not self._gone(run, annotate, self.reader.kueue_workload(run.ref))
+               and self.clock.now() < deadline):  # fmt: skip
             self.journal.pause(run)
         for _attempt in range(self.settings.max_conflict_retries + 1):
             job = self._job(run, annotate, written=True)
-            if annotate.state_of(job) is TemplateState.ORIGINAL:
+            if _state(annotate, job) is TemplateState.ORIGINAL:
                 break
             self.journal.intend(run, Step.RESTORING, target=annotate, obj=job, write="patch",
                                 message="restore patch (the job's own annotations) about to be sent")  # fmt: skip
-            patch = annotate.template_patch(restore=True)
-            patch["metadata"] = {"resourceVersion": resource_version_of(job)}
             try:
-                self.writer.patch_custom(annotate, fenced_patch(patch, job, locked=True),
+                self.writer.patch_custom(annotate, _annotation_patch(annotate, job, restore=True),
                                          fence=run.fence)  # fmt: skip
             except WriteConflictError:
                 continue
@@ -290,6 +347,8 @@ class KueueSteps:
             break
         else:
             raise FailedError("the job kept changing (HTTP 409) while restoring it")
+        if annotate.override is not None:
+            self._renew(run, annotate, restore=True)
         current = self.reader.kueue_workload(run.ref)
         if current is not None:
             target = _as_target(current, requeue)

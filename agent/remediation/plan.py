@@ -278,6 +278,8 @@ def render_diff(targets: Sequence[Target]) -> str:
         }[target.action]
         if target.action is TargetAction.SUSPEND_PATCH_RESUME and target.override:
             how = _override_how(target.override)
+        if target.action is TargetAction.ANNOTATE and target.override:
+            how = _annotate_how(target.override)
         if target.action is TargetAction.RECREATE and not target.changes:
             how = "delete and recreate as it is (it finished or lost its pods; the gang needs them)"
         chunks.append(f"# {where}: {how}")
@@ -290,6 +292,15 @@ def render_diff(targets: Sequence[Target]) -> str:
                 )
             )  # fmt: skip
     return "\n".join(chunks)
+
+
+def _annotate_how(override: Mapping[str, Any]) -> str:
+    """Where a Kueue plan annotates a TrainJob or a JobSet, in words."""
+    where = (f"set its own {override.get('field')} entry (manager {override['manager']}) with "
+             "Kueue's TAS annotations" if override.get("manager")
+             else "annotate its replicated jobs' pod templates for Kueue Topology Aware Scheduling")
+    return (f"{where} while Kueue holds it suspended, then renew the suspended child Jobs that "
+            "keep Kueue's old marks (no suspend, no nodeSelector of zonemedic's)")
 
 
 def _override_how(override: Mapping[str, Any]) -> str:

@@ -4,8 +4,8 @@ Who calls it: the run (`agent.remediation.recheck`, when an approved incident is
 re-planned) and the agent's plan preview (`agent.runtime.plan_previews`). It says no to a finding that
 is not a remediable split with a target zone and hands the rest to the job's family: a Kubeflow
 training kind to `agent.remediation.training_plan`, a kind whose templates are a JobSet's
-replicated jobs (TrainJob, JobSet) to `agent.remediation.jobset_plan`, a Kubeflow job Kueue
-manages, fixable through Kueue, to `agent.remediation.kueue_plan` (re-queued through Kueue), a
+replicated jobs (TrainJob, JobSet) to `agent.remediation.jobset_plan`, a job Kueue manages
+(Kubeflow, TrainJob or JobSet) to `agent.remediation.kueue_plan` (re-queued through Kueue), a
 generic group to `agent.remediation.group_plan`
 (their refusals, and a resource quantity it cannot read, become the `Refusal`). Each target of
 a plan carries its owner (`agent.model.ownership`, read from the live object it was planned
@@ -86,12 +86,12 @@ def _plan(
     try:
         if ref.kind is JobKind.GROUP:
             return plan_group(finding, live, zone=zone, mirror_keys=mirror_keys)
-        if workload(ref.kind).templates.layout is TemplateLayout.REPLICATED_JOBS:
-            return plan_jobset(finding, live, zone=zone, mirror_keys=mirror_keys)
         if finding.kueue is not None:
             return plan_kueue(finding, live, workload_obj=live.queued, kueue=live.kueue,
                               allowed=finding.kueue.zones, zone=zone,
                               need=sum(finding.gpus.values()))  # fmt: skip
+        if workload(ref.kind).templates.layout is TemplateLayout.REPLICATED_JOBS:
+            return plan_jobset(finding, live, zone=zone, mirror_keys=mirror_keys)
         return plan_training(finding, live, zone=zone, mirror_keys=mirror_keys)
     except PlanRefusedError as exc:
         return Refusal(ref, str(exc))

@@ -77,12 +77,17 @@ def describe(plan: Plan) -> str:
     if plan.kueue:
         requeue, annotate = plan.targets
         replicas = ", ".join(c.replica for c in annotate.changes)
+        where = (f"the templates of {annotate.kind} {annotate.namespace}/{annotate.name}"
+                 if annotate.override is None else
+                 f"{_written_where(annotate.override)} of {annotate.kind} {annotate.namespace}/"
+                 f"{annotate.name}")  # fmt: skip
+        renew = ("" if annotate.override is None else
+                 ", renew its suspended child Jobs that keep Kueue's old marks")
         return (f"re-place the job through Kueue: deactivate Workload {requeue.namespace}/"
                 f"{requeue.name} (Kueue suspends the job), add Kueue's zone-level topology "
-                f"request to the templates of {annotate.kind} {annotate.namespace}/"
-                f"{annotate.name} ({replicas}), then delete the Workload so Kueue rebuilds it "
-                f"and re-queues the job (it may wait for quota); Kueue places it in one zone "
-                f"({', '.join(plan.zones)} allow every required flow)")  # fmt: skip
+                f"request to {where} ({replicas}){renew}, then delete the Workload so Kueue "
+                f"rebuilds it and re-queues the job (it may wait for quota); Kueue places it in "
+                f"one zone ({', '.join(plan.zones)} allow every required flow)")  # fmt: skip
     fields = _fields(plan)
     parts: list[str] = []
     for target in plan.targets:

@@ -15,10 +15,10 @@ in this order, each step a store action plus its timeline event:
 - `remediating`: the job's family applies the plan -- a Kubeflow training job
   (`agent.remediation.training_steps`: suspend with the new templates, wait for its pods to go,
   resume), a TrainJob or JobSet (`agent.remediation.jobset_steps`: suspend, wait for its pods to
-  go, its own runtime patch or the JobSet's templates, resume), a Kubeflow job Kueue manages
-  (`agent.remediation.kueue_steps`: its Workload deactivated, its templates annotated for Kueue's
-  zone-level placement, the Workload deleted so Kueue re-queues the job, admitted in one allowed
-  zone) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
+  go, its own runtime patch or the JobSet's templates, resume), a job Kueue manages -- Kubeflow,
+  TrainJob or JobSet (`agent.remediation.kueue_steps`: its Workload deactivated, its templates
+  annotated for Kueue's zone-level placement, a TrainJob's through its own runtime patch, the
+  Workload deleted so Kueue re-queues the job, admitted in one allowed zone) or a generic group (`agent.remediation.group_steps`: Deployment rollouts, batch Jobs
   recreated) -- after re-checking, right before the first write, that the job is still the one
   planned and every guard holds again (`refused`, `superseded`, or the run waits with nothing
   written: another remediation of the job in flight, the hourly cap), and a server-side dry run

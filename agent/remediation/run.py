@@ -63,6 +63,10 @@ class Step(StrEnum):
     DEACTIVATED = "deactivated"  # Kueue evicts the Workload and suspends the job
     ANNOTATING = "annotating"  # intent: a Kueue job's template annotations are about to go
     ANNOTATED = "annotated"  # the job's templates carry the zone-level request
+    # intent: a Kueue JobSet's (or TrainJob's) suspended child Job keeping Kueue's old marks is
+    # about to be deleted (its JobSet creates it again from the annotated template)
+    RENEWING = "renewing"
+    RENEWED = "renewed"  # no child Job keeps Kueue's old marks
     REQUEUING = "requeuing"  # intent: the deactivated Workload is about to be deleted
     ADMITTED = "admitted"  # Kueue admitted the rebuilt Workload in one allowed zone
     ROLLED_BACK = "rolled_back"

@@ -29,6 +29,7 @@ from typing import Any
 from agent.errors import ClusterWriteError, WriteConflictError
 from agent.model.lifecycle import RemediationActionKind
 from agent.model.workload import JobKind, workload
+from agent.remediation.job_state import condition_true
 from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Target, TargetAction
 from agent.remediation.recheck import Recheck
@@ -55,16 +56,6 @@ def _suspended(job: Mapping[str, Any], kind: JobKind) -> bool:
 
 def _resume_patch(kind: JobKind) -> dict[str, Any]:
     return workload(kind).suspension.patch(False)
-
-
-def _condition(job: Mapping[str, Any], kind: str | None) -> bool:
-    """The condition `kind` is True on the job (no such condition: True, nothing to wait for)."""
-    if kind is None:
-        return True
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or []
-    )
 
 
 class TrainingSteps:
@@ -164,7 +155,7 @@ class TrainingSteps:
         while True:
             job = self.reader.job(run.ref, api_version=target.api_version)
             pods = self.reader.kubeflow_pods(run.ref)
-            if job is not None and _condition(job, suspended_condition) and not pods:
+            if job is not None and condition_true(job, suspended_condition) and not pods:
                 break
             if self.journal.since(since) >= self.settings.suspend_timeout:
                 raise RollbackError(

@@ -9,12 +9,14 @@ A diagnosis reads only the watch cache (no API request): the cache's slim, manif
 go through the core's manifest parsers (incrementally: `agent.runtime.mirror`) and
 `diagnose_cluster`, for every job or for the jobs a `JobScope` covers. The cluster state, facts and
 mirror-label keys of the last diagnosis are kept, and its jobs found per namespace on demand (once
-per diagnosis). What it does not do: record anything, or lock (the pipeline's lock guards it).
+per diagnosis). A finding whose co-location is refused gets its policy-side fix
+(`agent.diagnosis.policy_fix.with_offers`, proven once per job, policy set and pods). What it does not do: record anything, or lock (the pipeline's lock guards it).
 """
 
 from __future__ import annotations
 
 from agent.diagnosis.diagnose import JobScope, diagnose_cluster
+from agent.diagnosis.policy_fix import OfferMemo, with_offers
 from agent.model.cluster import ClusterState
 from agent.model.finding import Finding
 from agent.model.job import Job, JobRef
@@ -38,6 +40,7 @@ class Diagnoser:
         self._jobs_in: dict[str, dict[JobRef, Job]] = {}  # of `_state`, by namespace, as asked
         self.diagnoses = 0
         self.diagnosed_last = 0  # findings of the last diagnosis (scoped or whole)
+        self._offers: OfferMemo = {}  # policy-side fixes already proven, by job and its pods
 
     def diagnose(
         self, scope: JobScope | None = None, *, settings: DiagnosisSettings | None = None
@@ -52,7 +55,8 @@ class Diagnoser:
         self._jobs_in = {}
         self.diagnoses += 1
         self.diagnosed_last = len(result.findings)
-        return result.findings
+        groups = {g.name: g.selector for g in (settings or self.settings).groups}
+        return with_offers(result, state, policies, groups=groups, memo=self._offers)
 
     def jobs_of(self, namespace: str) -> dict[JobRef, Job]:
         """The jobs of a namespace in the last diagnosis (found once per diagnosis)."""

@@ -9,7 +9,8 @@ Kubeflow pods are recognised by the `training.kubeflow.org/job-name` label or a 
 reference to a kind of the workload table (`agent.model.workload`); the kind comes from that owner,
 from the owner chain of an mpi-operator v2beta1 launcher (pod -> batch Job `<job>-launcher` ->
 MPIJob), from the operator-name label, or from a job object of that name. The job object, when
-present, adds run policy, labels and status. Finished pods are dropped; a job with no live pod
+present, adds run policy, labels and status (a TrainJob's, the PodSets and TAS requests of its
+JobSet's replicated jobs). Finished pods are dropped; a job with no live pod
 yields no `Job`. Generic groups come from `GroupSpec`s: one group per namespace holding matching
 pods. `find_jobs` can be limited to some namespaces (a scoped re-diagnosis). Called by
 `agent.diagnosis`. Pure.
@@ -18,6 +19,7 @@ pods. `find_jobs` can be limited to some namespaces (a scoped re-diagnosis). Cal
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from agent.model.cluster import FINISHED_PHASES, ClusterState, OwnerRef, Pod
 from agent.model.job import Job, JobRef
@@ -181,9 +183,12 @@ def _replicated_job(state: ClusterState, ref: JobRef, pods: list[Pod]) -> Job | 
         declared=spec_obj.coordinator if spec_obj is not None else None)  # fmt: skip
     port = (spec_obj.ports.get(types[coordinator.name])
             if spec_obj is not None and coordinator is not None else None)  # fmt: skip
+    obj = state.job_objects.get((ref.kind, ref.namespace, ref.name))
+    if obj is not None and spec_obj is not None and found.materialised is not None:
+        # a TrainJob's PodSets (and their TAS requests) are its JobSet's replicated jobs
+        obj = replace(obj, pod_sets=spec_obj.pod_sets, topology=spec_obj.topology)
     return Job(ref=ref, pods=tuple(members), replica_types={p.name: types[p.name] for p in members},
-               coordinator=coordinator, obj=state.job_objects.get((ref.kind, ref.namespace, ref.name)),
-               coordinator_port=port)
+               coordinator=coordinator, obj=obj, coordinator_port=port)
 
 
 def _matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:

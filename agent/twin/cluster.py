@@ -83,7 +83,8 @@ class TwinCluster:
         self.trainjob_controller = TrainJobController(self.store, clock=self.clock, release=release)
         self.garbage_collector = DanglingCollector(self.store, clock=self.clock)
         self.kueue = (
-            Kueue(self.store, clock=self.clock, frameworks=scenario.kueue.frameworks)
+            Kueue(self.store, clock=self.clock, frameworks=scenario.kueue.frameworks,
+                  trainer_release=release)
             if scenario.kueue is not None
             else None
         )

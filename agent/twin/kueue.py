@@ -12,7 +12,10 @@ in order, what Kueue's controllers do:
   else suspended while it is admitted; an evicted Workload stops it (suspended, templates restored to
   the Workload's) and, once no pod is active, loses its admission (`QuotaReserved=False`,
   reason Pending; `Requeued=False` unless preempted); a running job whose Workload is not
-  admitted is stopped; a Workload being deleted stops the job and drops its finalizer;
+  admitted is stopped; a Workload being deleted stops the job and drops its finalizer. A kind
+  whose templates are derived (TrainJob, `kueue_trainjob`) starts and stops through its own
+  patches: its stop is done, and only then the quota released or the finalizer dropped, once
+  nothing of it is active and its own injection is undone;
 - the Workload controller: `spec.active: false` evicts (`Evicted=True`, reason Deactivated,
   "The workload is deactivated"), never requeued until `active: true` again (`Requeued=True`,
   reason Reactivated);
@@ -41,7 +44,15 @@ from typing import Any, cast
 from agent.twin.apierror import ApiError
 from agent.twin.clock import TwinClock
 from agent.twin.controller import Controller, Subscription
-from agent.twin.kueue_jobs import KINDS, QueuedKind, has_queued_owner, is_suspended, queue_name
+from agent.twin.crds import TrainerRelease
+from agent.twin.kueue_jobs import (
+    KINDS,
+    TRAINJOB_FRAMEWORK,
+    QueuedKind,
+    has_queued_owner,
+    is_suspended,
+    queue_name,
+)
 from agent.twin.kueue_labels import (
     ADMITTED,
     CLUSTER_QUEUES,
@@ -70,6 +81,8 @@ from agent.twin.kueue_labels import (
 )
 from agent.twin.kueue_quota import Demand, Flavor, assign, quantity, resource_groups, tas_only
 from agent.twin.kueue_topology import Leaf, Request, Topology, place_all
+from agent.twin.kueue_trainjob import TRAINJOBS, KueueEntryMissingError, trainjob_kind
+from agent.twin.kueue_trainjob import mutate as trainjob_mutate
 from agent.twin.kueue_webhook import register
 from agent.twin.kueue_workloads import (
     PodSetInfoConflictError,
@@ -81,7 +94,7 @@ from agent.twin.kueue_workloads import (
     owned_by,
     pod_sets,
     same_pod_sets,
-    start_patch,
+    start_patches,
     stop_patch,
 )
 from agent.twin.operator_events import EventRecorder, timestamp
@@ -135,11 +148,17 @@ def _key(obj: Mapping[str, Any]) -> str:
 
 class Kueue(Controller):
     def __init__(
-        self, store: Store, *, clock: TwinClock, frameworks: Sequence[str] | None = None
-    ) -> None:
+        self, store: Store, *, clock: TwinClock, frameworks: Sequence[str] | None = None,
+        trainer_release: TrainerRelease | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(store, name="kueue", clock=clock)
-        self._kinds = tuple(k for k in KINDS if frameworks is None or k.framework in frameworks)
+        kinds = list(KINDS)
+        if trainer_release is not None and trainer_release.runtime_patches:
+            kinds.append(trainjob_kind(store, trainer_release))  # Kueue writes runtimePatches
+        self._kinds = tuple(k for k in kinds if frameworks is None or k.framework in frameworks)
         store.install_group(KUEUE_GROUP)
+        if any(k.framework == TRAINJOB_FRAMEWORK for k in self._kinds):
+            store.add_mutation(TRAINJOBS, trainjob_mutate)
         register(store, self._kinds)
         self._events = {k.framework: EventRecorder(store, component=f"{k.framework}-kueue-controller")
                         for k in self._kinds}  # fmt: skip
@@ -266,7 +285,8 @@ class Kueue(Controller):
             self._drop_finalizer(wl)
             return None
         if wl is not None and _meta(wl).get("deletionTimestamp"):
-            self._stop(kind, job, wl, "Workload is deleted")
+            if not self._stop(kind, job, wl, "Workload is deleted"):
+                return RETRY_SECONDS  # a TrainJob's replicated jobs still active
             self._drop_finalizer(wl)
             return None
         message, succeeded, finished = kind.finished(job)
@@ -289,10 +309,10 @@ class Kueue(Controller):
             return None
         evicted = find(_conditions(wl), EVICTED)
         if evicted is not None and evicted.get("status") == "True":
-            self._stop(kind, job, wl, str(evicted.get("message") or ""))
-            if _reserved(wl) and not kind.is_active(job):
+            stopped = self._stop(kind, job, wl, str(evicted.get("message") or ""))
+            if stopped and _reserved(wl) and not kind.is_active(job):
                 self._clear_admission(wl, evicted)
-            return None
+            return None if stopped else RETRY_SECONDS
         if is_suspended(kind, job):
             if _admitted(wl):
                 return None if self._start(kind, job, wl) else START_RETRY_SECONDS
@@ -380,19 +400,23 @@ class Kueue(Controller):
         """Unsuspend the job with its admission; False when the API refused (run again later)."""
         infos = info_from_admission(wl, self._flavors())
         try:
-            body = start_patch(kind, job, infos)
+            bodies = start_patches(kind, job, infos)
         except PodSetInfoConflictError as exc:  # permanent: the Workload fails to start
             conditions, _ = self._set(wl, _conditions(wl), FINISHED, status=True,
                                       reason=FAILED_TO_START, message=str(exc))  # fmt: skip
             self._write_workload_status(wl, conditions)
             return True
-        try:
-            self._store.patch(kind.resource, str(_meta(job).get("name")), body,
-                              namespace=str(_meta(job).get("namespace")),
-                              patch_type=PatchType.MERGE)  # fmt: skip
-        except ApiError as exc:
-            log.warning("kueue: unsuspending %s failed: %s", _key(job), exc.message)
+        except KueueEntryMissingError as exc:
+            log.warning("kueue: starting %s failed: %s", _key(job), exc)
             return False
+        for body in bodies:
+            try:
+                self._store.patch(kind.resource, str(_meta(job).get("name")), body,
+                                  namespace=str(_meta(job).get("namespace")),
+                                  patch_type=PatchType.MERGE)  # fmt: skip
+            except ApiError as exc:
+                log.warning("kueue: unsuspending %s failed: %s", _key(job), exc.message)
+                return False
         cluster_queue = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
         self._events[kind.framework].record(
             job, reason="Started", message=f"Admitted by clusterQueue {cluster_queue}")
@@ -400,13 +424,17 @@ class Kueue(Controller):
 
     def _stop(
         self, kind: QueuedKind, job: Mapping[str, Any], wl: Mapping[str, Any] | None, message: str
-    ) -> None:
+    ) -> bool:
+        """Suspend the job and take its admission back out of its templates; False while that
+        must wait (a derived kind's replicated jobs still active)."""
+        if kind.stop is not None:
+            return self._stop_derived(kind, job, message)
         if is_suspended(kind, job):
-            return
+            return True
         infos = [info_from_pod_set(p) for p in (wl or {}).get("spec", {}).get("podSets") or []]
         suspended = self._patch(kind.resource, job, stop_patch(kind, job, None))
         if suspended is None:
-            return
+            return True
         if kind.resource.group == "batch" and (suspended.get("status") or {}).get("startTime"):
             # A started batch Job's template may change only once its startTime is reset.
             suspended = self._patch(kind.resource, suspended, {"status": {"startTime": None}},
@@ -415,6 +443,25 @@ class Kueue(Controller):
             restore = stop_patch(kind, suspended, infos)
             self._patch(kind.resource, suspended, restore)
         self._events[kind.framework].record(job, reason="Stopped", message=message)
+        return True
+
+    def _stop_derived(self, kind: QueuedKind, job: Mapping[str, Any], message: str) -> bool:
+        """A TrainJob: suspended, then (once nothing of it is active) its own entry emptied."""
+        assert kind.stop is not None
+        current: Mapping[str, Any] = job
+        if not is_suspended(kind, job):
+            for body in kind.stop(job, None):
+                suspended = self._patch(kind.resource, job, body)
+                if suspended is None:
+                    return False
+                current = suspended
+            self._events[kind.framework].record(job, reason="Stopped", message=message)
+        if kind.is_active(current):
+            return False
+        for body in kind.stop(current, ()):
+            if self._patch(kind.resource, current, body) is None:
+                return False
+        return True
 
     def _clear_admission(self, wl: Mapping[str, Any], evicted: Mapping[str, Any]) -> None:
         reason, message = str(evicted.get("reason")), str(evicted.get("message") or "")

@@ -10,11 +10,15 @@ still has active pods and whether it finished. Rows follow Kueue v0.14's integra
   `worker`, `ps`, ...); active while a replica status counts active pods; finished on
   Succeeded/Failed;
 - mpi-operator's MPIJob (kubeflow.org/v2beta1): the same with `launcher` and `worker`;
-- batch/v1 Job: `spec.suspend`; one pod set `main` of min(parallelism, completions) pods.
-A kind whose pod templates are derived (JobSet: one pod set per replicated job; TrainJob: those of
-its JobSet, started through its own `runtimePatches` entry) is one more row with its own
-`pod_sets` (and `start`/`stop` when the admission cannot go into those templates in place);
-`KINDS` is the table. Pure: JSON in, rows out.
+- batch/v1 Job: `spec.suspend`; one pod set `main` of min(parallelism, completions) pods;
+- JobSet (jobset.x-k8s.io/v1alpha2): `spec.suspend`; one pod set per replicated job, named as it
+  is, of replicas x min(parallelism, completions) pods, its pods ranked by the Job completion
+  index within their Job's index (`jobset.sigs.k8s.io/job-index`, `replicas` Jobs); active while
+  a replicated job counts active Jobs; finished on Completed/Failed.
+A kind whose pod templates are derived (TrainJob: those of the JobSet its runtime builds, started
+through Kueue's own `runtimePatches` entry, `agent.twin.kueue_trainjob`) is one more row with its
+own `pod_sets` and `start`/`stop` (the admission cannot go into those templates in place);
+`KINDS` is the table of the kinds that need nothing but the job. Pure: JSON in, rows out.
 It does not decide when to suspend or admit.
 """
 
@@ -62,10 +66,15 @@ class QueuedKind:
     is_active: Callable[[Obj], bool]
     finished: Callable[[Obj], tuple[str, bool, bool]]  # (message, succeeded, finished)
     # A kind whose pod templates are derived (TrainJob: its runtime's JobSet) cannot take the
-    # admission in `pod_sets`' templates: it says how to start (the infos given, unsuspended) and
-    # how to stop (suspended, its own injection undone). None: merged into the templates in place.
-    start: Callable[[Obj, Sequence[Any]], dict[str, Any]] | None = None
-    stop: Callable[[Obj, Sequence[Any] | None], dict[str, Any]] | None = None
+    # admission in `pod_sets`' templates: it says how to start (the merge patches, in order, that
+    # write the infos given and unsuspend) and how to stop (infos None: the suspend; else, once
+    # nothing of it is active, the patches undoing its own injection). None: merged into the
+    # templates in place.
+    start: Callable[[Obj, Sequence[Any]], list[dict[str, Any]]] | None = None
+    stop: Callable[[Obj, Sequence[Any] | None], list[dict[str, Any]]] | None = None
+    # Kueue's webhook of the kind checks `podset-group-name` groups (JobSet, mpi-operator's
+    # MPIJob; not the Kubeflow v1 kinds nor TrainJob)
+    validates_groups: bool = False
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -136,6 +145,7 @@ def _training(kind: TrainingKind) -> QueuedKind:
         pod_sets=_replica_pod_sets(kind),
         is_active=_replicas_active,
         finished=_training_finished,
+        validates_groups=kind.version == "v2beta1",  # mpi-operator's MPIJob
     )
 
 
@@ -170,23 +180,75 @@ BATCH_JOB = QueuedKind(
     finished=_batch_finished,
 )
 
+# --- JobSet ------------------------------------------------------------------------------------
+
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+
+
+def jobset_pod_sets(jobset: Obj) -> list[PodSetSource]:
+    """One pod set per replicated job (Kueue's JobSet `PodSets()`)."""
+    out = []
+    for index, rjob in enumerate((jobset.get("spec") or {}).get("replicatedJobs") or []):
+        if not isinstance(rjob, Mapping):
+            continue
+        job_spec = (rjob.get("template") or {}).get("spec") or {}
+        per_job = int(job_spec.get("parallelism", 1) or 1)
+        if job_spec.get("completions") is not None:
+            per_job = min(per_job, int(job_spec["completions"]))
+        replicas = int(rjob.get("replicas", 1) or 1)
+        name = str(rjob.get("name"))
+        out.append(PodSetSource(
+            name=name, count=replicas * per_job, template=job_spec.get("template") or {},
+            path=("spec", "replicatedJobs", index, "template", "spec", "template"),
+            field=f"spec.replicatedJobs[{index}].template.spec.template",
+            pod_index_label=COMPLETION_INDEX_LABEL, sub_group_index_label=JOB_INDEX_LABEL,
+            sub_group_count=replicas,
+        ))  # fmt: skip
+    return out
+
+
+def _jobset_active(jobset: Obj) -> bool:
+    return any(int((s or {}).get("active") or 0)
+               for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or [])  # fmt: skip
+
+
+def _jobset_finished(jobset: Obj) -> tuple[str, bool, bool]:
+    return _true_condition_message(jobset, ("Completed", "Failed"), "Failed")
+
+
+JOBSET = QueuedKind(
+    framework="jobset.x-k8s.io/jobset",
+    resource=lookup("jobsets", group="jobset.x-k8s.io"),
+    webhook="jobset.kb.io",
+    suspend_path=("spec", "suspend"),
+    pod_sets=jobset_pod_sets,
+    is_active=_jobset_active,
+    finished=_jobset_finished,
+    validates_groups=True,
+)
+
 _KUBEFLOW_INTEGRATED = ("pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs")
 KINDS: tuple[QueuedKind, ...] = (
     *(_training(TRAINING_KINDS[("v1", plural)]) for plural in _KUBEFLOW_INTEGRATED),
     _training(TRAINING_KINDS[("v2beta1", "mpijobs")]),
     BATCH_JOB,
+    JOBSET,
 )
-FRAMEWORKS = tuple(k.framework for k in KINDS)
+TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"  # its row needs the store (kueue_trainjob)
+FRAMEWORKS = (*(k.framework for k in KINDS), TRAINJOB_FRAMEWORK)
 
 
 def by_resource(rt: ResourceType) -> QueuedKind | None:
     return next((k for k in KINDS if k.key == rt.key), None)
 
 
-def by_owner(api_version: str, kind: str) -> QueuedKind | None:
-    """The integrated kind an ownerReference names, if any."""
-    return next((k for k in KINDS if k.resource.api_version == api_version
-                 and k.resource.kind == kind), None)  # fmt: skip
+TRAINJOB_OWNER = ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+
+
+def by_owner(api_version: str, kind: str) -> bool:
+    """Whether an ownerReference names an integrated kind (the TrainJob's row included)."""
+    return (api_version, kind) == TRAINJOB_OWNER or any(
+        k.resource.api_version == api_version and k.resource.kind == kind for k in KINDS)
 
 
 def has_queued_owner(job: Obj) -> bool:

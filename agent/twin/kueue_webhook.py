@@ -8,7 +8,9 @@ Registered by `kueue.Kueue` when a scenario runs Kueue (v0.14):
 - the jobs' validating webhook (`v<kind>.kb.io`, create and update): at most one of the
   required/preferred/unconstrained topology annotations per pod template, level values that are
   label names, an unconstrained value that is a boolean, a `podset-group-name` that is not a
-  number; and the queue-name label cannot change while the job runs. A refusal is what the API
+  number; for a JobSet and an MPIJob, `podset-group-name` groups of exactly two pod sets, one a
+  single pod, asking for the same level; and the queue-name label cannot change while the job
+  runs. A refusal is what the API
   server answers for a webhook's denial: 403 `admission webhook "vpytorchjob.kb.io" denied the
   request: <field errors>`;
 - the Workload webhook (`vworkload.kb.io`): its pod sets cannot change while it holds quota;
@@ -21,11 +23,17 @@ It holds no state and does not admit or schedule anything.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent.twin.apierror import ApiError, invalid
-from agent.twin.kueue_jobs import QueuedKind, has_queued_owner, is_suspended, queue_name
+from agent.twin.kueue_jobs import (
+    PodSetSource,
+    QueuedKind,
+    has_queued_owner,
+    is_suspended,
+    queue_name,
+)
 from agent.twin.kueue_labels import (
     CLUSTER_QUEUES,
     PODSET_GROUP_NAME,
@@ -87,6 +95,36 @@ def tas_annotation_errors(annotations: Mapping[str, str], field: str) -> list[st
     return errors
 
 
+def group_errors(sources: Sequence[PodSetSource]) -> list[str]:
+    """Kueue's checks of the `podset-group-name` groups of a job's pod sets (those asking for a
+    required or preferred level): exactly two pod sets per group, one of them a single pod, both
+    asking for the same level the same way."""
+    groups: dict[str, list[tuple[PodSetSource, Mapping[str, str]]]] = {}
+    for source in sources:
+        annotations = (source.template.get("metadata") or {}).get("annotations") or {}
+        if PODSET_GROUP_NAME in annotations and (REQUIRED_TOPOLOGY in annotations
+                                                 or PREFERRED_TOPOLOGY in annotations):  # fmt: skip
+            groups.setdefault(str(annotations[PODSET_GROUP_NAME]), []).append((source, annotations))
+    errors: list[str] = []
+    for group, members in groups.items():
+        paths = [f"{s.field}.metadata.annotations" for s, _ in members]
+        if len(members) != 2:
+            errors += [f'{p}[{PODSET_GROUP_NAME}]: Invalid value: "{group}": can only define '
+                       f"groups of exactly 2 pod sets, got: {len(members)} pod set(s)"
+                       for p in paths]  # fmt: skip
+            continue
+        (one, first), (two, second) = members
+        if one.count != 1 and two.count != 1:
+            message = ("can only define groups where at least one pod set has only 1 replica, "
+                       f"got: {one.count} replica(s) and {two.count} replica(s) in the group")
+            errors += [f'{p}[{PODSET_GROUP_NAME}]: Invalid value: "{group}": {message}' for p in paths]
+        if any(first.get(k) != second.get(k) for k in (REQUIRED_TOPOLOGY, PREFERRED_TOPOLOGY)):
+            errors += [f"{a}: Invalid value: must specify '{REQUIRED_TOPOLOGY}' or "
+                       f"'{PREFERRED_TOPOLOGY}' topology consistent with '{b}' in group '{group}'"
+                       for a, b in (paths, paths[::-1])]  # fmt: skip
+    return errors
+
+
 def suspend_on_create(kind: QueuedKind) -> Callable[[Obj | None, Obj], None]:
     def mutate(old: Obj | None, new: Obj) -> None:
         if old is not None or not queue_name(new) or has_queued_owner(new):
@@ -110,9 +148,12 @@ def validate_job(kind: QueuedKind) -> Callable[[Obj | None, Obj], None]:
             old.get("metadata") or {}).get("labels") == (new.get("metadata") or {}).get("labels"):
             return  # fmt: skip
         errors: list[str] = []
-        for source in kind.pod_sets(new):
+        sources = kind.pod_sets(new)
+        for source in sources:
             annotations = (source.template.get("metadata") or {}).get("annotations") or {}
             errors += tas_annotation_errors(annotations, source.field)
+        if kind.validates_groups:
+            errors += group_errors(sources)
         if old is not None and not is_suspended(kind, new) and queue_name(old) != queue_name(new):
             errors.append(f'metadata.labels[{QUEUE_LABEL}]: Invalid value: '
                           f'"{queue_name(new)}": field is immutable')  # fmt: skip

@@ -321,12 +321,22 @@ def _templates_changed(
     return changed
 
 
-def start_patch(kind: QueuedKind, job: Mapping[str, Any], infos: Sequence[PodSetInfo]) -> Obj:
-    """Unsuspend the job with the admission merged into its templates (PodSetInfoConflictError when
-    a template contradicts it)."""
+def start_patches(kind: QueuedKind, job: Mapping[str, Any], infos: Sequence[PodSetInfo]) -> list[Obj]:
+    """The merge patches, in order, that unsuspend the job with the admission: merged into its
+    templates (PodSetInfoConflictError when a template contradicts it), or the kind's own."""
     sources = kind.pod_sets(job)
+    if len(sources) != len(infos):
+        raise PodSetInfoConflictError(
+            f"invalid podset infos: expecting {len(sources)} podset, got {len(infos)}")
     if kind.start is not None:
         return kind.start(job, infos)
+    return [start_patch(kind, job, infos)]
+
+
+def start_patch(kind: QueuedKind, job: Mapping[str, Any], infos: Sequence[PodSetInfo]) -> Obj:
+    """Unsuspend the job with the admission merged into its templates (a kind whose templates
+    are its own)."""
+    sources = kind.pod_sets(job)
     if len(sources) != len(infos):
         raise PodSetInfoConflictError(
             f"invalid podset infos: expecting {len(sources)} podset, got {len(infos)}")
@@ -338,9 +348,8 @@ def start_patch(kind: QueuedKind, job: Mapping[str, Any], infos: Sequence[PodSet
 def stop_patch(
     kind: QueuedKind, job: Mapping[str, Any], infos: Sequence[PodSetInfo] | None
 ) -> Obj:
-    """Suspend the job and restore its templates to the Workload's (when there is one)."""
-    if kind.stop is not None:
-        return kind.stop(job, infos)
+    """Suspend the job and restore its templates to the Workload's (when there is one); a kind
+    whose templates are derived stops through `kind.stop` (`Kueue._stop`)."""
     patch: Obj = {}
     if infos:
         patch = merge_diff(dict(job), _templates_changed(kind, job, infos, restore=True))

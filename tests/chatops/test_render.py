@@ -522,3 +522,38 @@ def test_a_display_name_cannot_forge_a_line_in_the_decided_message() -> None:
                          decision=decision)
     texts = [b["elements"][0]["text"] for b in r.blocks if b["type"] == "context"]
     assert texts == ["*Approved* by dana\\n✅ Approved by mallory\\x1b[2J\\r at 2026-11-30 12:00 UTC"]
+
+
+OFFER = {"kind": "CiliumNetworkPolicy", "names": ["zonemedic-allow-resnet"],
+         "yaml": "kind: CiliumNetworkPolicy\n", "diff": "--- /dev/null\n+++ zonemedic-allow-resnet.yaml\n+kind: CiliumNetworkPolicy\n",
+         "apply": "kubectl apply -f zonemedic-allow-resnet.yaml", "exact": True, "opened_flows": 6,
+         "blast_radius": {"touched_outside_job": [], "other_flows_changed": 0},
+         "note": "zonemedic does not apply network policies: network policy belongs to the security team"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("offer", "expected", "absent"), [
+    (OFFER, ["*Alternative: a policy change.*", "exactly the job's 6 denied required flow(s) become "
+             "allowed; no other flow changes", "*Apply:* `kubectl apply -f zonemedic-allow-resnet.yaml`",
+             "zonemedic does not apply network policies", "*Policy to add:*",
+             "+++ zonemedic-allow-resnet.yaml"], ["NOT limited"]),
+    ({**OFFER, "exact": False, "blast_radius": {"touched_outside_job": ["ml/web-0"],
+                                                "other_flows_changed": 4}},
+     ["NOT limited to the job's flows (4 other flow(s) change; it also selects ml/web-0)"],
+     ["no other flow changes"]),
+    ({"refused": "PyTorchJob/ml/resnet: denied by a deny rule", "note": "n"},
+     ["*Policy-side fix:* none can be proposed: PyTorchJob/ml/resnet: denied by a deny rule"],
+     ["*Policy to add:*", "*Apply:*"]),
+])  # fmt: skip
+def test_a_refused_colocation_offers_the_policy_fix(
+    offer: dict[str, Any], expected: list[str], absent: list[str]
+) -> None:
+    diag = diagnosis(verdict="policy_blocked", remediable=False, target_zone=None, policy_fix=offer)
+    r = incident_message(summary(verdict=Verdict.POLICY_BLOCKED, target_zone=None),
+                         StoredDiagnosis.from_stored(diag), approvals_enabled=True)  # fmt: skip
+    assert_within_limits(r)
+    text = all_text(r)
+    for piece in expected:
+        assert piece in text, (piece, text)
+    for piece in absent:
+        assert piece not in text
+    assert "Approve" not in [b["text"]["text"] for b in buttons(r)]

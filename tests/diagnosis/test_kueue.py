@@ -137,3 +137,40 @@ def test_the_job_side_proposal_is_a_merge_patch_of_the_templates() -> None:
 def test_the_group_name_is_never_a_number(name: str, group: str) -> None:
     wanted = wanted_annotations(name, ("Master", "Worker"), {})
     assert {a[KUEUE.group_annotation] for a in wanted.values()} == {group}
+
+
+def test_a_gang_of_more_than_two_pod_sets_gets_advice_only_saying_why() -> None:
+    obj = TrainingJobObject(kind=JobKind.JOBSET, namespace="ml", name="llm",
+                            labels={KUEUE.queue_label: "user-queue"},
+                            pod_sets=("driver", "workers", "ps"))  # fmt: skip
+    advice = kueue_advice(obj, kueue())
+    assert advice is not None and not advice.agent_fixable
+    assert "spans 3 PodSets (driver, workers, ps)" in advice.message
+    assert "groups exactly two, one of them a single pod" in advice.message
+    assert "zonemedic writes nothing" in advice.message
+    patch, flavor = list(yaml.safe_load_all(advice.proposal))
+    # each PodSet asked for one zone, none grouped (a group of three is refused by Kueue)
+    for rjob in patch["spec"]["replicatedJobs"]:
+        annotations = rjob["template"]["spec"]["template"]["metadata"]["annotations"]
+        assert annotations == {KUEUE.topology_annotation: ZONE_LABEL}
+    assert flavor["kind"] == "ResourceFlavor"
+    assert flavor["spec"] == {"nodeLabels": {ZONE_LABEL: "<zone>"}, "topologyName": "t"}
+
+
+@pytest.mark.parametrize(("kind", "field"), [(JobKind.TRAINJOB, "runtimePatches"),
+                                             (JobKind.JOBSET, "replicatedJobs")])  # fmt: skip
+def test_a_trainer_family_job_is_fixable_and_proposes_its_own_change(kind: JobKind, field: str) -> None:
+    obj = TrainingJobObject(kind=kind, namespace="ml", name="llm",
+                            labels={KUEUE.queue_label: "user-queue"}, pod_sets=("node",))  # fmt: skip
+    advice = kueue_advice(obj, kueue())
+    assert advice is not None and advice.agent_fixable and advice.cause is KueueCause.NO_REQUEST
+    (doc,) = list(yaml.safe_load_all(advice.proposal))
+    entries: list[dict[str, Any]] = doc["spec"][field]
+    if kind is JobKind.TRAINJOB:
+        (entry,) = entries
+        assert entry["manager"] == "zonemedic.io/remediation"
+        entries = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    (rjob,) = entries
+    assert rjob["name"] == "node"
+    assert rjob["template"]["spec"]["template"]["metadata"]["annotations"] == {
+        KUEUE.topology_annotation: ZONE_LABEL}

@@ -1,6 +1,8 @@
 """The what-if blast radius against brute force: on random policy changes to the example cluster,
 the flows it lists are exactly the required pod pairs whose `PolicySet.check` verdict differs
-before and after, and the jobs exactly those whose diagnosis verdict differs."""
+before and after, the jobs exactly those whose diagnosis verdict differs, and the declared-port
+flows it counts exactly the pod pairs of the whole cluster whose verdict on a port the destination
+declares differs."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from agent.commands.diagnose import load_snapshot
 from agent.diagnosis.diagnose import diagnose_cluster
 from agent.diagnosis.whatif import Cluster, blast_radius
 from agent.model.cluster import ClusterState, Pod
-from agent.model.network import Endpoint
+from agent.model.network import Endpoint, PortRange
 from agent.policy import PolicySet, parse_policy
 from agent.settings import DiagnosisSettings
 from agent.topology.flows import required_flows
@@ -73,3 +75,17 @@ def test_blast_radius_is_brute_force(change: dict[str, Any], deleted: set[str]) 
     changed = {str(f.job) for f in diagnosed.findings if verdicts_after[str(f.job)] != f.verdict}
     assert {j.job for j in result.jobs} == changed
 
+    # every pod pair of the cluster on each port its destination declares, brute force: those
+    # that change are exactly the declared-port flows the what-if counts (it checks only pairs
+    # with a touched end: no other pair can change)
+    declared = set()
+    for src in state.pods:
+        for dst in state.pods:
+            if src is dst:
+                continue
+            a, b = _endpoint(src, state), _endpoint(dst, state)
+            for port in {PortRange.single(p.port, p.protocol) for p in dst.ports}:
+                if before.check(a, b, port).allowed != after.check(a, b, port).allowed:
+                    declared.add((f"ml/{src.name}", f"ml/{dst.name}", port))
+    assert result.touched.changed == len(declared)
+    assert {(f.source, f.destination, f.ports) for f in result.touched.listed} == declared

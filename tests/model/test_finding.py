@@ -84,6 +84,7 @@ def test_finding_to_dict_matches_the_issue_shape() -> None:
         "caveats": [],
         "identity_labels": None,
         "kueue": None,
+        "policy_fix": None,
     }
 
 

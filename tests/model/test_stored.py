@@ -4,6 +4,7 @@ malformed one is a `StoredDocumentError` naming the key."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,7 @@ from agent.model.finding import (
 )
 from agent.model.job import JobRef
 from agent.model.network import Caveat, DenyReason, Hop, PortRange, Protocol
+from agent.model.policy_offer import PolicyOffer
 from agent.model.stored import (
     StoredDiagnosis,
     StoredDocumentError,
@@ -180,3 +182,27 @@ def test_any_findings_document_reads_back_as_it_says(
 ) -> None:
     document = IncidentDocument.of_finding(finding, uid=uid, metrics=metrics, waste=waste)
     assert StoredDiagnosis.from_stored(_as_stored(document)) == StoredDiagnosis.of(document)
+
+
+@pytest.mark.parametrize("offer", [
+    PolicyOffer(kind="CiliumNetworkPolicy", names=("zonemedic-allow-gpt",), yaml="kind: x\n",
+                diff="--- /dev/null\n", apply="kubectl apply -f zonemedic-allow-gpt.yaml",
+                blast={"touched_outside_job": ["ml/web-0"], "other_flows_changed": 2},
+                exact=False, opened=3),
+    PolicyOffer(refused="PyTorchJob/ml/gpt: denied by a deny rule"),
+], ids=["offer", "refused"])  # fmt: skip
+def test_the_policy_fix_reads_back_as_offered(offer: PolicyOffer) -> None:
+    document = IncidentDocument.of_finding(dataclasses.replace(SPLIT, policy_fix=offer),
+                                           uid="u-1", metrics=READING)  # fmt: skip
+    view = StoredDiagnosis.from_stored(_as_stored(document))
+    assert view == StoredDiagnosis.of(document)
+    assert view.policy_fix is not None
+    assert (view.policy_fix.refused, view.policy_fix.exact) == (offer.refused, offer.exact)
+    if offer.refused is None:
+        assert (view.policy_fix.opened, view.policy_fix.other_flows_changed,
+                view.policy_fix.touched_outside_job) == (3, 2, ("ml/web-0",))  # fmt: skip
+
+
+def test_a_malformed_policy_fix_names_its_key() -> None:
+    with pytest.raises(StoredDocumentError, match=r"diagnosis.policy_fix.exact: expected true or false"):
+        StoredDiagnosis.from_stored({"policy_fix": {"yaml": "", "diff": "", "apply": "", "exact": 1}})

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agent.twin.apierror import ApiError
-from agent.twin.kueue_jobs import BATCH_JOB, KINDS
+from agent.twin.kueue_jobs import BATCH_JOB, JOBSET, KINDS
 from agent.twin.kueue_labels import CLUSTER_QUEUES, TOPOLOGIES, WORKLOADS
 from agent.twin.kueue_webhook import register, tas_annotation_errors
 from agent.twin.patch import PatchType
@@ -86,3 +86,48 @@ def test_topology_annotations_are_checked_as_kueue_checks_them(
     annotations: dict[str, str], errors: list[str]
 ) -> None:
     assert tas_annotation_errors(annotations, "t") == errors
+
+
+def _rjob(name: str, pods: int, annotations: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "replicas": 1, "template": {"spec": {"parallelism": pods, "template": {
+        "metadata": {"annotations": annotations},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}}}}}  # fmt: skip
+
+
+ZONE_GROUP = {"kueue.x-k8s.io/podset-required-topology": "topology.kubernetes.io/zone",
+              "kueue.x-k8s.io/podset-group-name": "g"}  # fmt: skip
+GROUP_PATH = "spec.replicatedJobs[{}].template.spec.template.metadata.annotations"
+
+
+@pytest.mark.parametrize(
+    ("rjobs", "errors"),
+    [
+        ([_rjob("driver", 1, ZONE_GROUP), _rjob("workers", 4, ZONE_GROUP)], []),
+        ([_rjob("a", 1, ZONE_GROUP), _rjob("b", 2, ZONE_GROUP), _rjob("c", 2, ZONE_GROUP)],
+         [f'{GROUP_PATH.format(i)}[kueue.x-k8s.io/podset-group-name]: Invalid value: "g": can '
+          "only define groups of exactly 2 pod sets, got: 3 pod set(s)" for i in range(3)]),
+        ([_rjob("a", 2, ZONE_GROUP), _rjob("b", 2, ZONE_GROUP)],
+         [f'{GROUP_PATH.format(i)}[kueue.x-k8s.io/podset-group-name]: Invalid value: "g": can '
+          "only define groups where at least one pod set has only 1 replica, got: 2 replica(s) "
+          "and 2 replica(s) in the group" for i in range(2)]),
+        ([_rjob("a", 1, ZONE_GROUP),
+          _rjob("b", 4, {**ZONE_GROUP, "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"})],
+         [f"{GROUP_PATH.format(a)}: Invalid value: must specify "
+          "'kueue.x-k8s.io/podset-required-topology' or 'kueue.x-k8s.io/podset-preferred-topology' "
+          f"topology consistent with '{GROUP_PATH.format(b)}' in group 'g'" for a, b in ((0, 1), (1, 0))]),
+    ],
+    ids=["a-pair-with-a-single-pod", "three-in-a-group", "no-single-pod", "different-levels"],
+)  # fmt: skip
+def test_a_jobsets_podset_groups_are_checked_as_kueue_checks_them(
+    store: Store, rjobs: list[dict[str, Any]], errors: list[str]
+) -> None:
+    jobset = {"metadata": {"name": "js", "namespace": "default", "labels": dict(QUEUED)},
+              "spec": {"replicatedJobs": rjobs}}  # fmt: skip
+    if not errors:
+        assert store.create(JOBSET.resource, jobset)["spec"]["suspend"] is True
+        return
+    with pytest.raises(ApiError) as refused:
+        store.create(JOBSET.resource, jobset)
+    assert refused.value.code == 403
+    assert refused.value.message == ('admission webhook "vjobset.kb.io" denied the request: '
+                                     f"[{', '.join(errors)}]")

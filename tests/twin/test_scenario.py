@@ -158,7 +158,8 @@ def test_bad_names(name: str, message: str) -> None:
 
 @pytest.mark.parametrize(("value", "frameworks"), [
     (True, ("kubeflow.org/pytorchjob", "kubeflow.org/tfjob", "kubeflow.org/xgboostjob",
-            "kubeflow.org/paddlejob", "kubeflow.org/jaxjob", "kubeflow.org/mpijob", "batch/job")),
+            "kubeflow.org/paddlejob", "kubeflow.org/jaxjob", "kubeflow.org/mpijob", "batch/job",
+            "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")),
     ({"frameworks": ["batch/job"]}, ("batch/job",)),
 ])  # fmt: skip
 def test_kueue_runs_when_the_scenario_says_so(value: object, frameworks: tuple[str, ...]) -> None:

@@ -1,0 +1,319 @@
+"""The flows a change can change, beyond the jobs' required flows: those of the pods it touches.
+
+Called by the what-if (`agent.diagnosis.whatif.blast_radius`) and by the policy-side fix's proof
+(`agent.diagnosis.policy_fix`). A flow's verdict is egress at its source AND ingress at its
+destination, and a policy decides only the hops of the endpoints it selects; so a change can
+change a flow only when one of its ends is touched:
+- selected, before or after the change, by a policy the change adds, removes or rewrites;
+- a pod the change relabels, moves, re-accounts or adds;
+- every pod, when the change alters what identities are made of (the dataplane, its label
+  filter, a namespace's labels).
+The flows considered for those pods: from each touched pod to every pod of the cluster, and from
+every pod to each touched pod, on each port the destination declares (its containers' ports,
+each with its protocol). Pods the policies cannot tell apart before and after alike (and that
+declare the same ports) are checked once per group pair, as the diagnosis groups them
+(`agent.diagnosis.reachability`); every pod pair whose verdict changes is counted, and the first
+`FLOWS_LISTED` are listed. Ports no pod declares are not considered here (the jobs' required
+flows, ranges included, are checked by the what-if itself). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from agent.diagnosis.reachability import Reachability
+from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
+from agent.model.job import Job
+from agent.model.network import Endpoint, FlowVerdict, PortRange
+from agent.policy import PolicySet
+from agent.topology.flows import required_flows
+
+FLOWS_LISTED = 1000
+PodKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """One side of a comparison: a cluster state and its policies."""
+
+    state: ClusterState
+    policies: PolicySet
+
+
+@dataclass(frozen=True, slots=True)
+class FlowChange:
+    """One pod-pair flow whose verdict changes. `job`: the job whose required flow it is (None:
+    a flow to a declared port between touched pods and others, `agent.diagnosis.flow_universe`)."""
+
+    job: str | None
+    source: str
+    destination: str
+    ports: PortRange
+    before: FlowVerdict
+    after: FlowVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class TouchedFlows:
+    """The declared-port flows of the touched pods: how many pod-pair flows were checked, how
+    many changed, and the first `FLOWS_LISTED` of those."""
+
+    touched: int
+    checked: int
+    changed: int
+    listed: tuple[FlowChange, ...]
+
+
+def _key(pod: Pod) -> PodKey:
+    return (pod.namespace, pod.name)
+
+
+def _changed_policies(before: PolicySet, after: PolicySet) -> frozenset[str]:
+    """The ids of the policies (readable or not) that differ between the two sets."""
+    old = {p.id: p for p in before.policies}
+    new = {p.id: p for p in after.policies}
+    out = {i for i in old.keys() | new.keys() if old.get(i) != new.get(i)}
+    lost_old = {u.id: u for u in before.unreadable}
+    lost_new = {u.id: u for u in after.unreadable}
+    out |= {i for i in lost_old.keys() | lost_new.keys() if lost_old.get(i) != lost_new.get(i)}
+    return frozenset(out)
+
+
+def _identities(policies: PolicySet) -> tuple[str, str]:
+    """What identities are made of under `policies`: the dataplane and its label filter."""
+    return (policies.dataplane.kind.value, policies.identity.description)
+
+
+def _selected_by(policies: PolicySet, endpoint: Endpoint, changed: frozenset[str]) -> bool:
+    """True when a policy of `changed` selects `endpoint` (or, unreadable, may select it)."""
+    if changed & policies.selecting(endpoint):
+        return True
+    return any(u.id in changed for u in policies.uncertain(endpoint))
+
+
+GroupKey = tuple[int | None, int, tuple[PortRange, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """Every pod present after the change, by (class before or None for a pod the change adds,
+    class after, declared ports), split into touched (`hot`) and untouched (`cold`) pods. The
+    classes are those of one grouping over both sides' selector keys (`reach`), so a class's
+    endpoint stands for its pods under either policy set."""
+
+    reach: Reachability
+    hot: Mapping[GroupKey, list[Pod]]
+    cold: Mapping[GroupKey, list[Pod]]
+    classes: Mapping[PodKey, int]  # each pod's class after the change
+    changed: frozenset[str]  # the ids of the policies the change adds, removes or rewrites
+    everything: bool  # the change alters identities: every pod is touched
+
+    def touched(self) -> set[PodKey]:
+        return {_key(p) for pods in self.hot.values() for p in pods}
+
+
+def group_pods(before: Cluster, after: Cluster) -> Groups:
+    """The pods of `after` grouped, and which the change touches (see the module docstring)."""
+    keys = before.policies.pod_label_keys() | after.policies.pod_label_keys()
+    reach = Reachability(after.policies, after.state.namespaces, label_keys=keys)
+    same_state = after.state is before.state
+    old_pods = {} if same_state else {_key(p): p for p in before.state.pods}
+    everything = (_identities(before.policies) != _identities(after.policies)
+                  or before.state.namespaces != after.state.namespaces)  # fmt: skip
+    changed = _changed_policies(before.policies, after.policies)
+    port_sets: dict[int, tuple[PortRange, ...]] = {}  # by id: the pods hold their tuples
+    selected: dict[tuple[int | None, int], bool] = {}
+    hot: dict[GroupKey, list[Pod]] = {}
+    cold: dict[GroupKey, list[Pod]] = {}
+    class_of, endpoint = reach.class_of, reach.endpoint
+    classes: dict[PodKey, int] = {}
+    for pod in after.state.pods:
+        was = pod if same_state else old_pods.get(_key(pod))
+        now = classes[(pod.namespace, pod.name)] = class_of(pod)
+        then = now if was is pod else (None if was is None else class_of(was))
+        ports = port_sets.get(id(pod.ports))
+        if ports is None:
+            ports = port_sets[id(pod.ports)] = tuple(sorted(
+                {PortRange.single(p.port, p.protocol) for p in pod.ports},
+                key=lambda r: (r.first, r.protocol.value)))  # fmt: skip
+        group = (then, now, ports)
+        hit = everything or (was is not pod and was != pod)
+        if not hit and changed:
+            pair = (then, now)
+            found = selected.get(pair)
+            if found is None:
+                found = selected[pair] = (
+                    (then is not None and _selected_by(before.policies, endpoint(then), changed))
+                    or _selected_by(after.policies, endpoint(now), changed))  # fmt: skip
+            hit = found
+        (hot if hit else cold).setdefault(group, []).append(pod)
+    return Groups(reach, hot, cold, classes, changed, everything)
+
+
+def reached_jobs(before: Cluster, after: Cluster, groups: Groups, jobs: Iterable[Job], *,
+                 mirror_keys: Sequence[str], zones: Sequence[str]) -> list[Job] | None:  # fmt: skip
+    """For a policy change on one state: the jobs whose verdict it can change, those with a pod
+    some changed policy selects as placed now or moved to any zone (the zone-mirroring labels and
+    the node topology label set to it, as the diagnosis's counterfactual co-location moves them);
+    a job none selects keeps every flow's verdict in every placement. None: every job (the change
+    alters identities, or touches a policy that cannot be read)."""
+    lost = {u.id for u in (*before.policies.unreadable, *after.policies.unreadable)}
+    if groups.everything or groups.changed & lost:
+        return None
+    subjects = [(policies, subject.selector) for policies in (before.policies, after.policies)
+                for p in policies.policies if p.id in groups.changed
+                for subject in p.subjects if subject.selector is not None]  # fmt: skip
+    moving = (*mirror_keys, ZONE_LABEL)
+    seen: dict[int, bool] = {}
+
+    def reached(cid: int) -> bool:
+        found = seen.get(cid)
+        if found is None:
+            endpoint = groups.reach.endpoint(cid)
+            found = False
+            for policies, selector in subjects:
+                labels = policies.identity_of(endpoint)
+                placements = [labels] + [{**labels, **{k: z for k in moving if k in labels}}
+                                         for z in zones]  # fmt: skip
+                if any(selector.matches(placed) for placed in placements):
+                    found = True
+                    break
+            seen[cid] = found
+        return found
+
+    classes = groups.classes
+    return [j for j in jobs if any(reached(classes[(p.namespace, p.name)]) for p in j.pods
+                                   if (p.namespace, p.name) in classes)]  # fmt: skip
+
+
+_ABSENT = FlowVerdict(allowed=False)
+
+
+def touched_flows(
+    before: Cluster, after: Cluster, groups: Groups, *, owner: Mapping[PodKey, str] | None = None
+) -> TouchedFlows:
+    """Every declared-port flow with a touched end, checked before and after (see the module
+    docstring). A pod the change adds has no flow before: its flows are listed when allowed
+    after (`before` denied, no hop). `owner`: the job a pod belongs to; a flow between two pods
+    of one job is listed with that job, any other with none."""
+    endpoint = groups.reach.endpoint
+    hot, cold = groups.hot, groups.cold
+    checked = changed = 0
+    listed: list[FlowChange] = []
+    owner = owner or {}
+    check_before, check_after = before.policies.check, after.policies.check
+
+    def compare(skey: GroupKey, spods: list[Pod], dkey: GroupKey, dpods: list[Pod]) -> None:
+        nonlocal checked, changed
+        same = spods is dpods
+        pairs = len(spods) * len(dpods) - (len(spods) if same else 0)
+        if not pairs:
+            return
+        for ports in dkey[2]:
+            checked += pairs
+            was = (_ABSENT if skey[0] is None or dkey[0] is None
+                   else check_before(endpoint(skey[0]), endpoint(dkey[0]), ports))  # fmt: skip
+            now = check_after(endpoint(skey[1]), endpoint(dkey[1]), ports)
+            if was.allowed == now.allowed:
+                continue
+            changed += pairs
+            for s in spods:
+                if len(listed) >= FLOWS_LISTED:
+                    break
+                for d in dpods:
+                    if s is d:
+                        continue
+                    if len(listed) >= FLOWS_LISTED:
+                        break
+                    job = owner.get(_key(s))
+                    job = job if job is not None and job == owner.get(_key(d)) else None
+                    listed.append(FlowChange(job, f"{s.namespace}/{s.name}",
+                                             f"{d.namespace}/{d.name}", ports, was, now))  # fmt: skip
+
+    everyone = [*hot.items(), *cold.items()]
+    for skey, spods in hot.items():  # touched sources, to every pod
+        for dkey, dpods in everyone:
+            compare(skey, spods, dkey, dpods)
+    for skey, spods in cold.items():  # untouched sources, to touched pods
+        for dkey, dpods in hot.items():
+            compare(skey, spods, dkey, dpods)
+    listed.sort(key=lambda c: (c.source, c.destination, c.ports.first, c.ports.protocol.value))
+    touched = sum(len(v) for v in hot.values())
+    return TouchedFlows(touched, checked, changed, tuple(listed))
+
+
+class _Classes:
+    """Each pod's (class before, class after), found once; None for a pod the change deletes.
+    The class after is that of the pod of the same namespace and name after the change (a moved
+    job's pods carry new labels)."""
+
+    def __init__(self, before: Reachability, after: Reachability,
+                 present: dict[tuple[str, str], Pod]) -> None:
+        self._before, self._after, self._present = before, after, present
+        self._known: dict[int, tuple[int, int] | None] = {}
+
+    def groups(self, pods: tuple[Pod, ...]) -> dict[tuple[int, int], list[Pod]]:
+        """The pods still there after the change, by (class before, class after)."""
+        out: dict[tuple[int, int], list[Pod]] = {}
+        known = self._known
+        for pod in pods:
+            if id(pod) in known:
+                key = known[id(pod)]
+            else:
+                now = self._present.get((pod.namespace, pod.name))
+                key = known[id(pod)] = (
+                    None if now is None
+                    else (self._before.class_of(pod), self._after.class_of(now))
+                )
+            if key is not None:
+                group = out.get(key)
+                if group is None:
+                    out[key] = [pod]
+                else:
+                    group.append(pod)
+        return out
+
+
+def reachabilities(before: Cluster, after: Cluster) -> tuple[Reachability, Reachability]:
+    """The class grouping of each side (its own policies' label keys)."""
+    return (Reachability(before.policies, before.state.namespaces,
+                         label_keys=before.policies.pod_label_keys()),
+            Reachability(after.policies, after.state.namespaces,
+                         label_keys=after.policies.pod_label_keys()))  # fmt: skip
+
+
+def required_flow_changes(
+    before: Cluster, after: Cluster, jobs: Iterable[Job], *,
+    reach: tuple[Reachability, Reachability] | None = None,
+) -> tuple[list[FlowChange], int]:  # fmt: skip
+    """The required flows (pod pairs) whose verdict changes, and how many pod pairs were checked.
+    Pods the policies cannot tell apart, before and after alike, are checked once per class pair
+    (`Reachability`, the diagnosis's own grouping); only pairs whose verdict changes are listed."""
+    reach_before, reach_after = reach or reachabilities(before, after)
+    classes = _Classes(reach_before, reach_after,
+                       {(p.namespace, p.name): p for p in after.state.pods})
+    changes: list[FlowChange] = []
+    checked = 0
+    for job in jobs:
+        label = str(job.ref)
+        for rule in required_flows(job):
+            sources = classes.groups(rule.sources)
+            destinations = classes.groups(rule.destinations)
+            for src_key, src_pods in sources.items():
+                for dst_key, dst_pods in destinations.items():
+                    # a pod is never its own peer: only a group pair of one key can share pods
+                    shared = (len({id(p) for p in src_pods} & {id(p) for p in dst_pods})
+                              if src_key == dst_key else 0)  # fmt: skip
+                    checked += len(src_pods) * len(dst_pods) - shared
+                    old = reach_before.verdict(src_key[0], dst_key[0], rule.ports)
+                    new = reach_after.verdict(src_key[1], dst_key[1], rule.ports)
+                    if old.allowed == new.allowed:
+                        continue
+                    changes.extend(
+                        FlowChange(label, f"{s.namespace}/{s.name}", f"{d.namespace}/{d.name}",
+                                   rule.ports, old, new)
+                        for s in src_pods for d in dst_pods if s is not d
+                    )  # fmt: skip
+    changes.sort(key=lambda c: (c.job, c.source, c.destination, c.ports.first, c.ports.last))
+    return changes, checked
