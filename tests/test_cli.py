@@ -157,10 +157,12 @@ MACHINE_OUTPUT = {  # command path -> the arguments it needs besides the output 
     "demo": [],
     "incidents list": [],
     "incidents show": ["1"],
+    "incidents patch": ["1"],
     "incidents stats": [],
     "incidents approve": ["1"],
     "incidents reject": ["1"],
     "incidents snooze": ["1"],
+    "admissions": [],
 }
 
 

@@ -51,6 +51,15 @@ EXAMPLES: dict[str, list[str]] = {
         " --json",
     ],
     "config": ["zonemedic config check config.yaml"],
+    "admission": ["zonemedic admission manifest --config config.yaml"],
+    "admission manifest": [
+        "zonemedic admission manifest --config deploy/base/config.yaml",
+        "zonemedic admission manifest --config config.yaml --url https://10.0.0.5:8443/admission/mutate",
+    ],
+    "admissions": [
+        "zonemedic admissions --config config.yaml --since 7d",
+        "zonemedic admissions --config config.yaml --outcome placed --json",
+    ],
     "config check": [
         "zonemedic config check /etc/zonemedic/config/config.yaml",
         "zonemedic config check deploy/base/config.yaml   # pod paths: checked against the pod's"
@@ -68,6 +77,10 @@ EXAMPLES: dict[str, list[str]] = {
         "zonemedic incidents list --database sqlite:///zonemedic.db --job ml/resnet --json",
     ],
     "incidents show": ["zonemedic incidents show 42 --config config.yaml"],
+    "incidents patch": [
+        "zonemedic incidents patch 42 --config config.yaml --format kustomize",
+        "zonemedic incidents patch 42 --database sqlite:///zonemedic.db --format json6902 --json",
+    ],
     "incidents stats": ["zonemedic incidents stats --config config.yaml --since 30d"],
     "incidents approve": [
         'zonemedic incidents approve 42 --by alice --reason "co-locate in us-east-1a"',
