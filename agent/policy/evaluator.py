@@ -251,6 +251,11 @@ class PolicySet:
         d = self._endpoint_ids.get(dst)
         if d is None:
             d = self._intern(dst)
+        return self.check_keys(s, d, ports)
+
+    def check_keys(self, s: int, d: int, ports: PortRange) -> FlowVerdict:
+        """`check` for endpoints given by their `equivalence_key`s (callers holding many pods
+        by key skip hashing the endpoints again)."""
         key = (s, d, ports)
         verdict = self._verdicts.get(key)
         if verdict is None:

@@ -107,11 +107,12 @@ class HopVerdicts:
                  limit: int) -> None:  # fmt: skip
         self._hop = hop
         self._limit = limit
-        self._reads: dict[tuple[int, Hop], tuple[int, _Reads]] = {}
+        self._reads: dict[tuple[int, Hop], tuple[int, int, _Reads]] = {}
         self._blocks: dict[tuple[int, ...], int] = {}
+        self._read_ids: dict[tuple[bool, _Reads], int] = {}  # many blocks read the same
         self._cache: dict[tuple[Hop, int, _PeerKey, tuple[str, int, int]], HopResult] = {}
-        # (hop, blocks, far end's id, the destination's id when the hop reads its named ports)
-        self._peers: dict[tuple[Hop, int, int, int], _PeerKey] = {}
+        # (what is read, far end's id, the destination's id when an ingress hop reads its ports)
+        self._peers: dict[tuple[int, int, int], _PeerKey] = {}
 
     def _result(self, hop: Hop, at: int, away: int, *, near: Side, far: Side, src: Side,
                 dst: Side, ports: PortRange) -> HopResult:  # fmt: skip
@@ -122,9 +123,12 @@ class HopVerdicts:
         if reads is None:
             blocks = tuple(map(id, near.selected))  # the set holds its blocks: ids stay unique
             sig = self._blocks.setdefault(blocks, len(self._blocks))
-            reads = self._reads[(at, hop)] = (sig, _reads(near, egress=hop is Hop.EGRESS))
-        sig, (keys, compared, names, bounds) = reads
-        pkey = (hop, sig, away, at if names and hop is Hop.INGRESS else -1)
+            egress = hop is Hop.EGRESS
+            read = _reads(near, egress=egress)
+            rid = self._read_ids.setdefault((egress, read), len(self._read_ids))
+            reads = self._reads[(at, hop)] = (sig, rid, read)
+        sig, rid, (keys, compared, names, bounds) = reads
+        pkey = (rid, away, at if names and hop is Hop.INGRESS else -1)
         peer = self._peers.get(pkey)
         if peer is None:
             if len(self._peers) >= self._limit:
