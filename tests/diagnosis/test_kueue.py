@@ -3,6 +3,7 @@ configuration, and the configuration each cause proposes (parsed back as YAML)."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -174,3 +175,100 @@ def test_a_trainer_family_job_is_fixable_and_proposes_its_own_change(kind: JobKi
     assert rjob["name"] == "node"
     assert rjob["template"]["spec"]["template"]["metadata"]["annotations"] == {
         KUEUE.topology_annotation: ZONE_LABEL}
+
+
+def counted(counts: dict[str, int], *, kind: JobKind = JobKind.PYTORCH,
+            pod_sets: tuple[str, ...] = ("Master", "Worker")) -> TrainingJobObject:
+    return TrainingJobObject(kind=kind, namespace="ml", name="llm",
+                             labels={KUEUE.queue_label: "user-queue"}, pod_sets=pod_sets,
+                             pod_counts=counts)  # fmt: skip
+
+
+def with_workload(objects: KueueObjects, **kw: Any) -> KueueObjects:
+    """`objects` with the job's admitted Workload (PodSets in Kueue's lower-case names)."""
+    wl = KueueWorkload("ml", "pytorchjob-llm-1", queue="user-queue", admitted=True,
+                       cluster_queue="cq", owner_kind=kw.pop("owner_kind", "PyTorchJob"),
+                       owner_name="llm", **kw)  # fmt: skip
+    return replace(objects, workloads={("ml", wl.name): wl})
+
+
+GROUPING: list[tuple[str, TrainingJobObject, KueueObjects, bool]] = [
+    ("a single-pod coordinator and its workers", counted({"Master": 1, "Worker": 4}), kueue(), True),
+    ("counts unknown: grouped, the plan checks the Workload", counted({}), kueue(), True),
+    ("two PodSets of more than one pod each", counted({"Master": 2, "Worker": 4}), kueue(), False),
+    ("the Workload's counts win over the job's", counted({"Master": 1, "Worker": 4}),
+     with_workload(kueue(), pod_sets=("master", "worker"), counts={"master": 2, "worker": 4}), False),
+    ("the Workload's single pod", counted({}),
+     with_workload(kueue(), pod_sets=("master", "worker"), counts={"master": 1, "worker": 4}), True),
+    ("one PodSet of many pods", counted({"node": 4}, kind=JobKind.JOBSET, pod_sets=("node",)),
+     kueue(), True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("obj", "objects", "fixable"), [c[1:] for c in GROUPING],
+                         ids=[c[0] for c in GROUPING])
+def test_two_pod_sets_are_grouped_only_when_one_is_a_single_pod(
+    obj: TrainingJobObject, objects: KueueObjects, fixable: bool
+) -> None:
+    advice = kueue_advice(obj, objects, zone="us-east-1a")
+    assert advice is not None and advice.agent_fixable is fixable
+    docs = list(yaml.safe_load_all(advice.proposal))
+    assert [d.get("kind") for d in docs] == ([None] if fixable else [None, "ResourceFlavor"])
+    if not fixable:
+        assert "each run more than one pod (Master: 2 pods and Worker: 4 pods)" in advice.message
+        assert "groups exactly two, one of them a single pod" in advice.message
+        assert "a flavor of us-east-1a" in advice.message and "zonemedic writes nothing" in advice.message
+        # a zone-level request per PodSet, no group name: Kueue refuses a group of two such PodSets
+        for spec in docs[0]["spec"]["pytorchReplicaSpecs"].values():
+            assert spec["template"]["metadata"]["annotations"] == {KUEUE.topology_annotation: ZONE_LABEL}
+
+
+@pytest.mark.parametrize(("zone", "where"), [("us-east-1b", "us-east-1b"), (None, "<zone>")])
+def test_the_pinned_flavor_names_the_target_zone_when_known(zone: str | None, where: str) -> None:
+    obj = TrainingJobObject(kind=JobKind.JOBSET, namespace="ml", name="llm",
+                            labels={KUEUE.queue_label: "user-queue"},
+                            pod_sets=("driver", "workers", "ps"))  # fmt: skip
+    advice = kueue_advice(obj, kueue(), zone=zone)
+    assert advice is not None and not advice.agent_fixable
+    _, flavor = list(yaml.safe_load_all(advice.proposal))
+    assert flavor["metadata"]["name"] == f"gpu-{where}"
+    assert flavor["spec"] == {"nodeLabels": {ZONE_LABEL: where}, "topologyName": "t"}
+
+
+INJECTED = PodSetTopology(unconstrained=True)  # what Kueue puts in a running template asking for no level
+OWN: list[tuple[str, dict[str, PodSetTopology], dict[str, PodSetTopology], dict[str, str | None]]] = [
+    ("Kueue's injected unconstrained request is not the job's", {"workers": INJECTED}, {},
+     {KUEUE.topology_annotation: ZONE_LABEL}),
+    ("the job's own unconstrained request is removed", {"workers": INJECTED}, {"workers": INJECTED},
+     {KUEUE.topology_annotation: ZONE_LABEL, KUEUE.unconstrained_annotation: None}),
+    ("the job's own preferred level is removed", {"workers": INJECTED},
+     {"workers": PodSetTopology(preferred=ZONE_LABEL)},
+     {KUEUE.topology_annotation: ZONE_LABEL, KUEUE.preferred_annotation: None}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("live", "own", "annotations"), [c[1:] for c in OWN], ids=[c[0] for c in OWN])
+def test_a_jobsets_advice_shows_only_the_change_to_its_own_annotations(
+    live: dict[str, PodSetTopology], own: dict[str, PodSetTopology], annotations: dict[str, str | None]
+) -> None:
+    obj = TrainingJobObject(kind=JobKind.JOBSET, namespace="ml", name="llm",
+                            labels={KUEUE.queue_label: "user-queue"}, pod_sets=("workers",),
+                            topology=live)  # fmt: skip
+    objects = with_workload(kueue(), owner_kind="JobSet", pod_sets=("workers",), requests=own)
+    advice = kueue_advice(obj, objects)
+    assert advice is not None and advice.agent_fixable
+    (doc,) = list(yaml.safe_load_all(advice.proposal))
+    (rjob,) = doc["spec"]["replicatedJobs"]
+    assert rjob["template"]["spec"]["template"]["metadata"]["annotations"] == annotations
+
+
+def test_without_its_workload_the_advice_reads_the_jobs_templates() -> None:
+    obj = TrainingJobObject(kind=JobKind.JOBSET, namespace="ml", name="llm",
+                            labels={KUEUE.queue_label: "user-queue"}, pod_sets=("workers",),
+                            topology={"workers": INJECTED})  # fmt: skip
+    advice = kueue_advice(obj, kueue())
+    assert advice is not None
+    (doc,) = list(yaml.safe_load_all(advice.proposal))
+    (rjob,) = doc["spec"]["replicatedJobs"]
+    assert rjob["template"]["spec"]["template"]["metadata"]["annotations"] == {
+        KUEUE.topology_annotation: ZONE_LABEL, KUEUE.unconstrained_annotation: None}
