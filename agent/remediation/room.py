@@ -193,6 +193,15 @@ def _short(left: Mapping[str, Decimal], resource: str, amount: Decimal) -> bool:
     return resource in ("cpu", "memory") or "/" in resource
 
 
+def could_hold(node: Mapping[str, Any], requests: Mapping[str, Decimal]) -> bool:
+    """Whether the node's allocatable resources cover `requests` once nothing else runs there
+    (kube-scheduler's resource fit on an empty node): a node that never could, e.g. a CPU node
+    for a pod that asks for a GPU, accepts the pod whatever its taints say."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    left = {str(k): parse_quantity(v) for k, v in alloc.items()}
+    return not any(_short(left, r, amount) for r, amount in requests.items())
+
+
 def _describe(need: PodNeed) -> str:
     parts = [f"{k} {_fmt(k, v)}" for k, v in sorted(need.requests.items()) if v]
     return ", ".join(parts) or "no resources"
