@@ -52,6 +52,8 @@ COMMANDS: dict[str, str] = {
     "twin": "agent.twin.command",
     "incidents": "agent.commands.incidents",
     "db": "agent.commands.db",
+    "admission": "agent.commands.admission",
+    "admissions": "agent.commands.admissions",
     "diagnose": "agent.commands.diagnose",
     "explain": "agent.commands.explain",
     "whatif": "agent.commands.whatif",

@@ -161,6 +161,7 @@ MACHINE_OUTPUT = {  # command path -> the arguments it needs besides the output 
     "incidents approve": ["1"],
     "incidents reject": ["1"],
     "incidents snooze": ["1"],
+    "admissions": [],
 }
 
 

@@ -79,7 +79,12 @@ def test_cluster_role_writes_only_what_remediation_needs() -> None:
         # the Kueue fix: the Workload deactivated, then deleted so Kueue rebuilds it
         (KUEUE_WORKLOAD.group, KUEUE_WORKLOAD.plural, "patch"),
         (KUEUE_WORKLOAD.group, KUEUE_WORKLOAD.plural, "delete"),
+        # the admission webhook's own certificate: its CA patched into its own configuration
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch"),
     }
+    (webhooks,) = [rule for rule in role["rules"]
+                   if "mutatingwebhookconfigurations" in rule["resources"]]
+    assert webhooks["resourceNames"] == ["zonemedic"] and webhooks["verbs"] == ["patch"]
     readable = {r for rule in role["rules"] for r in rule["resources"]}
     assert "secrets" not in readable and "leases" not in readable
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
@@ -221,6 +226,8 @@ AGENT_USES = [
     ("get", "coordination.k8s.io", "leases", "zonemedic", "zonemedic-leader"),
     ("update", "coordination.k8s.io", "leases", "zonemedic", "zonemedic-leader"),
     ("create", "coordination.k8s.io", "leases", "zonemedic", ""),
+    # the admission webhook's CA, into its own configuration only
+    ("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "zonemedic"),
 ]
 
 AGENT_NEVER = [
@@ -252,6 +259,9 @@ AGENT_NEVER = [
     ("get", "coordination.k8s.io", "leases", "kube-system", "zonemedic-leader"),
     ("create", "coordination.k8s.io", "leases", "ml", ""),
     ("delete", "coordination.k8s.io", "leases", "zonemedic", "zonemedic-leader"),
+    ("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "kueue"),
+    ("create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""),
+    ("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "zonemedic"),
 ]
 
 
@@ -276,3 +286,63 @@ def test_rbac_in_the_twin_authorizer_allows_exactly_what_the_agent_uses() -> Non
                 assert authorizer.allowed(agent, attrs) is expected, attrs
     finally:
         store.close()
+
+
+@needs_kubectl
+def test_the_admission_webhook_in_deploy_is_the_one_the_command_prints_for_its_config() -> None:
+    from agent.admission.manifest import webhook_configuration
+
+    shipped = yaml.safe_load((ROOT / "deploy" / "base" / "admission-webhook.yaml").read_text())
+    config = yaml.safe_load((ROOT / "deploy" / "base" / "config.yaml").read_text())
+    settings = build(Settings, config)
+    assert settings.admission.enabled and settings.admission.cert_file is None
+    assert shipped == webhook_configuration(settings)
+    docs = render("base")
+    rendered = next(d for d in docs if d["kind"] == "MutatingWebhookConfiguration")
+    (hook,) = rendered["webhooks"]
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["reinvocationPolicy"]) == (
+        "Ignore", "None", "IfNeeded")
+    assert hook["admissionReviewVersions"] == ["v1"] and hook["timeoutSeconds"] <= 5
+    assert hook["clientConfig"]["service"] == {"namespace": "zonemedic", "name": "zonemedic",
+                                               "path": "/admission/mutate", "port": 443}
+    # the Service's 443 reaches the container's admission port, the agent's admission.port
+    service = next(d for d in docs if d["kind"] == "Service")
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == "admission"]
+    assert (port["port"], port["targetPort"]) == (443, "admission")
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert {"name": "admission", "containerPort": settings.admission.port, "protocol": "TCP"} in ports
+    # the agent's policy lets the API server (only) reach that port; the PDB is kept
+    policy = next(d for d in docs if d["kind"] == "CiliumNetworkPolicy")
+    callers = [rule for rule in policy["spec"]["ingress"]
+               if any(p["port"] == str(settings.admission.port) for t in rule["toPorts"]
+                      for p in t["ports"])]  # fmt: skip
+    assert callers == [{"fromEntities": ["kube-apiserver"], "toPorts": [
+        {"ports": [{"port": str(settings.admission.port), "protocol": "TCP"}]}]}]
+    assert any(d["kind"] == "PodDisruptionBudget" for d in docs)
+
+
+@needs_kubectl
+def test_the_cert_manager_component_mounts_its_certificate_and_drops_the_ca_patch(
+    tmp_path: Path,
+) -> None:
+    overlay = ROOT / "deploy" / "overlays" / f"cert-manager-test-{tmp_path.name}"
+    overlay.mkdir()
+    try:
+        (overlay / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            "resources: [../../base]\ncomponents: [../../components/cert-manager]\n")
+        docs = render(str(overlay.relative_to(ROOT / "deploy")))
+    finally:
+        shutil.rmtree(overlay)
+    config = next(d for d in docs if d["kind"] == "MutatingWebhookConfiguration")
+    assert config["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "zonemedic/zonemedic-admission"}
+    certificate = next(d for d in docs if d["kind"] == "Certificate")
+    assert "zonemedic.zonemedic.svc" in certificate["spec"]["dnsNames"]
+    container = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ZONEMEDIC_ADMISSION__CERT_FILE"] == "/etc/zonemedic/admission/tls.crt"
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert all("mutatingwebhookconfigurations" not in r["resources"] for r in role["rules"])

@@ -16,7 +16,8 @@ outages); nothing posts directly. Messages (payload shapes):
   the job has no samples yet the chart is retried (for `chart_patience` after the incident opened);
   without metrics there is no chart. A chart is queued without its incident (the id is in its
   payload), so it keeps no place in the incident's order.
-- `digest`: open incidents, resolved in the period and GPU-hours recovered, from the store.
+- `digest`: open incidents, resolved in the period and GPU-hours recovered, from the store, and
+  the admission webhook's week (jobs placed at admission, restarts avoided) when it decided any.
 
 Order per incident holds: the store lets a message be claimed only when every earlier message of
 its incident is delivered or dead. Slack down (5xx, connection errors) or
@@ -71,6 +72,7 @@ from agent.model.proposal import proposed_fix as latest_fix
 from agent.model.stored import StoredMetrics, StoredWaste
 
 log = logging.getLogger(__name__)
+ADMISSION_WINDOW = timedelta(days=7)  # the digest's admission line: this week
 
 REF_SEPARATOR = "|"
 PROPOSE = "propose_colocation"  # the playbook action whose post carries the Approve button
@@ -456,8 +458,10 @@ class Deliverer:
             IncidentQuery(cluster=self.cluster, open_only=True, limit=200)
         ).incidents
         not_posted = message.payload.get("not_posted")
+        admissions = self.store.admission_summary(since=now - ADMISSION_WINDOW, now=now)
         rendered = digest_message(open_now, stats, period=self.digest_period,
-                                  not_posted=not_posted if isinstance(not_posted, dict) else None)
+                                  not_posted=not_posted if isinstance(not_posted, dict) else None,
+                                  admissions=admissions)  # fmt: skip
         response = self.client.chat_postMessage(channel=channel, text=rendered.text,
                                                 blocks=rendered.blocks)
         return f"{response.get('channel') or channel}{REF_SEPARATOR}{response['ts']}"

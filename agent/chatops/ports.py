@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from agent.model.admission import AdmissionSummary
 from agent.model.incident import (
     Actor,
     ClaimedMessage,
@@ -35,6 +36,8 @@ class ChatStore(Protocol):
     def list_incidents(self, query: IncidentQuery | None = None) -> IncidentListing: ...
 
     def stats(self, *, since: datetime, now: datetime) -> IncidentStats: ...
+
+    def admission_summary(self, *, since: datetime, now: datetime) -> AdmissionSummary: ...
 
     def add_event(
         self,

@@ -29,6 +29,7 @@ from agent.chatops.blocks import (
     section,
     when,
 )
+from agent.model.admission import AdmissionSummary
 from agent.model.incident import IncidentDetail, IncidentListing, IncidentStats, IncidentSummary
 from agent.model.lifecycle import IncidentStatus
 from agent.policy.explain_report import render_explanation
@@ -61,19 +62,27 @@ def digest_message(
     *,
     period: timedelta,
     not_posted: Mapping[str, str] | None = None,
+    admissions: AdmissionSummary | None = None,
 ) -> Rendered:
     """The daily digest: open incidents, resolved in the period, GPU-hours recovered. An open
-    incident no playbook posts says why (`not_posted`: incident id -> the reason)."""
+    incident no playbook posts says why (`not_posted`: incident id -> the reason). With
+    `admissions` (the admission webhook's week, when it decided anything): the jobs placed at
+    admission this week and the restarts that avoided."""
     resolved = stats.by_outcome.get(IncidentStatus.RESOLVED.value, 0)
     hours = period.total_seconds() / 3600
     span = f"{hours / 24:.0f}d" if hours >= 24 else f"{hours:.0f}h"
     summary = (f"*Open incidents:* {len(open_incidents)} · *resolved in the last {span}:* "
                f"{resolved} · *GPU-hours recovered:* {stats.gpu_hours_recovered:,.1f}")
     blocks = [header("zonemedic digest"), section(summary)]
+    placed = admissions is not None and bool(admissions.by_outcome)
+    if admissions is not None and placed:
+        blocks.append(section(f"*Admission:* {admissions.line()}"))
     if open_incidents:
         blocks.append(section(_listing_section("*Open:*", open_incidents, not_posted)))
     text = (f"zonemedic digest: {len(open_incidents)} open, {resolved} resolved in the last {span}, "
             f"{stats.gpu_hours_recovered:,.1f} GPU-hours recovered")
+    if admissions is not None and placed:
+        text += f"; {admissions.line()}"
     return Rendered(text=fallback(text), blocks=cap_blocks(blocks))
 
 

@@ -50,6 +50,8 @@ PATH_SETTINGS = (
     "slack.bot_token_file",
     "slack.signing_secret_file",
     "slack.app_token_file",
+    "admission.cert_file",
+    "admission.key_file",
 )
 
 

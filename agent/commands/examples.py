@@ -51,6 +51,15 @@ EXAMPLES: dict[str, list[str]] = {
         " --json",
     ],
     "config": ["zonemedic config check config.yaml"],
+    "admission": ["zonemedic admission manifest --config config.yaml"],
+    "admission manifest": [
+        "zonemedic admission manifest --config deploy/base/config.yaml",
+        "zonemedic admission manifest --config config.yaml --url https://10.0.0.5:8443/admission/mutate",
+    ],
+    "admissions": [
+        "zonemedic admissions --config config.yaml --since 7d",
+        "zonemedic admissions --config config.yaml --outcome placed --json",
+    ],
     "config check": [
         "zonemedic config check /etc/zonemedic/config/config.yaml",
         "zonemedic config check deploy/base/config.yaml   # pod paths: checked against the pod's"

@@ -1,4 +1,7 @@
-"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab|trainjob|trainjob-mpi|kueue] [--interactive] [--output json]`.
+"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab|trainjob|trainjob-mpi|kueue|prevent] [--interactive] [--output json]`.
+
+`prevent` tells another story (`agent.demo.prevention`): the agent's admission webhook places a
+job that would split in one zone at its creation, and no incident is opened.
 
 Registered by `agent.cli` (offered only where the cluster twin is installed). Runs the story of
 `agent.demo.story` once: everything on 127.0.0.1, in one temporary directory, stopped and removed
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
 
     from agent.demo.story import Summary
 
-SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi", "kueue")
+SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi", "kueue", "prevent")
 
 
 def register(subparsers: Any) -> None:
@@ -125,6 +128,8 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
     JSON object with `--output json`)."""
     from agent.demo.story import tell
 
+    if args.scenario == "prevent":
+        return _prevent(args, console)
     chart = args.chart or Path.cwd() / f"zonemedic-demo-{args.scenario}.png"
     if not chart.parent.is_dir():
         from agent.errors import InputError
@@ -154,6 +159,26 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     console.print(summary_panel(summary))
+    if args.output == "json":
+        print(json.dumps(summary.to_dict()), flush=True)
+    return 0
+
+
+def _prevent(args: argparse.Namespace, console: Any) -> int:
+    """The prevention story (`agent.demo.prevention`) and its summary."""
+    from rich.markup import escape
+    from rich.panel import Panel
+
+    from agent.demo.prevention import tell as tell_prevention
+
+    summary = tell_prevention(console=console)
+    zones = ", ".join(f"{z} ×{n}" for z, n in sorted(summary.zones.items()))
+    lines = [f"[bold]{escape(summary.job)}[/bold]: placed at admission ({escape(summary.outcome)}), "
+             f"pods {escape(zones)}, {escape(summary.verdict)}, {summary.incidents} incident(s)",
+             escape(f"the webhook said: {summary.warning}"),
+             f"the whole story took {summary.duration_s:.0f}s"]
+    console.print(Panel("\n".join(lines), title="demo summary", title_align="left",
+                        border_style="green"))
     if args.output == "json":
         print(json.dumps(summary.to_dict()), flush=True)
     return 0

@@ -5,7 +5,9 @@ job's suspend, resume and restore patches; `agent.remediation.jobset_steps` for 
 JobSet's suspend, override or template patch, resume and restore, and the child Jobs a rollback
 recreates; `agent.remediation.kueue_steps` for a Kueue Workload's `spec.active` patches and
 delete and a Kueue job's template annotations; `agent.remediation.group_steps` for a group's
-Deployment patches and batch Job delete and create), built by `agent.remediation.remediator.Remediator` over the
+Deployment patches and batch Job delete and create), and the admission webhook's start-up (the
+caBundle of its own MutatingWebhookConfiguration, when the agent made its serving certificate:
+`patch_webhook_ca_bundle`), built by `agent.remediation.remediator.Remediator` over the
 agent's API client. What it does: sends JSON merge patches (`application/merge-patch+json` set
 explicitly) through the official `kubernetes` client, with the field manager `zonemedic`, each
 write optionally as a server-side dry run (`dryRun=All`) and each checked against the run's
@@ -33,6 +35,8 @@ from agent.remediation.plan import Target
 from agent.sources.kubeapi import KubeApiError
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+WEBHOOK_CONFIGURATION = "MutatingWebhookConfiguration"
 FIELD_MANAGER = "zonemedic"
 
 
@@ -104,6 +108,7 @@ class ClusterWriter:
         self._custom = client.CustomObjectsApi(api_client)
         self._apps = client.AppsV1Api(api_client)
         self._batch = client.BatchV1Api(api_client)
+        self._admission = client.AdmissionregistrationV1Api(api_client)
         self._timeout = timeout
         self._observer = observer
 
@@ -213,5 +218,23 @@ class ClusterWriter:
             lambda: self._batch.create_namespaced_job(
                 namespace, cast(Any, dict(manifest)), field_manager=FIELD_MANAGER,
                 _request_timeout=self._timeout, **self._dry(dry_run),
+            ),
+        )  # fmt: skip
+
+    def patch_webhook_ca_bundle(
+        self, name: str, *, webhook: str, ca_bundle: str, fence: Fence
+    ) -> Any:
+        """Set the caBundle (base64 PEM) of webhook `webhook`, the configuration's first, in
+        the MutatingWebhookConfiguration `name`: a JSON patch that tests the webhook's name
+        first (a configuration whose first webhook is another one is refused, 422)."""
+        patch = [
+            {"op": "test", "path": "/webhooks/0/name", "value": webhook},
+            {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca_bundle},
+        ]
+        return self._call(
+            Write(WriteVerb.PATCH, WEBHOOK_CONFIGURATION, "", name, False), fence,
+            lambda: self._admission.patch_mutating_webhook_configuration(
+                name, patch, field_manager=FIELD_MANAGER, _content_type=JSON_PATCH,
+                _request_timeout=self._timeout,
             ),
         )  # fmt: skip

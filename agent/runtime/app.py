@@ -12,13 +12,15 @@ pipeline's recording of detector batches: acquiring the lease submits one cluste
 the new leader diagnoses, records and reconciles everything once) and the HTTP server over the
 root's routes (health, metrics, the webhook, the incidents API, Slack's events).
 
-Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), watches,
+Start order: HTTP (so /healthz answers at once and /readyz says why it is not ready), the
+admission webhook's HTTPS server when `admission.enabled` (it passes jobs unchanged until the
+cache is synced), watches,
 initial sync, the start-up change (one full diagnosis, due at once and queued before the detector
 runs so that its first batch merges it with what the sync reported), leader election's first step on this thread
 (so that first batch is already the leader's when the lease is free: one cluster-wide batch, not
 a follower's then the leader's), detector, scheduler, then the chat layer's connection (Socket
 Mode; HTTP mode has nothing to start). Stop order (SIGTERM): stop watches, let the detector and a
-running sweep finish their step, release the lease, stop HTTP, then the chat layer (Socket Mode
+running sweep finish their step, release the lease, stop the admission webhook, stop HTTP, then the chat layer (Socket Mode
 closed, its workers finish). What it does not do: build any part, or decide anything itself.
 """
 
@@ -198,6 +200,8 @@ class Agent:
     def start(self) -> None:
         self.server.start()
         log.info("http listening", extra={"url": self.server.url, "identity": self.identity})
+        if self.composition.admission is not None:
+            self.composition.admission.start()
         self.source.start()
         if not self.source.wait_synced(self.sync_timeout):
             log.warning("caches not synced yet; continuing, /readyz says not ready")
@@ -218,7 +222,7 @@ class Agent:
         return self.server.url
 
     def stop(self) -> None:
-        """Graceful: stop watches, finish the current step, release the lease, stop HTTP, then
+        """Graceful: stop watches, finish the current step, release the lease, stop the admission webhook, stop HTTP, then
         the chat layer."""
         if self._stopped.is_set():
             return
@@ -229,6 +233,8 @@ class Agent:
         self.scheduler.shutdown(wait=True)
         if isinstance(self.elector, LeaderElector):
             self.elector.stop(timeout=10)
+        if self.composition.admission is not None:
+            self.composition.admission.stop()
         self.server.stop()
         self.chat.stop()
         log.info("stopped", extra={"identity": self.identity})

@@ -18,6 +18,9 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
   (`agent.runtime.explainer`); read-only, behind the same check as the incidents API (bearer
   token, or loopback without one); 400 names a bad parameter or an unknown pod, 503 before the
   caches are synced or without an explainer;
+- `GET /api/admissions` (filters `since=7d`, `outcome`, `namespace`, `limit`): the admission
+  webhook's recorded decisions, newest first, and the week's summary (jobs placed at admission,
+  restarts avoided): the JSON of `zonemedic admissions --json`; behind the same check;
 - `POST /api/incidents/{id}/decision` (`agent.runtime.decision_http`): approve, reject or snooze
   through the one decision function. The route exists only when `api_token` is set (and a decider
   is given): a bearer token, compared in constant time, is required (401 without it); 400 names a
@@ -82,12 +85,35 @@ class IncidentFilter:
     limit: int = 100
 
 
+@dataclass(frozen=True)
+class AdmissionFilter:
+    since: timedelta | None = None
+    outcome: str | None = None
+    namespace: str | None = None
+    limit: int = 100
+
+
+def parse_admission_filters(params: dict[str, str]) -> AdmissionFilter:
+    """`GET /api/admissions` query parameters -> filters; InputError names the bad parameter."""
+    known = {"since", "outcome", "namespace", "limit"}
+    for key in params:
+        if key not in known:
+            raise InputError(f"unknown query parameter {key!r} (known: {', '.join(sorted(known))})")
+    since = parse_duration(params["since"], field="since") if params.get("since") else None
+    limit = (parse_int(params["limit"], field="limit", minimum=1, maximum=MAX_LIMIT)
+             if params.get("limit") else 100)  # fmt: skip
+    return AdmissionFilter(since=since, outcome=params.get("outcome") or None,
+                           namespace=params.get("namespace") or None, limit=limit)  # fmt: skip
+
+
 class IncidentQueries(Protocol):
     """What the incidents API reads (the store's repository, adapted by the composition root)."""
 
     def list_incidents(self, filters: IncidentFilter) -> list[dict[str, Any]]: ...
 
     def get_incident(self, incident_id: int) -> dict[str, Any] | None: ...
+
+    def list_admissions(self, filters: AdmissionFilter) -> dict[str, Any]: ...
 
 
 class Explainer(Protocol):
@@ -277,6 +303,11 @@ def build_app(
             return _error(404, f"no incident {incident_id}")
         return JSONResponse(found)
 
+    @incident_read
+    async def list_admissions(request: Request, store: IncidentQueries) -> Response:
+        filters = parse_admission_filters(dict(request.query_params))
+        return JSONResponse(await run_in_threadpool(store.list_admissions, filters))
+
     async def explain(request: Request) -> Response:
         denied = authorized(request)
         if denied is not None:
@@ -294,6 +325,7 @@ def build_app(
         Route("/api/incidents", list_incidents, methods=["GET"]),
         Route("/api/incidents/{incident_id}", get_incident, methods=["GET"]),
         Route("/api/explain", explain, methods=["GET"]),
+        Route("/api/admissions", list_admissions, methods=["GET"]),
     ]
     if api_token is not None:
         writes = [*write_routes]

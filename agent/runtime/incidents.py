@@ -22,12 +22,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent.approval.decision import Authorizer, DecisionRequest, DecisionResult, decide
+from agent.model.admission import AdmissionOutcome, AdmissionQuery
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.proposal import proposed_fix
 from agent.model.verdict import Verdict
 from agent.parsing.choices import parse_choice
-from agent.runtime.http import IncidentFilter
+from agent.runtime.http import AdmissionFilter, IncidentFilter
 from agent.runtime.parts import Parts
 from agent.store.errors import IncidentNotFoundError
 from agent.store.probe import write_blocker
@@ -95,6 +96,20 @@ class StoreIncidents:
         fix = proposed_fix(detail.actions)
         out["proposed_fix"] = fix.to_dict() if fix is not None else None
         return out
+
+    def list_admissions(self, filters: AdmissionFilter) -> dict[str, Any]:
+        """The admission webhook's decisions (`GET /api/admissions`), and the week's summary."""
+        now = self.now()
+        query = AdmissionQuery(
+            limit=filters.limit, since=now - filters.since if filters.since else None,
+            outcome=parse_choice(AdmissionOutcome, filters.outcome, field="outcome"),
+            namespace=filters.namespace,
+        )  # fmt: skip
+        records = self.store.list_admissions(query)
+        week = self.store.admission_summary(since=now - timedelta(days=7), now=now)
+        return {"admissions": [r.to_dict() for r in records],
+                "week": {"placed": week.placed, "restarts_avoided": week.restarts_avoided,
+                         "by_outcome": week.by_outcome}}  # fmt: skip
 
     def decide(self, request: DecisionRequest) -> DecisionResult:
         return decide(self.store, request, now=self.now(), authority=self.authority)

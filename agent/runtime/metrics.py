@@ -1,7 +1,8 @@
 """The agent's own Prometheus metrics, on a private `prometheus_client` registry served at /metrics.
 
 Built once by the composition root and passed to whoever records: the watch loops (restarts), the
-Prometheus source (query errors), the detector (detection latency, incidents), sweeps (duration),
+Prometheus source (query errors), the admission webhook (its decisions, by outcome, and
+their duration), the detector (detection latency, incidents), sweeps (duration),
 leader election (leader status), the Alertmanager endpoint, the pipeline (store writes that failed
 and were retried; split jobs' cross-zone bytes and egress dollars), the PacketDrop event reader. A
 private registry keeps tests and several agents in one process independent. No I/O here; the HTTP
@@ -123,6 +124,22 @@ class AgentMetrics:
             "namespace (a pod of no Kubeflow job: its namespace re-diagnosed), ignored (not a "
             "pod).",
             ["outcome"],
+            registry=r,
+        )
+        self.admission_decisions = Counter(
+            "zonemedic_admission_decisions_total",
+            "Admission webhook decisions, by outcome: placed (the zone patch or Kueue's topology "
+            "annotations returned), warned (admission.mode warn: it would have placed the job), "
+            "constrained, not_needed, no_zone, deferred, skipped (passed unchanged, with a "
+            "warning saying why), invalid (a body that is not an AdmissionReview).",
+            ["outcome"],
+            registry=r,
+        )
+        self.admission_duration = Histogram(
+            "zonemedic_admission_duration_seconds",
+            "Time the admission webhook took to decide one request (from the body read to the "
+            "answer), dry runs included.",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5),
             registry=r,
         )
         self.cache_objects = Gauge(

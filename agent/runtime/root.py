@@ -12,7 +12,8 @@ Cilium's PacketDrop reader when `kubernetes.packet_drop_events`, the Prometheus 
 elector (a `coordination.k8s.io/v1` Lease when `leader_election.enabled`, else always the
 leader), the `Parts` the pieces share, the pipeline's pieces and the pipeline over them
 (`pipeline_pieces`, `build_pipeline`), the remediation executor and the approval expiry, the chat
-layer (`agent.runtime.chat.wire_chat`), the alert receiver and the incidents API; its `routes`
+layer (`agent.runtime.chat.wire_chat`), the alert receiver and the incidents API, and, when
+`admission.enabled`, the admission webhook (`agent.runtime.admission`); its `routes`
 (what the agent's HTTP app serves) and its `background_jobs` (what the leader runs: the metrics
 refresh, the executor, the expiry, the Slack outbox deliverer) are returned, not registered
 anywhere.
@@ -33,6 +34,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
+from agent.admission.decision import View
 from agent.approval import expiry
 from agent.approval.requests import ApprovalRequests
 from agent.errors import ConfigError, UnavailableError
@@ -41,6 +43,7 @@ from agent.playbook.loader import load_playbooks, playbooks_directory
 from agent.playbook.model import Playbook
 from agent.remediation.fence import Leadership
 from agent.runtime import chat, remediation_queue
+from agent.runtime.admission import AdmissionService, build_admission
 from agent.runtime.alerts import AlertReceiver
 from agent.runtime.background import BackgroundJob, unique
 from agent.runtime.diagnoser import Diagnoser
@@ -336,6 +339,7 @@ class Composition:
     background_jobs: tuple[BackgroundJob, ...]
     chat: chat.Chat
     remediation: Remediation | None
+    admission: AdmissionService | None = None
 
     def database_readiness(self) -> dict[str, bool]:
         """The store's part of /readyz (`agent.runtime.incidents.database_readiness`)."""
@@ -430,7 +434,15 @@ class Root:
             extra=tuple(wired.routes),
             explainer=explainer,
         )
+        admission = None
+        if settings.admission.enabled:
+            admission = build_admission(
+                settings, view=lambda: View(*pipeline.parsed_view()),
+                ready=lambda: clients.cache.synced, store=store, metrics=clients.metrics,
+                api_client=clients.api.api_client, now=utc_now,
+            )  # fmt: skip
         return Composition(
             clients=clients, parts=parts, elector=elector, store=store, pipeline=pipeline,
             routes=routes, background_jobs=unique(jobs), chat=wired, remediation=remediating,
+            admission=admission,
         )  # fmt: skip

@@ -8,6 +8,8 @@ re-exports the names the rest of the agent imports (`from agent.settings import 
 modules of the package import each other directly.
 """
 
+from agent.settings.admission import PATH as ADMISSION_PATH
+from agent.settings.admission import AdmissionMode, AdmissionSettings
 from agent.settings.builder import build, parse_duration
 from agent.settings.loader import load_diagnosis_settings, load_settings
 from agent.settings.secrets import EnvironmentSecrets, read_secret_file
@@ -36,7 +38,10 @@ from agent.settings.sections import (
 )
 
 __all__ = [
+    "ADMISSION_PATH",
     "EGRESS_WINDOW_PLACEHOLDER",
+    "AdmissionMode",
+    "AdmissionSettings",
     "AlertmanagerSettings",
     "BasicAuthSettings",
     "DatabaseSettings",

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from agent.errors import ConfigError
+from agent.settings.admission import AdmissionSettings
 from agent.settings.bounds import NOT_NEGATIVE, PORT, POSITIVE, Within
 from agent.settings.secrets import EnvironmentSecrets
 
@@ -405,6 +406,13 @@ class Settings:
     detection: DetectionSettings = field(default_factory=DetectionSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
     remediation: RemediationSettings = field(default_factory=RemediationSettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     secrets: EnvironmentSecrets = field(
         default_factory=EnvironmentSecrets, repr=False, metadata={"environment_only": True}
     )
+
+    def __post_init__(self) -> None:
+        if (self.admission.enabled and self.admission.port != 0
+                and self.admission.port == self.http.port):  # fmt: skip
+            raise ConfigError(f"admission.port: must differ from http.port ({self.http.port}): "
+                              "the webhook serves HTTPS on a port of its own")

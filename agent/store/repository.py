@@ -19,6 +19,8 @@ tables; this facade runs each of their operations in one transaction:
   token (`agent.store.outbox`)
 - history: `list_incidents(query)`, `get_incident(id)`, `stats(since=, now=)`, `open_counts`,
   `incidents_to_resume()` (`agent.store.queries`)
+- admissions: `record_admission`, `list_admissions`, `admission_summary`, `kept_group_zone`,
+  `keep_group_zone` (`agent.store.admissions`)
 - `purge(before=)` (`agent.store.retention`), `ping()`, `ready()`, `wait_until_reachable()`
 
 Every call retries transient database failures within `database.write_retry` (see
@@ -63,6 +65,7 @@ from agent.model.lifecycle import (
 )
 from agent.settings import DatabaseSettings
 from agent.store import approval_deadlines, batches, findings, retention, timeline, transitions
+from agent.store.admissions import AdmissionOperations
 from agent.store.engine import make_engine
 from agent.store.errors import InvalidRecordError
 from agent.store.history import HistoryReads
@@ -75,7 +78,7 @@ __all__ = ["IncidentStore", "OutboxPolicy", "open_store"]
 BATCH = 200  # findings per transaction of `record_findings`
 
 
-class IncidentStore(OutboxOperations, HistoryReads):
+class IncidentStore(OutboxOperations, HistoryReads, AdmissionOperations):
     """The repository over one database (see the module docstring for the surface); its
     transactions, outbox operations and history reads live in `transactions`, `messages` and
     `history`."""

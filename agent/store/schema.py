@@ -13,7 +13,13 @@ the whole query.
 Tables: `incidents`; `incident_events` (the timeline); `decisions` (the audit trail: no foreign key,
 kept when the incident is purged, with the job's name copied in); `remediation_actions`;
 `outbox_messages` (Slack posts and updates to deliver, with attempts, next-attempt time and the
-claim of the deliverer holding it).
+claim of the deliverer holding it); `admission_decisions` (what the admission webhook did with
+each job created, no foreign key: a job placed at admission has no incident); `admission_groups`
+(a generic group's kept admission decision, one per cluster, namespace and group: the first
+object's zone, which every replica applies to the group's later objects);
+`admission_certificates` (the webhook's serving certificate when the agent makes its own: one
+per cluster, the first replica's, so every replica serves the one CA the webhook configuration
+names).
 """
 
 from __future__ import annotations
@@ -187,6 +193,60 @@ class OutboxRow(Base):
         Index("ix_outbox_messages_status_next_attempt_at", "status", "next_attempt_at"),
         Index("ix_outbox_messages_incident_id", "incident_id"),
     )
+
+
+class AdmissionDecisionRow(Base):
+    __tablename__ = "admission_decisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    request_uid: Mapped[str] = mapped_column(String(128))
+    decided_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    job_kind: Mapped[str] = mapped_column(String(63))
+    job_namespace: Mapped[str] = mapped_column(String(253))
+    job_name: Mapped[str] = mapped_column(String(253))
+    object_kind: Mapped[str] = mapped_column(String(63))
+    object_name: Mapped[str] = mapped_column(String(253))
+    outcome: Mapped[str] = mapped_column(String(16))
+    zone: Mapped[str | None] = mapped_column(String(63))
+    mode: Mapped[str] = mapped_column(String(16))
+    kueue: Mapped[bool] = mapped_column(Boolean, default=False)
+    kept: Mapped[bool] = mapped_column(Boolean, default=False)
+    warning: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("ix_admission_decisions_decided_at", "decided_at"),
+        Index("ix_admission_decisions_job", "job_namespace", "job_name", "decided_at"),
+    )
+
+
+class AdmissionGroupRow(Base):
+    __tablename__ = "admission_groups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    namespace: Mapped[str] = mapped_column(String(253))
+    group_name: Mapped[str] = mapped_column(String(253))
+    zone: Mapped[str] = mapped_column(String(63))
+    decided_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    object_kind: Mapped[str] = mapped_column(String(63))
+    object_name: Mapped[str] = mapped_column(String(253))
+
+    __table_args__ = (
+        Index("uq_admission_groups_group", "cluster", "namespace", "group_name", unique=True),
+    )
+
+
+class AdmissionCertificateRow(Base):
+    __tablename__ = "admission_certificates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    not_after: Mapped[datetime] = mapped_column(UTCDateTime())
+    ca_pem: Mapped[str] = mapped_column(Text)
+    cert_pem: Mapped[str] = mapped_column(Text)
+    key_pem: Mapped[str] = mapped_column(Text)
 
 
 metadata = Base.metadata

@@ -38,6 +38,7 @@ from agent.chatops.replies import (
     listing_reply,
     stats_reply,
 )
+from agent.model.admission import AdmissionSummary
 from agent.model.incident import (
     Decision,
     IncidentDetail,
@@ -482,6 +483,21 @@ def test_digest_says_why_an_open_incident_was_not_posted() -> None:
     lines = [line for line in listing.splitlines() if "ml/resnet" in line]
     assert "not posted" not in lines[0]
     assert lines[1].endswith(f"· _not posted: {reason}_")
+    assert_within_limits(r)
+
+
+@pytest.mark.parametrize(("by_outcome", "shown"), [
+    ({"placed": 5, "constrained": 2}, True),
+    ({}, False),  # the webhook decided nothing this week (or is off): no line
+])
+def test_digest_says_how_many_jobs_were_placed_at_admission(by_outcome: dict[str, int],
+                                                            shown: bool) -> None:  # fmt: skip
+    week = AdmissionSummary(placed=by_outcome.get("placed", 0), restarts_avoided=4,
+                            by_outcome=by_outcome)  # fmt: skip
+    r = digest_message([summary()], stats(), period=timedelta(days=1), admissions=week)
+    line = "5 job(s) placed at admission this week, 4 restart(s) avoided"
+    assert (f"*Admission:* {line}" in all_text(r)) is shown
+    assert (line in r.text) is shown
     assert_within_limits(r)
 
 

@@ -78,10 +78,10 @@ def test_overlay_renders_every_part_in_the_agents_namespace(overlay: str) -> Non
         ("Deployment", "zonemedic"), ("Service", "zonemedic"),
         ("ConfigMap", "zonemedic-config"), ("ConfigMap", "zonemedic-playbooks"),
         ("PodDisruptionBudget", "zonemedic"), ("CiliumNetworkPolicy", "zonemedic"),
-        ("PrometheusRule", "zonemedic"),
+        ("PrometheusRule", "zonemedic"), ("MutatingWebhookConfiguration", "zonemedic"),
     }
     _, settings = config_of(docs)
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
     for doc in docs:
         if doc["kind"] not in cluster_scoped:
             assert doc["metadata"]["namespace"] == settings.leader_election.namespace, doc["kind"]
@@ -138,7 +138,7 @@ def test_probes_port_and_shutdown_fit_the_agents_config(overlay: str) -> None:
     _, settings = config_of(docs)
     container = agent_container(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": settings.http.port}
+    assert ports == {"http": settings.http.port, "admission": settings.admission.port}
     live, ready = container["livenessProbe"], container["readinessProbe"]
     assert live["httpGet"] == {"path": "/healthz", "port": "http"}
     assert ready["httpGet"] == {"path": "/readyz", "port": "http"}
@@ -154,7 +154,8 @@ def test_probes_port_and_shutdown_fit_the_agents_config(overlay: str) -> None:
     assert pod["terminationGracePeriodSeconds"] >= 30
     service = one(docs, "Service", "zonemedic")
     assert service["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
-    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(settings.http.port, "http")]
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        (settings.http.port, "http"), (settings.admission.service_port, "admission")]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -283,8 +284,11 @@ def test_the_agents_network_policy_allows_exactly_what_it_talks_to() -> None:
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert policy["endpointSelector"]["matchLabels"].items() <= pod_labels.items()
     # ingress: the HTTP port only, from the kubelet (probes) and the monitoring namespace only
-    # (Alertmanager's webhook, Prometheus' scrape); never the whole cluster
-    probes, monitoring = policy["ingress"]
+    # (Alertmanager's webhook, Prometheus' scrape); the admission webhook's port from the API
+    # server only; never the whole cluster
+    probes, monitoring, admission = policy["ingress"]
+    assert admission == {"fromEntities": ["kube-apiserver"], "toPorts": [
+        {"ports": [{"port": str(settings.admission.port), "protocol": "TCP"}]}]}
     assert probes == {"fromEntities": ["host"], "toPorts": [
         {"ports": [{"port": str(settings.http.port), "protocol": "TCP"}]}]}
     assert monitoring["fromEndpoints"] == [

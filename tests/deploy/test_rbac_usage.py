@@ -28,6 +28,7 @@ from agent.model.incident import IncidentQuery
 from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
 from agent.model.workload import JobKind
+from agent.settings import AdmissionSettings, Settings
 from agent.twin.faults import AuditEntry
 from agent.twin.resources import lookup
 from agent.twin.scenario import Scenario
@@ -77,10 +78,17 @@ def used(entries: Iterable[AuditEntry], user: str) -> dict[Triple, bool]:
     return out
 
 
+def _admission(settings: Settings) -> Settings:
+    """The admission webhook on with the agent's own certificate (its CA patched into its own
+    configuration at start: the webhook's one write), on a free loopback port."""
+    return replace(settings, admission=AdmissionSettings(enabled=True, host="127.0.0.1", port=0))
+
+
 def agent_run(tmp_path: Path) -> tuple[list[AuditEntry], str]:
-    """The full agent on seed-blocked as the ServiceAccount, approved from Slack, resolved."""
+    """The full agent on seed-blocked as the ServiceAccount, approved from Slack, resolved; its
+    admission webhook on (its own certificate: the CA patched in at start)."""
     with FakeSlack(users={"U1": "alice"}) as slack, running_agent(
-        tmp_path, "seed-blocked", slack=slack, rbac=True, executor=True
+        tmp_path, "seed-blocked", slack=slack, rbac=True, executor=True, settings_change=_admission,
     ) as rig:
         store = rig.store
         wait(rig.agent.elector.is_leader, timeout=60, what="the lease")

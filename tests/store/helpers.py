@@ -46,5 +46,6 @@ def minutes(n: float) -> timedelta:
 
 
 # The migration revisions, oldest first (one line, one head).
-CHAIN = ["0001", "0002_approval_deadline", "0003_outbox_claims", "0004_one_open_incident_per_job"]
+CHAIN = ["0001", "0002_approval_deadline", "0003_outbox_claims", "0004_one_open_incident_per_job",
+         "0005_admission_decisions"]
 HEAD = CHAIN[-1]

@@ -23,7 +23,8 @@ from agent.store.engine import make_engine
 from agent.store.migrate import upgrade
 from tests.support.postgres import HOST, PORT, available, create_database, drop_database, url_for
 
-TABLES = ("incident_events", "remediation_actions", "outbox_messages", "decisions", "incidents")
+TABLES = ("incident_events", "remediation_actions", "outbox_messages", "decisions", "incidents",
+          "admission_decisions", "admission_groups", "admission_certificates")
 TEST_DB_SETTINGS = DatabaseSettings(
     write_retry=timedelta(seconds=5), connect_timeout=timedelta(seconds=2)
 )
