@@ -315,6 +315,9 @@ HOLD = [
     ("a request of nothing", {}, {"nvidia.com/gpu": "0"}, True),
     ("a resource it does not declare and that is no extended one", {}, {"ephemeral-storage": "1Gi"},
      True),
+    ("cpu and memory a GPU-only view does not declare", {"gpus": 8, "cpu": None},
+     {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}, True),
+    ("an extended resource it does not declare", {}, {"example.com/fpga": "1"}, False),
 ]  # fmt: skip
 
 
