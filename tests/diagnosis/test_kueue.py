@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.diagnosis.diagnose import diagnose_cluster
 from agent.diagnosis.kueue import kueue_advice
 from agent.model.cluster import ZONE_LABEL, TrainingJobObject
 from agent.model.kueue import (
@@ -24,6 +25,9 @@ from agent.model.kueue import (
     wanted_annotations,
 )
 from agent.model.workload import KUEUE, JobKind
+from agent.settings import DiagnosisSettings
+from agent.snapshot.collection import parse_objects
+from tests.support import objects
 
 REGION = "topology.kubernetes.io/region"
 HOST = "kubernetes.io/hostname"
@@ -272,3 +276,66 @@ def test_without_its_workload_the_advice_reads_the_jobs_templates() -> None:
     (rjob,) = doc["spec"]["replicatedJobs"]
     assert rjob["template"]["spec"]["template"]["metadata"]["annotations"] == {
         KUEUE.topology_annotation: ZONE_LABEL, KUEUE.unconstrained_annotation: None}
+
+
+def tfjob_dump(*, ps: int) -> list[dict[str, Any]]:
+    """A TFJob Kueue admitted with TAS and no request: `ps` parameter servers and two workers
+    (one GPU each), split between zone-a (room for all) and zone-b; its Workload's PodSets
+    carry the counts and the job's own templates."""
+    replicas = {"PS": objects.replica(ps, {"containers": [objects.container(gpus=1)]}),
+                "Worker": objects.replica(2, {"containers": [objects.container(gpus=1)]})}  # fmt: skip
+    job_obj = objects.training_job("TFJob", "tf", labels={KUEUE.queue_label: "user-queue"},
+                                   uid="uid-tf", replicas=replicas)  # fmt: skip
+    pods = [objects.job_pod("TFJob", "tf", "ps", i, node_name="b1") for i in range(ps)]
+    pods += [objects.job_pod("TFJob", "tf", "worker", i, node_name="a1") for i in range(2)]
+    kueue_api = "kueue.x-k8s.io/v1beta1"
+    workload = {
+        "apiVersion": kueue_api, "kind": "Workload",
+        "metadata": {"name": "tfjob-tf-1", "namespace": "ml", "ownerReferences": [
+            {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "tf", "uid": "uid-tf",
+             "controller": True}]},
+        "spec": {"queueName": "user-queue", "podSets": [
+            {"name": "ps", "count": ps, "template": {"spec": {}}},
+            {"name": "worker", "count": 2, "template": {"spec": {}}}]},
+        "status": {"conditions": [{"type": "Admitted", "status": "True"}],
+                   "admission": {"clusterQueue": "cq", "podSetAssignments": [
+                       {"name": "ps", "flavors": {"nvidia.com/gpu": "gpu"}},
+                       {"name": "worker", "flavors": {"nvidia.com/gpu": "gpu"}}]}},
+    }  # fmt: skip
+    return [
+        objects.node("a1", "zone-a", gpus=8), objects.node("b1", "zone-b", gpus=8),
+        job_obj, *pods, workload,
+        {"apiVersion": kueue_api, "kind": "Topology", "metadata": {"name": "t"},
+         "spec": {"levels": [{"nodeLabel": ZONE_LABEL}, {"nodeLabel": HOST}]}},
+        {"apiVersion": kueue_api, "kind": "ResourceFlavor", "metadata": {"name": "gpu"},
+         "spec": {"topologyName": "t"}},
+        {"apiVersion": kueue_api, "kind": "ClusterQueue", "metadata": {"name": "cq"},
+         "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+             {"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "16"}]}]}]}},
+        {"apiVersion": kueue_api, "kind": "LocalQueue",
+         "metadata": {"name": "user-queue", "namespace": "ml"}, "spec": {"clusterQueue": "cq"}},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("ps", "remediable"), [(1, True), (2, False)])
+def test_the_diagnosis_says_before_approval_that_two_multi_pod_pod_sets_cannot_be_grouped(
+    ps: int, remediable: bool
+) -> None:
+    snap = parse_objects(tfjob_dump(ps=ps), source="test")
+    result = diagnose_cluster(snap.state, snap.policy_set(DiagnosisSettings()),
+                              settings=DiagnosisSettings())  # fmt: skip
+    (finding,) = [f for f in result.findings if f.job.name == "tf"]
+    advice = finding.kueue
+    assert advice is not None and finding.target_zone == ("zone-a" if remediable else None)
+    assert (finding.remediable, advice.agent_fixable) == (remediable, remediable)
+    docs = list(yaml.safe_load_all(advice.proposal))
+    if remediable:
+        assert [d.get("kind") for d in docs] == [None]
+        return
+    assert "two PodSets each run more than one pod (PS: 2 pods and Worker: 2 pods)" in advice.message
+    assert any("each run more than one pod" in r for r in finding.reasons)
+    patch, flavor = docs
+    assert all(KUEUE.group_annotation not in s["template"]["metadata"]["annotations"]
+               for s in patch["spec"]["tfReplicaSpecs"].values())  # fmt: skip
+    # the zone where the policies allow every flow and the job's GPUs fit
+    assert flavor["spec"]["nodeLabels"] == {ZONE_LABEL: "zone-a"}
