@@ -93,6 +93,12 @@ def test_every_point_of_a_jobsets_kueue_path_stopped_then_resumed_re_places_it_o
             children = lab.api.json("GET", "/apis/batch/v1/namespaces/ml/jobs")["items"]
             assert [c["metadata"]["name"] for c in children] == [CHILD]  # renewed, not doubled
             assert pod_zones(lab) == {"us-east-1a": 4}
+            # one Workload, Kueue's rebuilt one, active and admitted: none left deactivated
+            (wl,) = lab.api.json("GET", f"/apis/{KUEUE_WORKLOAD.api_version}/namespaces/ml/"
+                                        f"{KUEUE_WORKLOAD.plural}")["items"]  # fmt: skip
+            assert wl["spec"].get("active", True) is True
+            assert any(c["type"] == "Admitted" and c["status"] == "True"
+                       for c in wl["status"]["conditions"])  # fmt: skip
             steps = recorded_steps(store, incident_id)
             assert steps.count("deactivated") == 1 and steps.count("resumed") == 1
             assert steps.count("renewed") == 1
