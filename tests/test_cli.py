@@ -157,6 +157,7 @@ MACHINE_OUTPUT = {  # command path -> the arguments it needs besides the output 
     "demo": [],
     "incidents list": [],
     "incidents show": ["1"],
+    "incidents patch": ["1"],
     "incidents stats": [],
     "incidents approve": ["1"],
     "incidents reject": ["1"],

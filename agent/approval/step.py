@@ -12,7 +12,9 @@ The rules:
   zonemedic itself (AUTO: the one decision function with the `auto` source), unless it is a
   protected namespace, which is never auto-approved, or the job's last co-location rolled back
   less than `remediation.auto_hold` ago (`rolled_back`: when and why): then a person decides
-  (REQUEST, saying why), so a fix that does not work is not retried in a loop.
+  (REQUEST, saying why), so a fix that does not work is not retried in a loop. A fix that was
+  undone (`Remediability.reverted`, from the preview's `reverted`: a GitOps sync or another writer restored the old fields) holds
+  it the same way, from when it was reverted: re-applying it would be undone again.
 - Otherwise REQUEST: the incident awaits approval until `now + expiry`, the policy's `expiry` when
   the playbook sets one, else the agent's `slack.approval_ttl`. Past that deadline a decision
   changes nothing and the leader's expiry job moves the incident to `expired`.
@@ -22,10 +24,11 @@ What it does not do: record anything, post anything, or check who may approve.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from agent.model.document import IncidentDocument
 from agent.playbook.model import ApprovalPolicy
@@ -53,6 +56,7 @@ class Remediability:
     remediable: bool
     target_zone: str | None = None
     refusal: str | None = None
+    reverted: RolledBack | None = None  # the job's last fix undone (the preview's `reverted`)
 
     @classmethod
     def of(cls, document: IncidentDocument) -> Remediability:
@@ -64,6 +68,7 @@ class Remediability:
             remediable=finding is not None and finding.remediable,
             target_zone=finding.target_zone if finding is not None else None,
             refusal=str(reason) if reason else None,
+            reverted=reverted(fix) if fix is not None else None,
         )
 
     @property
@@ -77,6 +82,20 @@ class RolledBack:
 
     at: datetime
     reason: str
+
+
+def reverted(fix: Mapping[str, Any]) -> RolledBack | None:
+    """The job's last fix undone, as a hold (the preview's `reverted`), or None."""
+    found = fix.get("reverted")
+    if not isinstance(found, Mapping):
+        return None
+    try:
+        at = datetime.fromisoformat(str(found.get("at") or ""))
+    except ValueError:
+        return None
+    manager = str(found.get("manager") or "an unknown writer")
+    return RolledBack(at=at, reason=f"incident {found.get('incident_id')}: fix reverted by "
+                                    f"{manager}")  # fmt: skip
 
 
 def approval_step(
@@ -98,6 +117,9 @@ def approval_step(
     if refused is not None:
         return ApprovalStep(ApprovalStepKind.NONE, reason=f"the fix cannot be applied: {refused}")
     ttl = policy.expiry if policy.expiry is not None else default_ttl
+    undone = subject.reverted
+    if undone is not None and (rolled_back is None or undone.at > rolled_back.at):
+        rolled_back = undone
     if policy.is_auto(namespace):
         if rolled_back is None or now - rolled_back.at >= auto_hold:
             return ApprovalStep(

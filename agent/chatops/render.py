@@ -50,6 +50,7 @@ from agent.chatops.blocks import (
     section,
     when,
 )
+from agent.chatops.ownership_text import handover_snippet, ownership_text
 from agent.chatops.policy_offer import policy_offer_texts
 from agent.model.incident import (
     Decision,
@@ -376,6 +377,12 @@ def incident_message(
             pre = _preconditions_text(fix)
             if pre:
                 blocks.append(context(pre))
+        owned = ownership_text(fix, incident_id=incident.id)
+        if owned:
+            blocks.append(section(owned))
+        snippet = handover_snippet(fix, incident_id=incident.id)
+        if snippet:
+            blocks.append(section(snippet))
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
                               Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))

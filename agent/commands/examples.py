@@ -77,6 +77,10 @@ EXAMPLES: dict[str, list[str]] = {
         "zonemedic incidents list --database sqlite:///zonemedic.db --job ml/resnet --json",
     ],
     "incidents show": ["zonemedic incidents show 42 --config config.yaml"],
+    "incidents patch": [
+        "zonemedic incidents patch 42 --config config.yaml --format kustomize",
+        "zonemedic incidents patch 42 --database sqlite:///zonemedic.db --format json6902 --json",
+    ],
     "incidents stats": ["zonemedic incidents stats --config config.yaml --since 30d"],
     "incidents approve": [
         'zonemedic incidents approve 42 --by alice --reason "co-locate in us-east-1a"',

@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from agent.commands import decisions
+from agent.commands import decisions, incident_patch
 from agent.commands.db import add_database_arguments, open_cli_store
 from agent.errors import InputError
 from agent.model.incident import (
@@ -94,6 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         add_database_arguments(sub)
         sub.set_defaults(handler=run)
     decisions.add_parsers(actions)
+    incident_patch.add_parser(actions)
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,6 +362,8 @@ def _fix_lines(d: IncidentDetail) -> list[str]:
         lines.append(f"  CANNOT BE APPLIED: {fix.refusal}")
         return lines
     lines.append(f"  {fix.summary}")
+    if fix.reverted is not None:
+        lines.append(f"  Reverted:      {fix.reverted.sentence()}")
     pre = fix.preconditions
     if pre:
         lines.append(f"  Preconditions: uid {pre.get('uid') or '-'}  resourceVersion "
@@ -372,6 +375,9 @@ def _fix_lines(d: IncidentDetail) -> list[str]:
     if fix.diff:
         lines.append("  Diff:")
         lines.extend(f"    {line}" for line in fix.diff.splitlines())
+    if fix.owners:
+        lines.append("  Owners:")
+        lines.extend(f"    {o.sentence()}" for o in fix.owners)
     return lines
 
 

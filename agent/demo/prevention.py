@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from agent.admission.manifest import webhook_configuration
 from agent.errors import ZonemedicError
 from agent.model.verdict import Verdict
+from agent.model.workload import PYTORCH
 from agent.rig.rig import AgentRig
 from agent.twin.resources import lookup
 from agent.twin.scenario import ZONE_LABEL, Scenario, load_scenario
@@ -82,7 +83,7 @@ def scenario() -> tuple[Scenario, dict[str, Any]]:
     """seed-blocked without its PyTorchJob (created later, through the webhook), its namespace
     opted in; and that job."""
     base = load_scenario("seed-blocked")
-    job = next(o for o in base.objects if o.get("kind") == "PyTorchJob")
+    job = next(o for o in base.objects if o.get("kind") == PYTORCH.kind.value)
     namespaces = []
     for namespace in base.namespaces:
         meta = dict(namespace.get("metadata") or {})
@@ -97,7 +98,7 @@ def scenario() -> tuple[Scenario, dict[str, Any]]:
 def tell(*, console: Any) -> PreventionSummary:
     """The prevention story told on `console` (a rich Console)."""
     started = time.monotonic()
-    summary = PreventionSummary(job=f"PyTorchJob {NAMESPACE}/{JOB}")
+    summary = PreventionSummary(job=f"{PYTORCH.kind.value} {NAMESPACE}/{JOB}")
     directory = Path(tempfile.mkdtemp(prefix="zonemedic-demo-prevent-"))
     try:
         with AgentRig(directory) as rig:
@@ -126,7 +127,7 @@ def tell(*, console: Any) -> PreventionSummary:
             console.print("✔ the agent serves its admission webhook over HTTPS (its own "
                           "certificate, the CA patched into its configuration)")
             warnings: list[str] = []
-            cluster.store.create(lookup("pytorchjobs", group="kubeflow.org"), job,
+            cluster.store.create(lookup(PYTORCH.plural, group=PYTORCH.group), job,
                                  namespace=NAMESPACE, warnings=warnings)  # fmt: skip
             summary.warning = warnings[0] if warnings else ""
             console.print(f"✔ {summary.job} created: Warning: {summary.warning or '(none)'}")
@@ -159,7 +160,7 @@ def _zones(cluster: Any) -> dict[str, int] | None:
     nodes = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(ZONE_LABEL)
              for n in cluster.store.list(lookup("nodes"))[0]}  # fmt: skip
     pods = [p for p in cluster.store.list(lookup("pods"), namespace=NAMESPACE)[0]
-            if (p["metadata"].get("labels") or {}).get("training.kubeflow.org/job-name") == JOB
+            if (p["metadata"].get("labels") or {}).get(PYTORCH.labels.job_name) == JOB
             and (p.get("status") or {}).get("phase") == "Running"]  # fmt: skip
     if len(pods) < 5:
         return None

@@ -10,7 +10,7 @@ remediation code: they read this shape only.
 Rules: the latest `plan` action wins (the executor's plan, once recorded, replaces the preview);
 a `plan` action carries either a plan (`payload.plan` with its `diff`, `preconditions`,
 `target_zone`, `pods` and its `targets`, each object it changes with the uid and resourceVersion
-it was planned from) or a refusal (`payload.refusal`: why the fix cannot be applied, the action
+it was planned from, and `owners`: who owns each, `agent.model.ownership`) or a refusal (`payload.refusal`: why the fix cannot be applied, the action
 not succeeded). What it does not do: build plans, read the store or render text.
 """
 
@@ -20,14 +20,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.model.handover import Handover
 from agent.model.incident import RemediationAction
 from agent.model.lifecycle import RemediationActionKind
+from agent.model.ownership import ObjectOwnership
+from agent.model.revert import Revert
 
 PREVIEW = "preview"  # payload flag of a plan recorded before approval
 REFUSAL = "refusal"  # payload key: why the fix cannot be applied
 ZONES = "zones"  # payload key: the placement (zone -> pods) the preview was computed for
 TARGET_ZONE = "target_zone"  # payload key: the zone the preview co-locates the job in
 VERDICT = "verdict"  # payload key: the verdict the preview was computed for
+REVERTED = "reverted"  # payload key: the job's last fix was undone (`agent.model.revert`)
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,14 @@ class ProposedFix:
     action_id: int | None = None
     objects: tuple[PlannedObject, ...] = ()
     verdict: str | None = None  # the verdict a preview was computed for (not in `to_dict`)
+    owners: tuple[ObjectOwnership, ...] = ()  # who owns each object the plan changes
+    reverted: Revert | None = None  # the job's last fix was undone (by whom, when)
+    handovers: tuple[Handover, ...] = ()  # the fix for each object's source (not in `to_dict`)
+
+    @property
+    def lasting(self) -> bool:
+        """True when no GitOps tool, pipeline or controller owns an object the plan changes."""
+        return all(o.ownership.durable for o in self.owners)
 
     @property
     def applicable(self) -> bool:
@@ -96,6 +108,8 @@ class ProposedFix:
             "pods": self.pods, "preconditions": dict(self.preconditions),
             "refusal": self.refusal, "preview": self.preview, "zones": dict(self.zones),
             "action_id": self.action_id, "objects": [o.to_dict() for o in self.objects],
+            "owners": [o.to_dict() for o in self.owners],
+            "reverted": self.reverted.to_dict() if self.reverted is not None else None,
         }  # fmt: skip
 
 
@@ -110,6 +124,8 @@ def from_action(action: RemediationAction) -> ProposedFix | None:
     target = payload.get(TARGET_ZONE)
     refusal = payload.get(REFUSAL)
     verdict = payload.get(VERDICT)
+    found = payload.get(REVERTED)
+    reverted = Revert.from_dict(found) if isinstance(found, Mapping) else None
     if isinstance(refusal, str) and refusal:
         return ProposedFix(summary=action.message or "", refusal=refusal, preview=preview,
                            target_zone=str(target) if target else None, zones=zones,
@@ -133,6 +149,11 @@ def from_action(action: RemediationAction) -> ProposedFix | None:
         action_id=action.id,
         objects=_planned_objects(plan.get("targets")),
         verdict=str(verdict) if verdict else None,
+        owners=tuple(ObjectOwnership.from_dict(o) for o in plan.get("owners") or ()
+                     if isinstance(o, Mapping)),
+        reverted=reverted,
+        handovers=tuple(Handover.from_dict(h) for h in plan.get("handovers") or ()
+                        if isinstance(h, Mapping)),
     )
 
 

@@ -173,6 +173,8 @@ class WorkloadKind:
 # --- the table -----------------------------------------------------------------------------------
 
 KUBEFLOW_GROUP = "kubeflow.org"
+# the label domain Kubeflow Pipelines marks the objects of a pipeline run with (not an API group)
+PIPELINES_LABEL_PREFIX = f"pipelines.{KUBEFLOW_GROUP}/"
 KUBEFLOW_LABELS = GangLabels(
     job_name="training.kubeflow.org/job-name",
     replica_type="training.kubeflow.org/replica-type",

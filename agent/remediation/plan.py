@@ -27,8 +27,10 @@ from enum import StrEnum
 from typing import Any
 
 from agent.model.cluster import ZONE_LABEL
+from agent.model.handover import Handover
 from agent.model.job import JobRef
 from agent.model.kueue import NO_KUEUE, KueueObjects
+from agent.model.ownership import ObjectOwnership
 from agent.model.verdict import Verdict
 from agent.model.workload import JobKind, workload
 from agent.remediation.room import node_labels
@@ -150,6 +152,8 @@ class Plan:
     pods: int = 0  # pods the plan (re)creates
     gang: int = 0  # pods the whole job runs once co-located (0: not recorded, see `members`)
     zones: tuple[str, ...] = ()  # a Kueue plan: the zones Kueue may pick (policies allow them)
+    owners: tuple[ObjectOwnership, ...] = ()  # who owns each target (read when planned)
+    handovers: tuple[Handover, ...] = ()  # each changed target's fix for its source
 
     @property
     def kueue(self) -> bool:
@@ -192,6 +196,8 @@ class Plan:
             "pods": self.pods,
             "gang": self.gang,
             "zones": list(self.zones),
+            "owners": [o.to_dict() for o in self.owners],
+            "handovers": [h.to_dict() for h in self.handovers],
         }  # fmt: skip
 
     @classmethod
@@ -207,6 +213,8 @@ class Plan:
             pods=int(data.get("pods") or 0),
             gang=int(data.get("gang") or 0),
             zones=tuple(data.get("zones") or ()),
+            owners=tuple(ObjectOwnership.from_dict(o) for o in data.get("owners") or ()),
+            handovers=tuple(Handover.from_dict(h) for h in data.get("handovers") or ()),
         )
 
 

@@ -7,21 +7,29 @@ training kind to `agent.remediation.training_plan`, a kind whose templates are a
 replicated jobs (TrainJob, JobSet) to `agent.remediation.jobset_plan`, a job Kueue manages
 (Kubeflow, TrainJob or JobSet) to `agent.remediation.kueue_plan` (re-queued through Kueue), a
 generic group to `agent.remediation.group_plan`
-(their refusals, and a resource quantity it cannot read, become the `Refusal`). Pure: it does
+(their refusals, and a resource quantity it cannot read, become the `Refusal`). Each target of
+a plan carries its owner (`agent.model.ownership`, read from the live object it was planned
+from: a GitOps tool, a pipeline, kubectl apply, a controller, or nobody) and its hand-over
+(`agent.model.handover`: the fix as a patch of the manifest kubectl apply last applied, else of
+the live object). Pure: it does
 not read the cluster, write it, or read a clock; nothing may be written when it refuses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from agent.model.descriptor import TemplateLayout
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
+from agent.model.handover import Handover, source_manifest
+from agent.model.ownership import ObjectOwnership, ownership_of
 from agent.model.workload import JobKind, workload
 from agent.remediation.group_plan import plan_group
 from agent.remediation.jobset_plan import plan_jobset
 from agent.remediation.kueue_plan import plan_kueue
-from agent.remediation.plan import LiveObjects, Plan, Refusal
+from agent.remediation.plan import LiveObjects, Plan, Refusal, Target
 from agent.remediation.room import QuantityError
 from agent.remediation.template import PlanRefusedError
 from agent.remediation.training_plan import plan_training
@@ -30,7 +38,43 @@ from agent.remediation.training_plan import plan_training
 def plan_remediation(
     finding: Finding, live: LiveObjects, *, mirror_keys: Sequence[str] = ()
 ) -> Plan | Refusal:
-    """The plan that co-locates the finding's job in its target zone, or why there is none."""
+    """The plan that co-locates the finding's job in its target zone, or why there is none;
+    each target's owner read from its live object."""
+    result = _plan(finding, live, mirror_keys=mirror_keys)
+    if isinstance(result, Refusal):
+        return result
+    owners = tuple(ObjectOwnership(t.kind, t.namespace, t.name, ownership_of(obj))
+                   for t in result.targets if (obj := live_object(t, live)) is not None)  # fmt: skip
+    return dataclasses.replace(result, owners=owners, handovers=_handovers(result, live))
+
+
+def _handovers(plan: Plan, live: LiveObjects) -> tuple[Handover, ...]:
+    """Each changed target's fix as a merge patch of the manifest it comes from."""
+    out = []
+    for target in plan.targets:
+        obj = live_object(target, live)
+        if obj is None or not target.changes:
+            continue
+        source, kind = source_manifest(obj)
+        out.append(Handover(target.api_version, target.kind, target.namespace, target.name,
+                            target.template_patch(), source, kind))  # fmt: skip
+    return tuple(out)
+
+
+def live_object(target: Target, live: LiveObjects) -> Mapping[str, Any] | None:
+    """The live object a target was planned from, among those the plan read."""
+    candidates = [live.job, live.materialised, live.queued, *live.workloads]
+    for obj in candidates:
+        meta = (obj or {}).get("metadata") or {}
+        if (obj is not None and obj.get("kind") == target.kind and meta.get("name") == target.name
+                and (meta.get("namespace") or "") == target.namespace):
+            return obj
+    return None
+
+
+def _plan(
+    finding: Finding, live: LiveObjects, *, mirror_keys: Sequence[str]
+) -> Plan | Refusal:
     ref = finding.job
     if finding.verdict not in REMEDIABLE_VERDICTS:
         return Refusal(ref, f"the job is {finding.verdict.value}, not split across zones "

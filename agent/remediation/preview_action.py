@@ -8,7 +8,10 @@ plain data out (`PreviewAction`: the action's message, payload and outcome, in t
 
 Rules: a plan is recorded with its whole `Plan.to_dict()` (diff, preconditions, patches), the
 fix in words as the message, `preview: true`, the placement and verdict it was computed for, and no
-outcome yet (`succeeded` None). A refusal is recorded as `refusal` with `succeeded` False and
+outcome yet (`succeeded` None); the message ends saying who owns each object something else
+re-applies (a GitOps tool, a pipeline, kubectl apply, a controller) and what that means for the
+live fix. When the job's last fix was undone (`reverted`), the message starts by naming it ("fix
+reverted by <manager> at <time>") and the payload carries the revert. A refusal is recorded as `refusal` with `succeeded` False and
 the message "the fix cannot be applied: <why>". The preview is never what the executor applies:
 the executor re-reads, re-plans and records its own plan (with a `step`) on approval.
 
@@ -21,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.model.proposal import PREVIEW, REFUSAL, TARGET_ZONE, VERDICT, ZONES
+from agent.model.proposal import PREVIEW, REFUSAL, REVERTED, TARGET_ZONE, VERDICT, ZONES
+from agent.model.revert import Revert
 from agent.remediation.plan import Plan, Refusal, TargetAction
 
 _FIELD_WORDS = (
@@ -100,18 +104,22 @@ def describe(plan: Plan) -> str:
             parts.append(f"patch the template of {where} with {fields} (a rollout moves its pods)")
         else:
             parts.append(f"recreate {where} with {fields} (its template is immutable)")
+    owned = "".join(f". {o.sentence()}" for o in plan.owners if not o.ownership.durable)
     return (f"co-locate the job in zone {zone}: " + "; ".join(parts)
-            + f"; {plan.pods} pod(s) start in {zone}")  # fmt: skip
+            + f"; {plan.pods} pod(s) start in {zone}{owned}")  # fmt: skip
 
 
 def preview_action(
     result: Plan | Refusal, *, zones: Mapping[str, int], target_zone: str | None,
-    verdict: str | None = None,
+    verdict: str | None = None, reverted: Revert | None = None,
 ) -> PreviewAction:
     """The `plan` action recording a preview of the fix for the placement `zones` (zone ->
-    pods), `target_zone` and the finding's `verdict` (see the module docstring)."""
+    pods), `target_zone` and the finding's `verdict` (see the module docstring). `reverted`:
+    the job's last fix was undone (named first in the message, recorded in the payload)."""
     placement = {str(k): int(v) for k, v in sorted(zones.items())}
-    seen = {VERDICT: verdict} if verdict is not None else {}
+    seen: dict[str, Any] = {VERDICT: verdict} if verdict is not None else {}
+    if reverted is not None:
+        seen[REVERTED] = reverted.to_dict()
     if isinstance(result, Refusal):
         return PreviewAction(
             message=f"the fix cannot be applied: {result.reason}",
@@ -119,8 +127,9 @@ def preview_action(
                      TARGET_ZONE: target_zone, **seen},
             succeeded=False,
         )
+    said = describe(result)
     return PreviewAction(
-        message=describe(result),
+        message=f"{reverted.sentence()}. The live fix again: {said}" if reverted else said,
         payload={PREVIEW: True, "plan": result.to_dict(), ZONES: placement,
                  TARGET_ZONE: result.target_zone, **seen},
         succeeded=None,

@@ -10,7 +10,8 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
   with `webhook_credentials` a request without them (Alertmanager's bearer token or basic auth)
   is 401 with `WWW-Authenticate` before its body is read;
 - `GET /api/incidents` (filters `job=NS/NAME`, `namespace`, `status`, `verdict`, `since=7d`,
-  `limit`) and `GET /api/incidents/{id}`: bearer-token auth when `api_token` is set; without a
+  `limit`), `GET /api/incidents/{id}` and `GET /api/incidents/{id}/patch?format=manifest|kustomize|
+  json6902` (the fix handed over to its source, 404 without one): bearer-token auth when `api_token` is set; without a
   token the API answers loopback clients only (403 otherwise), so it is off by default on loopback
   and never open to the network by accident;
 - `GET /api/explain?from=NS/POD&to=NS/POD&port=PORT[/PROTO]` (or `from=NS&from_labels=K=V,...`,
@@ -114,6 +115,8 @@ class IncidentQueries(Protocol):
     def get_incident(self, incident_id: int) -> dict[str, Any] | None: ...
 
     def list_admissions(self, filters: AdmissionFilter) -> dict[str, Any]: ...
+
+    def incident_patch(self, incident_id: int, fmt: str) -> dict[str, Any] | None: ...
 
 
 class Explainer(Protocol):
@@ -308,6 +311,15 @@ def build_app(
         filters = parse_admission_filters(dict(request.query_params))
         return JSONResponse(await run_in_threadpool(store.list_admissions, filters))
 
+    @incident_read
+    async def incident_patch(request: Request, store: IncidentQueries) -> Response:
+        incident_id = parse_incident_id(request.path_params["incident_id"])
+        fmt = request.query_params.get("format", "kustomize")
+        found = await run_in_threadpool(store.incident_patch, incident_id, fmt)
+        if found is None:
+            return _error(404, f"incident {incident_id} has no fix to hand over")
+        return JSONResponse(found)
+
     async def explain(request: Request) -> Response:
         denied = authorized(request)
         if denied is not None:
@@ -324,6 +336,7 @@ def build_app(
         Route("/alertmanager", alertmanager, methods=["POST"]),
         Route("/api/incidents", list_incidents, methods=["GET"]),
         Route("/api/incidents/{incident_id}", get_incident, methods=["GET"]),
+        Route("/api/incidents/{incident_id}/patch", incident_patch, methods=["GET"]),
         Route("/api/explain", explain, methods=["GET"]),
         Route("/api/admissions", list_admissions, methods=["GET"]),
     ]

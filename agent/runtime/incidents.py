@@ -7,7 +7,8 @@ pipeline records into) and handed by the running agent to `agent.runtime.http.bu
 `IncidentQueries` and `IncidentDecisions`; the pipeline itself serves no HTTP read. It maps the API's filters (the CLI's: job NS/NAME, namespace, status, verdict,
 since, limit) to the store's `IncidentQuery` and returns plain JSON data (the store's
 `to_jsonable`; an incident's detail adds `proposed_fix`, the latest plan or refusal recorded on
-it, see `agent.model.proposal`). A bad filter value is an `InputError` (400); a database that is away is the
+it, see `agent.model.proposal`; `/api/incidents/{id}/patch?format=` its hand-over, see
+`agent.model.handover`). A bad filter value is an `InputError` (400); a database that is away is the
 store's `StoreUnavailableError` (503). The only write is `decide`, which reads the clock (`now`)
 and hands the request to `agent.approval.decision.decide` with the agent's authority (the
 approvers in force now: a `by` who is not one is refused, 403). What it does not do: record
@@ -23,6 +24,7 @@ from typing import Any
 
 from agent.approval.decision import Authorizer, DecisionRequest, DecisionResult, decide
 from agent.model.admission import AdmissionOutcome, AdmissionQuery
+from agent.model.handover import PatchFormat, document
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus, to_jsonable
 from agent.model.proposal import proposed_fix
@@ -110,6 +112,18 @@ class StoreIncidents:
         return {"admissions": [r.to_dict() for r in records],
                 "week": {"placed": week.placed, "restarts_avoided": week.restarts_avoided,
                          "by_outcome": week.by_outcome}}  # fmt: skip
+    def incident_patch(self, incident_id: int, fmt: str) -> dict[str, Any] | None:
+        """The latest plan's hand-over in `fmt` (`agent.model.handover`), None when the incident
+        does not exist or has no plan with a change."""
+        chosen = parse_choice(PatchFormat, fmt, field="format")
+        try:
+            detail = self.store.get_incident(incident_id)
+        except IncidentNotFoundError:
+            return None
+        fix = proposed_fix(detail.actions)
+        if fix is None or not fix.handovers or chosen is None:
+            return None
+        return document(incident_id, fix.handovers, chosen)
 
     def decide(self, request: DecisionRequest) -> DecisionResult:
         return decide(self.store, request, now=self.now(), authority=self.authority)

@@ -23,6 +23,11 @@ Cost: per new (or moved) incident, one GET of the job, one LIST of its pods, and
 previews of one burst (`share_reads`, 5 s) -- one LIST of nodes and one LIST per target-zone node
 of the pods bound there. A sweep that opens no incident reads nothing.
 
+A fix undone: when the job's latest resolved incident was resolved by a plan zonemedic executed,
+the live objects read for the preview are compared with that plan (`agent.remediation.revert`);
+a field no longer as planned makes the preview name the revert ("fix reverted by <manager> at
+<time>") and carry it (`reverted`), which holds an automatic approval as a rollback does.
+
 Recording is idempotent per process: the verdict and placement (target zone, pods per zone) of the
 latest preview of each incident are remembered, read once from the store after a restart, so a
 retried firing or a re-detection with an unchanged verdict and placement records nothing more.
@@ -39,14 +44,17 @@ from datetime import datetime
 from typing import Any
 
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
-from agent.model.incident import ActionDraft, IncidentSummary
+from agent.model.incident import ActionDraft, IncidentQuery, IncidentSummary
+from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
 from agent.model.proposal import latest_preview
+from agent.model.revert import Revert
 from agent.model.workload import JobKind
 from agent.remediation.observe import ClusterReader
-from agent.remediation.plan import Refusal
-from agent.remediation.planner import plan_remediation
+from agent.remediation.plan import LiveObjects, Plan, Refusal
+from agent.remediation.planner import live_object, plan_remediation
 from agent.remediation.preview_action import PreviewAction, preview_action
+from agent.remediation.revert import find_revert
 from agent.sources.kubeapi import KubeApi, KubeApiError
 from agent.store.repository import IncidentStore
 
@@ -93,7 +101,8 @@ class Preview:
         """Plain data for the finding document the playbooks' outbox payloads carry."""
         plan = self.action.payload.get("plan") or {}
         return {"summary": self.action.message, "refusal": self.refusal,
-                "diff": plan.get("diff", ""), "target_zone": plan.get("target_zone")}  # fmt: skip
+                "diff": plan.get("diff", ""), "target_zone": plan.get("target_zone"),
+                "reverted": self.action.payload.get("reverted")}  # fmt: skip
 
 
 class SharedReader(ClusterReader):
@@ -141,11 +150,13 @@ class PlanPreviews:
         timeout: float = 10.0,
         share_reads: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
+        cluster: str | None = None,
     ) -> None:
         self.reader = SharedReader(api, timeout=timeout, share_reads=share_reads,
                                    monotonic=monotonic)  # fmt: skip
         self.store = store
         self.now = now
+        self.cluster = cluster
         self._latest: dict[int, PlacementKey | None] = {}  # incident -> placement previewed
 
     def compute(
@@ -169,8 +180,27 @@ class PlanPreviews:
             return None
         result = plan_remediation(finding, live, mirror_keys=mirror_keys)
         action = preview_action(result, zones=finding.zones, target_zone=finding.target_zone,
-                                verdict=finding.verdict.value)
+                                verdict=finding.verdict.value, reverted=self.revert(ref, live))
         return Preview(action, finding_key(finding))
+
+    def revert(self, ref: JobRef, live: LiveObjects) -> Revert | None:
+        """The job's last fix undone: its latest resolved incident's executed plan compared with
+        the live objects just read (`agent.remediation.revert`); None without such a fix."""
+        listing = self.store.list_incidents(IncidentQuery(
+            cluster=self.cluster, namespace=ref.namespace, name=ref.name,
+            status=IncidentStatus.RESOLVED, limit=5))  # fmt: skip
+        resolved = sorted((i for i in listing.incidents if i.kind == ref.kind.value),
+                          key=lambda i: (i.closed_at or i.updated_at, i.id))  # fmt: skip
+        if not resolved:
+            return None
+        last = resolved[-1]
+        executed = [a for a in self.store.get_incident(last.id).actions
+                    if a.kind is RemediationActionKind.PLAN and a.payload.get("preview") is not True
+                    and isinstance(a.payload.get("plan"), dict)]  # fmt: skip
+        if not executed:
+            return None  # resolved without a fix of zonemedic's
+        plan = Plan.from_dict(max(executed, key=lambda a: a.id).payload["plan"])
+        return find_revert(plan, lambda t: live_object(t, live), incident_id=last.id)
 
     def refusal(self, finding: Finding) -> Preview:
         """The preview of a finding with no fix: a refusal naming its verdict and why (its first

@@ -237,7 +237,7 @@ def pipeline_pieces(
     room = WaitingRoom()
     approvals = (ApprovalRequests(store, settings=settings, now=now)
                  if store is not None else None)  # fmt: skip
-    previews = (PlanPreviews(parts.api, store, now=now)
+    previews = (PlanPreviews(parts.api, store, now=now, cluster=settings.cluster_name)
                 if store is not None and settings.remediation.preview else None)  # fmt: skip
     actions = PlaybookActions(
         playbooks=parts.playbooks, store=store, cache=cache, cluster=cluster,

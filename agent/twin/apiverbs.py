@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
+from agent.twin import managed_fields, tables
 from agent.twin import patch as patching
-from agent.twin import tables
 from agent.twin.apidiscovery import Route
 from agent.twin.apierror import ApiError, bad_request, qualified
 from agent.twin.apiexchange import Exchange
@@ -131,8 +131,11 @@ class ResourceRequest:
             "delete": self._delete,
             "deletecollection": self._delete,
         }
+        manager = managed_fields.manager_from(self.query.one("fieldManager"),
+                                              self.ex.header("User-Agent"))  # fmt: skip
         try:
-            handlers[self.verb]()
+            with managed_fields.acting_as(manager, force=self.query.flag("force")):
+                handlers[self.verb]()
         except ApiError as err:
             err.warnings = [*self.warnings, *err.warnings]  # sent with the error, as the server does
             raise

@@ -27,8 +27,11 @@ from agent.twin.dataplane_policy import compile_policies
 from agent.twin.dropevents import DropEventEmitter
 from agent.twin.exporter import MetricsServer, TwinCollector
 from agent.twin.gc import DanglingCollector
+from agent.twin.gitops_sync import INSTANCE_LABEL, GitOpsSync
+from agent.twin.gitops_sync import MANAGER as GITOPS_MANAGER
 from agent.twin.kubelet import Kubelet
 from agent.twin.kueue import Kueue
+from agent.twin.managed_fields import acting_as
 from agent.twin.operator_batchjob import JobController, template_admission
 from agent.twin.operator_deployment import DeploymentController
 from agent.twin.operator_jobset import JobSetController
@@ -108,6 +111,12 @@ class TwinCluster:
             ),
             port=metrics_port,
         )
+        self.gitops = (
+            GitOpsSync(self.store, clock=self.clock, manifests=self._synced(),
+                       application=scenario.gitops.application,
+                       interval=scenario.gitops.interval_seconds)
+            if scenario.gitops is not None else None
+        )  # fmt: skip
         self.api: ApiServer | None = None
         self._controllers: list[Any] = [
             self.dataplane,
@@ -121,6 +130,7 @@ class TwinCluster:
             self.garbage_collector,
             self.runtime,
             *([self.kueue] if self.kueue is not None else []),
+            *([self.gitops] if self.gitops is not None else []),
         ]
         self._started = False
 
@@ -169,15 +179,30 @@ class TwinCluster:
 
     # --- seeding --------------------------------------------------------------------------------
 
+    def _synced(self) -> list[Mapping[str, Any]]:
+        """The scenario's objects its GitOps application manages (its instance label)."""
+        gitops = self.scenario.gitops
+        if gitops is None:
+            return []
+        return [o for o in self.scenario.objects
+                if ((o.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL)
+                == gitops.application]  # fmt: skip
+
     def seed(self) -> None:
-        """Create the scenario's nodes, namespaces and objects (in that order)."""
+        """Create the scenario's nodes, namespaces and objects (in that order); the objects a
+        GitOps application manages are created by its first sync (as `argocd-controller`)."""
+        synced = {id(o) for o in self._synced()}
         for where, objs in (
             ("nodes", self.scenario.nodes),
             ("namespaces", self.scenario.namespaces),
-            ("objects", self.scenario.objects),
+            ("objects", [o for o in self.scenario.objects if id(o) not in synced]),
         ):
             for index, obj in enumerate(objs):
                 self.apply(obj, where=f"{self.scenario.name}: {where}[{index}]")
+        if self.gitops is not None:
+            with acting_as(GITOPS_MANAGER):
+                for manifest in self.gitops.manifests:
+                    self.gitops.apply(manifest)
 
     def apply(self, obj: Mapping[str, Any], *, where: str = "object") -> dict[str, Any]:
         try:

@@ -93,6 +93,17 @@ class Scenario:
     groups: list[TrainingGroup] = field(default_factory=list)
     trainer_release: TrainerRelease = DEFAULT_RELEASE
     kueue: KueueSettings | None = None
+    gitops: GitOpsSettings | None = None
+
+
+@dataclass(frozen=True)
+class GitOpsSettings:
+    """A simulated GitOps sync (`agent.twin.gitops_sync`): the objects whose
+    `argocd.argoproj.io/instance` label names `application`, applied again every
+    `interval_seconds` (model seconds)."""
+
+    application: str
+    interval_seconds: float
 
 
 def _fail(where: str, message: str) -> ScenarioError:
@@ -336,10 +347,26 @@ def parse_kueue(data: object, where: str) -> KueueSettings | None:
     return KueueSettings(tuple(frameworks))
 
 
+def parse_gitops(data: object, where: str) -> GitOpsSettings | None:
+    if data is None:
+        return None
+    raw = _mapping(data, where)
+    unknown = sorted(set(raw) - {"application", "interval_seconds"})
+    if unknown:
+        raise _fail(f"{where}.{unknown[0]}", "unknown key (known: application, interval_seconds)")
+    application = raw.get("application")
+    if not isinstance(application, str) or not application:
+        raise _fail(f"{where}.application", "expected the Argo CD application's name")
+    interval = _number(raw, "interval_seconds", 120, where)
+    if interval <= 0:
+        raise _fail(f"{where}.interval_seconds", "must be positive")
+    return GitOpsSettings(application, interval)
+
+
 def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
     raw = _mapping(data, where)
     known = {"name", "description", "seed", "model", "nodes", "namespaces", "objects", "groups",
-             "trainer_release", "kueue"}
+             "trainer_release", "kueue", "gitops"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise _fail(f"{where}: {unknown[0]}", f"unknown key (known: {', '.join(sorted(known))})")
@@ -374,6 +401,7 @@ def parse_scenario(data: object, *, name: str, where: str) -> Scenario:
         groups=groups,
         trainer_release=TrainerRelease(release),
         kueue=parse_kueue(raw.get("kueue"), f"{where}: kueue"),
+        gitops=parse_gitops(raw.get("gitops"), f"{where}: gitops"),
     )
 
 

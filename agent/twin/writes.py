@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from agent.twin import crd_schema, crds
+from agent.twin import crd_schema, crds, managed_fields
 from agent.twin import patch as patching
 from agent.twin.apierror import (
     ApiError,
@@ -184,6 +184,7 @@ class Writes:
         keep_status: bool,
         field_validation: str | None = None,
         warnings: list[str] | None = None,
+        applied: Obj | None = None,
     ) -> Obj:
         body = body_of(obj)
         check_kind(rt, body)
@@ -219,6 +220,7 @@ class Writes:
         meta["creationTimestamp"] = timestamp(self._clock())
         meta["generation"] = 1
         _defaults(rt, body)
+        body = self._stamp(rt, None, body, subresource=None, applied=applied)
         self._mutate(rt, None, body)
         self._admit(rt, None, body)
         # the name is checked against the store after admission, as the server's storage layer
@@ -317,6 +319,7 @@ class Writes:
                     keep_status=False,
                     field_validation=field_validation,
                     warnings=warnings,
+                    applied=body,
                 )
         current = self._table.must(rt, name, namespace)
         try:
@@ -341,7 +344,16 @@ class Writes:
         check_kind(rt, patched)
         check_preconditions(rt, current, rv=pmeta.get("resourceVersion"), uid=pmeta.get("uid"))
         patched = self._decode(rt, patched, field_validation=field_validation, warnings=warnings)
-        return self._replace(rt, current, patched, subresource=subresource, dry_run=dry_run)
+        applied = body if patch_type is PatchType.APPLY else None
+        return self._replace(rt, current, patched, subresource=subresource, dry_run=dry_run,
+                             applied=applied)  # fmt: skip
+
+    def _stamp(self, rt: ResourceType, old: Obj | None, new: Obj, *, subresource: str | None,
+               applied: Obj | None) -> Obj:  # fmt: skip
+        """Record the write's field manager in `new`'s managedFields (managed_fields.py)."""
+        return managed_fields.stamp(rt, old, new, now=timestamp(self._clock()),
+                                    schema=self.schema(rt), subresource=subresource,
+                                    applied=applied)  # fmt: skip
 
     def _replace(
         self,
@@ -351,6 +363,7 @@ class Writes:
         *,
         subresource: str | None,
         dry_run: bool,
+        applied: Obj | None = None,
     ) -> Obj:
         """Store `new` (a private dict) in place of `current`."""
         cmeta = current["metadata"]
@@ -381,7 +394,6 @@ class Writes:
                 meta[keep] = cmeta[keep]
             else:
                 meta.pop(keep, None)
-        meta.pop("managedFields", None)
         meta.pop("selfLink", None)
         meta["resourceVersion"] = cmeta["resourceVersion"]
         if cmeta.get("deletionTimestamp"):
@@ -396,6 +408,8 @@ class Writes:
         if not meta.get("finalizers"):
             meta.pop("finalizers", None)
         main = subresource != "status"  # admission hooks are registered for the main resource
+        new = self._stamp(rt, current, new, subresource=subresource, applied=applied)
+        meta = new["metadata"]
         if main:
             self._mutate(rt, current, new)
         if new == current:

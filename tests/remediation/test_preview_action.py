@@ -111,3 +111,29 @@ def test_proposed_fix_is_the_latest_plan(
     preview = latest_preview(actions)
     assert (fix.action_id if fix else None) == want_fix, case
     assert (preview.action_id if preview else None) == want_preview, case
+
+
+def test_the_plan_names_who_owns_each_target_and_the_preview_says_what_it_means() -> None:
+    base = group_live()
+    coordinator = next(w for w in base.workloads if w["metadata"]["name"] == "coordinator")
+    coordinator["metadata"].setdefault("labels", {})["argocd.argoproj.io/instance"] = "lab"
+    coordinator["metadata"]["managedFields"] = [
+        {"manager": "argocd-controller", "operation": "Update", "time": "2026-11-30T11:00:00Z",
+         "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
+    result = plan_remediation(finding(JobKind.GROUP, name="lab"), base, mirror_keys=("zone",))
+    assert isinstance(result, Plan), result
+    owners = {o.name: o.ownership for o in result.owners}
+    assert set(owners) == {t.name for t in result.targets}
+    assert owners["coordinator"].kind.value == "argocd"
+    assert owners["coordinator"].managers == ("argocd-controller",)
+    assert owners["workers-b"].durable
+    assert Plan.from_dict(result.to_dict()).owners == result.owners
+    recorded = preview_action(result, zones=ZONES, target_zone="zone-a")
+    assert recorded.message.endswith(
+        "Deployment ml/coordinator is managed by Argo CD application lab: this live fix lasts "
+        "until its next sync unless the change is committed to the application's source")
+    assert "workers-b is" not in recorded.message  # nothing re-applies it: not said
+    fix = from_action(action(1, recorded.payload, message=recorded.message))
+    assert fix is not None and not fix.lasting
+    assert [o.name for o in fix.owners] == [o.name for o in result.owners]
+    assert fix.to_dict()["owners"][0]["owner"]["kind"] in ("argocd", "none")

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from agent.approval.approvers import Authority
+from agent.model.handover import Handover, SourceKind
 from agent.model.incident import FindingRecord
 from agent.model.lifecycle import EventKind, RemediationActionKind
 from agent.runtime.http import build_app
@@ -111,3 +112,34 @@ def test_detail_carries_the_proposed_fix(served: tuple[httpx.Client, IncidentSto
         "co-locate the job in zone a", plan["diff"], True, None)
     assert fix["preconditions"]["resource_version"] == "9" and fix["pods"] == 4
     assert detail["events"][-1]["kind"] == "plan_previewed"
+
+
+def test_the_patch_route_hands_the_fix_over_in_each_format(
+    served: tuple[httpx.Client, IncidentStore],
+) -> None:
+    client, store = served
+    listed = {i["name"]: i["id"] for i in client.get("/api/incidents").json()["incidents"]}
+    source = {"apiVersion": "apps/v1", "kind": "Deployment",
+              "metadata": {"name": "coord", "namespace": "ml"},
+              "spec": {"template": {"spec": {"nodeSelector": {"zone": "b"}}}}}
+    handover = Handover("apps/v1", "Deployment", "ml", "coord",
+                        {"spec": {"template": {"spec": {"nodeSelector": {"zone": "a"}}}}},
+                        source, SourceKind.LAST_APPLIED)
+    store.record_action(listed["resnet"], RemediationActionKind.PLAN, now=NOW, actor="zonemedic",
+                        payload={"preview": True, "plan": {"diff": "d", "target_zone": "a",
+                                                           "handovers": [handover.to_dict()]}},
+                        message="co-locate", event=EventKind.PLAN_PREVIEWED)
+    route = f"/api/incidents/{listed['resnet']}/patch"
+    manifest = client.get(route, params={"format": "manifest"}).json()
+    (fixed,) = [t for n, t in manifest["files"].items() if n.startswith("deployment-")]
+    assert "zone: a" in fixed and "zone: b" not in fixed
+    ops = client.get(route, params={"format": "json6902"}).json()["files"]
+    assert "op: replace" in ops["zonemedic-deployment-coord.yaml"]
+    default = client.get(route).json()
+    assert default["format"] == "kustomize" and "kustomization.yaml" in default["files"]
+    assert default["objects"] == [{"kind": "Deployment", "namespace": "ml", "name": "coord",
+                                   "source": "last-applied"}]
+    bad = client.get(route, params={"format": "helm"})
+    assert bad.status_code == 400 and "format: unknown value 'helm'" in bad.json()["error"]
+    assert client.get(f"/api/incidents/{listed['bert']}/patch").status_code == 404
+    assert client.get("/api/incidents/999/patch").status_code == 404
