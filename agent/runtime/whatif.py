@@ -11,8 +11,9 @@ slash command's parsed change). A change is one of:
 Each answer reads the pipeline's current view (`held`: the state, the `PolicySet`, the facts and
 the mirror's generation, taken under the pipeline's lock) and is the JSON of `zonemedic whatif
 --output json` (`BlastRadius.to_dict`). The jobs found in the state are kept per mirror
-generation, with its facts (`Held`), so a request after the first in the same generation finds
-no job again, and a policy-only change diagnoses only the jobs it can reach. Before the caches
+generation, with its facts (`Held`): a request after the first in the same generation finds no
+job again, the first in a new generation finds again only the jobs of the namespaces that changed
+(`agent.runtime.held_jobs`), and a policy-only change diagnoses only the jobs it can reach. Before the caches
 are synced it refuses (`UnavailableError`: 503). What it does not do: read the API server, move a
 job (`--move` needs the planner's live objects: the CLI does it), or change anything.
 """
@@ -32,10 +33,10 @@ from agent.parsing.strict_json import parse_json
 from agent.policy import PolicySet
 from agent.policy.reading import read_policy
 from agent.policy.rule import Policy, UnreadablePolicy
+from agent.runtime.held_jobs import HeldJobs
 from agent.settings import DiagnosisSettings
 from agent.snapshot.documents import iter_items
 from agent.topology.facts import ClusterFacts
-from agent.topology.jobs import find_jobs
 
 HeldView = Callable[[], tuple[ClusterState, PolicySet, ClusterFacts, int]]
 POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
@@ -139,19 +140,19 @@ class LiveWhatIf:
         self._ready = ready
         self._lock = threading.Lock()
         self._held: tuple[int, Held] | None = None
-        self.found_last = 0  # generations whose jobs were found (for tests and the bench)
+        self._jobs = HeldJobs(settings.groups)
+        self.found_last = 0  # generations whose jobs were brought up to date
 
     def held(self, facts: ClusterFacts, state: ClusterState, generation: int) -> Held:
-        """The facts and jobs of the state of `generation`, found once for it."""
+        """The facts and jobs of the state of `generation`, brought up to date once for it (only
+        the namespaces that changed are looked at again: `HeldJobs`)."""
         with self._lock:
             if self._held is not None and self._held[0] == generation:
                 return self._held[1]
-        jobs = tuple(find_jobs(state, self._settings.groups, pods_in=facts.pods_in))
-        held = Held(facts, jobs)
-        with self._lock:
+            held = Held(facts, self._jobs.update(state, facts))
             self._held = (generation, held)
             self.found_last += 1
-        return held
+            return held
 
     def radius(self, change: Change) -> BlastRadius:
         """The blast radius of `change` on the cluster as the agent holds it now."""
