@@ -419,7 +419,7 @@ class Root:
                 remediating = remediation(parts, store, runner)
                 jobs.extend(remediating.background_jobs)
             wired = chat.wire_chat(parts, store=store, sweep=chat.sweep_command(pipeline.sweep),
-                                   explain=explainer.explain)
+                                   explain=explainer.explain, whatif=whatif.delete)
             jobs.extend(wired.background_jobs)
         jobs.extend(injected.background_jobs)
         cache = clients.cache

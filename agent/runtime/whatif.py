@@ -163,6 +163,10 @@ class LiveWhatIf:
         after = changed_cluster(state, policies, change)
         return blast_radius(Cluster(state, policies), after, settings=self._settings, held=held)
 
+    def delete(self, targets: tuple[str, ...]) -> dict[str, Any]:
+        """The JSON form of deleting `targets` (the Slack command's `whatif delete ...`)."""
+        return self.whatif(Change(delete=_delete_targets(list(targets))))
+
     def whatif(self, change: Change) -> dict[str, Any]:
         """The JSON form (`BlastRadius.to_dict`, as `zonemedic whatif --output json`)."""
         return self.radius(change).to_dict()
