@@ -49,8 +49,6 @@ from agent.model.finding import SPLIT_VERDICTS, Finding
 from agent.model.incident import FindingOutcome, FindingRecord, FollowUp
 from agent.model.instance import creation_time
 from agent.model.job import JobRef
-from agent.model.proposal import REVERTED
-from agent.model.revert import Revert
 from agent.model.lifecycle import (
     TOPOLOGY_CLASSES,
     IncidentStatus,
@@ -59,6 +57,8 @@ from agent.model.lifecycle import (
     refused_redetection,
     verdict_class,
 )
+from agent.model.proposal import REVERTED
+from agent.model.revert import Revert
 from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, trigger_for_verdict
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
