@@ -70,6 +70,15 @@ def _post_of(story: Story, incident_id: int) -> Any:
     return None
 
 
+def _held_note(story: Story, incident_id: int) -> str | None:
+    """The agent's note saying why the automatic approval is held (written after the request)."""
+    for event in story.look.detail(incident_id).events:
+        reason = str(event.detail.get("reason") or "")
+        if event.kind is EventKind.NOTE and reason.startswith("automatic co-location held"):
+            return reason
+    return None
+
+
 def tell_revert(story: Story, fixed: int) -> None:
     """The sequel of the resolved incident `fixed` (see the module docstring)."""
     n, stage, summary = story.narration, story.stage, story.summary
@@ -93,9 +102,9 @@ def tell_revert(story: Story, fixed: int) -> None:
     held = story.wait("the held approval",
                       lambda: story.look.status_in(again.id, {S.AWAITING_APPROVAL}), timeout=20)
     summary.redetected_status = held.status.value
-    note = next((str(e.detail.get("reason")) for e in story.look.detail(again.id).events
-                 if e.kind is EventKind.NOTE and e.detail.get("reason")), "")  # fmt: skip
-    n.done("held", note or "awaiting a person's approval")
+    note = story.wait("the note saying why it is held", lambda: _held_note(story, again.id),
+                      timeout=20)
+    n.done("held", note)
     n.begin("handover", "the change for the coordinator's source")
     story.wait("the kustomize patch in Slack", lambda: _post_of(story, again.id), timeout=20)
     summary.handover_posted = True

@@ -104,7 +104,8 @@ class Preview:
         plan = self.action.payload.get("plan") or {}
         return {"summary": self.action.message, "refusal": self.refusal,
                 "diff": plan.get("diff", ""), "target_zone": plan.get("target_zone"),
-                "reverted": self.action.payload.get("reverted")}  # fmt: skip
+                "reverted": self.action.payload.get("reverted"),
+                "owners": plan.get("owners") or []}  # fmt: skip
 
 
 class SharedReader(ClusterReader):

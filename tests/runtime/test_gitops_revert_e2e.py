@@ -91,12 +91,22 @@ def test_a_gitops_sync_undoing_the_fix_is_named_held_and_handed_over(
                                    and i.status is IncidentStatus.AWAITING_APPROVAL), None),
                      timeout=60, what=lambda: f"the re-detection awaiting approval; {incidents()}")
 
-        # held: a person decides, and a note says why
-        detail = rig.store.get_incident(again.id)
-        assert not detail.decisions
-        notes = [e.detail.get("reason") for e in detail.events if e.kind.value == "note"]
-        assert any("automatic co-location held: the last fix of this job was undone" in str(n)
-                   and f"fix reverted by {MANAGER}" in str(n) for n in notes), notes
+        # held: a person decides, and a note says why (written just after the request)
+        def held() -> list[str]:
+            events = rig.store.get_incident(again.id).events
+            return [str(e.detail.get("reason")) for e in events if e.kind.value == "note"
+                    and "automatic co-location held: the last fix of this job was undone"
+                    in str(e.detail.get("reason"))]
+
+        (note,) = wait(held, timeout=20, what="the note saying why the approval is held")
+        assert f"(incident {first.id}: fix reverted by {MANAGER})" in note
+        assert not rig.store.get_incident(again.id).decisions
+
+        def reverted_events() -> bool:
+            return all(any(e.kind.value == "fix_reverted" for e in rig.store.get_incident(i).events)
+                       for i in (first.id, again.id))
+
+        wait(reverted_events, timeout=20, what="the fix_reverted events on both incidents")
 
         # the CLI: list and show name it, both timelines record it
         database = rig.settings.database.url
@@ -113,6 +123,10 @@ def test_a_gitops_sync_undoing_the_fix_is_named_held_and_handed_over(
             f"Deployment {NAMESPACE}/rendezvous spec.template.metadata.labels.zone"]
         assert event["detail"]["reverted_at"].endswith("Z")
         assert shown["proposed_fix"]["reverted"]["manager"] == MANAGER
+        # the live finding names who owns what the fix writes
+        (owner,) = [o for o in shown["proposed_fix"]["owners"] if o["name"] == "rendezvous"]
+        assert (owner["kind"], owner["owner"]["kind"], owner["owner"]["name"]) == (
+            "Deployment", "argocd", "lab")
         fixed = cli_json(capsys, database, "show", str(first.id))
         back = next(e for e in fixed["events"] if e["kind"] == "fix_reverted")
         assert back["actor"] == MANAGER and back["detail"]["redetected_as"] == again.id
