@@ -21,14 +21,17 @@ the store other than running the sync; the agent does everything else.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
+from agent.demo.lookout import Lookout
+from agent.demo.narration import Narration
+from agent.demo.stage import Stage
 from agent.model.incident import IncidentQuery, IncidentSummary
 from agent.model.lifecycle import EventKind, IncidentStatus
 
-if TYPE_CHECKING:
-    from agent.demo.story import Story
-
+T = TypeVar("T")
 S = IncidentStatus
 HANDOVER = "*Kustomize patch for the source:*"
 STEPS = [
@@ -39,8 +42,30 @@ STEPS = [
 ]
 
 
-def auto_approved(story: Story, incident: IncidentSummary) -> None:
-    """The agent approves the first fix itself (the namespace opts in): no click."""
+class Story(Protocol):
+    """What the sequel uses of the story (`agent.demo.story.Story`)."""
+
+    narration: Narration
+    look: Lookout
+    stage: Stage
+
+    def wait(self, what: str, check: Callable[[], T | None], *, timeout: float,
+             interval: float = 0.1) -> T: ...
+
+
+@dataclass(frozen=True)
+class RevertSeen:
+    """What the sequel saw: the re-detection's incident, who undid the fix, its status."""
+
+    incident_id: int
+    reverted_by: str | None
+    status: str
+    handover_posted: bool
+
+
+def auto_approved(story: Story, incident: IncidentSummary) -> str:
+    """The agent approves the first fix itself (the namespace opts in): no click; who
+    approved."""
     n = story.narration
     n.begin("approved", "the namespace opts in to automatic co-location")
     decided = set(S) - {S.AWAITING_APPROVAL, S.OPEN}
@@ -48,8 +73,8 @@ def auto_approved(story: Story, incident: IncidentSummary) -> None:
                timeout=20)
     decision = next(iter(story.look.detail(incident.id).decisions), None)
     who = decision.actor_id if decision is not None else "zonemedic"
-    story.summary.decided_by = who
     n.done("approved", f"approved automatically by {who}: namespace {incident.namespace} opts in")
+    return who
 
 
 def _redetected(story: Story, fixed: int) -> IncidentSummary | None:
@@ -79,9 +104,9 @@ def _held_note(story: Story, incident_id: int) -> str | None:
     return None
 
 
-def tell_revert(story: Story, fixed: int) -> None:
+def tell_revert(story: Story, fixed: int) -> RevertSeen:
     """The sequel of the resolved incident `fixed` (see the module docstring)."""
-    n, stage, summary = story.narration, story.stage, story.summary
+    n, stage = story.narration, story.stage
     n.begin("synced", "Argo CD's next sync, now (simulated)")
     before = stage.sync()
     story.wait("the GitOps sync", lambda: stage.syncs() > before, timeout=20)
@@ -93,20 +118,17 @@ def tell_revert(story: Story, fixed: int) -> None:
     event = next((e for e in story.look.detail(again.id).events
                   if e.kind is EventKind.FIX_REVERTED), None)  # fmt: skip
     detail = dict(event.detail) if event is not None else {}
-    summary.redetected_incident_id = again.id
-    summary.reverted_by = again.reverted_by
     fields = ", ".join(str(f) for f in detail.get("fields") or ())
     n.done("reverted", f"incident #{again.id}: fix reverted by {again.reverted_by} at "
            f"{detail.get('reverted_at') or '?'} ({fields})")
     n.begin("held", "re-applying the live fix would be undone again")
     held = story.wait("the held approval",
                       lambda: story.look.status_in(again.id, {S.AWAITING_APPROVAL}), timeout=20)
-    summary.redetected_status = held.status.value
     note = story.wait("the note saying why it is held", lambda: _held_note(story, again.id),
                       timeout=20)
     n.done("held", note)
     n.begin("handover", "the change for the coordinator's source")
     story.wait("the kustomize patch in Slack", lambda: _post_of(story, again.id), timeout=20)
-    summary.handover_posted = True
     n.done("handover", f"in the post of incident #{again.id}; whole: `zonemedic incidents patch "
            f"{again.id} --format kustomize`")
+    return RevertSeen(again.id, again.reverted_by, held.status.value, handover_posted=True)

@@ -228,7 +228,7 @@ class Story:
                 timeout=20, step="utilization", what=measuring)
         self.egress(incident)
         if stage.gitops:  # the namespace opts in: the agent approves by itself
-            auto_approved(self, incident)
+            summary.decided_by = auto_approved(self, incident)
             action = ButtonAction.APPROVE
         else:
             awaiting = self.wait("the approval request",
@@ -339,7 +339,10 @@ class Story:
             self.linger(lambda: (self.look.thread_says("Resolved")
                                  and self.look.message_is("resolved")))
             if self.stage.gitops:
-                tell_revert(self, incident_id)
+                seen = tell_revert(self, incident_id)
+                summary.redetected_incident_id, summary.reverted_by = seen.incident_id, seen.reverted_by
+                summary.redetected_status = seen.status
+                summary.handover_posted = seen.handover_posted
         else:
             for step in self.narration.steps:
                 if step.at is None and step.key != "resolved":

@@ -135,6 +135,9 @@ def test_a_gitops_sync_undoing_the_fix_is_named_held_and_handed_over(
         text = capsys.readouterr().out
         assert text.splitlines()[0].endswith(f"fix reverted by {MANAGER}")
         assert "fix_reverted" in text
+        assert main(["incidents", "list", "--database", database]) == 0
+        rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+        assert rows[str(again.id)].endswith(f"{NAMESPACE}/{GROUP}  fix reverted by {MANAGER}")
 
         # the HTTP API says the same
         with httpx.Client(base_url=rig.url, timeout=10) as http:
