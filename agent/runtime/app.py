@@ -18,8 +18,9 @@ cache is synced), watches,
 initial sync, the start-up change (one full diagnosis, due at once and queued before the detector
 runs so that its first batch merges it with what the sync reported), leader election's first step on this thread
 (so that first batch is already the leader's when the lease is free: one cluster-wide batch, not
-a follower's then the leader's), detector, scheduler, then the chat layer's connection (Socket
-Mode; HTTP mode has nothing to start). Stop order (SIGTERM): stop watches, let the detector and a
+a follower's then the leader's), detector, the what-if warm-up (`agent.runtime.whatif_warmer`, a
+daemon thread on every replica), scheduler, then the chat layer's connection (Socket
+Mode; HTTP mode has nothing to start). Stop order (SIGTERM): stop watches, the what-if warm-up, let the detector and a
 running sweep finish their step, release the lease, stop the admission webhook, stop HTTP, then the chat layer (Socket Mode
 closed, its workers finish). What it does not do: build any part, or decide anything itself.
 """
@@ -51,6 +52,7 @@ from agent.runtime.scheduler import (
     encode_ledger,
 )
 from agent.runtime.server import HttpServer
+from agent.runtime.whatif_warmer import WhatIfWarmer
 from agent.sources.alertmanager import Alert
 from agent.sources.change import Change
 from agent.sources.packetdrops import PacketDrop
@@ -114,6 +116,8 @@ class Agent:
         )
         self._stopped = threading.Event()
         self._detector_started = False
+        whatif = composed.routes.whatif
+        self.whatif_warmer = WhatIfWarmer(whatif.warm) if whatif is not None else None
 
     # -- wiring helpers -----------------------------------------------------------------------
 
@@ -212,6 +216,8 @@ class Agent:
             self.metrics.set_leader(True)
         self.detector.start()
         self._detector_started = True
+        if self.whatif_warmer is not None:
+            self.whatif_warmer.start()
         self.scheduler.start()
         if self.elector.is_leader():  # the lease taken before the scheduler ran: resume it now
             self.scheduler.resume()
@@ -230,6 +236,8 @@ class Agent:
         log.info("stopping", extra={"identity": self.identity})
         self.source.stop()
         self.detector.stop()
+        if self.whatif_warmer is not None:
+            self.whatif_warmer.stop()
         self.scheduler.shutdown(wait=True)
         if isinstance(self.elector, LeaderElector):
             self.elector.stop(timeout=10)

@@ -14,7 +14,8 @@ the mirror's generation, taken under the pipeline's lock) and is the JSON of `zo
 generation, with its facts (`Held`): a request after the first in the same generation finds no
 job again, the first in a new generation finds again only the jobs of the namespaces that changed
 (`agent.runtime.held_jobs`), and a policy-only change diagnoses only the jobs it can reach. Before the caches
-are synced it refuses (`UnavailableError`: 503). What it does not do: read the API server, move a
+are synced it refuses (`UnavailableError`: 503). `warm` does the per-generation part ahead of any
+request (the agent's background warm-up, `agent.runtime.whatif_warmer`). What it does not do: read the API server, move a
 job (`--move` needs the planner's live objects: the CLI does it), or change anything.
 """
 
@@ -153,6 +154,16 @@ class LiveWhatIf:
             self._held = (generation, held)
             self.found_last += 1
             return held
+
+    def warm(self) -> bool:
+        """Bring the held facts and jobs up to date for the view's current generation, as the
+        first request in it would (the background warm-up: `agent.runtime.whatif_warmer`), so
+        that request does not pay for it; False (nothing done) before the caches are synced."""
+        if not self._ready():
+            return False
+        state, _, facts, generation = self._view()
+        self.held(facts, state, generation)
+        return True
 
     def radius(self, change: Change) -> BlastRadius:
         """The blast radius of `change` on the cluster as the agent holds it now."""
