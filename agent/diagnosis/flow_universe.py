@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from agent.diagnosis.pod_shapes import PodShapes
 from agent.diagnosis.reachability import Reachability
 from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
 from agent.model.job import Job
@@ -116,11 +117,15 @@ class Groups:
         return {_key(p) for pods in self.hot.values() for p in pods}
 
 
-def group_pods(before: Cluster, after: Cluster) -> Groups:
-    """The pods of `after` grouped, and which the change touches (see the module docstring)."""
+def group_pods(before: Cluster, after: Cluster, *, shapes: PodShapes | None = None) -> Groups:
+    """The pods of `after` grouped, and which the change touches (see the module docstring).
+    `shapes`: the state's pods by shape, already held; used when the change keeps the state and
+    reads no label key they do not (one pod classified per shape, the same groups)."""
     keys = before.policies.pod_label_keys() | after.policies.pod_label_keys()
     reach = Reachability(after.policies, after.state.namespaces, label_keys=keys)
     same_state = after.state is before.state
+    if same_state and shapes is not None and shapes.fits(after.state, keys):
+        return _group_shapes(before, after, reach, shapes)
     old_pods = {} if same_state else {_key(p): p for p in before.state.pods}
     everything = (_identities(before.policies) != _identities(after.policies)
                   or before.state.namespaces != after.state.namespaces)  # fmt: skip
@@ -151,6 +156,41 @@ def group_pods(before: Cluster, after: Cluster) -> Groups:
                     or _selected_by(after.policies, endpoint(now), changed))  # fmt: skip
             hit = found
         (hot if hit else cold).setdefault(group, []).append(pod)
+    return Groups(reach, hot, cold, classes, changed, everything)
+
+
+def _declared(pod: Pod) -> tuple[PortRange, ...]:
+    return tuple(sorted({PortRange.single(p.port, p.protocol) for p in pod.ports},
+                        key=lambda r: (r.first, r.protocol.value)))  # fmt: skip
+
+
+def _group_shapes(before: Cluster, after: Cluster, reach: Reachability,
+                  shapes: PodShapes) -> Groups:  # fmt: skip
+    """`group_pods` for a change that keeps the state: one pod classified per shape (a shape's
+    pods share every key the classes read, so they share class, ports and whether touched)."""
+    everything = (_identities(before.policies) != _identities(after.policies)
+                  or before.state.namespaces != after.state.namespaces)  # fmt: skip
+    changed = _changed_policies(before.policies, after.policies)
+    selected: dict[int, bool] = {}
+    hot: dict[GroupKey, list[Pod]] = {}
+    cold: dict[GroupKey, list[Pod]] = {}
+    class_of: list[int] = []
+    into: list[list[Pod]] = []
+    for pod in shapes.first:
+        now = reach.class_of(pod)
+        class_of.append(now)
+        hit = everything
+        if not hit and changed:
+            found = selected.get(now)
+            if found is None:
+                endpoint = reach.endpoint(now)
+                found = selected[now] = (_selected_by(before.policies, endpoint, changed)
+                                         or _selected_by(after.policies, endpoint, changed))  # fmt: skip
+            hit = found
+        into.append((hot if hit else cold).setdefault((now, now, _declared(pod)), []))
+    for pod, shape in zip(shapes.pods, shapes.shape_of, strict=True):
+        into[shape].append(pod)
+    classes = dict(zip(shapes.keys, map(class_of.__getitem__, shapes.shape_of), strict=True))
     return Groups(reach, hot, cold, classes, changed, everything)
 
 

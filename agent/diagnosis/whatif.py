@@ -35,6 +35,7 @@ from agent.diagnosis.flow_universe import (
     required_flow_changes,
     touched_flows,
 )
+from agent.diagnosis.pod_shapes import PodShapes
 from agent.errors import WhatIfError
 from agent.model.cluster import ClusterState
 from agent.model.job import Job
@@ -50,10 +51,12 @@ __all__ = ["BlastRadius", "Cluster", "FlowChange", "Held", "JobChange", "blast_r
 class Held:
     """What a long-running caller already holds of the state before the change: its cluster
     facts and the jobs found in it (computed for that same state, as the agent's cache keeps
-    them). Given, they are not computed again."""
+    them), and optionally its pods by shape over the policies' selector keys. Given, they are not
+    computed again."""
 
     facts: ClusterFacts
     jobs: tuple[Job, ...]
+    shapes: PodShapes | None = None  # the state's pods by shape (`agent.diagnosis.pod_shapes`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +148,7 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
     """What changes between `before` and `after` (see the module docstring); `held`: the facts
     and jobs of `before.state`, already known."""
     facts = _facts(before.state) if held is None else held.facts
-    groups = group_pods(before, after)
+    groups = group_pods(before, after, shapes=None if held is None else held.shapes)
     if after.state is before.state:  # a policy change only: the same jobs, the same facts
         found = find_jobs(before.state, settings.groups) if held is None else held.jobs
         every = {str(j.ref) for j in found}

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.diagnosis.pod_shapes import pod_shapes
 from agent.diagnosis.whatif import BlastRadius, Cluster, Held, blast_radius
 from agent.errors import UnavailableError, WhatIfError
 from agent.model.cluster import ClusterState
@@ -144,13 +145,19 @@ class LiveWhatIf:
         self._jobs = HeldJobs(settings.groups)
         self.found_last = 0  # generations whose jobs were brought up to date
 
-    def held(self, facts: ClusterFacts, state: ClusterState, generation: int) -> Held:
-        """The facts and jobs of the state of `generation`, brought up to date once for it (only
-        the namespaces that changed are looked at again: `HeldJobs`)."""
+    def held(self, facts: ClusterFacts, state: ClusterState, generation: int, *,
+             policies: PolicySet) -> Held:  # fmt: skip
+        """The facts, jobs and pod shapes (over `policies`' selector keys) of the state of
+        `generation`, brought up to date once for it (only the namespaces that changed are
+        looked at again for jobs: `HeldJobs`)."""
         with self._lock:
             if self._held is not None and self._held[0] == generation:
                 return self._held[1]
-            held = Held(facts, self._jobs.update(state, facts))
+            keys = policies.pod_label_keys()
+            last = None if self._held is None else self._held[1].shapes
+            shapes = last if last is not None and last.fits(state, keys) and (
+                last.label_keys == keys) else pod_shapes(state, keys)  # fmt: skip
+            held = Held(facts, self._jobs.update(state, facts), shapes)
             self._held = (generation, held)
             self.found_last += 1
             return held
@@ -161,8 +168,8 @@ class LiveWhatIf:
         that request does not pay for it; False (nothing done) before the caches are synced."""
         if not self._ready():
             return False
-        state, _, facts, generation = self._view()
-        self.held(facts, state, generation)
+        state, policies, facts, generation = self._view()
+        self.held(facts, state, generation, policies=policies)
         return True
 
     def radius(self, change: Change) -> BlastRadius:
@@ -170,7 +177,7 @@ class LiveWhatIf:
         if not self._ready():
             raise UnavailableError("caches are not synced yet; retry later")
         state, policies, facts, generation = self._view()
-        held = self.held(facts, state, generation)
+        held = self.held(facts, state, generation, policies=policies)
         after = changed_cluster(state, policies, change)
         return blast_radius(Cluster(state, policies), after, settings=self._settings, held=held)
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from agent.commands.diagnose import load_snapshot
 from agent.diagnosis.diagnose import diagnose_cluster
+from agent.diagnosis.pod_shapes import pod_shapes
 from agent.diagnosis.whatif import Cluster, Held, blast_radius
 from agent.model.cluster import ClusterState, Pod
 from agent.model.network import Endpoint, PortRange
@@ -89,6 +90,12 @@ def test_blast_radius_is_brute_force(change: dict[str, Any], deleted: set[str]) 
     again = blast_radius(Cluster(state, PolicySet(SNAPSHOT.policies)), Cluster(state, after),
                          settings=SETTINGS, held=held)  # fmt: skip
     assert again == result
+    # with the pods by shape held too (over the live keys, as the agent holds them, and over
+    # both sides' keys, so the grouping by shape is always taken), the answer is the same
+    for keys in (before.pod_label_keys(), before.pod_label_keys() | after.pod_label_keys()):
+        shaped = Held(held.facts, held.jobs, pod_shapes(state, keys))
+        assert blast_radius(Cluster(state, PolicySet(SNAPSHOT.policies)), Cluster(state, after),
+                            settings=SETTINGS, held=shaped) == result  # fmt: skip
 
     # every pod pair of the cluster on each port its destination declares, brute force: those
     # that change are exactly the declared-port flows the what-if counts (it checks only pairs

@@ -1,0 +1,54 @@
+"""The pods of one cluster state by shape: pods that share namespace, service account, declared
+ports (the same tuple object) and the values of a set of label keys are one shape, so any policy
+set reading only those keys puts them in the same identity class
+(`agent.diagnosis.reachability`).
+
+Built once per cache generation by the agent's what-if (`agent.runtime.whatif.LiveWhatIf.held`,
+over the live policy set's selector keys) and read by `agent.diagnosis.flow_universe.group_pods`,
+which then classifies one pod per shape instead of every pod. Shapes are numbered in the order
+their first pod comes in the state, so classes interned shape by shape get the numbers they get
+pod by pod. What it does not do: know any policy, or hold anything across states. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.model.cluster import ClusterState, Pod
+
+PodKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PodShapes:
+    """`state`'s pods (`pods`, the state's own tuple) by shape over `label_keys`: `shape_of[i]`
+    is the shape of `pods[i]`, `first[s]` the first pod of shape `s`, `keys[i]` the key of
+    `pods[i]`."""
+
+    pods: tuple[Pod, ...]
+    label_keys: frozenset[str]
+    shape_of: tuple[int, ...]
+    first: tuple[Pod, ...]
+    keys: tuple[PodKey, ...]
+
+    def fits(self, state: ClusterState, label_keys: frozenset[str]) -> bool:
+        """True when these are `state`'s pods and a grouping over `label_keys` reads no key more."""
+        return state.pods is self.pods and label_keys <= self.label_keys
+
+
+def pod_shapes(state: ClusterState, label_keys: frozenset[str]) -> PodShapes:
+    """The shapes of `state`'s pods over `label_keys`."""
+    ordered = tuple(sorted(label_keys))
+    ids: dict[tuple[object, ...], int] = {}
+    first: list[Pod] = []
+    shape_of: list[int] = []
+    for pod in state.pods:
+        get = pod.labels.get
+        raw = (pod.namespace, pod.service_account, id(pod.ports), *map(get, ordered))
+        shape = ids.get(raw)
+        if shape is None:
+            shape = ids[raw] = len(first)
+            first.append(pod)
+        shape_of.append(shape)
+    return PodShapes(state.pods, frozenset(label_keys), tuple(shape_of), tuple(first),
+                     tuple((p.namespace, p.name) for p in state.pods))  # fmt: skip
