@@ -194,6 +194,19 @@ def _group_shapes(before: Cluster, after: Cluster, reach: Reachability,
     return Groups(reach, hot, cold, classes, changed, everything)
 
 
+def warm_selectors(policies: PolicySet, state: ClusterState, shapes: PodShapes) -> int:
+    """Intern, in `policies`' caches, the endpoint of each pod shape's class as `group_pods`
+    builds it for a change that reads no new selector key, with the policies selecting it (what
+    every what-if on those policies asks first); how many classes. Changes no answer."""
+    reach = Reachability(policies, state.namespaces, label_keys=policies.pod_label_keys())
+    classes = {reach.class_of(pod) for pod in shapes.first}
+    for cid in classes:
+        endpoint = reach.endpoint(cid)
+        policies.selecting(endpoint)
+        policies.uncertain(endpoint)
+    return len(classes)
+
+
 def reached_jobs(before: Cluster, after: Cluster, groups: Groups, jobs: Iterable[Job], *,
                  mirror_keys: Sequence[str], zones: Sequence[str]) -> list[Job] | None:  # fmt: skip
     """For a policy change on one state: the jobs whose verdict it can change, those with a pod

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.diagnosis.flow_universe import warm_selectors
 from agent.diagnosis.pod_shapes import pod_shapes
 from agent.diagnosis.whatif import BlastRadius, Cluster, Held, blast_radius
 from agent.errors import UnavailableError, WhatIfError
@@ -143,6 +144,7 @@ class LiveWhatIf:
         self._lock = threading.Lock()
         self._held: tuple[int, Held] | None = None
         self._jobs = HeldJobs(settings.groups)
+        self._warmed: PolicySet | None = None  # the policy set whose selector caches are warm
         self.found_last = 0  # generations whose jobs were brought up to date
 
     def held(self, facts: ClusterFacts, state: ClusterState, generation: int, *,
@@ -163,13 +165,18 @@ class LiveWhatIf:
             return held
 
     def warm(self) -> bool:
-        """Bring the held facts and jobs up to date for the view's current generation, as the
-        first request in it would (the background warm-up: `agent.runtime.whatif_warmer`), so
-        that request does not pay for it; False (nothing done) before the caches are synced."""
+        """Bring the held facts, jobs and pod shapes up to date for the view's current
+        generation, and (once per policy set) intern each pod class's endpoint in the live
+        policy set's caches (`warm_selectors`), as the first request would (the background
+        warm-up: `agent.runtime.whatif_warmer`), so that request does not pay for it; False
+        (nothing done) before the caches are synced."""
         if not self._ready():
             return False
         state, policies, facts, generation = self._view()
-        self.held(facts, state, generation, policies=policies)
+        held = self.held(facts, state, generation, policies=policies)
+        if held.shapes is not None and policies is not self._warmed:
+            warm_selectors(policies, state, held.shapes)
+            self._warmed = policies
         return True
 
     def radius(self, change: Change) -> BlastRadius:
