@@ -194,10 +194,15 @@ NOTES = {
         "(capacity, zone-mirroring keys) first. *Facts and jobs held* is the same answer given "
         "those two. *Agent POST /api/whatif* is the agent's own answer (`LiveWhatIf`: the body "
         "parsed, the held jobs brought up to date for the cache generation, the blast radius, "
-        "its JSON): first asked (every job found, the live policy set's caches cold: once after "
-        "start-up), first asked after a pod change in one namespace (that namespace's jobs "
-        "found again), asked again in the same generation. The figures move by a few tenths of "
-        "a second with the shared machine's load."
+        "its JSON; the pods by shape kept per generation, one pod per shape classified): "
+        "first asked with nothing done before (every job found, the live policy set's caches "
+        "cold), the background warm-up (`LiveWhatIf.warm`, run by the agent's warm-up thread "
+        "once the caches are synced and again per cache generation: the jobs found, the pods "
+        "by shape, each class's endpoint interned in the live policy set), first asked after "
+        "that warm-up on a cluster parsed again (nothing else cached: the evaluator's hop "
+        "verdicts stay cold), first asked after a pod change in one namespace (that "
+        "namespace's jobs found again), asked again in the same generation. The figures move "
+        "by a few tenths of a second with the shared machine's load."
     ),
     "policy_check": "1,000 policies (CNP, CCNP, NetworkPolicy) over 50 namespaces, 2,000 jobs of 8 pods.",
     "remediation": (
