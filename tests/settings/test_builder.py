@@ -58,7 +58,7 @@ def test_parse_duration_rejects(bad: object) -> None:
         ({"kubernetes": {"packet_drop_events": "yes"}},
          r"^kubernetes\.packet_drop_events: expected true or false"),
         ({"admission": {"group_memory": "10s"}}, r"^admission\.group_memory: must be at least 60s"),
-        ({"admission": {"group_memory": "30d"}}, r"^admission\.group_memory: must be at most),
+        ({"admission": {"group_memory": "30d"}}, r"^admission\.group_memory: must be at most"),
         ({"admission": {"group_memory": "soon"}}, r"^admission\.group_memory:.*duration"),
         # a key that is not a plain word is named JSON-quoted: the problem stays one line
         ({"diagnosis": {"groups": [{"\n": None}]}}, r'^diagnosis\.groups\[0\]\["\\n"\]: unknown key'),
