@@ -48,7 +48,6 @@ Not modelled at admission (the cache keeps GPU requests only): CPU and memory ro
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -131,6 +130,8 @@ class Decider:
         self._node_dicts: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._nodes_seen: tuple[int, ...] = ()
         self._shape_cache: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, str, Any]]]] = {}
+        self._ranked_for: tuple[object, object] | None = None
+        self._ranked: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, Any]]]] = {}
         self._mirror: tuple[str, ...] = ()
         self._uses = 0
 
@@ -178,12 +179,12 @@ class Decider:
                     pods: int) -> list[dict[str, Any]]:  # fmt: skip
         """The zone's nodes as the planner reads nodes (each built once per node object): of
         each node shape (taints, cordon, the values of `keys`), the `pods` with the most free
-        GPUs, in the cluster's node order; every node of the zone when `keys` is None."""
-        used = view.facts.gpu_used
+        GPUs (ties: the first in the cluster's order), in the cluster's node order; every node
+        of the zone when `keys` is None. Each shape's nodes are ranked once per view (the
+        cache's nodes and GPU use), so a request takes the first `pods` of each."""
         chosen: list[tuple[int, Any]] = []
-        for group in self._shapes(view, zone, keys):
-            best = heapq.nlargest(pods, group, key=lambda e: (e[2].gpu_allocatable - used.get(e[1], 0), -e[0]))
-            chosen.extend((index, node) for index, _, node in best)
+        for group in self._ranked_shapes(view, zone, keys):
+            chosen.extend(group[:pods])
         out = []
         for _, node in sorted(chosen, key=lambda e: e[0]):
             found = self._node_dicts.get(id(node))
@@ -191,6 +192,24 @@ class Decider:
                 found = self._node_dicts[id(node)] = (node, _node_dict(node))
             out.append(found[1])
         return out
+
+    def _ranked_shapes(self, view: View, zone: str,
+                       keys: frozenset[str] | None) -> list[list[tuple[int, Any]]]:  # fmt: skip
+        """The zone's node shapes, each's nodes (index, node) by free GPUs, most first (ties:
+        the first in the cluster's order), kept while the view's node objects and GPU use are
+        the same."""
+        used = view.facts.gpu_used
+        groups = self._shapes(view, zone, keys)  # resets the shape cache when the nodes changed
+        if (self._ranked_for is None or self._ranked_for[0] is not self._shape_cache
+                or self._ranked_for[1] is not used):  # fmt: skip
+            self._ranked_for, self._ranked = (self._shape_cache, used), {}
+        found = self._ranked.get((zone, keys))
+        if found is None:
+            found = self._ranked[(zone, keys)] = [
+                [(index, node) for index, name, node in
+                 sorted(group, key=lambda e: (e[2].gpu_allocatable - used.get(e[1], 0), -e[0]), reverse=True)]
+                for group in groups]  # fmt: skip
+        return found
 
     def decide(
         self, subject: Subject, view: View, *, enforce: bool, kept: str | None = None
