@@ -48,6 +48,7 @@ Not modelled at admission (the cache keeps GPU requests only): CPU and memory ro
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,7 +75,6 @@ from agent.remediation.room import QuantityError
 from agent.remediation.template import (
     PlanRefusedError,
     TemplateChange,
-    apply_merge_patch,
     nodes_in_zone,
     pod_needs,
     require_room,
@@ -540,7 +540,21 @@ def _applied(subject: Subject, changes: Sequence[TemplateChange]) -> dict[str, A
         if path is None:
             continue
         parent, last = _at(out, path[:-1]), str(path[-1])
-        parent[last] = apply_merge_patch(parent.get(last), change.fragment())
+        parent[last] = _merge_patch_into(parent.get(last), change.fragment())
+    return out
+
+
+def _merge_patch_into(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch of `target` by `patch`, in place (`target` is this module's own
+    copy): the value `apply_merge_patch` returns, without copying the target at every level."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = target if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch_into(out.get(key), value)
     return out
 
 
