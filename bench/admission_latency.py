@@ -5,7 +5,9 @@ The cluster is `bench/policy_check.py`'s 1,000 policies (zone-boundary CNPs, ser
 clusterwide CCNPs with deny rules) over its 50 namespaces, and 150,000 bound pods (18,750
 PyTorchJobs of 8) on 2,400 8-GPU nodes in three zones (GPU-tainted), about 85% of the GPUs
 taken; the view is the watch cache's parsed view as the pipeline hands it to the webhook
-(`ClusterState`, the `PolicySet`, the `ClusterFacts`). The webhook (`agent.admission.webhook`, mode
+(`ClusterState`, the `PolicySet`, the `ClusterFacts`), handed out anew every half second by a
+thread beside the requests as the agent's is (new maps of the same objects: an unchanged
+cluster). The webhook (`agent.admission.webhook`, mode
 enforce, no store: its records are written off the answer's path by a background writer) serves
 on a loopback port over TLS with a certificate the agent's own code made. Another process (a
 `multiprocessing` spawn) posts `REQUESTS` AdmissionReviews for new PyTorchJobs (a CPU master and
@@ -30,7 +32,9 @@ import multiprocessing
 import ssl
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,7 @@ NODES_PER_1000_PODS = 16  # 150,000 pods on 2,400 nodes
 GPUS = 8
 REQUESTS = 2000
 WARMUP = 50
+REFRESH = 0.5  # seconds between views, as the agent's admission view is refreshed
 GPU_TAINT = Taint("nvidia.com/gpu", "NoSchedule", "present")
 
 
@@ -140,11 +145,26 @@ def main() -> int:
     state, _ = cluster(total)
     policies = PolicySet(parse_policy(m) for m in manifests())
     facts = cluster_facts(state.nodes, state.pods)
-    view = View(state, policies, facts)
     gc.freeze()  # as the agent does once its cache is loaded (agent.sources.gcpause)
+    latest = [View(state, policies, facts)]
+    stop = threading.Event()
+
+    def refresh() -> None:
+        """A new view every half second, as the agent's admission view is taken: new maps of
+        the same node, namespace and pod objects, the facts' maps copied (the mirror's
+        snapshot of an unchanged cluster), on a thread of its own beside the requests."""
+        while not stop.wait(REFRESH):
+            now = latest[0]
+            fresh = replace(now.state, nodes=dict(now.state.nodes), namespaces=dict(now.state.namespaces))
+            latest[0] = View(fresh, policies, replace(
+                now.facts, gpu_used=dict(now.facts.gpu_used), pods_in=dict(now.facts.pods_in),
+                zone_free=dict(now.facts.zone_free)))  # fmt: skip
+
+    refresher = threading.Thread(target=refresh, name="bench-view", daemon=True)
+    refresher.start()
     settings = Settings(diagnosis=DiagnosisSettings(pod_zone_label="zone"))
     counted: dict[str, int] = {}
-    webhook = Webhook(settings, view=lambda: view, ready=lambda: True, store=None,
+    webhook = Webhook(settings, view=lambda: latest[0], ready=lambda: True, store=None,
                       count=lambda o: counted.__setitem__(o, counted.get(o, 0) + 1),
                       observe=lambda _s: None, now=lambda: datetime.now(UTC))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-admission-") as tmp:
@@ -172,6 +192,8 @@ def main() -> int:
             process.join(timeout=60)
         finally:
             server.stop()
+            stop.set()
+            refresher.join(timeout=5)
     times = found["times"][WARMUP:]
     assert found["placed"] == counted.get("placed"), (found["placed"], counted)
     shown = ", ".join(f"{n} {o}" for o, n in sorted(counted.items()))

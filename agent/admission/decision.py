@@ -130,7 +130,7 @@ class Decider:
         self._node_dicts: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._nodes_seen: tuple[int, ...] = ()
         self._shape_cache: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, str, Any]]]] = {}
-        self._ranked_for: tuple[object, object] | None = None
+        self._ranked_for: tuple[object, Mapping[str, int]] | None = None
         self._ranked: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, Any]]]] = {}
         self._mirror: tuple[str, ...] = ()
         self._uses = 0
@@ -196,13 +196,13 @@ class Decider:
     def _ranked_shapes(self, view: View, zone: str,
                        keys: frozenset[str] | None) -> list[list[tuple[int, Any]]]:  # fmt: skip
         """The zone's node shapes, each's nodes (index, node) by free GPUs, most first (ties:
-        the first in the cluster's order), kept while the view's node objects and GPU use are
-        the same."""
+        the first in the cluster's order), kept while the view's node objects are the same and
+        its GPU use per node is equal (a refreshed view of an unchanged cluster keeps them)."""
         used = view.facts.gpu_used
         groups = self._shapes(view, zone, keys)  # resets the shape cache when the nodes changed
         if (self._ranked_for is None or self._ranked_for[0] is not self._shape_cache
-                or self._ranked_for[1] is not used):  # fmt: skip
-            self._ranked_for, self._ranked = (self._shape_cache, used), {}
+                or self._ranked_for[1] != used):  # fmt: skip
+            self._ranked_for, self._ranked = (self._shape_cache, dict(used)), {}
         found = self._ranked.get((zone, keys))
         if found is None:
             found = self._ranked[(zone, keys)] = [

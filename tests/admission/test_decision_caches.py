@@ -1,7 +1,8 @@
 """The decider's per-view caches (node shapes, each shape's nodes ranked by free GPUs, the nodes
 as the planner reads them, the reachability) decide exactly as a decider built anew for every
 request: random clusters and jobs, over views whose GPU use changes while the node objects stay
-(as the watch cache's mirror hands them out), and over views of new node objects."""
+(as the watch cache's mirror hands them out), views refreshed with new maps of the same content,
+and views of new node objects."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ def bound(rng: random.Random, view: View, count: int) -> View:
     return View(state, view.policies, cluster_facts(state.nodes, state.pods))
 
 
+def refreshed(view: View) -> View:
+    """The view as the next refresh hands it out for an unchanged cluster: new maps, the same
+    objects."""
+    state = replace(view.state, nodes=dict(view.state.nodes), namespaces=dict(view.state.namespaces))
+    facts = replace(view.facts, gpu_used=dict(view.facts.gpu_used), pods_in=dict(view.facts.pods_in),
+                    zone_free=dict(view.facts.zone_free))  # fmt: skip
+    return View(state, view.policies, facts)
+
+
 def job(rng: random.Random, number: int) -> dict[str, Any]:
     spec = {}
     if rng.random() < 0.3:
@@ -59,6 +69,8 @@ def test_a_reused_decider_decides_as_a_new_one_for_every_request(seed: int) -> N
         for _step in range(3):  # the same nodes, other GPU use
             view = bound(rng, view, rng.randint(0, 12))
             for number in range(6):
+                if number == 3:
+                    view = refreshed(view)
                 obj = job(rng, number)
                 subject = identify(obj, group="kubeflow.org", version="v1", kind="PyTorchJob",
                                    namespace="ml", groups=SETTINGS.groups)  # fmt: skip
