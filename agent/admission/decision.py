@@ -129,6 +129,8 @@ class Decider:
         self._reach: Reachability | None = None
         self._node_dicts: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._nodes_seen: tuple[int, ...] = ()
+        self._nodes_map: object = None  # the node map last fingerprinted (a view's are not changed)
+        self._used_map: object = None  # the GPU-use map last compared
         self._shape_cache: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, str, Any]]]] = {}
         self._ranked_for: tuple[object, Mapping[str, int]] | None = None
         self._ranked: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, Any]]]] = {}
@@ -158,9 +160,11 @@ class Decider:
         """The zone's nodes (index in the cluster's order, name, node) by node shape, kept while
         the view holds the same node objects."""
         nodes = view.state.nodes
-        fingerprint = tuple(map(id, nodes.values()))
-        if fingerprint != self._nodes_seen:
-            self._nodes_seen, self._shape_cache = fingerprint, {}
+        if nodes is not self._nodes_map:
+            fingerprint = tuple(map(id, nodes.values()))
+            self._nodes_map = nodes
+            if fingerprint != self._nodes_seen:
+                self._nodes_seen, self._shape_cache = fingerprint, {}
             if len(self._node_dicts) > 4 * len(nodes) + 64:
                 self._node_dicts.clear()
         found = self._shape_cache.get((zone, keys))
@@ -201,8 +205,9 @@ class Decider:
         used = view.facts.gpu_used
         groups = self._shapes(view, zone, keys)  # resets the shape cache when the nodes changed
         if (self._ranked_for is None or self._ranked_for[0] is not self._shape_cache
-                or self._ranked_for[1] != used):  # fmt: skip
+                or (used is not self._used_map and self._ranked_for[1] != used)):  # fmt: skip
             self._ranked_for, self._ranked = (self._shape_cache, dict(used)), {}
+        self._used_map = used
         found = self._ranked.get((zone, keys))
         if found is None:
             found = self._ranked[(zone, keys)] = [
@@ -334,7 +339,7 @@ class Decider:
                 finding = Finding(job=ref, verdict=Verdict.ZONE_SPLIT_DEGRADED, zones={},
                                   coordinator=None, remediable=True, target_zone=zone)  # fmt: skip
                 live = LiveObjects(job=room_view, pods=(), nodes=nodes, bound_pods=bound)
-                plan = plan_remediation(finding, live, mirror_keys=self._mirror)
+                plan = plan_remediation(finding, live, mirror_keys=self._mirror, explain=False)
                 if isinstance(plan, Refusal):
                     return None, plan.reason
                 changes = [c for t in plan.targets for c in t.changes]

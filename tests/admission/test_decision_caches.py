@@ -6,6 +6,7 @@ and views of new node objects."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import replace
 from typing import Any
@@ -14,6 +15,12 @@ import pytest
 
 from agent.admission.decision import Decider, View
 from agent.admission.subject import identify
+from agent.model.finding import Finding
+from agent.model.job import JobRef
+from agent.model.verdict import Verdict
+from agent.model.workload import JobKind
+from agent.remediation.plan import LiveObjects, Plan
+from agent.remediation.planner import plan_remediation
 from agent.snapshot.manifests import parse_pod
 from agent.topology.facts import cluster_facts
 from tests.support import objects as o
@@ -82,3 +89,32 @@ def test_a_reused_decider_decides_as_a_new_one_for_every_request(seed: int) -> N
                     decided += 1
     assert decided == 2 * 3 * 6 * 2
     assert outcomes.get("placed", 0) > 0 and outcomes.get("no_zone", 0) + outcomes.get("not_needed", 0) > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_unexplained_plan_has_the_explained_plans_changes_and_refusals(seed: int) -> None:
+    """`plan_remediation(explain=False)` (what the webhook asks) leaves out the diff, owners and
+    hand-overs only: the same targets and changes, the same refusals, on random jobs and zones."""
+    rng = random.Random(seed)
+    items = cluster(rng)
+    nodes = [i for i in items if i.get("kind") == "Node"]
+    compared, planned = 0, 0
+    for number in range(60):
+        if planned >= 3:
+            break
+        obj = job(rng, number)
+        finding = Finding(job=JobRef(JobKind.PYTORCH, "ml", obj["metadata"]["name"]),
+                          verdict=Verdict.ZONE_SPLIT_BLOCKED, zones={}, coordinator=None,
+                          remediable=True, target_zone=rng.choice(ZONES))  # fmt: skip
+        live = LiveObjects(job=obj, pods=(), nodes=nodes, bound_pods=())
+        explained = plan_remediation(finding, live, mirror_keys=("zone",))
+        plain = plan_remediation(finding, live, mirror_keys=("zone",), explain=False)
+        if isinstance(explained, Plan):
+            assert isinstance(plain, Plan)
+            assert plain.targets == explained.targets and plain.diff == "" and explained.diff
+            assert dataclasses.replace(explained, diff="", owners=(), handovers=()) == plain
+            planned += 1
+        else:
+            assert plain == explained
+        compared += 1
+    assert compared >= 3 and planned >= 1
