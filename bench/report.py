@@ -187,14 +187,17 @@ NOTES = {
     ),
     "whatif_scale": (
         "`diagnose_scale`'s synthetic cluster (5,000 nodes, 150,000 pods, 2,000 Kubeflow jobs, "
-        "1,000 policies) with one zone-boundary policy deleted: every job diagnosed before, "
-        "the jobs the deleted policy can select in some placement diagnosed after; the required "
-        "flows of the jobs with a touched pod, and every declared-port flow to or from the "
-        "pods the policy selected (about 5,000 pods, to and from every pod of the cluster: "
-        "tens of millions of pod pairs, most of which change) compared per identity-class "
-        "pair; policy sets built from scratch each run. Over the 2 s target since the "
-        "declared-port flows are compared: their evaluator checks (one per touched class, "
-        "peer class and port) are most of the time beyond the first diagnosis."
+        "1,000 policies) with one zone-boundary policy deleted: the jobs the deleted policy can "
+        "select in some placement diagnosed before and after (every other keeps its verdict); "
+        "the required flows of the jobs with a touched pod, and every declared-port flow to or "
+        "from the 516 pods the policy selected (to and from every pod of the cluster: 154 "
+        "million pod pairs, 43 million of which change) compared per identity-class pair, each "
+        "verdict put together from its two hops, cached by what the hop reads; policy sets "
+        "built from scratch each run. *From scratch* is `zonemedic whatif` on a parsed dump: "
+        "it finds the jobs and the cluster facts (capacity, zone-mirroring keys) first, about "
+        "half the time. *Facts and jobs held* is the same answer given those two as the agent's "
+        "cache holds them: what a `whatif` served by the agent would cost; the agent does not "
+        "serve `whatif` (CLI only)."
     ),
     "policy_check": "1,000 policies (CNP, CCNP, NetworkPolicy) over 50 namespaces, 2,000 jobs of 8 pods.",
     "remediation": (

@@ -383,10 +383,9 @@ class Decider:
         if advice.cause is KueueCause.TAS_NOT_CONFIGURED:
             return Decision(Outcome.NO_ZONE, ref, f"zonemedic: {_what(subject)} passed unchanged: "
                             f"{advice.message}")  # fmt: skip
-        if len(obj.pod_sets) > 2:
+        if not advice.agent_fixable:  # e.g. more than two PodSets, or two of several pods each
             return Decision(Outcome.NO_ZONE, ref, f"zonemedic: {_what(subject)} passed unchanged: "
-                            f"its {len(obj.pod_sets)} PodSets cannot be grouped in one zone "
-                            f"({KUEUE.group_annotation} groups exactly two)")  # fmt: skip
+                            f"{advice.message}")  # fmt: skip
         wanted = wanted_annotations(subject.name, obj.pod_sets, obj.topology)
         planned = _copy(subject.obj)
         for template in subject.templates:

@@ -310,7 +310,8 @@ class _Diagnoser:
         elif not candidates:
             room = ", ".join(f"{z}: {free.get(z, 0)}" for z in fixing)
             reasons.append(f"no zone has {need} free GPUs for the job (free: {room})")
-        kueue = kueue_advice(job.obj, self.state.kueue)
+        best = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
+        kueue = kueue_advice(job.obj, self.state.kueue, zone=best)
         through_kueue = kueue is not None and kueue.agent_fixable
         blocking = blocking_reasons(job, protected_namespaces=self.settings.protected_namespaces,
                                     through_kueue=through_kueue)  # fmt: skip
@@ -328,7 +329,6 @@ class _Diagnoser:
             reasons.append(kueue.message)
             if blocked is not None:
                 reasons.append(blocked)
-        best = choose_target_zone(candidates, job_gpus=gpus_by_zone, free_gpus=free)
         target = best if not blocking else None
         if best is not None and blocking:
             reasons.append(f"{best} can hold the whole job: co-locate it there by other means")

@@ -202,7 +202,16 @@ def touched_flows(
     checked = changed = 0
     listed: list[FlowChange] = []
     owner = owner or {}
-    check_before, check_after = before.policies.check, after.policies.check
+    check_before, check_after = before.policies.check_keys, after.policies.check_keys
+    # each class's evaluator key under either set, found once (not hashed again per check)
+    keys_before: dict[int, int] = {}
+    keys_after: dict[int, int] = {}
+
+    def key(known: dict[int, int], policies: PolicySet, cid: int) -> int:
+        found = known.get(cid)
+        if found is None:
+            found = known[cid] = policies.equivalence_key(endpoint(cid))
+        return found
 
     def compare(skey: GroupKey, spods: list[Pod], dkey: GroupKey, dpods: list[Pod]) -> None:
         nonlocal checked, changed
@@ -210,11 +219,14 @@ def touched_flows(
         pairs = len(spods) * len(dpods) - (len(spods) if same else 0)
         if not pairs:
             return
+        old = (None if skey[0] is None or dkey[0] is None else
+               (key(keys_before, before.policies, skey[0]),
+                key(keys_before, before.policies, dkey[0])))  # fmt: skip
+        new = (key(keys_after, after.policies, skey[1]), key(keys_after, after.policies, dkey[1]))
         for ports in dkey[2]:
             checked += pairs
-            was = (_ABSENT if skey[0] is None or dkey[0] is None
-                   else check_before(endpoint(skey[0]), endpoint(dkey[0]), ports))  # fmt: skip
-            now = check_after(endpoint(skey[1]), endpoint(dkey[1]), ports)
+            was = _ABSENT if old is None else check_before(old[0], old[1], ports)
+            now = check_after(new[0], new[1], ports)
             if was.allowed == now.allowed:
                 continue
             changed += pairs

@@ -16,21 +16,30 @@ that applies:
 4. Only a preferred level (`podset-preferred-topology`): TAS falls back to a wider domain.
 5. Coordinator and workers in different PodSets without one `podset-group-name`.
 
+The job's own requests are read from its Workload's PodSet templates when its Workload is known
+(Kueue copies the job's templates into the Workload before admission, then injects
+`podset-unconstrained-topology: "true"` into the running templates of a PodSet that asked for no
+level: that is Kueue's, not the job's), else from the job's templates. Its PodSets' pod counts
+are the Workload's, else the job's.
+
 For 2-5 the proposal is the annotations to add to every gang pod template: the zone as the
 required level, one group name when the job has two PodSets (Kueue groups exactly two), the
 preferred and unconstrained annotations removed (Kueue admits one topology annotation per
 template) -- for a Kubeflow job on its replica specs, for a JobSet on its replicated jobs' pod
 templates, for a TrainJob in zonemedic's own `runtimePatches` entry. Those the Kueue fix can
-apply on approval (`agent_fixable`). A gang of more than two PodSets cannot be grouped by
-`podset-group-name` (Kueue groups exactly two, one of them a single pod): its advice says so and
-proposes the per-PodSet requests plus a zone-pinned ResourceFlavor for its ClusterQueue (the
-platform team's change), nothing the agent applies. A split job whose requests are already
-zone-level and grouped gets no advice (something else split it). Pure: nothing is written.
+apply on approval (`agent_fixable`). A gang `podset-group-name` cannot group -- more than two
+PodSets, or two that each run more than one pod (Kueue groups exactly two, one of them a single
+pod) -- gets advice that says so and proposes the per-PodSet requests (no group name) plus a
+ResourceFlavor pinned to the target zone (`zone`: where the policies allow every required flow
+and the job fits; `<zone>` when none is known) for its ClusterQueue (the platform team's
+change), nothing the agent applies. A split job whose requests are already zone-level and
+grouped gets no advice (something else split it). Pure: nothing is written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -43,6 +52,7 @@ from agent.model.kueue import (
     KueueAdvice,
     KueueCause,
     KueueObjects,
+    KueueWorkload,
     PodSetTopology,
     wanted_annotations,
 )
@@ -61,11 +71,12 @@ def _set_only(values: Mapping[str, str | None]) -> dict[str, str]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def annotations_yaml(job: TrainingJobObject) -> str:
+def annotations_yaml(job: TrainingJobObject, *, grouped: bool = True) -> str:
     """The job-side change as YAML: a merge patch of the pod templates' annotations (replica
     specs), the annotations per replicated job of a JobSet (a list a merge patch would replace
-    whole: merged into each one named), or zonemedic's own runtime-patch entry of a TrainJob."""
-    wanted = wanted_annotations(job.name, job.pod_sets, job.topology)
+    whole: merged into each one named), or zonemedic's own runtime-patch entry of a TrainJob.
+    `grouped` False: no group name (PodSets Kueue cannot group)."""
+    wanted = wanted_annotations(job.name, job.pod_sets, job.topology, grouped=grouped)
     kind = workload(job.kind)
     head = f"# {job.kind.value} {job.namespace}/{job.name}: pod-template annotations for Kueue TAS\n"
     body: Any
@@ -101,6 +112,36 @@ def pinned_flavor_yaml(objects: KueueObjects, *, flavor: str, zone: str | None) 
            "metadata": {"name": f"{flavor}-{where}"}, "spec": spec}  # fmt: skip
     return ("# a flavor pinned to one zone, for the job's ClusterQueue (platform team)\n"
             + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+
+
+def own_requests(job: TrainingJobObject, admitted: KueueWorkload | None) -> TrainingJobObject:
+    """The job with its PodSets' own TAS requests and pod counts: its Workload's (PodSets
+    matched by name, case aside: Kueue names a replica type's PodSet in lower case) when the
+    Workload has a PodSet of each, else the job's own templates' and counts."""
+    if admitted is None or not admitted.pod_sets:
+        return job
+    by_name = {p.lower(): p for p in admitted.pod_sets}
+    names = {r: by_name.get(r.lower()) for r in job.pod_sets}
+    if None in names.values():
+        return job
+    topology = {r: admitted.requests[n] for r, n in names.items() if n is not None and n in admitted.requests}
+    counts = {**job.pod_counts, **{r: admitted.counts[n] for r, n in names.items()
+                                   if n is not None and n in admitted.counts}}  # fmt: skip
+    return replace(job, topology=topology, pod_counts=counts)
+
+
+def _ungroupable(job: TrainingJobObject) -> str | None:
+    """Why `podset-group-name` cannot keep the job's gang in one zone: more than two PodSets,
+    or two that each run more than one pod (Kueue groups exactly two, one a single pod)."""
+    sets = job.pod_sets
+    rule = f"{KUEUE.group_annotation} cannot group (Kueue groups exactly two, one of them a single pod)"
+    if len(sets) > 2:
+        return f"its gang spans {len(sets)} PodSets ({', '.join(sets)}), which {rule}"
+    counts = [job.pod_counts.get(r) for r in sets]
+    if len(sets) == 2 and all(c is not None and c > 1 for c in counts):
+        each = " and ".join(f"{r}: {c} pods" for r, c in zip(sets, counts, strict=True))
+        return f"its gang's two PodSets each run more than one pod ({each}), which {rule}"
+    return None
 
 
 def _flavors_of(job: TrainingJobObject, objects: KueueObjects, cluster_queue: str | None) -> list[str]:
@@ -173,9 +214,12 @@ def _request_cause(
     return None
 
 
-def kueue_advice(job: TrainingJobObject | None, objects: KueueObjects) -> KueueAdvice | None:
+def kueue_advice(
+    job: TrainingJobObject | None, objects: KueueObjects, *, zone: str | None = None
+) -> KueueAdvice | None:
     """Why Kueue let this split job split, and what to add; None when Kueue does not manage it
-    or its requests already keep it in one zone."""
+    or its requests already keep it in one zone. `zone`: the finding's target zone (where the
+    policies allow every required flow and the job fits), None when none is known."""
     if job is None:
         return None
     queue = job.labels.get(KUEUE.queue_label)
@@ -184,6 +228,7 @@ def kueue_advice(job: TrainingJobObject | None, objects: KueueObjects) -> KueueA
     local = objects.local_queues.get((job.namespace, queue))
     cluster_queue = local.cluster_queue if local is not None else None
     admitted = objects.workload_of(job.kind.value, job.namespace, job.name)
+    job = own_requests(job, admitted)
     flavors = _flavors_of(job, objects, cluster_queue)
     tas = [(f, levels) for f in flavors if (levels := _zone_topology(objects, f)) is not None]
     wl_name = admitted.name if admitted is not None else None
@@ -202,16 +247,16 @@ def kueue_advice(job: TrainingJobObject | None, objects: KueueObjects) -> KueueA
     if found is None:
         return None
     cause, why = found
-    fixable = 0 < len(job.pod_sets) <= 2
-    proposal = annotations_yaml(job)
-    if len(job.pod_sets) > 2:
-        why += (f"; its gang spans {len(job.pod_sets)} PodSets ({', '.join(job.pod_sets)}), which "
-                f"{KUEUE.group_annotation} cannot group (Kueue groups exactly two, one of them a "
-                "single pod): a zone-level request per PodSet keeps each in one zone but not "
-                "all in the same one. Pin the job's ClusterQueue to one zone with a flavor of "
-                "that zone (platform team), or run the gang as at most two PodSets; zonemedic "
-                "writes nothing")  # fmt: skip
-        proposal += "---\n" + pinned_flavor_yaml(objects, flavor=flavor, zone=None)
+    ungroupable = _ungroupable(job)
+    fixable = bool(job.pod_sets) and ungroupable is None
+    proposal = annotations_yaml(job, grouped=ungroupable is None)
+    if ungroupable is not None:
+        where = f"a flavor of {zone}" if zone is not None else "a flavor of one zone"
+        why += (f"; {ungroupable}: a zone-level request per PodSet keeps each in one zone but "
+                f"not all in the same one. Pin the job's ClusterQueue to {where} (platform "
+                "team), or run the gang as at most two PodSets, one of them a single pod (the "
+                "coordinator); zonemedic writes nothing")  # fmt: skip
+        proposal += "---\n" + pinned_flavor_yaml(objects, flavor=flavor, zone=zone)
     return KueueAdvice(cause=cause, queue=queue, cluster_queue=cluster_queue, workload=wl_name,
                        flavor=flavor, agent_fixable=fixable,
                        message=f"Kueue let the job split: {why}",

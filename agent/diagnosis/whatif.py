@@ -3,7 +3,9 @@
 Called by the `whatif` command with two parsed clusters, the one there is and the one a change
 would make (a policy file applied, an object deleted, a job moved to a zone; `agent.commands.whatif`
 builds both). Every job is diagnosed in both (`diagnose_cluster`, the diagnosis's own path: job
-verdicts, counterfactual co-location included). The flows compared, before and after, by the same
+verdicts, counterfactual co-location included); for a change of policies alone, only the jobs it
+can reach (`reached_jobs`: a pod some changed policy selects, as placed or moved to any zone) are
+diagnosed, before and after, for every other keeps its verdict. The flows compared, before and after, by the same
 evaluator (`agent.diagnosis.flow_universe`):
 - every required flow (`agent.topology.flows`, port ranges included) of every job with a pod the
   change touches, pod pair by pod pair (a job with no touched pod keeps every flow's verdict);
@@ -39,8 +41,19 @@ from agent.model.job import Job
 from agent.model.network import FlowVerdict
 from agent.settings import DiagnosisSettings
 from agent.topology.facts import ClusterFacts, FactsIndex
+from agent.topology.jobs import find_jobs
 
-__all__ = ["BlastRadius", "Cluster", "FlowChange", "JobChange", "blast_radius", "find_job"]
+__all__ = ["BlastRadius", "Cluster", "FlowChange", "Held", "JobChange", "blast_radius", "find_job"]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a long-running caller already holds of the state before the change: its cluster
+    facts and the jobs found in it (computed for that same state, as the agent's cache keeps
+    them). Given, they are not computed again."""
+
+    facts: ClusterFacts
+    jobs: tuple[Job, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,24 +140,33 @@ def _facts(state: ClusterState) -> ClusterFacts:
     return index.facts()
 
 
-def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings) -> BlastRadius:
-    """What changes between `before` and `after` (see the module docstring)."""
-    facts = _facts(before.state)
-    diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts)
-    verdicts_before = {str(f.job): f.verdict.value for f in diagnosed.findings}
+def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings,
+                 held: Held | None = None) -> BlastRadius:  # fmt: skip
+    """What changes between `before` and `after` (see the module docstring); `held`: the facts
+    and jobs of `before.state`, already known."""
+    facts = _facts(before.state) if held is None else held.facts
     groups = group_pods(before, after)
     if after.state is before.state:  # a policy change only: the same jobs, the same facts
-        reached = reached_jobs(before, after, groups, diagnosed.jobs.values(),
-                               mirror_keys=diagnosed.mirror_keys, zones=facts.zones)  # fmt: skip
+        found = find_jobs(before.state, settings.groups) if held is None else held.jobs
+        every = {str(j.ref) for j in found}
+        # a job the change cannot reach keeps its verdict: only the reached are diagnosed, twice
+        keys = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts,
+                                jobs_found=()).mirror_keys  # fmt: skip
+        reached = reached_jobs(before, after, groups, found, mirror_keys=keys, zones=facts.zones)
+        scope = tuple(found if reached is None else reached)
+        diagnosed = diagnose_cluster(before.state, before.policies, settings=settings,
+                                     facts=facts, jobs_found=scope)  # fmt: skip
         again = diagnose_cluster(after.state, after.policies, settings=settings, facts=facts,
-                                 jobs_found=tuple(diagnosed.jobs.values() if reached is None
-                                                  else reached))  # fmt: skip
-        verdicts_after = {**verdicts_before,
-                          **{str(f.job): f.verdict.value for f in again.findings}}  # fmt: skip
+                                 jobs_found=scope)  # fmt: skip
+        jobs_found: Iterable[Job] = found
     else:
+        diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts)
         again = diagnose_cluster(after.state, after.policies, settings=settings,
                                  facts=_facts(after.state))  # fmt: skip
-        verdicts_after = {str(f.job): f.verdict.value for f in again.findings}
+        jobs_found = diagnosed.jobs.values()
+        every = {str(f.job) for f in (*diagnosed.findings, *again.findings)}
+    verdicts_before = {str(f.job): f.verdict.value for f in diagnosed.findings}
+    verdicts_after = {str(f.job): f.verdict.value for f in again.findings}
     jobs = tuple(
         JobChange(job, verdicts_before.get(job), verdicts_after.get(job))
         for job in sorted(verdicts_before.keys() | verdicts_after.keys())
@@ -152,13 +174,11 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
     )
     touched = groups.touched()
     # a job's required flows can change only when the change touches one of its pods
-    hit = [j for j in diagnosed.jobs.values()
-           if any((p.namespace, p.name) in touched for p in j.pods)]  # fmt: skip
+    hit = [j for j in jobs_found if any((p.namespace, p.name) in touched for p in j.pods)]
     flows, checked = required_flow_changes(before, after, hit)
     owner = {(p.namespace, p.name): str(j.ref) for j in hit for p in j.pods}
     declared = touched_flows(before, after, groups, owner=owner)
-    return BlastRadius(jobs, tuple(flows), len(verdicts_before.keys() | verdicts_after.keys()),
-                       checked, declared)
+    return BlastRadius(jobs, tuple(flows), len(every), checked, declared)
 
 
 def find_job(jobs: Iterable[Job], target: str) -> Job:

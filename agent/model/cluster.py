@@ -152,7 +152,8 @@ class TrainingJobObject:
     the Topology Aware Scheduling request each gang pod template carries (its Kueue PodSet),
     by replica (replica type, or replicated job name), templates that ask nothing left out;
     `pod_sets` every gang pod template's replica, in the object's order (Kueue makes one PodSet
-    of each; empty for a kind whose templates live on the object it is materialised as).
+    of each; empty for a kind whose templates live on the object it is materialised as);
+    `pod_counts` how many pods each of them runs (Kueue's PodSet count), where it is known.
     """
 
     kind: JobKind
@@ -170,6 +171,7 @@ class TrainingJobObject:
     ports: Mapping[str, int] = field(default_factory=dict)
     topology: Mapping[str, PodSetTopology] = field(default_factory=dict)
     pod_sets: tuple[str, ...] = ()
+    pod_counts: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def controller(self) -> OwnerRef | None:

@@ -124,8 +124,11 @@ class PodSetAssignment:
 @dataclass(frozen=True, slots=True)
 class KueueWorkload:
     """A Workload: its controller (the job: kind and name), queue, `spec.active`, whether it is admitted (the
-    `Admitted` condition True), the ClusterQueue and PodSet assignments of its admission, and
-    the PodSets' names in order."""
+    `Admitted` condition True), the ClusterQueue and PodSet assignments of its admission, the
+    PodSets' names in order, their pod counts (`counts`) and the TAS request of each PodSet's
+    template (`requests`, PodSets asking nothing left out): Kueue copies the job's own templates
+    into its PodSets when it builds the Workload, before admission injects anything into the
+    job's, so these are the job's own requests."""
 
     namespace: str
     name: str
@@ -137,6 +140,8 @@ class KueueWorkload:
     pod_sets: tuple[str, ...] = ()
     owner_kind: str | None = None
     owner_name: str | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+    requests: Mapping[str, PodSetTopology] = field(default_factory=dict)
 
     def zones(self, zone_label: str) -> frozenset[str]:
         """The zones its admission's topology assignments place pods in."""
@@ -226,13 +231,14 @@ def group_name(job: str) -> str:
 
 
 def wanted_annotations(
-    job: str, pod_sets: Sequence[str], topology: Mapping[str, PodSetTopology]
-) -> dict[str, dict[str, str | None]]:
+    job: str, pod_sets: Sequence[str], topology: Mapping[str, PodSetTopology], *,
+    grouped: bool = True,
+) -> dict[str, dict[str, str | None]]:  # fmt: skip
     """Per gang PodSet of the job, the Kueue annotations that keep it in one zone, set (a
     value) or removed (None): the zone as the required level, the group name when there are
-    exactly two PodSets (Kueue groups two), no preferred or unconstrained request (Kueue admits
-    one topology annotation per template)."""
-    grouped = len(pod_sets) == 2
+    exactly two PodSets (Kueue groups two) unless `grouped` is False (two it cannot group), no
+    preferred or unconstrained request (Kueue admits one topology annotation per template)."""
+    grouped = grouped and len(pod_sets) == 2
     out: dict[str, dict[str, str | None]] = {}
     for replica in pod_sets:
         now = topology.get(replica, NO_REQUEST)

@@ -21,7 +21,9 @@ names those that may select an endpoint.
 Speed: policies are indexed by one label each subject selector requires (namespace for plain
 CNPs and NetworkPolicies), and endpoints are projected onto the identity keys and named ports the
 set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
-differing only in, say, `replica-index` cost one evaluation. Pure: no I/O.
+differing only in, say, `replica-index` cost one evaluation; a verdict not cached yet is put
+together from its two hops, each cached by what it reads of the far endpoint
+(`agent.policy.hop_cache`). `trace` evaluates afresh. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from agent.model.network import (
 )
 from agent.model.selector import LabelSelector, SelectorOperator
 from agent.policy.dataplane import Dataplane, DataplaneKind
+from agent.policy.hop_cache import HopResult, HopVerdicts, Side
 from agent.policy.identity import (
     CILIUM_DEFAULT,
     NAMESPACE_KEY,
@@ -186,6 +189,7 @@ class PolicySet:
         ] = {}
         self._identities: list[_Identity] = []
         self._verdicts: dict[tuple[int, int, PortRange], FlowVerdict] = {}
+        self._hops = HopVerdicts(self._hop_result, limit=_MAX_VERDICTS)
 
     def warnings(self) -> tuple[str, ...]:
         """For people: problems of the dataplane setup and the Cilium policies left out."""
@@ -247,12 +251,17 @@ class PolicySet:
         d = self._endpoint_ids.get(dst)
         if d is None:
             d = self._intern(dst)
+        return self.check_keys(s, d, ports)
+
+    def check_keys(self, s: int, d: int, ports: PortRange) -> FlowVerdict:
+        """`check` for endpoints given by their `equivalence_key`s (callers holding many pods
+        by key skip hashing the endpoints again)."""
         key = (s, d, ports)
         verdict = self._verdicts.get(key)
         if verdict is None:
             if len(self._verdicts) >= _MAX_VERDICTS:
                 self._verdicts.clear()
-            verdict = self._evaluate(self._identities[s], self._identities[d], ports)
+            verdict = self._hops.verdict(s, d, self._identities[s], self._identities[d], ports)
             self._verdicts[key] = verdict
         return verdict
 
@@ -356,6 +365,19 @@ class PolicySet:
         if caveats:
             return FlowVerdict(True, caveats=tuple(dict.fromkeys(caveats)))
         return _ALLOWED
+
+    def _hop_result(self, hop: Hop, src: Side, dst: Side, ports: PortRange) -> HopResult:
+        """One hop of `_evaluate` (untraced) over every protocol of `ports`: its first denial,
+        or None and the caveats of the rules that allowed it."""
+        assert isinstance(src, _Identity) and isinstance(dst, _Identity)
+        protocols = _CONCRETE_PROTOCOLS if ports.protocol is Protocol.ANY else (ports.protocol,)
+        caveats: list[Caveat] = []
+        for protocol in protocols:
+            verdict = self._hop(hop, src, dst, first=ports.first, last=ports.last,
+                                protocol=protocol, caveats=caveats)  # fmt: skip
+            if verdict is not None:
+                return verdict, ()
+        return None, tuple(caveats)
 
     def _hop(
         self,

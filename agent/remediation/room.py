@@ -193,6 +193,26 @@ def _short(left: Mapping[str, Decimal], resource: str, amount: Decimal) -> bool:
     return resource in ("cpu", "memory") or "/" in resource
 
 
+def could_hold(node: Mapping[str, Any], requests: Mapping[str, Decimal]) -> bool:
+    """Whether the node's allocatable resources cover `requests` once nothing else runs there
+    (kube-scheduler's resource fit on an empty node): a node that never could, e.g. a CPU node
+    for a pod that asks for a GPU, accepts the pod whatever its taints say. An extended resource
+    (`vendor/name`) the node does not declare is one it has none of (a CPU node lists no
+    `nvidia.com/gpu`); cpu or memory it does not declare (a view that keeps only GPUs) does not
+    limit it."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    have = {str(k): parse_quantity(v) for k, v in alloc.items()}
+    for resource, amount in requests.items():
+        if amount <= 0:
+            continue
+        if resource in have:
+            if have[resource] < amount:
+                return False
+        elif "/" in resource:
+            return False
+    return True
+
+
 def _describe(need: PodNeed) -> str:
     parts = [f"{k} {_fmt(k, v)}" for k, v in sorted(need.requests.items()) if v]
     return ", ".join(parts) or "no resources"

@@ -14,10 +14,12 @@ kept as it is):
   (every Kubeflow kind): a required `podAffinity` term on the zone key selecting the job's own
   pods (its job-name label, `training.kubeflow.org/job-name`), appended to the template's
   existing required terms;
-- tolerations: when no schedulable node of the target zone that matches the template's other
-  nodeSelector keys and its (zone-pinned) required node affinity accepts the template as it is,
-  the tolerations for those nodes' NoSchedule and NoExecute taints (read from the nodes) are
-  appended to the template's own;
+- tolerations: the nodes that could take the template's pods are the schedulable nodes of the
+  target zone that match its other nodeSelector keys and its (zone-pinned) required node
+  affinity and whose allocatable resources cover its pods' requests (a CPU node cannot take a
+  pod that asks for a GPU, untainted or not); when none of them accepts the template as it is,
+  the tolerations for their NoSchedule and NoExecute taints (read from the nodes) are appended
+  to the template's own. Their current use is not weighed (the room check does that);
 - the zone-mirroring pod label (the resolved `diagnosis.pod_zone_label` keys) is set to the target
   zone where the template carries it;
 - a zone-keyed topologySpreadConstraint is never added; a template that already has a
@@ -44,6 +46,7 @@ from agent.remediation.room import (
     PodNeed,
     blocking_taints,
     check_room,
+    could_hold,
     node_labels,
     node_name,
     pod_spec_requests,
@@ -309,9 +312,11 @@ def retarget(
     terms_after = after.get("nodeSelectorTerms", terms)
     if terms_after is not None:
         placement["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": terms_after}}}
+    requests = pod_spec_requests(spec)
     candidates = [
         n for n in zone_nodes
         if schedulable(n) and required_node_affinity_matches(placement, node_labels(n), node_name(n))
+        and could_hold(n, requests)
     ]  # fmt: skip
     if candidates and not any(
         all(tolerates(tolerations, t) for t in blocking_taints(n)) for n in candidates

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from agent.model.descriptor import PodTemplate
 from agent.model.kueue import (
     ClusterQueue,
     DomainAssignment,
@@ -22,9 +23,10 @@ from agent.model.kueue import (
     KueueWorkload,
     LocalQueue,
     PodSetAssignment,
+    PodSetTopology,
 )
 from agent.model.workload import KueueKindName
-from agent.snapshot.manifests import ManifestError, metadata
+from agent.snapshot.manifests import ManifestError, metadata, pod_set_topology
 
 KueueObject = KueueTopology | KueueFlavor | ClusterQueue | LocalQueue | KueueWorkload
 
@@ -162,9 +164,21 @@ def _assignment(entry: Mapping[str, Any], where: str) -> PodSetAssignment:
                             flavors=dict(flavors), levels=tuple(levels), domains=tuple(domains))  # fmt: skip
 
 
+def _pod_set(where: str, entry: Mapping[str, Any]) -> tuple[str, int, PodSetTopology]:
+    """A Workload PodSet: its name, pod count (default 1) and its template's TAS request."""
+    name = str(_text(entry, "name", where, required=True))
+    count = entry.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ManifestError(f"{where}count", f"expected a non-negative integer, got {count!r}")
+    template = _map(entry, "template", where)
+    path = (*where.rstrip(".").split("."), "template")
+    return name, count, pod_set_topology(PodTemplate(name, path, template, count))
+
+
 def parse_workload(item: Mapping[str, Any]) -> KueueWorkload:
     meta, namespace, name = metadata(item, namespaced=True)
     spec = _map(item, "spec", "")
+    pod_sets = [_pod_set(where, p) for where, p in _items(spec, "podSets", "spec.")]
     status = _map(item, "status", "")
     active = spec.get("active", True)
     if not isinstance(active, bool):
@@ -183,9 +197,10 @@ def parse_workload(item: Mapping[str, Any]) -> KueueWorkload:
         cluster_queue=_text(admission, "clusterQueue", "status.admission."),
         assignments=tuple(_assignment(entry, where) for where, entry
                           in _items(admission, "podSetAssignments", "status.admission.")),
-        pod_sets=tuple(str(_text(p, "name", where, required=True))
-                       for where, p in _items(spec, "podSets", "spec.")),
+        pod_sets=tuple(n for n, _, _ in pod_sets),
         owner_kind=owner_kind, owner_name=owner_name,
+        counts={n: c for n, c, _ in pod_sets},
+        requests={n: t for n, _, t in pod_sets if t.requested or t.group is not None},
     )  # fmt: skip
 
 

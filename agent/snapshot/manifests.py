@@ -432,6 +432,7 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
         ports=ports,
         topology=topology,
         pod_sets=tuple(t.replica for t in gang_templates),
+        pod_counts={t.replica: t.count for t in gang_templates if t.count is not None},
     )
 
 

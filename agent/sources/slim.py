@@ -430,9 +430,19 @@ def _keep(obj: Any, keys: tuple[str, ...]) -> Obj:
     return {k: obj[k] for k in keys if k in obj}
 
 
+def _slim_pod_set(pod_set: Obj) -> Obj:
+    """A Workload PodSet: its name, count and its template's Kueue topology annotations."""
+    out: Obj = {k: pod_set[k] for k in ("name", "count") if k in pod_set}
+    template = pod_set.get("template")
+    meta = _template_meta(template.get("metadata") if isinstance(template, dict) else None)
+    if "annotations" in meta:
+        out["template"] = {"metadata": {"annotations": meta["annotations"]}}
+    return out
+
+
 def slim_kueue(obj: Obj, resource: Resource, kind: KueueKindName) -> Obj:
     """A Kueue object: what `agent.snapshot.kueue` reads of it. A Workload: `spec.active`,
-    `queueName`, its PodSets' names, its admission and its `Admitted` condition (status only);
+    `queueName`, its PodSets' names, counts and templates' topology annotations, its admission and its `Admitted` condition (status only);
     a ClusterQueue: its resource groups and `status.flavorsReservation`; a LocalQueue its
     ClusterQueue; a ResourceFlavor its `topologyName` and `nodeLabels`; a Topology its levels."""
     spec: Obj = _dict(obj.get("spec"))
@@ -440,8 +450,7 @@ def slim_kueue(obj: Obj, resource: Resource, kind: KueueKindName) -> Obj:
     out_status: Obj = {}
     if kind is KueueKindName.WORKLOAD:
         out_spec = _keep(spec, ("active", "queueName"))
-        out_spec["podSets"] = [{"name": p.get("name")} for p in spec.get("podSets") or []
-                               if isinstance(p, dict)]  # fmt: skip
+        out_spec["podSets"] = [_slim_pod_set(p) for p in spec.get("podSets") or [] if isinstance(p, dict)]
         out_status = _keep(status, ("admission",))
         out_status["conditions"] = [{"type": c.get("type"), "status": c.get("status")}
                                     for c in status.get("conditions") or []

@@ -186,7 +186,8 @@ def _replicated_job(state: ClusterState, ref: JobRef, pods: list[Pod]) -> Job | 
     obj = state.job_objects.get((ref.kind, ref.namespace, ref.name))
     if obj is not None and spec_obj is not None and found.materialised is not None:
         # a TrainJob's PodSets (and their TAS requests) are its JobSet's replicated jobs
-        obj = replace(obj, pod_sets=spec_obj.pod_sets, topology=spec_obj.topology)
+        obj = replace(obj, pod_sets=spec_obj.pod_sets, topology=spec_obj.topology,
+                      pod_counts=spec_obj.pod_counts)  # fmt: skip
     return Job(ref=ref, pods=tuple(members), replica_types={p.name: types[p.name] for p in members},
                coordinator=coordinator, obj=obj, coordinator_port=port)
 

@@ -199,6 +199,21 @@ def test_a_kueue_job_without_topology_aware_scheduling_passes_unchanged() -> Non
     assert "Topology Aware Scheduling is not configured" in decision.warning
 
 
+def test_a_kueue_job_whose_two_podsets_both_have_several_pods_passes_unchanged() -> None:
+    """Kueue groups exactly two PodSets of which one is a single pod: a group annotation on two
+    PodSets of two pods each would make Kueue's webhook refuse the job's creation."""
+    view = make_view([*base_items(), *kueue_items(tas=True)])
+    tlabels = {"zone": "b"}
+    ps = {"containers": [o.container(cpu="1", ports=[("tfjob-port", 2222)])]}
+    worker = {"containers": [o.container(gpus=2, cpu="2", memory="8Gi", ports=[("tfjob-port", 2222)])]}
+    obj = o.training_job("TFJob", "tf", replicas={"PS": o.replica(2, ps, labels=tlabels),
+                                                  "Worker": o.replica(2, worker, labels=tlabels)},
+                         labels={KUEUE.queue_label: "user-queue"}, status=False)  # fmt: skip
+    decision = Decider(SETTINGS).decide(subject_of(obj), view, enforce=True)
+    assert (decision.outcome, decision.patch) == (AdmissionOutcome.NO_ZONE, ())
+    assert "passed unchanged" in decision.warning and "PodSet" in decision.warning, decision.warning
+
+
 def lab(name: str, role: str, *, gpus: int, replicas: int = 1) -> dict[str, Any]:
     template = {"metadata": {"labels": {"app": "lab", "role": role, "zone": "b"}},
                 "spec": {"containers": [o.container(gpus=gpus, cpu="1", ports=[(None, 29500)])]}}

@@ -3,11 +3,13 @@ configuration, and the configuration each cause proposes (parsed back as YAML)."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import yaml
 
+from agent.diagnosis.diagnose import diagnose_cluster
 from agent.diagnosis.kueue import kueue_advice
 from agent.model.cluster import ZONE_LABEL, TrainingJobObject
 from agent.model.kueue import (
@@ -23,6 +25,9 @@ from agent.model.kueue import (
     wanted_annotations,
 )
 from agent.model.workload import KUEUE, JobKind
+from agent.settings import DiagnosisSettings
+from agent.snapshot.collection import parse_objects
+from tests.support import objects
 
 REGION = "topology.kubernetes.io/region"
 HOST = "kubernetes.io/hostname"
@@ -174,3 +179,163 @@ def test_a_trainer_family_job_is_fixable_and_proposes_its_own_change(kind: JobKi
     assert rjob["name"] == "node"
     assert rjob["template"]["spec"]["template"]["metadata"]["annotations"] == {
         KUEUE.topology_annotation: ZONE_LABEL}
+
+
+def counted(counts: dict[str, int], *, kind: JobKind = JobKind.PYTORCH,
+            pod_sets: tuple[str, ...] = ("Master", "Worker")) -> TrainingJobObject:
+    return TrainingJobObject(kind=kind, namespace="ml", name="llm",
+                             labels={KUEUE.queue_label: "user-queue"}, pod_sets=pod_sets,
+                             pod_counts=counts)  # fmt: skip
+
+
+def with_workload(objects: KueueObjects, **kw: Any) -> KueueObjects:
+    """`objects` with the job's admitted Workload (PodSets in Kueue's lower-case names)."""
+    wl = KueueWorkload("ml", "pytorchjob-llm-1", queue="user-queue", admitted=True,
+                       cluster_queue="cq", owner_kind=kw.pop("owner_kind", "PyTorchJob"),
+                       owner_name="llm", **kw)  # fmt: skip
+    return replace(objects, workloads={("ml", wl.name): wl})
+
+
+GROUPING: list[tuple[str, TrainingJobObject, KueueObjects, bool]] = [
+    ("a single-pod coordinator and its workers", counted({"Master": 1, "Worker": 4}), kueue(), True),
+    ("counts unknown: grouped, the plan checks the Workload", counted({}), kueue(), True),
+    ("two PodSets of more than one pod each", counted({"Master": 2, "Worker": 4}), kueue(), False),
+    ("the Workload's counts win over the job's", counted({"Master": 1, "Worker": 4}),
+     with_workload(kueue(), pod_sets=("master", "worker"), counts={"master": 2, "worker": 4}), False),
+    ("the Workload's single pod", counted({}),
+     with_workload(kueue(), pod_sets=("master", "worker"), counts={"master": 1, "worker": 4}), True),
+    ("one PodSet of many pods", counted({"node": 4}, kind=JobKind.JOBSET, pod_sets=("node",)),
+     kueue(), True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("obj", "objects", "fixable"), [c[1:] for c in GROUPING],
+                         ids=[c[0] for c in GROUPING])
+def test_two_pod_sets_are_grouped_only_when_one_is_a_single_pod(
+    obj: TrainingJobObject, objects: KueueObjects, fixable: bool
+) -> None:
+    advice = kueue_advice(obj, objects, zone="us-east-1a")
+    assert advice is not None and advice.agent_fixable is fixable
+    docs = list(yaml.safe_load_all(advice.proposal))
+    assert [d.get("kind") for d in docs] == ([None] if fixable else [None, "ResourceFlavor"])
+    if not fixable:
+        assert "each run more than one pod (Master: 2 pods and Worker: 4 pods)" in advice.message
+        assert "groups exactly two, one of them a single pod" in advice.message
+        assert "a flavor of us-east-1a" in advice.message and "zonemedic writes nothing" in advice.message
+        # a zone-level request per PodSet, no group name: Kueue refuses a group of two such PodSets
+        for spec in docs[0]["spec"]["pytorchReplicaSpecs"].values():
+            assert spec["template"]["metadata"]["annotations"] == {KUEUE.topology_annotation: ZONE_LABEL}
+
+
+@pytest.mark.parametrize(("zone", "where"), [("us-east-1b", "us-east-1b"), (None, "<zone>")])
+def test_the_pinned_flavor_names_the_target_zone_when_known(zone: str | None, where: str) -> None:
+    obj = TrainingJobObject(kind=JobKind.JOBSET, namespace="ml", name="llm",
+                            labels={KUEUE.queue_label: "user-queue"},
+                            pod_sets=("driver", "workers", "ps"))  # fmt: skip
+    advice = kueue_advice(obj, kueue(), zone=zone)
+    assert advice is not None and not advice.agent_fixable
+    _, flavor = list(yaml.safe_load_all(advice.proposal))
+    assert flavor["metadata"]["name"] == f"gpu-{where}"
+    assert flavor["spec"] == {"nodeLabels": {ZONE_LABEL: where}, "topologyName": "t"}
+
+
+INJECTED = PodSetTopology(unconstrained=True)  # what Kueue puts in a running template asking for no level
+OWN: list[tuple[str, dict[str, PodSetTopology], dict[str, PodSetTopology], dict[str, str | None]]] = [
+    ("Kueue's injected unconstrained request is not the job's", {"workers": INJECTED}, {},
+     {KUEUE.topology_annotation: ZONE_LABEL}),
+    ("the job's own unconstrained request is removed", {"workers": INJECTED}, {"workers": INJECTED},
+     {KUEUE.topology_annotation: ZONE_LABEL, KUEUE.unconstrained_annotation: None}),
+    ("the job's own preferred level is removed", {"workers": INJECTED},
+     {"workers": PodSetTopology(preferred=ZONE_LABEL)},
+     {KUEUE.topology_annotation: ZONE_LABEL, KUEUE.preferred_annotation: None}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("live", "own", "annotations"), [c[1:] for c in OWN], ids=[c[0] for c in OWN])
+def test_a_jobsets_advice_shows_only_the_change_to_its_own_annotations(
+    live: dict[str, PodSetTopology], own: dict[str, PodSetTopology], annotations: dict[str, str | None]
+) -> None:
+    obj = TrainingJobObject(kind=JobKind.JOBSET, namespace="ml", name="llm",
+                            labels={KUEUE.queue_label: "user-queue"}, pod_sets=("workers",),
+                            topology=live)  # fmt: skip
+    objects = with_workload(kueue(), owner_kind="JobSet", pod_sets=("workers",), requests=own)
+    advice = kueue_advice(obj, objects)
+    assert advice is not None and advice.agent_fixable
+    (doc,) = list(yaml.safe_load_all(advice.proposal))
+    (rjob,) = doc["spec"]["replicatedJobs"]
+    assert rjob["template"]["spec"]["template"]["metadata"]["annotations"] == annotations
+
+
+def test_without_its_workload_the_advice_reads_the_jobs_templates() -> None:
+    obj = TrainingJobObject(kind=JobKind.JOBSET, namespace="ml", name="llm",
+                            labels={KUEUE.queue_label: "user-queue"}, pod_sets=("workers",),
+                            topology={"workers": INJECTED})  # fmt: skip
+    advice = kueue_advice(obj, kueue())
+    assert advice is not None
+    (doc,) = list(yaml.safe_load_all(advice.proposal))
+    (rjob,) = doc["spec"]["replicatedJobs"]
+    assert rjob["template"]["spec"]["template"]["metadata"]["annotations"] == {
+        KUEUE.topology_annotation: ZONE_LABEL, KUEUE.unconstrained_annotation: None}
+
+
+def tfjob_dump(*, ps: int) -> list[dict[str, Any]]:
+    """A TFJob Kueue admitted with TAS and no request: `ps` parameter servers and two workers
+    (one GPU each), split between zone-a (room for all) and zone-b; its Workload's PodSets
+    carry the counts and the job's own templates."""
+    replicas = {"PS": objects.replica(ps, {"containers": [objects.container(gpus=1)]}),
+                "Worker": objects.replica(2, {"containers": [objects.container(gpus=1)]})}  # fmt: skip
+    job_obj = objects.training_job("TFJob", "tf", labels={KUEUE.queue_label: "user-queue"},
+                                   uid="uid-tf", replicas=replicas)  # fmt: skip
+    pods = [objects.job_pod("TFJob", "tf", "ps", i, node_name="b1") for i in range(ps)]
+    pods += [objects.job_pod("TFJob", "tf", "worker", i, node_name="a1") for i in range(2)]
+    kueue_api = "kueue.x-k8s.io/v1beta1"
+    workload = {
+        "apiVersion": kueue_api, "kind": "Workload",
+        "metadata": {"name": "tfjob-tf-1", "namespace": "ml", "ownerReferences": [
+            {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "tf", "uid": "uid-tf",
+             "controller": True}]},
+        "spec": {"queueName": "user-queue", "podSets": [
+            {"name": "ps", "count": ps, "template": {"spec": {}}},
+            {"name": "worker", "count": 2, "template": {"spec": {}}}]},
+        "status": {"conditions": [{"type": "Admitted", "status": "True"}],
+                   "admission": {"clusterQueue": "cq", "podSetAssignments": [
+                       {"name": "ps", "flavors": {"nvidia.com/gpu": "gpu"}},
+                       {"name": "worker", "flavors": {"nvidia.com/gpu": "gpu"}}]}},
+    }  # fmt: skip
+    return [
+        objects.node("a1", "zone-a", gpus=8), objects.node("b1", "zone-b", gpus=8),
+        job_obj, *pods, workload,
+        {"apiVersion": kueue_api, "kind": "Topology", "metadata": {"name": "t"},
+         "spec": {"levels": [{"nodeLabel": ZONE_LABEL}, {"nodeLabel": HOST}]}},
+        {"apiVersion": kueue_api, "kind": "ResourceFlavor", "metadata": {"name": "gpu"},
+         "spec": {"topologyName": "t"}},
+        {"apiVersion": kueue_api, "kind": "ClusterQueue", "metadata": {"name": "cq"},
+         "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+             {"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "16"}]}]}]}},
+        {"apiVersion": kueue_api, "kind": "LocalQueue",
+         "metadata": {"name": "user-queue", "namespace": "ml"}, "spec": {"clusterQueue": "cq"}},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("ps", "remediable"), [(1, True), (2, False)])
+def test_the_diagnosis_says_before_approval_that_two_multi_pod_pod_sets_cannot_be_grouped(
+    ps: int, remediable: bool
+) -> None:
+    snap = parse_objects(tfjob_dump(ps=ps), source="test")
+    result = diagnose_cluster(snap.state, snap.policy_set(DiagnosisSettings()),
+                              settings=DiagnosisSettings())  # fmt: skip
+    (finding,) = [f for f in result.findings if f.job.name == "tf"]
+    advice = finding.kueue
+    assert advice is not None and finding.target_zone == ("zone-a" if remediable else None)
+    assert (finding.remediable, advice.agent_fixable) == (remediable, remediable)
+    docs = list(yaml.safe_load_all(advice.proposal))
+    if remediable:
+        assert [d.get("kind") for d in docs] == [None]
+        return
+    assert "two PodSets each run more than one pod (PS: 2 pods and Worker: 2 pods)" in advice.message
+    assert any("each run more than one pod" in r for r in finding.reasons)
+    patch, flavor = docs
+    assert all(KUEUE.group_annotation not in s["template"]["metadata"]["annotations"]
+               for s in patch["spec"]["tfReplicaSpecs"].values())  # fmt: skip
+    # the zone where the policies allow every flow and the job's GPUs fit
+    assert flavor["spec"]["nodeLabels"] == {ZONE_LABEL: "zone-a"}

@@ -603,3 +603,21 @@ def test_pod_label_keys_lists_what_selectors_read() -> None:
         ]
     )
     assert policies.pod_label_keys() == frozenset({"role", "zone"})
+
+
+def test_a_hop_answer_is_reused_only_for_peers_it_cannot_tell_apart() -> None:
+    """One warm set, the source's egress checked to destinations that its egress rule tells apart
+    only by a named port, or by a label its peer selector reads: each gets its own answer, as a
+    fresh set gives it (the hop cache keys on what the hop reads of the far end)."""
+    rule = {"toEndpoints": [SEL_MASTER], "toPorts": [{"ports": [{"port": "pytorchjob-port"}]}]}
+    manifest = cnp("w", {"endpointSelector": {"matchLabels": {"role": "worker"}}, "egress": [rule]})
+    warm = PolicySet([parse_policy(manifest)])
+    flows = [
+        (MASTER, ALLOW),
+        (ep({"role": "master", "zone": "a"}, ports={"pytorchjob-port": 29500}), deny(EG, DD, "CiliumNetworkPolicy/ml/w")),
+        (ep({"role": "ps", "zone": "a"}, ports={"pytorchjob-port": 23456}), deny(EG, DD, "CiliumNetworkPolicy/ml/w")),
+        (ep({"role": "master", "zone": "b"}, ports={"pytorchjob-port": 23456}), ALLOW),
+    ]
+    for dst, expect in flows:
+        assert warm.check(WORKER, dst, P23456) == expect
+        assert PolicySet([parse_policy(manifest)]).check(WORKER, dst, P23456) == expect

@@ -17,6 +17,7 @@ from tests.remediation.builders import (
     KINDS,
     batch_job,
     cluster_nodes,
+    container,
     copy_of,
     finding,
     group_live,
@@ -521,3 +522,33 @@ def test_a_mislabelled_kubeflow_job_is_relabelled_in_its_zone() -> None:
     for change in result.targets[0].changes:
         assert change.nested()["spec"]["pytorchReplicaSpecs"][change.replica]["template"][
             "metadata"]["labels"][MIRROR] == "zone-a"
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "MPIJob"])
+def test_a_gpu_pod_gets_the_gpu_nodes_toleration_though_the_zone_has_an_untainted_cpu_node(
+    kind: str,
+) -> None:
+    """A realistic zone: GPU nodes tainted nvidia.com/gpu:NoSchedule and an untainted CPU node.
+    The coordinator asks for a GPU and tolerates nothing: the CPU node (no GPU to give) cannot
+    take it whatever its taints, so the nodes that can are the GPU nodes, and the plan adds their
+    toleration; the room check then finds room for it on them."""
+    nodes = [*cluster_nodes(), node("cpu-a-0", "zone-a")]
+    obj = job(kind, coordinator_spec={"containers": [container(gpus=1)]})
+    plan = a_plan(kind, obj, nodes=nodes)
+    patched = apply_merge_patch(obj, plan.job_patch(resource_version=None, suspend=True))
+    coordinator = templates(patched, kind)[KINDS[kind][2]]["spec"]
+    # the GPU nodes' taint (nvidia.com/gpu=present:NoSchedule), read from them
+    assert coordinator["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
+    assert coordinator["nodeSelector"] == {ZONE: "zone-a"}
+
+
+def test_a_cpu_pod_that_an_untainted_node_accepts_gets_no_toleration() -> None:
+    """The same zone, a CPU-only coordinator: the untainted CPU node can take it as it is, so no
+    toleration is added (the GPU nodes' taint is not its business)."""
+    nodes = [*cluster_nodes(), node("cpu-a-0", "zone-a")]
+    obj = job("PyTorchJob")
+    plan = a_plan("PyTorchJob", obj, nodes=nodes)
+    (target,) = plan.targets
+    master = next(c for c in target.changes if c.replica == "Master")
+    assert "tolerations" not in master.after

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.remediation.room import PodNeed, check_room, node_name
+from agent.remediation.room import PodNeed, check_room, could_hold, node_name
 from tests.remediation.builders import node, pod
 from tests.support.objects import ZONE
 
@@ -305,3 +305,25 @@ def test_a_long_refusal_quotes_ten_nodes_and_counts_the_rest() -> None:
     assert reason is not None
     assert reason.count("nodeSelector does not match") == 10
     assert reason.endswith("; 4 more nodes refuse it too")
+
+
+HOLD = [
+    ("a CPU node cannot hold a GPU pod", {}, {"cpu": "2", "nvidia.com/gpu": "1"}, False),
+    ("a GPU node can", {"gpus": 8}, {"cpu": "2", "nvidia.com/gpu": "1"}, True),
+    ("more GPUs than it has", {"gpus": 4}, {"nvidia.com/gpu": "8"}, False),
+    ("more cpu than it has", {"cpu": "16"}, {"cpu": "32"}, False),
+    ("a request of nothing", {}, {"nvidia.com/gpu": "0"}, True),
+    ("a resource it does not declare and that is no extended one", {}, {"ephemeral-storage": "1Gi"},
+     True),
+    ("cpu and memory a GPU-only view does not declare", {"gpus": 8, "cpu": None},
+     {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}, True),
+    ("an extended resource it does not declare", {}, {"example.com/fpga": "1"}, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shape", "requests", "holds"), [c[1:] for c in HOLD], ids=[c[0] for c in HOLD])
+def test_a_node_could_hold_a_pod_when_its_allocatable_covers_the_requests(
+    shape: dict[str, Any], requests: dict[str, str], holds: bool
+) -> None:
+    wanted = {k: Decimal(v[:-2]) * 2**30 if v.endswith("Gi") else Decimal(v) for k, v in requests.items()}
+    assert could_hold(node("n", "zone-a", **shape), wanted) is holds

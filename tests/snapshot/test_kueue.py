@@ -16,6 +16,7 @@ from agent.model.kueue import (
     KueueWorkload,
     LocalQueue,
     PodSetAssignment,
+    PodSetTopology,
 )
 from agent.model.workload import KueueKindName
 from agent.snapshot.collection import parse_objects
@@ -29,7 +30,10 @@ WORKLOAD = {
     "metadata": {"name": "pytorchjob-j-1", "namespace": "ml", "ownerReferences": [
         {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "j", "controller": True}]},
     "spec": {"active": False, "queueName": "user-queue",
-             "podSets": [{"name": "master", "count": 1}, {"name": "worker", "count": 4}]},
+             "podSets": [{"name": "master", "count": 1, "template": {"metadata": {"annotations": {
+                             "kueue.x-k8s.io/podset-preferred-topology": "topology.kubernetes.io/zone",
+                             "kueue.x-k8s.io/podset-group-name": "j"}}}},
+                         {"name": "worker", "count": 4, "template": {"spec": {}}}]},
     "status": {"conditions": [{"type": "Admitted", "status": "True"}],
                "admission": {"clusterQueue": "cq", "podSetAssignments": [
                    {"name": "worker", "flavors": {"nvidia.com/gpu": "gpu"},
@@ -64,6 +68,9 @@ WORKLOAD = {
          KueueWorkload("ml", "pytorchjob-j-1", queue="user-queue", active=False, admitted=True,
                        cluster_queue="cq", pod_sets=("master", "worker"),
                        owner_kind="PyTorchJob", owner_name="j",
+                       counts={"master": 1, "worker": 4},
+                       requests={"master": PodSetTopology(preferred="topology.kubernetes.io/zone",
+                                                          group="j")},
                        assignments=(PodSetAssignment(
                            "worker", {"nvidia.com/gpu": "gpu"}, ("topology.kubernetes.io/zone",),
                            (DomainAssignment(("a",), 4),)),))),
@@ -84,6 +91,14 @@ def test_each_kind_parses(kind: KueueKindName, item: dict[str, Any], parsed: Any
          "spec.clusterQueue"),
         (KueueKindName.WORKLOAD,
          {"metadata": {"name": "w", "namespace": "ml"}, "spec": {"active": "no"}}, "spec.active"),
+        (KueueKindName.WORKLOAD,
+         {"metadata": {"name": "w", "namespace": "ml"}, "spec": {"podSets": [
+             {"name": "m", "count": "two"}]}}, "spec.podSets[0].count"),
+        (KueueKindName.WORKLOAD,
+         {"metadata": {"name": "w", "namespace": "ml"}, "spec": {"podSets": [
+             {"name": "m", "template": {"metadata": {"annotations": {
+                 "kueue.x-k8s.io/podset-required-topology": 3}}}}]}},
+         "spec.podSets[0].template.metadata.annotations.kueue.x-k8s.io/podset-required-topology"),
         (KueueKindName.CLUSTER_QUEUE,
          {"metadata": {"name": "cq"}, "spec": {"resourceGroups": [{"flavors": [{"name": "f",
           "resources": [{"name": "cpu", "nominalQuota": "lots"}]}]}]}},

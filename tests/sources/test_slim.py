@@ -198,3 +198,20 @@ def test_a_trainjob_keeps_suspend_and_managed_by() -> None:
                                               labels={"kueue.x-k8s.io/queue-name": "q"}))
     assert slim["spec"] == {"suspend": False, "managedBy": "kueue.x-k8s.io/multikueue"}
     assert slim["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "q"}
+
+
+def test_a_workload_keeps_its_pod_sets_counts_and_their_templates_topology_annotations() -> None:
+    (resource,) = [r for r in RESOURCES if r.kind == "Workload"]
+    required = "kueue.x-k8s.io/podset-required-topology"
+    slim = slimmer(resource)({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "metadata": {"name": "jobset-ddp-1", "namespace": "ml", "resourceVersion": "9"},
+        "spec": {"queueName": "q", "podSets": [
+            {"name": "workers", "count": 4, "minCount": 2, "template": {
+                "metadata": {"labels": {"app": "x"}, "annotations": {required: "zone", "other": "y"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            {"name": "driver", "template": {"spec": {}}}]},
+    })  # fmt: skip
+    assert slim["spec"]["podSets"] == [
+        {"name": "workers", "count": 4, "template": {"metadata": {"annotations": {required: "zone"}}}},
+        {"name": "driver"}]  # fmt: skip
