@@ -177,12 +177,13 @@ NOTES = {
         "diff and hand-overs (`plan_remediation(explain=False)`: the same changes; the diff "
         "was 22% of the answer), hands it the zone's freest nodes per node shape (each shape "
         "ranked once per view, not per request), and merges the changes into its own copy in "
-        "place: the serving thread's CPU per answer went from median 2.4 ms to 1.1-1.5 ms "
-        "(second figure). The tail is the first request of each label combination (its "
+        "place: the serving thread's CPU per answer went from median 2.4 ms to 1.1-2.0 ms "
+        "(second figure; it varies with what else runs). The tail is the first request of each label combination (its "
         "identity class evaluated against the 1,000 policies once; 150 of the 2,000 here) and "
-        "scheduling on this 2-core machine shared with other runs: with the load average near "
-        "2, runs measured p99 4.4-5.9 ms; near 6, the p99 is tens of ms (waiting for a CPU, "
-        "not computing). The records are written by a background writer, off the answer's "
+        "scheduling on this 2-core machine shared with other runs: with the load average 0.7-2.2, "
+        "seven runs of this revision measured p99 4.4-9.7 ms (the target met in one), p95 3.0-6.4 ms, while the "
+        "CPU per answer's p99 stayed at 2.2-3.4 ms: the rest is waiting for a CPU; near load "
+        "6, the p99 is tens of ms. The records are written by a background writer, off the answer's "
         "path, and not part of the figure (no store here)."
     ),
     "whatif_scale": (
