@@ -194,11 +194,16 @@ NOTES = {
         "from the 516 pods the policy selected (to and from every pod of the cluster: 154 "
         "million pod pairs, 43 million of which change) compared per identity-class pair, each "
         "verdict put together from its two hops, cached by what the hop reads; policy sets "
-        "built from scratch each run. *From scratch* is `zonemedic whatif` on a parsed dump: "
-        "it finds the jobs and the cluster facts (capacity, zone-mirroring keys) first, about "
-        "half the time. *Facts and jobs held* is the same answer given those two as the agent's "
-        "cache holds them: what a `whatif` served by the agent would cost; the agent does not "
-        "serve `whatif` (CLI only)."
+        "built from scratch each run; groups the evaluator cannot tell apart (the same keys "
+        "before and after, the same declared ports) compared once. *From scratch* is "
+        "`zonemedic whatif` on a parsed dump: it finds the jobs and the cluster facts "
+        "(capacity, zone-mirroring keys) first. *Facts and jobs held* is the same answer given "
+        "those two. *Agent POST /api/whatif* is the agent's own answer (`LiveWhatIf`: the body "
+        "parsed, the held jobs brought up to date for the cache generation, the blast radius, "
+        "its JSON): first asked (every job found, the live policy set's caches cold: once after "
+        "start-up), first asked after a pod change in one namespace (that namespace's jobs "
+        "found again), asked again in the same generation. The figures move by a few tenths of "
+        "a second with the shared machine's load."
     ),
     "policy_check": "1,000 policies (CNP, CCNP, NetworkPolicy) over 50 namespaces, 2,000 jobs of 8 pods.",
     "remediation": (

@@ -126,9 +126,11 @@ def approval_step(
                 ApprovalStepKind.AUTO,
                 reason=f"namespace {namespace} opts in to automatic co-location",
             )
+        what = ("the last fix of this job was undone" if rolled_back is undone
+                else "the last one of this job rolled back")  # fmt: skip
         return ApprovalStep(
             ApprovalStepKind.REQUEST, deadline=now + ttl,
-            reason=(f"automatic co-location held: the last one of this job rolled back at "
+            reason=(f"automatic co-location held: {what} at "
                     f"{rolled_back.at:%Y-%m-%d %H:%M} UTC ({rolled_back.reason}); awaiting "
                     f"approval for {_duration(ttl)}"),
         )  # fmt: skip

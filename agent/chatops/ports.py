@@ -93,6 +93,9 @@ class Decide(Protocol):
 Sweep = Callable[[], str]  # runs one sweep now; returns a one-line summary
 # explains one flow (`agent.runtime.explainer.LiveExplainer.explain`): `Explanation.to_dict()`
 Explain = Callable[[ExplainQuery], Mapping[str, Any]]
+# the blast radius of deleting these `KIND/NS/NAME`s over every job (`agent.runtime.whatif.
+# LiveWhatIf.delete`): `BlastRadius.to_dict()`; `InputError` names a bad or absent object
+WhatIf = Callable[[tuple[str, ...]], Mapping[str, Any]]
 # whether this actor (a Slack user) may start a sweep: the approval rule over `slack.approvers`
 MaySweep = Callable[[Actor], bool]
 Clock = Callable[[], datetime]

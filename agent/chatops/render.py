@@ -15,7 +15,10 @@ applied and why; a split Kueue job's finding adds why Kueue let it split and the
 configuration to add (YAML, a code block), and says Kueue will re-queue the job. A finding whose
 co-location is refused adds the policy-side fix offered instead (`agent.chatops.policy_offer`: the
 policy as a diff, its blast radius, the command to apply it, and that zonemedic does not apply it). Waste per day comes with the finding (`waste`: GPU-hours and cross-zone egress
-dollars, each with its basis, measured or estimated, or "unknown" and why).
+dollars, each with its basis, measured or estimated, or "unknown" and why). Who owns the
+objects a fix changes and the change for their source (`agent.chatops.ownership_text`) follow
+the fix; a fix that was undone (`ProposedFix.reverted`) names the post ("Fix reverted by
+<manager>: <job>") and leads with them, right after the facts, before the live fix again.
 
 Approvals: Approve / Reject / Snooze 24h appear only while the incident can be decided (open or
 awaiting approval), the finding is remediable, its fix was not refused and approvers are
@@ -348,6 +351,10 @@ def incident_message(
     approved fix was refused (the incident is `refused`): said with what to do instead."""
     utilization = utilization or Utilization(incident.utilization_before, None)
     title = _VERDICT_TITLE.get(incident.verdict, incident.verdict.value)
+    reverted = fix.reverted if fix is not None else None
+    if reverted is not None:  # named by the revert: "Fix reverted by argocd-controller"
+        said = reverted.title()
+        title = said[:1].upper() + said[1:]
     job = job_label(incident)
     blocks: list[dict[str, Any]] = [header(f"{title}: {job}")]
     facts = [f"*Incident* #{incident.id} · *verdict* `{incident.verdict.value}` · "
@@ -362,6 +369,10 @@ def incident_message(
     if wasted:
         facts.append(wasted)
     blocks.append(section("\n".join(facts)))
+    handover = [ownership_text(fix, incident_id=incident.id),
+                handover_snippet(fix, incident_id=incident.id)]
+    if reverted is not None:  # a fix undone leads with the change for the source
+        blocks.extend(section(text) for text in handover if text)
     flows = denied_flows_text(diagnosis)
     if flows:
         blocks.append(section(flows))
@@ -377,12 +388,8 @@ def incident_message(
             pre = _preconditions_text(fix)
             if pre:
                 blocks.append(context(pre))
-        owned = ownership_text(fix, incident_id=incident.id)
-        if owned:
-            blocks.append(section(owned))
-        snippet = handover_snippet(fix, incident_id=incident.id)
-        if snippet:
-            blocks.append(section(snippet))
+        if reverted is None:
+            blocks.extend(section(text) for text in handover if text)
     elif incident.verdict in (Verdict.ZONE_SPLIT_BLOCKED, Verdict.ZONE_SPLIT_DEGRADED,
                               Verdict.POLICY_BLOCKED, Verdict.ZONE_LABEL_MISMATCH):
         blocks.append(section(_not_remediable(diagnosis)))

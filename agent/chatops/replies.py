@@ -145,6 +145,8 @@ HELP = (
     "• `sweep`: diagnose every job now (approvers only)\n"
     "• `explain from NS/POD to NS/POD port PORT[/PROTO]`: why the network policies allow or "
     "deny that flow (`from NS from-labels K=V,...` for a pod to be)\n"
+    "• `whatif delete KIND/NS/NAME`: which jobs and flows deleting that policy (or pod) would "
+    "change, before anyone does it (nothing is deleted)\n"
     "• `help`: this list"
 )
 
@@ -169,6 +171,43 @@ def explain_reply(answer: Mapping[str, Any]) -> Rendered:
         chunk.append(line)
     if chunk:
         blocks.append(section("```" + mrkdwn_escape("\n".join(chunk)) + "```"))
+    return Rendered(text=fallback(title), blocks=cap_blocks(blocks))
+
+
+WHATIF_FLOWS_SHOWN = 20
+
+
+def _verdict_words(verdict: Mapping[str, Any]) -> str:
+    if verdict["allowed"]:
+        return "allowed"
+    policies = ", ".join(verdict.get("policies") or ())
+    return f"denied at {verdict.get('hop') or '?'}" + (f" ({policies})" if policies else "")
+
+
+def whatif_reply(answer: Mapping[str, Any], *, deletes: Sequence[str]) -> Rendered:
+    """A what-if's blast radius (`BlastRadius.to_dict()`) as a person reads it: the change and
+    what changes in bold, then each job whose verdict changes and the first flows that change
+    (`WHATIF_FLOWS_SHOWN`), in a code block; it says that nothing was deleted."""
+    jobs, flows = answer["jobs"], answer["flows"]
+    required = sum(1 for f in flows if f["flow"] == "required")
+    title = mrkdwn_escape(
+        f"What if {', '.join(deletes)} were deleted: {len(jobs)} job verdict(s), {required} "
+        f"required flow(s) and {answer['declared_port_flows_changed']:,} declared-port flow(s) "
+        "change")
+    lines = [f"{answer['jobs_checked']} job(s), {answer['flows_checked']:,} required pod-pair "
+             f"flow(s) and {answer['declared_port_flows_checked']:,} declared-port flow(s) of "
+             f"{answer['touched_pods']} touched pod(s) checked"]
+    lines += [f"job {j['job']}: {j['before'] or '(absent)'} -> {j['after'] or '(absent)'}"
+              for j in jobs]
+    for flow in flows[:WHATIF_FLOWS_SHOWN]:
+        what = f"required by {flow['job']}" if flow["flow"] == "required" else "declared port"
+        lines.append(f"{flow['from']} -> {flow['to']} port {flow['port']} ({what}): "
+                     f"{_verdict_words(flow['before'])} -> {_verdict_words(flow['after'])}")
+    if len(flows) > WHATIF_FLOWS_SHOWN:
+        lines.append(f"... and {len(flows) - WHATIF_FLOWS_SHOWN} more flow(s) listed "
+                     "(POST /api/whatif or `zonemedic whatif` for all)")
+    blocks = [section(f"*{title}*"), section("```" + mrkdwn_escape("\n".join(lines)) + "```"),
+              section("Nothing was deleted: this is a what-if.")]
     return Rendered(text=fallback(title), blocks=cap_blocks(blocks))
 
 

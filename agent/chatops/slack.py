@@ -29,7 +29,9 @@ module-level Bolt app would call Slack on import).
   CLI's); `sweep` is for approvers only. `/zonemedic explain from NS/POD to NS/POD port P` replies
   with the injected `Explain`'s answer (the agent's evaluator over its cache, as
   `GET /api/explain`), rendered by `agent.chatops.replies.explain_reply`; anyone may ask (it is
-  read-only).
+  read-only). `/zonemedic whatif delete KIND/NS/NAME` replies with the injected `WhatIf`'s blast
+  radius (as `POST /api/whatif`), rendered by `agent.chatops.replies.whatif_reply`; anyone may
+  ask (nothing is deleted).
 
 What it does not do: decide, deliver queued messages (the deliverer does) or render (render does).
 """
@@ -55,7 +57,7 @@ from starlette.routing import Route
 from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.blocks import ButtonAction, Rendered
 from agent.chatops.directory import ApproverDirectory
-from agent.chatops.ports import ChatStore, Clock, Decide, Explain, MaySweep, Sweep
+from agent.chatops.ports import ChatStore, Clock, Decide, Explain, MaySweep, Sweep, WhatIf
 from agent.chatops.replies import (
     detail_reply,
     explain_reply,
@@ -63,6 +65,7 @@ from agent.chatops.replies import (
     listing_reply,
     plain_reply,
     stats_reply,
+    whatif_reply,
 )
 from agent.chatops.slash import SlashCommand, SlashError, Verb, parse
 from agent.chatops.verification import RequestGuard
@@ -99,6 +102,7 @@ class ChatHandlers:
     decide: Decide | None = None  # None: decisions are not wired yet; clicks say so
     sweep: Sweep | None = None
     explain: Explain | None = None  # None: this agent does not explain flows
+    whatif: WhatIf | None = None  # None: this agent does not answer what-ifs
     workspace: Workspace | None = None  # None: no team check (tests of the handlers alone)
     audit: RefusalAudit = field(default_factory=RefusalAudit)
 
@@ -232,6 +236,13 @@ class ChatHandlers:
                 return plain_reply("Flows cannot be explained from Slack in this agent.")
             try:
                 return explain_reply(self.explain(parsed.explain))
+            except InputError as exc:
+                return plain_reply(f"{exc}")
+        if verb is Verb.WHATIF and parsed.deletes:
+            if self.whatif is None:
+                return plain_reply("What-ifs cannot be asked from Slack in this agent.")
+            try:
+                return whatif_reply(self.whatif(parsed.deletes), deletes=parsed.deletes)
             except InputError as exc:
                 return plain_reply(f"{exc}")
         if verb is not Verb.SWEEP:

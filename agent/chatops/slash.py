@@ -11,6 +11,8 @@ Grammar (words in any order after the verb; ages like 7d, 12h, 30m):
   explain from NS/POD to NS/POD port PORT[/PROTO] [from-labels K=V,... [from-sa SA]]
                  [to-labels K=V,... [to-sa SA]]
                  (with from-labels/to-labels, from/to name the namespace only)
+  whatif delete KIND/NS/NAME [KIND/NS/NAME ...]
+                 (the objects are checked by the caller's what-if)
   help           (also: nothing at all)
 
 What it does not do: check who may run a command, or query anything.
@@ -45,6 +47,7 @@ class Verb(StrEnum):
     STATS = "stats"
     SWEEP = "sweep"
     EXPLAIN = "explain"
+    WHATIF = "whatif"
     HELP = "help"
 
 
@@ -57,6 +60,7 @@ class SlashCommand:
     since: datetime | None = None  # stats
     period: str = ""  # stats: the age as typed
     explain: ExplainQuery | None = None  # explain
+    deletes: tuple[str, ...] = ()  # whatif: the objects to delete
 
 
 def _age(value: str, now: datetime) -> datetime:
@@ -115,6 +119,11 @@ def parse(text: str, *, now: datetime, cluster: str | None = None) -> SlashComma
         except ExplainError as exc:
             raise SlashError(f"`explain`: {exc}") from None
         return SlashCommand(verb, explain=flow)
+    if verb is Verb.WHATIF:
+        if len(rest) < 2 or rest[0].lower() != "delete":
+            raise SlashError("`whatif`: expected `whatif delete KIND/NS/NAME` (e.g. "
+                             "`whatif delete CiliumNetworkPolicy/ml/zone-b-only`)")  # fmt: skip
+        return SlashCommand(verb, deletes=tuple(rest[1:]))
     if verb is Verb.STATS:
         pairs = _pairs(rest, {"since"}, verb)
         period = pairs.get("since", DEFAULT_STATS_SINCE)

@@ -4,7 +4,10 @@
 reads the files (positional or `--snapshot`, both repeatable), parses them (`agent.snapshot`), runs
 the pure diagnosis and prints a table or one JSON object `{"findings": [...]}` (`--json` is
 `--output json`). The config file holds the agent's `diagnosis:` keys, bare or under `diagnosis:`
-(the agent's own config file works). The files together may hold at most `--max-input-size`
+(the agent's own config file works). In JSON each finding also carries `owners`: who owns each
+object its fix would write (`agent.diagnosis.fix_owners`: a GitOps tool, Helm, a pipeline,
+kubectl apply, a controller, or nobody), as far as the snapshot holds those objects (null
+otherwise). The files together may hold at most `--max-input-size`
 bytes (default 1G): a larger or endless input (`/dev/zero`) is refused with one line, having read
 no more than the limit. Warnings (skipped kinds, policies that cannot be read, Cilium policies a
 plain Kubernetes dataplane does not enforce) go to stderr, one line each; when no training job is
@@ -29,6 +32,7 @@ from agent.parsing.printable import printable
 DEFAULT_MAX_INPUT = "1G"  # all snapshot files together; YAML needs ~50x its size in memory, JSON ~5x
 
 if TYPE_CHECKING:
+    from agent.model.ownership import ObjectOwnership
     from agent.settings import DiagnosisSettings
     from agent.snapshot.collection import Snapshot
 
@@ -136,6 +140,7 @@ def _diagnose(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: S
     import orjson
 
     from agent.diagnosis.diagnose import diagnose_cluster
+    from agent.diagnosis.fix_owners import fix_owners
     from agent.diagnosis.policy_fix import with_offers
     from agent.diagnosis.report import render_table
 
@@ -148,12 +153,20 @@ def _diagnose(args: argparse.Namespace, settings: DiagnosisSettings, snapshot: S
     if not findings:
         print(f"zonemedic: note: {no_jobs_hint(settings)}", file=sys.stderr)
     if args.output == "json":
-        body = {"findings": [f.to_dict() for f in findings]}
+        body = {"findings": [_with_owners(f.to_dict(), fix_owners(f, result, snapshot.state))
+                             for f in findings]}  # fmt: skip
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
         sys.stdout.flush()
     else:
         sys.stdout.write(render_table(findings, colour=_use_colour()))
     return 0
+
+
+def _with_owners(found: dict[str, Any], owners: Sequence[ObjectOwnership] | None) -> dict[str, Any]:
+    """A finding's JSON with `owners`: who owns each object its fix would write, as far as the
+    snapshot tells (null: no fix, or the snapshot holds none of those objects)."""
+    found["owners"] = [o.to_dict() for o in owners] if owners is not None else None
+    return found
 
 
 def no_jobs_hint(settings: DiagnosisSettings) -> str:

@@ -144,6 +144,7 @@ def build_query(args: argparse.Namespace, now: datetime) -> IncidentQuery:
         verdict=parse_choice(Verdict, args.verdict, field="--verdict"),
         since=_since(args.since, now) if args.since is not None else None,
         limit=_limit(args.limit),
+        with_reverts=True,
     )
 
 
@@ -264,7 +265,9 @@ def render_list(listing: IncidentListing, *, width: int | None = None) -> str:
     for i in listing.incidents:
         cells = (str(i.id), _time(i.opened_at), i.status.value, i.verdict.value)
         row = " ".join(f"{_fit(c, w):<{w}}" for c, (_, w) in zip(cells, _LIST_COLUMNS, strict=True))
-        lines.append(f"{row} {_fit(f'{i.namespace}/{i.name}', job_width)}")
+        job = f"{i.namespace}/{i.name}" + (f"  fix reverted by {i.reverted_by}"
+                                           if i.reverted_by is not None else "")
+        lines.append(f"{row} {_fit(job, job_width)}")
     return "\n".join(printable(line.rstrip()) for line in lines)
 
 
@@ -281,7 +284,8 @@ def render_detail(
 ) -> str:
     i = d.incident
     lines = [
-        f"Incident {i.id}: {i.verdict.value} [{i.status.value}]",
+        f"Incident {i.id}: {i.verdict.value} [{i.status.value}]"
+        + (f"  fix reverted by {i.reverted_by}" if i.reverted_by is not None else ""),
         f"Job:         {i.kind} {i.namespace}/{i.name}  uid {i.uid or '-'}  cluster {i.cluster}",
         f"Opened:      {_time(i.opened_at, seconds=True)}  updated {_time(i.updated_at, seconds=True)}"
         f"  closed {_time(i.closed_at, seconds=True)}",

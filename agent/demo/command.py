@@ -1,4 +1,8 @@
-"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab|trainjob|trainjob-mpi|kueue|prevent] [--interactive] [--output json]`.
+"""`zonemedic demo [--scenario seed-degraded|seed-blocked|lab|trainjob|trainjob-mpi|kueue|prevent] [--gitops] [--interactive] [--output json]`.
+
+`--gitops` (with `lab` only): the lab deployed from Git; the story goes on after the fix
+(`agent.demo.gitops_revert`): the sync undoes half of it, the agent names the revert, holds the
+automatic approval and posts the kustomize patch for the source.
 
 `prevent` tells another story (`agent.demo.prevention`): the agent's admission webhook places a
 job that would split in one zone at its creation, and no incident is opened.
@@ -46,6 +50,10 @@ def register(subparsers: Any) -> None:
                         "(a Kubeflow Trainer v2 torch TrainJob split across two GPU zones), "
                         "trainjob-mpi (an MPI TrainJob whose CPU-only launcher is blocked from "
                         "its GPU nodes); default: %(default)s")
+    parser.add_argument("--gitops", action="store_true",
+                        help="with --scenario lab: the lab deployed from Git by Argo CD "
+                        "(simulated); after the fix, the sync undoes half of it and the agent "
+                        "names the revert, holds automatic approval and posts the kustomize patch")
     parser.add_argument("--interactive", action="store_true",
                         help="ask at the terminal before approving (approve, reject or snooze)")
     parser.add_argument("--output", choices=("text", "json"), default="text",
@@ -128,6 +136,16 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
     JSON object with `--output json`)."""
     from agent.demo.story import tell
 
+    if args.gitops and args.scenario != "lab":
+        from agent.errors import InputError
+
+        raise InputError(f"--gitops: only with --scenario lab (the lab deployed from Git), not "
+                         f"{args.scenario}")
+    if args.gitops and args.interactive:
+        from agent.errors import InputError
+
+        raise InputError("--gitops: the fix is approved automatically, --interactive has "
+                         "nothing to ask")
     if args.scenario == "prevent":
         return _prevent(args, console)
     chart = args.chart or Path.cwd() / f"zonemedic-demo-{args.scenario}.png"
@@ -151,7 +169,7 @@ def narrate(args: argparse.Namespace, console: Any) -> int:
     try:
         summary = tell(args.scenario, console=console,
                        answer=_ask(console) if args.interactive else None,
-                       chart_path=chart, metrics=not args.no_metrics)
+                       chart_path=chart, metrics=not args.no_metrics, gitops=args.gitops)
     except KeyboardInterrupt:
         console.print("demo interrupted: everything it started is stopped and its files removed")
         raise
@@ -208,6 +226,12 @@ def summary_panel(summary: Summary) -> Panel:
     lines.append("pods per zone: " + " → ".join(
         ", ".join(f"{z} ×{c}" for z, c in sorted(zones.items())) or "-"
         for zones in (summary.zones_before, summary.zones_after)))
+    if summary.redetected_incident_id is not None:
+        lines.append(escape(
+            f"then the GitOps sync undid half of it: incident #{summary.redetected_incident_id}, "
+            f"fix reverted by {summary.reverted_by}, automatic approval held "
+            f"({summary.redetected_status}), the kustomize patch posted: `zonemedic incidents "
+            f"patch {summary.redetected_incident_id} --format kustomize`"))
     if summary.chart:
         shown = Path(summary.chart)
         if shown.parent == Path.cwd():

@@ -13,6 +13,11 @@ expiry, Slack), started through `agent.runtime.app.Agent`. `apply_workloads` the
 jobs, Deployments and batch Jobs. Leaving it stops everything in reverse order and removes the
 directory, whatever happened (an error, Ctrl-C).
 
+With `gitops` (`--scenario lab --gitops`) the twin runs the scenario `gitops` (the lab's
+coordinator Deployment an Argo CD application's, created by the simulated sync as
+`argocd-controller`, not held back), the lab's namespace opts in to automatic co-location, and
+the sync runs only when the story says (`sync`).
+
 The timings are the demo's, not production's: pods start in about a second, the agent's
 intervals are short, remediation polls every 100 ms.
 
@@ -44,8 +49,9 @@ from agent.runtime.app import Agent
 from agent.settings import Settings
 from agent.store.repository import IncidentStore
 from agent.twin.cluster import TwinCluster
+from agent.twin.gitops_sync import INSTANCE_LABEL
 from agent.twin.groups import TrainingGroup
-from agent.twin.resources import lookup
+from agent.twin.resources import by_kind, lookup
 from agent.twin.scenario import ZONE_LABEL, Scenario, load_scenario
 
 SCENARIOS = ("seed-degraded", "seed-blocked", "lab", "trainjob", "trainjob-mpi", "kueue")
@@ -72,6 +78,22 @@ actions:
       approvers: [{APPROVER}]
       expiry: 10m
 """
+# With `--gitops` (the lab deployed from Git, scenario `gitops`): the lab's namespace opts in to
+# automatic co-location, and a finding of a zone label the sync put back is proposed the same way.
+GITOPS_SCENARIO = "gitops"
+GITOPS_PLAYBOOKS = {
+    "zone-split.yaml": PLAYBOOK + "      auto_namespaces: [{namespace}]\n",
+    "zone-label-mismatch.yaml": PLAYBOOK.replace("name: zone-split", "name: zone-label-mismatch")
+    .replace("Pods of one training job are split across availability zones.",
+             "A pod's zone-mirroring label disagrees with its node's zone.")
+    .replace("type: zone_split\n", "type: zone_label_mismatch\n")
+    .replace("  min_gpus: 1\n", "")
+    .replace("[zone_split_blocked, zone_split_degraded]", "[zone_label_mismatch]")
+    + "      auto_namespaces: [{namespace}]\n",
+}
+# the demo runs the sync itself once the fix is in (Argo CD's next sync, now): never before
+GITOPS_INTERVAL_SECONDS = 86400.0
+MIRROR_LABEL = "zone"  # the lab's zone-mirroring pod label (its policies select on it)
 
 
 @dataclass(frozen=True)
@@ -102,11 +124,18 @@ def story_target(scenario: Scenario) -> Target:
     raise InputError(f"scenario {scenario.name}: no training job or group to follow")
 
 
-def demo_scenario(name: str) -> Scenario:
-    """The packaged scenario with the demo's fast timings."""
+def demo_scenario(name: str, *, gitops: bool = False) -> Scenario:
+    """The packaged scenario with the demo's fast timings; `gitops` (only with `lab`): the lab
+    deployed from Git (`gitops`), its sync run by the demo."""
     if name not in SCENARIOS:
         raise InputError(f"--scenario {name}: expected one of {', '.join(SCENARIOS)}")
-    base = load_scenario(name)
+    if gitops and name != "lab":
+        raise InputError(f"--gitops: only with --scenario lab (the lab deployed from Git), "
+                         f"not {name}")
+    base = load_scenario(GITOPS_SCENARIO if gitops else name)
+    if base.gitops is not None:
+        base = replace(base, gitops=replace(base.gitops,
+                                            interval_seconds=GITOPS_INTERVAL_SECONDS))
     model = replace(
         base.model,
         pod_start_seconds=1.0,
@@ -146,8 +175,9 @@ class Stage:
     """The running parts of the demo (see the module docstring)."""
 
     def __init__(self, scenario_name: str, *, metrics: bool = True,
-                 prometheus_binary: Path | None = None) -> None:
-        self.scenario = demo_scenario(scenario_name)
+                 prometheus_binary: Path | None = None, gitops: bool = False) -> None:
+        self.scenario = demo_scenario(scenario_name, gitops=gitops)
+        self.gitops = gitops
         self.target = story_target(self.scenario)
         self.want_metrics = metrics
         self.prometheus_binary = prometheus_binary
@@ -186,7 +216,9 @@ class Stage:
                                      bot_token="xoxb-demo-" + secrets.token_hex(8),
                                      users={APPROVER: APPROVER_NAME})
         # the twin, without the workloads: the agent is watching when the pods are placed
-        held = [o for o in self.scenario.objects if o.get("kind") in WORKLOAD_KINDS]
+        # (a GitOps application's objects are the twin's: its first sync creates them)
+        held = [o for o in self.scenario.objects if o.get("kind") in WORKLOAD_KINDS
+                and INSTANCE_LABEL not in ((o.get("metadata") or {}).get("labels") or {})]
         scenario = replace(self.scenario,
                            objects=[o for o in self.scenario.objects if o not in held])
         self._workloads = held
@@ -196,7 +228,11 @@ class Stage:
         self._start_prometheus(rig)
         # the agent, configured by a file as `zonemedic run --config` is
         (self.directory / "playbooks").mkdir()
-        (self.directory / "playbooks" / "zone-split.yaml").write_text(PLAYBOOK)
+        books = ({name: text.format(namespace=self.target.namespace)
+                  for name, text in GITOPS_PLAYBOOKS.items()}
+                 if self.gitops else {"zone-split.yaml": PLAYBOOK})  # fmt: skip
+        for name, text in books.items():
+            (self.directory / "playbooks" / name).write_text(text)
         slack = rig.slack_config(channel=CHANNEL, approvers=[APPROVER])
         config = agent_config(rig, slack=slack,
                               groups=[group_settings(g) for g in self.scenario.groups])
@@ -221,6 +257,33 @@ class Stage:
         obj = event.object
         if (obj.get("spec") or {}).get("nodeName"):
             self.binds.setdefault(str(obj["metadata"]["name"]), time.time())
+
+    def sync(self) -> int:
+        """Run the GitOps application's sync now (Argo CD's next one); the syncs done before."""
+        assert self.cluster is not None and self.cluster.gitops is not None
+        done = self.cluster.gitops.syncs
+        self.cluster.gitops.sync_now()
+        return done
+
+    def syncs(self) -> int:
+        assert self.cluster is not None and self.cluster.gitops is not None
+        return self.cluster.gitops.syncs
+
+    def synced_zones(self) -> list[tuple[str, str | None, str | None]]:
+        """Each object the sync applies, as the twin holds it now: `Kind ns/name`, its pod
+        template's zone label, and its template's zone nodeSelector (a pin)."""
+        assert self.cluster is not None and self.cluster.gitops is not None
+        out = []
+        for manifest in self.cluster.gitops.manifests:
+            meta = manifest["metadata"]
+            rt = by_kind(str(manifest["apiVersion"]), str(manifest["kind"]))
+            live = self.cluster.store.get(rt, str(meta["name"]), namespace=meta.get("namespace"))
+            template = (live.get("spec") or {}).get("template") or {}
+            labels = (template.get("metadata") or {}).get("labels") or {}
+            pin = ((template.get("spec") or {}).get("nodeSelector") or {}).get(ZONE_LABEL)
+            out.append((f"{manifest['kind']} {meta.get('namespace')}/{meta['name']}",
+                        labels.get(MIRROR_LABEL), pin))
+        return out
 
     def apply_workloads(self) -> None:
         assert self.cluster is not None

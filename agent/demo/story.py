@@ -22,7 +22,10 @@ a person would read it (`agent.demo.chatview`):
 6. pods co-located: every pod in one zone (`zones_after`);
 7. GPU utilization before -> after, measured by the demo in Prometheus (the mean of the job's GPUs
    while split, and once the co-located job settled);
-8. incident resolved; after a rejection or a snooze, steps 5-8 are skipped once the decision's
+8. incident resolved (with `--gitops`, the lab deployed from Git: the first fix is approved
+   automatically, and once resolved the sequel of `agent.demo.gitops_revert` follows: the sync
+   that undoes half of it, the revert named, the automatic approval held, the kustomize patch
+   posted); after a rejection or a snooze, steps 5-8 are skipped once the decision's
    thread reply and the message showing it have been shown.
 Each wait looks at its condition (read from the stage by `agent.demo.lookout`) before printing
 what reached Slack meanwhile, so the checklist reads in the story's order (pods placed, then the
@@ -49,6 +52,8 @@ from rich.text import Text
 from agent.chatops.blocks import ButtonAction
 from agent.chatops.chart import utilization_png
 from agent.demo.chatview import ChatView
+from agent.demo.gitops_revert import STEPS as GITOPS_STEPS
+from agent.demo.gitops_revert import auto_approved, tell_revert
 from agent.demo.lookout import Lookout
 from agent.demo.narration import Narration
 from agent.demo.stage import APPROVER, APPROVER_NAME, Stage, Target
@@ -110,6 +115,11 @@ class Summary:
     egress_usd_per_day: float | None = None
     slack_messages: int = 0
     duration_s: float = 0.0
+    # --gitops: the re-detection after the sync undid the fix (`agent.demo.gitops_revert`)
+    redetected_incident_id: int | None = None
+    reverted_by: str | None = None
+    redetected_status: str | None = None
+    handover_posted: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(self).items()}
@@ -217,10 +227,14 @@ class Story:
             summary.utilization_before = self.settled_utilization(
                 timeout=20, step="utilization", what=measuring)
         self.egress(incident)
-        awaiting = self.wait("the approval request",
-                             lambda: self.look.status_in(incident.id, {S.AWAITING_APPROVAL}),
-                             timeout=20)
-        action = self.approve(awaiting)
+        if stage.gitops:  # the namespace opts in: the agent approves by itself
+            summary.decided_by = auto_approved(self, incident)
+            action = ButtonAction.APPROVE
+        else:
+            awaiting = self.wait("the approval request",
+                                 lambda: self.look.status_in(incident.id, {S.AWAITING_APPROVAL}),
+                                 timeout=20)
+            action = self.approve(awaiting)
         if action is not ButtonAction.APPROVE:
             return self.finish(incident.id)
 
@@ -324,6 +338,11 @@ class Story:
             # seconds): shown, not required
             self.linger(lambda: (self.look.thread_says("Resolved")
                                  and self.look.message_is("resolved")))
+            if self.stage.gitops:
+                seen = tell_revert(self, incident_id)
+                summary.redetected_incident_id, summary.reverted_by = seen.incident_id, seen.reverted_by
+                summary.redetected_status = seen.status
+                summary.handover_posted = seen.handover_posted
         else:
             for step in self.narration.steps:
                 if step.at is None and step.key != "resolved":
@@ -396,8 +415,12 @@ def chart_title(target: Target, summary: Summary) -> str:
     return f"{target.label}: GPU utilization, split across zones ({ended})"
 
 
-def steps_for(target: Target) -> list[tuple[str, str]]:
+def steps_for(target: Target, *, gitops: bool = False) -> list[tuple[str, str]]:
     group = target.kind == "group"
+    return [*_steps(group), *(GITOPS_STEPS if gitops else [])]
+
+
+def _steps(group: bool) -> list[tuple[str, str]]:
     return [
         ("placed", "Pods placed"),
         ("detected", "Split detected"),
@@ -420,11 +443,14 @@ def tell(
     chart_path: Path,
     metrics: bool = True,
     prometheus_binary: Path | None = None,
+    gitops: bool = False,
 ) -> Summary:
     """Run the whole story once (see the module docstring); everything is stopped and removed
-    when it returns or raises."""
-    with Stage(scenario, metrics=metrics, prometheus_binary=prometheus_binary) as stage:
-        narration = Narration(console, steps_for(stage.target),
+    when it returns or raises. `gitops`: the lab deployed from Git, and the sequel of its fix
+    undone by a sync (`agent.demo.gitops_revert`)."""
+    with Stage(scenario, metrics=metrics, prometheus_binary=prometheus_binary,
+               gitops=gitops) as stage:
+        narration = Narration(console, steps_for(stage.target, gitops=gitops),
                               title=f"zonemedic demo: {stage.scenario.description}")
         story = Story(stage, narration, answer=answer, chart_path=chart_path)
         with narration.running():

@@ -93,6 +93,9 @@ def _selected_by(policies: PolicySet, endpoint: Endpoint, changed: frozenset[str
 
 
 GroupKey = tuple[int | None, int, tuple[PortRange, ...]]
+# a group's evaluator keys (before, None for an added pod; after) and its declared ports
+EvalKey = tuple[int | None, int, tuple[PortRange, ...]]
+Entry = tuple[bool, EvalKey, int]  # (touched, its evaluator keys, how many pods)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,43 +216,83 @@ def touched_flows(
             found = known[cid] = policies.equivalence_key(endpoint(cid))
         return found
 
-    def compare(skey: GroupKey, spods: list[Pod], dkey: GroupKey, dpods: list[Pod]) -> None:
+    # groups the evaluator cannot tell apart (the same keys before and after, the same declared
+    # ports) are compared once: each side's groups, by those keys, with their pod counts
+    def collapse(side: Mapping[GroupKey, list[Pod]]) -> tuple[dict[EvalKey, int],
+                                                             dict[GroupKey, EvalKey]]:  # fmt: skip
+        sizes: dict[EvalKey, int] = {}
+        of: dict[GroupKey, EvalKey] = {}
+        for gkey, pods in side.items():
+            old = None if gkey[0] is None else key(keys_before, before.policies, gkey[0])
+            ekey = of[gkey] = (old, key(keys_after, after.policies, gkey[1]), gkey[2])
+            sizes[ekey] = sizes.get(ekey, 0) + len(pods)
+        return sizes, of
+
+    hot_sizes, hot_of = collapse(hot)
+    cold_sizes, cold_of = collapse(cold)
+    # the verdicts (before, after) of each evaluator pair and port range that change
+    flips: dict[tuple[bool, EvalKey, bool, EvalKey], list[tuple[FlowVerdict, FlowVerdict]]] = {}
+
+    def compare(src: Entry, dst: Entry) -> None:
         nonlocal checked, changed
-        same = spods is dpods
-        pairs = len(spods) * len(dpods) - (len(spods) if same else 0)
+        (shot, skey, ns), (dhot, dkey, nd) = src, dst
+        # a pod is never its own peer: only one side's entry paired with itself shares pods
+        pairs = ns * nd - (ns if shot == dhot and skey == dkey else 0)
         if not pairs:
             return
-        old = (None if skey[0] is None or dkey[0] is None else
-               (key(keys_before, before.policies, skey[0]),
-                key(keys_before, before.policies, dkey[0])))  # fmt: skip
-        new = (key(keys_after, after.policies, skey[1]), key(keys_after, after.policies, dkey[1]))
+        found: list[tuple[FlowVerdict, FlowVerdict]] = []
+        any_flip = False
         for ports in dkey[2]:
             checked += pairs
-            was = _ABSENT if old is None else check_before(old[0], old[1], ports)
-            now = check_after(new[0], new[1], ports)
+            was = (_ABSENT if skey[0] is None or dkey[0] is None
+                   else check_before(skey[0], dkey[0], ports))  # fmt: skip
+            now = check_after(skey[1], dkey[1], ports)
+            found.append((was, now))
+            if was.allowed != now.allowed:
+                changed += pairs
+                any_flip = True
+        if any_flip:
+            flips[(shot, skey, dhot, dkey)] = found
+
+    everyone = [*((True, k, n) for k, n in hot_sizes.items()),
+                *((False, k, n) for k, n in cold_sizes.items())]  # fmt: skip
+    for skey, ns in hot_sizes.items():  # touched sources, to every pod
+        for entry in everyone:
+            compare((True, skey, ns), entry)
+    for skey, ns in cold_sizes.items():  # untouched sources, to touched pods
+        for dkey, nd in hot_sizes.items():
+            compare((False, skey, ns), (True, dkey, nd))
+
+    def listing(spods: list[Pod], dpods: list[Pod], dkey: GroupKey,
+                verdicts: list[tuple[FlowVerdict, FlowVerdict]]) -> None:  # fmt: skip
+        for ports, (was, now) in zip(dkey[2], verdicts, strict=True):
             if was.allowed == now.allowed:
                 continue
-            changed += pairs
             for s in spods:
                 if len(listed) >= FLOWS_LISTED:
-                    break
+                    return
                 for d in dpods:
                     if s is d:
                         continue
                     if len(listed) >= FLOWS_LISTED:
-                        break
+                        return
                     job = owner.get(_key(s))
                     job = job if job is not None and job == owner.get(_key(d)) else None
                     listed.append(FlowChange(job, f"{s.namespace}/{s.name}",
                                              f"{d.namespace}/{d.name}", ports, was, now))  # fmt: skip
 
-    everyone = [*hot.items(), *cold.items()]
-    for skey, spods in hot.items():  # touched sources, to every pod
-        for dkey, dpods in everyone:
-            compare(skey, spods, dkey, dpods)
-    for skey, spods in cold.items():  # untouched sources, to touched pods
-        for dkey, dpods in hot.items():
-            compare(skey, spods, dkey, dpods)
+    if flips:  # the changed flows listed group pair by group pair, in the groups' order
+        every = [*((True, k, v) for k, v in hot.items()), *((False, k, v) for k, v in cold.items())]
+        for skey_g, spods in hot.items():
+            for dhot, dkey_g, dpods in every:
+                ekey = (True, hot_of[skey_g], dhot, (hot_of if dhot else cold_of)[dkey_g])
+                if ekey in flips:
+                    listing(spods, dpods, dkey_g, flips[ekey])
+        for skey_g, spods in cold.items():
+            for dkey_g, dpods in hot.items():
+                ekey = (False, cold_of[skey_g], True, hot_of[dkey_g])
+                if ekey in flips:
+                    listing(spods, dpods, dkey_g, flips[ekey])
     listed.sort(key=lambda c: (c.source, c.destination, c.ports.first, c.ports.protocol.value))
     touched = sum(len(v) for v in hot.values())
     return TouchedFlows(touched, checked, changed, tuple(listed))

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from agent.model.kueue import NO_KUEUE, KueueObjects, PodSetTopology
 from agent.model.network import Protocol
+from agent.model.ownership import Ownership
 from agent.model.workload import JobKind
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -122,6 +123,7 @@ class OwnedObject:
     namespace: str
     name: str
     owners: tuple[OwnerRef, ...] = ()
+    ownership: Ownership | None = None  # who re-applies it (`agent.model.ownership`), if read
 
     @property
     def controller(self) -> OwnerRef | None:
@@ -172,6 +174,7 @@ class TrainingJobObject:
     topology: Mapping[str, PodSetTopology] = field(default_factory=dict)
     pod_sets: tuple[str, ...] = ()
     pod_counts: Mapping[str, int] = field(default_factory=dict)
+    ownership: Ownership | None = None  # who re-applies it (`agent.model.ownership`), if read
 
     @property
     def controller(self) -> OwnerRef | None:

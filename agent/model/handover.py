@@ -12,7 +12,8 @@ without its server-set fields. `render` gives, per format:
   `kustomization.yaml` entry naming the target (group, version, kind, name, namespace);
 
 each with a Helm values hint (the pod-template keys the fix sets: `nodeSelector`, `tolerations`,
-`affinity`, pod labels) for a chart that exposes them, since `helm get values` is the user's.
+`affinity`, pod labels) for a chart that exposes them, since `helm get values` is the user's:
+only for an object Helm renders (`Handover.helm`, from `agent.model.ownership.helm_release`).
 
 Used by the planner (built from the live objects), the proposal read-back, `zonemedic incidents
 patch`, the HTTP API and the chat message. Pure: plain dicts in, text out.
@@ -89,6 +90,7 @@ class Handover:
     patch: Mapping[str, Any]  # a JSON merge patch from the object root (None deletes)
     source: Mapping[str, Any]  # the manifest the patch is for
     source_kind: SourceKind
+    helm: str | None = None  # the Helm release rendering it ("": unnamed); None: not Helm's
 
     @property
     def group(self) -> str:
@@ -110,14 +112,15 @@ class Handover:
         return {"api_version": self.api_version, "kind": self.kind, "namespace": self.namespace,
                 "name": self.name, "patch": copy.deepcopy(dict(self.patch)),
                 "source": copy.deepcopy(dict(self.source)),
-                "source_kind": self.source_kind.value}  # fmt: skip
+                "source_kind": self.source_kind.value, "helm": self.helm}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Handover:
         return cls(api_version=str(data.get("api_version") or ""), kind=str(data.get("kind") or ""),
                    namespace=str(data.get("namespace") or ""), name=str(data.get("name") or ""),
                    patch=dict(data.get("patch") or {}), source=dict(data.get("source") or {}),
-                   source_kind=SourceKind(str(data.get("source_kind") or SourceKind.LIVE.value)))  # fmt: skip
+                   source_kind=SourceKind(str(data.get("source_kind") or SourceKind.LIVE.value)),
+                   helm=str(data["helm"]) if data.get("helm") is not None else None)  # fmt: skip
 
 
 def _merge(target: Any, patch: Any) -> Any:
@@ -186,7 +189,9 @@ def _pod_templates(patch: Mapping[str, Any], path: tuple[str, ...] = ()) -> list
 
 def helm_hint(h: Handover) -> str:
     """The values keys to set where a chart exposes the pod template (`helm get values` is the
-    user's: these are what to set, not a values file)."""
+    user's: these are what to set, not a values file); "" for an object Helm does not render."""
+    if h.helm is None:
+        return ""
     values: dict[str, Any] = {}
     for template in _pod_templates(h.patch):
         spec = template.get("spec") or {}
@@ -198,8 +203,9 @@ def helm_hint(h: Handover) -> str:
             values["podLabels"] = labels
     if not values:
         return ""
-    return ("# Helm: where the chart exposes the pod template, set these values (key names vary "
-            "by chart: check its values.yaml)\n" + yaml.safe_dump(values, sort_keys=True))
+    release = f"release {h.helm}'s chart" if h.helm else "the chart"
+    return (f"# Helm: where {release} exposes the pod template, set these values (key names "
+            "vary by chart: check its values.yaml)\n" + yaml.safe_dump(values, sort_keys=True))
 
 
 KUSTOMIZATION = "kustomization.yaml"
@@ -209,7 +215,7 @@ HELM_HINT = "helm-values-hint.yaml"
 def files(handovers: tuple[Handover, ...], fmt: PatchFormat) -> dict[str, str]:
     """The files of one format, by name: the fixed manifests, or the patch files and the
     `kustomization.yaml` entries naming their targets; a Helm values hint where the fix sets
-    pod-template keys."""
+    pod-template keys of an object Helm renders."""
     out: dict[str, str] = {}
     entries: list[dict[str, Any]] = []
     hints: list[str] = []

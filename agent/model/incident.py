@@ -223,6 +223,10 @@ class IncidentSummary:
     detections: int
     # When an unanswered approval request expires (set by the store's request_approval).
     approval_deadline: datetime | None = None
+    # The field manager that undid this incident's fix, or the fix this incident re-detects
+    # (its latest `fix_reverted` event's actor); read only where asked (`IncidentQuery.with_reverts`,
+    # one incident's detail), else None.
+    reverted_by: str | None = None
 
     @property
     def job_ref(self) -> JobRef | None:
@@ -424,6 +428,7 @@ class IncidentQuery:
     since: datetime | None = None
     open_only: bool = False
     limit: int = 50
+    with_reverts: bool = False  # fill `reverted_by` (one more query over the listed incidents)
 
 
 @dataclass(frozen=True)

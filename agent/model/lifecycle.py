@@ -216,6 +216,9 @@ class EventKind(StrEnum):
     VERIFYING = "verifying"
     VERIFIED = "verified"
     ROLLED_BACK = "rolled_back"
+    # a fix zonemedic applied was undone: on the fixed incident and on its re-detection's
+    # (`agent.model.revert.revert_event`), the actor the field manager that undid it
+    FIX_REVERTED = "fix_reverted"
     FAILED = "failed"
     RESOLVED = "resolved"
     SUPERSEDED = "superseded"

@@ -241,6 +241,24 @@ def ownership_of(obj: Mapping[str, Any]) -> Ownership:
     return owned(OwnerKind.NONE, "", via="")
 
 
+def helm_release(obj: Mapping[str, Any]) -> str | None:
+    """The Helm release that renders `obj` ("" when Helm renders it but its release is not
+    named), or None when Helm does not: Helm's `app.kubernetes.io/managed-by: Helm` label or
+    `meta.helm.sh/release-name` annotation, Flux's `helm.toolkit.fluxcd.io/name` label, or the
+    `helm` / `helm-controller` field manager. Read whoever syncs the object (Argo CD may
+    deploy a chart), since a chart's values are where its pod template is set."""
+    meta = _meta(obj)
+    labels, annotations = _strings(meta.get("labels")), _strings(meta.get("annotations"))
+    if annotations.get(HELM_RELEASE):
+        return annotations[HELM_RELEASE]
+    if labels.get(FLUX_HELM_NAME):
+        return labels[FLUX_HELM_NAME]
+    if labels.get(MANAGED_BY) == "Helm" or any(m in ("helm", "helm-controller")
+                                               for m in managers_of(obj)):
+        return ""
+    return None
+
+
 def last_applied(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """The manifest `kubectl apply` last applied (its annotation), or None."""
     raw = _strings(_meta(obj).get("annotations")).get(LAST_APPLIED)

@@ -3,8 +3,13 @@
 Built by the revert detection (`agent.remediation.revert`) when a job zonemedic fixed splits
 again and its live objects no longer hold what the executed plan wrote; recorded with the new
 incident's plan preview, read back by the proposal (`agent.model.proposal`), the chat message,
-`incidents show` and the approval step (an automatic fix is held, as after a rollback). Plain
-data only; it does not detect anything.
+`incidents show` and the approval step (an automatic fix is held, as after a rollback).
+
+The timeline records it as its own event (`fix_reverted`, its actor the field manager that undid
+the fix) on both incidents, since a person may read either: on the incident whose fix was undone
+(`event_detail(redetected_as=M)`: the fix did not last, re-detected as M) and on the
+re-detection's (`event_detail()`: `reverted_incident` N, whose fix this is). Plain data only; it does
+not detect anything or write the store.
 """
 
 from __future__ import annotations
@@ -75,6 +80,16 @@ class Revert:
     def to_dict(self) -> dict[str, Any]:
         return {"incident_id": self.incident_id, "manager": self.manager, "at": self.at,
                 "fields": [f.to_dict() for f in self.fields], "says": self.sentence()}  # fmt: skip
+
+    def event_detail(self, *, redetected_as: int | None = None) -> dict[str, Any]:
+        """The `fix_reverted` event's detail: by whom and when, the fields, and the other
+        incident (`redetected_as`: on the fixed incident, the re-detection's; else the fixed
+        one, `reverted_incident`)."""
+        other = ({"redetected_as": redetected_as} if redetected_as is not None
+                 else {"reverted_incident": self.incident_id})  # fmt: skip
+        return {"by": self.manager, "reverted_at": self.at, **other,
+                "fields": [f"{f.kind} {f.namespace}/{f.name} {f.field}" for f in self.fields],
+                "says": self.title()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Revert:

@@ -11,7 +11,7 @@ generic group to `agent.remediation.group_plan`
 a plan carries its owner (`agent.model.ownership`, read from the live object it was planned
 from: a GitOps tool, a pipeline, kubectl apply, a controller, or nobody) and its hand-over
 (`agent.model.handover`: the fix as a patch of the manifest kubectl apply last applied, else of
-the live object). Pure: it does
+the live object, with the Helm release that renders it, if any, for the values hint). Pure: it does
 not read the cluster, write it, or read a clock; nothing may be written when it refuses.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from agent.model.descriptor import TemplateLayout
 from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.handover import Handover, source_manifest
-from agent.model.ownership import ObjectOwnership, ownership_of
+from agent.model.ownership import ObjectOwnership, helm_release, ownership_of
 from agent.model.workload import JobKind, workload
 from agent.remediation.group_plan import plan_group
 from agent.remediation.jobset_plan import plan_jobset
@@ -59,7 +59,7 @@ def _handovers(plan: Plan, live: LiveObjects) -> tuple[Handover, ...]:
             continue
         source, kind = source_manifest(obj)
         out.append(Handover(target.api_version, target.kind, target.namespace, target.name,
-                            target.template_patch(), source, kind))  # fmt: skip
+                            target.template_patch(), source, kind, helm_release(obj)))  # fmt: skip
     return tuple(out)
 
 

@@ -36,7 +36,7 @@ from agent.chatops.audit import RefusalAudit, RefusalReason
 from agent.chatops.credentials import load_credentials
 from agent.chatops.delivery import Deliverer, Follower, SeriesSource
 from agent.chatops.directory import ApproverDirectory
-from agent.chatops.ports import Clock, DecisionReply, Explain, Sweep
+from agent.chatops.ports import Clock, DecisionReply, Explain, Sweep, WhatIf
 from agent.chatops.slack import ChatHandlers, build_app, events_route
 from agent.chatops.verification import RequestGuard
 from agent.chatops.workspace import Workspace
@@ -158,6 +158,7 @@ def build_chat(
     store: IncidentStore,
     sweep: Sweep | None = None,
     explain: Explain | None = None,
+    whatif: WhatIf | None = None,
     clock: Clock = utc_now,
     client: WebClient | None = None,
     series: SeriesSource | None = None,
@@ -194,7 +195,7 @@ def build_chat(
         store=store, directory=directory, clock=clock, cluster=cluster,
         may_sweep=lambda actor: authority.authorize_standing(actor).allowed,
         follow=follower.follow, decide=StoreDecide(store, authority), sweep=sweep,
-        explain=explain, workspace=workspace, audit=audit,
+        explain=explain, whatif=whatif, workspace=workspace, audit=audit,
     )
     executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="slack-work")
     app = build_app(client=client, signing_secret=credentials.signing_secret, handlers=handlers,
@@ -229,6 +230,7 @@ def wire_chat(
     store: IncidentStore,
     sweep: Sweep | None = None,
     explain: Explain | None = None,
+    whatif: WhatIf | None = None,
     clock: Clock = utc_now,
 ) -> Chat:
     """The chat layer of a running agent: built from `parts.settings`, its route (HTTP mode) in
@@ -241,7 +243,8 @@ def wire_chat(
     def count(reason: RefusalReason) -> None:
         metrics.record_slack_refusal(reason.value)
 
-    chat = build_chat(parts.settings, store=store, sweep=sweep, explain=explain, clock=clock,
+    chat = build_chat(parts.settings, store=store, sweep=sweep, explain=explain, whatif=whatif,
+                      clock=clock,
                       series=prometheus_series(parts, clock), on_refused=count,
                       authority=parts.approvers)
     if chat.deliverer is None:

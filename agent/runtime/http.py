@@ -19,6 +19,12 @@ Built by the composition root with `build_app(...)`; every dependency comes in a
   (`agent.runtime.explainer`); read-only, behind the same check as the incidents API (bearer
   token, or loopback without one); 400 names a bad parameter or an unknown pod, 503 before the
   caches are synced or without an explainer;
+- `POST /api/whatif` (body: policy objects to apply, YAML or JSON, or `{"delete": "KIND/NS/NAME"}`,
+  at most `agent.runtime.whatif.MAX_BODY` bytes): the blast radius of that change over every job,
+  the JSON of `zonemedic whatif --output json` (`agent.runtime.whatif`); read-only (it changes
+  nothing in the cluster), behind the same check as the incidents API, checked before the body is
+  read; 400 names what is wrong with the body, 413 a body too large, 503 before the caches are
+  synced or without a what-if;
 - `GET /api/admissions` (filters `since=7d`, `outcome`, `namespace`, `limit`): the admission
   webhook's recorded decisions, newest first, and the week's summary (jobs placed at admission,
   restarts avoided): the JSON of `zonemedic admissions --json`; behind the same check;
@@ -67,6 +73,8 @@ from agent.runtime.explainer import parse_params
 from agent.runtime.limits import ReadDeadlineError
 from agent.runtime.metrics import CONTENT_TYPE, AgentMetrics
 from agent.runtime.webhook_credentials import WebhookCredentials
+from agent.runtime.whatif import MAX_BODY as WHATIF_MAX_BODY
+from agent.runtime.whatif import Change, parse_change
 from agent.sources.alertmanager import MAX_BODY
 
 log = logging.getLogger(__name__)
@@ -123,6 +131,12 @@ class Explainer(Protocol):
     """What `GET /api/explain` calls (`agent.runtime.explainer.LiveExplainer`)."""
 
     def explain(self, query: ExplainQuery) -> dict[str, Any]: ...
+
+
+class WhatIf(Protocol):
+    """What `POST /api/whatif` calls (`agent.runtime.whatif.LiveWhatIf`)."""
+
+    def whatif(self, change: Change) -> dict[str, Any]: ...
 
 
 class IncidentDecisions(Protocol):
@@ -234,6 +248,7 @@ def build_app(
     extra_routes: Sequence[BaseRoute] = (),
     webhook_credentials: WebhookCredentials | None = None,
     explainer: Explainer | None = None,
+    whatif: WhatIf | None = None,
 ) -> Starlette:
     """The app. `write_routes` (API endpoints that change something) are mounted only when
     `api_token` is set, each behind the bearer token; without a token they do not exist (404)."""
@@ -329,6 +344,16 @@ def build_app(
             return _error(503, "explanations are not available in this agent")
         return JSONResponse(await run_in_threadpool(explainer.explain, query))
 
+    async def what_if(request: Request) -> Response:
+        denied = authorized(request)
+        if denied is not None:
+            return denied
+        if whatif is None:
+            return _error(503, "what-if answers are not available in this agent")
+        body = await read_body(request, limit=WHATIF_MAX_BODY)
+        change = parse_change(body)
+        return JSONResponse(await run_in_threadpool(whatif.whatif, change))
+
     routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -338,6 +363,7 @@ def build_app(
         Route("/api/incidents/{incident_id}", get_incident, methods=["GET"]),
         Route("/api/incidents/{incident_id}/patch", incident_patch, methods=["GET"]),
         Route("/api/explain", explain, methods=["GET"]),
+        Route("/api/whatif", what_if, methods=["POST"]),
         Route("/api/admissions", list_admissions, methods=["GET"]),
     ]
     if api_token is not None:

@@ -85,6 +85,7 @@ class StoreIncidents:
             verdict=parse_choice(Verdict, filters.verdict, field="verdict"),
             since=self.now() - filters.since if filters.since else None,
             limit=filters.limit,
+            with_reverts=True,
         )
         listing = self.store.list_incidents(query)
         return [to_jsonable(i) for i in listing.incidents]

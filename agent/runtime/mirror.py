@@ -99,6 +99,7 @@ class ModelMirror:
         self.parsed_last = 0
         self.visited_last = 0  # objects looked at by the last `state()`
         self.frozen_loads = 0  # bulk loads that froze the heap (see the module docstring)
+        self.generation = 0  # counts the `snapshot()`s that found something changed
 
     def _parser(self, resource: Resource) -> Callable[[dict[str, Any]], Any]:
         role = resource.role
@@ -251,7 +252,9 @@ class ModelMirror:
         return state, policies
 
     def snapshot(self) -> tuple[ClusterState, PolicySet, ClusterFacts]:
-        """`state()` plus the cluster-wide facts of that same state."""
+        """`state()` plus the cluster-wide facts of that same state. `generation` afterwards
+        names that state: it grows whenever an object was stored, replaced or deleted since the
+        previous call, so what is computed from one state may be kept while it stays the same."""
         self.parsed_last = 0
         everything, touched = self.cache.drain(self._tracker)
         changed: set[Role] = set()
@@ -272,6 +275,8 @@ class ModelMirror:
                     changed.add(role)
             if Role.NODE in changed:
                 self._rebuild_facts()
+        if everything or changed:
+            self.generation += 1
         if everything or self._policy_set is None or changed & {Role.POLICY, Role.DATAPLANE}:
             self._policy_set = self._policies()
         if self._pods_tuple is None:

@@ -323,6 +323,14 @@ class AgentPipeline:
         with self._lock:
             return self.diagnoser.mirror.snapshot()
 
+    def held_view(self) -> tuple[ClusterState, PolicySet, ClusterFacts, int]:
+        """`parsed_view` and the mirror's generation of that state (`ModelMirror.generation`),
+        for what-if answers that keep the jobs found per generation (`agent.runtime.whatif`)."""
+        with self._lock:
+            mirror = self.diagnoser.mirror
+            state, policies, facts = mirror.snapshot()
+            return state, policies, facts, mirror.generation
+
     def diagnose(self, scope: JobScope | None = None) -> tuple[Finding, ...]:
         """Findings of every job, or of the jobs `scope` covers (each as in a full diagnosis)."""
         return self.diagnoser.diagnose(scope, settings=self.settings.diagnosis)

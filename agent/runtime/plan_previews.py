@@ -26,7 +26,9 @@ of the pods bound there. A sweep that opens no incident reads nothing.
 A fix undone: when the job's latest resolved incident was resolved by a plan zonemedic executed,
 the live objects read for the preview are compared with that plan (`agent.remediation.revert`);
 a field no longer as planned makes the preview name the revert ("fix reverted by <manager> at
-<time>") and carry it (`reverted`), which holds an automatic approval as a rollback does.
+<time>") and carry it (`reverted`), which holds an automatic approval as a rollback does. Once
+such a preview is written, the revert goes on both timelines as a `fix_reverted` event (actor:
+the field manager that undid the fix; `agent.model.revert`), once per pair of incidents.
 
 Recording is idempotent per process: the verdict and placement (target zone, pods per zone) of the
 latest preview of each incident are remembered, read once from the store after a restart, so a
@@ -47,7 +49,7 @@ from agent.model.finding import REMEDIABLE_VERDICTS, Finding
 from agent.model.incident import ActionDraft, IncidentQuery, IncidentSummary
 from agent.model.job import JobRef
 from agent.model.lifecycle import EventKind, IncidentStatus, RemediationActionKind
-from agent.model.proposal import latest_preview
+from agent.model.proposal import REVERTED, latest_preview
 from agent.model.revert import Revert
 from agent.model.workload import JobKind
 from agent.remediation.observe import ClusterReader
@@ -102,7 +104,8 @@ class Preview:
         plan = self.action.payload.get("plan") or {}
         return {"summary": self.action.message, "refusal": self.refusal,
                 "diff": plan.get("diff", ""), "target_zone": plan.get("target_zone"),
-                "reverted": self.action.payload.get("reverted")}  # fmt: skip
+                "reverted": self.action.payload.get("reverted"),
+                "owners": plan.get("owners") or []}  # fmt: skip
 
 
 class SharedReader(ClusterReader):
@@ -238,6 +241,7 @@ class PlanPreviews:
     def recorded(self, incident_id: int, preview: Preview) -> None:
         """The preview was written with its incident (a store batch): remember its placement."""
         self._latest[incident_id] = preview.key
+        self._timeline(incident_id, preview)
         log.info("plan preview recorded", extra={"incident": incident_id,
                                                  "refused": preview.refusal is not None})
 
@@ -252,6 +256,27 @@ class PlanPreviews:
             event=EventKind.PLAN_PREVIEWED,
         )  # fmt: skip
         self._latest[incident_id] = preview.key
+        self._timeline(incident_id, preview)
         log.info("plan preview recorded", extra={"incident": incident_id,
                                                  "refused": preview.refusal is not None})
         return True
+
+    def _timeline(self, incident_id: int, preview: Preview) -> None:
+        """A preview naming a revert: the `fix_reverted` event on the re-detection's incident
+        (pointing at the fixed one) and on the fixed incident (pointing at the re-detection's),
+        each once."""
+        found = preview.action.payload.get(REVERTED)
+        if not isinstance(found, dict):
+            return
+        revert = Revert.from_dict(found)
+        now = self.now()
+        self.store.add_event_once(incident_id, EventKind.FIX_REVERTED, now=now,
+                                  actor=revert.manager, detail=revert.event_detail(),
+                                  same=("reverted_incident",))  # fmt: skip
+        if revert.incident_id and revert.incident_id != incident_id:
+            self.store.add_event_once(revert.incident_id, EventKind.FIX_REVERTED, now=now,
+                                      actor=revert.manager,
+                                      detail=revert.event_detail(redetected_as=incident_id),
+                                      same=("redetected_as",))  # fmt: skip
+        log.info("fix reverted", extra={"incident": incident_id, "fixed": revert.incident_id,
+                                        "by": revert.manager})  # fmt: skip

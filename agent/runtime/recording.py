@@ -17,6 +17,9 @@ open incident is `refused` (its approved fix refused by a guard or the plan) kee
 same problem (re-detections fold in, no new post); a new problem supersedes it first
 (`agent.model.lifecycle.refused_redetection`: the job recreated, another verdict class, a fix no
 guard refuses now) and opens a new incident.
+A remediable finding of a job with no open incident has its plan preview computed before it is
+recorded: when the job's last fix was undone (the preview's `reverted`), the finding's reasons
+lead with it ("fix reverted by <manager> at <time>: ..."), so the new incident is named by it.
 
 In a cluster-wide batch or a sweep (`OpenIncidents.held`: its problems come first) the problems go
 to the store `RECORD_BATCH` at a time (`IncidentStore.record_findings`: multi-row statements in one
@@ -33,6 +36,7 @@ What it does not do: diagnose, wait for labels, or decide approvals.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -53,6 +57,8 @@ from agent.model.lifecycle import (
     refused_redetection,
     verdict_class,
 )
+from agent.model.proposal import REVERTED
+from agent.model.revert import Revert
 from agent.model.verdict import Verdict
 from agent.playbook.matching import Event, trigger_for_verdict
 from agent.remediation.guard import ClearanceKind, GuardInput, clear
@@ -85,6 +91,16 @@ class _Pending:
     record: FindingRecord
     preview: Preview | None = None
     previewed: bool = False  # the preview was computed (it may be None: nothing to preview)
+
+
+def named_revert(finding: Finding, preview: Preview | None) -> Finding:
+    """The finding of a job whose last fix was undone, its reasons led by the revert ("fix
+    reverted by <manager> at <time>: ..."); else the finding as it is."""
+    found = preview.action.payload.get(REVERTED) if preview is not None else None
+    if not isinstance(found, dict):
+        return finding
+    return dataclasses.replace(finding, reasons=(Revert.from_dict(found).sentence(),
+                                                 *finding.reasons))  # fmt: skip
 
 
 def _class_changed(before: Verdict | None, after: Verdict) -> bool:
@@ -155,6 +171,11 @@ class Recorder:
         if self.store is None:
             return None
         self._leave_refused(finding, key)
+        preview, previewed = None, False
+        if self.previews is not None and wanted(finding) and not self.p.open.of(key):
+            # a new incident: its preview first, so a fix undone names the finding
+            preview, previewed = self._preview(finding), True
+            finding = named_revert(finding, preview)
         metrics = self.p.evidence.of(key)
         waste = self.p.waste.estimate(finding, metrics) if finding.verdict in SPLIT_VERDICTS else None
         document = IncidentDocument.of_finding(finding, uid=self.p.cache.job_uid(key),
@@ -164,7 +185,7 @@ class Recorder:
         record = FindingRecord.of(document, cluster=self.p.cluster, detected_at=self.now(),
                                   gpus=gpus, utilization_samples=self.p.evidence.samples(key),
                                   job_created_at=created)  # fmt: skip
-        return _Pending(finding, key, document, gpus, record)
+        return _Pending(finding, key, document, gpus, record, preview, previewed)
 
     def _leave_refused(self, finding: Finding, key: JobRef) -> None:
         """A re-detection of a job whose open incident is `refused`: the same problem folds into
@@ -237,7 +258,7 @@ class Recorder:
             if pending is None:
                 out.append(None)
                 continue
-            if self.previews is not None and order is Order.NEW:
+            if self.previews is not None and order is Order.NEW and not pending.previewed:
                 pending.preview = self._preview(finding)  # written with its new incident
                 pending.previewed = True
             chunk.append(pending)

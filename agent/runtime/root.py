@@ -67,6 +67,7 @@ from agent.runtime.store_work import IncidentGauge, StoreWorkLedger
 from agent.runtime.unrecorded import FollowedProblems
 from agent.runtime.waste import SplitWaste
 from agent.runtime.webhook_credentials import WebhookCredentials
+from agent.runtime.whatif import LiveWhatIf
 from agent.settings import EgressSource, Settings, read_secret_file
 from agent.sources.alertmanager import Alert
 from agent.sources.cache import ClusterCache
@@ -317,12 +318,14 @@ class Routes:
     webhook_credentials: WebhookCredentials | None
     extra: tuple[BaseRoute, ...]
     explainer: LiveExplainer | None = None
+    whatif: LiveWhatIf | None = None
 
     def app(self, *, metrics: AgentMetrics, readiness: Callable[[], dict[str, bool]]) -> Starlette:
         return build_app(
             metrics=metrics, readiness=readiness, alerts=self.alerts, incidents=self.incidents,
             api_token=self.api_token, decisions=self.incidents, extra_routes=self.extra,
             webhook_credentials=self.webhook_credentials, explainer=self.explainer,
+            whatif=self.whatif,
         )  # fmt: skip
 
 
@@ -401,6 +404,8 @@ class Root:
         pipeline = build_pipeline(parts, store, cls=injected.pipeline_class)
         explainer = LiveExplainer(pipeline.parsed_view, settings=settings.diagnosis,
                                   ready=lambda: clients.cache.synced)  # fmt: skip
+        whatif = LiveWhatIf(pipeline.held_view, settings=settings.diagnosis,
+                            ready=lambda: clients.cache.synced)  # fmt: skip
         jobs: list[BackgroundJob] = []
         if clients.prometheus is not None:
             seconds = max(1.0, settings.detection.metrics_interval.total_seconds())
@@ -414,7 +419,7 @@ class Root:
                 remediating = remediation(parts, store, runner)
                 jobs.extend(remediating.background_jobs)
             wired = chat.wire_chat(parts, store=store, sweep=chat.sweep_command(pipeline.sweep),
-                                   explain=explainer.explain)
+                                   explain=explainer.explain, whatif=whatif.delete)
             jobs.extend(wired.background_jobs)
         jobs.extend(injected.background_jobs)
         cache = clients.cache
@@ -433,6 +438,7 @@ class Root:
             webhook_credentials=WebhookCredentials.of(settings.alertmanager),
             extra=tuple(wired.routes),
             explainer=explainer,
+            whatif=whatif,
         )
         admission = None
         if settings.admission.enabled:

@@ -29,6 +29,7 @@ from agent.model.cluster import (
 from agent.model.descriptor import PodTemplate, TemplateLayout, dig, env_port
 from agent.model.kueue import PodSetTopology
 from agent.model.network import Protocol
+from agent.model.ownership import ownership_of
 from agent.model.workload import KUEUE, JobKind, WorkloadKind, workload
 from agent.parsing.numbers import NumberError, parse_int
 
@@ -373,7 +374,8 @@ def parse_pod_checked(
 
 def parse_owned_object(item: Mapping[str, Any], kind: str) -> OwnedObject:
     meta, namespace, name = metadata(item, namespaced=True)
-    return OwnedObject(kind=kind, namespace=namespace, name=name, owners=_owners(meta))
+    return OwnedObject(kind=kind, namespace=namespace, name=name, owners=_owners(meta),
+                       ownership=ownership_of(item))
 
 
 def _parent(item: Mapping[str, Any], path: tuple[str, ...]) -> tuple[Mapping[str, Any], str]:
@@ -433,6 +435,7 @@ def parse_training_job(item: Mapping[str, Any], kind: JobKind) -> TrainingJobObj
         topology=topology,
         pod_sets=tuple(t.replica for t in gang_templates),
         pod_counts={t.replica: t.count for t in gang_templates if t.count is not None},
+        ownership=ownership_of(item),
     )
 
 

@@ -12,7 +12,8 @@ What it does not do: write anything, or read a clock (`now` is passed in).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +30,7 @@ from agent.model.incident import (
 )
 from agent.model.lifecycle import (
     OPEN_STATUSES,
+    EventKind,
     IncidentStatus,
     ResumeAction,
     egress_saved,
@@ -83,7 +85,22 @@ def list_incidents(conn: Connection, query: IncidentQuery) -> IncidentListing:
             incidents.append(summary(row))
         except UnreadableError as exc:
             problems.append(RecordProblem(row.id, str(exc)))
+    if query.with_reverts and incidents:
+        by = reverted_by(conn, [i.id for i in incidents])
+        incidents = [replace(i, reverted_by=by.get(i.id)) for i in incidents]
     return IncidentListing(incidents, problems)
+
+
+def reverted_by(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
+    """Each incident's latest `fix_reverted` event's actor (who undid its fix, or the fix it
+    re-detects), for those that have one: one query."""
+    statement = (
+        select(IncidentEventRow.incident_id, IncidentEventRow.actor)
+        .where(IncidentEventRow.kind == EventKind.FIX_REVERTED.value,
+               IncidentEventRow.incident_id.in_(list(ids)))
+        .order_by(IncidentEventRow.at, IncidentEventRow.id)
+    )  # fmt: skip
+    return {row.incident_id: str(row.actor or "") for row in conn.execute(statement)}
 
 
 def open_counts(conn: Connection, *, cluster: str) -> dict[tuple[str, str], int]:
@@ -122,6 +139,9 @@ def get_incident(conn: Connection, incident_id: int) -> IncidentDetail:
         )]
     except UnreadableError as exc:
         raise CorruptRecordError(incident_id, str(exc)) from None
+    undone = [e.actor for e in events if e.kind is EventKind.FIX_REVERTED]
+    if undone:
+        head = replace(head, reverted_by=undone[-1] or "")
     return IncidentDetail(
         incident=head, diagnosis=diagnosis, onset_at=row.onset_at, decided_at=row.decided_at,
         snoozed_until=row.snoozed_until, events=events, decisions=decisions, actions=actions,

@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 from agent.approval.approvers import Authority
 from agent.chatops.audit import RefusalReason
 from agent.chatops.delivery import DeliveryReport, SeriesSource
-from agent.chatops.ports import Explain
+from agent.chatops.ports import Explain, WhatIf
 from agent.chatops.slack import EVENTS_PATH
 from agent.fakes.slack import FakeSlack
 from agent.model.incident import FindingRecord
@@ -138,6 +138,7 @@ def start_rig(
     serve: bool = True,
     sweep: Callable[[], str] | None = None,
     explain: Explain | None = None,
+    whatif: WhatIf | None = None,
     mode: SlackMode = SlackMode.HTTP,
     shared_db: Path | None = None,
     on_refused: Callable[[RefusalReason], None] | None = None,
@@ -160,7 +161,7 @@ def start_rig(
                                    slack_app_token=slack.app_token),
     )
     chat = build_chat(settings, store=store, clock=now, series=series, sweep=sweep, explain=explain,
-                      claim_lease=FAST_LEASE, on_refused=on_refused,
+                      whatif=whatif, claim_lease=FAST_LEASE, on_refused=on_refused,
                       authority=Authority.of(settings, playbooks or []))
     if chat.deliverer is not None and chat.deliverer.follower is not None:
         chat.deliverer.follower.every = 0.0  # follow on every round: tests need no 5 s cadence

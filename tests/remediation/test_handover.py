@@ -56,6 +56,10 @@ def planned(twin: Twin) -> tuple[Plan, dict[str, dict[str, Any]]]:
     base = group_live()
     manifests = {w["metadata"]["name"]: manifest_of(w) for w in base.workloads
                  if w["metadata"]["name"] in ("coordinator", "workers-b")}
+    # the worker Job is a Helm release's (as `helm install` labels it); the coordinator is not
+    workers = manifests["workers-b"]["metadata"]
+    workers.setdefault("labels", {})["app.kubernetes.io/managed-by"] = "Helm"
+    workers.setdefault("annotations", {})["meta.helm.sh/release-name"] = "lab-workers"
     twin.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifests["coordinator"]))
     twin.kubectl("create", "-f", "-", stdin=yaml.safe_dump(manifests["workers-b"]))
     live_objects = [twin.store.get(DEPLOYMENTS, "coordinator", namespace="ml"),
@@ -86,6 +90,7 @@ def test_the_plan_hands_over_against_the_last_applied_manifest_or_the_live_objec
     assert set(by_name) == {"coordinator", "workers-b"}
     assert by_name["coordinator"].source_kind is SourceKind.LAST_APPLIED
     assert by_name["workers-b"].source_kind is SourceKind.LIVE
+    assert (by_name["coordinator"].helm, by_name["workers-b"].helm) == (None, "lab-workers")
     assert "managedFields" not in by_name["workers-b"].source["metadata"]
     assert Plan.from_dict(plan.to_dict()).handovers == plan.handovers
 
@@ -94,7 +99,7 @@ def test_the_fixed_manifest_applies_as_the_fixed_object(twin: Twin) -> None:
     plan, _ = planned(twin)
     coordinator = tuple(h for h in plan.handovers if h.name == "coordinator")
     made = files(coordinator, PatchFormat.MANIFEST)
-    assert set(made) == {"deployment-coordinator.yaml", HELM_HINT}
+    assert set(made) == {"deployment-coordinator.yaml"}  # not a Helm release's: no values hint
     text = made["deployment-coordinator.yaml"]
     (applied,) = server_dry_run(twin, text)
     assert target(plan, "coordinator").state_of(applied) is TemplateState.PLANNED
@@ -154,6 +159,10 @@ def test_incidents_patch_prints_each_format(twin: Twin, tmp_path: Path,
     text = capsys.readouterr().out
     assert "# file: zonemedic-deployment-coordinator.yaml" in text
     assert "helm-values-hint.yaml" in text and "topology.kubernetes.io/zone: zone-a" in text
+    # the hint for the Helm release's Job only: the coordinator is kubectl apply's
+    hint = text[text.index("# file: helm-values-hint.yaml"):]
+    assert "# Job ml/workers-b" in hint and "release lab-workers's chart" in hint
+    assert "Deployment ml/coordinator" not in hint
     assert main(["incidents", "patch", str(incident.id), "--format", "helm",
                  "--database", url]) == 2
     assert "--format: expected one of manifest, kustomize, json6902" in capsys.readouterr().err

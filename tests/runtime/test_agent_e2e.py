@@ -138,6 +138,18 @@ def test_the_running_agent_explains_the_flows_its_incident_denies(blocked: Runni
         assert body["allowed"] is False
         assert (first["hop"], first["verdict"], first["policies"]) == (
             flow["hop"], flow["reason"], flow["policies"])
+    # `POST /api/whatif` of the same agent: deleting the policy that denies the first flow opens
+    # it (a what-if: the incident's flows are still denied afterwards)
+    policy = denied[0]["policies"][0]
+    whatif = blocked.http.post("/api/whatif", json={"delete": policy})
+    assert whatif.status_code == 200, whatif.text
+    opened = {(f["from"], f["to"]) for f in whatif.json()["flows"] if f["flow"] == "required"
+              and f["before"]["allowed"] is False and f["after"]["allowed"] is True}  # fmt: skip
+    assert (f"ml/{denied[0]['from_pod']}", f"ml/{denied[0]['to_pod']}") in opened
+    again = blocked.http.get("/api/explain", params={
+        "from": f"ml/{denied[0]['from_pod']}", "to": f"ml/{denied[0]['to_pod']}",
+        "port": f"{denied[0]['port']}/{denied[0]['protocol']}"})
+    assert again.json()["allowed"] is False
 
 
 @requires_prometheus

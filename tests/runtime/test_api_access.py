@@ -27,7 +27,7 @@ def test_every_api_route_refuses_a_request_without_the_token(store: IncidentStor
     routes = [(r.path, sorted(r.methods or ())) for r in app.routes
               if isinstance(r, Route) and r.path.startswith("/api/")]  # fmt: skip
     assert {"/api/incidents", "/api/incidents/{incident_id}", "/api/admissions",
-            "/api/explain"} <= {path for path, _ in routes}  # fmt: skip
+            "/api/explain", "/api/whatif"} <= {path for path, _ in routes}  # fmt: skip
 
     async def status(method: str, path: str, headers: dict[str, str]) -> int:
         transport = httpx.ASGITransport(app=app, client=("10.1.2.3", 5000))

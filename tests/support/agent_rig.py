@@ -60,16 +60,17 @@ def _duration(value: timedelta) -> str:
 
 def agent_config(tmp_path: Path, kubeconfig_path: Path, prometheus_url: str | None, *,
                  slack: SlackConfig | None = None, executor: bool = False,
-                 election: Mapping[str, Any] | None = None) -> AgentConfig:  # fmt: skip
+                 election: Mapping[str, Any] | None = None,
+                 playbooks: Path | None = None) -> AgentConfig:  # fmt: skip
     """The agent's configuration for a test on the twin: the shipped playbooks, SQLite in
     `tmp_path`, HTTP on a free loopback port, a short leader lease in `default` (`election`: other
     keys of that section), Prometheus (when given) with a short timeout, no retry and a 20 s drop
     window, metrics refreshed every second; `slack`: the chat layer's section; `executor`: the
-    fast remediation timings."""
+    fast remediation timings; `playbooks`: another playbooks directory than the shipped one."""
     sections: dict[str, dict[str, Any]] = {}
     if executor:
         sections["remediation"] = {name: _duration(getattr(FAST, name)) for name in FAST_REMEDIATION}
-    return AgentConfig(directory=tmp_path, kubeconfig=kubeconfig_path, playbooks_dir=REPO / "playbooks",
+    return AgentConfig(directory=tmp_path, kubeconfig=kubeconfig_path, playbooks_dir=playbooks or REPO / "playbooks",
                        prometheus_url=prometheus_url, slack=slack, sections=sections,
                        leader_election={"namespace": "default", **SHORT_LEASE, **(election or {})})  # fmt: skip
 
@@ -115,7 +116,7 @@ def running_agent(
     settings_change: Callable[[Settings], Settings] | None = None,
     identity: str | None = None, leader_election: bool = True,
     before_start: Callable[[Agent], None] | None = None,
-    pipeline_class: type[AgentPipeline] = AgentPipeline,
+    pipeline_class: type[AgentPipeline] = AgentPipeline, playbooks: Path | None = None,
 ) -> Iterator[RunningAgent]:  # fmt: skip
     """One agent on the twin serving `scenario` (a packaged scenario's name is loaded `quick`).
 
@@ -128,7 +129,8 @@ def running_agent(
     the settings. `identity`: the agent's leader-election identity. `leader_election`: False
     turns the election off (the agent leads alone at once). `before_start`: called with the built
     agent before it starts (to tune a part the settings do not reach). `pipeline_class`: the
-    pipeline the agent runs (a test's subclass injects a fault).
+    pipeline the agent runs (a test's subclass injects a fault). `playbooks`: the playbooks
+    directory (default: the shipped one).
     """
     with AgentRig(tmp_path) as rig:
         loaded = quick(scenario) if isinstance(scenario, str) else scenario
@@ -142,7 +144,8 @@ def running_agent(
         if rbac:
             election["namespace"] = deploy_namespace()
         config = agent_config(tmp_path, rig.kubeconfig, prom.url if prom is not None else None,
-                              slack=chat, executor=executor, election=election)  # fmt: skip
+                              slack=chat, executor=executor, election=election,
+                              playbooks=playbooks)  # fmt: skip
         settings = rig.settings(config)
         if diagnosis is not None:
             settings = replace(settings, diagnosis=diagnosis)
