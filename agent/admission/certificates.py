@@ -47,11 +47,13 @@ def service_names(service: str, namespace: str) -> list[str]:
             f"{service}.{namespace}.svc.cluster.local"]  # fmt: skip
 
 
-def make_certificate(names: Sequence[str], *, now: datetime) -> StoredCertificate:
-    """A new CA and a serving certificate it signs for `names` (DNS names or IP addresses)."""
+def make_certificate(names: Sequence[str], *, now: datetime,
+                     validity: timedelta = VALIDITY) -> StoredCertificate:  # fmt: skip
+    """A new CA and a serving certificate it signs for `names` (DNS names or IP addresses),
+    both valid for `validity` from `now`."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     key = ec.generate_private_key(ec.SECP256R1())
-    start, end = now - timedelta(minutes=5), now + VALIDITY
+    start, end = now - timedelta(minutes=5), now + validity
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "zonemedic admission CA")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
@@ -126,6 +128,11 @@ class ServingContext:
                                    f"{self.key_file}: cannot be loaded: {exc}") from None  # fmt: skip
         self.loads += 1
         return stamps
+
+    def reload(self) -> None:
+        """Load the pair again now (a pair just written); `CertificateError` when it does not
+        load (the one loaded before is kept)."""
+        self._stamps = self._load()
 
     def reload_if_changed(self) -> bool:
         """Load the pair again when either file changed since it was loaded; True when it did.

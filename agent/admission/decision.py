@@ -48,7 +48,7 @@ Not modelled at admission (the cache keeps GPU requests only): CPU and memory ro
 
 from __future__ import annotations
 
-import heapq
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,7 +75,6 @@ from agent.remediation.room import QuantityError
 from agent.remediation.template import (
     PlanRefusedError,
     TemplateChange,
-    apply_merge_patch,
     nodes_in_zone,
     pod_needs,
     require_room,
@@ -130,7 +129,11 @@ class Decider:
         self._reach: Reachability | None = None
         self._node_dicts: dict[int, tuple[Any, dict[str, Any]]] = {}
         self._nodes_seen: tuple[int, ...] = ()
+        self._nodes_map: object = None  # the node map last fingerprinted (a view's are not changed)
+        self._used_map: object = None  # the GPU-use map last compared
         self._shape_cache: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, str, Any]]]] = {}
+        self._ranked_for: tuple[object, Mapping[str, int]] | None = None
+        self._ranked: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, Any]]]] = {}
         self._mirror: tuple[str, ...] = ()
         self._uses = 0
 
@@ -157,9 +160,11 @@ class Decider:
         """The zone's nodes (index in the cluster's order, name, node) by node shape, kept while
         the view holds the same node objects."""
         nodes = view.state.nodes
-        fingerprint = tuple(map(id, nodes.values()))
-        if fingerprint != self._nodes_seen:
-            self._nodes_seen, self._shape_cache = fingerprint, {}
+        if nodes is not self._nodes_map:
+            fingerprint = tuple(map(id, nodes.values()))
+            self._nodes_map = nodes
+            if fingerprint != self._nodes_seen:
+                self._nodes_seen, self._shape_cache = fingerprint, {}
             if len(self._node_dicts) > 4 * len(nodes) + 64:
                 self._node_dicts.clear()
         found = self._shape_cache.get((zone, keys))
@@ -178,12 +183,12 @@ class Decider:
                     pods: int) -> list[dict[str, Any]]:  # fmt: skip
         """The zone's nodes as the planner reads nodes (each built once per node object): of
         each node shape (taints, cordon, the values of `keys`), the `pods` with the most free
-        GPUs, in the cluster's node order; every node of the zone when `keys` is None."""
-        used = view.facts.gpu_used
+        GPUs (ties: the first in the cluster's order), in the cluster's node order; every node
+        of the zone when `keys` is None. Each shape's nodes are ranked once per view (the
+        cache's nodes and GPU use), so a request takes the first `pods` of each."""
         chosen: list[tuple[int, Any]] = []
-        for group in self._shapes(view, zone, keys):
-            best = heapq.nlargest(pods, group, key=lambda e: (e[2].gpu_allocatable - used.get(e[1], 0), -e[0]))
-            chosen.extend((index, node) for index, _, node in best)
+        for group in self._ranked_shapes(view, zone, keys):
+            chosen.extend(group[:pods])
         out = []
         for _, node in sorted(chosen, key=lambda e: e[0]):
             found = self._node_dicts.get(id(node))
@@ -191,6 +196,25 @@ class Decider:
                 found = self._node_dicts[id(node)] = (node, _node_dict(node))
             out.append(found[1])
         return out
+
+    def _ranked_shapes(self, view: View, zone: str,
+                       keys: frozenset[str] | None) -> list[list[tuple[int, Any]]]:  # fmt: skip
+        """The zone's node shapes, each's nodes (index, node) by free GPUs, most first (ties:
+        the first in the cluster's order), kept while the view's node objects are the same and
+        its GPU use per node is equal (a refreshed view of an unchanged cluster keeps them)."""
+        used = view.facts.gpu_used
+        groups = self._shapes(view, zone, keys)  # resets the shape cache when the nodes changed
+        if (self._ranked_for is None or self._ranked_for[0] is not self._shape_cache
+                or (used is not self._used_map and self._ranked_for[1] != used)):  # fmt: skip
+            self._ranked_for, self._ranked = (self._shape_cache, dict(used)), {}
+        self._used_map = used
+        found = self._ranked.get((zone, keys))
+        if found is None:
+            found = self._ranked[(zone, keys)] = [
+                [(index, node) for index, name, node in
+                 sorted(group, key=lambda e: (e[2].gpu_allocatable - used.get(e[1], 0), -e[0]), reverse=True)]
+                for group in groups]  # fmt: skip
+        return found
 
     def decide(
         self, subject: Subject, view: View, *, enforce: bool, kept: str | None = None
@@ -315,7 +339,7 @@ class Decider:
                 finding = Finding(job=ref, verdict=Verdict.ZONE_SPLIT_DEGRADED, zones={},
                                   coordinator=None, remediable=True, target_zone=zone)  # fmt: skip
                 live = LiveObjects(job=room_view, pods=(), nodes=nodes, bound_pods=bound)
-                plan = plan_remediation(finding, live, mirror_keys=self._mirror)
+                plan = plan_remediation(finding, live, mirror_keys=self._mirror, explain=False)
                 if isinstance(plan, Refusal):
                     return None, plan.reason
                 changes = [c for t in plan.targets for c in t.changes]
@@ -520,7 +544,21 @@ def _applied(subject: Subject, changes: Sequence[TemplateChange]) -> dict[str, A
         if path is None:
             continue
         parent, last = _at(out, path[:-1]), str(path[-1])
-        parent[last] = apply_merge_patch(parent.get(last), change.fragment())
+        parent[last] = _merge_patch_into(parent.get(last), change.fragment())
+    return out
+
+
+def _merge_patch_into(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch of `target` by `patch`, in place (`target` is this module's own
+    copy): the value `apply_merge_patch` returns, without copying the target at every level."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = target if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch_into(out.get(key), value)
     return out
 
 

@@ -9,8 +9,8 @@ disabled`) and everything while the watch cache is not synced; otherwise decides
 (`agent.admission.decision`, under one lock: the decider's per-view caches are shared). For a
 generic group's object it first reads the group's kept decision from the store and, when it
 places the first object, keeps that zone for the group (the first replica's wins; the loser
-re-decides with the winner's zone). Every answer is `allowed`, with the patch (mode enforce) and
-one warning line. Every decision is counted (`zonemedic_admission_decisions_total{outcome}`) and
+re-decides with the winner's zone), for `admission.group_memory`. Every answer is `allowed`,
+with the patch (mode enforce) and one warning line. Every decision is counted (`zonemedic_admission_decisions_total{outcome}`) and
 timed; every request but a dry run is recorded (`admission_decisions`), by a background writer so
 the database is off the answer's path (a dry run keeps nothing, kept group decisions included:
 `sideEffects: None`). The store away: decisions are answered and counted, a kept group decision
@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import orjson
 
@@ -40,7 +40,6 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 INVALID = "invalid"  # the counter's outcome for a body that is not an AdmissionReview
 OPTED_OUT = "disabled"  # the object label's value that opts a job out
-GROUP_MEMORY = timedelta(hours=1)  # how long a group's kept decision applies to its objects
 QUEUE_SIZE = 10_000
 
 
@@ -155,7 +154,7 @@ class Webhook:
             winner = self._store.keep_group_zone(
                 cluster=self.settings.cluster_name, namespace=subject.ref.namespace,
                 group=group.name, zone=decision.zone, object_kind=subject.kind_name,
-                object_name=subject.name, now=self._now(), memory=GROUP_MEMORY)  # fmt: skip
+                object_name=subject.name, now=self._now(), memory=self.settings.admission.group_memory)  # fmt: skip
         except UnavailableError as exc:
             log.warning("a group's admission decision was not kept: the store is away",
                         extra={"group": group.name, "error": str(exc)})  # fmt: skip
@@ -171,7 +170,7 @@ class Webhook:
         try:
             return self._store.kept_group_zone(
                 cluster=self.settings.cluster_name, namespace=subject.ref.namespace,
-                group=subject.group.name, now=self._now(), memory=GROUP_MEMORY)  # fmt: skip
+                group=subject.group.name, now=self._now(), memory=self.settings.admission.group_memory)  # fmt: skip
         except UnavailableError as exc:
             log.warning("a group's kept admission decision was not read: the store is away",
                         extra={"group": subject.group.name, "error": str(exc)})  # fmt: skip

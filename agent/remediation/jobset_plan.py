@@ -152,7 +152,8 @@ def _override(ref_kind: JobKind, trainer: TrainerOverrides | None,
             "entries": jobset_patch.pod_template_overrides(changes), "resume_with_patch": False}
 
 
-def plan_jobset(finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: Sequence[str]) -> Plan:
+def plan_jobset(finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: Sequence[str],
+                explain: bool = True) -> Plan:  # fmt: skip
     """The plan that co-locates a TrainJob or a JobSet in `zone` (see the module docstring), or
     `PlanRefusedError` with the reason."""
     ref = finding.job
@@ -228,7 +229,7 @@ def plan_jobset(finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: 
             verdict=finding.verdict, placement=zone_of,
         ),
         targets=(target,),
-        diff=render_diff((target,)),
+        diff=render_diff((target,)) if explain else "",
         mirror_keys=tuple(mirror_keys),
         pods=len(needs),
         gang=len(needs),

@@ -36,12 +36,14 @@ from agent.remediation.training_plan import plan_training
 
 
 def plan_remediation(
-    finding: Finding, live: LiveObjects, *, mirror_keys: Sequence[str] = ()
+    finding: Finding, live: LiveObjects, *, mirror_keys: Sequence[str] = (), explain: bool = True
 ) -> Plan | Refusal:
     """The plan that co-locates the finding's job in its target zone, or why there is none;
-    each target's owner read from its live object."""
-    result = _plan(finding, live, mirror_keys=mirror_keys)
-    if isinstance(result, Refusal):
+    each target's owner read from its live object. `explain` False (the admission webhook,
+    which writes only the template changes): a Kubeflow, TrainJob or JobSet plan comes without
+    its rendered diff, owners and hand-overs; the changes and the refusals are the same."""
+    result = _plan(finding, live, mirror_keys=mirror_keys, explain=explain)
+    if isinstance(result, Refusal) or not explain:
         return result
     owners = tuple(ObjectOwnership(t.kind, t.namespace, t.name, ownership_of(obj))
                    for t in result.targets if (obj := live_object(t, live)) is not None)  # fmt: skip
@@ -73,7 +75,7 @@ def live_object(target: Target, live: LiveObjects) -> Mapping[str, Any] | None:
 
 
 def _plan(
-    finding: Finding, live: LiveObjects, *, mirror_keys: Sequence[str]
+    finding: Finding, live: LiveObjects, *, mirror_keys: Sequence[str], explain: bool
 ) -> Plan | Refusal:
     ref = finding.job
     if finding.verdict not in REMEDIABLE_VERDICTS:
@@ -91,8 +93,8 @@ def _plan(
                               allowed=finding.kueue.zones, zone=zone,
                               need=sum(finding.gpus.values()))  # fmt: skip
         if workload(ref.kind).templates.layout is TemplateLayout.REPLICATED_JOBS:
-            return plan_jobset(finding, live, zone=zone, mirror_keys=mirror_keys)
-        return plan_training(finding, live, zone=zone, mirror_keys=mirror_keys)
+            return plan_jobset(finding, live, zone=zone, mirror_keys=mirror_keys, explain=explain)
+        return plan_training(finding, live, zone=zone, mirror_keys=mirror_keys, explain=explain)
     except PlanRefusedError as exc:
         return Refusal(ref, str(exc))
     except QuantityError as exc:

@@ -67,7 +67,7 @@ def guard_reason(job: Mapping[str, Any], kind: JobKind, *, through_kueue: bool =
 
 
 def plan_training(
-    finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: Sequence[str]
+    finding: Finding, live: LiveObjects, *, zone: str, mirror_keys: Sequence[str], explain: bool = True
 ) -> Plan:
     """The plan that co-locates a training job in `zone` (see the module docstring), or
     `PlanRefusedError` with the reason."""
@@ -130,7 +130,7 @@ def plan_training(
             verdict=finding.verdict, placement=placement(live.pods, live.nodes),
         ),
         targets=(target,),
-        diff=render_diff((target,)),
+        diff=render_diff((target,)) if explain else "",
         mirror_keys=tuple(mirror_keys),
         pods=len(needs),
         gang=len(needs),

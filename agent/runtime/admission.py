@@ -6,8 +6,9 @@ its HTTP server and stops it before. What it builds: the serving certificate's T
 (`agent.admission.certificates`): from `admission.cert_file`/`key_file` (a mounted Secret:
 cert-manager's), read again every `admission.cert_reload` when they change; without them, the
 agent's own: the cluster's certificate kept in the store (made by the first replica, so every
-replica serves the one CA; renewed at start-up when within 30 days of its end), written to a
-private directory, its CA patched (when the part starts) into the agent's own
+replica serves the one CA; renewed at start-up when within 30 days of its end, and while running
+by `agent.runtime.certificate_renewal`, checked every `admission.cert_reload`), written to a
+private directory, its CA patched (when the part starts, and at each renewal) into the agent's own
 MutatingWebhookConfiguration
 (`admission.configuration_name`) through the cluster writer (`ClusterWriter.
 patch_webhook_ca_bundle`, the one write the webhook makes: each replica writes the same CA, so
@@ -45,6 +46,7 @@ from agent.admission.webhook import Webhook
 from agent.errors import ClusterWriteError, UnavailableError
 from agent.remediation.fence import SOLE_WRITER, Fence
 from agent.remediation.writer import ClusterWriter
+from agent.runtime.certificate_renewal import CertificateRenewal
 from agent.runtime.metrics import AgentMetrics
 from agent.settings import Settings
 from agent.store.admissions import StoredCertificate
@@ -112,6 +114,7 @@ class AdmissionService:
     reload_every: float
     patch_ca: Callable[[], None] | None = None  # the agent's own certificate: its CA patched in
     view: LatestView | None = None
+    renewal: CertificateRenewal | None = None  # the agent's own certificate, renewed while running
 
     @property
     def url(self) -> str:
@@ -129,8 +132,12 @@ class AdmissionService:
         log.info("admission webhook listening", extra={"url": self.server.url})
         if self.patch_ca is not None:
             self.patch_ca()
+        if self.renewal is not None:
+            self.renewal.start(self.reload_every)
 
     def stop(self) -> None:
+        if self.renewal is not None:
+            self.renewal.stop()
         self.server.stop()
         self.serving.stop()
         self.webhook.stop()
@@ -161,12 +168,13 @@ def own_certificate(
             if store is not None else made())  # fmt: skip
 
 
-def ca_patcher(settings: Settings, ca_pem: str, *, api_client: Any) -> Callable[[], None]:
-    """What patches `ca_pem` into the agent's own webhook configuration, through the writer."""
-    ca_bundle = base64.b64encode(ca_pem.encode()).decode()
+def ca_patcher(settings: Settings, *, api_client: Any) -> Callable[[str], None]:
+    """What patches a CA bundle (PEM) into the agent's own webhook configuration, through the
+    writer."""
     admission = settings.admission
 
-    def patch() -> None:
+    def patch(ca_pem: str) -> None:
+        ca_bundle = base64.b64encode(ca_pem.encode()).decode()
         try:
             ClusterWriter(api_client).patch_webhook_ca_bundle(
                 admission.configuration_name, webhook=admission.webhook_name, ca_bundle=ca_bundle,
@@ -188,13 +196,22 @@ def build_admission(
 ) -> AdmissionService:  # fmt: skip
     """The webhook's part (see the module docstring)."""
     admission = settings.admission
-    patch_ca = None
+    patch_ca, renewal = None, None
     if admission.cert_file is not None and admission.key_file is not None:
         serving = ServingContext(Path(admission.cert_file), Path(admission.key_file))
     else:
         certificate = own_certificate(settings, store=store, now=now())
-        serving = ServingContext(*write_pair(certificate, private_directory()))
-        patch_ca = ca_patcher(settings, certificate.ca_pem, api_client=api_client)
+        directory = private_directory()
+        serving = ServingContext(*write_pair(certificate, directory))
+        patcher = ca_patcher(settings, api_client=api_client)
+        ca_pem = certificate.ca_pem
+
+        def patch_ca() -> None:
+            patcher(ca_pem)
+
+        renewal = CertificateRenewal(certificate, names=certificate_names(settings),
+                                     cluster=settings.cluster_name, store=store, serving=serving,
+                                     directory=directory, patch_ca=patcher, now=now)  # fmt: skip
     latest = LatestView(view, synced=ready)
     webhook = Webhook(
         settings, view=latest, ready=lambda: ready() and latest.ready(), store=store,
@@ -205,4 +222,4 @@ def build_admission(
                              context=serving.context)  # fmt: skip
     return AdmissionService(webhook=webhook, server=server, serving=serving,
                             reload_every=admission.cert_reload.total_seconds(), patch_ca=patch_ca,
-                            view=latest)  # fmt: skip
+                            view=latest, renewal=renewal)  # fmt: skip

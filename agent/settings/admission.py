@@ -13,7 +13,8 @@ the CA into its own MutatingWebhookConfiguration), `mode` (`enforce`: the patch 
 `warn`: warnings only, no patch). The rest says what `zonemedic admission manifest` prints: the
 configuration's and the webhook's names, the Service it is reached through (or `url`, a
 `clientConfig.url`), the timeout, the opt-in namespace label and the opt-out object label, and
-how often the certificate files are checked for a rotation.
+how often the certificate files are checked for a rotation; `group_memory`: how long a generic
+group's first decision applies to the group's later objects.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class AdmissionSettings:
     # restart)
     cert_reload: Annotated[timedelta, Within(timedelta(seconds=1), timedelta(hours=24))] = (
         timedelta(seconds=30))
+    # how long a generic group's first decision (its zone, kept in the store) applies to the
+    # group's later objects
+    group_memory: Annotated[timedelta, Within(timedelta(minutes=1), timedelta(days=7))] = (
+        timedelta(hours=1))
 
     def __post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):

@@ -181,10 +181,11 @@ class AdmissionOperations(StoreTransactions):
         return self._write("keep a group's admission decision", body)
 
     def shared_certificate(
-        self, *, cluster: str, now: datetime, make: Callable[[], StoredCertificate]
+        self, *, cluster: str, now: datetime, make: Callable[[], StoredCertificate],
+        renew_before: timedelta = RENEW_BEFORE,
     ) -> StoredCertificate:
         """The cluster's serving certificate: the one kept (while it is valid for another
-        `RENEW_BEFORE`), else `make()`'s, kept for every replica (the first writer's wins)."""
+        `renew_before`), else `make()`'s, kept for every replica (the first writer's wins)."""
         where = CERTIFICATES.c.cluster == cluster
         columns = (CERTIFICATES.c.ca_pem, CERTIFICATES.c.cert_pem, CERTIFICATES.c.key_pem,
                    CERTIFICATES.c.not_after)  # fmt: skip
@@ -197,10 +198,10 @@ class AdmissionOperations(StoreTransactions):
 
         def body(conn: Connection, _attempt: int) -> StoredCertificate:
             kept = read(conn)
-            if kept is not None and kept.not_after > now + RENEW_BEFORE:
+            if kept is not None and kept.not_after > now + renew_before:
                 return kept
             made = make()
-            conn.execute(delete(CERTIFICATES).where(where, CERTIFICATES.c.not_after <= now + RENEW_BEFORE))
+            conn.execute(delete(CERTIFICATES).where(where, CERTIFICATES.c.not_after <= now + renew_before))
             try:
                 with conn.begin_nested():
                     conn.execute(insert(CERTIFICATES).values(

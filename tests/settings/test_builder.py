@@ -57,6 +57,9 @@ def test_parse_duration_rejects(bad: object) -> None:
         ({"egress": {"window": "5s"}}, r"^egress\.window: must be at least 10s, got '5s'"),
         ({"kubernetes": {"packet_drop_events": "yes"}},
          r"^kubernetes\.packet_drop_events: expected true or false"),
+        ({"admission": {"group_memory": "10s"}}, r"^admission\.group_memory: must be at least 60s"),
+        ({"admission": {"group_memory": "30d"}}, r"^admission\.group_memory: must be at most"),
+        ({"admission": {"group_memory": "soon"}}, r"^admission\.group_memory:.*duration"),
         # a key that is not a plain word is named JSON-quoted: the problem stays one line
         ({"diagnosis": {"groups": [{"\n": None}]}}, r'^diagnosis\.groups\[0\]\["\\n"\]: unknown key'),
         ({"a b": 1}, r'^\["a b"\]: unknown key'),
@@ -134,3 +137,9 @@ def test_fuzz_any_values_build_valid_settings_or_name_every_problem(
     assert 0.0 <= built.prometheus.drop_threshold <= 1.0
     assert built.database.pool_size >= 1
     assert built.log_level in ("debug", "info", "warning", "error", "critical")
+
+
+def test_admission_group_memory_is_read() -> None:
+    built = build(Settings, {"admission": {"group_memory": "20m"}})
+    assert built.admission.group_memory == timedelta(minutes=20)
+    assert build(Settings, {}).admission.group_memory == timedelta(hours=1)

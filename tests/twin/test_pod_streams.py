@@ -173,7 +173,13 @@ def kubectl(config: Path, *args: str, timeout: float = 30) -> subprocess.Complet
 
 
 def _crashed(cluster: TwinCluster, name: str) -> bool:
-    pod = cluster.store.get(PODS, name, namespace="ml")
+    """The pod's container has terminated once (False while the operator has not created it)."""
+    try:
+        pod = cluster.store.get(PODS, name, namespace="ml")
+    except ApiError as exc:
+        if exc.code == 404:
+            return False
+        raise
     return any(cs.get("lastState", {}).get("terminated")
                for cs in pod["status"].get("containerStatuses") or [])
 
