@@ -10,6 +10,7 @@ left."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ from tests.remediation.harness import (
     recorded_steps,
     running_lab,
 )
+
+# the walk's runs must not time out into a rollback on a loaded machine (the CI runs three
+# workers on two cores): the waits' bounds are generous, the polls as fast as FAST's
+PATIENT = replace(FAST, suspend_timeout=timedelta(seconds=90), schedule_timeout=timedelta(seconds=60))
 
 JOB = JobRef(JobKind.JOBSET, "ml", "pytorch-ddp")
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/pytorch-ddp"
@@ -59,7 +64,7 @@ def test_every_point_of_a_jobsets_kueue_path_stopped_then_resumed_re_places_it_o
             incident_id = approved_incident(lab, store, ref=JOB)
 
             def make(on_step: Any, on_write: Any) -> Any:
-                return lab.remediator(store, settings=FAST, on_step=on_step, on_write=on_write)
+                return lab.remediator(store, settings=PATIENT, on_step=on_step, on_write=on_write)
 
             only = (lambda w: not w.startswith("step ")) if death is Death.STORE_AWAY else (lambda _w: True)
             walk = Walk(make, store, incident_id, death,

@@ -76,4 +76,5 @@ def test_a_replica_starting_while_another_leads_warms_its_mirror_only(start: Any
     assert leader.elector.is_leader() and not follower.elector.is_leader()
     wait(lambda: pipeline.followed.batches >= 1, timeout=30, what="the follower's first batch")
     assert pipeline.batches[0][:2] == (True, False)
-    assert pipeline.diagnoser.diagnoses == 0 and pipeline.diagnoser.mirror.visited_last > 0  # parsed, not diagnosed
+    # parsed, not diagnosed (by its batch or by the what-if warm-up, whichever came first)
+    assert pipeline.diagnoser.diagnoses == 0 and pipeline.diagnoser.mirror.generation >= 1
