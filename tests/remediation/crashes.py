@@ -95,6 +95,14 @@ class Walk:
     _away: bool = False
     _stopped: bool = False
 
+    @classmethod
+    def every_point(cls, make: Callable[[Callable[[Step], None], Callable[[Write], None]], Remediator],
+                    store: IncidentStore, incident_id: int, death: Death, *, sqlite_db: str) -> Walk:
+        """A walk stopping at every point (KILL), or at every real write with the SQLite store at
+        `sqlite_db` locked (STORE_AWAY: the steps' own records are what the outage refuses)."""
+        only = (lambda w: not w.startswith("step ")) if death is Death.STORE_AWAY else (lambda _w: True)
+        return cls(make, store, incident_id, death, outage=SqliteLock(sqlite_db), only=only)
+
     def _point(self, where: str) -> None:
         if self._stopped or where in self.stops or not self.only(where):
             return

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from agent.model.cluster import ZONE_LABEL
 from agent.model.finding import Finding
 from agent.model.incident import Actor, FindingRecord
 from agent.model.job import JobRef
@@ -67,6 +68,8 @@ FAST = RemediationSettings(
     verify_window=timedelta(seconds=30), recovery_fraction=0.8,
     max_conflict_retries=3, poll_interval=timedelta(milliseconds=100),
 )  # fmt: skip
+# the store's retry budget during an outage: short, so a refused record gives up fast
+OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
@@ -322,3 +325,14 @@ def cordon(lab: Lab, zone: str) -> None:
                 node["metadata"]["name"], {"spec": {"unschedulable": True}},
                 _content_type="application/merge-patch+json",
             )
+
+
+def pod_zones(lab: Lab, namespace: str = "ml") -> dict[str, int]:
+    """How many of the namespace's pods each zone holds (by their nodes' zone labels)."""
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"].get(ZONE_LABEL)
+             for n in lab.api.json("GET", "/api/v1/nodes")["items"]}  # fmt: skip
+    out: dict[str, int] = {}
+    for pod in lab.api.json("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]:
+        zone = str(nodes.get(pod["spec"].get("nodeName")))
+        out[zone] = out.get(zone, 0) + 1
+    return out

@@ -37,6 +37,7 @@ from tests.remediation.harness import (
     FAST,
     GROUPS,
     LAB,
+    OUTAGE_BUDGET,
     Lab,
     add_zone_b_workers,
     approved_incident,
@@ -54,7 +55,6 @@ from tests.remediation.harness import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW_BIND = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
-OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 JOB_WRITE = "patch PyTorchJob llm-finetune"
 
 

@@ -41,6 +41,7 @@ from agent.twin.scenario import Scenario
 from tests.remediation.crashes import Death, SqliteLock, Walk
 from tests.remediation.harness import (
     FAST,
+    OUTAGE_BUDGET,
     ZONE,
     Lab,
     approved_incident,
@@ -54,7 +55,6 @@ from tests.remediation.harness import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW_BIND = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
-OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 TORCH = JobRef(JobKind.TRAINJOB, "ml", "llm-pretrain")
 MPI = JobRef(JobKind.TRAINJOB, "ml", "mpi-pretrain")
 JOBSET = JobRef(JobKind.JOBSET, "ml", "pytorch-ddp")

@@ -6,7 +6,6 @@ once and deleted once, its templates annotated once, its own `suspend` never wri
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +16,19 @@ from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
 from agent.model.workload import KUEUE, KUEUE_WORKLOAD, JobKind
 from agent.remediation.writer import WriteVerb
-from tests.remediation.crashes import Death, SqliteLock, Walk
+from tests.remediation.crashes import Death, Walk
 from tests.remediation.harness import (
     FAST,
+    OUTAGE_BUDGET,
     approved_incident,
     new_store,
+    pod_zones,
     recorded_steps,
     running_lab,
 )
 
 JOB = JobRef(JobKind.PYTORCH, "ml", "llm-finetune")
-# the store's retry budget during an outage: short, so a refused record gives up fast
-OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 
-
-def pod_zones(lab: Any) -> dict[str, int]:
-    nodes = {n["metadata"]["name"]: n["metadata"]["labels"].get(ZONE_LABEL)
-             for n in lab.api.json("GET", "/api/v1/nodes")["items"]}  # fmt: skip
-    out: dict[str, int] = {}
-    for pod in lab.api.json("GET", "/api/v1/namespaces/ml/pods")["items"]:
-        zone = str(nodes.get(pod["spec"].get("nodeName")))
-        out[zone] = out.get(zone, 0) + 1
-    return out
 
 
 @pytest.mark.parametrize("death", [Death.KILL, Death.STORE_AWAY])
@@ -53,9 +43,8 @@ def test_every_point_of_the_kueue_path_stopped_then_resumed_re_places_the_job_on
             def make(on_step: Any, on_write: Any) -> Any:
                 return lab.remediator(store, settings=FAST, on_step=on_step, on_write=on_write)
 
-            only = (lambda w: not w.startswith("step ")) if death is Death.STORE_AWAY else (lambda _w: True)
-            walk = Walk(make, store, incident_id, death,
-                        outage=SqliteLock(str(tmp_path / "incidents.db")), only=only)  # fmt: skip
+            walk = Walk.every_point(make, store, incident_id, death,
+                                    sqlite_db=str(tmp_path / "incidents.db"))  # fmt: skip
             assert walk.run() is IncidentStatus.RESOLVED, walk.outcomes
             workload_kind = KUEUE_WORKLOAD.kind.value
             expected = [f"patch {workload_kind}", "patch PyTorchJob llm-finetune",

@@ -22,11 +22,13 @@ from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
 from agent.model.workload import KUEUE, KUEUE_WORKLOAD, JobKind
 from agent.remediation.writer import WriteVerb
-from tests.remediation.crashes import Death, SqliteLock, Walk
+from tests.remediation.crashes import Death, Walk
 from tests.remediation.harness import (
     FAST,
+    OUTAGE_BUDGET,
     approved_incident,
     new_store,
+    pod_zones,
     recorded_steps,
     running_lab,
 )
@@ -38,20 +40,7 @@ PATIENT = replace(FAST, suspend_timeout=timedelta(seconds=90), schedule_timeout=
 JOB = JobRef(JobKind.JOBSET, "ml", "pytorch-ddp")
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/pytorch-ddp"
 CHILD = "pytorch-ddp-workers-0"
-# the store's retry budget during an outage: short, so a refused record gives up fast
-OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 
-
-def pod_zones(lab: Any) -> dict[str, int]:
-    nodes = {n["metadata"]["name"]: n["metadata"]["labels"].get(ZONE_LABEL)
-             for n in lab.api.json("GET", "/api/v1/nodes")["items"]}  # fmt: skip
-    out: dict[str, int] = {}
-    for pod in lab.api.json("GET", "/api/v1/namespaces/ml/pods")["items"]:
-        if pod["status"].get("phase") in ("Succeeded", "Failed"):
-            continue
-        zone = str(nodes.get(pod["spec"].get("nodeName")))
-        out[zone] = out.get(zone, 0) + 1
-    return out
 
 
 @pytest.mark.parametrize("death", [Death.KILL, Death.STORE_AWAY])
@@ -66,9 +55,8 @@ def test_every_point_of_a_jobsets_kueue_path_stopped_then_resumed_re_places_it_o
             def make(on_step: Any, on_write: Any) -> Any:
                 return lab.remediator(store, settings=PATIENT, on_step=on_step, on_write=on_write)
 
-            only = (lambda w: not w.startswith("step ")) if death is Death.STORE_AWAY else (lambda _w: True)
-            walk = Walk(make, store, incident_id, death,
-                        outage=SqliteLock(str(tmp_path / "incidents.db")), only=only)  # fmt: skip
+            walk = Walk.every_point(make, store, incident_id, death,
+                                    sqlite_db=str(tmp_path / "incidents.db"))  # fmt: skip
             assert walk.run() is IncidentStatus.RESOLVED, walk.outcomes
             workload_kind = KUEUE_WORKLOAD.kind.value
             expected = [f"patch {workload_kind}", "patch JobSet pytorch-ddp",

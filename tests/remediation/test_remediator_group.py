@@ -46,6 +46,7 @@ from tests.remediation.harness import (
     GROUPS,
     LAB,
     NS,
+    OUTAGE_BUDGET,
     Lab,
     Terms,
     add_zone_b_workers,
@@ -67,7 +68,6 @@ from tests.support.tcpgate import TcpGate
 from tests.support.waiting import wait
 
 SLOW_BIND = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
-OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 
 
 def gpu_utilization(lab: Lab) -> dict[str, float]:
