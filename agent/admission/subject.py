@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from agent.model.descriptor import OwnerKind, PodTemplate, TemplateLayout, count_of, dig
@@ -46,9 +47,10 @@ class Subject:
     owner: OwnerKind | None = None
     group: GroupSpec | None = None
 
-    @property
+    @cached_property
     def templates(self) -> list[PodTemplate]:
-        """The gang's pod templates, in the object's order."""
+        """The gang's pod templates, in the object's order (read once: the object is not
+        changed)."""
         found = self.training.templates if self.training is not None else None
         if found is None and self.owner is not None:
             found = self.owner.templates
