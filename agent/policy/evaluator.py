@@ -19,7 +19,7 @@ Policies that could not be read are kept as `UnreadablePolicy` records: `uncerta
 names those that may select an endpoint.
 
 Speed: policies are indexed by one label each subject selector requires (namespace for plain
-CNPs and NetworkPolicies), and endpoints are projected onto the identity keys and named ports the
+CNPs and NetworkPolicies), those that require a namespace as well apart by it, and endpoints are projected onto the identity keys and named ports the
 set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
 differing only in, say, `replica-index` cost one evaluation; a verdict not cached yet is put
 together from its two hops, each cached by what it reads of the far endpoint
@@ -92,6 +92,37 @@ class _Identity:
         self.named_ports = named_ports
         self.selected = selected
         self.uncertain = uncertain
+
+
+@dataclass(frozen=True, slots=True)
+class _Anchored:
+    """The entries of one anchor, in their order: those whose selector requires a namespace
+    apart by it (an endpoint of another namespace cannot match them), each with its place."""
+
+    anywhere: tuple[tuple[int, _Entry], ...]
+    by_namespace: Mapping[str, tuple[tuple[int, _Entry], ...]]
+
+    def among(self, namespace: str | None) -> list[_Entry]:
+        """The entries an endpoint of `namespace` may match, in their order."""
+        own = self.by_namespace.get(namespace) if namespace is not None else None
+        if not own:
+            return [entry for _, entry in self.anywhere]
+        if not self.anywhere:
+            return [entry for _, entry in own]
+        return [entry for _, entry in sorted((*self.anywhere, *own), key=lambda e: e[0])]
+
+
+def _split_by_namespace(entries: list[_Entry]) -> _Anchored:
+    anywhere: list[tuple[int, _Entry]] = []
+    by_namespace: dict[str, list[tuple[int, _Entry]]] = {}
+    for place, entry in enumerate(entries):
+        selector = entry.subject.selector
+        required = [v for k, v in selector.match_labels if k == NAMESPACE_KEY] if selector else []
+        if required:
+            by_namespace.setdefault(required[0], []).append((place, entry))
+        else:
+            anywhere.append((place, entry))
+    return _Anchored(tuple(anywhere), {k: tuple(v) for k, v in by_namespace.items()})
 
 
 def _anchors(selector: LabelSelector) -> list[tuple[str, str]]:
@@ -181,7 +212,7 @@ class PolicySet:
         self._values = {ns: {k: frozenset(v) for k, v in found.items()}
                         for ns, found in values.items()}  # fmt: skip
         self._port_names = frozenset(names)
-        self._by_anchor = {k: tuple(v) for k, v in by_anchor.items()}
+        self._by_anchor = {k: _split_by_namespace(v) for k, v in by_anchor.items()}
         self._unanchored = tuple(unanchored)
         self._endpoint_ids: dict[Endpoint, int] = {}
         self._projection_ids: dict[
@@ -322,8 +353,12 @@ class PolicySet:
         for entry in self._unanchored:
             candidates[id(entry)] = entry
         by_anchor = self._by_anchor
+        namespace = labels.get(NAMESPACE_KEY)
         for pair in labels.items():
-            for entry in by_anchor.get(pair, ()):
+            found = by_anchor.get(pair)
+            if found is None:
+                continue
+            for entry in found.among(namespace):
                 candidates[id(entry)] = entry
         return tuple(
             entry
