@@ -18,9 +18,9 @@ filter, or every label under plain Kubernetes, where Cilium policies are not enf
 Policies that could not be read are kept as `UnreadablePolicy` records: `uncertain(endpoint)`
 names those that may select an endpoint.
 
-Speed: policies are indexed by one label each subject selector requires (namespace for plain
-CNPs and NetworkPolicies), those that require a namespace as well apart by it, and endpoints are projected onto the identity keys and named ports the
-set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
+Speed: policies are indexed by one label each subject selector requires (`agent.policy.anchors`;
+those that require a namespace as well apart by it), and endpoints are projected onto the
+identity keys and named ports the set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
 differing only in, say, `replica-index` cost one evaluation; a verdict not cached yet is put
 together from its two hops, each cached by what it reads of the far endpoint
 (`agent.policy.hop_cache`). `trace` evaluates afresh. Pure: no I/O.
@@ -40,7 +40,7 @@ from agent.model.network import (
     PortRange,
     Protocol,
 )
-from agent.model.selector import LabelSelector, SelectorOperator
+from agent.policy.anchors import anchors, split_by_namespace
 from agent.policy.dataplane import Dataplane, DataplaneKind
 from agent.policy.hop_cache import HopResult, HopVerdicts, Side
 from agent.policy.identity import (
@@ -92,48 +92,6 @@ class _Identity:
         self.named_ports = named_ports
         self.selected = selected
         self.uncertain = uncertain
-
-
-@dataclass(frozen=True, slots=True)
-class _Anchored:
-    """The entries of one anchor, in their order: those whose selector requires a namespace
-    apart by it (an endpoint of another namespace cannot match them), each with its place."""
-
-    anywhere: tuple[tuple[int, _Entry], ...]
-    by_namespace: Mapping[str, tuple[tuple[int, _Entry], ...]]
-
-    def among(self, namespace: str | None) -> list[_Entry]:
-        """The entries an endpoint of `namespace` may match, in their order."""
-        own = self.by_namespace.get(namespace) if namespace is not None else None
-        if not own:
-            return [entry for _, entry in self.anywhere]
-        if not self.anywhere:
-            return [entry for _, entry in own]
-        return [entry for _, entry in sorted((*self.anywhere, *own), key=lambda e: e[0])]
-
-
-def _split_by_namespace(entries: list[_Entry]) -> _Anchored:
-    anywhere: list[tuple[int, _Entry]] = []
-    by_namespace: dict[str, list[tuple[int, _Entry]]] = {}
-    for place, entry in enumerate(entries):
-        selector = entry.subject.selector
-        required = [v for k, v in selector.match_labels if k == NAMESPACE_KEY] if selector else []
-        if required:
-            by_namespace.setdefault(required[0], []).append((place, entry))
-        else:
-            anywhere.append((place, entry))
-    return _Anchored(tuple(anywhere), {k: tuple(v) for k, v in by_namespace.items()})
-
-
-def _anchors(selector: LabelSelector) -> list[tuple[str, str]]:
-    """Label pairs of which an endpoint must carry one to be selected (empty: no such pairs)."""
-    if selector.match_labels:
-        others = [pair for pair in selector.match_labels if pair[0] != NAMESPACE_KEY]
-        return [others[0] if others else selector.match_labels[0]]
-    for req in selector.match_expressions:
-        if req.operator is SelectorOperator.IN:
-            return [(req.key, value) for value in sorted(req.values)]
-    return []
 
 
 def _covers(intervals: list[tuple[int, int]], first: int, last: int) -> bool:
@@ -200,10 +158,10 @@ class PolicySet:
                 for sel in selectors:
                     for key, value in sel.values():
                         compared.setdefault(key, set()).add(value)
-                anchors = _anchors(subject.selector)
-                if not anchors:
+                found = anchors(subject.selector)
+                if not found:
                     unanchored.append(entry)
-                for anchor in anchors:
+                for anchor in found:
                     by_anchor.setdefault(anchor, []).append(entry)
         for record in lost:
             for sel in record.selects:
@@ -212,7 +170,8 @@ class PolicySet:
         self._values = {ns: {k: frozenset(v) for k, v in found.items()}
                         for ns, found in values.items()}  # fmt: skip
         self._port_names = frozenset(names)
-        self._by_anchor = {k: _split_by_namespace(v) for k, v in by_anchor.items()}
+        self._by_anchor = {k: split_by_namespace([(e.subject.selector, e) for e in v])
+                           for k, v in by_anchor.items()}  # fmt: skip
         self._unanchored = tuple(unanchored)
         self._endpoint_ids: dict[Endpoint, int] = {}
         self._projection_ids: dict[

@@ -14,8 +14,9 @@ A port range matters only through the cells of the rules' port bounds it starts 
 So a hop is evaluated once per (selecting blocks, what it reads of the two endpoints, cells): two
 thousand destination classes that one source's rules cannot tell apart cost one evaluation, and so
 do two thousand sources selected by the same blocks. An endpoint no block selects allows the hop
-without evaluation. The hop itself is the evaluator's (`hop`, given); this module decides only
-what a cached answer may stand for. The uncached path (`PolicySet.trace`) evaluates every hop
+without evaluation; what a hop reads is worked out once per set of selecting blocks (a new
+endpoint selected by known blocks reuses it). The hop itself is the evaluator's (`hop`, given);
+this module decides only what a cached answer may stand for. The uncached path (`PolicySet.trace`) evaluates every hop
 afresh: tests compare the two. Pure: no I/O.
 """
 

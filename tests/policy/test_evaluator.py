@@ -633,6 +633,6 @@ def test_the_blocks_selecting_an_endpoint_keep_the_policies_order_across_namespa
     for ns, expected in (("ml", ["p1", "c1", "p3", "c2"]), ("web", ["c1", "p2", "c2"]),
                          ("other", ["c1", "c2"])):  # fmt: skip
         dst = ep({"zone": "a"}, ns=ns)
-        ingress = [h for h in policies.trace(ep({"zone": "b"}, ns=ns), dst, P23456).hops if h.hop is IN][0]
+        ingress = next(h for h in policies.trace(ep({"zone": "b"}, ns=ns), dst, P23456).hops if h.hop is IN)
         assert [b.policy.rsplit("/", 1)[-1] for b in ingress.selecting] == expected, ns
         assert policies.check(ep({"zone": "b"}, ns=ns), dst, P23456) == ALLOW
