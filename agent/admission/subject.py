@@ -111,8 +111,9 @@ def planned_pods(subject: Subject) -> list[dict[str, Any]]:
         total += template.count
         if total > MAX_PODS:
             return []
+        own = _labels_of(template.template)  # read once per template
         for i in range(template.count):
-            labels = dict(_labels_of(template.template))
+            labels = dict(own)
             if subject.training is not None:
                 gang = subject.training.labels
                 rtype = template.replica.lower()

@@ -278,7 +278,7 @@ class _Terms:
             return ()
         labels = need.labels
         key = (id(need.affinity), kind, need.namespace,
-               tuple((k, k in labels, labels.get(k)) for k in read))  # fmt: skip
+               tuple((k, k in labels, labels.get(k)) for k in read) if read else ())  # fmt: skip
         found = self._found.get(key)
         if found is None:
             found = self._found[key] = _resolve(terms, namespace=need.namespace, labels=labels)
