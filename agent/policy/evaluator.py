@@ -315,9 +315,7 @@ class PolicySet:
         namespace = labels.get(NAMESPACE_KEY)
         for pair in labels.items():
             found = by_anchor.get(pair)
-            if found is None:
-                continue
-            for entry in found.among(namespace):
+            for entry in found.among(namespace) if found is not None else ():
                 candidates[id(entry)] = entry
         return tuple(
             entry
