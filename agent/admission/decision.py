@@ -26,10 +26,12 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
   node; for a group's workload the planner's own template retargeting and room check): the
   patch writes exactly the plan's template changes (zone pin, the taint tolerations, the
   zone-mirroring label, the self pod affinity on the zone where the kind lets affinity change),
-  as a JSON patch from the object as sent. The planner is handed the zone's nodes by node shape
-  (nodes alike in taints, cordon and the labels the templates' placement reads are one shape;
-  the hostname is not read): of each shape the nodes with the most free GPUs, as many as the job
-  has pods (a gang never needs more), so a zone of 800 nodes costs what its shapes cost; the
+  as a JSON patch from the object as sent (the planned object shares every part the changes do
+  not reach with it, so the diff walks only what changed). The planner is handed the zone's
+  nodes by node shape (`agent.admission.zone_nodes`: nodes alike in taints, cordon and the
+  labels the templates' placement reads are one shape; the hostname is not read): of each shape
+  the nodes with the most free GPUs, as many as the job has pods (a gang never needs more), so
+  a zone of 800 nodes costs what its shapes cost; the
   tolerations come out the same (one node of a shape has its taints) and the room check judges
   the nodes the gang would fill first;
 - a Kueue-managed training job (its kind's queue label) gets Kueue's Topology Aware Scheduling
@@ -122,7 +124,8 @@ class View:
 
 class Decider:
     """Decisions over the views it is handed; it keeps, per view, what every request reuses (the
-    nodes as the planner reads them, the reachability's verdict cache)."""
+    zones' nodes as the planner reads them, `ZoneNodes`; the reachability and its verdicts, while
+    the policy set, the namespace objects and the mirror keys are the same)."""
 
     def __init__(self, settings: DiagnosisSettings) -> None:
         self.settings = settings

@@ -26,8 +26,9 @@ kept as it is):
   `DoNotSchedule` one cannot be co-located, so the plan refuses (`PlanRefusedError`).
 A merge patch replaces arrays whole, so tolerations, nodeSelectorTerms and podAffinity terms are
 built from the live object and sent complete. `pod_needs` says which pods a template makes as
-they will be after the patch, and `require_room` whether the target zone has room for them
-(`agent.remediation.room`).
+they will be after the patch (read from `merged_view`: the patched template sharing what the
+patch does not reach, never copied), and `require_room` whether the target zone has room for
+them (`agent.remediation.room`).
 """
 
 from __future__ import annotations
