@@ -48,20 +48,26 @@ Not modelled at admission (the cache keeps GPU requests only): CPU and memory ro
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from agent.admission import pod_gang
+from agent.admission.documents import (
+    at_path,
+    json_copy,
+    merge_patch_into,
+    node_dict,
+    usage_pod,
+    without_owners,
+)
 from agent.admission.jsonpatch import Operation, diff
 from agent.admission.subject import Subject, planned_pods
 from agent.diagnosis.kueue import kueue_advice
 from agent.diagnosis.placement import choose_target_zone
 from agent.diagnosis.reachability import Reachability
 from agent.model.admission import AdmissionOutcome as Outcome
-from agent.model.cluster import GPU_RESOURCE, ZONE_LABEL, ClusterState
+from agent.model.cluster import ZONE_LABEL, ClusterState
 from agent.model.descriptor import PodTemplate, dig
 from agent.model.finding import Finding
 from agent.model.job import Job, JobRef
@@ -193,7 +199,7 @@ class Decider:
         for _, node in sorted(chosen, key=lambda e: e[0]):
             found = self._node_dicts.get(id(node))
             if found is None or found[0] is not node:
-                found = self._node_dicts[id(node)] = (node, _node_dict(node))
+                found = self._node_dicts[id(node)] = (node, node_dict(node))
             out.append(found[1])
         return out
 
@@ -230,6 +236,9 @@ class Decider:
                              "zonemedic places its JobSet when the Trainer creates it")  # fmt: skip
         if ref.namespace in self.settings.protected_namespaces:
             return unchanged(Outcome.SKIPPED, f"namespace {ref.namespace} is protected")
+        owned = pod_gang.placed_through(subject.obj) if subject.pod else None
+        if owned is not None:
+            return unchanged(Outcome.SKIPPED, owned)
         templates = subject.templates
         if not templates:
             return unchanged(Outcome.SKIPPED, "it has no pod template of a gang")
@@ -247,7 +256,7 @@ class Decider:
             return unchanged(Outcome.SKIPPED, "its pods cannot be modelled (a pod count or a "
                              "field that cannot be read)")  # fmt: skip
         zones = list(view.facts.zones) or view.state.zones()
-        if len(job.pods) < 2:
+        if len(job.pods) < 2 and not subject.pod:  # a pod-by-pod group is a gang by its settings
             return unchanged(Outcome.NOT_NEEDED, "it runs one pod: nothing to co-locate")
         if len(zones) < 2:
             return unchanged(Outcome.NOT_NEEDED, "the cluster has one zone")
@@ -259,7 +268,7 @@ class Decider:
         capacity = CapacityIndex(view.state.nodes, (), used=view.facts.gpu_used,
                                  free=view.facts.zone_free)  # fmt: skip
         free = capacity.free_gpus([p for p in job.pods if p.node_name is not None])
-        need = job.gpu_request
+        need = pod_gang.gang_gpus(subject, job.gpu_request)
         candidates = [z for z in fixing if free.get(z, 0) >= need]
         if not fixing:
             return unchanged(Outcome.NO_ZONE, "no zone" + (f" ({', '.join(allowed)})" if kept or zones_pinned else "")
@@ -270,9 +279,10 @@ class Decider:
                              f"{need} free GPUs for the whole job (free: {room})")  # fmt: skip
         if _kueue_queue(subject.obj) or _kueue_queue(_template_meta(templates)):
             if subject.training is None:
+                where = "every pod of its pod group" if subject.pod else "its pod template"
                 return unchanged(Outcome.NO_ZONE, "Kueue-managed: zonemedic writes no nodeSelector "
                                  f"on it; ask Kueue for one zone ({KUEUE.topology_annotation}: "
-                                 f"{ZONE_LABEL} on its pod template)")  # fmt: skip
+                                 f"{ZONE_LABEL} on {where})")  # fmt: skip
             return self._kueue(subject, view, candidates, enforce=enforce)
         refusals: list[str] = []
         job_gpus = _gpus_by_zone(job, view)
@@ -300,6 +310,10 @@ class Decider:
 
     def _job(self, subject: Subject, view: View) -> Job | None:
         manifests = planned_pods(subject)
+        live = ([p for p in view.facts.pods_in.get(subject.ref.namespace, ()) if p.live]
+                if subject.group is not None else [])  # fmt: skip
+        if subject.pod:
+            manifests = pod_gang.gang_manifests(subject, manifests, live=live)
         if not manifests:
             return None
         for manifest in manifests:  # a zone-mirroring label is set on every pod (at binding, by
@@ -310,12 +324,11 @@ class Decider:
             pods = [parse_pod(m) for m in manifests]
             objects = {}
             if subject.training is not None:
-                obj = parse_training_job(_without_owners(subject.obj), subject.training.kind)
+                obj = parse_training_job(without_owners(subject.obj), subject.training.kind)
                 objects[(subject.training.kind, obj.namespace, obj.name)] = obj
         except ManifestError:
             return None
         if subject.group is not None:
-            live = [p for p in view.facts.pods_in.get(subject.ref.namespace, ()) if p.live]
             found = group_jobs([*live, *pods], [subject.group])
         else:
             state = ClusterState(nodes=view.state.nodes, namespaces=view.state.namespaces,
@@ -329,7 +342,7 @@ class Decider:
         nodes = self._zone_nodes(view, zone, keys=_shape_keys(subject.templates),
                                  pods=len(planned_pods(subject)) or 1)  # fmt: skip
         names = [str(n["metadata"]["name"]) for n in nodes]
-        bound = [_usage_pod(name, used[name]) for name in names if used.get(name)]
+        bound = [usage_pod(name, used[name]) for name in names if used.get(name)]
         room_view = _gpus_only(subject)
         try:
             if subject.group is not None:
@@ -387,9 +400,9 @@ class Decider:
             return Decision(Outcome.NO_ZONE, ref, f"zonemedic: {_what(subject)} passed unchanged: "
                             f"{advice.message}")  # fmt: skip
         wanted = wanted_annotations(subject.name, obj.pod_sets, obj.topology)
-        planned = _copy(subject.obj)
+        planned = json_copy(subject.obj)
         for template in subject.templates:
-            target = _at(planned, template.path)
+            target = at_path(planned, template.path)
             meta = target.setdefault("metadata", {})
             annotations = dict(meta.get("annotations") or {})
             for key, value in wanted.get(template.replica, {}).items():
@@ -487,42 +500,22 @@ def _gpus_by_zone(job: Job, view: View) -> dict[str, int]:
     return out
 
 
-def _without_owners(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The object planned as itself: a TrainJob's JobSet is placed as a JobSet at its creation."""
-    out = dict(obj)
-    meta = dict(obj.get("metadata") or {})
-    meta.pop("ownerReferences", None)
-    out["metadata"] = meta
-    return out
 
 
-def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of a JSON object (as the API server sent it: JSON values only)."""
-    out: dict[str, Any] = orjson.loads(orjson.dumps(obj))
-    return out
 
 
-def _at(obj: Any, path: Sequence[str | int]) -> dict[str, Any]:
-    node = obj
-    for step in path:
-        node = node[step]
-    assert isinstance(node, dict)
-    return node
 
 
 def _templates_of(subject: Subject, obj: Mapping[str, Any]) -> list[PodTemplate]:
-    found = subject.training.templates if subject.training is not None else None
-    if found is None and subject.owner is not None:
-        found = subject.owner.templates
-    return found.gang_templates(obj) if found is not None else []
+    return subject.templates_in(obj)
 
 
 def _gpus_only(subject: Subject) -> dict[str, Any]:
     """The object as the room check can judge it from the cache: its owners dropped (planned as
     itself) and its containers' requests and limits reduced to GPU resources."""
-    out = _copy(_without_owners(subject.obj))
+    out = json_copy(without_owners(subject.obj))
     for template in _templates_of(subject, out):
-        spec = _at(out, template.path).get("spec") or {}
+        spec = at_path(out, template.path).get("spec") or {}
         for key in ("containers", "initContainers"):
             for container in spec.get(key) or []:
                 resources = container.get("resources") if isinstance(container, dict) else None
@@ -537,49 +530,15 @@ def _gpus_only(subject: Subject) -> dict[str, Any]:
 
 def _applied(subject: Subject, changes: Sequence[TemplateChange]) -> dict[str, Any]:
     """The object as sent with each change's planned fields merged into its template."""
-    out = _copy(subject.obj)
+    out = json_copy(subject.obj)
     paths = {t.replica: t.path for t in subject.templates}
     for change in changes:
         path = paths.get(change.replica)
         if path is None:
             continue
-        parent, last = _at(out, path[:-1]), str(path[-1])
-        parent[last] = _merge_patch_into(parent.get(last), change.fragment())
+        if not path:  # the object is its own template (a Pod)
+            out = merge_patch_into(out, change.fragment())
+            continue
+        parent, last = at_path(out, path[:-1]), str(path[-1])
+        parent[last] = merge_patch_into(parent.get(last), change.fragment())
     return out
-
-
-def _merge_patch_into(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch of `target` by `patch`, in place (`target` is this module's own
-    copy): the value `apply_merge_patch` returns, without copying the target at every level."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = target if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge_patch_into(out.get(key), value)
-    return out
-
-
-def _node_dict(node: Any) -> dict[str, Any]:
-    """A parsed node as the planner reads nodes (labels, taints, cordon, GPU allocatable)."""
-    spec: dict[str, Any] = {}
-    if node.taints:
-        spec["taints"] = [{"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
-                          for t in node.taints]  # fmt: skip
-    if node.unschedulable:
-        spec["unschedulable"] = True
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": node.name, "labels": dict(node.labels)}, "spec": spec,
-            "status": {"allocatable": {GPU_RESOURCE: str(node.gpu_allocatable)}}}  # fmt: skip
-
-
-def _usage_pod(node: str, gpus: int) -> dict[str, Any]:
-    """What the pods bound to `node` use, as one pod (the cache counts GPUs per node)."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": "", "name": f"in-use-on-{node}"},
-            "spec": {"nodeName": node,
-                     "containers": [{"name": "x", "resources": {"requests": {GPU_RESOURCE: str(gpus)}}}]},
-            "status": {"phase": "Running"}}  # fmt: skip
-
