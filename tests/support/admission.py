@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -115,3 +116,10 @@ def lab_pod(name: str, role: str, *, gpus: int = 0, labels: dict[str, str] | Non
     found = o.pod(name, labels={"app": "lab", "role": role, "zone": "b", **(labels or {})},
                   gpus=gpus, ports=[(None, 29500)], phase=None, **fields)  # fmt: skip
     return found
+
+
+def free_port() -> int:
+    """A loopback port free now (the agent's admission port in the twin tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
