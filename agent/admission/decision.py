@@ -67,7 +67,7 @@ from agent.diagnosis.kueue import kueue_advice
 from agent.diagnosis.placement import choose_target_zone
 from agent.diagnosis.reachability import Reachability
 from agent.model.admission import AdmissionOutcome as Outcome
-from agent.model.cluster import ZONE_LABEL, ClusterState
+from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
 from agent.model.descriptor import PodTemplate, dig
 from agent.model.finding import Finding
 from agent.model.job import Job, JobRef
@@ -142,6 +142,7 @@ class Decider:
         self._ranked: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, Any]]]] = {}
         self._mirror: tuple[str, ...] = ()
         self._uses = 0
+        self._members: dict[tuple[str, str], tuple[object, list[Pod]]] = {}
 
     def _prepare(self, view: View) -> Reachability:
         """The reachability for the view's policies and namespaces (kept while they are the same
@@ -310,8 +311,7 @@ class Decider:
 
     def _job(self, subject: Subject, view: View) -> Job | None:
         manifests = planned_pods(subject)
-        live = ([p for p in view.facts.pods_in.get(subject.ref.namespace, ()) if p.live]
-                if subject.group is not None else [])  # fmt: skip
+        live = self._group_pods(subject, view)
         if subject.pod:
             manifests = pod_gang.gang_manifests(subject, manifests, live=live)
         if not manifests:
@@ -335,6 +335,22 @@ class Decider:
                                  pods=tuple(pods), job_objects=objects)  # fmt: skip
             found = kubeflow_jobs(state)
         return found[0] if found else None
+
+    def _group_pods(self, subject: Subject, view: View) -> list[Pod]:
+        """The live pods of the subject's namespace its group's selector matches, kept while the
+        view holds the same pod list for the namespace (a group's pods arrive one by one: the
+        namespace is read once per change, not once per pod)."""
+        group, namespace = subject.group, subject.ref.namespace
+        if group is None:
+            return []
+        pods = view.facts.pods_in.get(namespace, ())
+        found = self._members.get((namespace, group.name))
+        if found is None or found[0] is not pods:
+            if len(self._members) > 256:
+                self._members.clear()
+            chosen = [p for p in pods if p.live and all(p.labels.get(k) == v for k, v in group.selector.items())]
+            found = self._members[(namespace, group.name)] = (pods, chosen)
+        return found[1]
 
     def _plan(self, subject: Subject, view: View, zone: str) -> tuple[Any, str]:
         """The object as the planner's fix for `zone` leaves it, or (None, the refusal)."""
