@@ -38,7 +38,18 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
   when Kueue's TAS is not configured for its flavors, or it has more than two PodSets; a
   generic group's workload with Kueue's queue label passes unchanged (no nodeSelector is written
   on it; the warning names the annotation to add);
-- a group's later objects follow the group's kept decision (`kept`): the same zone.
+- a group's later objects follow the group's kept decision (`kept`): the same zone;
+- a Pod of a group placed pod by pod (`admit_pods`, `agent.admission.pod_gang`): its one template
+  is the Pod itself; passed unchanged when its controller is placed at its own creation (a batch
+  Job's, a training kind's, a Deployment's ReplicaSet's pod: its template carries the pin) or the
+  Pod pins a zone already; otherwise its gang (the group's live pods, the Pod, the pods still to
+  come up to the group's `size`) is checked as a group's workload is, its GPUs the group's `gpus`
+  when more, and a lone first Pod is placed too (the group is a gang by its settings); the patch
+  is the group planner's template change (`retarget`: zone pin, tolerations, zone-mirroring
+  label; no pod affinity) written on the Pod's own spec and labels, and the room check is for
+  the Pod; a Pod with Kueue's queue label (Kueue's pod integration) passes unchanged: no
+  nodeSelector, the warning names the topology annotation to put on every pod of its pod group.
+  The group's live pods are read once per view change (`_group_pods`).
 `enforce` False (`admission.mode: warn`): the same decision, its warning says what it would do,
 and no patch.
 

@@ -65,9 +65,9 @@ class GroupSpec:
 
     def __post_init__(self) -> None:
         if self.admit_pods and not _DNS_LABEL.match(self.name):
-            raise ConfigError(f"diagnosis.groups: a group with admit_pods names its own webhook: "
-                              f"its name must be a DNS label (lower case letters, digits, '-'), "
-                              f"got {self.name!r}")  # fmt: skip
+            raise ConfigError(f"diagnosis.groups[{self.name}].name: a group with admit_pods "
+                              "names its own webhook: its name must be a DNS label (lower case "
+                              f"letters, digits, '-'), got {self.name!r}")  # fmt: skip
         if (self.size is not None or self.gpus is not None) and not self.admit_pods:
             raise ConfigError(f"diagnosis.groups[{self.name}]: size and gpus are read only for a "
                               "group placed pod by pod (admit_pods: true)")  # fmt: skip

@@ -41,7 +41,7 @@ def config(tmp_path: Path, body: str) -> Path:
     ("admission: {namespace_label: 'bad label'}\n", "admission.namespace_label: must be a label key"),
     ("admission: {hots: 0.0.0.0}\n", "admission.hots: unknown key"),
     ("diagnosis: {groups: [{name: Lab_1, selector: {app: lab}, coordinator: {r: c}, workers: {r: w}, "
-     "admit_pods: true}]}\n", "a group with admit_pods names its own webhook: its name must be a DNS label"),
+     "admit_pods: true}]}\n", "diagnosis.groups[Lab_1].name: a group with admit_pods names its own webhook"),
     ("diagnosis: {groups: [{name: lab, selector: {app: lab}, coordinator: {r: c}, workers: {r: w}, "
      "size: 4}]}\n", "diagnosis.groups[lab]: size and gpus are read only for a group placed pod by pod"),
     ("diagnosis: {groups: [{name: lab, selector: {app: lab}, coordinator: {r: c}, workers: {r: w}, "
