@@ -373,7 +373,8 @@ class Decider:
         room_view = _gpus_only(subject)
         try:
             if subject.group is not None:
-                changes = self._group_changes(subject, room_view, zone=zone, nodes=nodes, bound=bound)
+                changes = _group_changes(subject, room_view, zone=zone, mirror=self._mirror,
+                                         nodes=nodes, bound=bound)
             else:
                 ref = JobRef(subject.ref.kind, subject.ref.namespace, subject.name)
                 finding = Finding(job=ref, verdict=Verdict.ZONE_SPLIT_DEGRADED, zones={},
@@ -388,24 +389,6 @@ class Decider:
         except QuantityError as exc:
             return None, f"cannot read a resource quantity: {exc}"
         return _applied(subject, changes), ""
-
-    def _group_changes(self, subject: Subject, room_view: Mapping[str, Any], *, zone: str,
-                       nodes: Sequence[Mapping[str, Any]],
-                       bound: Sequence[Mapping[str, Any]]) -> list[TemplateChange]:  # fmt: skip
-        """The group planner's own template change for one workload, and its room check."""
-        zone_nodes = nodes_in_zone(nodes, zone)
-        changes, needs = [], []
-        templates = {t.replica: t for t in _templates_of(subject, room_view)}
-        for template in subject.templates:
-            change = retarget(template.template, replica=template.replica, path=(), zone=zone,
-                              zone_nodes=zone_nodes, mirror_keys=self._mirror, affinity_to=None)  # fmt: skip
-            if change is not None:
-                changes.append(change)
-            needs.extend(pod_needs(subject.name, templates[template.replica].template, change,
-                                   template.count or 0, namespace=subject.ref.namespace,
-                                   relabel=dict.fromkeys(self._mirror, zone)))  # fmt: skip
-        require_room(needs, zone=zone, nodes=nodes, bound_pods=bound, replaced=frozenset())
-        return changes
 
     def _kueue(self, subject: Subject, view: View, candidates: Sequence[str], *,
                enforce: bool) -> Decision:  # fmt: skip
@@ -462,6 +445,25 @@ def _why(zone: str, *, fixing: Sequence[str], zones: Sequence[str], need: int, f
     flows = (f"every flow it needs is allowed there (not in {', '.join(denied)})" if denied
              else "every flow it needs is allowed there")
     return f"{flows}, and it has room for the whole gang ({need} GPUs needed, {free} free)"
+
+
+def _group_changes(subject: Subject, room_view: Mapping[str, Any], *, zone: str,
+                   mirror: Sequence[str], nodes: Sequence[Mapping[str, Any]],
+                   bound: Sequence[Mapping[str, Any]]) -> list[TemplateChange]:  # fmt: skip
+    """The group planner's own template change for one workload, and its room check."""
+    zone_nodes = nodes_in_zone(nodes, zone)
+    changes, needs = [], []
+    templates = {t.replica: t for t in _templates_of(subject, room_view)}
+    for template in subject.templates:
+        change = retarget(template.template, replica=template.replica, path=(), zone=zone,
+                          zone_nodes=zone_nodes, mirror_keys=mirror, affinity_to=None)  # fmt: skip
+        if change is not None:
+            changes.append(change)
+        needs.extend(pod_needs(subject.name, templates[template.replica].template, change,
+                               template.count or 0, namespace=subject.ref.namespace,
+                               relabel=dict.fromkeys(mirror, zone)))  # fmt: skip
+    require_room(needs, zone=zone, nodes=nodes, bound_pods=bound, replaced=frozenset())
+    return changes
 
 
 def _shape_keys(templates: Sequence[PodTemplate]) -> frozenset[str] | None:
