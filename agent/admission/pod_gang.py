@@ -9,7 +9,8 @@ store for the group's later pods), or read the cluster.
 - Passed unchanged (`placed_through`): a pod whose controller is placed at its own creation, so
   its template already carries the pin (or said why not): a batch Job's (a JobSet's pods
   included), a training kind's (its operator's pods), a Deployment's ReplicaSet's (the pod
-  carries the Deployment controller's `pod-template-hash` label). A StatefulSet's, a bare
+  carries the Deployment controller's `pod-template-hash` label); a pod created bound to a node
+  (`spec.nodeName`: no scheduler places it). A StatefulSet's, a bare
   ReplicaSet's, any other controller's and a bare Pod are placed.
 - The gang (`gang_manifests`): the group's live pods (they are the cache's, grouped by
   `agent.topology.jobs.group_jobs` with the pod) and the pod, and, when the group says its size
@@ -40,7 +41,12 @@ _PLACED_OWNERS = frozenset({BATCH_JOB.kind, *(w.kind for w in WORKLOADS)})
 
 
 def placed_through(pod: Mapping[str, Any]) -> str | None:
-    """Why the pod is left to its controller (placed at the controller's creation), or None."""
+    """Why the pod is left as it is (its controller is placed at its own creation, or it is
+    created bound to a node), or None."""
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    if node:
+        return f"it is created bound to node {node} (a zone pin elsewhere would make it fail)"
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}

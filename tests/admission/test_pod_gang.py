@@ -33,6 +33,11 @@ def test_pods_left_to_their_controller(refs: list[dict[str, Any]] | None, labels
     assert (found is None) if why is None else (found is not None and why in found), found
 
 
+def test_a_pod_created_bound_to_a_node_is_left_alone() -> None:
+    found = placed_through(o.pod("p", node_name="a1", phase=None))
+    assert found is not None and "it is created bound to node a1" in found
+
+
 def subject(obj: dict[str, Any], group: GroupSpec = POD_GROUP) -> Subject:
     found = identify(obj, group="", version="v1", kind="Pod", namespace="ml", groups=[group])
     assert found is not None
