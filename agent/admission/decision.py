@@ -41,8 +41,8 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
 - a group's later objects follow the group's kept decision (`kept`): the same zone;
 - a Pod of a group placed pod by pod (`admit_pods`, `agent.admission.pod_gang`): its one template
   is the Pod itself; passed unchanged when its controller is placed at its own creation (a batch
-  Job's, a training kind's, a Deployment's ReplicaSet's pod: its template carries the pin) or the
-  Pod pins a zone already; otherwise its gang (the group's live pods, the Pod, the pods still to
+  Job's, a training kind's, a Deployment's ReplicaSet's pod: its template carries the pin), is
+  created bound to a node, or pins a zone already; otherwise its gang (the group's live pods, the Pod, the pods still to
   come up to the group's `size`) is checked as a group's workload is, its GPUs the group's `gpus`
   when more, and a lone first Pod is placed too (the group is a gang by its settings); the patch
   is the group planner's template change (`retarget`: zone pin, tolerations, zone-mirroring
