@@ -41,6 +41,7 @@ from agent.admission.certificates import (
     write_pair,
 )
 from agent.admission.decision import View
+from agent.admission.manifest import webhook_names
 from agent.admission.server import AdmissionServer
 from agent.admission.webhook import Webhook
 from agent.errors import ClusterWriteError, UnavailableError
@@ -177,7 +178,7 @@ def ca_patcher(settings: Settings, *, api_client: Any) -> Callable[[str], None]:
         ca_bundle = base64.b64encode(ca_pem.encode()).decode()
         try:
             ClusterWriter(api_client).patch_webhook_ca_bundle(
-                admission.configuration_name, webhook=admission.webhook_name, ca_bundle=ca_bundle,
+                admission.configuration_name, webhooks=webhook_names(settings), ca_bundle=ca_bundle,
                 fence=Fence(SOLE_WRITER, 0))  # fmt: skip
             log.info("admission caBundle patched",
                      extra={"configuration": admission.configuration_name})  # fmt: skip
