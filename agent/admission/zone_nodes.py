@@ -2,7 +2,7 @@
 
 Who calls it: `agent.admission.decision` (its `Decider` holds one `ZoneNodes`), for every zone
 the planner is asked about. Pure: the view's nodes, their zones and their GPU use in, the nodes
-(and what is bound to them) as the planner reads them out; no clock, no I/O.
+as the planner reads them (`agent.admission.documents.node_dict`) out; no clock, no I/O.
 
 Which nodes: of each node shape of the zone (nodes alike in taints, cordon and the values of the
 label keys the job's templates' placement reads: `keys`; the hostname is not read), the `pods`
@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.model.cluster import GPU_RESOURCE, Node
+from agent.admission.documents import node_dict
+from agent.model.cluster import Node
 
 Keys = frozenset[str] | None
 
@@ -91,24 +92,3 @@ class ZoneNodes:
                 for group in groups]  # fmt: skip
         return found
 
-
-def node_dict(node: Node) -> dict[str, Any]:
-    """A parsed node as the planner reads nodes (labels, taints, cordon, GPU allocatable)."""
-    spec: dict[str, Any] = {}
-    if node.taints:
-        spec["taints"] = [{"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
-                          for t in node.taints]  # fmt: skip
-    if node.unschedulable:
-        spec["unschedulable"] = True
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": node.name, "labels": dict(node.labels)}, "spec": spec,
-            "status": {"allocatable": {GPU_RESOURCE: str(node.gpu_allocatable)}}}  # fmt: skip
-
-
-def usage_pod(node: str, gpus: int) -> dict[str, Any]:
-    """What the pods bound to `node` use, as one pod (the cache counts GPUs per node)."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": "", "name": f"in-use-on-{node}"},
-            "spec": {"nodeName": node,
-                     "containers": [{"name": "x", "resources": {"requests": {GPU_RESOURCE: str(gpus)}}}]},
-            "status": {"phase": "Running"}}  # fmt: skip
