@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import socket
 import ssl
 from collections.abc import Mapping, Sequence
@@ -119,7 +120,15 @@ def lab_pod(name: str, role: str, *, gpus: int = 0, labels: dict[str, str] | Non
 
 
 def free_port() -> int:
-    """A loopback port free now (the agent's admission port in the twin tests)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now (the agent's admission port in the twin tests), bound later by the
+    agent: drawn below the kernel's ephemeral range (32768-60999 by default), so an outgoing
+    connection or another test's `bind(0)` cannot take it in between."""
+    for _ in range(200):
+        port = random.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port in 20000-32767")
