@@ -1,7 +1,8 @@
 """`zonemedic demo` as a person runs it (a real process): the story end to end with `--json` on
-`seed-degraded`, `lab` and `kueue` (side by side, real Prometheus), the two Kubeflow Trainer stories `trainjob` and
-`trainjob-mpi` (side by side, real Prometheus), interactively rejected on `seed-blocked` and snoozed on
-`lab` without metrics (side by side), and Ctrl-C stopping every process it started and removing its files.
+`seed-degraded`, `lab` and `kueue` (side by side, real Prometheus), the two Kubeflow Trainer
+stories `trainjob` and `trainjob-mpi` (side by side, real Prometheus), interactively rejected on
+`seed-blocked` and snoozed on `lab` without metrics (side by side), and Ctrl-C stopping every
+process it started and removing its files.
 
 The story goes to stderr, a pipe: it reads as a log does (lines never wrapped, the steps in the
 story's order, what it waits for said), and the seed-degraded run is the README's transcript in
