@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo prometheus rsvg demo-docs lint typecheck contracts test test-all soak bench bench-report clean lock
+.PHONY: install demo prometheus rsvg demo-docs lint typecheck contracts checks pytest test test-all soak bench bench-report clean lock
 
 install: $(STAMP)
 
@@ -93,14 +93,29 @@ contracts: install
 PYTEST_WORKERS ?= 3
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --hypothesis-profile=ci
 PYCACHE_ENV = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
-test: lint typecheck contracts
+# The checks (lint, typecheck, contracts: a cold mypy is a minute or more of one core) run in the
+# background beside pytest, whose workers mostly wait; each check's output is printed whole when
+# it ends (--output-sync), pytest's as it comes. `make test` fails when pytest or any check
+# failed: it waits for both and says which failed.
+test: install
+	@$(MAKE) --no-print-directory -j3 --output-sync=target checks & checks=$$!; \
+	$(MAKE) --no-print-directory pytest; tests=$$?; \
+	wait $$checks; checked=$$?; \
+	if [ $$checked -ne 0 ]; then echo "make test: FAILED: lint, typecheck or contracts (above)"; fi; \
+	if [ $$tests -ne 0 ]; then echo "make test: FAILED: pytest (above)"; fi; \
+	[ $$checked -eq 0 ] && [ $$tests -eq 0 ]
+
+checks: lint typecheck contracts
+
+pytest: install
 	$(PYCACHE_ENV) $(BIN)/pytest -q -m "not slow" -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
 
 test-all: install
 	$(BIN)/pytest -q -p no:cacheprovider
 
-# The 10-minute soak (tests/soak): faults, replicas, clicks; prints its seed and counts.
-# Replay a seed with ZONEMEDIC_SOAK_SEED=N make soak; ZONEMEDIC_SOAK_SECONDS=180 shortens it.
+# The soaks (tests/soak, marked slow): 1 minute, then 10, of faults, replicas, clicks; each prints
+# its seed and counts.
+# Replay a seed with ZONEMEDIC_SOAK_SEED=N make soak; ZONEMEDIC_SOAK_SECONDS=180 shortens the 10.
 soak: install
 	$(BIN)/pytest -q -s -m slow -p no:cacheprovider tests/soak
 

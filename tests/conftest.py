@@ -12,6 +12,11 @@ finish early and reproducibly:
   failing examples remembered in `.hypothesis/`), for exploring on a developer's machine.
 - The files known to run long start first (`LONG_FIRST`), so that no worker is left running one
   of them alone at the end while the others idle.
+- A few long files are not run whole on one worker (`pytest_xdist_make_scheduler`): in
+  `SPREAD_TESTS` each test is a unit of its own (independent tests of tens of seconds each, the
+  kill walks: spread over the workers instead of one worker running the file for minutes), in
+  `SPREAD_FUNCTIONS` each test function with its parametrizations (a module-scoped fixture used
+  by one function is still built once).
 - `COLUMNS` and `LINES` are removed from every test's environment: a worker process inherits them
   from readline (80x24) where a plain run has none, and output widths must not depend on where a
   test runs. A test that wants a width sets it (monkeypatch.setenv).
@@ -35,6 +40,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -52,29 +58,65 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 # subprocesses, the twin, PostgreSQL or Prometheus), longest first. Order only: a file missing
 # here still runs, after these, in collection order.
 LONG_FIRST: tuple[str, ...] = (
-    "tests/soak/test_soak.py",
-    "tests/remediation/test_kill.py",
     "tests/demo/test_demo.py",
+    "tests/chatops/test_agent_chat.py",
     "tests/store/test_timeline_fold.py",
+    "tests/remediation/test_kill_jobset.py",
+    "tests/remediation/test_kill.py",
     "tests/commands/test_run.py",
     "tests/test_cli.py",
-    "tests/remediation/test_remediator_group.py",
     "tests/commands/test_sweep.py",
+    "tests/demo/test_gitops.py",
+    "tests/deploy/test_rbac_usage.py",
+    "tests/runtime/test_alert_flood.py",
+    "tests/soak/test_soak.py",
+    "tests/remediation/test_remediator_group.py",
     "tests/runtime/test_decision_http.py",
     "tests/runtime/test_agent_e2e.py",
     "tests/commands/test_hostile_cli.py",
     "tests/commands/test_incidents.py",
     "tests/remediation/test_remediator.py",
-    "tests/deploy/test_rbac_usage.py",
     "tests/runtime/test_pipeline.py",
     "tests/sources/test_alertmanager.py",
 )
+# Files not run whole on one worker (see the module's docstring): each test a unit; each test
+# function (its parametrizations together) a unit.
+SPREAD_TESTS: frozenset[str] = frozenset({
+    "tests/remediation/test_kill.py",
+    "tests/remediation/test_kill_jobset.py",
+    "tests/store/test_timeline_fold.py",
+})
+SPREAD_FUNCTIONS: frozenset[str] = frozenset({"tests/demo/test_demo.py"})
 _RANK = {path: rank for rank, path in enumerate(LONG_FIRST)}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # stable: within a file the collection order stays (its fixtures are set up as in a plain run)
     items.sort(key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(LONG_FIRST)))
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of `--dist loadfile` a test belongs to: its file, but the test itself in a file of
+    `SPREAD_TESTS` and its function (no parameters) in a file of `SPREAD_FUNCTIONS`."""
+    file = nodeid.split("::", 1)[0]
+    if file in SPREAD_TESTS:
+        return nodeid
+    if file in SPREAD_FUNCTIONS:
+        return nodeid.split("[", 1)[0]
+    return file
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` with the units of `work_unit` (any other --dist: xdist's own)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # only where xdist runs the suite
+
+    class SpreadScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SpreadScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

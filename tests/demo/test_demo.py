@@ -1,7 +1,8 @@
 """`zonemedic demo` as a person runs it (a real process): the story end to end with `--json` on
-`seed-degraded` and `lab` (real Prometheus), the two Kubeflow Trainer stories `trainjob` and
-`trainjob-mpi` (side by side, real Prometheus), interactively rejected on `seed-blocked` and snoozed on
-`lab` without metrics (side by side), and Ctrl-C stopping every process it started and removing its files.
+`seed-degraded`, `lab` and `kueue` (side by side, real Prometheus), the two Kubeflow Trainer
+stories `trainjob` and `trainjob-mpi` (side by side, real Prometheus), interactively rejected on
+`seed-blocked` and snoozed on `lab` without metrics (side by side), and Ctrl-C stopping every
+process it started and removing its files.
 
 The story goes to stderr, a pipe: it reads as a log does (lines never wrapped, the steps in the
 story's order, what it waits for said), and the seed-degraded run is the README's transcript in
@@ -71,10 +72,6 @@ def start(directory: Path, *args: str, stdin: str | None = None) -> Run:
     return Run(directory, process, time.monotonic())
 
 
-def demo(tmp_path: Path, *args: str, stdin: str | None = None) -> tuple[dict[str, Any], str]:
-    return start(tmp_path, *args, stdin=stdin).finish()
-
-
 # What the story says, beyond the steps every run shows, and what it must never say.
 SAYS = {
     "seed-degraded": (
@@ -112,17 +109,45 @@ def assert_reads_as_a_log(story: str) -> None:
     assert story.index("… waiting for dana") < story.index("✔ Approval")
 
 
-@requires_prometheus
-@pytest.mark.parametrize(("scenario", "zones_before", "verdict"), [
+STORIES = [  # scenario, pods before, verdict
     ("seed-degraded", {"us-east-1a": 4, "us-east-1b": 1}, "zone_split_degraded"),
     ("lab", {"zone-a": 4, "zone-b": 1}, "zone_split_blocked"),
     # admitted by Kueue without a topology request: fixed through Kueue
     ("kueue", {"us-east-1a": 4, "us-east-1b": 1}, "zone_split_degraded"),
-])
+]
+Finished = tuple[Path, dict[str, Any], str]  # the run's directory, its summary, its story
+
+
+@pytest.fixture(scope="module")
+def stories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Finished | AssertionError]:
+    """The `STORIES` run side by side (each in its own directory: the wall time of one), each
+    finished and checked by `Run.finish`; a run that failed its checks is its test's failure
+    (the others are still checked)."""
+    root = tmp_path_factory.mktemp("stories")
+    runs = {name: start(root / name, "--scenario", name) for name, *_ in STORIES}
+    finished: dict[str, Finished | AssertionError] = {}
+    try:
+        for name, run in runs.items():
+            try:
+                finished[name] = (run.directory, *run.finish())
+            except AssertionError as failed:
+                finished[name] = failed
+    finally:
+        for run in runs.values():
+            run.stop()
+    return finished
+
+
+@requires_prometheus
+@pytest.mark.parametrize(("scenario", "zones_before", "verdict"), STORIES)
 def test_the_story_ends_resolved_co_located_and_faster(
-    tmp_path: Path, scenario: str, zones_before: dict[str, int], verdict: str
+    stories: dict[str, Finished | AssertionError], scenario: str,
+    zones_before: dict[str, int], verdict: str,
 ) -> None:
-    summary, story = demo(tmp_path, "--scenario", scenario)
+    outcome = stories[scenario]
+    if isinstance(outcome, AssertionError):
+        raise outcome
+    tmp_path, summary, story = outcome
     assert summary["scenario"] == scenario
     assert summary["incident_status"] == "resolved", story[-3000:]
     assert summary["verdict"] == verdict

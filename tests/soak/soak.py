@@ -24,12 +24,12 @@ from agent.errors import ZonemedicError
 from agent.model.incident import IncidentQuery
 from agent.model.lifecycle import IncidentStatus, MessageStatus
 from agent.settings import DatabaseSettings
-from agent.store.repository import open_store
+from agent.store.repository import IncidentStore, open_store
 from agent.twin.resources import lookup
-from tests.soak.approvers import Approvers
+from tests.soak.approvers import APPROVE, Approvers
 from tests.soak.faults import Faults
 from tests.soak.guarantees import ACTIVE, Report, check, twin_counts_for
-from tests.soak.rig import APPROVERS, Rig, running_rig
+from tests.soak.rig import APPROVERS, CHANNEL, Rig, running_rig
 from tests.soak.workload import (
     BATCH_JOBS,
     DEPLOYMENTS,
@@ -93,16 +93,7 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
     out(f"soak: seed {seed}, {seconds:.0f} s of workload changes, clicks and faults")
     rng = random.Random(seed)
     with running_rig(tmp_path, groups=GROUPS) as rig:
-        workload = Workload(rig.cluster, random.Random(rng.random()))
-        workload.setup()
-        seed_job = rig.cluster.store.get(PYTORCHJOBS, "llm-finetune", namespace="ml")
-        workload.jobs.append(JobRecord("ml", "llm-finetune", seed_job["metadata"]["uid"],
-                                       time.time(), False))
-        faults = Faults(rig, random.Random(rng.random()))
-        store = open_store(DatabaseSettings(connect_timeout=timedelta(seconds=2),
-                                            write_retry=timedelta(seconds=2)), url=rig.pg.url)
-        approvers = Approvers(rig, random.Random(rng.random()), store)
-        observer = SplitObserver(rig, workload)
+        workload, faults, store, approvers, observer = _parts(rig, rng)
         stop = threading.Event()
         fault_errors: list[BaseException] = []
 
@@ -140,48 +131,100 @@ def run_soak(tmp_path: Path, *, seconds: float, seed: int, settle: float = 120.0
         faults.heal()
         workload.calm()
         out(f"soak: changes over ({workload.counts}); faults {dict(faults.log.counts)}; settling")
-        settled = _settle(rig, store, approvers, observer, deadline=time.monotonic() + settle)
-        out(f"soak: {'settled' if settled else 'NOT settled'}")
-        caches, twin_counts = _caches(rig)
-        # the agents keep working after the quiet moment (a re-detection queues updates, a job
-        # found again opens an incident): what they queued since gets its own bounded wait, so
-        # a message still pending at the check is one the deliverer did not deliver in time
-        delivered_by = _delivered(store, deadline=time.monotonic() + DELIVERY_WAIT)
-        report = check(
-            store=store,
-            writes=rig.access.server.accounting.writes(),
-            agent_user=rig.access.user.name,
-            jobs=workload.jobs,
-            split_seen=observer.longest,
-            clicks=approvers.clicks,
-            twin_events=rig.cluster.store.list(EVENTS)[0],
-            live_jobs=rig.cluster.store.list(PYTORCHJOBS)[0],
-            live_workloads=[*rig.cluster.store.list(DEPLOYMENTS)[0],
-                            *rig.cluster.store.list(BATCH_JOBS)[0]],
-            caches=caches,
-            twin_counts=twin_counts,
-            struck=faults.struck,
-            queued_before=delivered_by,
-        )
-        report.counts["faults injected"] = sum(faults.log.counts.values())
-        report.counts["faults"] = dict(faults.log.counts)
-        report.counts["workload"] = vars(workload.counts)
-        report.counts["approver retries"] = approvers.retried
-        report.counts["slack posts"] = len(rig.slack.calls("chat.postMessage", ok_only=True))
-        report.counts["findings posted twice"] = _posted_twice(rig)
-        report.counts["replicas started"] = len(rig.replicas) + len(rig.retired)
-        report.counts["leases renewed late (new terms)"] = sum(
-            b"renewed after the renew deadline" in raw
-            for replica in [*rig.retired, *rig.replicas] for raw in replica.raw)
-        for line in report.lines():
-            out(f"soak: {line}")
-        _write_logs(tmp_path, rig, workload, faults, observer)
-        if report.violated:
-            evidence = _evidence(tmp_path, report, rig, workload, faults, store=store)
-            for line in evidence.read_text().splitlines()[:400]:
-                out(f"soak evidence: {line[:600]}")
-        store.close()
-        return report
+        return _settled_report(tmp_path, rig, store=store, workload=workload, faults=faults,
+                               approvers=approvers, observer=observer, settle=settle, out=out)
+
+
+def run_quiet(tmp_path: Path, *, settle: float = 120.0,
+              out: Callable[[str], Any] = print) -> Report:
+    """The soak's rig and checks without the soak: no workload changes and no faults. The seed
+    job's split is detected and posted, one approver approves it by one click (no random
+    behaviour), and it is remediated; then the run settles and is checked as a soak is."""
+    out("soak (quiet): the seed job approved by one click; no workload changes, no faults")
+    with running_rig(tmp_path, groups=GROUPS) as rig:
+        workload, faults, store, approvers, observer = _parts(rig, random.Random(0))
+        deadline = time.monotonic() + settle
+        incident = None
+        while incident is None:
+            assert time.monotonic() < deadline, "the seed job's finding was not posted"
+            observer.sample()
+            incident = next((int(block["elements"][0]["value"])
+                             for message in rig.slack.messages()
+                             if message.thread_ts is None and message.channel == CHANNEL
+                             for block in message.blocks if block.get("type") == "actions"), None)
+            time.sleep(0.2)
+        approvers.seen.add(incident)  # clicked here, once: no random behaviour planned for it
+        click = approvers.click(APPROVERS[0], APPROVE, incident)
+        assert click.status == 200, click
+        return _settled_report(tmp_path, rig, store=store, workload=workload, faults=faults,
+                               approvers=approvers, observer=observer,
+                               settle=deadline - time.monotonic(), out=out)
+
+
+def _parts(rig: Rig, rng: random.Random,
+           ) -> tuple[Workload, Faults, IncidentStore, Approvers, SplitObserver]:
+    """The soak's workload (its namespaces and the seed job recorded), faults (none injected
+    yet), the store it reads, its approvers and its split observer, each with its own RNG drawn
+    from `rng`."""
+    workload = Workload(rig.cluster, random.Random(rng.random()))
+    workload.setup()
+    seed_job = rig.cluster.store.get(PYTORCHJOBS, "llm-finetune", namespace="ml")
+    workload.jobs.append(JobRecord("ml", "llm-finetune", seed_job["metadata"]["uid"],
+                                   time.time(), False))
+    faults = Faults(rig, random.Random(rng.random()))
+    store = open_store(DatabaseSettings(connect_timeout=timedelta(seconds=2),
+                                        write_retry=timedelta(seconds=2)), url=rig.pg.url)
+    approvers = Approvers(rig, random.Random(rng.random()), store)
+    return workload, faults, store, approvers, SplitObserver(rig, workload)
+
+
+def _settled_report(tmp_path: Path, rig: Rig, *, store: IncidentStore, workload: Workload,
+                    faults: Faults, approvers: Approvers, observer: SplitObserver,
+                    settle: float, out: Callable[[str], Any]) -> Report:
+    """Settle (bounded), wait for the deliveries, check every guarantee, print and return the
+    report (the evidence written beside the run when one is violated)."""
+    settled = _settle(rig, store, approvers, observer, deadline=time.monotonic() + settle)
+    out(f"soak: {'settled' if settled else 'NOT settled'}")
+    caches, twin_counts = _caches(rig)
+    # the agents keep working after the quiet moment (a re-detection queues updates, a job
+    # found again opens an incident): what they queued since gets its own bounded wait, so
+    # a message still pending at the check is one the deliverer did not deliver in time
+    delivered_by = _delivered(store, deadline=time.monotonic() + DELIVERY_WAIT)
+    report = check(
+        store=store,
+        writes=rig.access.server.accounting.writes(),
+        agent_user=rig.access.user.name,
+        jobs=workload.jobs,
+        split_seen=observer.longest,
+        clicks=approvers.clicks,
+        twin_events=rig.cluster.store.list(EVENTS)[0],
+        live_jobs=rig.cluster.store.list(PYTORCHJOBS)[0],
+        live_workloads=[*rig.cluster.store.list(DEPLOYMENTS)[0],
+                        *rig.cluster.store.list(BATCH_JOBS)[0]],
+        caches=caches,
+        twin_counts=twin_counts,
+        struck=faults.struck,
+        queued_before=delivered_by,
+    )
+    report.counts["faults injected"] = sum(faults.log.counts.values())
+    report.counts["faults"] = dict(faults.log.counts)
+    report.counts["workload"] = vars(workload.counts)
+    report.counts["approver retries"] = approvers.retried
+    report.counts["slack posts"] = len(rig.slack.calls("chat.postMessage", ok_only=True))
+    report.counts["findings posted twice"] = _posted_twice(rig)
+    report.counts["replicas started"] = len(rig.replicas) + len(rig.retired)
+    report.counts["leases renewed late (new terms)"] = sum(
+        b"renewed after the renew deadline" in raw
+        for replica in [*rig.retired, *rig.replicas] for raw in replica.raw)
+    for line in report.lines():
+        out(f"soak: {line}")
+    _write_logs(tmp_path, rig, workload, faults, observer)
+    if report.violated:
+        evidence = _evidence(tmp_path, report, rig, workload, faults, store=store)
+        for line in evidence.read_text().splitlines()[:400]:
+            out(f"soak evidence: {line[:600]}")
+    store.close()
+    return report
 
 
 def _evidence(tmp_path: Path, report: Report, rig: Rig, workload: Workload,
