@@ -126,3 +126,51 @@ def test_every_point_of_a_kueue_rollback_stopped_then_resumed_restores_the_job_o
             assert store.get_incident(incident_id).incident.status is IncidentStatus.ROLLED_BACK
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("death", [Death.KILL, Death.STORE_AWAY])
+def test_every_point_of_undoing_a_deactivation_only_stopped_then_resumed_reactivates_it_once(
+    tmp_path: Path, template: Path, workloads: Callable[[Lab], list[dict[str, Any]]], death: Death
+) -> None:
+    """No time for the pods to go (`suspend_timeout` a millisecond): the run rolls back right after the
+    Workload's deactivation, before any annotation; undoing it is one write (the planned
+    Workload reactivated), stopped at and resumed from like any other."""
+    ref = JobRef(JobKind.PYTORCH, "ml", "llm-finetune")
+    store, _ = new_store(template, tmp_path, **OUTAGE_BUDGET)
+    try:
+        with running_lab(tmp_path, "kueue") as lab:
+            incident_id = approved_incident(lab, store, ref=ref)
+            (planned,) = workloads(lab)
+            hasty = replace(FAST, suspend_timeout=timedelta(milliseconds=1), poll_interval=timedelta(milliseconds=1))
+
+            def make(walk_step: Any, walk_write: Any) -> Any:
+                return lab.remediator(store, settings=hasty, on_step=walk_step, on_write=walk_write)
+
+            def rolling_back(where: str) -> bool:
+                if death is Death.STORE_AWAY and where.startswith("step "):
+                    return False
+                return Step.ROLLBACK_STARTED.value in recorded_steps(store, incident_id)
+
+            walk = Walk(make, store, incident_id, death, only=rolling_back,
+                        outage=SqliteLock(str(tmp_path / "incidents.db")))  # fmt: skip
+            assert walk.run() is IncidentStatus.ROLLED_BACK, walk.outcomes
+            expected = [f"patch {WORKLOAD} {planned['metadata']['name']} #2"]
+            if death is Death.KILL:
+                expected += ["step rollback_started", "step restoring patch", "step rollback_reactivated",
+                             "step rolled_back"]  # fmt: skip
+            for where in expected:
+                assert any(s.startswith(where) for s in walk.stops), (where, walk.stops)
+            # deactivated, reactivated: nothing else written, whatever the stops
+            assert [(w.verb, w.kind) for w in walk.writes] == [(WriteVerb.PATCH, WORKLOAD)] * 2
+            (now,) = workloads(lab)
+            assert now["metadata"]["uid"] == planned["metadata"]["uid"]  # the same one, active
+            assert now["spec"].get("active", True) is True
+            for annotations in own_annotations(lab, ref):
+                assert KUEUE.topology_annotation not in annotations
+            steps = recorded_steps(store, incident_id)
+            assert "annotating" not in steps
+            assert steps.count("rollback_reactivated") == 1 and steps.count("rolled_back") == 1
+            assert not any(s.startswith("rollback_") and s not in ("rollback_started", "rollback_reactivated")
+                           for s in steps), steps  # fmt: skip
+    finally:
+        store.close()
