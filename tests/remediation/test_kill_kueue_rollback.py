@@ -49,6 +49,29 @@ KINDS = [
 ROLLBACK_STEPS = ["rollback_deactivated", "rollback_pods_gone", "rollback_restored", "rollback_requeued"]
 
 
+HOLD = "test.zonemedic.io/hold"
+
+
+def hold_a_pod(lab: Lab) -> str:
+    """One of the job's pods given a finalizer nobody removes (until `release`): once deleted it
+    stays Terminating. Returns its name."""
+    from agent.twin.patch import PatchType
+    from agent.twin.resources import lookup
+
+    name = str(lab.api.json("GET", "/api/v1/namespaces/ml/pods")["items"][0]["metadata"]["name"])
+    lab.cluster.store.patch(lookup("pods"), name, {"metadata": {"finalizers": [HOLD]}},
+                            namespace="ml", patch_type=PatchType.MERGE)  # fmt: skip
+    return name
+
+
+def release(lab: Lab, name: str) -> None:
+    from agent.twin.patch import PatchType
+    from agent.twin.resources import lookup
+
+    lab.cluster.store.patch(lookup("pods"), name, {"metadata": {"finalizers": None}},
+                            namespace="ml", patch_type=PatchType.MERGE)  # fmt: skip
+
+
 def own_annotations(lab: Lab, ref: JobRef) -> list[dict[str, str]]:
     """The annotations of the pod templates Kueue reads the job's PodSets from."""
     if ref.kind is JobKind.PYTORCH:
@@ -132,16 +155,18 @@ def test_every_point_of_a_kueue_rollback_stopped_then_resumed_restores_the_job_o
 def test_every_point_of_undoing_a_deactivation_only_stopped_then_resumed_reactivates_it_once(
     tmp_path: Path, template: Path, workloads: Callable[[Lab], list[dict[str, Any]]], death: Death
 ) -> None:
-    """No time for the pods to go (`suspend_timeout` a millisecond): the run rolls back right after the
-    Workload's deactivation, before any annotation; undoing it is one write (the planned
-    Workload reactivated), stopped at and resumed from like any other."""
+    """One of the job's pods held Terminating (a finalizer of someone else's): it is still there
+    `suspend_timeout` after the Workload's deactivation, the run rolls back before any
+    annotation; undoing it is one write (the planned Workload reactivated), stopped at and
+    resumed from like any other."""
     ref = JobRef(JobKind.PYTORCH, "ml", "llm-finetune")
     store, _ = new_store(template, tmp_path, **OUTAGE_BUDGET)
     try:
         with running_lab(tmp_path, "kueue") as lab:
             incident_id = approved_incident(lab, store, ref=ref)
             (planned,) = workloads(lab)
-            hasty = replace(FAST, suspend_timeout=timedelta(milliseconds=1), poll_interval=timedelta(milliseconds=1))
+            held = hold_a_pod(lab)
+            hasty = replace(FAST, suspend_timeout=timedelta(seconds=1.5))
 
             def make(walk_step: Any, walk_write: Any) -> Any:
                 return lab.remediator(store, settings=hasty, on_step=walk_step, on_write=walk_write)
@@ -154,6 +179,8 @@ def test_every_point_of_undoing_a_deactivation_only_stopped_then_resumed_reactiv
             walk = Walk(make, store, incident_id, death, only=rolling_back,
                         outage=SqliteLock(str(tmp_path / "incidents.db")))  # fmt: skip
             assert walk.run() is IncidentStatus.ROLLED_BACK, walk.outcomes
+            assert "still present" in str(store.get_incident(incident_id).events[-1].detail)
+            release(lab, held)
             expected = [f"patch {WORKLOAD} {planned['metadata']['name']} #2"]
             if death is Death.KILL:
                 expected += ["step rollback_started", "step restoring patch", "step rollback_reactivated",
