@@ -28,6 +28,7 @@ from tests.remediation.crashes import Death, SqliteLock, Walk
 from tests.remediation.harness import (
     FAST,
     OUTAGE_BUDGET,
+    PATIENT,
     Lab,
     approved_incident,
     new_store,
@@ -37,7 +38,7 @@ from tests.remediation.harness import (
 
 # the forward path must not time out into a rollback before the squeeze on a loaded machine; the
 # admission Kueue cannot give once squeezed is given up on quickly
-PATIENT = replace(FAST, suspend_timeout=timedelta(seconds=90), schedule_timeout=timedelta(seconds=1.5))
+GIVING_UP = replace(PATIENT, schedule_timeout=timedelta(seconds=1.5))
 WORKLOAD = KUEUE_WORKLOAD.kind.value
 KUEUE_ENTRY = "kueue.x-k8s.io/manager"
 # scenario, job, the step after which the quota goes, the child Job renewed (forward and back)
@@ -103,7 +104,7 @@ def test_every_point_of_a_kueue_rollback_stopped_then_resumed_restores_the_job_o
                         squeezed.append(True)
                     walk_step(step)
 
-                return lab.remediator(store, settings=PATIENT, on_step=both, on_write=walk_write)
+                return lab.remediator(store, settings=GIVING_UP, on_step=both, on_write=walk_write)
 
             def rolling_back(where: str) -> bool:
                 """The rollback's points only (with the store away: its writes only)."""
