@@ -18,9 +18,9 @@ filter, or every label under plain Kubernetes, where Cilium policies are not enf
 Policies that could not be read are kept as `UnreadablePolicy` records: `uncertain(endpoint)`
 names those that may select an endpoint.
 
-Speed: policies are indexed by one label each subject selector requires (namespace for plain
-CNPs and NetworkPolicies), and endpoints are projected onto the identity keys and named ports the
-set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
+Speed: policies are indexed by one label each subject selector requires (`agent.policy.anchors`;
+those that require a namespace as well apart by it), and endpoints are projected onto the
+identity keys and named ports the set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
 differing only in, say, `replica-index` cost one evaluation; a verdict not cached yet is put
 together from its two hops, each cached by what it reads of the far endpoint
 (`agent.policy.hop_cache`). `trace` evaluates afresh. Pure: no I/O.
@@ -40,7 +40,7 @@ from agent.model.network import (
     PortRange,
     Protocol,
 )
-from agent.model.selector import LabelSelector, SelectorOperator
+from agent.policy.anchors import anchors, split_by_namespace
 from agent.policy.dataplane import Dataplane, DataplaneKind
 from agent.policy.hop_cache import HopResult, HopVerdicts, Side
 from agent.policy.identity import (
@@ -92,17 +92,6 @@ class _Identity:
         self.named_ports = named_ports
         self.selected = selected
         self.uncertain = uncertain
-
-
-def _anchors(selector: LabelSelector) -> list[tuple[str, str]]:
-    """Label pairs of which an endpoint must carry one to be selected (empty: no such pairs)."""
-    if selector.match_labels:
-        others = [pair for pair in selector.match_labels if pair[0] != NAMESPACE_KEY]
-        return [others[0] if others else selector.match_labels[0]]
-    for req in selector.match_expressions:
-        if req.operator is SelectorOperator.IN:
-            return [(req.key, value) for value in sorted(req.values)]
-    return []
 
 
 def _covers(intervals: list[tuple[int, int]], first: int, last: int) -> bool:
@@ -169,10 +158,10 @@ class PolicySet:
                 for sel in selectors:
                     for key, value in sel.values():
                         compared.setdefault(key, set()).add(value)
-                anchors = _anchors(subject.selector)
-                if not anchors:
+                found = anchors(subject.selector)
+                if not found:
                     unanchored.append(entry)
-                for anchor in anchors:
+                for anchor in found:
                     by_anchor.setdefault(anchor, []).append(entry)
         for record in lost:
             for sel in record.selects:
@@ -181,7 +170,8 @@ class PolicySet:
         self._values = {ns: {k: frozenset(v) for k, v in found.items()}
                         for ns, found in values.items()}  # fmt: skip
         self._port_names = frozenset(names)
-        self._by_anchor = {k: tuple(v) for k, v in by_anchor.items()}
+        self._by_anchor = {k: split_by_namespace([(e.subject.selector, e) for e in v])
+                           for k, v in by_anchor.items()}  # fmt: skip
         self._unanchored = tuple(unanchored)
         self._endpoint_ids: dict[Endpoint, int] = {}
         self._projection_ids: dict[
@@ -322,8 +312,10 @@ class PolicySet:
         for entry in self._unanchored:
             candidates[id(entry)] = entry
         by_anchor = self._by_anchor
+        namespace = labels.get(NAMESPACE_KEY)
         for pair in labels.items():
-            for entry in by_anchor.get(pair, ()):
+            found = by_anchor.get(pair)
+            for entry in found.among(namespace) if found is not None else ():
                 candidates[id(entry)] = entry
         return tuple(
             entry
