@@ -459,6 +459,12 @@ _STEP_WORDS = {
     "job_created": "Job recreated",
     "rollback_started": "Rolling back",
     "restoring": "Restoring",
+    "rollback_reactivated": "Workload reactivated",
+    "rollback_deactivated": "Workload deactivated for the rollback",
+    "rollback_pods_gone": "Pods gone for the restore",
+    "rollback_restored": "Original templates restored",
+    "rollback_renewed": "Child Jobs renewed from the restored templates",
+    "rollback_requeued": "Workload deleted: Kueue rebuilds it as before",
     "rolled_back": "Rolled back",
     # older or other recorders
     "suspend": "Job suspended",

@@ -13,8 +13,10 @@ live objects, so a fresh run resumes at any point:
   (Foreground, `preconditions.uid` and `resourceVersion` of the Job planned, as just read),
   waited for until gone, and CREATEd from the plan, annotated `zonemedic.io/recreated-by` with
   the incident and which manifest it is. A CREATE the server refuses rolls back.
-- `rollback`: every target restored, the last one written first: the Deployment's original
-  template, the Jobs zonemedic created deleted and the originals recreated; what could not be
+- `rollback`: every target restored, the last one written first (each recorded restored,
+  ROLLBACK_RESTORED with its note, before the next; a fresh run resumes at the first not
+  recorded): the Deployment's original template, the Jobs zonemedic created deleted and the
+  originals recreated; what could not be
   restored (deleted, replaced or changed by someone else) is left as it is and said in the notes:
   a Job created from the plan that is gone though the rollback did not delete it was deleted by
   its owner, and is never recreated; when the owner deleted every workload of the group, the
@@ -275,12 +277,20 @@ class GroupSteps:
         assert plan is not None
         notes: list[str] = []
         for target in reversed(plan.targets):
-            if target.action is TargetAction.ROLLOUT:
-                note = self._roll_out(run, target, restore=True)
+            done = [a for a in run.detail.actions if a.payload.get("step") == Step.ROLLBACK_RESTORED.value
+                    and a.payload.get("target") == target.name]  # fmt: skip
+            if done:  # restored by a run that stopped later: its note as recorded
+                note = done[-1].payload.get("note")
             else:
-                note = self._recreate(run, target, restore=True)
+                if target.action is TargetAction.ROLLOUT:
+                    note = self._roll_out(run, target, restore=True)
+                else:
+                    note = self._recreate(run, target, restore=True)
+                self.journal.record(run, A.ROLLBACK, Step.ROLLBACK_RESTORED,
+                                    message=note or f"{target.kind} {target.name} restored",
+                                    extra={"target": target.name, "note": note})  # fmt: skip
             if note is not None:
-                notes.append(note)
+                notes.append(str(note))
         if len(notes) == len(plan.targets) and all(self._workload(t) is None for t in plan.targets):
             # the owner deleted every workload of the group meanwhile: nothing was restored
             raise SupersededError("; ".join(["the group's workloads were deleted by their owner meanwhile", *notes]))

@@ -17,7 +17,9 @@ object planned by its uid, and a list-replacing patch to the resourceVersion it 
      allows it (Trainer v2.3+, a JobSet), else with `suspend: true` kept; zonemedic's changes
      read back on the live object mean it landed; a refusal rolls back;
   4. the resume (`suspend: false`), unless the patch carried it.
-- `rollback`: suspend again when resumed (intent RESTORING, write `suspend`) and wait for the
+- `rollback`, each step's completion recorded before the next (ROLLBACK_PODS_GONE,
+  ROLLBACK_RESTORED, ROLLBACK_RENEWED) so a fresh run resumes at the first not recorded:
+  suspend again when resumed (intent RESTORING, write `suspend`) and wait for the
   pods to go; the restore patch (intent RESTORING, write `restore`: zonemedic's entry out of
   `runtimePatches`, its `podTemplateOverrides` entries out, or the JobSet templates' original
   values); once the JobSet's templates read original again, every child Job that keeps what
@@ -259,22 +261,21 @@ class JobSetSteps:
         the child Jobs it recreated. A job found restored already is only resumed (a rollback
         that died after its resume landed restarts nothing again)."""
         target = self.target(run)
-        job = self._job(run, target, during=True)
-        if not self._restored(run, target, job):
-            if not self._suspended(run, job):
-                self.journal.intend(run, Step.RESTORING, target=target, obj=job, write="suspend",
-                                    message="suspend before the restore about to be sent")  # fmt: skip
-                self._send(target, self._suspend_patch(run, job, True, locked=False), run)
-            self._until(run, lambda: self._quiet(run, target)[0], what="the job's pods did not go")
-            self._restore(run, target)
+        if not run.has(Step.ROLLBACK_RENEWED):
+            if not self._restored(run, target, self._job(run, target, during=True)):
+                self._quiet_again(run, target)
+                if not run.has(Step.ROLLBACK_RESTORED):
+                    self._restore(run, target)
 
-            def restored() -> bool:
-                jobset = self._jobset(run, self._job(run, target, during=True))
-                return jobset is not None and (
-                    jobset_patch.templates_state(target, jobset) is TemplateState.ORIGINAL)
+                def restored() -> bool:
+                    jobset = self._jobset(run, self._job(run, target, during=True))
+                    return jobset is not None and (
+                        jobset_patch.templates_state(target, jobset) is TemplateState.ORIGINAL)
 
-            self._until(run, restored, what="the JobSet's templates did not read original again")
-            self._recreate_stale(run, target)
+                self._until(run, restored, what="the JobSet's templates did not read original again")
+                self._recreate_stale(run, target)
+            self.journal.record(run, A.ROLLBACK, Step.ROLLBACK_RENEWED,
+                                message="nothing of zonemedic's left: no child Job keeps a planned value")  # fmt: skip
         job = self._job(run, target, during=True)
         if self._suspended(run, job):
             self._send(target, self._suspend_patch(run, job, False, locked=False), run)
@@ -286,11 +287,27 @@ class JobSetSteps:
         return [f"child Job(s) {', '.join(recreated)} recreated from the restored templates (the "
                 "JobSet's resume merge keeps a nodeSelector key or toleration it does not have)"]
 
+    def _quiet_again(self, run: Run, target: Target) -> None:
+        """Suspend again when resumed (intent first) and wait for the pods to go; ROLLBACK_PODS_GONE."""
+        if run.has(Step.ROLLBACK_PODS_GONE):
+            return
+        job = self._job(run, target, during=True)
+        if not self._suspended(run, job):
+            self.journal.intend(run, Step.RESTORING, target=target, obj=job, write="suspend",
+                                message="suspend before the restore about to be sent")  # fmt: skip
+            self._send(target, self._suspend_patch(run, job, True, locked=False), run)
+        self._until(run, lambda: self._quiet(run, target)[0], what="the job's pods did not go")
+        self.journal.record(run, A.ROLLBACK, Step.ROLLBACK_PODS_GONE,
+                            message="suspended again, no pod left, no replicated job active")  # fmt: skip
+
     def _restore(self, run: Run, target: Target) -> None:
-        """The restore patch (still suspended), unless zonemedic's overrides are out already."""
+        """The restore patch (still suspended), unless zonemedic's overrides are out already;
+        ROLLBACK_RESTORED recorded."""
         for _attempt in range(self.settings.max_conflict_retries + 1):
             job = self._job(run, target, during=True)
             if jobset_patch.override_state(target, job) is TemplateState.ORIGINAL:
+                self.journal.record(run, A.ROLLBACK, Step.ROLLBACK_RESTORED,
+                                    message="zonemedic's overrides out of the job")  # fmt: skip
                 return
             self.journal.intend(run, Step.RESTORING, target=target, obj=job, write="restore",
                                 message="restore patch (still suspended) about to be sent")  # fmt: skip
@@ -301,6 +318,8 @@ class JobSetSteps:
                 continue
             except ClusterWriteError as exc:
                 raise FailedError(f"the restore patch was refused: {exc.message}") from None
+            self.journal.record(run, A.ROLLBACK, Step.ROLLBACK_RESTORED,
+                                message="restore patch sent (still suspended)")  # fmt: skip
             return
         raise FailedError("the job kept changing (HTTP 409) while restoring it")
 

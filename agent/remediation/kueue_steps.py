@@ -21,14 +21,13 @@ any point:
   and re-queues it (RESUMED); then wait within `schedule_timeout` for Kueue to admit the rebuilt
   Workload with a topology assignment in exactly one zone, one of the plan's `zones` (ADMITTED
   with the zone; another zone, several, or no admission in time: `RollbackError`).
-- `rollback`: nothing when nothing was written; a Workload only deactivated is reactivated; once
-  the templates were annotated, the current Workload is deactivated, the pods awaited gone, the
-  annotations restored to the job's own (what the plan added removed; a TrainJob: zonemedic's
-  entry out), the child Jobs keeping the plan's marks renewed, and the Workload deleted so Kueue
-  rebuilds it as before. A job deleted or recreated meanwhile leaves nothing to restore
-  (`SupersededError`).
-- `resume_as_is`: after a failure with the Workload deactivated and not yet requeued: reactivate
-  it (a job is never left held).
+- `rollback` and `resume_as_is`: `agent.remediation.kueue_rollback` (each rollback step recorded
+  before the next, so a rollback killed at any write resumes where it stopped): nothing when
+  nothing was written; a Workload only deactivated is reactivated; once the templates were
+  annotated, the current Workload is deactivated, the pods awaited gone, the annotations
+  restored to the job's own (a TrainJob: zonemedic's entry out), the child Jobs keeping the
+  plan's marks renewed, and the Workload deleted so Kueue rebuilds it as before; after a
+  failure, the Workload left deactivated is reactivated (a job is never left held).
 
 What it does not do: touch the job's own `suspend` or write a nodeSelector (Kueue owns both), write
 other than through `agent.remediation.writer.ClusterWriter`, wait for the pods to be bound, or
@@ -45,11 +44,17 @@ from agent.model.cluster import ZONE_LABEL
 from agent.model.kueue import HOSTNAME_LEVEL as HOSTNAME_LABEL
 from agent.model.kueue import KueueWorkload
 from agent.model.lifecycle import RemediationActionKind
-from agent.model.workload import JobKind, workload
-from agent.remediation import jobset_patch
-from agent.remediation.job_state import JobWaiter, condition_true, planned_job
+from agent.remediation.job_state import JobWaiter
+from agent.remediation.kueue_job import (
+    KueueJob,
+    active,
+    active_patch,
+    annotation_patch,
+    template_state,
+)
+from agent.remediation.kueue_rollback import KueueRollback
 from agent.remediation.observe import ClusterReader
-from agent.remediation.plan import Target, TargetAction
+from agent.remediation.plan import Target
 from agent.remediation.recheck import Recheck
 from agent.remediation.run import (
     Clock,
@@ -69,46 +74,6 @@ from agent.snapshot.manifests import ManifestError
 A = RemediationActionKind
 
 
-def _active(wl: Mapping[str, Any]) -> bool:
-    return (wl.get("spec") or {}).get("active", True) is not False
-
-
-def _active_patch(active: bool) -> dict[str, Any]:
-    return {"spec": {"active": active}}
-
-
-def _reserved(wl: Mapping[str, Any] | None) -> bool:
-    """Kueue still holds quota for the Workload (it has not taken its admission back yet)."""
-    return wl is not None and condition_true(wl, "QuotaReserved")
-
-
-def _state(annotate: Target, job: Mapping[str, Any]) -> TemplateState:
-    """Whether the job holds the planned annotations: its replica specs, or (a JobSet, a
-    TrainJob) what `jobset_patch` writes."""
-    if annotate.override is None:
-        return annotate.state_of(job)
-    return jobset_patch.override_state(annotate, job)
-
-
-def _annotation_patch(annotate: Target, job: Mapping[str, Any], *, restore: bool) -> dict[str, Any]:
-    """The locked merge patch writing (or taking back) the plan's annotations, `suspend` left out."""
-    if annotate.override is None:
-        patch = annotate.template_patch(restore=restore)
-    elif restore:
-        patch = jobset_patch.restore_patch(annotate, job, suspend=None)
-    else:
-        patch = jobset_patch.forward_patch(annotate, job, suspend=None)
-    return fenced_patch(patch, job, locked=True)
-
-
-def _as_target(wl: Mapping[str, Any], like: Target) -> Target:
-    """The Workload `wl` (perhaps a rebuilt one) as a target of the same kind as `like`."""
-    meta = wl.get("metadata") or {}
-    return Target(action=TargetAction.REQUEUE, api_version=like.api_version, kind=like.kind,
-                  plural=like.plural, namespace=like.namespace, name=str(meta.get("name")),
-                  uid=meta.get("uid"), resource_version=meta.get("resourceVersion"), changes=())  # fmt: skip
-
-
 class KueueSteps:
     """Re-queue a Kueue job with zone-level annotations for its run (see the module docstring)."""
 
@@ -122,45 +87,28 @@ class KueueSteps:
         self.recheck = recheck
         self.settings = settings
         self.clock = clock
-        self.waiter = JobWaiter(reader=reader, writer=writer, journal=journal, clock=clock)
-
-    def targets(self, run: Run) -> tuple[Target, Target]:
-        """The plan's Workload (REQUEUE) and job (ANNOTATE) targets."""
-        plan = run.planned()
-        (requeue,) = [t for t in plan.targets if t.action is TargetAction.REQUEUE]
-        (annotate,) = [t for t in plan.targets if t.action is TargetAction.ANNOTATE]
-        return requeue, annotate
-
-    def _job(self, run: Run, annotate: Target, *, written: bool) -> dict[str, Any]:
-        return planned_job(self.reader, run, api_version=annotate.api_version, during=written)
-
-    def _jobset(self, run: Run) -> Mapping[str, Any] | None:
-        """The JobSet holding the pod templates: the job itself, or a TrainJob's JobSet."""
-        if run.ref.kind is JobKind.JOBSET:
-            return self.reader.job(run.ref)
-        return self.reader.materialised(run.ref)
-
-    def _workload(self, target: Target) -> dict[str, Any] | None:
-        return self.reader.object(api_version=target.api_version, plural=target.plural,
-                                  namespace=target.namespace, name=target.name)  # fmt: skip
+        waiter = JobWaiter(reader=reader, writer=writer, journal=journal, clock=clock)
+        self.kueue = KueueJob(reader=reader, writer=writer, journal=journal, waiter=waiter,
+                              settings=settings)  # fmt: skip
+        self.undo = KueueRollback(kueue=self.kueue, journal=journal, settings=settings)
 
     # -- apply ------------------------------------------------------------------------------
 
     def apply(self, run: Run) -> None:
         """Deactivate, wait for the pods to go, annotate, requeue, wait for the admission."""
-        requeue, annotate = self.targets(run)
-        job = self._job(run, annotate, written=run.has(Step.DEACTIVATING))
+        requeue, annotate = self.kueue.targets(run)
+        job = self.kueue.job(run, annotate, written=run.has(Step.DEACTIVATING))
         if not run.has(Step.DEACTIVATED):
             self._deactivate(run, requeue, job)
         self._wait_gone(run, annotate, requeue)
         if not run.has(Step.ANNOTATED):
             self._annotate(run, annotate)
         if annotate.override is not None and not run.has(Step.RENEWED):
-            self._renew(run, annotate, restore=False)
+            self.kueue.renew(run, annotate, restore=False)
             self.journal.record(run, A.APPLY, Step.RENEWED,
                                 message="no child Job keeps Kueue's old marks")  # fmt: skip
         if not run.has(Step.RESUMED):
-            wl = self._workload(requeue)
+            wl = self.kueue.workload(requeue)
             self.journal.intend(run, Step.REQUEUING, target=requeue, obj=wl, write="delete",
                                 message="the deactivated Workload is about to be deleted")  # fmt: skip
             if wl is not None and uid_of(wl) == requeue.uid:
@@ -174,19 +122,19 @@ class KueueSteps:
         self._wait_admitted(run, requeue)
 
     def _deactivate(self, run: Run, requeue: Target, job: Mapping[str, Any]) -> None:
-        wl = self._workload(requeue)
+        wl = self.kueue.workload(requeue)
         intended = run.has(Step.DEACTIVATING)
         if wl is None or uid_of(wl) != requeue.uid:
             if intended:
                 raise RollbackError("the job's Workload was deleted or recreated during remediation")
             raise SupersededError("the job's Workload was deleted or recreated since the plan")
-        if intended and not _active(wl):  # the patch landed; the process died before saying so
+        if intended and not active(wl):  # the patch landed; the process died before saying so
             self.journal.record(run, A.APPLY, Step.DEACTIVATED, message="Workload found inactive")
             return
         if not intended:
             live = self.recheck.confirm(run, job)
             self.recheck.guards(run, live)
-        patch = fenced_patch(_active_patch(False), wl, locked=False)
+        patch = fenced_patch(active_patch(False), wl, locked=False)
         if not intended:
             try:
                 self.writer.patch_custom(requeue, patch, fence=run.fence, dry_run=True)
@@ -204,23 +152,13 @@ class KueueSteps:
                             message=f"Workload {requeue.name} deactivated: Kueue evicts it and "
                                     "suspends the job")  # fmt: skip
 
-    def _gone(self, run: Run, annotate: Target, wl: Mapping[str, Any] | None = None) -> bool:
-        """Suspended, no pod left, no replicated job active, the Workload (`wl`) holding no quota."""
-        job = self.reader.job(run.ref, api_version=annotate.api_version)
-        suspended = workload(run.ref.kind).conditions.suspended
-        if job is None or not condition_true(job, suspended) or self.reader.kubeflow_pods(run.ref):
-            return False
-        if annotate.override is not None and jobset_patch.active_jobs(self._jobset(run)):
-            return False
-        return not _reserved(wl)
-
     def _wait_gone(self, run: Run, annotate: Target, requeue: Target) -> None:
         """Kueue suspended the job, no pod of it is left (Terminating included) and Kueue
         released the Workload's quota (its admission taken back out of the templates)."""
         if run.has(Step.PODS_GONE) or run.has(Step.RESUMED):
             return
         since = run.step(Step.DEACTIVATED)
-        while not self._gone(run, annotate, self._workload(requeue)):
+        while not self.kueue.gone(run, annotate, self.kueue.workload(requeue)):
             if self.journal.since(since) >= self.settings.suspend_timeout:
                 raise RollbackError(
                     f"the job's pods still present {self.settings.suspend_timeout.total_seconds():g}s "
@@ -230,8 +168,8 @@ class KueueSteps:
 
     def _annotate(self, run: Run, annotate: Target) -> None:
         for _attempt in range(self.settings.max_conflict_retries + 1):
-            job = self._job(run, annotate, written=True)
-            state = _state(annotate, job)
+            job = self.kueue.job(run, annotate, written=True)
+            state = template_state(annotate, job)
             if state is TemplateState.PLANNED:
                 self.journal.record(run, A.APPLY, Step.ANNOTATED, message="templates found annotated")
                 return
@@ -240,7 +178,7 @@ class KueueSteps:
             self.journal.intend(run, Step.ANNOTATING, target=annotate, obj=job, write="patch",
                                 message="template annotations about to be sent")  # fmt: skip
             try:
-                self.writer.patch_custom(annotate, _annotation_patch(annotate, job, restore=False),
+                self.writer.patch_custom(annotate, annotation_patch(annotate, job, restore=False),
                                          fence=run.fence)  # fmt: skip
             except WriteConflictError:
                 continue
@@ -250,24 +188,6 @@ class KueueSteps:
                                 message="templates annotated for Kueue's zone-level placement")
             return
         raise RollbackError("the job kept changing (HTTP 409) while annotating it")
-
-    def _renew(self, run: Run, annotate: Target, *, restore: bool) -> None:
-        """A JobSet's or TrainJob's: once its JobSet's templates read planned (or, restoring,
-        original), renew the child Jobs keeping Kueue marks those templates do not have."""
-        wanted = TemplateState.ORIGINAL if restore else TemplateState.PLANNED
-        fail = FailedError if restore else RollbackError
-
-        def templates() -> bool:
-            jobset = self._jobset(run)
-            return jobset is not None and jobset_patch.templates_state(annotate, jobset) is wanted
-
-        self.waiter.until(run, templates, budget=self.settings.suspend_timeout, fail=fail,
-                          what=f"the JobSet's templates did not read {wanted.value}")  # fmt: skip
-        self.waiter.renew_children(
-            run, lambda jobs: jobset_patch.kueue_marked_children(self._jobset(run) or {}, jobs),
-            step=Step.RESTORING if restore else Step.RENEWING,
-            budget=self.settings.suspend_timeout, fail=fail, why="keeping Kueue's old marks",
-        )  # fmt: skip
 
     def _wait_admitted(self, run: Run, requeue: Target) -> None:
         """Kueue admitted the rebuilt Workload with a topology assignment in one allowed zone."""
@@ -311,67 +231,12 @@ class KueueSteps:
             zones |= {str(zone_of.get(h)) for h in hosts}
         return sorted(zones)
 
-    # -- rollback ---------------------------------------------------------------------------
+    # -- rollback (agent.remediation.kueue_rollback) -----------------------------------------
 
     def rollback(self, run: Run) -> list[str]:
-        """Undo what was written (see the module docstring); nothing it could not restore."""
-        if not run.has(Step.DEACTIVATING):
-            return []
-        requeue, annotate = self.targets(run)
-        job = self._job(run, annotate, written=True)
-        original = self._workload(requeue)
-        if (_state(annotate, job) is TemplateState.ORIGINAL and not run.has(Step.ANNOTATING)
-                and original is not None and uid_of(original) == requeue.uid):  # fmt: skip
-            self._set_active(run, _as_target(original, requeue), original, active=True)
-            return []
-        current = self.reader.kueue_workload(run.ref)
-        if current is not None and _active(current):
-            self._set_active(run, _as_target(current, requeue), current, active=False)
-        deadline = self.clock.now() + self.settings.suspend_timeout
-        while (not self._gone(run, annotate, self.reader.kueue_workload(run.ref))
-               and self.clock.now() < deadline):  # fmt: skip
-            self.journal.pause(run)
-        for _attempt in range(self.settings.max_conflict_retries + 1):
-            job = self._job(run, annotate, written=True)
-            if _state(annotate, job) is TemplateState.ORIGINAL:
-                break
-            self.journal.intend(run, Step.RESTORING, target=annotate, obj=job, write="patch",
-                                message="restore patch (the job's own annotations) about to be sent")  # fmt: skip
-            try:
-                self.writer.patch_custom(annotate, _annotation_patch(annotate, job, restore=True),
-                                         fence=run.fence)  # fmt: skip
-            except WriteConflictError:
-                continue
-            except ClusterWriteError as exc:
-                raise FailedError(f"the restore patch was refused: {exc.message}") from None
-            break
-        else:
-            raise FailedError("the job kept changing (HTTP 409) while restoring it")
-        if annotate.override is not None:
-            self._renew(run, annotate, restore=True)
-        current = self.reader.kueue_workload(run.ref)
-        if current is not None:
-            target = _as_target(current, requeue)
-            self.journal.intend(run, Step.RESTORING, target=target, obj=current, write="delete",
-                                message="Workload delete (Kueue rebuilds it) about to be sent")  # fmt: skip
-            self.writer.delete_custom(target, fence=run.fence)
-        return []
-
-    def _set_active(self, run: Run, target: Target, wl: Mapping[str, Any], *, active: bool) -> None:
-        if _active(wl) is active:
-            return
-        self.journal.intend(run, Step.RESTORING, target=target, obj=wl, write="patch",
-                            message=f"Workload spec.active: {str(active).lower()} about to be sent")  # fmt: skip
-        self.writer.patch_custom(target, fenced_patch(_active_patch(active), wl, locked=False),
-                                 fence=run.fence)  # fmt: skip
+        """Undo what was written, one recorded step at a time; nothing it could not restore."""
+        return self.undo.rollback(run)
 
     def resume_as_is(self, run: Run) -> None:
-        """After a failure with the Workload deactivated and not requeued: reactivate it."""
-        if run.plan is None or not run.plan.kueue or not run.has(Step.DEACTIVATING):
-            return
-        if run.has(Step.RESUMED):
-            return
-        requeue, _ = self.targets(run)
-        wl = self._workload(requeue)
-        if wl is not None and uid_of(wl) == requeue.uid:
-            self._set_active(run, requeue, wl, active=True)
+        """After a failure: reactivate the Workload left deactivated (the job never left held)."""
+        self.undo.resume_as_is(run)

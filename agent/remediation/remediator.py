@@ -36,8 +36,10 @@ in this order, each step a store action plus its timeline event:
 - Crash safety: the intent of every destructive write (SUSPENDING, ROLLING_OUT, JOB_DELETING,
   RESTORING) is recorded before the write is sent, and every step is decided from the recorded
   plan plus the live objects, so a fresh Remediator resumes at any point, a write that landed but
-  was not recorded included; a recorded rollback start resumes the rollback. Once an intent is
-  recorded the "nothing was written" checks are never run again.
+  was not recorded included; a recorded rollback start resumes the rollback at the first of its
+  steps not recorded (ROLLBACK_*, each recorded before the next; a Kueue job's:
+  `agent.remediation.kueue_rollback`). Once an intent is recorded the "nothing was written" checks
+  are never run again.
 - Fencing: every write is checked against this run's leadership term right before it is sent
   (`agent.remediation.fence`): a replica that lost the lease, or was paused past it, sends
   nothing more; a write already in flight is fenced by the object's uid and resourceVersion.

@@ -69,6 +69,15 @@ class Step(StrEnum):
     RENEWED = "renewed"  # no child Job keeps Kueue's old marks
     REQUEUING = "requeuing"  # intent: the deactivated Workload is about to be deleted
     ADMITTED = "admitted"  # Kueue admitted the rebuilt Workload in one allowed zone
+    # the rollback's steps, each recorded once done so a fresh run resumes the rollback at the
+    # first one not recorded (every family: `agent.remediation.kueue_rollback`, the training,
+    # JobSet and group steps)
+    ROLLBACK_REACTIVATED = "rollback_reactivated"  # Kueue: only the deactivation was written: undone
+    ROLLBACK_DEACTIVATED = "rollback_deactivated"  # Kueue: the job's current Workload inactive (its uid)
+    ROLLBACK_PODS_GONE = "rollback_pods_gone"  # suspended (again), no pod left
+    ROLLBACK_RESTORED = "rollback_restored"  # the job's own templates back (a group: per target)
+    ROLLBACK_RENEWED = "rollback_renewed"  # no child Job keeps a value of the plan
+    ROLLBACK_REQUEUED = "rollback_requeued"  # Kueue: that Workload deleted, rebuilt as before
     ROLLED_BACK = "rolled_back"
 
 

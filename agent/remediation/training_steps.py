@@ -11,9 +11,10 @@ plus the live job, so a fresh run resumes at any point:
   patch landed unrecorded. Then wait for the suspended condition and no pod of the job left
   (Terminating included) within `suspend_timeout` (else `RollbackError`), and patch
   `suspend: false`.
-- `rollback`: the restore patch (original templates, still suspended) and the resume, once the
-  pods of the planned templates are gone; a job deleted or recreated by its owner meanwhile
-  leaves nothing to restore (`SupersededError`).
+- `rollback`: the restore patch (original templates, still suspended; ROLLBACK_RESTORED recorded
+  once they are on the job, so a fresh run only resumes) and the resume, once the pods of the
+  planned templates are gone; a job deleted or recreated by its owner meanwhile leaves nothing
+  to restore (`SupersededError`).
 - `resume_as_is`: after a failure with the suspend applied, resume the job as it is (a job is
   never left suspended).
 
@@ -179,18 +180,37 @@ class TrainingSteps:
         self.journal.record(run, A.APPLY, Step.RESUMED, message="resumed (suspend: false)")
 
     def rollback(self, run: Run) -> list[str]:
-        """Restore the original templates and resume; nothing it could not restore (`[]`)."""
+        """Restore the original templates (ROLLBACK_RESTORED recorded once they are on the job)
+        and resume; nothing it could not restore (`[]`). A rollback that stopped after the
+        restore only resumes."""
         plan = run.plan
         assert plan is not None
         target = self.target(run)
+        if not run.has(Step.ROLLBACK_RESTORED):
+            self._restore(run, target)
+        job = self.reader.job(run.ref, api_version=target.api_version)
+        if job is None or uid_of(job) != plan.preconditions.uid:
+            raise SupersededError("the job was deleted or recreated meanwhile: nothing to restore")
+        if _suspended(job, run.ref.kind):
+            deadline = self.clock.now() + self.settings.suspend_timeout
+            while self.reader.kubeflow_pods(run.ref) and self.clock.now() < deadline:
+                self.journal.pause(run)
+            resume = fenced_patch(_resume_patch(run.ref.kind), job, locked=False)
+            self.writer.patch_custom(target, resume, fence=run.fence)
+        return []
+
+    def _restore(self, run: Run, target: Target) -> None:
+        """The restore patch (original templates, suspended), unless the job holds them already
+        (a previous attempt died after the patch); ROLLBACK_RESTORED recorded."""
+        plan = run.planned()
         for _attempt in range(self.settings.max_conflict_retries + 1):
             job = self.reader.job(run.ref, api_version=target.api_version)
             if job is None or uid_of(job) != plan.preconditions.uid:
                 raise SupersededError("the job was deleted or recreated meanwhile: nothing to restore")
             if target.state_of(job) is TemplateState.ORIGINAL:
-                # restored already (a previous attempt died after the patch): resume if needed
-                suspended = _suspended(job, run.ref.kind)
-                break
+                self.journal.record(run, A.ROLLBACK, Step.ROLLBACK_RESTORED,
+                                    message="the job holds its original templates")  # fmt: skip
+                return
             self.journal.intend(run, Step.RESTORING, target=target, obj=job, write="patch",
                                 message="restore patch (original templates, suspended) about to be sent")  # fmt: skip
             patch = fenced_patch(plan.job_patch(resource_version=resource_version_of(job), suspend=True, restore=True),
@@ -201,17 +221,10 @@ class TrainingSteps:
                 continue
             except ClusterWriteError as exc:
                 raise FailedError(f"the restore patch was refused: {exc.message}") from None
-            suspended = True
-            break
-        else:
-            raise FailedError("the job kept changing (HTTP 409) while restoring it")
-        if suspended:
-            deadline = self.clock.now() + self.settings.suspend_timeout
-            while self.reader.kubeflow_pods(run.ref) and self.clock.now() < deadline:
-                self.journal.pause(run)
-            resume = fenced_patch(_resume_patch(run.ref.kind), job, locked=False)
-            self.writer.patch_custom(target, resume, fence=run.fence)
-        return []
+            self.journal.record(run, A.ROLLBACK, Step.ROLLBACK_RESTORED,
+                                message="original templates restored (suspended)")  # fmt: skip
+            return
+        raise FailedError("the job kept changing (HTTP 409) while restoring it")
 
     def resume_as_is(self, run: Run) -> None:
         """After a failure with the suspend applied: resume the job as it is."""

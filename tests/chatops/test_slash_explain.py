@@ -4,48 +4,31 @@ a person; a bad query is one line saying what is wrong."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
-from agent.commands.diagnose import load_snapshot
-from agent.fakes.slack import FakeSlack
 from agent.policy.explanation import ExplainQuery, PodIndex, explain
 from agent.settings import DiagnosisSettings
-from tests.chatops.harness import CHANNEL, ChatRig, start_rig
+from agent.snapshot.collection import Snapshot
+from tests.chatops.harness import ChatRig
 
-REPO = Path(__file__).resolve().parents[2]
+Ask = Callable[..., tuple[str, str]]
 
 
 @pytest.fixture
-def explaining(slack: FakeSlack, sqlite_template: Path, tmp_path: Path) -> Iterator[ChatRig]:
-    snapshot = load_snapshot([REPO / "examples" / "split-blocked.yaml"])
-    policies = snapshot.policy_set(DiagnosisSettings(pod_zone_label="zone"))
-    index = PodIndex(snapshot.state)
+def explaining(chat_rig: Callable[..., ChatRig], split_blocked: Snapshot) -> ChatRig:
+    policies = split_blocked.policy_set(DiagnosisSettings(pod_zone_label="zone"))
+    index = PodIndex(split_blocked.state)
 
     def answer(query: ExplainQuery) -> Mapping[str, Any]:
         return explain(index, policies, query, mirror_keys=("zone",)).to_dict()
 
-    rig = start_rig(slack, sqlite_template, tmp_path, explain=answer)
-    try:
-        yield rig
-    finally:
-        rig.stop()
+    return chat_rig(explain=answer)
 
 
-def ask(rig: ChatRig, text: str, user: str = "U9") -> tuple[str, str]:
-    answer = rig.slack.command(rig.url, user=user, text=text)
-    assert answer.status == 200
-    rig.wait(lambda: bool(rig.slack.ephemeral(user)))
-    reply = rig.slack.ephemeral(user)[0]
-    assert reply.channel == CHANNEL
-    return reply.text, json.dumps(reply.blocks)
-
-
-def test_a_denied_flow_is_explained_to_anyone(explaining: ChatRig) -> None:
+def test_a_denied_flow_is_explained_to_anyone(explaining: ChatRig, ask: Ask) -> None:
     text, blocks = ask(explaining, "explain from ml/resnet-worker-0 to ml/resnet-master-0 port 23456")
     assert text == "ml/resnet-worker-0 → ml/resnet-master-0 port 23456/TCP: DENIED at ingress"
     assert "denied by default: no allow rule matches (Hubble POLICY_DENIED)" in blocks
@@ -53,7 +36,7 @@ def test_a_denied_flow_is_explained_to_anyone(explaining: ChatRig) -> None:
     assert "zone label: zone=zone-a" in blocks
 
 
-def test_a_pod_to_be(explaining: ChatRig) -> None:
+def test_a_pod_to_be(explaining: ChatRig, ask: Ask) -> None:
     text, blocks = ask(explaining, "explain from ml from-labels zone=zone-b to ml/resnet-master-0 "
                                    "port 23456/tcp")
     assert text.endswith(": allowed")
@@ -65,16 +48,11 @@ def test_a_pod_to_be(explaining: ChatRig) -> None:
     ("explain from ml/resnet-worker-0 to ml/resnet-master-0 port 80/gre",
      "`explain`: port: unknown protocol 'gre' (TCP, UDP, SCTP or ANY)"),
 ])
-def test_bad_queries_say_what_is_wrong(explaining: ChatRig, text: str, expected: str) -> None:
+def test_bad_queries_say_what_is_wrong(explaining: ChatRig, ask: Ask, text: str, expected: str) -> None:
     reply, _ = ask(explaining, text)
     assert reply == expected
 
 
-def test_without_an_explainer_it_says_so(slack: FakeSlack, sqlite_template: Path,
-                                         tmp_path: Path) -> None:
-    rig = start_rig(slack, sqlite_template, tmp_path)
-    try:
-        reply, _ = ask(rig, "explain from ml/a to ml/b port 1")
-        assert reply == "Flows cannot be explained from Slack in this agent."
-    finally:
-        rig.stop()
+def test_without_an_explainer_it_says_so(rig: ChatRig, ask: Ask) -> None:
+    reply, _ = ask(rig, "explain from ml/a to ml/b port 1")
+    assert reply == "Flows cannot be explained from Slack in this agent."

@@ -68,6 +68,9 @@ FAST = RemediationSettings(
     verify_window=timedelta(seconds=30), recovery_fraction=0.8,
     max_conflict_retries=3, poll_interval=timedelta(milliseconds=100),
 )  # fmt: skip
+# a kill walk's runs must not time out into a rollback on a loaded machine (the CI runs three
+# workers on two cores): the waits' bounds are generous, the polls as fast as FAST's
+PATIENT = replace(FAST, suspend_timeout=timedelta(seconds=90), schedule_timeout=timedelta(seconds=60))
 # the store's retry budget during an outage: short, so a refused record gives up fast
 OUTAGE_BUDGET = {"write_retry": timedelta(milliseconds=300), "busy_timeout": timedelta(milliseconds=100)}
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")

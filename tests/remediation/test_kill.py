@@ -3,7 +3,7 @@
 In process (the crash walk, `tests.remediation.crashes`): every point of a Kubeflow job's
 remediation -- each step recorded, each write the server answered before its step is recorded --
 killed, then resumed by a fresh Remediator; the same with the database refusing the record right
-after each write landed; and every point of the rollback. The job ends remediated (or restored, on
+after each write landed; and every point of the rollback, the same two ways. The job ends remediated (or restored, on
 the rollback path), never suspended, and never restarted twice.
 
 Real SIGKILLs (a Remediator process, `tests.remediation.kill_worker`, killed with no cleanup at
@@ -122,10 +122,11 @@ def test_every_point_of_the_kubeflow_path_stopped_then_resumed_remediates_once(
         store.close()
 
 
+@pytest.mark.parametrize("death", [Death.KILL, Death.STORE_AWAY])
 def test_every_point_of_the_kubeflow_rollback_killed_then_resumed_restores_the_job(
-    tmp_path: Path, template: Path
+    tmp_path: Path, template: Path, death: Death
 ) -> None:
-    store, _ = new_store(template, tmp_path)
+    store, _ = new_store(template, tmp_path, **OUTAGE_BUDGET)
     try:
         with running_lab(tmp_path, "seed-degraded") as lab:
             split(lab)
@@ -138,17 +139,23 @@ def test_every_point_of_the_kubeflow_rollback_killed_then_resumed_restores_the_j
                     cordon(lab, "us-east-1a")
                     cordoned.append(True)
 
-            walk = walk_of(lab, store, incident_id, Death.KILL, tmp_path, settings=SLOW_BIND, on_step=on_step)
+            walk = walk_of(lab, store, incident_id, death, tmp_path, settings=SLOW_BIND, on_step=on_step)
             assert walk.run() is IncidentStatus.ROLLED_BACK, walk.outcomes
-            for where in ("step rollback_started", "step restoring patch llm-finetune",
-                          f"{JOB_WRITE} #3", f"{JOB_WRITE} #4", "step rolled_back"):
-                assert where in walk.stops, (where, walk.stops)  # the restore patch, the resume
+            expected = [f"{JOB_WRITE} #3", f"{JOB_WRITE} #4"]  # the restore patch, the resume
+            if death is Death.KILL:
+                expected += ["step rollback_started", "step restoring patch llm-finetune",
+                             "step rollback_restored", "step rolled_back"]  # fmt: skip
+            for where in expected:
+                assert where in walk.stops, (where, walk.stops)
+            patches = [w for w in walk.writes if (w.verb, w.kind) == (WriteVerb.PATCH, "PyTorchJob")]
+            assert len(patches) == 4  # suspend, resume, restore, resume: each once, whatever the stops
             live = served_job(lab)
             assert live["spec"]["runPolicy"]["suspend"] is False
             for rtype, spec in live["spec"]["pytorchReplicaSpecs"].items():
                 assert spec["template"] == original["spec"]["pytorchReplicaSpecs"][rtype]["template"]
             steps = recorded_steps(store, incident_id)
             assert steps.count("rollback_started") == 1 and steps.count("rolled_back") == 1
+            assert steps.count("rollback_restored") == 1  # the rollback resumed past it, never again
     finally:
         store.close()
 

@@ -5,7 +5,7 @@ TrainJob on Trainer v2.3 (suspend; patch and resume in one request), on v2.2 (su
 resume: the MPI launcher moved alone) and of a JobSet -- each step recorded, each write the
 server answered before its step is recorded -- killed, then resumed by a fresh Remediator; the
 same with the database refusing the record right after each write landed; and every point of a
-TrainJob's rollback (suspend again, zonemedic's entry out, the child Job that keeps the zone key
+TrainJob's rollback, the same two ways (suspend again, zonemedic's entry out, the child Job that keeps the zone key
 deleted for the JobSet to recreate, resume). The job ends remediated (or restored), never
 suspended, each write sent once, and never restarted twice.
 
@@ -139,8 +139,11 @@ def test_every_point_of_the_path_stopped_then_resumed_remediates_once(
         store.close()
 
 
-def test_every_point_of_a_trainjob_rollback_killed_then_resumed_restores_it(tmp_path: Path, template: Path) -> None:
-    store, _ = new_store(template, tmp_path)
+@pytest.mark.parametrize("death", [Death.KILL, Death.STORE_AWAY])
+def test_every_point_of_a_trainjob_rollback_killed_then_resumed_restores_it(
+    tmp_path: Path, template: Path, death: Death
+) -> None:
+    store, _ = new_store(template, tmp_path, **OUTAGE_BUDGET)
     try:
         with running_lab(tmp_path, scenario("trainjob")) as lab:
             incident_id = approved_incident(lab, store, ref=TORCH)
@@ -151,13 +154,16 @@ def test_every_point_of_a_trainjob_rollback_killed_then_resumed_restores_it(tmp_
                     cordon(lab, recorded_plan(store, incident_id).target_zone)
                     cordoned.append(True)
 
-            walk = walk_of(lab, store, incident_id, Death.KILL, tmp_path, settings=SLOW_BIND, on_step=on_step)
+            walk = walk_of(lab, store, incident_id, death, tmp_path, settings=SLOW_BIND, on_step=on_step)
             assert walk.run() is IncidentStatus.ROLLED_BACK, walk.outcomes
             write = "patch TrainJob llm-pretrain"
-            for where in ("step rollback_started", "step restoring suspend llm-pretrain",
-                          f"{write} #3", "step restoring restore llm-pretrain", f"{write} #4",
-                          "step restoring delete llm-pretrain-node-0", "delete Job llm-pretrain-node-0",
-                          f"{write} #5", "step rolled_back"):  # fmt: skip
+            expected = [f"{write} #3", f"{write} #4", "delete Job llm-pretrain-node-0", f"{write} #5"]
+            if death is Death.KILL:
+                expected += ["step rollback_started", "step restoring suspend llm-pretrain",
+                             "step restoring restore llm-pretrain",
+                             "step restoring delete llm-pretrain-node-0", "step rollback_pods_gone",
+                             "step rollback_restored", "step rollback_renewed", "step rolled_back"]  # fmt: skip
+            for where in expected:
                 assert where in walk.stops, (where, walk.stops)
             sent = [w for w in walk.writes if not w.dry_run]
             assert [(w.verb.value, w.kind) for w in sent].count(("delete", "Job")) == 1
@@ -169,6 +175,8 @@ def test_every_point_of_a_trainjob_rollback_killed_then_resumed_restores_it(tmp_
             assert node and ZONE not in (node[0]["spec"]["template"]["spec"].get("nodeSelector") or {})
             steps = recorded_steps(store, incident_id)
             assert steps.count("rollback_started") == 1 and steps.count("rolled_back") == 1
+            for step in ("rollback_pods_gone", "rollback_restored", "rollback_renewed"):
+                assert steps.count(step) == 1, (step, steps)  # each rollback step once
     finally:
         store.close()
 

@@ -18,8 +18,8 @@ from agent.model.workload import KUEUE, KUEUE_WORKLOAD, JobKind
 from agent.remediation.writer import WriteVerb
 from tests.remediation.crashes import Death, Walk
 from tests.remediation.harness import (
-    FAST,
     OUTAGE_BUDGET,
+    PATIENT,
     approved_incident,
     new_store,
     pod_zones,
@@ -41,7 +41,7 @@ def test_every_point_of_the_kueue_path_stopped_then_resumed_re_places_the_job_on
             incident_id = approved_incident(lab, store, ref=JOB)
 
             def make(on_step: Any, on_write: Any) -> Any:
-                return lab.remediator(store, settings=FAST, on_step=on_step, on_write=on_write)
+                return lab.remediator(store, settings=PATIENT, on_step=on_step, on_write=on_write)
 
             walk = Walk.every_point(make, store, incident_id, death,
                                     sqlite_db=str(tmp_path / "incidents.db"))  # fmt: skip

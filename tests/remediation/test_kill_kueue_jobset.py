@@ -10,8 +10,6 @@ left."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +22,14 @@ from agent.model.workload import KUEUE, KUEUE_WORKLOAD, JobKind
 from agent.remediation.writer import WriteVerb
 from tests.remediation.crashes import Death, Walk
 from tests.remediation.harness import (
-    FAST,
     OUTAGE_BUDGET,
+    PATIENT,
     approved_incident,
     new_store,
     pod_zones,
     recorded_steps,
     running_lab,
 )
-
-# the walk's runs must not time out into a rollback on a loaded machine (the CI runs three
-# workers on two cores): the waits' bounds are generous, the polls as fast as FAST's
-PATIENT = replace(FAST, suspend_timeout=timedelta(seconds=90), schedule_timeout=timedelta(seconds=60))
 
 JOB = JobRef(JobKind.JOBSET, "ml", "pytorch-ddp")
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/pytorch-ddp"

@@ -152,7 +152,8 @@ def test_target_zone_cordoned_after_the_suspend_rolls_back_to_the_original_templ
         reason = detail.events[-1].detail["reason"]
         assert "unschedulable after 1.5s" in reason and "node(s) were unschedulable" in reason
         steps = [a.payload.get("step") for a in detail.actions if a.kind is RemediationActionKind.ROLLBACK]
-        assert steps == ["rollback_started", "restoring", "rolled_back"]  # the intent before the restore patch
+        # the intent before the restore patch, its completion recorded before the resume
+        assert steps == ["rollback_started", "restoring", "rollback_restored", "rolled_back"]
 
 
 def test_a_conflicting_write_before_the_suspend_patch_is_re_planned_and_retried(

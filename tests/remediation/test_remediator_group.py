@@ -271,6 +271,8 @@ def test_every_point_of_the_group_rollback_stopped_then_resumed_ends_restored(
             assert found["spec"]["template"]["spec"]["nodeSelector"] == original["spec"]["template"]["spec"]["nodeSelector"]
             assert found["metadata"]["annotations"][RECREATED_ANNOTATION] == f"incident/{incident_id}/original"
             assert deployment(lab)["spec"]["template"]["metadata"]["labels"]["zone"] == "zone-b"
+            # each target recorded restored once (the Job, then the Deployment), never again
+            assert recorded_steps(store, incident_id).count("rollback_restored") == 2
     finally:
         store.close()
 

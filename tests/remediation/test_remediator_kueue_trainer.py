@@ -10,8 +10,7 @@ what it added."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import timedelta
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +21,10 @@ from agent.model.job import JobRef
 from agent.model.lifecycle import IncidentStatus
 from agent.model.workload import KUEUE, KUEUE_WORKLOAD, TRAINJOB_PATCH_MANAGER, JobKind
 from agent.remediation.run import Step
+from agent.settings import RemediationSettings
+from agent.store.repository import IncidentStore
 from agent.twin.faults import AuditEntry
-from agent.twin.patch import PatchType
-from agent.twin.resources import lookup
-from tests.remediation.harness import (
-    FAST,
-    approved_incident,
-    migrated_template,
-    new_store,
-    recorded_plan,
-    running_lab,
-)
+from tests.remediation.harness import Lab, approved_incident, recorded_plan, running_lab
 
 TRAINJOB = JobRef(JobKind.TRAINJOB, "ml", "llm-pretrain")
 JOBSET = JobRef(JobKind.JOBSET, "ml", "pytorch-ddp")
@@ -41,18 +33,6 @@ JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/pytorch-ddp"
 KUEUE_ENTRY = "kueue.x-k8s.io/manager"
 MPI = JobRef(JobKind.TRAINJOB, "ml", "mpi-pretrain")
 CASES = [("kueue-trainjob", TRAINJOB, "trainjobs"), ("kueue-jobset", JOBSET, "jobsets")]
-
-
-def zones(lab: Any) -> dict[str, int]:
-    nodes = {n["metadata"]["name"]: n["metadata"]["labels"].get(ZONE_LABEL)
-             for n in lab.api.json("GET", "/api/v1/nodes")["items"]}  # fmt: skip
-    out: dict[str, int] = {}
-    for pod in lab.api.json("GET", "/api/v1/namespaces/ml/pods")["items"]:
-        if pod["status"].get("phase") in ("Succeeded", "Failed"):
-            continue
-        zone = str(nodes.get(pod["spec"].get("nodeName")))
-        out[zone] = out.get(zone, 0) + 1
-    return out
 
 
 def ours(trainjob: dict[str, Any]) -> list[dict[str, Any]]:
@@ -69,116 +49,94 @@ def template_annotations(lab: Any, ref: JobRef) -> dict[str, str]:
 
 @pytest.mark.parametrize(("scenario", "ref", "plural"), CASES)
 def test_a_split_kueue_trainjob_or_jobset_is_re_placed_through_kueue(
-    tmp_path: Path, scenario: str, ref: JobRef, plural: str
-) -> None:
-    store, _ = new_store(migrated_template(tmp_path), tmp_path)
-    try:
-        with running_lab(tmp_path, scenario, rbac=True) as lab:
-            steps: list[Step] = []
-            incident_id = approved_incident(lab, store, ref=ref)
-            status = lab.remediator(store, on_step=steps.append).run(incident_id)
-            detail = store.get_incident(incident_id)
-            assert status is IncidentStatus.RESOLVED, [(a.payload.get("step"), a.message)
-                                                       for a in detail.actions]
-            assert [s for s in steps if s in (Step.DEACTIVATED, Step.PODS_GONE, Step.ANNOTATED,
-                                              Step.RENEWED, Step.RESUMED, Step.ADMITTED,
-                                              Step.BOUND)] == [
-                Step.DEACTIVATED, Step.PODS_GONE, Step.ANNOTATED, Step.RENEWED, Step.RESUMED,
-                Step.ADMITTED, Step.BOUND]  # fmt: skip
-            assert zones(lab) == {"us-east-1a": 4}
-            assert template_annotations(lab, ref)[KUEUE.topology_annotation] == ZONE_LABEL
-            job = lab.api.json("GET", TRAINJOB_PATH if ref.kind is JobKind.TRAINJOB else JOBSET_PATH)
-            assert job["spec"]["suspend"] is False  # Kueue resumed it
-            if ref.kind is JobKind.TRAINJOB:
-                (entry,) = ours(job)
-                (rjob,) = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-                assert rjob == {"name": "node", "template": {"spec": {"template": {"metadata": {
-                    "annotations": {KUEUE.topology_annotation: ZONE_LABEL}}}}}}  # fmt: skip
-                assert [p["manager"] for p in job["spec"]["runtimePatches"]] == [
-                    KUEUE_ENTRY, TRAINJOB_PATCH_MANAGER]  # Kueue's own entry left where it was
-            assert lab.cluster.api is not None
-            audited: list[AuditEntry] = list(lab.cluster.api.accounting.audited())
-            written = [e for e in audited if e.user.startswith("system:serviceaccount:")
-                       and e.verb in ("patch", "delete", "update", "create")]  # fmt: skip
-            # the Workload, the job's templates and the renewed child Jobs only: never the job's
-            # suspend (a patch of the job carries none: checked by the twin's accounting of what
-            # it wrote), never a nodeSelector (no template holds one)
-            assert {(e.verb, e.resource) for e in written} == {
-                ("patch", KUEUE_WORKLOAD.plural), ("patch", plural), ("delete", KUEUE_WORKLOAD.plural),
-                ("delete", "jobs")}  # fmt: skip
-            assert all(e.allowed for e in written)
-            plan = recorded_plan(store, incident_id)
-            assert "suspend" not in str(plan.targets[1].override)
-            assert all(set(c.after) == {"annotations"} for t in plan.targets for c in t.changes)
-            assert KUEUE.topology_annotation in plan.diff
-    finally:
-        store.close()
+    tmp_path: Path, store: IncidentStore, live_pod_zones: Callable[[Lab], dict[str, int]],
+    agent_writes: Callable[[Lab, tuple[str, ...]], list[AuditEntry]], scenario: str, ref: JobRef,
+    plural: str,
+) -> None:  # fmt: skip
+    with running_lab(tmp_path, scenario, rbac=True) as lab:
+        steps: list[Step] = []
+        incident_id = approved_incident(lab, store, ref=ref)
+        status = lab.remediator(store, on_step=steps.append).run(incident_id)
+        detail = store.get_incident(incident_id)
+        assert status is IncidentStatus.RESOLVED, [(a.payload.get("step"), a.message)
+                                                   for a in detail.actions]
+        assert [s for s in steps if s in (Step.DEACTIVATED, Step.PODS_GONE, Step.ANNOTATED,
+                                          Step.RENEWED, Step.RESUMED, Step.ADMITTED,
+                                          Step.BOUND)] == [
+            Step.DEACTIVATED, Step.PODS_GONE, Step.ANNOTATED, Step.RENEWED, Step.RESUMED,
+            Step.ADMITTED, Step.BOUND]  # fmt: skip
+        assert live_pod_zones(lab) == {"us-east-1a": 4}
+        assert template_annotations(lab, ref)[KUEUE.topology_annotation] == ZONE_LABEL
+        job = lab.api.json("GET", TRAINJOB_PATH if ref.kind is JobKind.TRAINJOB else JOBSET_PATH)
+        assert job["spec"]["suspend"] is False  # Kueue resumed it
+        if ref.kind is JobKind.TRAINJOB:
+            (entry,) = ours(job)
+            (rjob,) = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+            assert rjob == {"name": "node", "template": {"spec": {"template": {"metadata": {
+                "annotations": {KUEUE.topology_annotation: ZONE_LABEL}}}}}}  # fmt: skip
+            assert [p["manager"] for p in job["spec"]["runtimePatches"]] == [
+                KUEUE_ENTRY, TRAINJOB_PATCH_MANAGER]  # Kueue's own entry left where it was
+        written = agent_writes(lab, ("patch", "delete", "update", "create"))
+        # the Workload, the job's templates and the renewed child Jobs only: never the job's
+        # suspend (a patch of the job carries none: checked by the twin's accounting of what
+        # it wrote), never a nodeSelector (no template holds one)
+        assert {(e.verb, e.resource) for e in written} == {
+            ("patch", KUEUE_WORKLOAD.plural), ("patch", plural), ("delete", KUEUE_WORKLOAD.plural),
+            ("delete", "jobs")}  # fmt: skip
+        assert all(e.allowed for e in written)
+        plan = recorded_plan(store, incident_id)
+        assert "suspend" not in str(plan.targets[1].override)
+        assert all(set(c.after) == {"annotations"} for t in plan.targets for c in t.changes)
+        assert KUEUE.topology_annotation in plan.diff
 
 
 def test_an_mpi_trainjobs_launcher_and_nodes_are_grouped_into_one_zone_through_kueue(
-    tmp_path: Path,
+    tmp_path: Path, store: IncidentStore, live_pod_zones: Callable[[Lab], dict[str, int]],
 ) -> None:
     """Two PodSets (the single-pod launcher and the nodes): zonemedic's entry gives both the zone
     and one podset-group-name, and Kueue places the pair in one zone."""
-    store, _ = new_store(migrated_template(tmp_path), tmp_path)
-    try:
-        with running_lab(tmp_path, "kueue-trainjob-mpi", rbac=True) as lab:
-            incident_id = approved_incident(lab, store, ref=MPI)
-            status = lab.remediator(store).run(incident_id)
-            detail = store.get_incident(incident_id)
-            assert status is IncidentStatus.RESOLVED, [(a.payload.get("step"), a.message)
-                                                       for a in detail.actions]
-            assert zones(lab) == {"us-east-1a": 5}
-            job = lab.api.json("GET", "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/"
-                                      "mpi-pretrain")  # fmt: skip
-            (entry,) = ours(job)
-            rjobs = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-            assert {r["name"]: r["template"]["spec"]["template"]["metadata"]["annotations"]
-                    for r in rjobs} == {
-                name: {KUEUE.topology_annotation: ZONE_LABEL, KUEUE.group_annotation: "mpi-pretrain"}
-                for name in ("node", "launcher")}  # fmt: skip
-    finally:
-        store.close()
+    with running_lab(tmp_path, "kueue-trainjob-mpi", rbac=True) as lab:
+        incident_id = approved_incident(lab, store, ref=MPI)
+        status = lab.remediator(store).run(incident_id)
+        detail = store.get_incident(incident_id)
+        assert status is IncidentStatus.RESOLVED, [(a.payload.get("step"), a.message)
+                                                   for a in detail.actions]
+        assert live_pod_zones(lab) == {"us-east-1a": 5}
+        job = lab.api.json("GET", "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/"
+                                  "mpi-pretrain")  # fmt: skip
+        (entry,) = ours(job)
+        rjobs = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        assert {r["name"]: r["template"]["spec"]["template"]["metadata"]["annotations"]
+                for r in rjobs} == {
+            name: {KUEUE.topology_annotation: ZONE_LABEL, KUEUE.group_annotation: "mpi-pretrain"}
+            for name in ("node", "launcher")}  # fmt: skip
 
 
 @pytest.mark.parametrize(("scenario", "ref", "plural"), CASES)
 def test_kueue_not_admitting_a_trainjob_or_jobset_in_time_rolls_back_exactly(
-    tmp_path: Path, scenario: str, ref: JobRef, plural: str
-) -> None:
+    tmp_path: Path, store: IncidentStore, no_gpu_quota: Callable[[Lab], None],
+    admission_given_up: RemediationSettings, workloads: Callable[[Lab], list[dict[str, Any]]],
+    scenario: str, ref: JobRef, plural: str,
+) -> None:  # fmt: skip
     """The ClusterQueue loses its GPU quota once the job is annotated: Kueue cannot admit it, the
     run rolls back -- the TrainJob's entry of zonemedic's removed (Kueue's kept), the JobSet's
     annotation removed -- and the rebuilt Workload is active again."""
     del plural
-    store, _ = new_store(migrated_template(tmp_path), tmp_path)
-    try:
-        with running_lab(tmp_path, scenario, rbac=True) as lab:
-            admin = lab.cluster.store
+    with running_lab(tmp_path, scenario, rbac=True) as lab:
 
-            def squeeze(step: Step) -> None:
-                if step is Step.RENEWED:
-                    admin.patch(lookup("clusterqueues", group="kueue.x-k8s.io"), "cluster-queue",
-                                {"spec": {"resourceGroups": [{
-                                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                                    "flavors": [{"name": "default-flavor", "resources": [
-                                        {"name": "cpu", "nominalQuota": "200"},
-                                        {"name": "memory", "nominalQuota": "2Ti"},
-                                        {"name": "nvidia.com/gpu", "nominalQuota": "0"}]}]}]}},
-                                patch_type=PatchType.MERGE)  # fmt: skip
+        def squeeze(step: Step) -> None:
+            if step is Step.RENEWED:
+                no_gpu_quota(lab)
 
-            incident_id = approved_incident(lab, store, ref=ref)
-            settings = replace(FAST, schedule_timeout=timedelta(seconds=1.5))
-            status = lab.remediator(store, settings=settings, on_step=squeeze).run(incident_id)
-            detail = store.get_incident(incident_id)
-            assert status is IncidentStatus.ROLLED_BACK, [(a.payload.get("step"), a.message)
-                                                          for a in detail.actions]
-            assert "Kueue did not admit the job" in str(detail.events[-1].detail)
-            job = lab.api.json("GET", TRAINJOB_PATH if ref.kind is JobKind.TRAINJOB else JOBSET_PATH)
-            if ref.kind is JobKind.TRAINJOB:
-                assert ours(job) == []
-                assert [p["manager"] for p in job["spec"]["runtimePatches"]] == [KUEUE_ENTRY]
-            assert KUEUE.topology_annotation not in template_annotations(lab, ref)
-            workloads = lab.api.json("GET", f"/apis/{KUEUE_WORKLOAD.api_version}/namespaces/ml/"
-                                            f"{KUEUE_WORKLOAD.plural}")["items"]  # fmt: skip
-            assert [w["spec"].get("active", True) for w in workloads] == [True]
-    finally:
-        store.close()
+        incident_id = approved_incident(lab, store, ref=ref)
+        status = lab.remediator(store, settings=admission_given_up, on_step=squeeze).run(incident_id)
+        detail = store.get_incident(incident_id)
+        assert status is IncidentStatus.ROLLED_BACK, [(a.payload.get("step"), a.message)
+                                                      for a in detail.actions]
+        assert "Kueue did not admit the job" in str(detail.events[-1].detail)
+        job = lab.api.json("GET", TRAINJOB_PATH if ref.kind is JobKind.TRAINJOB else JOBSET_PATH)
+        if ref.kind is JobKind.TRAINJOB:
+            assert ours(job) == []
+            assert [p["manager"] for p in job["spec"]["runtimePatches"]] == [KUEUE_ENTRY]
+        assert KUEUE.topology_annotation not in template_annotations(lab, ref)
+        assert [w["spec"].get("active", True) for w in workloads(lab)] == [True]
