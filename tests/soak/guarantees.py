@@ -398,8 +398,14 @@ def check(
 
 
 # remediation steps that write to the cluster (their intent or their record)
-WRITE_STEPS = frozenset({"suspending", "suspended", "resumed", "rolling_out", "rolled_out",
-                         "job_deleting", "job_deleted", "job_created", "restoring", "rolled_back"})
+WRITE_STEPS = frozenset({
+    "suspending", "suspended", "patching", "patched", "resumed", "rolling_out", "rolled_out",
+    "job_deleting", "job_deleted", "job_created", "restoring", "rolled_back",
+    # Kueue's path and the rollback's own steps, each recorded after its write
+    "deactivating", "deactivated", "annotating", "annotated", "renewing", "renewed", "requeuing",
+    "rollback_reactivated", "rollback_deactivated", "rollback_restored", "rollback_renewed",
+    "rollback_requeued",
+})  # fmt: skip
 NOW_FIXABLE = "the fix can be applied now"  # why a refused incident is left for a new problem
 
 
