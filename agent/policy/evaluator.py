@@ -18,8 +18,8 @@ filter, or every label under plain Kubernetes, where Cilium policies are not enf
 Policies that could not be read are kept as `UnreadablePolicy` records: `uncertain(endpoint)`
 names those that may select an endpoint.
 
-Speed: policies are indexed by one label each subject selector requires (namespace for plain
-CNPs and NetworkPolicies), and endpoints are projected onto the identity keys and named ports the
+Speed: policies are indexed by one label each subject selector requires and the namespace it
+names (`agent.policy.anchors`), and endpoints are projected onto the identity keys and named ports the
 set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
 differing only in, say, `replica-index` cost one evaluation; a verdict not cached yet is put
 together from its two hops, each cached by what it reads of the far endpoint
@@ -40,7 +40,8 @@ from agent.model.network import (
     PortRange,
     Protocol,
 )
-from agent.model.selector import LabelSelector, SelectorOperator
+from agent.model.selector import LabelSelector
+from agent.policy.anchors import AnchorIndex
 from agent.policy.dataplane import Dataplane, DataplaneKind
 from agent.policy.hop_cache import HopResult, HopVerdicts, Side
 from agent.policy.identity import (
@@ -76,6 +77,11 @@ class _Entry:
     subject: Subject
 
 
+def _selector(entry: _Entry) -> LabelSelector:
+    assert entry.subject.selector is not None, "only blocks selecting pods are indexed"
+    return entry.subject.selector
+
+
 class _Identity:
     """A projected endpoint: the identity labels and named ports the policy set can read."""
 
@@ -92,17 +98,6 @@ class _Identity:
         self.named_ports = named_ports
         self.selected = selected
         self.uncertain = uncertain
-
-
-def _anchors(selector: LabelSelector) -> list[tuple[str, str]]:
-    """Label pairs of which an endpoint must carry one to be selected (empty: no such pairs)."""
-    if selector.match_labels:
-        others = [pair for pair in selector.match_labels if pair[0] != NAMESPACE_KEY]
-        return [others[0] if others else selector.match_labels[0]]
-    for req in selector.match_expressions:
-        if req.operator is SelectorOperator.IN:
-            return [(req.key, value) for value in sorted(req.values)]
-    return []
 
 
 def _covers(intervals: list[tuple[int, int]], first: int, last: int) -> bool:
@@ -149,8 +144,7 @@ class PolicySet:
         self.unreadable = lost
         keys: set[str] = {NAMESPACE_KEY}
         names: set[str] = set()
-        by_anchor: dict[tuple[str, str], list[_Entry]] = {}
-        unanchored: list[_Entry] = []
+        entries: list[_Entry] = []
         values: dict[str | None, dict[str, set[str]]] = {}  # namespace -> key -> values
         for policy in self._policies:
             compared = values.setdefault(policy.namespace, {})
@@ -169,11 +163,7 @@ class PolicySet:
                 for sel in selectors:
                     for key, value in sel.values():
                         compared.setdefault(key, set()).add(value)
-                anchors = _anchors(subject.selector)
-                if not anchors:
-                    unanchored.append(entry)
-                for anchor in anchors:
-                    by_anchor.setdefault(anchor, []).append(entry)
+                entries.append(entry)
         for record in lost:
             for sel in record.selects:
                 keys |= sel.keys()
@@ -181,8 +171,7 @@ class PolicySet:
         self._values = {ns: {k: frozenset(v) for k, v in found.items()}
                         for ns, found in values.items()}  # fmt: skip
         self._port_names = frozenset(names)
-        self._by_anchor = {k: tuple(v) for k, v in by_anchor.items()}
-        self._unanchored = tuple(unanchored)
+        self._anchors = AnchorIndex(entries, _selector)
         self._endpoint_ids: dict[Endpoint, int] = {}
         self._projection_ids: dict[
             tuple[tuple[tuple[str, str], ...], tuple[tuple[tuple[str, Protocol], int], ...]], int
@@ -281,6 +270,13 @@ class PolicySet:
         ident = self._identities[self.equivalence_key(endpoint)]
         return frozenset(entry.policy_id for entry in ident.selected)
 
+    def deciding(self, endpoint: Endpoint, *, egress: bool) -> frozenset[str]:
+        """The ids of the policies with a block selecting `endpoint` that takes part in deciding
+        its hops of that direction (`Subject.decides`): what a change to one of them can change
+        there (whether those hops are allowed)."""
+        ident = self._identities[self.equivalence_key(endpoint)]
+        return frozenset(e.policy_id for e in ident.selected if e.subject.decides(egress=egress))
+
     def identity_of(self, endpoint: Endpoint) -> dict[str, str]:
         """The identity labels the dataplane judges `endpoint` by (every kept label, not only
         those this set's selectors read)."""
@@ -318,13 +314,7 @@ class PolicySet:
         return ident
 
     def _select(self, labels: Mapping[str, str]) -> tuple[_Entry, ...]:
-        candidates: dict[int, _Entry] = {}
-        for entry in self._unanchored:
-            candidates[id(entry)] = entry
-        by_anchor = self._by_anchor
-        for pair in labels.items():
-            for entry in by_anchor.get(pair, ()):
-                candidates[id(entry)] = entry
+        candidates = self._anchors.candidates(labels)
         return tuple(
             entry
             for entry in candidates.values()
