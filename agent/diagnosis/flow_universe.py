@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.diagnosis.pod_shapes import PodShapes
+from agent.diagnosis.pod_shapes import PodShapes, pod_shapes
 from agent.diagnosis.reachability import Reachability
 from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
 from agent.model.job import Job
@@ -120,11 +120,14 @@ class Groups:
 def group_pods(before: Cluster, after: Cluster, *, shapes: PodShapes | None = None) -> Groups:
     """The pods of `after` grouped, and which the change touches (see the module docstring).
     `shapes`: the state's pods by shape, already held; used when the change keeps the state and
-    reads no label key they do not (one pod classified per shape, the same groups)."""
+    reads no label key they do not (else, for a change that keeps the state, they are found
+    here: one pod classified per shape, the same groups)."""
     keys = before.policies.pod_label_keys() | after.policies.pod_label_keys()
     reach = Reachability(after.policies, after.state.namespaces, label_keys=keys)
     same_state = after.state is before.state
-    if same_state and shapes is not None and shapes.fits(after.state, keys):
+    if same_state:  # one pod classified per shape (the shapes found here unless held)
+        if shapes is None or not shapes.fits(after.state, keys):
+            shapes = pod_shapes(after.state, keys)
         return _group_shapes(before, after, reach, shapes)
     old_pods = {} if same_state else {_key(p): p for p in before.state.pods}
     everything = (_identities(before.policies) != _identities(after.policies)
@@ -318,6 +321,7 @@ def touched_flows(
     cold_sizes, cold_of = collapse(cold)
     # whether the change reaches the touched pods' hops as sources, as destinations
     reaches: dict[EvalKey, tuple[bool, bool]] = {}
+    moved = {hot_of[g] for g in hot if groups.everything or g[0] != g[1]}  # its class changes
     for gkey, (as_src, as_dst) in _reaches(before, after, groups).items():
         was_src, was_dst = reaches.get(hot_of[gkey], (False, False))
         reaches[hot_of[gkey]] = (was_src or as_src, was_dst or as_dst)
@@ -333,18 +337,20 @@ def touched_flows(
         return out
 
     def destinations(sizes: Mapping[EvalKey, int], *, touched: bool) -> dict[EvalKey, list[int]]:
-        return {ekey: [n, touched and reaches[ekey][1]] for ekey, n in sizes.items()}
+        return {ekey: [n, touched and reaches[ekey][1], touched and ekey in moved]
+                for ekey, n in sizes.items()}  # fmt: skip
 
     hot_dst = destinations(hot_sizes, touched=True)
     cold_dst = destinations(cold_sizes, touched=False)
     # the verdicts (before, after) of each evaluator pair and port range that change
-    flips: dict[tuple[bool, SourceKey, bool, EvalKey], list[tuple[FlowVerdict, FlowVerdict]]] = {}
+    # the entry pairs with a port whose verdict changes (their verdicts found when listed)
+    flips: dict[tuple[bool, SourceKey, bool, EvalKey], list[tuple[FlowVerdict, FlowVerdict]] | None] = {}
 
     def compare(source: tuple[bool, SourceKey, int, int], dhot: bool,
                 dests: Mapping[EvalKey, list[int]]) -> None:  # fmt: skip
         nonlocal checked, changed
         shot, skey, ns, sreach = source
-        for dkey, (nd, dreach) in dests.items():
+        for dkey, (nd, dreach, dmoved) in dests.items():
             # a pod is never its own peer: the destination entry's pods are among the source
             # entry's when they are of one side with the same keys
             pairs = ns * nd - (nd if shot == dhot and skey == (dkey[0], dkey[1]) else 0)
@@ -353,18 +359,24 @@ def touched_flows(
             checked += pairs * len(dkey[2])
             if not (sreach or dreach):
                 continue  # neither hop can change: the verdict stays (counted, not evaluated)
-            found: list[tuple[FlowVerdict, FlowVerdict]] = []
             any_flip = False
             for ports in dkey[2]:
-                was = (_ABSENT if skey[0] is None or dkey[0] is None
-                       else check_before(skey[0], dkey[0], ports))  # fmt: skip
-                now = check_after(skey[1], dkey[1], ports)
-                found.append((was, now))
-                if was.allowed != now.allowed:
+                if sreach or dmoved:
+                    was = (skey[0] is not None and dkey[0] is not None
+                           and check_before(skey[0], dkey[0], ports).allowed)  # fmt: skip
+                    flip = was != check_after(skey[1], dkey[1], ports).allowed
+                else:
+                    # only the destination's ingress hop can change (the source's egress hop,
+                    # and what it reads of the destination, stay): it decides when egress allows
+                    assert skey[0] is not None and dkey[0] is not None, "unmoved pods were there"
+                    flip = (before.policies.hop_allows(skey[0], dkey[0], ports, egress=False)
+                            != after.policies.hop_allows(skey[1], dkey[1], ports, egress=False)
+                            and before.policies.hop_allows(skey[0], dkey[0], ports, egress=True))  # fmt: skip
+                if flip:
                     changed += pairs
                     any_flip = True
             if any_flip:
-                flips[(shot, skey, dhot, dkey)] = found
+                flips[(shot, skey, dhot, dkey)] = None
 
     for skey, (ns, sreach) in sources(hot_sizes, touched=True).items():  # to every pod
         compare((True, skey, ns, sreach), True, hot_dst)
@@ -390,20 +402,31 @@ def touched_flows(
                     listed.append(FlowChange(job, f"{s.namespace}/{s.name}",
                                              f"{d.namespace}/{d.name}", ports, was, now))  # fmt: skip
 
+    def verdicts(ekey: tuple[bool, SourceKey, bool, EvalKey]
+                 ) -> list[tuple[FlowVerdict, FlowVerdict]]:  # fmt: skip
+        found = flips[ekey]
+        if found is None:
+            _, skey, _, dkey = ekey
+            found = flips[ekey] = [
+                (_ABSENT if skey[0] is None or dkey[0] is None
+                 else check_before(skey[0], dkey[0], ports), check_after(skey[1], dkey[1], ports))
+                for ports in dkey[2]]  # fmt: skip
+        return found
+
     if flips:  # the changed flows listed group pair by group pair, in the groups' order
         every = [*((True, k, v) for k, v in hot.items()), *((False, k, v) for k, v in cold.items())]
         for skey_g, spods in hot.items():
             for dhot, dkey_g, dpods in every:
                 src = hot_of[skey_g]
                 ekey = (True, (src[0], src[1]), dhot, (hot_of if dhot else cold_of)[dkey_g])
-                if ekey in flips:
-                    listing(spods, dpods, dkey_g, flips[ekey])
+                if ekey in flips and len(listed) < FLOWS_LISTED:
+                    listing(spods, dpods, dkey_g, verdicts(ekey))
         for skey_g, spods in cold.items():
             for dkey_g, dpods in hot.items():
                 src = cold_of[skey_g]
                 ekey = (False, (src[0], src[1]), True, hot_of[dkey_g])
-                if ekey in flips:
-                    listing(spods, dpods, dkey_g, flips[ekey])
+                if ekey in flips and len(listed) < FLOWS_LISTED:
+                    listing(spods, dpods, dkey_g, verdicts(ekey))
     listed.sort(key=lambda c: (c.source, c.destination, c.ports.first, c.ports.protocol.value))
     touched = sum(len(v) for v in hot.values())
     return TouchedFlows(touched, checked, changed, tuple(listed))

@@ -254,6 +254,12 @@ class PolicySet:
             self._verdicts[key] = verdict
         return verdict
 
+    def hop_allows(self, s: int, d: int, ports: PortRange, *, egress: bool) -> bool:
+        """Whether one hop of the flow `s` -> `d` (endpoints by `equivalence_key`) allows
+        `ports`: egress at the source, or ingress at the destination (`check_keys` is both)."""
+        ids = self._identities
+        return self._hops.allows(s, d, ids[s], ids[d], ports, egress=egress)
+
     def trace(self, src: Endpoint, dst: Endpoint, ports: PortRange) -> FlowTrace:
         """`check`'s verdict for the flow with the evaluator's record of how it got there: every
         hop and protocol evaluated (not only up to the first denial), each with the blocks
