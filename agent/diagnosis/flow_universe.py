@@ -13,7 +13,11 @@ every pod to each touched pod, on each port the destination declares (its contai
 each with its protocol). Pods the policies cannot tell apart before and after alike (and that
 declare the same ports) are checked once per group pair, as the diagnosis groups them
 (`agent.diagnosis.reachability`); every pod pair whose verdict changes is counted, and the first
-`FLOWS_LISTED` are listed. Ports no pod declares are not considered here (the jobs' required
+`FLOWS_LISTED` are listed. A group pair is evaluated only when the change reaches one of its hops
+(`_reaches`: the source's egress or the destination's ingress decided by a changed policy
+selecting it, per `Subject.decides`, or either end's class changing); one whose only reachable hop
+is the destination's ingress compares the two ingress hops (`PolicySet.hop_allows`); full
+verdicts are built only for the flows listed. Ports no pod declares are not considered here (the jobs' required
 flows, ranges included, are checked by the what-if itself). Pure: no I/O.
 """
 
