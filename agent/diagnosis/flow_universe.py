@@ -249,9 +249,15 @@ def reached_jobs(before: Cluster, after: Cluster, groups: Groups, jobs: Iterable
             seen[cid] = found
         return found
 
-    classes = groups.classes
-    return [j for j in jobs if any(reached(classes[(p.namespace, p.name)]) for p in j.pods
-                                   if (p.namespace, p.name) in classes)]  # fmt: skip
+    get = groups.classes.get
+    out: list[Job] = []
+    for job in jobs:
+        for pod in job.pods:
+            cid = get((pod.namespace, pod.name))
+            if cid is not None and (seen[cid] if cid in seen else reached(cid)):
+                out.append(job)
+                break
+    return out
 
 
 _ABSENT = FlowVerdict(allowed=False)
