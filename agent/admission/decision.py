@@ -38,7 +38,18 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
   when Kueue's TAS is not configured for its flavors, or it has more than two PodSets; a
   generic group's workload with Kueue's queue label passes unchanged (no nodeSelector is written
   on it; the warning names the annotation to add);
-- a group's later objects follow the group's kept decision (`kept`): the same zone.
+- a group's later objects follow the group's kept decision (`kept`): the same zone;
+- a Pod of a group placed pod by pod (`admit_pods`, `agent.admission.pod_gang`): its one template
+  is the Pod itself; passed unchanged when its controller is placed at its own creation (a batch
+  Job's, a training kind's, a Deployment's ReplicaSet's pod: its template carries the pin), is
+  created bound to a node, or pins a zone already; otherwise its gang (the group's live pods, the Pod, the pods still to
+  come up to the group's `size`) is checked as a group's workload is, its GPUs the group's `gpus`
+  when more, and a lone first Pod is placed too (the group is a gang by its settings); the patch
+  is the group planner's template change (`retarget`: zone pin, tolerations, zone-mirroring
+  label; no pod affinity) written on the Pod's own spec and labels, and the room check is for
+  the Pod; a Pod with Kueue's queue label (Kueue's pod integration) passes unchanged: no
+  nodeSelector, the warning names the topology annotation to put on every pod of its pod group.
+  The group's live pods are read once per view change (`_group_pods`).
 `enforce` False (`admission.mode: warn`): the same decision, its warning says what it would do,
 and no patch.
 
@@ -48,20 +59,26 @@ Not modelled at admission (the cache keeps GPU requests only): CPU and memory ro
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from agent.admission import pod_gang
+from agent.admission.documents import (
+    at_path,
+    json_copy,
+    merge_patch_into,
+    node_dict,
+    usage_pod,
+    without_owners,
+)
 from agent.admission.jsonpatch import Operation, diff
 from agent.admission.subject import Subject, planned_pods
 from agent.diagnosis.kueue import kueue_advice
 from agent.diagnosis.placement import choose_target_zone
 from agent.diagnosis.reachability import Reachability
 from agent.model.admission import AdmissionOutcome as Outcome
-from agent.model.cluster import GPU_RESOURCE, ZONE_LABEL, ClusterState
+from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
 from agent.model.descriptor import PodTemplate, dig
 from agent.model.finding import Finding
 from agent.model.job import Job, JobRef
@@ -136,6 +153,7 @@ class Decider:
         self._ranked: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, Any]]]] = {}
         self._mirror: tuple[str, ...] = ()
         self._uses = 0
+        self._members: dict[tuple[str, str], tuple[object, list[Pod]]] = {}
 
     def _prepare(self, view: View) -> Reachability:
         """The reachability for the view's policies and namespaces (kept while they are the same
@@ -193,7 +211,7 @@ class Decider:
         for _, node in sorted(chosen, key=lambda e: e[0]):
             found = self._node_dicts.get(id(node))
             if found is None or found[0] is not node:
-                found = self._node_dicts[id(node)] = (node, _node_dict(node))
+                found = self._node_dicts[id(node)] = (node, node_dict(node))
             out.append(found[1])
         return out
 
@@ -230,6 +248,9 @@ class Decider:
                              "zonemedic places its JobSet when the Trainer creates it")  # fmt: skip
         if ref.namespace in self.settings.protected_namespaces:
             return unchanged(Outcome.SKIPPED, f"namespace {ref.namespace} is protected")
+        owned = pod_gang.placed_through(subject.obj) if subject.pod else None
+        if owned is not None:
+            return unchanged(Outcome.SKIPPED, owned)
         templates = subject.templates
         if not templates:
             return unchanged(Outcome.SKIPPED, "it has no pod template of a gang")
@@ -247,7 +268,7 @@ class Decider:
             return unchanged(Outcome.SKIPPED, "its pods cannot be modelled (a pod count or a "
                              "field that cannot be read)")  # fmt: skip
         zones = list(view.facts.zones) or view.state.zones()
-        if len(job.pods) < 2:
+        if len(job.pods) < 2 and not subject.pod:  # a pod-by-pod group is a gang by its settings
             return unchanged(Outcome.NOT_NEEDED, "it runs one pod: nothing to co-locate")
         if len(zones) < 2:
             return unchanged(Outcome.NOT_NEEDED, "the cluster has one zone")
@@ -259,7 +280,7 @@ class Decider:
         capacity = CapacityIndex(view.state.nodes, (), used=view.facts.gpu_used,
                                  free=view.facts.zone_free)  # fmt: skip
         free = capacity.free_gpus([p for p in job.pods if p.node_name is not None])
-        need = job.gpu_request
+        need = pod_gang.gang_gpus(subject, job.gpu_request)
         candidates = [z for z in fixing if free.get(z, 0) >= need]
         if not fixing:
             return unchanged(Outcome.NO_ZONE, "no zone" + (f" ({', '.join(allowed)})" if kept or zones_pinned else "")
@@ -270,9 +291,10 @@ class Decider:
                              f"{need} free GPUs for the whole job (free: {room})")  # fmt: skip
         if _kueue_queue(subject.obj) or _kueue_queue(_template_meta(templates)):
             if subject.training is None:
+                where = "every pod of its pod group" if subject.pod else "its pod template"
                 return unchanged(Outcome.NO_ZONE, "Kueue-managed: zonemedic writes no nodeSelector "
                                  f"on it; ask Kueue for one zone ({KUEUE.topology_annotation}: "
-                                 f"{ZONE_LABEL} on its pod template)")  # fmt: skip
+                                 f"{ZONE_LABEL} on {where})")  # fmt: skip
             return self._kueue(subject, view, candidates, enforce=enforce)
         refusals: list[str] = []
         job_gpus = _gpus_by_zone(job, view)
@@ -300,6 +322,9 @@ class Decider:
 
     def _job(self, subject: Subject, view: View) -> Job | None:
         manifests = planned_pods(subject)
+        live = self._group_pods(subject, view)
+        if subject.pod:
+            manifests = pod_gang.gang_manifests(subject, manifests, live=live)
         if not manifests:
             return None
         for manifest in manifests:  # a zone-mirroring label is set on every pod (at binding, by
@@ -310,12 +335,11 @@ class Decider:
             pods = [parse_pod(m) for m in manifests]
             objects = {}
             if subject.training is not None:
-                obj = parse_training_job(_without_owners(subject.obj), subject.training.kind)
+                obj = parse_training_job(without_owners(subject.obj), subject.training.kind)
                 objects[(subject.training.kind, obj.namespace, obj.name)] = obj
         except ManifestError:
             return None
         if subject.group is not None:
-            live = [p for p in view.facts.pods_in.get(subject.ref.namespace, ()) if p.live]
             found = group_jobs([*live, *pods], [subject.group])
         else:
             state = ClusterState(nodes=view.state.nodes, namespaces=view.state.namespaces,
@@ -323,17 +347,34 @@ class Decider:
             found = kubeflow_jobs(state)
         return found[0] if found else None
 
+    def _group_pods(self, subject: Subject, view: View) -> list[Pod]:
+        """The live pods of the subject's namespace its group's selector matches, kept while the
+        view holds the same pod list for the namespace (a group's pods arrive one by one: the
+        namespace is read once per change, not once per pod)."""
+        group, namespace = subject.group, subject.ref.namespace
+        if group is None:
+            return []
+        pods = view.facts.pods_in.get(namespace, ())
+        found = self._members.get((namespace, group.name))
+        if found is None or found[0] is not pods:
+            if len(self._members) > 256:
+                self._members.clear()
+            chosen = [p for p in pods if p.live and all(p.labels.get(k) == v for k, v in group.selector.items())]
+            found = self._members[(namespace, group.name)] = (pods, chosen)
+        return found[1]
+
     def _plan(self, subject: Subject, view: View, zone: str) -> tuple[Any, str]:
         """The object as the planner's fix for `zone` leaves it, or (None, the refusal)."""
         used = view.facts.gpu_used
         nodes = self._zone_nodes(view, zone, keys=_shape_keys(subject.templates),
                                  pods=len(planned_pods(subject)) or 1)  # fmt: skip
         names = [str(n["metadata"]["name"]) for n in nodes]
-        bound = [_usage_pod(name, used[name]) for name in names if used.get(name)]
+        bound = [usage_pod(name, used[name]) for name in names if used.get(name)]
         room_view = _gpus_only(subject)
         try:
             if subject.group is not None:
-                changes = self._group_changes(subject, room_view, zone=zone, nodes=nodes, bound=bound)
+                changes = _group_changes(subject, room_view, zone=zone, mirror=self._mirror,
+                                         nodes=nodes, bound=bound)
             else:
                 ref = JobRef(subject.ref.kind, subject.ref.namespace, subject.name)
                 finding = Finding(job=ref, verdict=Verdict.ZONE_SPLIT_DEGRADED, zones={},
@@ -348,24 +389,6 @@ class Decider:
         except QuantityError as exc:
             return None, f"cannot read a resource quantity: {exc}"
         return _applied(subject, changes), ""
-
-    def _group_changes(self, subject: Subject, room_view: Mapping[str, Any], *, zone: str,
-                       nodes: Sequence[Mapping[str, Any]],
-                       bound: Sequence[Mapping[str, Any]]) -> list[TemplateChange]:  # fmt: skip
-        """The group planner's own template change for one workload, and its room check."""
-        zone_nodes = nodes_in_zone(nodes, zone)
-        changes, needs = [], []
-        templates = {t.replica: t for t in _templates_of(subject, room_view)}
-        for template in subject.templates:
-            change = retarget(template.template, replica=template.replica, path=(), zone=zone,
-                              zone_nodes=zone_nodes, mirror_keys=self._mirror, affinity_to=None)  # fmt: skip
-            if change is not None:
-                changes.append(change)
-            needs.extend(pod_needs(subject.name, templates[template.replica].template, change,
-                                   template.count or 0, namespace=subject.ref.namespace,
-                                   relabel=dict.fromkeys(self._mirror, zone)))  # fmt: skip
-        require_room(needs, zone=zone, nodes=nodes, bound_pods=bound, replaced=frozenset())
-        return changes
 
     def _kueue(self, subject: Subject, view: View, candidates: Sequence[str], *,
                enforce: bool) -> Decision:  # fmt: skip
@@ -387,9 +410,9 @@ class Decider:
             return Decision(Outcome.NO_ZONE, ref, f"zonemedic: {_what(subject)} passed unchanged: "
                             f"{advice.message}")  # fmt: skip
         wanted = wanted_annotations(subject.name, obj.pod_sets, obj.topology)
-        planned = _copy(subject.obj)
+        planned = json_copy(subject.obj)
         for template in subject.templates:
-            target = _at(planned, template.path)
+            target = at_path(planned, template.path)
             meta = target.setdefault("metadata", {})
             annotations = dict(meta.get("annotations") or {})
             for key, value in wanted.get(template.replica, {}).items():
@@ -422,6 +445,25 @@ def _why(zone: str, *, fixing: Sequence[str], zones: Sequence[str], need: int, f
     flows = (f"every flow it needs is allowed there (not in {', '.join(denied)})" if denied
              else "every flow it needs is allowed there")
     return f"{flows}, and it has room for the whole gang ({need} GPUs needed, {free} free)"
+
+
+def _group_changes(subject: Subject, room_view: Mapping[str, Any], *, zone: str,
+                   mirror: Sequence[str], nodes: Sequence[Mapping[str, Any]],
+                   bound: Sequence[Mapping[str, Any]]) -> list[TemplateChange]:  # fmt: skip
+    """The group planner's own template change for one workload, and its room check."""
+    zone_nodes = nodes_in_zone(nodes, zone)
+    changes, needs = [], []
+    templates = {t.replica: t for t in _templates_of(subject, room_view)}
+    for template in subject.templates:
+        change = retarget(template.template, replica=template.replica, path=(), zone=zone,
+                          zone_nodes=zone_nodes, mirror_keys=mirror, affinity_to=None)  # fmt: skip
+        if change is not None:
+            changes.append(change)
+        needs.extend(pod_needs(subject.name, templates[template.replica].template, change,
+                               template.count or 0, namespace=subject.ref.namespace,
+                               relabel=dict.fromkeys(mirror, zone)))  # fmt: skip
+    require_room(needs, zone=zone, nodes=nodes, bound_pods=bound, replaced=frozenset())
+    return changes
 
 
 def _shape_keys(templates: Sequence[PodTemplate]) -> frozenset[str] | None:
@@ -487,42 +529,22 @@ def _gpus_by_zone(job: Job, view: View) -> dict[str, int]:
     return out
 
 
-def _without_owners(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The object planned as itself: a TrainJob's JobSet is placed as a JobSet at its creation."""
-    out = dict(obj)
-    meta = dict(obj.get("metadata") or {})
-    meta.pop("ownerReferences", None)
-    out["metadata"] = meta
-    return out
 
 
-def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of a JSON object (as the API server sent it: JSON values only)."""
-    out: dict[str, Any] = orjson.loads(orjson.dumps(obj))
-    return out
 
 
-def _at(obj: Any, path: Sequence[str | int]) -> dict[str, Any]:
-    node = obj
-    for step in path:
-        node = node[step]
-    assert isinstance(node, dict)
-    return node
 
 
 def _templates_of(subject: Subject, obj: Mapping[str, Any]) -> list[PodTemplate]:
-    found = subject.training.templates if subject.training is not None else None
-    if found is None and subject.owner is not None:
-        found = subject.owner.templates
-    return found.gang_templates(obj) if found is not None else []
+    return subject.templates_in(obj)
 
 
 def _gpus_only(subject: Subject) -> dict[str, Any]:
     """The object as the room check can judge it from the cache: its owners dropped (planned as
     itself) and its containers' requests and limits reduced to GPU resources."""
-    out = _copy(_without_owners(subject.obj))
+    out = json_copy(without_owners(subject.obj))
     for template in _templates_of(subject, out):
-        spec = _at(out, template.path).get("spec") or {}
+        spec = at_path(out, template.path).get("spec") or {}
         for key in ("containers", "initContainers"):
             for container in spec.get(key) or []:
                 resources = container.get("resources") if isinstance(container, dict) else None
@@ -537,49 +559,15 @@ def _gpus_only(subject: Subject) -> dict[str, Any]:
 
 def _applied(subject: Subject, changes: Sequence[TemplateChange]) -> dict[str, Any]:
     """The object as sent with each change's planned fields merged into its template."""
-    out = _copy(subject.obj)
+    out = json_copy(subject.obj)
     paths = {t.replica: t.path for t in subject.templates}
     for change in changes:
         path = paths.get(change.replica)
         if path is None:
             continue
-        parent, last = _at(out, path[:-1]), str(path[-1])
-        parent[last] = _merge_patch_into(parent.get(last), change.fragment())
+        if not path:  # the object is its own template (a Pod)
+            out = merge_patch_into(out, change.fragment())
+            continue
+        parent, last = at_path(out, path[:-1]), str(path[-1])
+        parent[last] = merge_patch_into(parent.get(last), change.fragment())
     return out
-
-
-def _merge_patch_into(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch of `target` by `patch`, in place (`target` is this module's own
-    copy): the value `apply_merge_patch` returns, without copying the target at every level."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = target if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge_patch_into(out.get(key), value)
-    return out
-
-
-def _node_dict(node: Any) -> dict[str, Any]:
-    """A parsed node as the planner reads nodes (labels, taints, cordon, GPU allocatable)."""
-    spec: dict[str, Any] = {}
-    if node.taints:
-        spec["taints"] = [{"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
-                          for t in node.taints]  # fmt: skip
-    if node.unschedulable:
-        spec["unschedulable"] = True
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": node.name, "labels": dict(node.labels)}, "spec": spec,
-            "status": {"allocatable": {GPU_RESOURCE: str(node.gpu_allocatable)}}}  # fmt: skip
-
-
-def _usage_pod(node: str, gpus: int) -> dict[str, Any]:
-    """What the pods bound to `node` use, as one pod (the cache counts GPUs per node)."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": "", "name": f"in-use-on-{node}"},
-            "spec": {"nodeName": node,
-                     "containers": [{"name": "x", "resources": {"requests": {GPU_RESOURCE: str(gpus)}}}]},
-            "status": {"phase": "Running"}}  # fmt: skip
-

@@ -10,6 +10,10 @@ workload kinds a configured generic group's pods are owned by (`OWNERS`: Deploym
 a ReplicaSet is made by its Deployment and is not placed on its own) whose pod template's
 labels match a group's selector (and its namespace, when the group names one).
 
+A Pod (core v1) is a subject of its own when a group placed pod by pod (`admit_pods`) selects
+its labels (and its namespace): its one template is the Pod itself (`POD_TEMPLATES`, path `()`);
+the gang it belongs to is modelled by `agent.admission.pod_gang`.
+
 The pods: per gang pod template (initializers left out), its count of pods, each with the
 template's labels plus the labels the kind's operator sets (`GangLabels`): Kubeflow
 `job-name`, `replica-type` (lower case), `replica-index`, `operator-name`; JobSet
@@ -26,12 +30,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.model.descriptor import OwnerKind, PodTemplate, TemplateLayout, count_of, dig
+from agent.model.descriptor import (
+    OwnerKind,
+    PodTemplate,
+    PodTemplates,
+    TemplateLayout,
+    count_of,
+    dig,
+)
 from agent.model.job import JobRef
 from agent.model.workload import OWNERS, REPLICA_SET, JobKind, WorkloadKind, workload_served
 from agent.settings import GroupSpec
 
 MAX_PODS = 10_000  # pods of one object the webhook models (a larger one passes unchanged)
+POD_TEMPLATES = PodTemplates(TemplateLayout.TEMPLATE, ())  # a Pod is its own (one) template
 
 
 @dataclass(frozen=True)
@@ -45,14 +57,21 @@ class Subject:
     training: WorkloadKind | None = None
     owner: OwnerKind | None = None
     group: GroupSpec | None = None
+    pod: bool = False  # a group's Pod, placed on its own (`admit_pods`)
 
     @property
     def templates(self) -> list[PodTemplate]:
         """The gang's pod templates, in the object's order."""
+        return self.templates_in(self.obj)
+
+    def templates_in(self, obj: Mapping[str, Any]) -> list[PodTemplate]:
+        """The gang's pod templates of `obj` (the object, or a copy of it), read as its kind's."""
         found = self.training.templates if self.training is not None else None
         if found is None and self.owner is not None:
             found = self.owner.templates
-        return found.gang_templates(self.obj) if found is not None else []
+        if found is None and self.pod:
+            found = POD_TEMPLATES
+        return found.gang_templates(obj) if found is not None else []
 
     @property
     def kind_name(self) -> str:
@@ -82,16 +101,19 @@ def identify(
         return Subject(JobRef(training.kind, namespace, name), obj, name, training=training)
     owner = next((o for o in OWNERS if o.kind == kind and o.group == group and o.version == version
                   and o is not REPLICA_SET), None)  # fmt: skip
-    if owner is None:
+    pod = (group, version, kind) == ("", "v1", "Pod")
+    if owner is None and not pod:
         return None
-    templates = owner.templates.templates(obj)
+    templates = (owner.templates if owner is not None else POD_TEMPLATES).templates(obj)
     labels = _labels_of(templates[0].template) if templates else {}
     for spec in groups:
         if spec.namespace is not None and spec.namespace != namespace:
             continue
+        if pod and not spec.admit_pods:
+            continue
         if spec.selector and all(labels.get(k) == v for k, v in spec.selector.items()):
             return Subject(JobRef(JobKind.GROUP, namespace, spec.name), obj, name, owner=owner,
-                           group=spec)  # fmt: skip
+                           group=spec, pod=pod)  # fmt: skip
     return None
 
 
@@ -102,6 +124,9 @@ def planned_pods(subject: Subject) -> list[dict[str, Any]]:
     namespace = subject.ref.namespace
     if subject.training is not None and subject.training.templates.layout is TemplateLayout.REPLICATED_JOBS:
         return _jobset_pods(subject)
+    if subject.pod:
+        labels = _labels_of(subject.obj)
+        return [_pod(subject.name, namespace, labels, subject.obj)]
     total = 0
     for template in subject.templates:
         if template.count is None:

@@ -7,9 +7,11 @@ not one is answered 400 and counted `invalid`); identifies what is created (`sub
 unchanged what is not a CREATE of a kind it places, an object opted out (`admission.object_label:
 disabled`) and everything while the watch cache is not synced; otherwise decides
 (`agent.admission.decision`, under one lock: the decider's per-view caches are shared). For a
-generic group's object it first reads the group's kept decision from the store and, when it
-places the first object, keeps that zone for the group (the first replica's wins; the loser
-re-decides with the winner's zone), for `admission.group_memory`. Every answer is `allowed`,
+generic group's object (a Deployment, a batch Job, or, for a group placed pod by pod, a Pod)
+it first reads the group's kept decision from the store and, when it places the first object,
+keeps that zone for the group (the first replica's wins; the loser re-decides with the winner's
+zone), for `admission.group_memory`: a group's pods created one by one all get the first one's
+zone. Every answer is `allowed`,
 with the patch (mode enforce) and one warning line. Every decision is counted (`zonemedic_admission_decisions_total{outcome}`) and
 timed; every request but a dry run is recorded (`admission_decisions`), by a background writer so
 the database is off the answer's path (a dry run keeps nothing, kept group decisions included:

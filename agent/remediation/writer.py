@@ -23,7 +23,7 @@ plan and the steps), or record anything.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
@@ -222,15 +222,17 @@ class ClusterWriter:
         )  # fmt: skip
 
     def patch_webhook_ca_bundle(
-        self, name: str, *, webhook: str, ca_bundle: str, fence: Fence
+        self, name: str, *, webhooks: Sequence[str], ca_bundle: str, fence: Fence
     ) -> Any:
-        """Set the caBundle (base64 PEM) of webhook `webhook`, the configuration's first, in
-        the MutatingWebhookConfiguration `name`: a JSON patch that tests the webhook's name
-        first (a configuration whose first webhook is another one is refused, 422)."""
-        patch = [
-            {"op": "test", "path": "/webhooks/0/name", "value": webhook},
-            {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": ca_bundle},
-        ]
+        """Set the caBundle (base64 PEM) of the webhooks `webhooks`, the configuration's first
+        ones in that order, in the MutatingWebhookConfiguration `name`: a JSON patch that tests
+        each webhook's name first (a configuration whose webhooks are others is refused, 422)."""
+        patch: list[dict[str, str]] = []
+        for index, webhook in enumerate(webhooks):
+            patch += [
+                {"op": "test", "path": f"/webhooks/{index}/name", "value": webhook},
+                {"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": ca_bundle},
+            ]
         return self._call(
             Write(WriteVerb.PATCH, WEBHOOK_CONFIGURATION, "", name, False), fence,
             lambda: self._admission.patch_mutating_webhook_configuration(

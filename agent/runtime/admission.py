@@ -41,6 +41,7 @@ from agent.admission.certificates import (
     write_pair,
 )
 from agent.admission.decision import View
+from agent.admission.manifest import webhook_names
 from agent.admission.server import AdmissionServer
 from agent.admission.webhook import Webhook
 from agent.errors import ClusterWriteError, UnavailableError
@@ -173,12 +174,28 @@ def ca_patcher(settings: Settings, *, api_client: Any) -> Callable[[str], None]:
     writer."""
     admission = settings.admission
 
+    def write(ca_bundle: str, webhooks: list[str]) -> None:
+        ClusterWriter(api_client).patch_webhook_ca_bundle(
+            admission.configuration_name, webhooks=webhooks, ca_bundle=ca_bundle,
+            fence=Fence(SOLE_WRITER, 0))  # fmt: skip
+
     def patch(ca_pem: str) -> None:
         ca_bundle = base64.b64encode(ca_pem.encode()).decode()
+        names = webhook_names(settings)
         try:
-            ClusterWriter(api_client).patch_webhook_ca_bundle(
-                admission.configuration_name, webhook=admission.webhook_name, ca_bundle=ca_bundle,
-                fence=Fence(SOLE_WRITER, 0))  # fmt: skip
+            try:
+                write(ca_bundle, names)
+            except ClusterWriteError as exc:
+                # 422: the installed configuration is not this settings' manifest (a group set
+                # `admit_pods` since it was applied): the main webhook still gets its CA.
+                if exc.status != 422 or len(names) == 1:
+                    raise
+                write(ca_bundle, names[:1])
+                log.warning("admission caBundle patched into the main webhook only: the "
+                            "configuration lacks the pods webhooks of these settings (apply "
+                            "`zonemedic admission manifest` again)",
+                            extra={"configuration": admission.configuration_name,
+                                   "missing": names[1:]})  # fmt: skip
             log.info("admission caBundle patched",
                      extra={"configuration": admission.configuration_name})  # fmt: skip
         except (ClusterWriteError, UnavailableError) as exc:

@@ -36,6 +36,7 @@ class DataplaneSetting(StrEnum):
     KUBERNETES = "kubernetes"
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _CILIUM_VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,5})?")
 
 
@@ -55,6 +56,21 @@ class GroupSpec:
     workers: dict[str, str]
     namespace: str | None = None
     ports: list[Annotated[int, Within(1, 65535)]] = field(default_factory=list)
+    # placed pod by pod at admission (a Pod CREATE webhook for this group's pods: bare Pods, a
+    # StatefulSet's, anything the webhook does not patch a template of); `size`/`gpus`: the
+    # gang's pods and GPUs in all, coordinator included (unknown: what the cache and the pod show)
+    admit_pods: bool = False
+    size: Annotated[int, Within(1, 10_000)] | None = None
+    gpus: Annotated[int, Within(0, 1_000_000)] | None = None
+
+    def __post_init__(self) -> None:
+        if self.admit_pods and not _DNS_LABEL.match(self.name):
+            raise ConfigError(f"diagnosis.groups[{self.name}].name: a group with admit_pods "
+                              "names its own webhook: its name must be a DNS label (lower case "
+                              f"letters, digits, '-'), got {self.name!r}")  # fmt: skip
+        if (self.size is not None or self.gpus is not None) and not self.admit_pods:
+            raise ConfigError(f"diagnosis.groups[{self.name}]: size and gpus are read only for a "
+                              "group placed pod by pod (admit_pods: true)")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ from agent.admission.manifest import webhook_configuration
 from agent.admission.server import AdmissionServer
 from agent.runtime.admission import ca_patcher
 from agent.runtime.certificate_renewal import CertificateRenewal, renew_margin
-from agent.settings import AdmissionSettings, Settings
+from agent.settings import AdmissionSettings, DiagnosisSettings, GroupSpec, Settings
 from agent.store.repository import IncidentStore
+from tests.support.admission import POD_GROUP
 from tests.support.waiting import wait
 from tests.twin.apiserver_harness import running_twin
 
@@ -128,3 +129,22 @@ def test_without_a_store_the_served_certificate_is_kept_until_its_last_third(tmp
     assert renewal.current.cert_pem != start.cert_pem
     assert patched == [renewal.current.ca_pem + start.ca_pem]  # the new CA, then the old one
     assert serving.loads == 2
+
+
+@pytest.mark.parametrize("installed_groups", [[], [POD_GROUP]])
+def test_the_ca_reaches_the_main_webhook_even_when_the_pods_webhooks_are_not_installed(
+    api: client.ApiClient, installed_groups: list[GroupSpec]
+) -> None:
+    """A group set `admit_pods` after the manifest was applied: the installed configuration lacks
+    its pods webhook, and the main webhook is still patched (the pods webhook too when there)."""
+    admission = AdmissionSettings(enabled=True, url="https://127.0.0.1:1/admission/mutate")
+    installed = Settings(admission=admission, diagnosis=DiagnosisSettings(groups=installed_groups))
+    running = Settings(admission=admission, diagnosis=DiagnosisSettings(groups=[POD_GROUP]))
+    registration = client.AdmissionregistrationV1Api(api)
+    registration.create_mutating_webhook_configuration(webhook_configuration(installed))
+    ca_pem = make_certificate(NAMES, now=datetime.now(UTC)).ca_pem
+    ca_patcher(running, api_client=api)(ca_pem)
+    read = registration.read_mutating_webhook_configuration(admission.configuration_name)
+    assert len(read.webhooks) == 1 + len(installed_groups)
+    for hook in read.webhooks:
+        assert base64.b64decode(hook.client_config.ca_bundle or "").decode() == ca_pem

@@ -12,7 +12,6 @@ in us-east-1b), without its PyTorchJob; the jobs are created by the official cli
 from __future__ import annotations
 
 import copy
-import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,16 +25,11 @@ from agent.settings import AdmissionSettings, Settings
 from agent.sources.kubeapi import KubeApi
 from agent.twin.scenario import Scenario
 from tests.remediation.harness import quick
+from tests.support.admission import free_port
 from tests.support.agent_rig import running_agent
 from tests.support.waiting import wait
 
 ZONE = "topology.kubernetes.io/zone"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scenario() -> Scenario:

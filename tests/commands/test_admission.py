@@ -40,6 +40,12 @@ def config(tmp_path: Path, body: str) -> Path:
     ("admission: {enabled: true, port: 8080}\n", "admission.port: must differ from http.port (8080)"),
     ("admission: {namespace_label: 'bad label'}\n", "admission.namespace_label: must be a label key"),
     ("admission: {hots: 0.0.0.0}\n", "admission.hots: unknown key"),
+    ("diagnosis: {groups: [{name: Lab_1, selector: {app: lab}, coordinator: {r: c}, workers: {r: w}, "
+     "admit_pods: true}]}\n", "diagnosis.groups[Lab_1].name: a group with admit_pods names its own webhook"),
+    ("diagnosis: {groups: [{name: lab, selector: {app: lab}, coordinator: {r: c}, workers: {r: w}, "
+     "size: 4}]}\n", "diagnosis.groups[lab]: size and gpus are read only for a group placed pod by pod"),
+    ("diagnosis: {groups: [{name: lab, selector: {app: lab}, coordinator: {r: c}, workers: {r: w}, "
+     "admit_pods: true, size: 0}]}\n", "size: must be at least 1, got 0"),
 ])
 def test_config_check_names_a_bad_admission_key(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str, problem: str,
@@ -99,3 +105,18 @@ def test_admissions_lists_the_recorded_decisions(capsys: pytest.CaptureFixture[s
         "1 job(s) placed at admission this week, 1 restart(s) avoided"]
     code, _, err = cli(capsys, "admissions", "--database", db_url, "--outcome", "maybe")
     assert code == 2 and "--outcome" in err
+
+
+def test_a_group_placed_pod_by_pod_adds_its_pods_webhook(capsys: pytest.CaptureFixture[str],
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    body = ("diagnosis: {groups: [{name: lab, selector: {app: lab}, coordinator: {role: c}, "
+            "workers: {role: w}, admit_pods: true, size: 5, gpus: 8}]}\n")
+    path = config(tmp_path, body)
+    code, out, _ = cli(capsys, "config", "check", str(path))
+    assert code == 0 and out.startswith("ok  ")
+    code, out, _ = cli(capsys, "admission", "manifest", "--config", str(path))
+    assert code == 0
+    main_hook, pods = yaml.safe_load(out)["webhooks"]
+    assert all(r["resources"] != ["pods"] for r in main_hook["rules"])
+    assert (pods["name"], pods["rules"][0]["resources"]) == ("lab.pods.placement.zonemedic.io", ["pods"])
+    assert pods["objectSelector"]["matchLabels"] == {"app": "lab"}

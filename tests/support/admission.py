@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ from tests.support import objects as o
 GROUP = GroupSpec(name="lab", selector={"app": "lab"}, coordinator={"role": "coordinator"},
                   workers={"role": "worker"}, ports=[29500])  # fmt: skip
 SETTINGS = DiagnosisSettings(pod_zone_label="zone", groups=[GROUP])
+# the same group placed pod by pod: a coordinator and two 2-GPU workers
+POD_GROUP = GroupSpec(name="lab", selector={"app": "lab"}, coordinator={"role": "coordinator"},
+                      workers={"role": "worker"}, ports=[29500], admit_pods=True, size=3, gpus=4)  # fmt: skip
+POD_SETTINGS = DiagnosisSettings(pod_zone_label="zone", groups=[POD_GROUP])
 DENY_B = o.cnp("deny-zone-b", {"endpointSelector": {"matchLabels": {"zone": "b"}},
                                "ingressDeny": [{"fromEndpoints": [{}]}]})  # fmt: skip
 
@@ -103,3 +108,18 @@ def pytorch(name: str = "llm", *, workers: int = 2, gpus: int = 4, zone_label: s
     if workers:
         replicas["Worker"] = o.replica(workers, worker, labels=tlabels)
     return o.training_job("PyTorchJob", name, replicas=replicas, labels=labels, status=False)
+
+
+def lab_pod(name: str, role: str, *, gpus: int = 0, labels: dict[str, str] | None = None,
+            **fields: Any) -> dict[str, Any]:
+    """A bare Pod of group `lab` as a client sends it (no status), its template label `zone: b`."""
+    found = o.pod(name, labels={"app": "lab", "role": role, "zone": "b", **(labels or {})},
+                  gpus=gpus, ports=[(None, 29500)], phase=None, **fields)  # fmt: skip
+    return found
+
+
+def free_port() -> int:
+    """A loopback port free now (the agent's admission port in the twin tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
