@@ -26,10 +26,12 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
   node; for a group's workload the planner's own template retargeting and room check): the
   patch writes exactly the plan's template changes (zone pin, the taint tolerations, the
   zone-mirroring label, the self pod affinity on the zone where the kind lets affinity change),
-  as a JSON patch from the object as sent. The planner is handed the zone's nodes by node shape
-  (nodes alike in taints, cordon and the labels the templates' placement reads are one shape;
-  the hostname is not read): of each shape the nodes with the most free GPUs, as many as the job
-  has pods (a gang never needs more), so a zone of 800 nodes costs what its shapes cost; the
+  as a JSON patch from the object as sent (the planned object shares every part the changes do
+  not reach with it, so the diff walks only what changed). The planner is handed the zone's
+  nodes by node shape (`agent.admission.zone_nodes`: nodes alike in taints, cordon and the
+  labels the templates' placement reads are one shape; the hostname is not read): of each shape
+  the nodes with the most free GPUs, as many as the job has pods (a gang never needs more), so
+  a zone of 800 nodes costs what its shapes cost; the
   tolerations come out the same (one node of a shape has its taints) and the room check judges
   the nodes the gang would fill first;
 - a Kueue-managed training job (its kind's queue label) gets Kueue's Topology Aware Scheduling
@@ -64,16 +66,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.admission import pod_gang
-from agent.admission.documents import (
-    at_path,
-    json_copy,
-    merge_patch_into,
-    node_dict,
-    usage_pod,
-    without_owners,
-)
+from agent.admission.documents import at_path, json_copy, usage_pod, without_owners
 from agent.admission.jsonpatch import Operation, diff
 from agent.admission.subject import Subject, planned_pods
+from agent.admission.zone_nodes import ZoneNodes
 from agent.diagnosis.kueue import kueue_advice
 from agent.diagnosis.placement import choose_target_zone
 from agent.diagnosis.reachability import Reachability
@@ -92,13 +88,14 @@ from agent.remediation.room import QuantityError
 from agent.remediation.template import (
     PlanRefusedError,
     TemplateChange,
+    merged_view,
     nodes_in_zone,
     pod_needs,
     require_room,
     retarget,
 )
 from agent.settings import DiagnosisSettings
-from agent.snapshot.manifests import ManifestError, parse_pod, parse_training_job
+from agent.snapshot.manifests import ManifestError, PodParts, parse_pod, parse_training_job
 from agent.topology.capacity import CapacityIndex
 from agent.topology.facts import ClusterFacts
 from agent.topology.flows import required_flows
@@ -138,19 +135,14 @@ class View:
 
 class Decider:
     """Decisions over the views it is handed; it keeps, per view, what every request reuses (the
-    nodes as the planner reads them, the reachability's verdict cache)."""
+    zones' nodes as the planner reads them, `ZoneNodes`; the reachability and its verdicts, while
+    the policy set, the namespace objects and the mirror keys are the same)."""
 
     def __init__(self, settings: DiagnosisSettings) -> None:
         self.settings = settings
         self._for: tuple[object, ...] | None = None
         self._reach: Reachability | None = None
-        self._node_dicts: dict[int, tuple[Any, dict[str, Any]]] = {}
-        self._nodes_seen: tuple[int, ...] = ()
-        self._nodes_map: object = None  # the node map last fingerprinted (a view's are not changed)
-        self._used_map: object = None  # the GPU-use map last compared
-        self._shape_cache: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, str, Any]]]] = {}
-        self._ranked_for: tuple[object, Mapping[str, int]] | None = None
-        self._ranked: dict[tuple[str, frozenset[str] | None], list[list[tuple[int, Any]]]] = {}
+        self._nodes = ZoneNodes()
         self._mirror: tuple[str, ...] = ()
         self._uses = 0
         self._members: dict[tuple[str, str], tuple[object, list[Pod]]] = {}
@@ -172,67 +164,6 @@ class Decider:
             self._for, self._uses, self._mirror = key, 0, mirror
         self._uses += 1
         return self._reach
-
-    def _shapes(self, view: View, zone: str,
-                keys: frozenset[str] | None) -> list[list[tuple[int, str, Any]]]:  # fmt: skip
-        """The zone's nodes (index in the cluster's order, name, node) by node shape, kept while
-        the view holds the same node objects."""
-        nodes = view.state.nodes
-        if nodes is not self._nodes_map:
-            fingerprint = tuple(map(id, nodes.values()))
-            self._nodes_map = nodes
-            if fingerprint != self._nodes_seen:
-                self._nodes_seen, self._shape_cache = fingerprint, {}
-            if len(self._node_dicts) > 4 * len(nodes) + 64:
-                self._node_dicts.clear()
-        found = self._shape_cache.get((zone, keys))
-        if found is None:
-            groups: dict[tuple[object, ...], list[tuple[int, str, Any]]] = {}
-            for index, (name, node) in enumerate(nodes.items()):
-                if view.facts.node_zone.get(name, node.zone) != zone:
-                    continue
-                shape = ((index,) if keys is None else
-                         (node.taints, node.unschedulable, tuple(node.labels.get(k) for k in keys)))  # fmt: skip
-                groups.setdefault(shape, []).append((index, name, node))
-            found = self._shape_cache[(zone, keys)] = list(groups.values())
-        return found
-
-    def _zone_nodes(self, view: View, zone: str, *, keys: frozenset[str] | None,
-                    pods: int) -> list[dict[str, Any]]:  # fmt: skip
-        """The zone's nodes as the planner reads nodes (each built once per node object): of
-        each node shape (taints, cordon, the values of `keys`), the `pods` with the most free
-        GPUs (ties: the first in the cluster's order), in the cluster's node order; every node
-        of the zone when `keys` is None. Each shape's nodes are ranked once per view (the
-        cache's nodes and GPU use), so a request takes the first `pods` of each."""
-        chosen: list[tuple[int, Any]] = []
-        for group in self._ranked_shapes(view, zone, keys):
-            chosen.extend(group[:pods])
-        out = []
-        for _, node in sorted(chosen, key=lambda e: e[0]):
-            found = self._node_dicts.get(id(node))
-            if found is None or found[0] is not node:
-                found = self._node_dicts[id(node)] = (node, node_dict(node))
-            out.append(found[1])
-        return out
-
-    def _ranked_shapes(self, view: View, zone: str,
-                       keys: frozenset[str] | None) -> list[list[tuple[int, Any]]]:  # fmt: skip
-        """The zone's node shapes, each's nodes (index, node) by free GPUs, most first (ties:
-        the first in the cluster's order), kept while the view's node objects are the same and
-        its GPU use per node is equal (a refreshed view of an unchanged cluster keeps them)."""
-        used = view.facts.gpu_used
-        groups = self._shapes(view, zone, keys)  # resets the shape cache when the nodes changed
-        if (self._ranked_for is None or self._ranked_for[0] is not self._shape_cache
-                or (used is not self._used_map and self._ranked_for[1] != used)):  # fmt: skip
-            self._ranked_for, self._ranked = (self._shape_cache, dict(used)), {}
-        self._used_map = used
-        found = self._ranked.get((zone, keys))
-        if found is None:
-            found = self._ranked[(zone, keys)] = [
-                [(index, node) for index, name, node in
-                 sorted(group, key=lambda e: (e[2].gpu_allocatable - used.get(e[1], 0), -e[0]), reverse=True)]
-                for group in groups]  # fmt: skip
-        return found
 
     def decide(
         self, subject: Subject, view: View, *, enforce: bool, kept: str | None = None
@@ -263,7 +194,8 @@ class Decider:
             return unchanged(Outcome.CONSTRAINED, "its pod templates pin zones of their own ("
                              + ", ".join(sorted(zones_pinned)) + "): zonemedic does not override them")
         reach = self._prepare(view)
-        job = self._job(subject, view)
+        manifests = planned_pods(subject)
+        job = self._job(subject, view, manifests)
         if job is None:
             return unchanged(Outcome.SKIPPED, "its pods cannot be modelled (a pod count or a "
                              "field that cannot be read)")  # fmt: skip
@@ -303,7 +235,7 @@ class Decider:
             zone = choose_target_zone(left, job_gpus=job_gpus, free_gpus=free)
             assert zone is not None
             left.remove(zone)
-            planned, refusal = self._plan(subject, view, zone)
+            planned, refusal = self._plan(subject, view, zone, pods=len(manifests) or 1)
             if planned is None:
                 refusals.append(f"{zone}: {refusal}")
                 continue
@@ -320,8 +252,7 @@ class Decider:
 
     # -- the pieces --------------------------------------------------------------------------
 
-    def _job(self, subject: Subject, view: View) -> Job | None:
-        manifests = planned_pods(subject)
+    def _job(self, subject: Subject, view: View, manifests: list[dict[str, Any]]) -> Job | None:
         live = self._group_pods(subject, view)
         if subject.pod:
             manifests = pod_gang.gang_manifests(subject, manifests, live=live)
@@ -332,7 +263,8 @@ class Decider:
             for key in self._mirror:
                 labels.setdefault(key, "")
         try:
-            pods = [parse_pod(m) for m in manifests]
+            parts = PodParts()  # a template's pods share its containers: read once
+            pods = [parse_pod(m, parts=parts) for m in manifests]
             objects = {}
             if subject.training is not None:
                 obj = parse_training_job(without_owners(subject.obj), subject.training.kind)
@@ -363,11 +295,11 @@ class Decider:
             found = self._members[(namespace, group.name)] = (pods, chosen)
         return found[1]
 
-    def _plan(self, subject: Subject, view: View, zone: str) -> tuple[Any, str]:
+    def _plan(self, subject: Subject, view: View, zone: str, *, pods: int) -> tuple[Any, str]:
         """The object as the planner's fix for `zone` leaves it, or (None, the refusal)."""
         used = view.facts.gpu_used
-        nodes = self._zone_nodes(view, zone, keys=_shape_keys(subject.templates),
-                                 pods=len(planned_pods(subject)) or 1)  # fmt: skip
+        nodes = self._nodes.pick(view.state.nodes, node_zone=view.facts.node_zone, used=used,
+                                 zone=zone, keys=_shape_keys(subject.templates), pods=pods)  # fmt: skip
         names = [str(n["metadata"]["name"]) for n in nodes]
         bound = [usage_pod(name, used[name]) for name in names if used.get(name)]
         room_view = _gpus_only(subject)
@@ -558,16 +490,28 @@ def _gpus_only(subject: Subject) -> dict[str, Any]:
 
 
 def _applied(subject: Subject, changes: Sequence[TemplateChange]) -> dict[str, Any]:
-    """The object as sent with each change's planned fields merged into its template."""
-    out = json_copy(subject.obj)
+    """The object as sent with each change's planned fields merged into its template: new maps
+    (and lists) only along the paths to the changed fields, every other part shared with the
+    object as sent (so the patch's diff walks what changed); read it, never change it."""
+    out = dict(subject.obj)
+    fresh = {id(out)}  # the containers copied so far (held by `out`: their ids stay theirs)
     paths = {t.replica: t.path for t in subject.templates}
     for change in changes:
         path = paths.get(change.replica)
         if path is None:
             continue
         if not path:  # the object is its own template (a Pod)
-            out = merge_patch_into(out, change.fragment())
+            out = merged_view(out, change.fragment(shared=True))
+            fresh.add(id(out))
             continue
-        parent, last = at_path(out, path[:-1]), str(path[-1])
-        parent[last] = merge_patch_into(parent.get(last), change.fragment())
+        parent: Any = out
+        for step in path[:-1]:
+            child = parent[step]
+            if id(child) not in fresh:
+                child = list(child) if isinstance(child, list) else dict(child)
+                parent[step] = child
+                fresh.add(id(child))
+            parent = child
+        last = str(path[-1])
+        parent[last] = merged_view(parent.get(last), change.fragment(shared=True))
     return out

@@ -1,5 +1,5 @@
-"""The plain JSON documents the admission decision builds and reads: copies, paths, merge patches,
-and the nodes and GPU use as the remediation planner reads them.
+"""The plain JSON documents the admission decision builds and reads: copies, paths, and the nodes
+and GPU use as the remediation planner reads them.
 
 Who calls it: `agent.admission.decision` and `agent.admission.pod_gang`. Pure helpers over JSON
 values (what the API server sent and the watch cache's parsed nodes); no decision is made here.
@@ -7,7 +7,6 @@ values (what the API server sent and the watch cache's parsed nodes); no decisio
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,20 +36,6 @@ def at_path(obj: Any, path: Sequence[str | int]) -> dict[str, Any]:
         node = node[step]
     assert isinstance(node, dict)
     return node
-
-
-def merge_patch_into(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch of `target` by `patch`, in place (`target` is this module's own
-    copy): the value `apply_merge_patch` returns, without copying the target at every level."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = target if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch_into(out.get(key), value)
-    return out
 
 
 def node_dict(node: Any) -> dict[str, Any]:

@@ -8,7 +8,9 @@ nothing (`apply` is for checking a patch, in tests and the bench).
 Rules: maps are compared key by key (a key only in the new one is `add`ed, only in the old one
 `remove`d, in both and different: recursed into when both values are maps, else `replace`d); a
 list that differs is replaced whole (the patch stays exact whatever the server's list types).
-Keys are escaped as RFC 6901 says (`~` -> `~0`, `/` -> `~1`). The operations hold the new
+Keys are escaped as RFC 6901 says (`~` -> `~0`, `/` -> `~1`). A part both documents hold as
+one object is equal without a look inside (the planned object shares what it does not change
+with the object as sent, so the walk costs what changed). The operations hold the new
 document's values themselves (not copies): serialise them before changing that document.
 """
 
@@ -29,23 +31,27 @@ def pointer(path: tuple[str, ...]) -> str:
 def diff(before: Any, after: Any) -> list[Operation]:
     """The operations that turn `before` into `after` (empty when they are equal)."""
     out: list[Operation] = []
-    _diff(before, after, (), out)
+    _diff(before, after, "", out)
     return out
 
 
-def _diff(before: Any, after: Any, path: tuple[str, ...], out: list[Operation]) -> None:
-    if isinstance(before, Mapping) and isinstance(after, Mapping):
+def _diff(before: Any, after: Any, at: str, out: list[Operation]) -> None:
+    """`diff` below the JSON pointer `at`."""
+    if before is after:  # one value (JSON holds no NaN): a planned document shares what it keeps
+        return
+    if ((type(before) is dict or isinstance(before, Mapping))
+            and (type(after) is dict or isinstance(after, Mapping))):  # fmt: skip
         for key in before:
             if key not in after:
-                out.append({"op": "remove", "path": pointer((*path, str(key)))})
+                out.append({"op": "remove", "path": at + pointer((str(key),))})
         for key, value in after.items():
             if key not in before:
-                out.append({"op": "add", "path": pointer((*path, str(key))), "value": value})
+                out.append({"op": "add", "path": at + pointer((str(key),)), "value": value})
             else:
-                _diff(before[key], value, (*path, str(key)), out)
+                _diff(before[key], value, at + pointer((str(key),)), out)
         return
     if before != after or type(before) is not type(after):
-        out.append({"op": "replace", "path": pointer(path), "value": after})
+        out.append({"op": "replace", "path": at, "value": after})
 
 
 def _unescape(token: str) -> str:

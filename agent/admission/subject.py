@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from agent.model.descriptor import (
@@ -59,9 +60,10 @@ class Subject:
     group: GroupSpec | None = None
     pod: bool = False  # a group's Pod, placed on its own (`admit_pods`)
 
-    @property
+    @cached_property
     def templates(self) -> list[PodTemplate]:
-        """The gang's pod templates, in the object's order."""
+        """The gang's pod templates, in the object's order (read once: the object is not
+        changed)."""
         return self.templates_in(self.obj)
 
     def templates_in(self, obj: Mapping[str, Any]) -> list[PodTemplate]:
@@ -134,8 +136,9 @@ def planned_pods(subject: Subject) -> list[dict[str, Any]]:
         total += template.count
         if total > MAX_PODS:
             return []
+        own = _labels_of(template.template)  # read once per template
         for i in range(template.count):
-            labels = dict(_labels_of(template.template))
+            labels = dict(own)
             if subject.training is not None:
                 gang = subject.training.labels
                 rtype = template.replica.lower()

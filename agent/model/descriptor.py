@@ -291,7 +291,9 @@ def dig(obj: Any, path: Sequence[str | int]) -> Any:
     """The value at `path` (mapping keys, list indexes); None where the path breaks."""
     node = obj
     for step in path:
-        if isinstance(step, int):
+        if type(step) is str:
+            node = node.get(step) if type(node) is dict or isinstance(node, Mapping) else None
+        elif isinstance(step, int):
             node = node[step] if isinstance(node, list) and 0 <= step < len(node) else None
         else:
             node = node.get(step) if isinstance(node, Mapping) else None

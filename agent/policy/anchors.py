@@ -1,32 +1,30 @@
-"""Which policy blocks may select an endpoint: an index of the blocks by a label their selector
-requires, narrowed by the namespace it requires.
+"""The index of policy blocks by a label their subject selector requires (their anchor).
 
-Called by `agent.policy.evaluator.PolicySet` when it interns an endpoint (its selecting blocks).
-A block is filed under one label pair of which an endpoint must carry one to be selected (its
-selector's first matchLabels pair other than the namespace, else the namespace pair, else each
-value of its first `In` expression); a block with none is looked at for every endpoint. A
-selector that names the namespace too (`io.kubernetes.pod.namespace` in matchLabels, as every
-namespaced Cilium policy and NetworkPolicy does) is filed under that namespace as well, so a label
-pair many namespaces' policies share (`zone: zone-a`) yields only the blocks of the endpoint's own
-namespace (and those naming none). `candidates` returns them in the order an unnarrowed index
-would (unanchored blocks first, then by the endpoint's label pairs in order, each pair's blocks in
-policy order, each block once); the caller still matches every candidate's selector, so the
-index only saves work. What it does not do: decide selection itself, or know hops.
+Who calls it: `agent.policy.evaluator.PolicySet`, which indexes its blocks once and asks, for
+every new endpoint identity, which blocks may select it (each candidate is then matched in
+full). Pure: selectors in, label pairs and candidate lists out.
+
+An anchor is one label pair every endpoint a selector selects carries (a matchLabels pair other
+than the namespace's, else the namespace's; else each value of the first `In` requirement);
+a selector with neither has none (its blocks are candidates for every endpoint). The blocks of
+one anchor that require a namespace as well are kept apart by it: an endpoint of another
+namespace cannot match them, so its candidates are its own namespace's and those that name no
+namespace, in the order the blocks were given (their order is the order they select in).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from agent.model.selector import LabelSelector, SelectorOperator
 from agent.policy.identity import NAMESPACE_KEY
 
-Block = TypeVar("Block")
-Pair = tuple[str, str]
+T = TypeVar("T")
 
 
-def anchors(selector: LabelSelector) -> list[Pair]:
+def anchors(selector: LabelSelector) -> list[tuple[str, str]]:
     """Label pairs of which an endpoint must carry one to be selected (empty: no such pairs)."""
     if selector.match_labels:
         others = [pair for pair in selector.match_labels if pair[0] != NAMESPACE_KEY]
@@ -37,51 +35,32 @@ def anchors(selector: LabelSelector) -> list[Pair]:
     return []
 
 
-def required_namespace(selector: LabelSelector) -> str | None:
-    """The namespace an endpoint must be in to be selected (its matchLabels' namespace value),
-    None when the selector names none."""
-    for key, value in selector.match_labels:
-        if key == NAMESPACE_KEY:
-            return value
-    return None
+@dataclass(frozen=True, slots=True)
+class Anchored(Generic[T]):
+    """The blocks of one anchor, in their order, those that require a namespace apart by it
+    (each with its place in the order)."""
+
+    anywhere: tuple[tuple[int, T], ...]
+    by_namespace: Mapping[str, tuple[tuple[int, T], ...]]
+
+    def among(self, namespace: str | None) -> list[T]:
+        """The blocks an endpoint of `namespace` may match, in their order."""
+        own = self.by_namespace.get(namespace) if namespace is not None else None
+        if not own:
+            return [entry for _, entry in self.anywhere]
+        if not self.anywhere:
+            return [entry for _, entry in own]
+        return [entry for _, entry in sorted((*self.anywhere, *own), key=lambda e: e[0])]
 
 
-class AnchorIndex(Generic[Block]):
-    """The blocks of one policy set by anchor and namespace (see the module docstring)."""
-
-    def __init__(self, blocks: Sequence[Block], selector: Callable[[Block], LabelSelector]) -> None:
-        by_anchor: dict[Pair, list[Block]] = {}
-        unanchored: list[Block] = []
-        namespace: dict[int, str | None] = {}
-        for block in blocks:
-            sel = selector(block)
-            namespace[id(block)] = required_namespace(sel)
-            found = anchors(sel)
-            if not found:
-                unanchored.append(block)
-            for pair in found:
-                by_anchor.setdefault(pair, []).append(block)
-        self.unanchored = tuple(unanchored)
-        # each pair: its blocks by the namespace an endpoint is in (those of that namespace and
-        # those naming none, in policy order), and the blocks naming none (any other namespace)
-        self._by_anchor: dict[Pair, tuple[Mapping[str, tuple[Block, ...]], tuple[Block, ...]]] = {}
-        for pair, filed in by_anchor.items():
-            named = {ns for b in filed if (ns := namespace[id(b)]) is not None}
-            per_ns = {ns: tuple(b for b in filed if namespace[id(b)] in (None, ns))
-                      for ns in named}  # fmt: skip
-            self._by_anchor[pair] = (per_ns, tuple(b for b in filed if namespace[id(b)] is None))
-
-    def candidates(self, labels: Mapping[str, str]) -> dict[int, Block]:
-        """By id, in order: the blocks that may select an endpoint of `labels` (its identity
-        labels, the namespace's among them)."""
-        out: dict[int, Block] = {id(b): b for b in self.unanchored}
-        ns = labels.get(NAMESPACE_KEY)
-        by_anchor = self._by_anchor
-        for pair in labels.items():
-            filed = by_anchor.get(pair)
-            if filed is None:
-                continue
-            per_ns, rest = filed
-            for block in (per_ns.get(ns, rest) if ns is not None else rest):
-                out[id(block)] = block
-        return out
+def split_by_namespace(entries: Sequence[tuple[LabelSelector | None, T]]) -> Anchored[T]:
+    """The blocks of one anchor (each with its subject selector), apart by required namespace."""
+    anywhere: list[tuple[int, T]] = []
+    by_namespace: dict[str, list[tuple[int, T]]] = {}
+    for place, (selector, entry) in enumerate(entries):
+        required = [v for k, v in selector.match_labels if k == NAMESPACE_KEY] if selector else []
+        if required:
+            by_namespace.setdefault(required[0], []).append((place, entry))
+        else:
+            anywhere.append((place, entry))
+    return Anchored(tuple(anywhere), {k: tuple(v) for k, v in by_namespace.items()})

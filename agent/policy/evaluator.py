@@ -18,9 +18,9 @@ filter, or every label under plain Kubernetes, where Cilium policies are not enf
 Policies that could not be read are kept as `UnreadablePolicy` records: `uncertain(endpoint)`
 names those that may select an endpoint.
 
-Speed: policies are indexed by one label each subject selector requires and the namespace it
-names (`agent.policy.anchors`), and endpoints are projected onto the identity keys and named ports the
-set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
+Speed: policies are indexed by one label each subject selector requires (`agent.policy.anchors`;
+those that require a namespace as well apart by it), and endpoints are projected onto the
+identity keys and named ports the set can read. Endpoints with equal projections share cached verdicts (`equivalence_key`), so pods
 differing only in, say, `replica-index` cost one evaluation; a verdict not cached yet is put
 together from its two hops, each cached by what it reads of the far endpoint
 (`agent.policy.hop_cache`). `trace` evaluates afresh. Pure: no I/O.
@@ -40,8 +40,7 @@ from agent.model.network import (
     PortRange,
     Protocol,
 )
-from agent.model.selector import LabelSelector
-from agent.policy.anchors import AnchorIndex
+from agent.policy.anchors import anchors, split_by_namespace
 from agent.policy.dataplane import Dataplane, DataplaneKind
 from agent.policy.hop_cache import HopResult, HopVerdicts, Side
 from agent.policy.identity import (
@@ -75,11 +74,6 @@ class _Entry:
 
     policy_id: str
     subject: Subject
-
-
-def _selector(entry: _Entry) -> LabelSelector:
-    assert entry.subject.selector is not None, "only blocks selecting pods are indexed"
-    return entry.subject.selector
 
 
 class _Identity:
@@ -144,7 +138,8 @@ class PolicySet:
         self.unreadable = lost
         keys: set[str] = {NAMESPACE_KEY}
         names: set[str] = set()
-        entries: list[_Entry] = []
+        by_anchor: dict[tuple[str, str], list[_Entry]] = {}
+        unanchored: list[_Entry] = []
         values: dict[str | None, dict[str, set[str]]] = {}  # namespace -> key -> values
         for policy in self._policies:
             compared = values.setdefault(policy.namespace, {})
@@ -163,7 +158,11 @@ class PolicySet:
                 for sel in selectors:
                     for key, value in sel.values():
                         compared.setdefault(key, set()).add(value)
-                entries.append(entry)
+                found = anchors(subject.selector)
+                if not found:
+                    unanchored.append(entry)
+                for anchor in found:
+                    by_anchor.setdefault(anchor, []).append(entry)
         for record in lost:
             for sel in record.selects:
                 keys |= sel.keys()
@@ -171,7 +170,9 @@ class PolicySet:
         self._values = {ns: {k: frozenset(v) for k, v in found.items()}
                         for ns, found in values.items()}  # fmt: skip
         self._port_names = frozenset(names)
-        self._anchors = AnchorIndex(entries, _selector)
+        self._by_anchor = {k: split_by_namespace([(e.subject.selector, e) for e in v])
+                           for k, v in by_anchor.items()}  # fmt: skip
+        self._unanchored = tuple(unanchored)
         self._endpoint_ids: dict[Endpoint, int] = {}
         self._projection_ids: dict[
             tuple[tuple[tuple[str, str], ...], tuple[tuple[tuple[str, Protocol], int], ...]], int
@@ -320,7 +321,15 @@ class PolicySet:
         return ident
 
     def _select(self, labels: Mapping[str, str]) -> tuple[_Entry, ...]:
-        candidates = self._anchors.candidates(labels)
+        candidates: dict[int, _Entry] = {}
+        for entry in self._unanchored:
+            candidates[id(entry)] = entry
+        by_anchor = self._by_anchor
+        namespace = labels.get(NAMESPACE_KEY)
+        for pair in labels.items():
+            found = by_anchor.get(pair)
+            for entry in found.among(namespace) if found is not None else ():
+                candidates[id(entry)] = entry
         return tuple(
             entry
             for entry in candidates.values()

@@ -14,8 +14,9 @@ A port range matters only through the cells of the rules' port bounds it starts 
 So a hop is evaluated once per (selecting blocks, what it reads of the two endpoints, cells): two
 thousand destination classes that one source's rules cannot tell apart cost one evaluation, and so
 do two thousand sources selected by the same blocks. An endpoint no block selects allows the hop
-without evaluation. The hop itself is the evaluator's (`hop`, given); this module decides only
-what a cached answer may stand for. The uncached path (`PolicySet.trace`) evaluates every hop
+without evaluation; what a hop reads is worked out once per set of selecting blocks (a new
+endpoint selected by known blocks reuses it). The hop itself is the evaluator's (`hop`, given);
+this module decides only what a cached answer may stand for. The uncached path (`PolicySet.trace`) evaluates every hop
 afresh: tests compare the two. Pure: no I/O.
 """
 
@@ -110,6 +111,7 @@ class HopVerdicts:
         self._reads: dict[tuple[int, Hop], tuple[int, int, _Reads]] = {}
         self._blocks: dict[tuple[int, ...], int] = {}
         self._read_ids: dict[tuple[bool, _Reads], int] = {}  # many blocks read the same
+        self._by_blocks: dict[tuple[tuple[int, ...], bool], tuple[int, int, _Reads]] = {}
         self._cache: dict[tuple[Hop, int, _PeerKey, tuple[str, int, int]], HopResult] = {}
         # (what is read, far end's id, the destination's id when an ingress hop reads its ports)
         self._peers: dict[tuple[int, int, int], _PeerKey] = {}
@@ -122,11 +124,14 @@ class HopVerdicts:
         reads = self._reads.get((at, hop))
         if reads is None:
             blocks = tuple(map(id, near.selected))  # the set holds its blocks: ids stay unique
-            sig = self._blocks.setdefault(blocks, len(self._blocks))
             egress = hop is Hop.EGRESS
-            read = _reads(near, egress=egress)
-            rid = self._read_ids.setdefault((egress, read), len(self._read_ids))
-            reads = self._reads[(at, hop)] = (sig, rid, read)
+            reads = self._by_blocks.get((blocks, egress))  # what the same blocks read
+            if reads is None:
+                sig = self._blocks.setdefault(blocks, len(self._blocks))
+                read = _reads(near, egress=egress)
+                rid = self._read_ids.setdefault((egress, read), len(self._read_ids))
+                reads = self._by_blocks[(blocks, egress)] = (sig, rid, read)
+            self._reads[(at, hop)] = reads
         sig, rid, (keys, compared, names, bounds) = reads
         pkey = (rid, away, at if names and hop is Hop.INGRESS else -1)
         peer = self._peers.get(pkey)

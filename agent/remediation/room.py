@@ -43,6 +43,7 @@ running) are not modelled; the scheduler's own order of pods and scoring may dif
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,11 +87,23 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(value: object) -> Decimal:
-    """A Kubernetes quantity (`500m`, `32Gi`, `1e3`, 4) as a Decimal."""
+    """A Kubernetes quantity (`500m`, `32Gi`, `1e3`, 4) as a Decimal (a text is parsed once:
+    the same few quantities recur in every template and node)."""
     if isinstance(value, bool):
         raise QuantityError(f"not a quantity: {value!r}")
     if isinstance(value, int | float):
         return Decimal(str(value))
+    if type(value) is str:
+        return _parse_text(value)
+    return _parse(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    return _parse(value)
+
+
+def _parse(value: object) -> Decimal:
     match = _QUANTITY.match(str(value).strip())
     if match is None or match.group(2) not in _SUFFIX:
         raise QuantityError(f"not a quantity: {value!r}")
@@ -242,10 +255,34 @@ def _resolve(terms: Sequence[Mapping[str, Any]], *, namespace: str,
     )
 
 
-def _need_terms(need: PodNeed, kind: str) -> tuple[PodAffinityTerm, ...]:
-    """The need's required `kind` (podAffinity / podAntiAffinity) terms, resolved."""
-    terms = pod_affinity_terms({"affinity": need.affinity}, kind)
-    return _resolve(terms, namespace=need.namespace, labels=need.labels)
+class _Terms:
+    """The required podAffinity / podAntiAffinity terms of the needs of one check, resolved
+    once per affinity object, kind, namespace and the values of the labels the terms read
+    (matchLabelKeys, mismatchLabelKeys: a term reads no other label of its pod), so the pods of
+    one template share theirs. The needs outlive the check: an affinity object's identity is not
+    reused while it runs."""
+
+    def __init__(self) -> None:
+        self._raw: dict[tuple[int, str], tuple[list[Mapping[str, Any]], list[Any]]] = {}
+        self._found: dict[tuple[object, ...], tuple[PodAffinityTerm, ...]] = {}
+
+    def of(self, need: PodNeed, kind: str) -> tuple[PodAffinityTerm, ...]:
+        raw = self._raw.get((id(need.affinity), kind))
+        if raw is None:
+            terms = pod_affinity_terms({"affinity": need.affinity}, kind)
+            read = [k for t in terms for field in ("matchLabelKeys", "mismatchLabelKeys")
+                    for k in t.get(field) or ()]  # fmt: skip
+            raw = self._raw[(id(need.affinity), kind)] = (terms, read)
+        terms, read = raw
+        if not terms:
+            return ()
+        labels = need.labels
+        key = (id(need.affinity), kind, need.namespace,
+               tuple((k, k in labels, labels.get(k)) for k in read) if read else ())  # fmt: skip
+        found = self._found.get(key)
+        if found is None:
+            found = self._found[key] = _resolve(terms, namespace=need.namespace, labels=labels)
+        return found
 
 
 def _occupants(
@@ -289,12 +326,12 @@ class _InterPod:
     kept_out: dict[tuple[str, str], tuple[_Occupant, PodAffinityTerm]]
 
     @classmethod
-    def of(cls, need: PodNeed, occupants: Sequence[_Occupant]) -> _InterPod:
+    def of(cls, need: PodNeed, occupants: Sequence[_Occupant], terms: _Terms) -> _InterPod:
         affinity: list[tuple[PodAffinityTerm, dict[str, int]]] = [
-            (t, {}) for t in _need_terms(need, "podAffinity")
+            (t, {}) for t in terms.of(need, "podAffinity")
         ]
         anti: list[tuple[PodAffinityTerm, dict[str, _Occupant]]] = [
-            (t, {}) for t in _need_terms(need, "podAntiAffinity")
+            (t, {}) for t in terms.of(need, "podAntiAffinity")
         ]
         kept_out: dict[tuple[str, str], tuple[_Occupant, PodAffinityTerm]] = {}
         any_match = False
@@ -371,6 +408,26 @@ def _refusal(zone: str, need: PodNeed, refusals: Sequence[tuple[str, str]]) -> s
     return _headline(zone, need, {kind for kind, _ in refusals}) + ": " + "; ".join(shown)
 
 
+def _placement_refusals(
+    need: PodNeed, nodes: Sequence[tuple[Mapping[str, Any], str, Mapping[str, str]]]
+) -> list[tuple[str, str] | None]:
+    """Per node (the node, its name, its labels): why the need's nodeSelector, required node
+    affinity or tolerations keep it off the node, or None (what depends on the need's placement
+    alone, not on what is placed)."""
+    placement = {"nodeSelector": need.node_selector, "affinity": need.affinity}
+    out: list[tuple[str, str] | None] = []
+    for node, name, labels in nodes:
+        if not node_selector_matches(placement, labels):
+            out.append((NODE_AFFINITY, f"{name}: nodeSelector does not match"))
+        elif not node_affinity_matches(placement, labels, name):
+            out.append((NODE_AFFINITY, f"{name}: required node affinity does not match"))
+        else:
+            untolerated = [t for t in blocking_taints(node) if not tolerates(need.tolerations, t)]
+            out.append((OTHER, f"{name}: untolerated taint {untolerated[0].get('key')}")
+                       if untolerated else None)  # fmt: skip
+    return out
+
+
 def check_room(
     needs: Sequence[PodNeed],
     *,
@@ -419,23 +476,21 @@ def check_room(
             n.name,
         ),
     )
+    terms = _Terms()
+    named = [(node, node_name(node), node_labels(node)) for node in usable]
+    # the needs of one template share their placement objects: judged once per node
+    placed: dict[tuple[int, int, int], list[tuple[str, str] | None]] = {}
     for need in order:
-        placement = {"nodeSelector": need.node_selector, "affinity": need.affinity}
-        inter = _InterPod.of(need, occupants)
+        inter = _InterPod.of(need, occupants, terms)
+        key = (id(need.node_selector), id(need.affinity), id(need.tolerations))
+        fits = placed.get(key)
+        if fits is None:
+            fits = placed[key] = _placement_refusals(need, named)
         chosen: Mapping[str, Any] | None = None
         refusals: list[tuple[str, str]] = []
-        for node in usable:
-            name = node_name(node)
-            labels = node_labels(node)
-            if not node_selector_matches(placement, labels):
-                refusals.append((NODE_AFFINITY, f"{name}: nodeSelector does not match"))
-                continue
-            if not node_affinity_matches(placement, labels, name):
-                refusals.append((NODE_AFFINITY, f"{name}: required node affinity does not match"))
-                continue
-            untolerated = [t for t in blocking_taints(node) if not tolerates(need.tolerations, t)]
-            if untolerated:
-                refusals.append((OTHER, f"{name}: untolerated taint {untolerated[0].get('key')}"))
+        for (node, name, labels), refused in zip(named, fits, strict=True):
+            if refused is not None:
+                refusals.append(refused)
                 continue
             left = free[name]
             short = [r for r, amount in need.requests.items() if _short(left, r, amount)]
@@ -465,6 +520,6 @@ def check_room(
         occupants.append(_Occupant(
             shown=f"planned pod {need.name}", namespace=need.namespace, labels=need.labels,
             node=node_name(chosen), domains=node_labels(chosen),
-            anti=_need_terms(need, "podAntiAffinity"),
+            anti=terms.of(need, "podAntiAffinity"),
         ))  # fmt: skip
     return None

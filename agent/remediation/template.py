@@ -26,8 +26,9 @@ kept as it is):
   `DoNotSchedule` one cannot be co-located, so the plan refuses (`PlanRefusedError`).
 A merge patch replaces arrays whole, so tolerations, nodeSelectorTerms and podAffinity terms are
 built from the live object and sent complete. `pod_needs` says which pods a template makes as
-they will be after the patch, and `require_room` whether the target zone has room for them
-(`agent.remediation.room`).
+they will be after the patch (read from `merged_view`: the patched template sharing what the
+patch does not reach, never copied), and `require_room` whether the target zone has room for
+them (`agent.remediation.room`).
 """
 
 from __future__ import annotations
@@ -87,11 +88,12 @@ class TemplateChange:
     after: Mapping[str, Any]
     absent: tuple[str, ...] = ()  # `nodeSelector`, `affinity`, `podAffinity`: not in the live template
 
-    def fragment(self, *, restore: bool = False) -> dict[str, Any]:
+    def fragment(self, *, restore: bool = False, shared: bool = False) -> dict[str, Any]:
         """The merge patch of the template (None values delete the field). Restoring deletes the
-        maps the forward patch created, so the template reads back exactly as it was."""
+        maps the forward patch created, so the template reads back exactly as it was. `shared`
+        (forward only): its lists are this change's own, not copies (to read, never change)."""
         if not restore:
-            return template_fragment(self.after, drop_none=False)
+            return template_fragment(self.after, drop_none=False, copied=not shared)
         out = template_fragment(self.before, drop_none=False)
         spec = out.setdefault("spec", {})
         if "nodeSelector" in self.absent and "nodeSelector" in self.before:
@@ -151,19 +153,30 @@ def merge_into(base: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch of `target` by `patch` (a new value; inputs untouched)."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = dict(copy.deepcopy(target)) if isinstance(target, Mapping) else {}
+    """RFC 7386 JSON merge patch of `target` by `patch` (a new value; inputs untouched): the
+    value `merged_view` reads, made of copies (the target and the patch copied once each)."""
+    return merged_view(copy.deepcopy(target), copy.deepcopy(patch))
+
+
+def merged_view(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch of `target` by `patch` as a value that shares with its inputs
+    every part the patch does not reach (new maps only along the patch's paths): to read, never
+    to change (a change would change `target` or `patch`). Inputs untouched."""
+    if type(patch) is not dict and not isinstance(patch, Mapping):
+        return patch
+    out = dict(target) if type(target) is dict or isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = apply_merge_patch(out.get(key), value)
+            out[key] = merged_view(out.get(key), value)
     return out
 
 
-def template_fragment(values: Mapping[str, Any], *, drop_none: bool) -> dict[str, Any]:
+def template_fragment(values: Mapping[str, Any], *, drop_none: bool, copied: bool = True) -> dict[str, Any]:
+    """The merge patch of a template that sets the flat `values`; `copied` False: its lists
+    are those of `values` (to read, never change)."""
+    clone = copy.deepcopy if copied else _same
     out: dict[str, Any] = {}
     for key in ("labels", "annotations"):
         entries = values.get(key)
@@ -175,20 +188,24 @@ def template_fragment(values: Mapping[str, Any], *, drop_none: bool) -> dict[str
     if "nodeSelector" in values and (values["nodeSelector"] is not None or not drop_none):
         spec["nodeSelector"] = {ZONE_LABEL: values["nodeSelector"]}
     if "tolerations" in values and (values["tolerations"] is not None or not drop_none):
-        spec["tolerations"] = copy.deepcopy(values["tolerations"])
+        spec["tolerations"] = clone(values["tolerations"])
     affinity: dict[str, Any] = {}
     if "nodeSelectorTerms" in values and (values["nodeSelectorTerms"] is not None or not drop_none):
         terms = values["nodeSelectorTerms"]
         affinity["nodeAffinity"] = {
-            REQUIRED: {"nodeSelectorTerms": copy.deepcopy(terms)} if terms is not None else None
+            REQUIRED: {"nodeSelectorTerms": clone(terms)} if terms is not None else None
         }
     if "podAffinity" in values and (values["podAffinity"] is not None or not drop_none):
-        affinity["podAffinity"] = {REQUIRED: copy.deepcopy(values["podAffinity"])}
+        affinity["podAffinity"] = {REQUIRED: clone(values["podAffinity"])}
     if affinity:
         spec["affinity"] = affinity
     if spec:
         out["spec"] = spec
     return out
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _read(template: Mapping[str, Any]) -> dict[str, Any]:
@@ -361,7 +378,7 @@ def pod_needs(
     (operator labels), the patched template's labels, then `relabel` (the zone-mirroring keys
     set to the target zone) where the pod carries the key."""
     spec = template.get("spec") or {}
-    values = apply_merge_patch(template, change.fragment()) if change is not None else template
+    values = merged_view(template, change.fragment(shared=True)) if change is not None else template
     patched = values.get("spec") or {}
     template_labels = meta_of(values).get("labels") or {}
     requests = pod_spec_requests(spec)

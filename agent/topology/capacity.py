@@ -28,10 +28,11 @@ class CapacityIndex:
         """`used` (GPUs of live bound pods per node) and `free` (free GPUs per zone), when the
         caller counted them already: then `pods` is not read, nor every node."""
         self._nodes = nodes
-        self._used: dict[str, int] = dict(used) if used is not None else {}
+        counted: dict[str, int] = {}
         for pod in pods if used is None else ():
             if pod.gpu_request and pod.node_name is not None and pod.live:
-                self._used[pod.node_name] = self._used.get(pod.node_name, 0) + pod.gpu_request
+                counted[pod.node_name] = counted.get(pod.node_name, 0) + pod.gpu_request
+        self._used: Mapping[str, int] = used if used is not None else counted  # read, not copied
         self._free: dict[str, int] = {}
         if used is not None and free is not None:
             self._free.update(free)

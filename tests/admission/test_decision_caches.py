@@ -2,7 +2,8 @@
 as the planner reads them, the reachability) decide exactly as a decider built anew for every
 request: random clusters and jobs, over views whose GPU use changes while the node objects stay
 (as the watch cache's mirror hands them out), views refreshed with new maps of the same content,
-and views of new node objects."""
+and views of new node objects. A reused decider's answer changes when the policies, a namespace's
+labels or the nodes change between two requests."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from agent.admission.decision import Decider, View
 from agent.admission.subject import identify
+from agent.model.cluster import Namespace
 from agent.model.finding import Finding
 from agent.model.job import JobRef
 from agent.model.verdict import Verdict
@@ -118,3 +120,67 @@ def test_the_unexplained_plan_has_the_explained_plans_changes_and_refusals(seed:
             assert plain == explained
         compared += 1
     assert compared >= 3 and planned >= 1
+
+
+# --- what the kept caches must not keep: a changed view changes the answer --------------------
+
+DENY_A = o.cnp("deny-zone-a", {"endpointSelector": {"matchLabels": {"zone": "a"}},
+                               "ingressDeny": [{"fromEndpoints": [{}]}]})  # fmt: skip
+SANDBOX = o.cnp("no-sandbox", {"endpointSelector": {}, "ingress": [{"fromEndpoints": [{}]}],
+                               "ingressDeny": [{"fromEndpoints": [{"matchLabels": {
+                                   "io.cilium.k8s.namespace.labels.env": "sandbox"}}]}]}, ns=None)  # fmt: skip
+
+
+def base() -> list[dict[str, Any]]:
+    """Zones a and b with 8 free GPUs each (pods labelled `zone: b` take no ingress), c none."""
+    return [o.node("a1", "a", gpus=8), o.node("b1", "b", gpus=8), o.node("c1", "c", gpus=0),
+            o.namespace("ml"), o.namespace("kube-system"), DENY_B]  # fmt: skip
+
+
+def decided(decider: Decider, view: View, number: int) -> tuple[str, str | None]:
+    obj = pytorch(f"job-{number}", workers=2, gpus=4)
+    subject = identify(obj, group="kubeflow.org", version="v1", kind="PyTorchJob",
+                       namespace="ml", groups=SETTINGS.groups)  # fmt: skip
+    assert subject is not None
+    decision = decider.decide(subject, view, enforce=True)
+    assert decision == Decider(SETTINGS).decide(subject, view, enforce=True)
+    return decision.outcome.value, decision.zone
+
+
+def test_a_policy_change_between_two_requests_changes_the_answer() -> None:
+    """The same cluster objects with a new policy set (the cache's parsed policies after a
+    change): the kept reachability and its verdicts are not the new set's."""
+    decider = Decider(SETTINGS)
+    before = make_view(base())
+    denied = make_view([*base(), DENY_A])
+    assert decided(decider, before, 1) == ("placed", "a")
+    assert decided(decider, View(before.state, denied.policies, before.facts), 2) == ("no_zone", None)
+    assert decided(decider, refreshed(before), 3) == ("placed", "a")
+
+
+def test_a_namespace_label_change_between_two_requests_changes_the_answer() -> None:
+    """The same policy set, the job's namespace relabelled (a new namespace object): a
+    clusterwide policy that denies ingress from sandbox namespaces now denies the job's flows."""
+    decider = Decider(SETTINGS)
+    view = make_view([*base(), SANDBOX])
+    assert decided(decider, view, 1) == ("placed", "a")
+    sandbox = {**view.state.namespaces, "ml": Namespace("ml", {"env": "sandbox",
+                                                             "kubernetes.io/metadata.name": "ml"})}  # fmt: skip
+    relabelled = View(replace(view.state, namespaces=sandbox), view.policies, view.facts)
+    assert decided(decider, relabelled, 2) == ("no_zone", None)
+    assert decided(decider, view, 3) == ("placed", "a")
+
+
+def test_a_node_change_between_two_requests_changes_the_answer() -> None:
+    """Zone a's node cordoned (a new node object, the facts counted anew), then GPUs taken on it
+    (the same node objects): the kept node shapes and rankings are not the new view's."""
+    decider = Decider(SETTINGS)
+    view = make_view(base())
+    assert decided(decider, view, 1) == ("placed", "a")
+    nodes = {**view.state.nodes, "a1": replace(view.state.nodes["a1"], unschedulable=True)}
+    state = replace(view.state, nodes=nodes)
+    assert decided(decider, View(state, view.policies, cluster_facts(state.nodes, state.pods)), 2) == ("no_zone", None)
+    busy = (parse_pod(o.pod("busy", ns="ml", node_name="a1", gpus=4)),)
+    taken = replace(view.state, pods=busy)
+    assert decided(decider, View(taken, view.policies, cluster_facts(taken.nodes, taken.pods)), 3) == ("no_zone", None)
+    assert decided(decider, view, 4) == ("placed", "a")

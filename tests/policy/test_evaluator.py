@@ -621,3 +621,18 @@ def test_a_hop_answer_is_reused_only_for_peers_it_cannot_tell_apart() -> None:
     for dst, expect in flows:
         assert warm.check(WORKER, dst, P23456) == expect
         assert PolicySet([parse_policy(manifest)]).check(WORKER, dst, P23456) == expect
+
+
+def test_the_blocks_selecting_an_endpoint_keep_the_policies_order_across_namespaces() -> None:
+    """Blocks that share their indexed label (zone a), namespaced in two namespaces and
+    clusterwide, select an endpoint of each namespace in the order the policies were given."""
+    spec = {"endpointSelector": {"matchLabels": {"zone": "a"}}, "ingress": [{"fromEndpoints": [{}]}]}
+    manifests = [cnp("p1", spec, ns="ml"), ccnp("c1", spec), cnp("p2", spec, ns="web"),
+                 cnp("p3", spec, ns="ml"), ccnp("c2", spec)]  # fmt: skip
+    policies = PolicySet(parse_policy(m) for m in manifests)
+    for ns, expected in (("ml", ["p1", "c1", "p3", "c2"]), ("web", ["c1", "p2", "c2"]),
+                         ("other", ["c1", "c2"])):  # fmt: skip
+        dst = ep({"zone": "a"}, ns=ns)
+        ingress = next(h for h in policies.trace(ep({"zone": "b"}, ns=ns), dst, P23456).hops if h.hop is IN)
+        assert [b.policy.rsplit("/", 1)[-1] for b in ingress.selecting] == expected, ns
+        assert policies.check(ep({"zone": "b"}, ns=ns), dst, P23456) == ALLOW

@@ -4,6 +4,7 @@ packed earlier), required pod affinity, and refusals that say why."""
 
 from __future__ import annotations
 
+import copy
 from decimal import Decimal
 from typing import Any
 
@@ -327,3 +328,36 @@ def test_a_node_could_hold_a_pod_when_its_allocatable_covers_the_requests(
 ) -> None:
     wanted = {k: Decimal(v[:-2]) * 2**30 if v.endswith("Gi") else Decimal(v) for k, v in requests.items()}
     assert could_hold(node("n", "zone-a", **shape), wanted) is holds
+
+
+# --- what one check shares between the pods of a template -------------------------------------
+
+
+def test_pods_sharing_an_affinity_object_are_resolved_by_their_own_match_label_keys() -> None:
+    """The pods of one template share its affinity object; a term's matchLabelKeys reads each
+    pod's own labels: two pods of different groups share a host, two of one group do not."""
+    shared = {"podAntiAffinity": {REQUIRED: [{
+        "labelSelector": {"matchLabels": {"app": "train"}}, "matchLabelKeys": ["group"],
+        "topologyKey": HOST}]}}  # fmt: skip
+    one_host = [node("a-0", "zone-a", cores="64")]
+    apart = [need("p0", labels={"app": "train", "group": "1"}, affinity=shared),
+             need("p1", labels={"app": "train", "group": "2"}, affinity=shared)]  # fmt: skip
+    together = [need("p0", labels={"app": "train", "group": "1"}, affinity=shared),
+                need("p1", labels={"app": "train", "group": "1"}, affinity=shared)]  # fmt: skip
+    assert room(apart, nodes=one_host) is None
+    refused = room(together, nodes=one_host)
+    assert refused is not None and refused.startswith("anti-affinity: no node in zone zone-a may take pod p1")
+
+
+def test_a_check_of_shared_placement_objects_is_the_check_of_their_copies() -> None:
+    """Needs sharing their nodeSelector, affinity and tolerations objects (as `pod_needs` makes
+    a template's) are judged as needs holding copies of them, node by node, refusals included."""
+    selector = {"disk": "ssd"}
+    affinity = {"podAffinity": {REQUIRED: [{"labelSelector": {"matchLabels": {"app": "train"}},
+                                            "topologyKey": "rack"}]}}  # fmt: skip
+    for cpu in ("2", "40", "100"):
+        shared = [need(f"p{i}", selector=selector, affinity=affinity, cpu=cpu) for i in range(3)]
+        copies = [need(f"p{i}", selector=dict(selector), affinity=copy.deepcopy(affinity), cpu=cpu)
+                  for i in range(3)]  # fmt: skip
+        assert room(shared) == room(copies)
+    assert room([need(f"p{i}", selector=selector, affinity=affinity, cpu="40") for i in range(3)]) is not None
