@@ -350,16 +350,9 @@ class PolicySet:
         first_denial: FlowVerdict | None = None
         for hop in (Hop.EGRESS, Hop.INGRESS):
             for protocol in protocols:
-                verdict = self._hop(
-                    hop,
-                    src,
-                    dst,
-                    first=ports.first,
-                    last=ports.last,
-                    protocol=protocol,
-                    caveats=caveats,
-                    trace=trace,
-                )
+                verdict = _hop(hop, src, dst, first=ports.first, last=ports.last,
+                               protocol=protocol, caveats=caveats, kinds=self._kinds,
+                               trace=trace)  # fmt: skip
                 if verdict is not None:
                     if trace is None:
                         return verdict
@@ -378,47 +371,48 @@ class PolicySet:
         protocols = _CONCRETE_PROTOCOLS if ports.protocol is Protocol.ANY else (ports.protocol,)
         caveats: list[Caveat] = []
         for protocol in protocols:
-            verdict = self._hop(hop, src, dst, first=ports.first, last=ports.last,
-                                protocol=protocol, caveats=caveats)  # fmt: skip
+            verdict = _hop(hop, src, dst, first=ports.first, last=ports.last,
+                           protocol=protocol, caveats=caveats, kinds=self._kinds)  # fmt: skip
             if verdict is not None:
                 return verdict, ()
         return None, tuple(caveats)
 
-    def _hop(
-        self,
-        hop: Hop,
-        src: _Identity,
-        dst: _Identity,
-        *,
-        first: int,
-        last: int,
-        protocol: Protocol,
-        caveats: list[Caveat],
-        trace: list[HopTrace] | None = None,
-    ) -> FlowVerdict | None:
-        """The denial at one hop for one protocol, or None when the hop allows every port (the
-        caveats of the rules that allowed it are added to `caveats`). With `trace`, the hop's
-        selecting blocks, every matching rule and the verdict are appended to it as a `HopTrace`
-        (the decision itself does not change)."""
-        egress = hop is Hop.EGRESS
-        selected = src.selected if egress else dst.selected
-        matched: list[RuleMatch] | None = None if trace is None else []
-        verdict = _decide(
-            egress, selected, src, dst, first=first, last=last, protocol=protocol,
-            caveats=caveats, matched=matched, kinds=self._kinds,
-        )  # fmt: skip
-        if trace is not None and matched is not None:
-            trace.append(
-                HopTrace(
-                    hop=hop,
-                    protocol=protocol,
-                    selecting=tuple(_block(entry, egress=egress, kinds=self._kinds)
-                                    for entry in selected),
-                    matched=tuple(matched),
-                    verdict=verdict,
-                )
+def _hop(
+    hop: Hop,
+    src: _Identity,
+    dst: _Identity,
+    *,
+    first: int,
+    last: int,
+    protocol: Protocol,
+    caveats: list[Caveat],
+    kinds: Mapping[str, PolicyKind],
+    trace: list[HopTrace] | None = None,
+) -> FlowVerdict | None:
+    """The denial at one hop for one protocol, or None when the hop allows every port (the
+    caveats of the rules that allowed it are added to `caveats`). With `trace`, the hop's
+    selecting blocks, every matching rule and the verdict are appended to it as a `HopTrace`
+    (the decision itself does not change)."""
+    egress = hop is Hop.EGRESS
+    selected = src.selected if egress else dst.selected
+    matched: list[RuleMatch] | None = None if trace is None else []
+    verdict = _decide(
+        egress, selected, src, dst, first=first, last=last, protocol=protocol,
+        caveats=caveats, matched=matched, kinds=kinds,
+    )  # fmt: skip
+    if trace is not None and matched is not None:
+        trace.append(
+            HopTrace(
+                hop=hop,
+                protocol=protocol,
+                selecting=tuple(_block(entry, egress=egress, kinds=kinds)
+                                for entry in selected),
+                matched=tuple(matched),
+                verdict=verdict,
             )
-        return verdict
+        )
+    return verdict
+
 
 def _block(entry: _Entry, *, egress: bool, kinds: Mapping[str, PolicyKind]) -> SelectingBlock:
     subject = entry.subject
