@@ -3,7 +3,8 @@
 The cluster is `bench/diagnose_scale.py`'s synthetic one (5,000 nodes, 150,000 pods, 2,000
 Kubeflow jobs, 1,000 policies), parsed once; the change deletes one zone-boundary policy. Timed:
 `blast_radius` (the jobs the change can reach diagnosed before and after; the required flows of
-the jobs with a touched pod and the declared-port flows of the touched pods compared), best of 3,
+the jobs with a touched pod and the declared-port flows of the touched pods compared, a pair
+evaluated only when the change reaches one of its hops, every pair counted), best of 3,
 each with policy sets and caches built from scratch; target <= 2 s. Two figures: from scratch
 (as `zonemedic whatif` on a dump: the cluster facts and the jobs found first), and with the
 cluster facts and jobs given as already held (`Held`). Then the agent's answer, as `POST

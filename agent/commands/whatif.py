@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from agent.settings import DiagnosisSettings
     from agent.snapshot.collection import Snapshot
 
-_POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
-
-
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "whatif",
@@ -62,20 +59,13 @@ def register(subparsers: Any) -> None:
 
 
 def _delete(snapshot: Snapshot, targets: list[str]) -> Snapshot:
-    policies = {p.id: p for p in snapshot.policies}
-    unreadable = {u.id: u for u in snapshot.unreadable}
-    pods = {f"Pod/{p.namespace}/{p.name}": p for p in snapshot.state.pods}
-    for target in targets:
-        kind = target.partition("/")[0]
-        if kind not in (*_POLICY_KINDS, "Pod"):
-            raise WhatIfError(f"--delete: cannot delete a {kind!r} (kinds: "
-                              f"{', '.join((*_POLICY_KINDS, 'Pod'))})")  # fmt: skip
-        found = policies.pop(target, None) or unreadable.pop(target, None) or pods.pop(target, None)
-        if found is None:
-            raise WhatIfError(f"--delete: no {target} in the snapshot")
-    state = dataclasses.replace(snapshot.state, pods=tuple(pods.values()))
-    return dataclasses.replace(snapshot, state=state, policies=tuple(policies.values()),
-                               unreadable=tuple(unreadable.values()))  # fmt: skip
+    from agent.diagnosis.whatif import delete_objects
+
+    left = delete_objects(targets, policies=snapshot.policies, unreadable=snapshot.unreadable,
+                          pods=snapshot.state.pods, flag="--delete", where="the snapshot")  # fmt: skip
+    state = dataclasses.replace(snapshot.state, pods=left.pods)
+    return dataclasses.replace(snapshot, state=state, policies=left.policies,
+                               unreadable=left.unreadable)  # fmt: skip
 
 
 def _move(snapshot: Snapshot, args: argparse.Namespace, settings: DiagnosisSettings, *,

@@ -13,7 +13,11 @@ every pod to each touched pod, on each port the destination declares (its contai
 each with its protocol). Pods the policies cannot tell apart before and after alike (and that
 declare the same ports) are checked once per group pair, as the diagnosis groups them
 (`agent.diagnosis.reachability`); every pod pair whose verdict changes is counted, and the first
-`FLOWS_LISTED` are listed. Ports no pod declares are not considered here (the jobs' required
+`FLOWS_LISTED` are listed. A group pair is evaluated only when the change reaches one of its hops
+(`_reaches`: the source's egress or the destination's ingress decided by a changed policy
+selecting it, per `Subject.decides`, or either end's class changing); one whose only reachable hop
+is the destination's ingress compares the two ingress hops (`PolicySet.hop_allows`); full
+verdicts are built only for the flows listed. Ports no pod declares are not considered here (the jobs' required
 flows, ranges included, are checked by the what-if itself). Pure: no I/O.
 """
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.diagnosis.pod_shapes import PodShapes
+from agent.diagnosis.pod_shapes import PodShapes, pod_shapes
 from agent.diagnosis.reachability import Reachability
 from agent.model.cluster import ZONE_LABEL, ClusterState, Pod
 from agent.model.job import Job
@@ -96,7 +100,7 @@ def _selected_by(policies: PolicySet, endpoint: Endpoint, changed: frozenset[str
 GroupKey = tuple[int | None, int, tuple[PortRange, ...]]
 # a group's evaluator keys (before, None for an added pod; after) and its declared ports
 EvalKey = tuple[int | None, int, tuple[PortRange, ...]]
-Entry = tuple[bool, EvalKey, int]  # (touched, its evaluator keys, how many pods)
+SourceKey = tuple[int | None, int]  # a source's evaluator keys (before, None for an added pod; after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +124,14 @@ class Groups:
 def group_pods(before: Cluster, after: Cluster, *, shapes: PodShapes | None = None) -> Groups:
     """The pods of `after` grouped, and which the change touches (see the module docstring).
     `shapes`: the state's pods by shape, already held; used when the change keeps the state and
-    reads no label key they do not (one pod classified per shape, the same groups)."""
+    reads no label key they do not (else, for a change that keeps the state, they are found
+    here: one pod classified per shape, the same groups)."""
     keys = before.policies.pod_label_keys() | after.policies.pod_label_keys()
     reach = Reachability(after.policies, after.state.namespaces, label_keys=keys)
     same_state = after.state is before.state
-    if same_state and shapes is not None and shapes.fits(after.state, keys):
+    if same_state:  # one pod classified per shape (the shapes found here unless held)
+        if shapes is None or not shapes.fits(after.state, keys):
+            shapes = pod_shapes(after.state, keys)
         return _group_shapes(before, after, reach, shapes)
     old_pods = {} if same_state else {_key(p): p for p in before.state.pods}
     everything = (_identities(before.policies) != _identities(after.policies)
@@ -172,11 +179,10 @@ def _group_shapes(before: Cluster, after: Cluster, reach: Reachability,
                   or before.state.namespaces != after.state.namespaces)  # fmt: skip
     changed = _changed_policies(before.policies, after.policies)
     selected: dict[int, bool] = {}
-    hot: dict[GroupKey, list[Pod]] = {}
-    cold: dict[GroupKey, list[Pod]] = {}
     class_of: list[int] = []
-    into: list[list[Pod]] = []
-    for pod in shapes.first:
+    # each group's shapes, in the order the groups first come (a group's pods in state order)
+    grouped: dict[tuple[bool, GroupKey], list[int]] = {}
+    for shape, pod in enumerate(shapes.first):
         now = reach.class_of(pod)
         class_of.append(now)
         hit = everything
@@ -187,9 +193,14 @@ def _group_shapes(before: Cluster, after: Cluster, reach: Reachability,
                 found = selected[now] = (_selected_by(before.policies, endpoint, changed)
                                          or _selected_by(after.policies, endpoint, changed))  # fmt: skip
             hit = found
-        into.append((hot if hit else cold).setdefault((now, now, _declared(pod)), []))
-    for pod, shape in zip(shapes.pods, shapes.shape_of, strict=True):
-        into[shape].append(pod)
+        grouped.setdefault((hit, (now, now, _declared(pod))), []).append(shape)
+    hot: dict[GroupKey, list[Pod]] = {}
+    cold: dict[GroupKey, list[Pod]] = {}
+    pods, members = shapes.pods, shapes.members
+    for (hit, group), of in grouped.items():
+        indices = members[of[0]] if len(of) == 1 else sorted(
+            i for shape in of for i in members[shape])  # fmt: skip
+        (hot if hit else cold)[group] = list(map(pods.__getitem__, indices))
     classes = dict(zip(shapes.keys, map(class_of.__getitem__, shapes.shape_of), strict=True))
     return Groups(reach, hot, cold, classes, changed, everything)
 
@@ -238,12 +249,47 @@ def reached_jobs(before: Cluster, after: Cluster, groups: Groups, jobs: Iterable
             seen[cid] = found
         return found
 
-    classes = groups.classes
-    return [j for j in jobs if any(reached(classes[(p.namespace, p.name)]) for p in j.pods
-                                   if (p.namespace, p.name) in classes)]  # fmt: skip
+    get = groups.classes.get
+    out: list[Job] = []
+    for job in jobs:
+        for pod in job.pods:
+            cid = get((pod.namespace, pod.name))
+            if cid is not None and (seen[cid] if cid in seen else reached(cid)):
+                out.append(job)
+                break
+    return out
 
 
 _ABSENT = FlowVerdict(allowed=False)
+
+
+def _reaches(before: Cluster, after: Cluster, groups: Groups) -> dict[GroupKey, tuple[bool, bool]]:
+    """For each touched group: whether the change can change a verdict of its pods' flows as
+    sources, as destinations. A hop is decided by the blocks selecting its endpoint that decide
+    that direction (`Subject.decides`), reading of the far end only its class: so a pod whose
+    class stays (and whose identities stay) changes its flows' verdicts as a source only when a
+    changed policy deciding egress selects it, before or after (or an unreadable changed one
+    may), and as a destination likewise for ingress; a pod whose class changes (or that the
+    change adds), both. A flow with neither end reached in its role keeps its verdict."""
+    endpoint = groups.reach.endpoint
+    changed = groups.changed
+    found: dict[int, tuple[bool, bool]] = {}
+    out: dict[GroupKey, tuple[bool, bool]] = {}
+    for gkey in groups.hot:
+        then, now, _ = gkey
+        if groups.everything or then != now:
+            out[gkey] = (True, True)
+            continue
+        known = found.get(now)
+        if known is None:
+            e = endpoint(now)
+            sets = (before.policies, after.policies)
+            unsure = any(u.id in changed for p in sets for u in p.uncertain(e))
+            known = found[now] = (
+                unsure or any(changed & p.deciding(e, egress=True) for p in sets),
+                unsure or any(changed & p.deciding(e, egress=False) for p in sets))  # fmt: skip
+        out[gkey] = known
+    return out
 
 
 def touched_flows(
@@ -283,38 +329,70 @@ def touched_flows(
 
     hot_sizes, hot_of = collapse(hot)
     cold_sizes, cold_of = collapse(cold)
+    # whether the change reaches the touched pods' hops as sources, as destinations
+    reaches: dict[EvalKey, tuple[bool, bool]] = {}
+    moved = {hot_of[g] for g in hot if groups.everything or g[0] != g[1]}  # its class changes
+    for gkey, (as_src, as_dst) in _reaches(before, after, groups).items():
+        was_src, was_dst = reaches.get(hot_of[gkey], (False, False))
+        reaches[hot_of[gkey]] = (was_src or as_src, was_dst or as_dst)
+
+    # as a source an entry is its keys alone (a source's declared ports play no part); each
+    # entry with its pod count and whether the change reaches its hops in that role
+    def sources(sizes: Mapping[EvalKey, int], *, touched: bool) -> dict[SourceKey, list[int]]:
+        out: dict[SourceKey, list[int]] = {}
+        for ekey, n in sizes.items():
+            entry = out.setdefault((ekey[0], ekey[1]), [0, 0])
+            entry[0] += n
+            entry[1] |= touched and reaches[ekey][0]
+        return out
+
+    def destinations(sizes: Mapping[EvalKey, int], *, touched: bool) -> dict[EvalKey, list[int]]:
+        return {ekey: [n, touched and reaches[ekey][1], touched and ekey in moved]
+                for ekey, n in sizes.items()}  # fmt: skip
+
+    hot_dst = destinations(hot_sizes, touched=True)
+    cold_dst = destinations(cold_sizes, touched=False)
     # the verdicts (before, after) of each evaluator pair and port range that change
-    flips: dict[tuple[bool, EvalKey, bool, EvalKey], list[tuple[FlowVerdict, FlowVerdict]]] = {}
+    # the entry pairs with a port whose verdict changes (their verdicts found when listed)
+    flips: dict[tuple[bool, SourceKey, bool, EvalKey], list[tuple[FlowVerdict, FlowVerdict]] | None] = {}
 
-    def compare(src: Entry, dst: Entry) -> None:
+    def compare(source: tuple[bool, SourceKey, int, int], dhot: bool,
+                dests: Mapping[EvalKey, list[int]]) -> None:  # fmt: skip
         nonlocal checked, changed
-        (shot, skey, ns), (dhot, dkey, nd) = src, dst
-        # a pod is never its own peer: only one side's entry paired with itself shares pods
-        pairs = ns * nd - (ns if shot == dhot and skey == dkey else 0)
-        if not pairs:
-            return
-        found: list[tuple[FlowVerdict, FlowVerdict]] = []
-        any_flip = False
-        for ports in dkey[2]:
-            checked += pairs
-            was = (_ABSENT if skey[0] is None or dkey[0] is None
-                   else check_before(skey[0], dkey[0], ports))  # fmt: skip
-            now = check_after(skey[1], dkey[1], ports)
-            found.append((was, now))
-            if was.allowed != now.allowed:
-                changed += pairs
-                any_flip = True
-        if any_flip:
-            flips[(shot, skey, dhot, dkey)] = found
+        shot, skey, ns, sreach = source
+        for dkey, (nd, dreach, dmoved) in dests.items():
+            # a pod is never its own peer: the destination entry's pods are among the source
+            # entry's when they are of one side with the same keys
+            pairs = ns * nd - (nd if shot == dhot and skey == (dkey[0], dkey[1]) else 0)
+            if not pairs:
+                continue
+            checked += pairs * len(dkey[2])
+            if not (sreach or dreach):
+                continue  # neither hop can change: the verdict stays (counted, not evaluated)
+            any_flip = False
+            for ports in dkey[2]:
+                if sreach or dmoved:
+                    was = (skey[0] is not None and dkey[0] is not None
+                           and check_before(skey[0], dkey[0], ports).allowed)  # fmt: skip
+                    flip = was != check_after(skey[1], dkey[1], ports).allowed
+                else:
+                    # only the destination's ingress hop can change (the source's egress hop,
+                    # and what it reads of the destination, stay): it decides when egress allows
+                    assert skey[0] is not None and dkey[0] is not None, "unmoved pods were there"
+                    flip = (before.policies.hop_allows(skey[0], dkey[0], ports, egress=False)
+                            != after.policies.hop_allows(skey[1], dkey[1], ports, egress=False)
+                            and before.policies.hop_allows(skey[0], dkey[0], ports, egress=True))  # fmt: skip
+                if flip:
+                    changed += pairs
+                    any_flip = True
+            if any_flip:
+                flips[(shot, skey, dhot, dkey)] = None
 
-    everyone = [*((True, k, n) for k, n in hot_sizes.items()),
-                *((False, k, n) for k, n in cold_sizes.items())]  # fmt: skip
-    for skey, ns in hot_sizes.items():  # touched sources, to every pod
-        for entry in everyone:
-            compare((True, skey, ns), entry)
-    for skey, ns in cold_sizes.items():  # untouched sources, to touched pods
-        for dkey, nd in hot_sizes.items():
-            compare((False, skey, ns), (True, dkey, nd))
+    for skey, (ns, sreach) in sources(hot_sizes, touched=True).items():  # to every pod
+        compare((True, skey, ns, sreach), True, hot_dst)
+        compare((True, skey, ns, sreach), False, cold_dst)
+    for skey, (ns, sreach) in sources(cold_sizes, touched=False).items():  # to touched pods
+        compare((False, skey, ns, sreach), True, hot_dst)
 
     def listing(spods: list[Pod], dpods: list[Pod], dkey: GroupKey,
                 verdicts: list[tuple[FlowVerdict, FlowVerdict]]) -> None:  # fmt: skip
@@ -334,18 +412,31 @@ def touched_flows(
                     listed.append(FlowChange(job, f"{s.namespace}/{s.name}",
                                              f"{d.namespace}/{d.name}", ports, was, now))  # fmt: skip
 
+    def verdicts(ekey: tuple[bool, SourceKey, bool, EvalKey]
+                 ) -> list[tuple[FlowVerdict, FlowVerdict]]:  # fmt: skip
+        found = flips[ekey]
+        if found is None:
+            _, skey, _, dkey = ekey
+            found = flips[ekey] = [
+                (_ABSENT if skey[0] is None or dkey[0] is None
+                 else check_before(skey[0], dkey[0], ports), check_after(skey[1], dkey[1], ports))
+                for ports in dkey[2]]  # fmt: skip
+        return found
+
     if flips:  # the changed flows listed group pair by group pair, in the groups' order
         every = [*((True, k, v) for k, v in hot.items()), *((False, k, v) for k, v in cold.items())]
         for skey_g, spods in hot.items():
             for dhot, dkey_g, dpods in every:
-                ekey = (True, hot_of[skey_g], dhot, (hot_of if dhot else cold_of)[dkey_g])
-                if ekey in flips:
-                    listing(spods, dpods, dkey_g, flips[ekey])
+                src = hot_of[skey_g]
+                ekey = (True, (src[0], src[1]), dhot, (hot_of if dhot else cold_of)[dkey_g])
+                if ekey in flips and len(listed) < FLOWS_LISTED:
+                    listing(spods, dpods, dkey_g, verdicts(ekey))
         for skey_g, spods in cold.items():
             for dkey_g, dpods in hot.items():
-                ekey = (False, cold_of[skey_g], True, hot_of[dkey_g])
-                if ekey in flips:
-                    listing(spods, dpods, dkey_g, flips[ekey])
+                src = cold_of[skey_g]
+                ekey = (False, (src[0], src[1]), True, hot_of[dkey_g])
+                if ekey in flips and len(listed) < FLOWS_LISTED:
+                    listing(spods, dpods, dkey_g, verdicts(ekey))
     listed.sort(key=lambda c: (c.source, c.destination, c.ports.first, c.ports.protocol.value))
     touched = sum(len(v) for v in hot.values())
     return TouchedFlows(touched, checked, changed, tuple(listed))

@@ -1,5 +1,5 @@
 """The pods of one cluster state by shape: pods that share namespace, service account, declared
-ports (the same tuple object) and the values of a set of label keys are one shape, so any policy
+ports (equal tuples) and the values of a set of label keys are one shape, so any policy
 set reading only those keys puts them in the same identity class
 (`agent.diagnosis.reachability`).
 
@@ -22,14 +22,15 @@ PodKey = tuple[str, str]
 @dataclass(frozen=True, slots=True)
 class PodShapes:
     """`state`'s pods (`pods`, the state's own tuple) by shape over `label_keys`: `shape_of[i]`
-    is the shape of `pods[i]`, `first[s]` the first pod of shape `s`, `keys[i]` the key of
-    `pods[i]`."""
+    is the shape of `pods[i]`, `first[s]` the first pod of shape `s`, `members[s]` the indices
+    (in `pods`, ascending) of its pods, `keys[i]` the key of `pods[i]`."""
 
     pods: tuple[Pod, ...]
     label_keys: frozenset[str]
     shape_of: tuple[int, ...]
     first: tuple[Pod, ...]
     keys: tuple[PodKey, ...]
+    members: tuple[tuple[int, ...], ...]
 
     def fits(self, state: ClusterState, label_keys: frozenset[str]) -> bool:
         """True when these are `state`'s pods and a grouping over `label_keys` reads no key more."""
@@ -42,13 +43,23 @@ def pod_shapes(state: ClusterState, label_keys: frozenset[str]) -> PodShapes:
     ids: dict[tuple[object, ...], int] = {}
     first: list[Pod] = []
     shape_of: list[int] = []
+    members: list[list[int]] = []
+    # equal port tuples (often distinct objects) are one: each object's value hashed once
+    port_ids: dict[int, int] = {}
+    port_values: dict[tuple[object, ...], int] = {}
     for pod in state.pods:
         get = pod.labels.get
-        raw = (pod.namespace, pod.service_account, id(pod.ports), *map(get, ordered))
+        ports = port_ids.get(id(pod.ports))
+        if ports is None:
+            ports = port_ids[id(pod.ports)] = port_values.setdefault(pod.ports, len(port_values))
+        raw = (pod.namespace, pod.service_account, ports, *map(get, ordered))
         shape = ids.get(raw)
         if shape is None:
             shape = ids[raw] = len(first)
             first.append(pod)
+            members.append([])
+        members[shape].append(len(shape_of))
         shape_of.append(shape)
     return PodShapes(state.pods, frozenset(label_keys), tuple(shape_of), tuple(first),
-                     tuple((p.namespace, p.name) for p in state.pods))  # fmt: skip
+                     tuple((p.namespace, p.name) for p in state.pods),
+                     tuple(map(tuple, members)))  # fmt: skip

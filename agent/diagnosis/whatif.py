@@ -37,14 +37,19 @@ from agent.diagnosis.flow_universe import (
 )
 from agent.diagnosis.pod_shapes import PodShapes
 from agent.errors import WhatIfError
-from agent.model.cluster import ClusterState
+from agent.model.cluster import ClusterState, Pod
 from agent.model.job import Job
 from agent.model.network import FlowVerdict
+from agent.policy.rule import Policy, UnreadablePolicy
 from agent.settings import DiagnosisSettings
 from agent.topology.facts import ClusterFacts, FactsIndex
 from agent.topology.jobs import find_jobs
 
-__all__ = ["BlastRadius", "Cluster", "FlowChange", "Held", "JobChange", "blast_radius", "find_job"]
+__all__ = ["DELETABLE", "POLICY_KINDS", "BlastRadius", "Cluster", "FlowChange", "Held",
+           "JobChange", "Remaining", "blast_radius", "delete_objects", "find_job"]
+
+POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
+DELETABLE = (*POLICY_KINDS, "Pod")
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,3 +203,44 @@ def find_job(jobs: Iterable[Job], target: str) -> Job:
         kinds = ", ".join(str(j.ref) for j in found)
         raise WhatIfError(f"--move: {target} names several jobs ({kinds}): give KIND/NS/NAME")
     return found[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Remaining:
+    """What is left once objects are deleted: the policies (readable or not) and the pods, each
+    in its order; `pods` is the very tuple given when no pod goes."""
+
+    policies: tuple[Policy, ...]
+    unreadable: tuple[UnreadablePolicy, ...]
+    pods: tuple[Pod, ...]
+
+
+def delete_objects(targets: Iterable[str], *, policies: Iterable[Policy],
+                   unreadable: Iterable[UnreadablePolicy], pods: tuple[Pod, ...],
+                   flag: str = "delete", where: str = "the cluster") -> Remaining:  # fmt: skip
+    """The objects left once each `KIND/NS/NAME` of `targets` is deleted (a policy by its id,
+    `CiliumClusterwideNetworkPolicy/NAME` included, or `Pod/NS/NAME`), as `zonemedic whatif
+    --delete` and the agent's what-if do. `WhatIfError` (`flag`: the option named, `where`: the
+    place searched) for a kind it cannot delete or an object that is not there (deleting one
+    object twice included)."""
+    kept: dict[str, Policy | UnreadablePolicy] = {p.id: p for p in policies}
+    kept.update((u.id, u) for u in unreadable)
+    gone: set[tuple[str, str]] = set()
+    present: set[tuple[str, str]] | None = None
+    for target in targets:
+        kind, _, rest = target.partition("/")
+        if kind not in DELETABLE:
+            raise WhatIfError(f"{flag}: cannot delete a {kind!r} (kinds: {', '.join(DELETABLE)})")
+        if kind == "Pod":
+            if present is None:
+                present = {(p.namespace, p.name) for p in pods}
+            namespace, _, name = rest.partition("/")
+            if (namespace, name) not in present or (namespace, name) in gone:
+                raise WhatIfError(f"{flag}: no {target} in {where}")
+            gone.add((namespace, name))
+        elif kept.pop(target, None) is None:
+            raise WhatIfError(f"{flag}: no {target} in {where}")
+    return Remaining(
+        tuple(p for p in kept.values() if isinstance(p, Policy)),
+        tuple(p for p in kept.values() if isinstance(p, UnreadablePolicy)),
+        tuple(p for p in pods if (p.namespace, p.name) not in gone) if gone else pods)

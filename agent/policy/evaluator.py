@@ -255,6 +255,12 @@ class PolicySet:
             self._verdicts[key] = verdict
         return verdict
 
+    def hop_allows(self, s: int, d: int, ports: PortRange, *, egress: bool) -> bool:
+        """Whether one hop of the flow `s` -> `d` (endpoints by `equivalence_key`) allows
+        `ports`: egress at the source, or ingress at the destination (`check_keys` is both)."""
+        ids = self._identities
+        return self._hops.allows(s, d, ids[s], ids[d], ports, egress=egress)
+
     def trace(self, src: Endpoint, dst: Endpoint, ports: PortRange) -> FlowTrace:
         """`check`'s verdict for the flow with the evaluator's record of how it got there: every
         hop and protocol evaluated (not only up to the first denial), each with the blocks
@@ -270,6 +276,13 @@ class PolicySet:
         them can change: this endpoint's hops)."""
         ident = self._identities[self.equivalence_key(endpoint)]
         return frozenset(entry.policy_id for entry in ident.selected)
+
+    def deciding(self, endpoint: Endpoint, *, egress: bool) -> frozenset[str]:
+        """The ids of the policies with a block selecting `endpoint` that takes part in deciding
+        its hops of that direction (`Subject.decides`): what a change to one of them can change
+        there (whether those hops are allowed)."""
+        ident = self._identities[self.equivalence_key(endpoint)]
+        return frozenset(e.policy_id for e in ident.selected if e.subject.decides(egress=egress))
 
     def identity_of(self, endpoint: Endpoint) -> dict[str, str]:
         """The identity labels the dataplane judges `endpoint` by (every kept label, not only
@@ -337,16 +350,9 @@ class PolicySet:
         first_denial: FlowVerdict | None = None
         for hop in (Hop.EGRESS, Hop.INGRESS):
             for protocol in protocols:
-                verdict = self._hop(
-                    hop,
-                    src,
-                    dst,
-                    first=ports.first,
-                    last=ports.last,
-                    protocol=protocol,
-                    caveats=caveats,
-                    trace=trace,
-                )
+                verdict = _hop(hop, src, dst, first=ports.first, last=ports.last,
+                               protocol=protocol, caveats=caveats, kinds=self._kinds,
+                               trace=trace)  # fmt: skip
                 if verdict is not None:
                     if trace is None:
                         return verdict
@@ -365,47 +371,48 @@ class PolicySet:
         protocols = _CONCRETE_PROTOCOLS if ports.protocol is Protocol.ANY else (ports.protocol,)
         caveats: list[Caveat] = []
         for protocol in protocols:
-            verdict = self._hop(hop, src, dst, first=ports.first, last=ports.last,
-                                protocol=protocol, caveats=caveats)  # fmt: skip
+            verdict = _hop(hop, src, dst, first=ports.first, last=ports.last,
+                           protocol=protocol, caveats=caveats, kinds=self._kinds)  # fmt: skip
             if verdict is not None:
                 return verdict, ()
         return None, tuple(caveats)
 
-    def _hop(
-        self,
-        hop: Hop,
-        src: _Identity,
-        dst: _Identity,
-        *,
-        first: int,
-        last: int,
-        protocol: Protocol,
-        caveats: list[Caveat],
-        trace: list[HopTrace] | None = None,
-    ) -> FlowVerdict | None:
-        """The denial at one hop for one protocol, or None when the hop allows every port (the
-        caveats of the rules that allowed it are added to `caveats`). With `trace`, the hop's
-        selecting blocks, every matching rule and the verdict are appended to it as a `HopTrace`
-        (the decision itself does not change)."""
-        egress = hop is Hop.EGRESS
-        selected = src.selected if egress else dst.selected
-        matched: list[RuleMatch] | None = None if trace is None else []
-        verdict = _decide(
-            egress, selected, src, dst, first=first, last=last, protocol=protocol,
-            caveats=caveats, matched=matched, kinds=self._kinds,
-        )  # fmt: skip
-        if trace is not None and matched is not None:
-            trace.append(
-                HopTrace(
-                    hop=hop,
-                    protocol=protocol,
-                    selecting=tuple(_block(entry, egress=egress, kinds=self._kinds)
-                                    for entry in selected),
-                    matched=tuple(matched),
-                    verdict=verdict,
-                )
+def _hop(
+    hop: Hop,
+    src: _Identity,
+    dst: _Identity,
+    *,
+    first: int,
+    last: int,
+    protocol: Protocol,
+    caveats: list[Caveat],
+    kinds: Mapping[str, PolicyKind],
+    trace: list[HopTrace] | None = None,
+) -> FlowVerdict | None:
+    """The denial at one hop for one protocol, or None when the hop allows every port (the
+    caveats of the rules that allowed it are added to `caveats`). With `trace`, the hop's
+    selecting blocks, every matching rule and the verdict are appended to it as a `HopTrace`
+    (the decision itself does not change)."""
+    egress = hop is Hop.EGRESS
+    selected = src.selected if egress else dst.selected
+    matched: list[RuleMatch] | None = None if trace is None else []
+    verdict = _decide(
+        egress, selected, src, dst, first=first, last=last, protocol=protocol,
+        caveats=caveats, matched=matched, kinds=kinds,
+    )  # fmt: skip
+    if trace is not None and matched is not None:
+        trace.append(
+            HopTrace(
+                hop=hop,
+                protocol=protocol,
+                selecting=tuple(_block(entry, egress=egress, kinds=kinds)
+                                for entry in selected),
+                matched=tuple(matched),
+                verdict=verdict,
             )
-        return verdict
+        )
+    return verdict
+
 
 def _block(entry: _Entry, *, egress: bool, kinds: Mapping[str, PolicyKind]) -> SelectingBlock:
     subject = entry.subject

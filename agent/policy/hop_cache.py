@@ -151,6 +151,18 @@ class HopVerdicts:
             found = self._cache[key] = self._hop(hop, src, dst, ports)
         return found
 
+    def allows(self, s: int, d: int, src: Side, dst: Side, ports: PortRange, *,
+               egress: bool) -> bool:  # fmt: skip
+        """Whether one hop of the flow from `src` (id `s`) to `dst` (id `d`) allows `ports`:
+        egress at `src`, or ingress at `dst` (the hop `verdict` asks, cached alike)."""
+        if egress:
+            found = self._result(Hop.EGRESS, s, d, near=src, far=dst, src=src, dst=dst,
+                                 ports=ports)  # fmt: skip
+        else:
+            found = self._result(Hop.INGRESS, d, s, near=dst, far=src, src=src, dst=dst,
+                                 ports=ports)  # fmt: skip
+        return found[0] is None
+
     def verdict(self, s: int, d: int, src: Side, dst: Side, ports: PortRange) -> FlowVerdict:
         """The verdict of the flow from `src` (id `s`) to `dst` (id `d`) on `ports`."""
         denial, out = self._result(Hop.EGRESS, s, d, near=src, far=dst, src=src, dst=dst,

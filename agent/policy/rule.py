@@ -193,6 +193,17 @@ class Subject:
         """Every selector the block reads besides its subject selector."""
         return self.ingress_requires + self.egress_requires
 
+    def decides(self, *, egress: bool) -> bool:
+        """Whether the block takes part in deciding a hop of that direction at an endpoint it
+        selects (rules, deny rules, requirements or default deny there). One that does not
+        leaves whether such a hop is allowed, and its denial, as the other blocks make them
+        (its `caveats` aside)."""
+        if egress:
+            return bool(self.egress or self.egress_deny or self.egress_requires
+                        or self.enforce_egress)  # fmt: skip
+        return bool(self.ingress or self.ingress_deny or self.ingress_requires
+                    or self.enforce_ingress)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:

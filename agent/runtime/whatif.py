@@ -29,7 +29,15 @@ from typing import Any
 
 from agent.diagnosis.flow_universe import warm_selectors
 from agent.diagnosis.pod_shapes import pod_shapes
-from agent.diagnosis.whatif import BlastRadius, Cluster, Held, blast_radius
+from agent.diagnosis.whatif import (
+    DELETABLE,
+    POLICY_KINDS,
+    BlastRadius,
+    Cluster,
+    Held,
+    blast_radius,
+    delete_objects,
+)
 from agent.errors import UnavailableError, WhatIfError
 from agent.model.cluster import ClusterState
 from agent.parsing.strict_json import parse_json
@@ -42,8 +50,6 @@ from agent.snapshot.documents import iter_items
 from agent.topology.facts import ClusterFacts
 
 HeldView = Callable[[], tuple[ClusterState, PolicySet, ClusterFacts, int]]
-POLICY_KINDS = ("NetworkPolicy", "CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
-DELETABLE = (*POLICY_KINDS, "Pod")
 MAX_BODY = 1024 * 1024
 MAX_OBJECTS = 100
 _KEYS = ("delete",)
@@ -115,22 +121,12 @@ def changed_cluster(state: ClusterState, policies: PolicySet, change: Change) ->
         parsed = read_policy(item)
         found.pop(parsed.id, None)
         found[parsed.id] = parsed
-    gone: set[tuple[str, str]] = set()
-    pods = {(p.namespace, p.name) for p in state.pods} if any(
-        t.startswith("Pod/") for t in change.delete) else set()  # fmt: skip
-    for target in change.delete:
-        if target.startswith("Pod/"):
-            _, namespace, name = target.split("/")
-            if (namespace, name) not in pods:
-                raise WhatIfError(f"delete: no {target} in the cluster")
-            gone.add((namespace, name))
-        elif found.pop(target, None) is None:
-            raise WhatIfError(f"delete: no {target} in the cluster")
-    after = dataclasses.replace(state, pods=tuple(
-        p for p in state.pods if (p.namespace, p.name) not in gone)) if gone else state  # fmt: skip
-    return Cluster(after, PolicySet(
-        [p for p in found.values() if isinstance(p, Policy)], dataplane=policies.dataplane,
-        unreadable=[p for p in found.values() if isinstance(p, UnreadablePolicy)]))  # fmt: skip
+    readable = [p for p in found.values() if isinstance(p, Policy)]
+    lost = [p for p in found.values() if isinstance(p, UnreadablePolicy)]
+    left = delete_objects(change.delete, policies=readable, unreadable=lost, pods=state.pods)
+    after = state if left.pods is state.pods else dataclasses.replace(state, pods=left.pods)
+    return Cluster(after, PolicySet(left.policies, dataplane=policies.dataplane,
+                                    unreadable=left.unreadable))  # fmt: skip
 
 
 class LiveWhatIf:

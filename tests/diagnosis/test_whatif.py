@@ -9,16 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.commands.diagnose import load_snapshot
 from agent.diagnosis.diagnose import diagnose_cluster
 from agent.diagnosis.pod_shapes import pod_shapes
-from agent.diagnosis.whatif import Cluster, Held, blast_radius
+from agent.diagnosis.whatif import Cluster, Held, Remaining, blast_radius, delete_objects
+from agent.errors import WhatIfError
 from agent.model.cluster import ClusterState, Pod
 from agent.model.network import Endpoint, PortRange
 from agent.policy import PolicySet, parse_policy
+from agent.policy.rule import PolicyKind, UnreadablePolicy
 from agent.settings import DiagnosisSettings
 from agent.topology.facts import FactsIndex
 from agent.topology.flows import required_flows
@@ -36,12 +39,13 @@ PORTS = st.sampled_from([None, [{"ports": [{"port": "23456", "protocol": "TCP"}]
 
 @st.composite
 def changes(draw: st.DrawFn) -> dict[str, Any]:
-    rule: dict[str, Any] = {"fromEndpoints": [draw(ZONE_SELECTOR)]}
+    section = draw(st.sampled_from(["ingress", "ingressDeny", "egress", "egressDeny"]))
+    peers = "fromEndpoints" if section.startswith("ingress") else "toEndpoints"
+    rule: dict[str, Any] = {peers: [draw(ZONE_SELECTOR)]}
     ports = draw(PORTS)
     if ports is not None:
         rule["toPorts"] = ports
-    if draw(st.booleans()):
-        section = draw(st.sampled_from(["ingress", "ingressDeny"]))
+    if draw(st.booleans()):  # one direction's rules (the other direction's hops stay)
         return cnp("change", {"endpointSelector": draw(ZONE_SELECTOR), section: [rule]})
     return knp("change", {"podSelector": draw(ZONE_SELECTOR),
                           "policyTypes": draw(st.sampled_from([["Ingress"], ["Egress"]]))})
@@ -58,7 +62,7 @@ def _endpoint(pod: Pod, state: ClusterState) -> Endpoint:
                     pod.named_ports())
 
 
-@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+@settings(max_examples=100, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(changes(), st.sets(st.sampled_from([p.id for p in SNAPSHOT.policies])))
 def test_blast_radius_is_brute_force(change: dict[str, Any], deleted: set[str]) -> None:
@@ -111,3 +115,50 @@ def test_blast_radius_is_brute_force(change: dict[str, Any], deleted: set[str]) 
                     declared.add((f"ml/{src.name}", f"ml/{dst.name}", port))
     assert result.touched.changed == len(declared)
     assert {(f.source, f.destination, f.ports) for f in result.touched.listed} == declared
+
+
+LOST = UnreadablePolicy("CiliumClusterwideNetworkPolicy/odd", PolicyKind.CILIUM_CLUSTERWIDE, None,
+                        "spec", "unreadable", ())  # fmt: skip
+A, B = "CiliumNetworkPolicy/ml/zone-a-only", "CiliumNetworkPolicy/ml/zone-b-only"
+
+
+@pytest.mark.parametrize(("targets", "policies", "unreadable", "pods_gone", "error"), [
+    ([A], [B], [LOST.id], [], None),
+    ([B, A], [], [LOST.id], [], None),
+    ([LOST.id], [A, B], [], [], None),
+    (["Pod/ml/resnet-worker-1"], [A, B], [LOST.id], ["resnet-worker-1"], None),
+    (["Pod/ml/resnet-worker-1", "Pod/ml/bert-master-0", A], [B], [LOST.id],
+     ["resnet-worker-1", "bert-master-0"], None),
+    ([], [A, B], [LOST.id], [], None),
+    (["CiliumNetworkPolicy/ml/nope"], None, None, None, "no CiliumNetworkPolicy/ml/nope in"),
+    (["Pod/ml/nope"], None, None, None, "no Pod/ml/nope in"),
+    (["Pod/other/resnet-worker-1"], None, None, None, "no Pod/other/resnet-worker-1 in"),
+    ([A, A], None, None, None, f"no {A} in"),
+    (["Pod/ml/resnet-worker-1", "Pod/ml/resnet-worker-1"], None, None, None,
+     "no Pod/ml/resnet-worker-1 in"),
+    (["Deployment/ml/x"], None, None, None, "cannot delete a 'Deployment' (kinds: NetworkPolicy, "
+     "CiliumNetworkPolicy, CiliumClusterwideNetworkPolicy, Pod)"),
+])  # fmt: skip
+def test_delete_objects(targets: list[str], policies: list[str] | None,
+                        unreadable: list[str] | None, pods_gone: list[str] | None,
+                        error: str | None) -> None:  # fmt: skip
+    """The one delete both the `--delete` option and the agent's what-if use: what is left, in
+    order, the very pod tuple when no pod goes, and each refusal named with the caller's words."""
+    pods = SNAPSHOT.state.pods
+
+    def delete() -> Remaining:
+        return delete_objects(targets, policies=SNAPSHOT.policies, unreadable=(LOST,), pods=pods,
+                              flag="--delete", where="the snapshot")  # fmt: skip
+
+    if error is not None:
+        with pytest.raises(WhatIfError) as caught:
+            delete()
+        assert str(caught.value).startswith(f"--delete: {error}")
+        assert not error.startswith("no ") or str(caught.value).endswith(" the snapshot")
+        return
+    assert pods_gone is not None
+    left = delete()
+    assert [p.id for p in left.policies] == policies
+    assert [u.id for u in left.unreadable] == unreadable
+    assert [p.name for p in left.pods] == [p.name for p in pods if p.name not in pods_gone]
+    assert (left.pods is pods) == (not pods_gone)
