@@ -100,6 +100,12 @@ def _identify(
     return None  # fmt: skip
 
 
+# what identifies a pod's job, by value: its owners (one owner's fields, or the tuple) and the
+# namespace, job-name, operator-name and JobSet-name labels
+_ValueKey = (tuple[str, str, str, bool, str, str | None, str | None, str | None]
+             | tuple[tuple[OwnerRef, ...], str, str | None, str | None, str | None])  # fmt: skip
+
+
 def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> list[Job]:
     """Every Kubeflow job with at least one live pod, sorted by (namespace, kind, name).
 
@@ -110,24 +116,37 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
     for kind, ns, name in state.job_objects:
         names.setdefault((ns, name), []).append(kind)
     members: dict[tuple[JobKind, str, str], list[Pod]] = {}
-    # a job's pods share their owner references (one tuple: the cache and the snapshot reader
-    # share them) and the labels `_identify` reads, so each job is identified once, not per pod;
-    # the entry holds the owners it was made for (identity compared: never a reused id)
+    # a job's pods share their owner references and the labels `_identify` reads, so each job
+    # is identified once, not per pod: by the owners tuple's identity (the watch cache shares
+    # one tuple; the entry holds it, so an id is never reused), else by its value (a dump's
+    # pods each have their own equal tuple); what is read is the same either way
     seen: dict[tuple[int, str, str | None, str | None, str | None],
                tuple[object, tuple[JobKind, str] | None]] = {}  # fmt: skip
+    equal: dict[_ValueKey, tuple[JobKind, str] | None] = {}
     operator = GANG.operator or ""
     for pod in state.pods if among is None else among:
-        if pod.phase in FINISHED_PHASES or (not pod.owners and GANG.job_name not in pod.labels):
+        owners = pod.owners
+        if pod.phase in FINISHED_PHASES or (not owners and GANG.job_name not in pod.labels):
             continue
         labels = pod.labels
-        memo = (id(pod.owners), pod.namespace, labels.get(GANG.job_name), labels.get(operator),
-                labels.get(JOBSET_NAME))  # fmt: skip
+        ns, job_label = pod.namespace, labels.get(GANG.job_name)
+        op_label, jobset_label = labels.get(operator), labels.get(JOBSET_NAME)
+        memo = (id(owners), ns, job_label, op_label, jobset_label)
         known = seen.get(memo)
-        if known is not None and known[0] is pod.owners:
+        if known is not None and known[0] is owners:
             found = known[1]
         else:
-            found = _identify(pod, state, names=names)
-            seen[memo] = (pod.owners, found)
+            if len(owners) == 1:  # the common case, keyed by plain fields (C-level hash, eq)
+                one = owners[0]
+                by_value: _ValueKey = (one.kind, one.name, one.api_version, one.controller,
+                                       ns, job_label, op_label, jobset_label)  # fmt: skip
+            else:
+                by_value = (owners, ns, job_label, op_label, jobset_label)
+            if by_value in equal:
+                found = equal[by_value]
+            else:
+                found = equal[by_value] = _identify(pod, state, names=names)
+                seen[memo] = (owners, found)
         if found is None:
             continue
         kind, job_name = found
