@@ -104,6 +104,7 @@ def _identify(
 # namespace, job-name, operator-name and JobSet-name labels
 _ValueKey = (tuple[str, str, str, bool, str, str | None, str | None, str | None]
              | tuple[tuple[OwnerRef, ...], str, str | None, str | None, str | None])  # fmt: skip
+_UNSEEN: list[Pod] = []  # a key not identified yet (never appended to)
 
 
 def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> list[Job]:
@@ -116,41 +117,32 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
     for kind, ns, name in state.job_objects:
         names.setdefault((ns, name), []).append(kind)
     members: dict[tuple[JobKind, str, str], list[Pod]] = {}
-    # a job's pods share their owner references and the labels `_identify` reads, so each job
-    # is identified once, not per pod: by the owners tuple's identity (the watch cache shares
-    # one tuple; the entry holds it, so an id is never reused), else by its value (a dump's
-    # pods each have their own equal tuple); what is read is the same either way
-    seen: dict[tuple[int, str, str | None, str | None, str | None],
-               tuple[object, tuple[JobKind, str] | None]] = {}  # fmt: skip
-    equal: dict[_ValueKey, tuple[JobKind, str] | None] = {}
+    # a job's pods have equal owner references and the labels `_identify` reads, so each job is
+    # identified once, not per pod: by the value of what it reads (one owner, the common case,
+    # by its plain fields: a C-level hash and compare), each key to its job's pod list or None
+    into: dict[_ValueKey, list[Pod] | None] = {}
     operator = GANG.operator or ""
     for pod in state.pods if among is None else among:
         owners = pod.owners
         if pod.phase in FINISHED_PHASES or (not owners and GANG.job_name not in pod.labels):
             continue
-        labels = pod.labels
-        ns, job_label = pod.namespace, labels.get(GANG.job_name)
-        op_label, jobset_label = labels.get(operator), labels.get(JOBSET_NAME)
-        memo = (id(owners), ns, job_label, op_label, jobset_label)
-        known = seen.get(memo)
-        if known is not None and known[0] is owners:
-            found = known[1]
+        labels, ns = pod.labels, pod.namespace
+        job_label, op_label = labels.get(GANG.job_name), labels.get(operator)
+        jobset_label = labels.get(JOBSET_NAME)
+        key: _ValueKey
+        if len(owners) == 1:
+            one = owners[0]
+            key = (one.kind, one.name, one.api_version, one.controller, ns, job_label, op_label,
+                   jobset_label)  # fmt: skip
         else:
-            if len(owners) == 1:  # the common case, keyed by plain fields (C-level hash, eq)
-                one = owners[0]
-                by_value: _ValueKey = (one.kind, one.name, one.api_version, one.controller,
-                                       ns, job_label, op_label, jobset_label)  # fmt: skip
-            else:
-                by_value = (owners, ns, job_label, op_label, jobset_label)
-            if by_value in equal:
-                found = equal[by_value]
-            else:
-                found = equal[by_value] = _identify(pod, state, names=names)
-                seen[memo] = (owners, found)
-        if found is None:
-            continue
-        kind, job_name = found
-        members.setdefault((kind, pod.namespace, job_name), []).append(pod)
+            key = (owners, ns, job_label, op_label, jobset_label)
+        bucket = into.get(key, _UNSEEN)
+        if bucket is _UNSEEN:
+            found = _identify(pod, state, names=names)
+            bucket = into[key] = (None if found is None
+                                  else members.setdefault((found[0], ns, found[1]), []))  # fmt: skip
+        if bucket is not None:
+            bucket.append(pod)
     jobs = []
     for (kind, ns, name), pods in sorted(members.items()):
         gang = workload(kind).labels
