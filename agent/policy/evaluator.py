@@ -377,6 +377,7 @@ class PolicySet:
                 return verdict, ()
         return None, tuple(caveats)
 
+
 def _hop(
     hop: Hop,
     src: _Identity,

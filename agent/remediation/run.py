@@ -36,6 +36,9 @@ from agent.store.repository import IncidentStore
 log = logging.getLogger(__name__)
 
 A = RemediationActionKind
+# a server-side dry run answered 409: the object changed since it was read; the step reads it
+# again and plans anew (recorded, so the timeline says why the fix took several tries)
+DRY_RUN_CONFLICT = "the job changed since it was read (HTTP 409 Conflict): read again and planned anew"
 
 
 class Step(StrEnum):

@@ -35,6 +35,7 @@ from agent.remediation.observe import ClusterReader
 from agent.remediation.plan import Target, TargetAction
 from agent.remediation.recheck import Recheck
 from agent.remediation.run import (
+    DRY_RUN_CONFLICT,
     Clock,
     FailedError,
     Journal,
@@ -117,6 +118,7 @@ class TrainingSteps:
             try:
                 self.writer.patch_custom(target, patch, fence=run.fence, dry_run=True)
             except WriteConflictError:
+                self.journal.record(run, A.DRY_RUN, Step.DRY_RUN, succeeded=False, message=DRY_RUN_CONFLICT)
                 if attempt < retries:
                     self.recheck.replan(run, journal=self.journal)
                 continue

@@ -26,7 +26,7 @@ import orjson
 from agent.twin import managed_fields, tables
 from agent.twin import patch as patching
 from agent.twin.apidiscovery import Route
-from agent.twin.apierror import ApiError, bad_request, qualified
+from agent.twin.apierror import ApiError, bad_request, conflict, qualified
 from agent.twin.apiexchange import Exchange
 from agent.twin.apipodstreams import STREAMING, serve_pod_stream, verb_for
 from agent.twin.apiquery import Query
@@ -199,6 +199,9 @@ class ResourceRequest:
         refusal = self.api.faults.refusal(self.verb, self.rt.plural, name=name, dry_run=dry_run)
         if refusal is None:
             return
+        if refusal.kind is RefusalKind.CONFLICT:
+            raise conflict(self.rt, name, "the object has been modified; please apply your "
+                                          "changes to the latest version and try again")  # fmt: skip
         if refusal.kind is RefusalKind.WEBHOOK:
             raise ApiError(
                 403, "Forbidden",

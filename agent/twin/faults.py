@@ -124,11 +124,13 @@ class _FailRule:
 class RefusalKind(StrEnum):
     WEBHOOK = "webhook"  # a validating admission webhook denies the request
     QUOTA = "quota"  # a ResourceQuota on object counts is exhausted
+    CONFLICT = "conflict"  # another writer changed the object since it was read (409, a lost race)
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """How admission refuses one request: a webhook's name and message, or a quota's name."""
+    """How admission refuses one request: a webhook's name and message, or a quota's name; or a lost
+    optimistic-lock race."""
 
     kind: RefusalKind
     source: str  # the webhook's or the ResourceQuota's name
@@ -222,7 +224,8 @@ class Faults:
         name: str | None = None,
         dry_run: bool | None = None,
     ) -> None:
-        """Refuse matching writes as admission does (403 Forbidden, worded by the HTTP layer):
+        """Refuse matching writes as admission does (403 Forbidden, worded by the HTTP layer), or
+        as a write that lost the optimistic-lock race does (`CONFLICT`: 409 Conflict):
         `count` of them (None: until `clear`), of object `name` (None: any), dry runs only
         (`dry_run=True`), real writes only (False) or both (None)."""
         if verb not in WRITE_VERBS:
@@ -232,7 +235,8 @@ class Faults:
         kind = RefusalKind(kind)
         if kind is RefusalKind.QUOTA and verb != "create":
             raise ValueError("an object-count quota refuses creates only")
-        default = "deny.twin.zonemedic.io" if kind is RefusalKind.WEBHOOK else "object-counts"
+        default = {RefusalKind.WEBHOOK: "deny.twin.zonemedic.io", RefusalKind.QUOTA: "object-counts",
+                   RefusalKind.CONFLICT: ""}[kind]  # fmt: skip
         with self._lock:
             self._refusals.append(_RefuseRule(
                 count, Refusal(kind, source or default, message), verb, resource, name, dry_run,

@@ -28,7 +28,7 @@ from agent.remediation.recheck import Scope
 from agent.remediation.run import FailedError, RefusedError, Run, Step
 from agent.remediation.template import TemplateState
 from agent.store.repository import IncidentStore
-from agent.twin.faults import WriteRecord
+from agent.twin.faults import RefusalKind, WriteRecord
 from agent.twin.patch import PatchType
 from agent.twin.resources import lookup
 from tests.remediation.crashes import Killed
@@ -177,6 +177,30 @@ def test_a_conflicting_write_before_the_suspend_patch_is_re_planned_and_retried(
         applied = [a for a in detail.actions if a.payload.get("step") == "suspended"]
         assert applied[-1].payload["attempt"] == len(plans)
         assert served_job(lab)["metadata"]["annotations"]["owner"] == "bob"
+        assert resumes(lab) == 1
+
+
+def test_a_conflicting_dry_run_is_recorded_then_re_planned_and_retried(
+    tmp_path: Path, store: IncidentStore
+) -> None:
+    """The job changes between its read and the dry run (the dry run answered 409 Conflict): the
+    409 is in the timeline (a failed dry run saying so), and the next attempt, planned anew, goes
+    through."""
+    with running_lab(tmp_path, "seed-degraded") as lab:
+        split(lab)
+        incident_id = approved_incident(lab, store)
+        api = lab.cluster.api
+        assert api is not None
+        api.faults.refuse(verb="patch", resource="pytorchjobs", kind=RefusalKind.CONFLICT,
+                          count=1, dry_run=True)  # fmt: skip
+        status = lab.remediator(store).run(incident_id)
+        assert status is IncidentStatus.RESOLVED
+        detail = store.get_incident(incident_id)
+        dry_runs = [a for a in detail.actions if a.payload.get("step") == "dry_run"]
+        assert [a.succeeded for a in dry_runs] == [False, True]
+        assert "409" in (dry_runs[0].message or "")
+        plans = [a for a in detail.actions if a.kind is RemediationActionKind.PLAN]
+        assert len(plans) >= 2
         assert resumes(lab) == 1
 
 

@@ -438,6 +438,27 @@ def test_admission_refusals_are_403s_worded_as_the_server_words_them(
     assert [j.metadata.name for j in batch.list_namespaced_job(ns).items] == ["a"]
 
 
+def test_a_lost_race_is_a_409_conflict_worded_as_the_server_words_it(
+    twin: Twin, api: client.ApiClient, ns: str
+) -> None:
+    """`kind: conflict`: the write answered as one whose object another writer changed since it
+    was read (the optimistic lock), once; the next goes through."""
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(ns, job_body("a"))
+    twin.server.faults.refuse(verb="patch", resource="jobs", kind=RefusalKind.CONFLICT, count=1,
+                              dry_run=True)  # fmt: skip
+    body = {"metadata": {"labels": {"team": "x"}}}
+    with pytest.raises(ApiException) as err:
+        batch.patch_namespaced_job("a", ns, body, dry_run="All")
+    status = orjson.loads(err.value.body)
+    assert (err.value.status, status["reason"]) == (409, "Conflict")
+    assert status["message"] == ('Operation cannot be fulfilled on jobs.batch "a": the object has '
+                                 "been modified; please apply your changes to the latest version "
+                                 "and try again")
+    batch.patch_namespaced_job("a", ns, body, dry_run="All")
+    assert (batch.read_namespaced_job("a", ns).metadata.labels or {}).get("team") is None
+
+
 def test_a_write_hook_runs_once_as_the_write_arrives_or_once_it_landed_before_the_answer(
     twin: Twin, api: client.ApiClient, ns: str
 ) -> None:
