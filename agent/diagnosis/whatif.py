@@ -3,7 +3,8 @@
 Called by the `whatif` command with two parsed clusters, the one there is and the one a change
 would make (a policy file applied, an object deleted, a job moved to a zone; `agent.commands.whatif`
 builds both). Every job is diagnosed in both (`diagnose_cluster`, the diagnosis's own path: job
-verdicts, counterfactual co-location included); for a change of policies alone, only the jobs it
+verdicts, counterfactual co-location included; the jobs of the state after found again only in
+the namespaces the change reaches, `agent.topology.jobs.refind_jobs`); for a change of policies alone, only the jobs it
 can reach (`reached_jobs`: a pod some changed policy selects, as placed or moved to any zone) are
 diagnosed, before and after, for every other keeps its verdict. The flows compared, before and after, by the same
 evaluator (`agent.diagnosis.flow_universe`):
@@ -43,7 +44,7 @@ from agent.model.network import FlowVerdict
 from agent.policy.rule import Policy, UnreadablePolicy
 from agent.settings import DiagnosisSettings
 from agent.topology.facts import ClusterFacts, FactsIndex
-from agent.topology.jobs import find_jobs
+from agent.topology.jobs import changed_namespaces, find_jobs, refind_jobs
 
 __all__ = ["DELETABLE", "POLICY_KINDS", "BlastRadius", "Cluster", "FlowChange", "Held",
            "JobChange", "Remaining", "blast_radius", "delete_objects", "find_job"]
@@ -167,10 +168,15 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
         again = diagnose_cluster(after.state, after.policies, settings=settings, facts=facts,
                                  jobs_found=scope)  # fmt: skip
         jobs_found: Iterable[Job] = found
-    else:
-        diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts)
+    else:  # the state changes: its jobs found again only where it changes (`refind_jobs`)
+        found = find_jobs(before.state, settings.groups) if held is None else held.jobs
+        changed = changed_namespaces(before.state, after.state)
+        diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts,
+                                     jobs_found=found)  # fmt: skip
         again = diagnose_cluster(after.state, after.policies, settings=settings,
-                                 facts=_facts(after.state))  # fmt: skip
+                                 facts=_facts(after.state),
+                                 jobs_found=refind_jobs(after.state, settings.groups, jobs=found,
+                                                        changed=changed))  # fmt: skip
         jobs_found = diagnosed.jobs.values()
         every = {str(f.job) for f in (*diagnosed.findings, *again.findings)}
     verdicts_before = {str(f.job): f.verdict.value for f in diagnosed.findings}

@@ -18,8 +18,10 @@ pods. `find_jobs` can be limited to some namespaces (a scoped re-diagnosis). Cal
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from agent.model.cluster import FINISHED_PHASES, ClusterState, OwnerRef, Pod
 from agent.model.job import Job, JobRef
@@ -273,3 +275,54 @@ def find_jobs(
     else:
         pods = [p for p in state.pods if p.namespace in wanted]
     return kubeflow_jobs(state, pods) + group_jobs(pods, groups)
+
+
+def _pods_by_namespace(pods: Iterable[Pod]) -> dict[str, list[Pod]]:
+    out: dict[str, list[Pod]] = {}
+    for pod in pods:
+        members = out.get(pod.namespace)
+        if members is None:
+            out[pod.namespace] = members = []
+        members.append(pod)
+    return out
+
+
+def changed_namespaces(before: ClusterState, after: ClusterState) -> set[str]:
+    """The namespaces whose jobs `find_jobs` may find otherwise in `after` than in `before`:
+    everything it reads is namespace-local (the pods of the namespace, in state order, and the
+    job objects and owned objects named in it), so a namespace whose pods are the same objects
+    in the same order and whose job and owned objects are equal has the same jobs."""
+    out: set[str] = set()
+    if after.pods is not before.pods:
+        old, new = _pods_by_namespace(before.pods), _pods_by_namespace(after.pods)
+        for ns in old.keys() | new.keys():
+            a, b = old.get(ns, ()), new.get(ns, ())
+            if len(a) != len(b) or not all(map(operator.is_, a, b)):
+                out.add(ns)
+    pairs: tuple[tuple[Mapping[tuple[Any, str, str], object],
+                       Mapping[tuple[Any, str, str], object]], ...] = (
+        (before.job_objects, after.job_objects), (before.owned_objects, after.owned_objects))
+    for was, now in pairs:
+        if was is not now:
+            out.update(key[1] for key in was.keys() | now.keys() if was.get(key) != now.get(key))
+    return out
+
+
+def refind_jobs(state: ClusterState, groups: Sequence[GroupSpec] = (), *, jobs: Sequence[Job],
+                changed: Collection[str]) -> list[Job]:  # fmt: skip
+    """`find_jobs(state, groups)`, given `jobs`, what `find_jobs` found in an earlier state, and
+    `changed`, the namespaces `changed_namespaces` names between the two: the earlier jobs of
+    every other namespace kept, those of `changed` found again, in `find_jobs`'s order (Kubeflow
+    jobs by kind, namespace and name, then groups spec by spec, namespace by namespace)."""
+    if not changed:
+        return list(jobs)
+    spec = {g.name: i for i, g in enumerate(groups)}
+    if len(spec) != len(groups):  # two specs of one name: their groups' order is not by name
+        return find_jobs(state, groups)
+    found = [j for j in jobs if j.ref.namespace not in changed]
+    found += find_jobs(state, groups, namespaces=changed)
+    kubeflow = sorted((j for j in found if j.ref.kind is not JobKind.GROUP),
+                      key=lambda j: (j.ref.kind, j.ref.namespace, j.ref.name))  # fmt: skip
+    grouped = sorted((j for j in found if j.ref.kind is JobKind.GROUP),
+                     key=lambda j: (spec[j.ref.name], j.ref.namespace))  # fmt: skip
+    return kubeflow + grouped
