@@ -36,7 +36,7 @@ from agent.diagnosis.flow_universe import (
     required_flow_changes,
     touched_flows,
 )
-from agent.diagnosis.pod_shapes import PodShapes
+from agent.diagnosis.pod_shapes import PodShapes, pod_shapes
 from agent.errors import WhatIfError
 from agent.model.cluster import ClusterState, Pod
 from agent.model.job import Job
@@ -141,11 +141,15 @@ class BlastRadius:
         return "\n".join(lines) + "\n"
 
 
-def _facts(state: ClusterState) -> ClusterFacts:
+def _facts(state: ClusterState, *, shapes: PodShapes | None = None) -> ClusterFacts:
     """The cluster-wide parts of a diagnosis of `state` (zone-mirroring keys, capacity, pods
-    by namespace), computed once for the diagnoses of the same state."""
+    by namespace), computed once for the diagnoses of the same state; `shapes`: the state's
+    pods by shape, whose pod keys are taken (not built again)."""
     index = FactsIndex(state.nodes)
-    index.add_many({(p.namespace, p.name): p for p in state.pods})
+    if shapes is not None and shapes.pods is state.pods:
+        index.add_many(dict(zip(shapes.keys, state.pods, strict=True)))
+    else:
+        index.add_many({(p.namespace, p.name): p for p in state.pods})
     return index.facts()
 
 
@@ -153,8 +157,12 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
                  held: Held | None = None) -> BlastRadius:  # fmt: skip
     """What changes between `before` and `after` (see the module docstring); `held`: the facts
     and jobs of `before.state`, already known."""
-    facts = _facts(before.state) if held is None else held.facts
-    groups = group_pods(before, after, shapes=None if held is None else held.shapes)
+    shapes = None if held is None else held.shapes
+    if shapes is None and after.state is before.state:  # found once: the grouping's, the facts'
+        shapes = pod_shapes(before.state,
+                            before.policies.pod_label_keys() | after.policies.pod_label_keys())
+    facts = _facts(before.state, shapes=shapes) if held is None else held.facts
+    groups = group_pods(before, after, shapes=shapes)
     if after.state is before.state:  # a policy change only: the same jobs, the same facts
         found = find_jobs(before.state, settings.groups) if held is None else held.jobs
         every = {str(j.ref) for j in found}
