@@ -47,19 +47,21 @@ def pod_shapes(state: ClusterState, label_keys: frozenset[str]) -> PodShapes:
     # equal port tuples (often distinct objects) are one: each object's value hashed once
     port_ids: dict[int, int] = {}
     port_values: dict[tuple[object, ...], int] = {}
-    for pod in state.pods:
-        get = pod.labels.get
-        ports = port_ids.get(id(pod.ports))
+    keys: list[PodKey] = []
+    for index, pod in enumerate(state.pods):
+        ns, pod_ports = pod.namespace, pod.ports
+        ports = port_ids.get(id(pod_ports))
         if ports is None:
-            ports = port_ids[id(pod.ports)] = port_values.setdefault(pod.ports, len(port_values))
-        raw = (pod.namespace, pod.service_account, ports, *map(get, ordered))
+            ports = port_ids[id(pod_ports)] = port_values.setdefault(pod_ports, len(port_values))
+        raw = (ns, pod.service_account, ports, *map(pod.labels.get, ordered))
         shape = ids.get(raw)
         if shape is None:
             shape = ids[raw] = len(first)
             first.append(pod)
-            members.append([])
-        members[shape].append(len(shape_of))
+            members.append([index])
+        else:
+            members[shape].append(index)
         shape_of.append(shape)
+        keys.append((ns, pod.name))
     return PodShapes(state.pods, frozenset(label_keys), tuple(shape_of), tuple(first),
-                     tuple((p.namespace, p.name) for p in state.pods),
-                     tuple(map(tuple, members)))  # fmt: skip
+                     tuple(keys), tuple(map(tuple, members)))  # fmt: skip

@@ -3,7 +3,8 @@
 Called by the `whatif` command with two parsed clusters, the one there is and the one a change
 would make (a policy file applied, an object deleted, a job moved to a zone; `agent.commands.whatif`
 builds both). Every job is diagnosed in both (`diagnose_cluster`, the diagnosis's own path: job
-verdicts, counterfactual co-location included); for a change of policies alone, only the jobs it
+verdicts, counterfactual co-location included; the jobs of the state after found again only in
+the namespaces the change reaches, `agent.topology.jobs.refind_jobs`); for a change of policies alone, only the jobs it
 can reach (`reached_jobs`: a pod some changed policy selects, as placed or moved to any zone) are
 diagnosed, before and after, for every other keeps its verdict. The flows compared, before and after, by the same
 evaluator (`agent.diagnosis.flow_universe`):
@@ -35,7 +36,7 @@ from agent.diagnosis.flow_universe import (
     required_flow_changes,
     touched_flows,
 )
-from agent.diagnosis.pod_shapes import PodShapes
+from agent.diagnosis.pod_shapes import PodShapes, pod_shapes
 from agent.errors import WhatIfError
 from agent.model.cluster import ClusterState, Pod
 from agent.model.job import Job
@@ -43,7 +44,7 @@ from agent.model.network import FlowVerdict
 from agent.policy.rule import Policy, UnreadablePolicy
 from agent.settings import DiagnosisSettings
 from agent.topology.facts import ClusterFacts, FactsIndex
-from agent.topology.jobs import find_jobs
+from agent.topology.jobs import changed_namespaces, find_jobs, refind_jobs
 
 __all__ = ["DELETABLE", "POLICY_KINDS", "BlastRadius", "Cluster", "FlowChange", "Held",
            "JobChange", "Remaining", "blast_radius", "delete_objects", "find_job"]
@@ -140,11 +141,15 @@ class BlastRadius:
         return "\n".join(lines) + "\n"
 
 
-def _facts(state: ClusterState) -> ClusterFacts:
+def _facts(state: ClusterState, *, shapes: PodShapes | None = None) -> ClusterFacts:
     """The cluster-wide parts of a diagnosis of `state` (zone-mirroring keys, capacity, pods
-    by namespace), computed once for the diagnoses of the same state."""
+    by namespace), computed once for the diagnoses of the same state; `shapes`: the state's
+    pods by shape, whose pod keys are taken (not built again)."""
     index = FactsIndex(state.nodes)
-    index.add_many({(p.namespace, p.name): p for p in state.pods})
+    if shapes is not None and shapes.pods is state.pods:
+        index.add_many(dict(zip(shapes.keys, state.pods, strict=True)))
+    else:
+        index.add_many({(p.namespace, p.name): p for p in state.pods})
     return index.facts()
 
 
@@ -152,8 +157,12 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
                  held: Held | None = None) -> BlastRadius:  # fmt: skip
     """What changes between `before` and `after` (see the module docstring); `held`: the facts
     and jobs of `before.state`, already known."""
-    facts = _facts(before.state) if held is None else held.facts
-    groups = group_pods(before, after, shapes=None if held is None else held.shapes)
+    shapes = None if held is None else held.shapes
+    if shapes is None and after.state is before.state:  # found once: the grouping's, the facts'
+        shapes = pod_shapes(before.state,
+                            before.policies.pod_label_keys() | after.policies.pod_label_keys())
+    facts = _facts(before.state, shapes=shapes) if held is None else held.facts
+    groups = group_pods(before, after, shapes=shapes)
     if after.state is before.state:  # a policy change only: the same jobs, the same facts
         found = find_jobs(before.state, settings.groups) if held is None else held.jobs
         every = {str(j.ref) for j in found}
@@ -167,10 +176,15 @@ def blast_radius(before: Cluster, after: Cluster, *, settings: DiagnosisSettings
         again = diagnose_cluster(after.state, after.policies, settings=settings, facts=facts,
                                  jobs_found=scope)  # fmt: skip
         jobs_found: Iterable[Job] = found
-    else:
-        diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts)
+    else:  # the state changes: its jobs found again only where it changes (`refind_jobs`)
+        found = find_jobs(before.state, settings.groups) if held is None else held.jobs
+        changed = changed_namespaces(before.state, after.state)
+        diagnosed = diagnose_cluster(before.state, before.policies, settings=settings, facts=facts,
+                                     jobs_found=found)  # fmt: skip
         again = diagnose_cluster(after.state, after.policies, settings=settings,
-                                 facts=_facts(after.state))  # fmt: skip
+                                 facts=_facts(after.state),
+                                 jobs_found=refind_jobs(after.state, settings.groups, jobs=found,
+                                                        changed=changed))  # fmt: skip
         jobs_found = diagnosed.jobs.values()
         every = {str(f.job) for f in (*diagnosed.findings, *again.findings)}
     verdicts_before = {str(f.job): f.verdict.value for f in diagnosed.findings}

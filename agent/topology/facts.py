@@ -5,8 +5,8 @@ keys mirror the node zone (`auto` detection looks at every scheduled pod), how m
 pods use on each node (free capacity per zone), and which pods live in the job's namespace.
 Computing them from every pod costs hundreds of milliseconds at 150,000 pods. `FactsIndex` keeps
 them as counters that a caller updates with `add(key, pod)` / `remove(key)` as pods change
-(`agent.runtime.mirror` does, from the watch cache; `add_many` counts a bulk load at once: each
-(label, value, node zone) once per pod in one C-level count); `facts()` returns a `ClusterFacts` snapshot
+(`agent.runtime.mirror` does, from the watch cache; `add_many` counts a bulk load at once: the
+(label, value) pairs of the pods scheduled in each zone in one C-level count per zone); `facts()` returns a `ClusterFacts` snapshot
 equal to what `cluster_facts` computes from scratch (a test holds them equal). Node zones are
 fixed for the life of an index: when a node's labels change, build a new one. Pure: no I/O.
 """
@@ -14,9 +14,9 @@ fixed for the life of an index: when a node's labels change, build a new one. Pu
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, ItemsView, Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain
 from typing import Any
 
 from agent.model.cluster import ZONE_LABEL, Node, Pod
@@ -114,19 +114,22 @@ class FactsIndex:
                 self.add(key, pod)
             return
         node_zone, gpu_used, by_namespace = self._node_zone, self._gpu_used, self._by_namespace
-        seen: Counter[tuple[tuple[str, str], str]] = Counter()  # ((key, value), node zone)
+        # each scheduled pod's labels, by its node's zone, counted (key, value) per zone below
+        labelled: dict[str, list[ItemsView[str, str]]] = {zone: [] for zone in self._zones}
         for key, pod in pods.items():
             node = pod.node_name
             if node is not None:
                 if pod.gpu_request and pod.live:
                     gpu_used[node] = gpu_used.get(node, 0) + pod.gpu_request
                 zone = node_zone.get(node)
-                if zone is not None and pod.labels:
-                    seen.update(zip(pod.labels.items(), repeat(zone)))
+                if zone is not None:
+                    labelled[zone].append(pod.labels.items())
             members = by_namespace.get(pod.namespace)
             if members is None:
                 by_namespace[pod.namespace] = members = {}
             members[key] = pod
+        seen = {zone: Counter(chain.from_iterable(labels))
+                for zone, labels in labelled.items()}  # fmt: skip
         self._pods.update(pods)
         self._namespace_tuples.clear()
         for name, used in list(gpu_used.items()):
@@ -138,7 +141,9 @@ class FactsIndex:
                 alloc = node_obj.gpu_allocatable
                 self._zone_free[node_obj.zone] += max(0, alloc - used) - alloc
         self._mirror_keys = None
-        for ((label, value), zone), count in seen.items():
+        for (label, value), zone, count in (
+            (pair, zone, n) for zone, counts in seen.items() for pair, n in counts.items()
+        ):
             if label == ZONE_LABEL:
                 continue
             if value not in self._zone_set:

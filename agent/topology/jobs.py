@@ -18,8 +18,10 @@ pods. `find_jobs` can be limited to some namespaces (a scoped re-diagnosis). Cal
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from agent.model.cluster import FINISHED_PHASES, ClusterState, OwnerRef, Pod
 from agent.model.job import Job, JobRef
@@ -100,6 +102,13 @@ def _identify(
     return None  # fmt: skip
 
 
+# what identifies a pod's job, by value: its owners (one owner's fields, or the tuple) and the
+# namespace, job-name, operator-name and JobSet-name labels
+_ValueKey = (tuple[str, str, str, bool, str, str | None, str | None, str | None]
+             | tuple[tuple[OwnerRef, ...], str, str | None, str | None, str | None])  # fmt: skip
+_UNSEEN: list[Pod] = []  # a key not identified yet (never appended to)
+
+
 def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> list[Job]:
     """Every Kubeflow job with at least one live pod, sorted by (namespace, kind, name).
 
@@ -110,28 +119,32 @@ def kubeflow_jobs(state: ClusterState, among: Iterable[Pod] | None = None) -> li
     for kind, ns, name in state.job_objects:
         names.setdefault((ns, name), []).append(kind)
     members: dict[tuple[JobKind, str, str], list[Pod]] = {}
-    # a job's pods share their owner references (one tuple: the cache and the snapshot reader
-    # share them) and the labels `_identify` reads, so each job is identified once, not per pod;
-    # the entry holds the owners it was made for (identity compared: never a reused id)
-    seen: dict[tuple[int, str, str | None, str | None, str | None],
-               tuple[object, tuple[JobKind, str] | None]] = {}  # fmt: skip
+    # a job's pods have equal owner references and the labels `_identify` reads, so each job is
+    # identified once, not per pod: by the value of what it reads (one owner, the common case,
+    # by its plain fields: a C-level hash and compare), each key to its job's pod list or None
+    into: dict[_ValueKey, list[Pod] | None] = {}
     operator = GANG.operator or ""
     for pod in state.pods if among is None else among:
-        if pod.phase in FINISHED_PHASES or (not pod.owners and GANG.job_name not in pod.labels):
+        owners = pod.owners
+        if pod.phase in FINISHED_PHASES or (not owners and GANG.job_name not in pod.labels):
             continue
-        labels = pod.labels
-        memo = (id(pod.owners), pod.namespace, labels.get(GANG.job_name), labels.get(operator),
-                labels.get(JOBSET_NAME))  # fmt: skip
-        known = seen.get(memo)
-        if known is not None and known[0] is pod.owners:
-            found = known[1]
+        labels, ns = pod.labels, pod.namespace
+        job_label, op_label = labels.get(GANG.job_name), labels.get(operator)
+        jobset_label = labels.get(JOBSET_NAME)
+        key: _ValueKey
+        if len(owners) == 1:
+            one = owners[0]
+            key = (one.kind, one.name, one.api_version, one.controller, ns, job_label, op_label,
+                   jobset_label)  # fmt: skip
         else:
+            key = (owners, ns, job_label, op_label, jobset_label)
+        bucket = into.get(key, _UNSEEN)
+        if bucket is _UNSEEN:
             found = _identify(pod, state, names=names)
-            seen[memo] = (pod.owners, found)
-        if found is None:
-            continue
-        kind, job_name = found
-        members.setdefault((kind, pod.namespace, job_name), []).append(pod)
+            bucket = into[key] = (None if found is None
+                                  else members.setdefault((found[0], ns, found[1]), []))  # fmt: skip
+        if bucket is not None:
+            bucket.append(pod)
     jobs = []
     for (kind, ns, name), pods in sorted(members.items()):
         gang = workload(kind).labels
@@ -262,3 +275,54 @@ def find_jobs(
     else:
         pods = [p for p in state.pods if p.namespace in wanted]
     return kubeflow_jobs(state, pods) + group_jobs(pods, groups)
+
+
+def _pods_by_namespace(pods: Iterable[Pod]) -> dict[str, list[Pod]]:
+    out: dict[str, list[Pod]] = {}
+    for pod in pods:
+        members = out.get(pod.namespace)
+        if members is None:
+            out[pod.namespace] = members = []
+        members.append(pod)
+    return out
+
+
+def changed_namespaces(before: ClusterState, after: ClusterState) -> set[str]:
+    """The namespaces whose jobs `find_jobs` may find otherwise in `after` than in `before`:
+    everything it reads is namespace-local (the pods of the namespace, in state order, and the
+    job objects and owned objects named in it), so a namespace whose pods are the same objects
+    in the same order and whose job and owned objects are equal has the same jobs."""
+    out: set[str] = set()
+    if after.pods is not before.pods:
+        old, new = _pods_by_namespace(before.pods), _pods_by_namespace(after.pods)
+        for ns in old.keys() | new.keys():
+            a, b = old.get(ns, ()), new.get(ns, ())
+            if len(a) != len(b) or not all(map(operator.is_, a, b)):
+                out.add(ns)
+    pairs: tuple[tuple[Mapping[tuple[Any, str, str], object],
+                       Mapping[tuple[Any, str, str], object]], ...] = (
+        (before.job_objects, after.job_objects), (before.owned_objects, after.owned_objects))
+    for was, now in pairs:
+        if was is not now:
+            out.update(key[1] for key in was.keys() | now.keys() if was.get(key) != now.get(key))
+    return out
+
+
+def refind_jobs(state: ClusterState, groups: Sequence[GroupSpec] = (), *, jobs: Sequence[Job],
+                changed: Collection[str]) -> list[Job]:  # fmt: skip
+    """`find_jobs(state, groups)`, given `jobs`, what `find_jobs` found in an earlier state, and
+    `changed`, the namespaces `changed_namespaces` names between the two: the earlier jobs of
+    every other namespace kept, those of `changed` found again, in `find_jobs`'s order (Kubeflow
+    jobs by kind, namespace and name, then groups spec by spec, namespace by namespace)."""
+    if not changed:
+        return list(jobs)
+    spec = {g.name: i for i, g in enumerate(groups)}
+    if len(spec) != len(groups):  # two specs of one name: their groups' order is not by name
+        return find_jobs(state, groups)
+    found = [j for j in jobs if j.ref.namespace not in changed]
+    found += find_jobs(state, groups, namespaces=changed)
+    kubeflow = sorted((j for j in found if j.ref.kind is not JobKind.GROUP),
+                      key=lambda j: (j.ref.kind, j.ref.namespace, j.ref.name))  # fmt: skip
+    grouped = sorted((j for j in found if j.ref.kind is JobKind.GROUP),
+                     key=lambda j: (spec[j.ref.name], j.ref.namespace))  # fmt: skip
+    return kubeflow + grouped

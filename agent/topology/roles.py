@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from agent.model.cluster import DeclaredCoordinator, Pod
 from agent.model.descriptor import GangLabels
@@ -41,13 +42,22 @@ def replica_type(pod: Pod, job_name: str, gang: GangLabels = KUBEFLOW_LABELS) ->
     return match.group(1) if match else "worker"
 
 
+@lru_cache(maxsize=4096)
+def _index(value: str, label: str) -> int | None:
+    """The index a label's value names, None when it is not one (a job's pods share a few
+    values: each is parsed once)."""
+    try:
+        return parse_int(value, field=label, maximum=MAX_REPLICA_INDEX)
+    except NumberError:
+        return None
+
+
 def replica_index(pod: Pod, gang: GangLabels = KUBEFLOW_LABELS) -> int | None:
     value = pod.labels.get(gang.replica_index)
     if value is not None:
-        try:
-            return parse_int(value, field=gang.replica_index, maximum=MAX_REPLICA_INDEX)
-        except NumberError:
-            pass  # not an index (e.g. "²"): fall back to the pod name
+        index = _index(value, gang.replica_index)
+        if index is not None:
+            return index  # else not an index (e.g. "²"): fall back to the pod name
     match = _NAME_TAIL.search(pod.name)
     return int(match.group(2)) if match else None
 
@@ -58,12 +68,7 @@ def completion_index(pod: Pod, gang: GangLabels) -> int | None:
     if gang.completion_index is None:
         return None
     value = pod.labels.get(gang.completion_index)
-    if value is None:
-        return None
-    try:
-        return parse_int(value, field=gang.completion_index, maximum=MAX_REPLICA_INDEX)
-    except NumberError:
-        return None
+    return None if value is None else _index(value, gang.completion_index)
 
 
 def _rank(pods: Sequence[Pod], types: Mapping[str, str], gang: GangLabels, *,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
+from agent.model.cluster import ClusterState
 from agent.model.workload import JobKind
 from agent.settings import GroupSpec
-from agent.topology.jobs import find_jobs
+from agent.topology.jobs import changed_namespaces, find_jobs, refind_jobs
 from tests.support.objects import (
     JOB_NAME,
     JOB_ROLE,
@@ -334,3 +336,58 @@ def test_jobset_pods_are_ordered_by_replicated_job_job_index_and_completion_inde
     assert [p.name for p in job.pods] == ["j-workers-0-0-x00z", "j-workers-0-1-x01z",
                                           "j-workers-1-0-x10z", "j-workers-1-1-x11z"]
     assert job.obj is not None and job.obj.gang == ("workers",)
+
+
+def _cluster() -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [*N]
+    for ns in ("ml", "lab", "zoo"):
+        items.append(training_job("PyTorchJob", "pt", ns=ns))
+        items += [job_pod("PyTorchJob", "pt", rtype, i, node_name="a1", ns=ns)
+                  for rtype, i in (("master", 0), ("worker", 0), ("worker", 1))]  # fmt: skip
+        items += [job_pod("TFJob", "tf", "worker", i, node_name="b1", ns=ns) for i in range(2)]
+        items += [pod("c", ns=ns, node_name="b1", labels={"app": "llm", "role": "coord"}),
+                  pod("w", ns=ns, node_name="a1", labels={"app": "llm", "role": "worker"})]  # fmt: skip
+    return items
+
+
+def _changes(state: ClusterState) -> dict[str, tuple[ClusterState, set[str]]]:
+    pods = state.pods
+    relabelled = tuple(dataclasses.replace(p, labels={**p.labels, "app": "web"})
+                       if (p.namespace, p.name) == ("lab", "w") else p for p in pods)  # fmt: skip
+    moved = tuple(p for p in pods if (p.namespace, p.name) != ("zoo", "c")) + tuple(
+        p for p in pods if (p.namespace, p.name) == ("zoo", "c"))  # the same pods, zoo reordered
+    extra = load([*N, job_pod("TFJob", "tf", "worker", 0, node_name="b1", ns="new")]).state.pods
+    without_ml = {k: v for k, v in state.job_objects.items() if k[1] != "ml"}
+    return {
+        "a pod deleted": (dataclasses.replace(state, pods=pods[1:]), {pods[0].namespace}),
+        "a pod relabelled": (dataclasses.replace(state, pods=relabelled), {"lab"}),
+        "pods reordered": (dataclasses.replace(state, pods=moved), {"zoo"}),
+        "a namespace added": (dataclasses.replace(state, pods=pods + extra), {"new"}),
+        "a job object gone": (dataclasses.replace(state, job_objects=without_ml), {"ml"}),
+        "nothing": (dataclasses.replace(state), set()),
+    }
+
+
+@pytest.mark.parametrize("change", ["a pod deleted", "a pod relabelled", "pods reordered",
+                                    "a namespace added", "a job object gone", "nothing"])  # fmt: skip
+@pytest.mark.parametrize("groups", [(), (GROUP,)])
+def test_refind_jobs_is_find_jobs(change: str, groups: tuple[GroupSpec, ...]) -> None:
+    state = load(_cluster()).state
+    after, expected = _changes(state)[change]
+    jobs = find_jobs(state, groups)
+    changed = changed_namespaces(state, after)
+    assert changed == expected
+    again = refind_jobs(after, groups, jobs=jobs, changed=changed)
+    assert again == find_jobs(after, groups)
+    kept = [j for j in jobs if j.ref.namespace not in changed]
+    assert kept and all(any(j is k for k in again) for j in kept)  # reused, not found again
+
+
+def test_refind_jobs_two_specs_of_one_name() -> None:
+    other = dataclasses.replace(GROUP, selector={"app": "web"})
+    state = load(_cluster()).state
+    after = dataclasses.replace(state, pods=state.pods[1:])
+    groups = (GROUP, other)
+    jobs = find_jobs(state, groups)
+    again = refind_jobs(after, groups, jobs=jobs, changed=changed_namespaces(state, after))
+    assert again == find_jobs(after, groups)
