@@ -12,7 +12,8 @@ How, for a subject (`agent.admission.subject`) of a training kind or a generic g
   namespace; an object whose pod count cannot be read; a job already kept in one zone (every gang
   template pins the same zone by nodeSelector or required node affinity, or, on a Kueue job,
   Kueue's own topology request already does); templates pinned to different zones by their
-  author; nothing to co-locate (one pod, or one zone in the cluster);
+  author; nothing to co-locate (one pod, unless a group's first object kept a zone: the group's
+  later objects take it whatever their size; or one zone in the cluster);
 - the job's pods are modelled as its operator will make them (their labels, service account,
   ports, GPUs) and grouped into a job as the diagnosis groups live pods (`agent.topology.jobs`);
   its required flows (`agent.topology.flows`) are checked by the diagnosis's reachability with
@@ -200,7 +201,9 @@ class Decider:
             return unchanged(Outcome.SKIPPED, "its pods cannot be modelled (a pod count or a "
                              "field that cannot be read)")  # fmt: skip
         zones = list(view.facts.zones) or view.state.zones()
-        if len(job.pods) < 2 and not subject.pod:  # a pod-by-pod group is a gang by its settings
+        # a pod-by-pod group is a gang by its settings; a group's later object joins the kept zone
+        # even when it runs one pod (the group's other pods may not be in the view yet)
+        if len(job.pods) < 2 and not subject.pod and kept is None:
             return unchanged(Outcome.NOT_NEEDED, "it runs one pod: nothing to co-locate")
         if len(zones) < 2:
             return unchanged(Outcome.NOT_NEEDED, "the cluster has one zone")

@@ -236,6 +236,12 @@ def test_a_groups_objects_follow_the_kept_decision(view_of: Callable[..., View])
                            enforce=True, kept="a")  # fmt: skip
     assert (later.outcome, later.zone, later.kept) == (AdmissionOutcome.PLACED, "a", True)
     assert "the group's first object was placed in a" in later.warning
+    # a later object of one pod joins the kept zone too (the group's other pods may not be in
+    # the view yet); without a kept zone it has nothing to co-locate
+    single = subject_of(lab("one-more", "worker", gpus=2, replicas=1))
+    joined = decider.decide(single, view_of(), enforce=True, kept="a")
+    assert (joined.outcome, joined.zone, joined.kept) == (AdmissionOutcome.PLACED, "a", True)
+    assert decider.decide(single, view_of(), enforce=True).outcome is AdmissionOutcome.NOT_NEEDED
 
 
 def test_a_groups_kueue_workload_gets_no_node_selector(view_of: Callable[..., View]) -> None:
