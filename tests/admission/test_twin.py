@@ -18,14 +18,13 @@ from typing import Any
 
 from kubernetes import client
 
-from agent.admission.manifest import webhook_configuration
 from agent.model.admission import AdmissionOutcome
 from agent.model.verdict import Verdict
 from agent.settings import AdmissionSettings, Settings
 from agent.sources.kubeapi import KubeApi
 from agent.twin.scenario import Scenario
 from tests.remediation.harness import quick
-from tests.support.admission import free_port
+from tests.support.admission import free_port, register_webhook
 from tests.support.agent_rig import running_agent
 from tests.support.waiting import wait
 
@@ -54,16 +53,7 @@ def test_a_job_created_in_an_opted_in_namespace_starts_co_located_and_opens_no_i
         return replace(settings, admission=AdmissionSettings(enabled=True, host="127.0.0.1", port=port))
 
     def register(api: KubeApi) -> None:
-        core = client.CoreV1Api(api.api_client)
-        core.patch_namespace("ml", {"metadata": {"labels": {"zonemedic.io/admission": "enabled"}}})
-        core.create_namespace({"metadata": {"name": "zonemedic"}})
-        core.create_namespace({"metadata": {"name": "other"}})
-        core.create_namespaced_service("zonemedic", {
-            "metadata": {"name": "zonemedic"},
-            "spec": {"clusterIP": "127.0.0.1",
-                     "ports": [{"name": "admission", "port": 443, "targetPort": port}]}})  # fmt: skip
-        manifest = webhook_configuration(enable(Settings()))
-        client.AdmissionregistrationV1Api(api.api_client).create_mutating_webhook_configuration(manifest)
+        register_webhook(api.api_client, namespace="ml", port=port, settings=enable(Settings()))
 
     with running_agent(tmp_path, scenario(), settings_change=enable, before_agent=register) as rig:
         api = client.ApiClient(rig.agent.api.api_client.configuration)

@@ -22,14 +22,13 @@ from typing import Any
 
 from kubernetes import client
 
-from agent.admission.manifest import webhook_configuration
 from agent.model.admission import AdmissionOutcome, AdmissionRecord
 from agent.model.verdict import Verdict
 from agent.settings import AdmissionMode, AdmissionSettings, DiagnosisSettings, GroupSpec, Settings
 from agent.sources.kubeapi import KubeApi
 from agent.twin.scenario import Scenario
 from tests.remediation.harness import quick
-from tests.support.admission import free_port
+from tests.support.admission import free_port, register_webhook
 from tests.support.agent_rig import RunningAgent, running_agent
 from tests.support.waiting import wait
 
@@ -67,16 +66,7 @@ def agent_with_webhook(tmp_path: Path, mode: AdmissionMode) -> Iterator[RunningA
             enabled=True, host="127.0.0.1", port=port, mode=mode))
 
     def register(api: KubeApi) -> None:
-        core = client.CoreV1Api(api.api_client)
-        core.patch_namespace(NS, {"metadata": {"labels": {"zonemedic.io/admission": "enabled"}}})
-        for name in ("zonemedic", "other"):
-            core.create_namespace({"metadata": {"name": name}})
-        core.create_namespaced_service("zonemedic", {
-            "metadata": {"name": "zonemedic"},
-            "spec": {"clusterIP": "127.0.0.1",
-                     "ports": [{"name": "admission", "port": 443, "targetPort": port}]}})  # fmt: skip
-        manifest = webhook_configuration(enable(Settings()))
-        client.AdmissionregistrationV1Api(api.api_client).create_mutating_webhook_configuration(manifest)
+        register_webhook(api.api_client, namespace=NS, port=port, settings=enable(Settings()))
 
     with running_agent(tmp_path, scenario(), settings_change=enable, before_agent=register) as rig:
         admission = rig.agent.composition.admission

@@ -7,6 +7,8 @@ ingress to pods labelled `zone: b` (so a job whose template says `zone: b` is al
 relabelled, and zone b never is). The zone-mirroring label is `zone` (`diagnosis.pod_zone_label`).
 `serve`: the webhook over a view on a real HTTPS server (a certificate the agent's own code made,
 its CA trusted by the client `Served.post`). `pytorch`: a PyTorchJob of a CPU master and GPU workers.
+`register_webhook`: on the twin, the opt-in label, the Service routed to the agent and the
+configuration; `free_port`: the agent's admission port.
 Used by tests/admission (its conftest's fixtures and its tests).
 """
 
@@ -24,8 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
 from agent.admission.certificates import ServingContext, make_certificate, write_pair
 from agent.admission.decision import View
+from agent.admission.manifest import webhook_configuration
 from agent.admission.server import AdmissionServer
 from agent.admission.webhook import Webhook
 from agent.settings import ADMISSION_PATH, DiagnosisSettings, GroupSpec, Settings
@@ -117,6 +122,22 @@ def lab_pod(name: str, role: str, *, gpus: int = 0, labels: dict[str, str] | Non
     found = o.pod(name, labels={"app": "lab", "role": role, "zone": "b", **(labels or {})},
                   gpus=gpus, ports=[(None, 29500)], phase=None, **fields)  # fmt: skip
     return found
+
+
+def register_webhook(api_client: Any, *, namespace: str, port: int, settings: Settings) -> None:
+    """On the twin: `namespace` opted in, the namespaces `zonemedic` and `other`, the Service
+    zonemedic/zonemedic routed to the agent's admission `port` on loopback (`clusterIP:
+    127.0.0.1`), and the configuration `zonemedic admission manifest` prints for `settings`."""
+    core = client.CoreV1Api(api_client)
+    core.patch_namespace(namespace, {"metadata": {"labels": {"zonemedic.io/admission": "enabled"}}})
+    for name in ("zonemedic", "other"):
+        core.create_namespace({"metadata": {"name": name}})
+    core.create_namespaced_service("zonemedic", {
+        "metadata": {"name": "zonemedic"},
+        "spec": {"clusterIP": "127.0.0.1",
+                 "ports": [{"name": "admission", "port": 443, "targetPort": port}]}})  # fmt: skip
+    client.AdmissionregistrationV1Api(api_client).create_mutating_webhook_configuration(
+        webhook_configuration(settings))
 
 
 def free_port() -> int:
