@@ -24,6 +24,9 @@ from agent.model.lifecycle import IncidentStatus
 from agent.model.workload import KUEUE, KUEUE_WORKLOAD, TRAINJOB_PATCH_MANAGER, JobKind
 from agent.remediation.run import Step
 from agent.remediation.writer import WriteVerb
+from agent.store.repository import IncidentStore
+from agent.twin.patch import PatchType
+from agent.twin.resources import lookup
 from tests.remediation.crashes import Death, SqliteLock, Walk
 from tests.remediation.harness import (
     FAST,
@@ -56,9 +59,6 @@ HOLD = "test.zonemedic.io/hold"
 def hold_a_pod(lab: Lab) -> str:
     """One of the job's pods given a finalizer nobody removes (until `release`): once deleted it
     stays Terminating. Returns its name."""
-    from agent.twin.patch import PatchType
-    from agent.twin.resources import lookup
-
     name = str(lab.api.json("GET", "/api/v1/namespaces/ml/pods")["items"][0]["metadata"]["name"])
     lab.cluster.store.patch(lookup("pods"), name, {"metadata": {"finalizers": [HOLD]}},
                             namespace="ml", patch_type=PatchType.MERGE)  # fmt: skip
@@ -66,11 +66,21 @@ def hold_a_pod(lab: Lab) -> str:
 
 
 def release(lab: Lab, name: str) -> None:
-    from agent.twin.patch import PatchType
-    from agent.twin.resources import lookup
-
     lab.cluster.store.patch(lookup("pods"), name, {"metadata": {"finalizers": None}},
                             namespace="ml", patch_type=PatchType.MERGE)  # fmt: skip
+
+
+def rollback_walk(make: Callable[[Any, Any], Any], store: IncidentStore, incident_id: int,
+                  death: Death, tmp_path: Path) -> Walk:  # fmt: skip
+    """The crash walk over the rollback's points only (with the store away: its writes only)."""
+
+    def rolling_back(where: str) -> bool:
+        if death is Death.STORE_AWAY and where.startswith("step "):
+            return False
+        return Step.ROLLBACK_STARTED.value in recorded_steps(store, incident_id)
+
+    return Walk(make, store, incident_id, death, only=rolling_back,
+                outage=SqliteLock(str(tmp_path / "incidents.db")))  # fmt: skip
 
 
 def own_annotations(lab: Lab, ref: JobRef) -> list[dict[str, str]]:
@@ -106,14 +116,7 @@ def test_every_point_of_a_kueue_rollback_stopped_then_resumed_restores_the_job_o
 
                 return lab.remediator(store, settings=GIVING_UP, on_step=both, on_write=walk_write)
 
-            def rolling_back(where: str) -> bool:
-                """The rollback's points only (with the store away: its writes only)."""
-                if death is Death.STORE_AWAY and where.startswith("step "):
-                    return False
-                return Step.ROLLBACK_STARTED.value in recorded_steps(store, incident_id)
-
-            walk = Walk(make, store, incident_id, death, only=rolling_back,
-                        outage=SqliteLock(str(tmp_path / "incidents.db")))  # fmt: skip
+            walk = rollback_walk(make, store, incident_id, death, tmp_path)
             assert walk.run() is IncidentStatus.ROLLED_BACK, walk.outcomes
             detail = store.get_incident(incident_id)
             assert "Kueue did not admit the job" in str(detail.events[-1].detail)
@@ -172,13 +175,7 @@ def test_every_point_of_undoing_a_deactivation_only_stopped_then_resumed_reactiv
             def make(walk_step: Any, walk_write: Any) -> Any:
                 return lab.remediator(store, settings=hasty, on_step=walk_step, on_write=walk_write)
 
-            def rolling_back(where: str) -> bool:
-                if death is Death.STORE_AWAY and where.startswith("step "):
-                    return False
-                return Step.ROLLBACK_STARTED.value in recorded_steps(store, incident_id)
-
-            walk = Walk(make, store, incident_id, death, only=rolling_back,
-                        outage=SqliteLock(str(tmp_path / "incidents.db")))  # fmt: skip
+            walk = rollback_walk(make, store, incident_id, death, tmp_path)
             assert walk.run() is IncidentStatus.ROLLED_BACK, walk.outcomes
             assert "still present" in str(store.get_incident(incident_id).events[-1].detail)
             release(lab, held)
