@@ -463,7 +463,7 @@ def _decide(
     matched: list[RuleMatch] | None,
     kinds: Mapping[str, PolicyKind],
 ) -> FlowVerdict | None:
-    """The denial at one hop for one protocol, or None (see `PolicySet._hop`); with `matched`,
+    """The denial at one hop for one protocol, or None (see `_hop`); with `matched`,
     every matching rule is appended to it."""
     if not selected:
         return None

@@ -18,10 +18,9 @@ from typing import Any
 
 from agent.model.cluster import ClusterState
 from agent.model.job import Job
-from agent.model.workload import JobKind
 from agent.settings import GroupSpec
 from agent.topology.facts import ClusterFacts
-from agent.topology.jobs import find_jobs
+from agent.topology.jobs import find_jobs, in_find_order
 
 _Objects = dict[str, dict[tuple[Any, ...], object]]
 
@@ -75,10 +74,5 @@ class HeldJobs:
 
     def jobs(self) -> tuple[Job, ...]:
         """Every job held, in `find_jobs`' order."""
-        order = {spec.name: i for i, spec in enumerate(self._groups)}
-        every = [j for ns in sorted(self._found) for j in self._found[ns]]
-        kubeflow = sorted((j for j in every if j.ref.kind is not JobKind.GROUP),
-                          key=lambda j: (j.ref.kind.value, j.ref.namespace, j.ref.name))
-        grouped = sorted((j for j in every if j.ref.kind is JobKind.GROUP),
-                         key=lambda j: (order.get(j.ref.name, len(order)), j.ref.namespace))
-        return (*kubeflow, *grouped)
+        every = (j for ns in sorted(self._found) for j in self._found[ns])
+        return tuple(in_find_order(every, self._groups))

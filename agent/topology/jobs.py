@@ -321,8 +321,17 @@ def refind_jobs(state: ClusterState, groups: Sequence[GroupSpec] = (), *, jobs: 
         return find_jobs(state, groups)
     found = [j for j in jobs if j.ref.namespace not in changed]
     found += find_jobs(state, groups, namespaces=changed)
-    kubeflow = sorted((j for j in found if j.ref.kind is not JobKind.GROUP),
-                      key=lambda j: (j.ref.kind, j.ref.namespace, j.ref.name))  # fmt: skip
-    grouped = sorted((j for j in found if j.ref.kind is JobKind.GROUP),
-                     key=lambda j: (spec[j.ref.name], j.ref.namespace))  # fmt: skip
+    return in_find_order(found, groups)
+
+
+def in_find_order(jobs: Iterable[Job], groups: Sequence[GroupSpec]) -> list[Job]:
+    """`jobs` (each namespace's in the order `find_jobs` found them) in `find_jobs`'s order:
+    Kubeflow jobs by kind, namespace and name, then groups spec by spec (a name unknown to
+    `groups` last), namespace by namespace."""
+    every = list(jobs)
+    spec = {g.name: i for i, g in enumerate(groups)}
+    kubeflow = sorted((j for j in every if j.ref.kind is not JobKind.GROUP),
+                      key=lambda j: (j.ref.kind.value, j.ref.namespace, j.ref.name))  # fmt: skip
+    grouped = sorted((j for j in every if j.ref.kind is JobKind.GROUP),
+                     key=lambda j: (spec.get(j.ref.name, len(spec)), j.ref.namespace))  # fmt: skip
     return kubeflow + grouped
